@@ -1,0 +1,223 @@
+"""The compatibility catalog: facts as data, read through small questions.
+
+Every entry names its sources (keys of ``data/sources.yaml``); loading validates that
+each key exists. Callers never index the raw YAML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from packaging.version import Version
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import CatalogError
+
+Verified = Literal[True, False, "partial"]
+FILES = ("sources", "cuda", "gpus", "os", "pytorch")
+
+
+class Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    verified: Verified
+    sources: tuple[str, ...] = Field(min_length=1)
+    note: str | None = None
+
+
+class MinorCompat(Entry):
+    major: int
+    linux_min: str
+
+
+class Toolkit(Entry):
+    version: str
+    linux_min: str | None
+
+
+class Arch(Entry):
+    cc: str
+    family: str
+    models: tuple[str, ...]
+    first_cuda: str
+    last_cuda_major: int | None
+
+    @property
+    def sm(self) -> str:
+        return "sm_" + self.cc.replace(".", "")
+
+
+class OsBase(Entry):
+    distro: str
+    suite: str
+    python: str
+    glibc: str
+
+
+class TorchVariant(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tag: str
+    cuda: str
+    status: str
+    cudnn: str | None
+    nccl: str | None
+    arch_list: str
+
+    @property
+    def arches(self) -> tuple[str, ...]:
+        """e.g. ('sm_75', ..., 'sm_120', 'compute_120') for '7.5;...;12.0+PTX'."""
+        out: list[str] = []
+        for item in self.arch_list.split(";"):
+            cc, ptx = item.removesuffix("+PTX"), item.endswith("+PTX")
+            out.append("sm_" + cc.replace(".", ""))
+            if ptx:
+                out.append("compute_" + cc.replace(".", ""))
+        return tuple(out)
+
+
+class PyRange(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    min: str
+    max: str
+
+    def admits(self, python: str) -> bool:
+        return Version(self.min) <= Version(python) <= Version(self.max)
+
+
+class TorchRelease(Entry):
+    version: str
+    patches: tuple[str, ...]
+    python: PyRange
+    index_default: str
+    variants: tuple[TorchVariant, ...]
+
+    def variant(self, tag: str) -> TorchVariant | None:
+        return next((v for v in self.variants if v.tag == tag), None)
+
+
+class _Files(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    sources: dict[str, str]
+    minor_version_compat: tuple[MinorCompat, ...]
+    toolkits: tuple[Toolkit, ...]
+    architectures: tuple[Arch, ...]
+    bases: tuple[OsBase, ...]
+    releases: tuple[TorchRelease, ...]
+
+
+def vtuple(text: str) -> tuple[int, ...]:
+    """'550.54.15' -> (550, 54, 15); leading zeros are insignificant."""
+    return tuple(int(p) for p in text.split("."))
+
+
+class Catalog:
+    """Immutable, validated compatibility facts."""
+
+    def __init__(self, files: _Files, digest: str):
+        self._f = files
+        self.digest = digest
+
+    # --- CUDA and drivers -----------------------------------------------------------
+    def minor_compat_floor(self, major: int) -> str:
+        for row in self._f.minor_version_compat:
+            if row.major == major:
+                return row.linux_min
+        raise CatalogError(f"no minor-version-compatibility floor for CUDA {major}.x in the catalog")
+
+    def toolkit_floor(self, cuda: str) -> str:
+        """The newest driver floor among the catalog's releases of CUDA major.minor."""
+        mm = vtuple(cuda)[:2]
+        floors = [t.linux_min for t in self._f.toolkits if vtuple(t.version)[:2] == mm and t.linux_min]
+        if not floors:
+            raise CatalogError(
+                f"the catalog has no driver floor for CUDA {cuda}",
+                hint="use policy 'minor', or add the row to envkit/catalog/data/cuda.yaml with its source",
+            )
+        return max(floors, key=vtuple)
+
+    def driver_floor_for(self, cuda: str, policy: str) -> str:
+        """The oldest Linux driver that runs a CUDA ``cuda`` runtime under ``policy``."""
+        if policy == "minor":
+            return self.minor_compat_floor(vtuple(cuda)[0])
+        return self.toolkit_floor(cuda)
+
+    def require_cuda_for(self, cuda: str, policy: str) -> str:
+        """The NVIDIA_REQUIRE_CUDA value matching ``driver_floor_for``."""
+        major, minor = vtuple(cuda)[:2]
+        return f"cuda>={major}.0" if policy == "minor" else f"cuda>={major}.{minor}"
+
+    # --- GPUs -----------------------------------------------------------------------
+    @cached_property
+    def _gpu_index(self) -> dict[str, Arch]:
+        index: dict[str, Arch] = {}
+        for arch in self._f.architectures:
+            index[arch.cc] = arch
+            for model in arch.models:
+                index[_norm(model)] = arch
+        return index
+
+    def gpu(self, name: str) -> Arch | None:
+        """The architecture of a GPU model ('H100', 'rtx 4090') or capability ('9.0')."""
+        return self._gpu_index.get(name.strip()) or self._gpu_index.get(_norm(name))
+
+    def gpu_names(self) -> list[str]:
+        return sorted({m for a in self._f.architectures for m in a.models})
+
+    # --- operating-system bases -----------------------------------------------------
+    def os_base(self, suite: str) -> OsBase | None:
+        return next((b for b in self._f.bases if b.suite == suite), None)
+
+    def suites(self) -> list[str]:
+        return [b.suite for b in self._f.bases]
+
+    # --- PyTorch --------------------------------------------------------------------
+    def torch_release(self, version: str) -> TorchRelease | None:
+        series = ".".join(version.split(".")[:2])
+        return next((r for r in self._f.releases if r.version == series), None)
+
+    def torch_releases(self) -> tuple[TorchRelease, ...]:
+        return self._f.releases
+
+    def source(self, key: str) -> str:
+        return self._f.sources[key]
+
+
+def _norm(name: str) -> str:
+    return "".join(name.lower().replace("nvidia", "").replace("geforce", "").split())
+
+
+def data_dir() -> Path:
+    return Path(str(resources.files("envkit.catalog") / "data"))
+
+
+def load_catalog(directory: str | Path | None = None) -> Catalog:
+    directory = Path(directory) if directory else data_dir()
+    merged: dict = {}
+    h = hashlib.sha256()
+    for name in FILES:
+        path = directory / f"{name}.yaml"
+        try:
+            raw = path.read_bytes()
+            data = yaml.safe_load(raw)
+        except (OSError, yaml.YAMLError) as exc:
+            raise CatalogError(f"cannot load catalog file {path}: {exc}") from None
+        h.update(name.encode() + b"\0" + raw)
+        if not isinstance(data, dict) or data.pop("version", None) != 1:
+            raise CatalogError(f"{path}: expected a mapping with 'version: 1'")
+        merged.update(data)
+    try:
+        files = _Files.model_validate(merged)
+    except ValidationError as exc:
+        raise CatalogError(f"catalog in {directory} is invalid: {exc}") from None
+    missing = sorted(
+        {s for group in (files.minor_version_compat, files.toolkits, files.architectures, files.bases, files.releases)
+         for e in group for s in e.sources} - set(files.sources)
+    )
+    if missing:
+        raise CatalogError(f"catalog entries name unknown sources: {', '.join(missing)}",
+                           hint="add them to sources.yaml")
+    return Catalog(files, "sha256:" + h.hexdigest())

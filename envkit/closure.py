@@ -1,0 +1,86 @@
+"""Lock the full Python closure with hashes, for the image's Python and platform.
+
+``uv pip compile`` does the solving (it reads the index's metadata by range requests
+and is fast); envkit only asks it for the image's interpreter version and glibc, and
+parses its output into pinned packages with their hashes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ResolutionError
+
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
+_HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    version: str
+    hashes: tuple[str, ...]
+
+
+def uv_binary() -> str:
+    """The uv executable installed beside envkit (the ``uv`` dependency), else PATH's."""
+    scripts = Path(sysconfig.get_path("scripts"))
+    for candidate in (scripts / "uv", Path(sys.executable).parent / "uv"):
+        if candidate.is_file():
+            return str(candidate)
+    found = shutil.which("uv")
+    if not found:
+        raise ResolutionError("uv is not installed", hint="pip install uv (it is a dependency of envkit)")
+    return found
+
+
+def compile_closure(requirements: list[str], *, python: str, glibc: str, index_url: str,
+                    constraints: list[Pin] | None = None, machine: str = "x86_64") -> list[Pin]:
+    """Pin ``requirements`` and everything they need, with every file hash."""
+    platform = f"{machine}-manylinux_{glibc.replace('.', '_')}"
+    with tempfile.TemporaryDirectory(prefix="envkit-closure-") as tmp:
+        req_in = Path(tmp) / "requirements.in"
+        req_in.write_text("\n".join(requirements) + "\n")
+        cmd = [uv_binary(), "pip", "compile", str(req_in), "--quiet", "--no-header",
+               "--no-annotate", "--generate-hashes", "--python-version", python,
+               "--python-platform", platform, "--index-url", index_url, "--no-config"]
+        if constraints:
+            cons = Path(tmp) / "constraints.txt"
+            cons.write_text("".join(f"{p.name}=={p.version}\n" for p in constraints))
+            cmd += ["--constraint", str(cons)]
+        env = dict(os.environ)
+        env.setdefault("UV_NATIVE_TLS", "1")  # trust the system store (and a proxy's CA in it)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        detail = proc.stderr.strip().splitlines()
+        raise ResolutionError(
+            "the Python closure could not be solved: " + " ".join(detail[-6:]),
+            hint=f"requirements were: {', '.join(requirements)}; relax an extra pip package, "
+                 "or check the index is reachable",
+        )
+    return parse_requirements(proc.stdout)
+
+
+def parse_requirements(text: str) -> list[Pin]:
+    pins: list[Pin] = []
+    for block in re.split(r"\n(?=\S)", text.replace("\\\n", " ")):
+        block = block.strip()
+        if not block or block.startswith("#"):
+            continue
+        m = _PIN.match(block)
+        if not m:
+            raise ResolutionError(f"unexpected line in the compiled closure: {block[:80]!r}")
+        pins.append(Pin(_canon(m.group(1)), m.group(3), tuple(sorted(_HASH.findall(block)))))
+    return sorted(pins, key=lambda p: p.name)
+
+
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()

@@ -1,0 +1,98 @@
+"""One error hierarchy. Only ``envkit.cli`` catches these, prints them and exits.
+
+Every message names the bad value, what is allowed, and what to do next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a value came from: a file and (1-based) line and column."""
+
+    path: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        if self.line is None:
+            return self.path
+        if self.column is None:
+            return f"{self.path}:{self.line}"
+        return f"{self.path}:{self.line}:{self.column}"
+
+
+class EnvkitError(Exception):
+    """Base of every error envkit raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None, location: Location | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.location = location
+
+    def __str__(self) -> str:
+        text = f"{self.location}: {self.message}" if self.location else self.message
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+    def to_json(self) -> dict:
+        return {
+            "error": type(self).__name__,
+            "message": self.message,
+            "hint": self.hint,
+            "location": str(self.location) if self.location else None,
+        }
+
+
+class SpecError(EnvkitError):
+    """team.yaml is malformed or breaks a rule."""
+
+    exit_code = 2
+
+
+class CatalogError(EnvkitError):
+    """The compatibility catalog is malformed or lacks a fact."""
+
+    exit_code = 2
+
+
+class PackageIndexError(EnvkitError):
+    """The package index could not answer."""
+
+    exit_code = 3
+
+
+class ResolutionError(EnvkitError):
+    """No stack satisfies the spec's constraints."""
+
+    exit_code = 4
+
+
+class LockError(EnvkitError):
+    """The lock file is missing, malformed, or stale."""
+
+    exit_code = 5
+
+
+class EngineError(EnvkitError):
+    """The container engine is unreachable or refused a request."""
+
+    exit_code = 6
+
+
+class BuildError(EnvkitError):
+    """An image failed to build."""
+
+    exit_code = 7
+
+
+class VerificationError(EnvkitError):
+    """An image was built but does not match its lock."""
+
+    exit_code = 8

@@ -1,0 +1,327 @@
+"""team.yaml, version 1: what a platform engineer writes.
+
+Strict models: an unknown key, a malformed version or a value outside its grammar is a
+``SpecError`` naming file:line:col, the value, and what is allowed. Every value that can
+reach a rendered file is validated here against the grammar it belongs to.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
+
+from .errors import Location, SpecError
+from .yamlsource import Document, load_yaml
+
+SPEC_VERSION = 1
+
+# --- grammars -----------------------------------------------------------------------
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
+DRIVER_RE = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$")
+CC_RE = re.compile(r"^\d{1,2}\.\d$")
+SUITE_RE = re.compile(r"^[a-z][a-z0-9-]{1,30}$")
+MIRROR_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9._~/-]*)?$")
+# docker reference: [registry[:port]/]path[:tag][@sha256:digest]
+IMAGE_REF_RE = re.compile(
+    r"^(?:[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?(?::\d{1,5})?/)?"
+    r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@sha256:[a-f0-9]{64})?$"
+)
+APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,99}(=[A-Za-z0-9.+~:-]{1,100})?$")
+MAX_VALUE = 200
+
+
+def _short(value: str) -> str:
+    return value if len(value) <= 60 else value[:57] + "..."
+
+
+def _grammar(regex: re.Pattern, what: str):
+    def check(value: str) -> str:
+        if len(value) > MAX_VALUE or not regex.match(value):
+            raise ValueError(f"{_short(value)!r} is not a valid {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _requirement(value: str) -> str:
+    if len(value) > MAX_VALUE or any(c in value for c in "\n\r\t\\`$"):
+        raise ValueError(f"{_short(value)!r} is not a valid requirement")
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as exc:
+        raise ValueError(f"{_short(value)!r} is not a valid requirement: {exc}") from None
+    if req.url:
+        raise ValueError(f"{value!r}: direct URL requirements are not allowed; name a version")
+    return value
+
+
+def _specifier(value: str) -> str:
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError(f"{_short(value)!r} is not a version specifier (e.g. '>=12.4,<13')") from None
+    return value
+
+
+Name = Annotated[str, _grammar(NAME_RE, "name (lowercase letters, digits, '-')")]
+PythonVersion = Annotated[str, _grammar(PYTHON_RE, "Python version like '3.11'")]
+DriverVersion = Annotated[str, _grammar(DRIVER_RE, "driver version like '550.54.15'")]
+Suite = Annotated[str, _grammar(SUITE_RE, "Debian suite name")]
+Mirror = Annotated[str, _grammar(MIRROR_RE, "mirror URL")]
+ImageRef = Annotated[str, _grammar(IMAGE_REF_RE, "image reference")]
+AptPackage = Annotated[str, _grammar(APT_RE, "Debian package (name or name=version)")]
+PipRequirement = Annotated[str, AfterValidator(_requirement)]
+Specifier = Annotated[str, AfterValidator(_specifier)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Bootstrap(Strict):
+    """Make the base with debootstrap + docker import (no registry needed)."""
+
+    suite: Suite = "bookworm"
+    mirror: Mirror = "http://deb.debian.org/debian"
+    variant: Literal["minbase"] = "minbase"
+
+
+class Base(Strict):
+    """Either an image reference or a bootstrap recipe; exactly one."""
+
+    image: ImageRef | None = None
+    bootstrap: Bootstrap | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "Base":
+        if (self.image is None) == (self.bootstrap is None):
+            raise ValueError("give exactly one of 'image' or 'bootstrap'")
+        return self
+
+
+class Fleet(Strict):
+    """The hosts the images must run on."""
+
+    min_driver: DriverVersion = Field(description="Oldest NVIDIA driver in the fleet")
+    gpus: list[Annotated[str, Field(max_length=40)]] = Field(
+        default_factory=list, description="GPU models (e.g. H100) or compute capabilities (e.g. '9.0')"
+    )
+    policy: Literal["minor", "strict"] = Field(
+        "minor",
+        description="minor: CUDA minor-version compatibility is enough; strict: the toolkit's own driver floor",
+    )
+
+
+class Defaults(Strict):
+    python: PythonVersion | None = None
+    base: Base | None = None
+    pip: list[PipRequirement] = Field(default_factory=list)
+    apt: list[AptPackage] = Field(default_factory=list)
+
+
+class ImageSpec(Strict):
+    name: Name
+    framework: PipRequirement = Field(description="e.g. 'torch==2.5.*'")
+    python: PythonVersion | None = None
+    cuda: Specifier | None = Field(None, description="optional constraint on the CUDA runtime, e.g. '>=12.4'")
+    pip: list[PipRequirement] = Field(default_factory=list)
+    apt: list[AptPackage] = Field(default_factory=list)
+    base: Base | None = None
+    flavour: Literal["runtime"] = "runtime"
+
+
+class BuildOptions(Strict):
+    ca_bundle: Annotated[str, Field(max_length=4096)] | None = Field(
+        None, description="PEM bundle for a TLS-intercepting proxy, relative to this file"
+    )
+    index_url: Mirror | None = Field(None, description="Python package index (simple API)")
+
+
+class Spec(Strict):
+    version: Literal[1]
+    team: Name
+    registry: ImageRef | None = None
+    fleet: Fleet
+    defaults: Defaults = Field(default_factory=Defaults)
+    build: BuildOptions = Field(default_factory=BuildOptions)
+    images: list[ImageSpec] = Field(min_length=1)
+
+    _doc: Document | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Spec":
+        seen: set[str] = set()
+        for image in self.images:
+            if image.name in seen:
+                raise ValueError(f"image name {image.name!r} is used twice")
+            seen.add(image.name)
+        return self
+
+    # --- questions ------------------------------------------------------------------
+    def locate(self, *path: str | int) -> Location | None:
+        return self._doc.locate(path) if self._doc else None
+
+    @property
+    def path(self) -> Path | None:
+        return Path(self._doc.path) if self._doc else None
+
+    def image(self, name: str) -> "ImageSpec":
+        for image in self.images:
+            if image.name == name:
+                return image
+        names = ", ".join(i.name for i in self.images)
+        raise SpecError(f"no image named {name!r} in the spec", hint=f"images: {names}")
+
+    def index_of(self, name: str) -> int:
+        return [i.name for i in self.images].index(name)
+
+    def effective(self, image: ImageSpec) -> "Target":
+        """The image with the spec's defaults applied."""
+        d = self.defaults
+        base = image.base or d.base or Base(bootstrap=Bootstrap())
+        return Target(
+            name=image.name,
+            framework=image.framework,
+            python=image.python or d.python,
+            cuda=image.cuda,
+            pip=tuple(d.pip) + tuple(image.pip),
+            apt=tuple(d.apt) + tuple(image.apt),
+            base=base,
+            flavour=image.flavour,
+        )
+
+    def ca_bundle_path(self) -> Path | None:
+        """The CA bundle to give builds: the spec's, else ENVKIT_CA_BUNDLE, else PIP_CERT."""
+        if self.build.ca_bundle:
+            p = Path(self.build.ca_bundle)
+            if not p.is_absolute() and self.path:
+                p = self.path.parent / p
+            if not p.is_file():
+                raise SpecError(
+                    f"build.ca_bundle {self.build.ca_bundle!r} is not a file",
+                    location=self.locate("build", "ca_bundle"),
+                    hint="give the path of a PEM bundle, relative to the spec",
+                )
+            return p
+        for var in ("ENVKIT_CA_BUNDLE", "PIP_CERT"):
+            value = os.environ.get(var)
+            if value and Path(value).is_file():
+                return Path(value)
+        return None
+
+
+class Target(BaseModel):
+    """One image to resolve: the image spec merged with the spec's defaults."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    framework: str
+    python: str | None
+    cuda: str | None
+    pip: tuple[str, ...]
+    apt: tuple[str, ...]
+    base: Base
+    flavour: str
+
+
+# --- loading --------------------------------------------------------------------------
+def load_spec(path: str | Path) -> Spec:
+    doc = load_yaml(path)
+    return spec_from_document(doc)
+
+
+def spec_from_document(doc: Document) -> Spec:
+    if not isinstance(doc.data, dict):
+        raise SpecError("a spec must be a mapping with 'version', 'team', 'fleet' and 'images'",
+                        location=Location(doc.path, 1, 1))
+    version = doc.data.get("version")
+    if version != SPEC_VERSION:
+        raise SpecError(
+            f"unsupported spec version {version!r}",
+            location=doc.locate(("version",)),
+            hint=f"this envkit reads 'version: {SPEC_VERSION}'",
+        )
+    try:
+        spec = Spec.model_validate(doc.data)
+    except ValidationError as exc:
+        raise _spec_error(exc, doc) from None
+    spec._doc = doc
+    return spec
+
+
+def _spec_error(exc: ValidationError, doc: Document) -> SpecError:
+    err = exc.errors(include_url=False)[0]
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    where = doc.locate(loc)
+    dotted = ".".join(str(p) for p in loc) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        key = loc[-1]
+        allowed = sorted(_fields_at(Spec, loc[:-1]))
+        close = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return SpecError(
+            f"unknown key {key!r} in {'.'.join(map(str, loc[:-1])) or 'the top level'}",
+            location=where,
+            hint=f"{hint}allowed keys: {', '.join(allowed)}",
+        )
+    if kind == "missing":
+        return SpecError(f"missing required key {dotted!r}", location=where)
+    value = err.get("input")
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind in ("string_type", "int_type", "list_type", "model_type", "dict_type"):
+        msg = f"{dotted}: {msg}, got {_short(repr(value))}"
+        return SpecError(msg, location=where, hint="quote versions in YAML, e.g. python: \"3.11\"")
+    if kind == "literal_error":
+        return SpecError(f"{dotted}: {_short(repr(value))} is not allowed; {msg.lower()}", location=where)
+    return SpecError(f"{dotted}: {msg}", location=where)
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> set[str]:
+    """The allowed keys of the model found by walking ``loc`` from ``model``."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if isinstance(current, type) else None
+        if field is None:
+            return set()
+        current = _model_in(field.annotation)
+    return set(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else set()
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of team.yaml, generated from the model."""
+    schema = Spec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "envkit team spec (version 1)"
+    return schema
