@@ -269,7 +269,9 @@ def spec_from_document(doc: Document) -> Spec:
 
 
 def _spec_error(exc: ValidationError, doc: Document) -> SpecError:
-    err = exc.errors(include_url=False)[0]
+    errors = exc.errors(include_url=False)
+    # A misspelt key shows up twice (unknown key + missing key): name the misspelling.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     where = doc.locate(loc)
     dotted = ".".join(str(p) for p in loc) or "(top level)"

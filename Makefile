@@ -1,0 +1,39 @@
+# envkit: `make demo` builds the example team end to end; `make test` runs the whole suite.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The host's CPU build of torch, used to test the payload outside images (a local wheel here).
+TORCH_TEST ?= torch==2.13.0
+
+.PHONY: venv engine demo test unit integration lint clean schema
+
+$(BIN)/envkit: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q '$(TORCH_TEST)' || echo "note: $(TORCH_TEST) not installed; payload tests will be skipped"
+	touch $@
+
+venv: $(BIN)/envkit
+
+engine:
+	./scripts/ensure-engine.sh
+
+demo: venv engine
+	$(BIN)/envkit doctor
+	$(BIN)/envkit build examples/team.yaml
+
+test: venv engine
+	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q tests
+
+unit: venv
+	$(BIN)/python -m pytest -q tests/unit
+
+integration: venv engine
+	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q tests/integration
+
+schema: venv
+	$(BIN)/envkit schema > schema/team.schema.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache

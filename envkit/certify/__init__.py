@@ -1,0 +1,1 @@
+"""Certification of built images: the in-image payload and its host-side contract."""

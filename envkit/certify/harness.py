@@ -1,0 +1,85 @@
+"""Run the payload inside an image and turn its report into a result.
+
+The payload is mounted read-only from this envkit (its version and hash are recorded),
+with the lock's expectations beside it; the image's own copy is the researcher's
+self-check. Without a GPU the outcome is at best ``verified``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..engine import Mount, RunOptions
+from ..errors import VerificationError
+
+PAYLOAD = Path(__file__).resolve().parent / "payload" / "envkit_check.py"
+MOUNT = "/opt/envkit-run"
+
+
+def payload_sha256() -> str:
+    return hashlib.sha256(PAYLOAD.read_bytes()).hexdigest()
+
+
+@dataclass
+class Verification:
+    image: str
+    status: str  # verified | certified | failed
+    checks: list[dict]
+    facts: dict
+    payload: dict
+    mismatches: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    raw: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"image": self.image, "status": self.status, "mismatches": self.mismatches,
+                "facts": self.facts, "payload": self.payload, "checks": self.checks,
+                "seconds": self.seconds}
+
+
+def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: int = 600,
+                mode: str = "auto") -> Verification:
+    with tempfile.TemporaryDirectory(prefix="envkit-verify-") as tmp:
+        tmpdir = Path(tmp)
+        tmpdir.chmod(0o755)
+        (tmpdir / "envkit_check.py").write_bytes(PAYLOAD.read_bytes())
+        (tmpdir / "expect.json").write_text(json.dumps(expect, sort_keys=True))
+        for p in tmpdir.iterdir():
+            p.chmod(0o644)
+        options = RunOptions(gpus=gpus, timeout=timeout, mounts=(Mount(str(tmpdir), MOUNT),))
+        result = engine.run(ref, ["python3", f"{MOUNT}/envkit_check.py", "--expect", f"{MOUNT}/expect.json",
+                                  "--json", "--mode", mode, "--timeout", str(timeout - 10)], options)
+    if result.timed_out:
+        raise VerificationError(f"the payload in {ref} ran past {timeout}s and was stopped")
+    try:
+        doc = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        tail = "\n    ".join((result.stdout + result.stderr).strip().splitlines()[-10:])
+        raise VerificationError(f"the payload in {ref} did not report (exit {result.exit_code})",
+                                hint=f"its output ended with:\n    {tail}") from None
+    failed = [f"{c['name']}: {c.get('message', '')}" for c in doc.get("checks", []) if c.get("status") == "failed"]
+    return Verification(image=ref, status=doc.get("status", "failed"), checks=doc.get("checks", []),
+                        facts=doc.get("facts", {}), payload=doc.get("payload", {}), mismatches=failed,
+                        seconds=float(doc.get("seconds", 0.0)), raw=doc)
+
+
+def expect_from_labels(labels: dict[str, str]) -> dict:
+    """What an image claims to hold, from the pin labels envkit stamped on it."""
+    def val(key):
+        v = labels.get(f"io.envkit.{key}")
+        return None if v in (None, "", "none") else v
+    framework = val("framework") or ""
+    cuda = val("cuda")
+    return {
+        "torch": framework.split("==", 1)[1] if framework.startswith("torch==") else None,
+        "cuda": ".".join(cuda.split(".")[:2]) if cuda else None,
+        "cudnn": val("cudnn"),
+        "nccl": val("nccl"),
+        "arch_list": (val("arch-list") or "").split() or None,
+        "python": val("python"),
+        "driver_floor": val("driver-floor"),
+    }

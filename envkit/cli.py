@@ -1,0 +1,260 @@
+"""The command line: parse, call one typed function, format its result.
+
+This is the only module that prints or exits. Human output goes to the terminal (progress
+on stderr); ``--json`` prints one JSON document on stdout for pipelines.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .engine import BuildEvent
+from .errors import EnvkitError
+
+SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
+
+
+class Ctx:
+    def __init__(self, json_out: bool, debug: bool, verbose: bool):
+        self.json = json_out
+        self.debug = debug
+        self.verbose = verbose
+
+    def progress(self, message: str) -> None:
+        """Progress goes to stderr in both modes, so --json keeps stdout clean."""
+        click.echo(f"envkit: {message}", err=True)
+
+
+def json_option(f):
+    return click.option("--json", "json_out", is_flag=True, help="Print one JSON document for machines.")(f)
+
+
+def run(ctx_obj: Ctx, fn):
+    """Run ``fn``; turn envkit errors into a message and an exit code."""
+    try:
+        return fn()
+    except EnvkitError as exc:
+        if ctx_obj.debug:
+            traceback.print_exc()
+        if ctx_obj.json:
+            click.echo(json.dumps(exc.to_json(), indent=2))
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+
+def emit(ctx_obj: Ctx, doc, human) -> None:
+    if ctx_obj.json:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        human()
+
+
+def table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+@click.group()
+@click.version_option(__version__, prog_name="envkit")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.option("-v", "--verbose", is_flag=True, help="Show every build log line.")
+@click.pass_context
+def main(ctx, debug, verbose):
+    """Resolve, render, build and verify GPU software stacks."""
+    ctx.obj = {"debug": debug, "verbose": verbose}
+
+
+def _ctx(click_ctx, json_out) -> Ctx:
+    return Ctx(json_out, click_ctx.obj["debug"], click_ctx.obj["verbose"])
+
+
+def _image_row(i) -> list[str]:
+    return [i.name, f"{i.framework} {i.framework_version}", i.variant, i.cuda or "-", i.cudnn or "-",
+            i.nccl or "-", i.python, i.driver_floor or "-", i.hash8]
+
+
+IMAGE_HEADER = ["IMAGE", "FRAMEWORK", "VARIANT", "CUDA", "CUDNN", "NCCL", "PYTHON", "DRIVER>=", "LOCK"]
+
+
+@main.command("resolve")
+@click.argument("spec", type=SPEC)
+@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock).")
+@json_option
+@click.pass_context
+def resolve_cmd(click_ctx, spec, lock_path, json_out):
+    """Resolve SPEC to exact pins and write its lock."""
+    from .pipeline import resolve_spec
+
+    c = _ctx(click_ctx, json_out)
+    r = run(c, lambda: resolve_spec(spec, lock_path=lock_path, progress=c.progress))
+    emit(c, {"lock": str(r.lock_path), "images": [i.model_dump(mode="json", exclude={"packages"}) for i in r.lock.images]},
+         lambda: (table([_image_row(i) for i in r.lock.images], IMAGE_HEADER), click.echo(f"wrote {r.lock_path}")))
+
+
+@main.command("lock")
+@click.argument("spec", type=SPEC)
+@click.option("--check", is_flag=True, required=True, help="Fail when the spec or catalog drifted from the lock.")
+@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path))
+@json_option
+@click.pass_context
+def lock_cmd(click_ctx, spec, check, lock_path, json_out):
+    """Check that SPEC's lock is current."""
+    from .pipeline import check_lock
+
+    c = _ctx(click_ctx, json_out)
+    reasons = run(c, lambda: check_lock(spec, lock_path))
+    emit(c, {"current": not reasons, "reasons": reasons},
+         lambda: click.echo("lock is current" if not reasons else "lock is stale: " + "; ".join(reasons)))
+    if reasons:
+        if not c.json:
+            click.echo(f"  hint: run `envkit resolve {spec}`", err=True)
+        sys.exit(5)
+
+
+@main.command("explain")
+@click.argument("spec", type=SPEC)
+@click.argument("image")
+@json_option
+@click.pass_context
+def explain_cmd(click_ctx, spec, image, json_out):
+    """Show why IMAGE of SPEC resolved as it did."""
+    from .pipeline import resolve_spec
+
+    c = _ctx(click_ctx, json_out)
+    r = run(c, lambda: resolve_spec(spec, reuse=True, progress=c.progress))
+    locked = run(c, lambda: r.lock.image(image))
+
+    def human():
+        click.echo(f"{locked.name}: {locked.framework} {locked.framework_version} ({locked.variant}), "
+                   f"CUDA {locked.cuda}, cuDNN {locked.cudnn}, NCCL {locked.nccl}, Python {locked.python}")
+        for d in locked.decisions:
+            click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")
+            for rej in d.rejected:
+                click.echo(f"    rejected {rej}")
+
+    emit(c, {"image": locked.name, "decisions": [d.model_dump() for d in locked.decisions]}, human)
+
+
+@main.command("render")
+@click.argument("spec", type=SPEC)
+@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Where dockerfiles/ and compose/ are written.")
+@click.option("--image", "images", multiple=True, help="Only this image (repeatable).")
+@json_option
+@click.pass_context
+def render_cmd(click_ctx, spec, out_root, images, json_out):
+    """Write build contexts (dockerfiles/<image>/) and compose/<team>.yaml."""
+    from .pipeline import render_spec
+
+    c = _ctx(click_ctx, json_out)
+    _, rendered = run(c, lambda: render_spec(spec, out_root, only=list(images) or None, progress=c.progress))
+    doc = {"contexts": {k: str(v) for k, v in rendered.contexts.items()}, "compose": str(rendered.compose)}
+    emit(c, doc, lambda: [click.echo(f"wrote {p}") for p in [*rendered.contexts.values(), rendered.compose]])
+
+
+@main.command("build")
+@click.argument("spec", type=SPEC)
+@click.option("--image", "images", multiple=True, help="Only this image (repeatable).")
+@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
+@click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
+@json_option
+@click.pass_context
+def build_cmd(click_ctx, spec, images, out_root, no_verify, json_out):
+    """Resolve, render, build and verify SPEC's images."""
+    from .engine.docker_engine import connect
+    from .pipeline import build_spec
+
+    c = _ctx(click_ctx, json_out)
+
+    def progress(name: str, event):
+        if isinstance(event, BuildEvent):
+            if event.kind == "step":
+                c.progress(f"[{name}] step {event.step}/{event.total}: {event.text[:100]}")
+            elif event.kind == "log" and c.verbose:
+                click.echo(f"[{name}]   {event.text}", err=True)
+        else:
+            c.progress(f"[{name}] {event}" if name != "*" else str(event))
+
+    engine = run(c, connect)
+    resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
+                                                   verify=not no_verify, progress=progress))
+    doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
+           "images": [o.to_json() for o in outcomes]}
+
+    def human():
+        rows = [[o.name, o.tag, o.action, f"{o.size / 2**30:.2f} GiB", f"{o.seconds:.0f}s", o.status] for o in outcomes]
+        table(rows, ["IMAGE", "TAG", "ACTION", "SIZE", "TIME", "STATUS"])
+        for o in outcomes:
+            for m in (o.verification.mismatches if o.verification else []):
+                click.echo(f"  {o.name}: {m}", err=True)
+        if all(o.action == "skipped" for o in outcomes):
+            click.echo("nothing to rebuild: every image matches its lock")
+
+    emit(c, doc, human)
+    if any(o.status == "failed" for o in outcomes):
+        sys.exit(8)
+
+
+@main.command("verify")
+@click.argument("image")
+@click.option("--lock", "lock_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Also require the image to match this lock.")
+@json_option
+@click.pass_context
+def verify_cmd(click_ctx, image, lock_path, json_out):
+    """Check inside IMAGE that its versions match its pins (no GPU needed)."""
+    from .engine.docker_engine import connect
+    from .pipeline import verify_image
+
+    c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    v = run(c, lambda: verify_image(engine, image, lock_path=lock_path))
+
+    def human():
+        table([[ch["name"], ch["status"], _short(ch.get("value")), ch.get("message", "")[:70]] for ch in v.checks],
+              ["CHECK", "STATUS", "VALUE", "MESSAGE"])
+        click.echo(f"{image}: {v.status}")
+
+    emit(c, v.to_json(), human)
+    if v.status == "failed":
+        sys.exit(8)
+
+
+def _short(value) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+@main.command("doctor")
+@json_option
+@click.pass_context
+def doctor_cmd(click_ctx, json_out):
+    """Is this host ready? Engine, NVIDIA runtime, GPUs and driver, debootstrap, CA bundle."""
+    from .doctor import diagnose
+    from .engine.docker_engine import connect
+
+    c = _ctx(click_ctx, json_out)
+    findings = run(c, lambda: diagnose(connect))
+    emit(c, {"findings": [f.to_json() for f in findings]},
+         lambda: table([[f.name, f.status, f.value, f.hint] for f in findings], ["CHECK", "STATUS", "VALUE", "HINT"]))
+    if any(f.status == "fail" for f in findings):
+        sys.exit(6)
+
+
+@main.command("schema")
+def schema_cmd():
+    """Print the JSON Schema of team.yaml."""
+    from .spec import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

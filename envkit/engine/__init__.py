@@ -1,0 +1,66 @@
+"""A small engine interface: build, inspect, run, import, push.
+
+Docker types stay inside the adapter (``docker_engine``); the rest of envkit sees these
+value objects and a stream of ``BuildEvent``s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Protocol
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    size: int
+    labels: dict[str, str]
+    env: dict[str, str]
+    user: str
+    repo_digests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuildEvent:
+    kind: str  # "step" | "log" | "done" | "error"
+    text: str
+    step: int | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    gpus: bool = False
+    shm_size: str = "2g"
+    timeout: int = 600
+    mounts: tuple[Mount, ...] = ()
+    network: bool = True
+    env: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+
+
+class Engine(Protocol):
+    def version(self) -> dict: ...
+    def find_image(self, labels: dict[str, str]) -> ImageInfo | None: ...
+    def inspect(self, ref: str) -> ImageInfo | None: ...
+    def build(self, context: Path, tag: str, labels: dict[str, str]) -> Iterator[BuildEvent]: ...
+    def import_rootfs(self, tarball: Path, ref: str, labels: dict[str, str]) -> ImageInfo: ...
+    def run(self, ref: str, command: list[str], options: RunOptions) -> RunResult: ...
+    def nvidia_runtime(self) -> bool: ...

@@ -1,0 +1,147 @@
+"""The Engine protocol over docker-py (the classic builder, through the engine's API)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterator
+
+import docker
+import docker.errors
+import docker.types
+import requests
+
+from ..errors import BuildError, EngineError
+from . import BuildEvent, ImageInfo, RunOptions, RunResult
+
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+
+
+def connect(base_url: str | None = None) -> "DockerEngine":
+    """Connect to the engine named by DOCKER_HOST (or the default socket)."""
+    try:
+        client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+        client.ping()
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        raise EngineError(
+            f"no container engine is reachable: {exc}",
+            hint="start one (on Debian as root: `make engine`, or apt-get install docker.io && dockerd &), "
+                 "or set DOCKER_HOST",
+        ) from None
+    return DockerEngine(client)
+
+
+class DockerEngine:
+    def __init__(self, client: docker.DockerClient):
+        self.client = client
+
+    def version(self) -> dict:
+        v = self.client.version()
+        return {"engine": "docker", "version": v.get("Version"), "api": v.get("ApiVersion"),
+                "os": v.get("Os"), "arch": v.get("Arch")}
+
+    def nvidia_runtime(self) -> bool:
+        info = self.client.info()
+        return "nvidia" in (info.get("Runtimes") or {})
+
+    # --- images -------------------------------------------------------------------
+    def _info(self, image) -> ImageInfo:
+        attrs = image.attrs
+        cfg = attrs.get("Config") or {}
+        env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
+        return ImageInfo(id=image.id, tags=tuple(image.tags), size=int(attrs.get("Size", 0)),
+                         labels=dict(cfg.get("Labels") or {}), env=env, user=cfg.get("User") or "",
+                         repo_digests=tuple(attrs.get("RepoDigests") or ()))
+
+    def inspect(self, ref: str) -> ImageInfo | None:
+        try:
+            return self._info(self.client.images.get(ref))
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot inspect {ref}: {exc.explanation}") from None
+
+    def find_image(self, labels: dict[str, str]) -> ImageInfo | None:
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        images = self.client.images.list(filters=filters)
+        return self._info(images[0]) if images else None
+
+    def tag(self, image_id: str, ref: str) -> None:
+        repo, _, tag = ref.rpartition(":")
+        self.client.images.get(image_id).tag(repo, tag)
+
+    def build(self, context: Path, tag: str, labels: dict[str, str]) -> Iterator[BuildEvent]:
+        """Build with the classic builder, yielding progress; raises BuildError on failure."""
+        api = self.client.api
+        last: list[str] = []
+        image_id = None
+        try:
+            stream = api.build(path=str(context), tag=tag, labels=labels, rm=True, forcerm=True,
+                               decode=True, pull=False)
+            for chunk in stream:
+                if "error" in chunk:
+                    detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+                    raise BuildError(f"building {tag} failed: {detail.strip()}",
+                                     hint="last output:\n    " + "\n    ".join(last[-15:]))
+                text = chunk.get("stream") or chunk.get("status") or ""
+                if "aux" in chunk and "ID" in chunk["aux"]:
+                    image_id = chunk["aux"]["ID"]
+                for line in text.splitlines():
+                    line = line.rstrip()
+                    if not line:
+                        continue
+                    last.append(line)
+                    m = _STEP.match(line)
+                    if m:
+                        yield BuildEvent("step", m.group(3), int(m.group(1)), int(m.group(2)))
+                    else:
+                        yield BuildEvent("log", line)
+        except docker.errors.APIError as exc:
+            raise BuildError(f"building {tag} failed: {exc.explanation}") from None
+        yield BuildEvent("done", image_id or tag)
+
+    def import_rootfs(self, tarball: Path, ref: str, labels: dict[str, str]) -> ImageInfo:
+        repo, _, tag = ref.rpartition(":")
+        changes = [f"LABEL {k}={json.dumps(v)}" for k, v in labels.items()]
+        try:
+            with open(tarball, "rb") as fh:
+                self.client.api.import_image_from_data(fh, repository=repo, tag=tag, changes=changes)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot import {tarball} as {ref}: {exc.explanation}") from None
+        info = self.inspect(ref)
+        if info is None:
+            raise EngineError(f"imported {ref} but the engine does not list it")
+        return info
+
+    # --- containers ---------------------------------------------------------------
+    def run(self, ref: str, command: list[str], options: RunOptions) -> RunResult:
+        kwargs: dict = dict(
+            image=ref, command=command, detach=True, shm_size=options.shm_size,
+            environment=options.env, network_disabled=not options.network,
+            ulimits=[docker.types.Ulimit(name="memlock", soft=-1, hard=-1),
+                     docker.types.Ulimit(name="stack", soft=67108864, hard=67108864)],
+            volumes={m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in options.mounts},
+        )
+        if options.user:
+            kwargs["user"] = options.user
+        if options.gpus:
+            kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        try:
+            container = self.client.containers.run(**kwargs)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot start {ref}: {exc.explanation}",
+                              hint="for GPUs the NVIDIA Container Toolkit must be installed") from None
+        timed_out = False
+        try:
+            try:
+                status = container.wait(timeout=options.timeout)
+                code = int(status.get("StatusCode", 1))
+            except requests.exceptions.ConnectionError:
+                timed_out, code = True, 124
+                container.kill()
+            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+        finally:
+            container.remove(force=True)
+        return RunResult(code, stdout, stderr, timed_out)

@@ -1,0 +1,129 @@
+"""The stages joined: spec -> lock -> rendered contexts -> built and verified images.
+
+One typed function per CLI command; each returns data the CLI formats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .build import LOCK_LABEL, Outcome, Progress, build_image
+from .certify.harness import Verification, expect_from_labels, run_payload
+from .catalog import Catalog, load_catalog
+from .errors import EngineError, LockError, VerificationError
+from .index import DEFAULT_INDEX, PackageIndex
+from .lock import Lock, load_lock, write_lock
+from .render import Rendered, render
+from .resolve import check_frameworks, check_gpus, resolve, spec_digest
+from .spec import Spec, load_spec
+
+
+def lock_path_for(spec_path: Path) -> Path:
+    """team.yaml -> team.lock, beside it."""
+    return spec_path.with_suffix(".lock")
+
+
+@dataclass
+class Resolved:
+    spec: Spec
+    lock: Lock
+    lock_path: Path
+    reused: bool
+
+
+def load(spec_path: Path) -> tuple[Spec, Catalog]:
+    spec = load_spec(spec_path)
+    catalog = load_catalog()
+    check_frameworks(spec)
+    check_gpus(spec, catalog)
+    return spec, catalog
+
+
+def drift(spec: Spec, catalog: Catalog, lock: Lock) -> list[str]:
+    """Why ``lock`` no longer describes ``spec`` + ``catalog`` (empty when it still does)."""
+    reasons = []
+    if lock.spec_digest != spec_digest(spec):
+        reasons.append("the spec changed since the lock was written")
+    if lock.catalog_digest != catalog.digest:
+        reasons.append("the catalog changed since the lock was written")
+    if {i.name for i in lock.images} != {i.name for i in spec.images}:
+        reasons.append("the lock's images differ from the spec's")
+    return reasons
+
+
+def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool = False,
+                 progress: Callable[[str], None] = lambda _: None) -> Resolved:
+    """Resolve the spec and write its lock (or reuse a lock that still matches)."""
+    spec, catalog = load(spec_path)
+    lock_path = lock_path or lock_path_for(spec_path)
+    if reuse and lock_path.exists():
+        try:
+            lock = load_lock(lock_path)
+        except LockError:
+            lock = None
+        if lock is not None and not drift(spec, catalog, lock):
+            progress(f"{lock_path} is up to date")
+            return Resolved(spec, lock, lock_path, True)
+    progress(f"resolving {len(spec.images)} image(s) against the catalog and the package index")
+    index = PackageIndex(spec.build.index_url or DEFAULT_INDEX)
+    lock = resolve(spec, catalog, index)
+    write_lock(lock, lock_path)
+    return Resolved(spec, lock, lock_path, False)
+
+
+def check_lock(spec_path: Path, lock_path: Path | None = None) -> list[str]:
+    spec, catalog = load(spec_path)
+    lock = load_lock(lock_path or lock_path_for(spec_path))
+    return drift(spec, catalog, lock)
+
+
+def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = None,
+                only: list[str] | None = None, progress=lambda _: None) -> tuple[Resolved, Rendered]:
+    resolved = resolve_spec(spec_path, lock_path=lock_path, reuse=True, progress=progress)
+    for name in only or ():
+        resolved.spec.image(name)
+    rendered = render(resolved.lock, out_root, _display(spec_path), only)
+    return resolved, rendered
+
+
+def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | None = None,
+               only: list[str] | None = None, verify: bool = True,
+               progress: Progress = lambda *_: None) -> tuple[Resolved, list[Outcome]]:
+    resolved, _ = render_spec(spec_path, out_root, lock_path=lock_path, only=only,
+                              progress=lambda msg: progress("*", msg))
+    ca = resolved.spec.ca_bundle_path()
+    outcomes = []
+    for image in resolved.lock.images:
+        if only and image.name not in only:
+            continue
+        outcomes.append(build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
+                                    progress=progress, verify=verify))
+    return resolved, outcomes
+
+
+def _display(spec_path: Path) -> str:
+    try:
+        return str(spec_path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(spec_path)
+
+
+def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verification:
+    """Check inside ``ref`` that what it holds equals its pin labels (and the lock, if given)."""
+    info = engine.inspect(ref)
+    if info is None:
+        raise EngineError(f"no image {ref!r} in the engine", hint="build it with `envkit build SPEC`")
+    lock_hash = info.labels.get(LOCK_LABEL)
+    if not lock_hash:
+        raise VerificationError(f"{ref} was not built by envkit (it has no {LOCK_LABEL} label)")
+    expect = expect_from_labels(info.labels)
+    if lock_path is not None:
+        lock = load_lock(lock_path)
+        match = [i for i in lock.images if i.hash == lock_hash]
+        if not match:
+            raise VerificationError(f"{ref} was built from lock hash {lock_hash[:19]}, which {lock_path} does not contain",
+                                    hint="rebuild it with `envkit build SPEC`, or pass the lock it came from")
+        expect = match[0].expect()
+    return run_payload(engine, ref, expect)
