@@ -54,6 +54,8 @@ class RunOptions:
     network: bool = True
     env: dict[str, str] = field(default_factory=dict)
     user: str | None = None
+    # NCCL wants unlimited locked memory and a large stack; set on GPU hosts (certify).
+    ulimits: dict[str, int] = field(default_factory=dict)
 
 
 class Engine(Protocol):

@@ -119,8 +119,7 @@ class DockerEngine:
         kwargs: dict = dict(
             image=ref, command=command, detach=True, shm_size=options.shm_size,
             environment=options.env, network_disabled=not options.network,
-            ulimits=[docker.types.Ulimit(name="memlock", soft=-1, hard=-1),
-                     docker.types.Ulimit(name="stack", soft=67108864, hard=67108864)],
+            ulimits=[docker.types.Ulimit(name=k, soft=v, hard=v) for k, v in options.ulimits.items()],
             volumes={m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in options.mounts},
         )
         if options.user:
@@ -130,8 +129,8 @@ class DockerEngine:
         try:
             container = self.client.containers.run(**kwargs)
         except docker.errors.APIError as exc:
-            raise EngineError(f"cannot start {ref}: {exc.explanation}",
-                              hint="for GPUs the NVIDIA Container Toolkit must be installed") from None
+            hint = "for GPUs the NVIDIA Container Toolkit must be installed" if options.gpus else None
+            raise EngineError(f"cannot start {ref}: {exc.explanation}", hint=hint) from None
         timed_out = False
         try:
             try:

@@ -1,0 +1,39 @@
+"""Integration fixtures: a real engine, and the example team built once per session."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ENVKIT = [sys.executable, "-m", "envkit.cli"]
+
+
+@pytest.fixture(scope="session")
+def engine():
+    from envkit.engine.docker_engine import connect
+    from envkit.errors import EngineError
+
+    try:
+        return connect()
+    except EngineError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"no container engine: {exc.message}")
+
+
+def envkit(*args, cwd=ROOT, check=False, timeout=3600):
+    proc = subprocess.run([*ENVKIT, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"envkit {' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def example_build(engine):
+    """`envkit build examples/team.yaml --json`, run once (a real CUDA torch image)."""
+    proc = envkit("build", "examples/team.yaml", "--json", check=True)
+    return json.loads(proc.stdout), proc

@@ -1,0 +1,93 @@
+"""The spine, end to end on the real engine: resolve, render, build, verify a CUDA torch image."""
+
+import json
+
+import pytest
+
+from envkit.certify.harness import run_payload
+from envkit.lock import load_lock
+from tests.integration.conftest import ROOT, envkit
+
+pytestmark = pytest.mark.integration
+
+
+def test_example_builds_and_verifies(example_build):
+    doc, _ = example_build
+    assert doc["team"] == "vision"
+    assert [i["status"] for i in doc["images"]] == ["verified"] * len(doc["images"])
+
+
+def test_versions_inside_equal_the_lock(example_build):
+    doc, _ = example_build
+    lock = load_lock(ROOT / "examples" / "team.lock")
+    for result in doc["images"]:
+        locked = lock.image(result["name"])
+        facts = result["verification"]["facts"]
+        assert facts["torch"].split("+")[0] == locked.framework_version
+        assert facts["cuda"] == locked.cuda_major_minor
+        assert facts["nccl"] == locked.nccl
+        assert locked.cudnn.startswith(facts["cudnn"])
+        assert set(facts["arch_list"]) == set(locked.arch_list)
+        checks = {c["name"]: c["status"] for c in result["verification"]["checks"]}
+        assert checks["pip_check"] == "passed"
+        assert checks["cpu_train_step"] == "passed"
+        # no GPU here: GPU checks are skipped, never passed
+        assert checks["cuda_train_step"] == "skipped"
+
+
+def test_image_carries_pins_lock_hash_and_driver_floor(example_build, engine):
+    doc, _ = example_build
+    lock = load_lock(ROOT / "examples" / "team.lock")
+    for result in doc["images"]:
+        locked = lock.image(result["name"])
+        info = engine.inspect(result["tag"])
+        assert info.labels["io.envkit.lock-hash"] == locked.hash
+        assert info.labels["io.envkit.cudnn"] == locked.cudnn
+        assert info.labels["io.envkit.nccl"] == locked.nccl
+        assert info.labels["io.envkit.framework"] == f"torch=={locked.framework_version}"
+        assert info.env["NVIDIA_REQUIRE_CUDA"] == locked.require_cuda
+        assert info.env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+        assert info.user and not info.user.startswith("0") and info.user != "root"
+        uid = engine.run(result["tag"], ["id", "-u"], _opts()).stdout.strip()
+        assert uid == "1000"
+
+
+def test_second_build_rebuilds_nothing(example_build):
+    proc = envkit("build", "examples/team.yaml", "--json", check=True)
+    doc = json.loads(proc.stdout)
+    assert doc["lock_reused"] is True
+    assert {i["action"] for i in doc["images"]} == {"skipped"}
+    assert "skipping" in proc.stderr
+
+
+def test_verify_command(example_build):
+    doc, _ = example_build
+    tag = doc["images"][0]["tag"]
+    proc = envkit("verify", tag, "--lock", "examples/team.lock", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "verified"
+
+
+def test_mismatch_is_a_failure(example_build, engine):
+    doc, _ = example_build
+    tag = doc["images"][0]["tag"]
+    lock = load_lock(ROOT / "examples" / "team.lock")
+    expect = lock.images[0].expect() | {"nccl": "2.99.1", "torch": "2.4.0"}
+    result = run_payload(engine, tag, expect)
+    assert result.status == "failed"
+    failed = {m.split(":")[0] for m in result.mismatches}
+    assert {"nccl_version", "torch_version"} <= failed
+
+
+def test_verify_refuses_an_image_envkit_did_not_build(engine, example_build):
+    doc, _ = example_build
+    base = load_lock(ROOT / "examples" / "team.lock").images[0].base.ref
+    proc = envkit("verify", base, "--json")
+    assert proc.returncode == 8
+    assert "not built by envkit" in json.loads(proc.stdout)["message"]
+
+
+def _opts():
+    from envkit.engine import RunOptions
+
+    return RunOptions(timeout=60)
