@@ -52,7 +52,7 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
             p.chmod(0o644)
         options = RunOptions(gpus=gpus, timeout=timeout, mounts=(Mount(str(tmpdir), MOUNT),))
         result = engine.run(ref, ["python3", f"{MOUNT}/envkit_check.py", "--expect", f"{MOUNT}/expect.json",
-                                  "--json", "--mode", mode, "--timeout", str(timeout - 10)], options)
+                                  "--json", "--mode", mode, "--timeout", str(max(timeout - 10, 1))], options)
     if result.timed_out:
         raise VerificationError(f"the payload in {ref} ran past {timeout}s and was stopped")
     try:

@@ -1,12 +1,9 @@
 #!/usr/bin/env python3
-"""envkit certification payload: checks a PyTorch image from the inside.
+"""envkit certification payload: verify (CPU) or certify (GPU) a PyTorch image from the inside.
 
-Self-contained on purpose: the standard library and torch only (Python 3.9+,
-torch 2.0+); it never imports envkit. Typical use inside an image:
-
+Standard library + torch only (Python 3.9+, torch 2.0+); never imports envkit.
     python3 /opt/envkit/envkit_check.py --expect expect.json --json
-
-Exit status: 0 verified/certified, 1 failed, 2 bad usage.
+Exit status: 0 verified/certified, 1 failed, 2 bad usage. Reference: docs/payload.md.
 """
 from __future__ import annotations
 
@@ -39,12 +36,9 @@ VERIFY_FORCED = "verify mode requested (--mode verify); GPU checks not run"
 SHM_MIN_MIB = 512
 SHM_FIX = "run with --shm-size=8g or --ipc=host"
 SHM_ERROR = re.compile(r"bus error|shared memory|/dev/shm|shm|no space left", re.I)
-CLOCK_REASONS = [
-    (0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-]
+CLOCK_REASONS = ["gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+                 "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+                 "display_clock_setting"]  # NVML clocks event reason bits 0x1 .. 0x100
 
 
 @dataclasses.dataclass
@@ -65,7 +59,7 @@ class Check:
 
 @dataclasses.dataclass
 class Context:
-    """Everything a check may read; created once per run."""
+    """What checks read (and the runner's progress); one per run."""
 
     expect: Dict[str, Any]
     mode: str
@@ -81,12 +75,12 @@ class Context:
     done: bool = False
 
 
-REGISTRY: List[Tuple[str, Callable[[Context], Check], bool]] = []  # (name, function, gpu_only)
+REGISTRY: List[Tuple[str, Callable[[Context], Check], bool]] = []  # (name, function, gpu_only), in run order
 
 
-def check(name: str, gpu_only: bool = False):
-    """Register a check function under `name`, in definition order."""
-    def register(fn):
+def check(name: str, gpu_only: bool = False) -> Callable:
+    """Register a check function under `name`."""
+    def register(fn: Callable[[Context], Check]) -> Callable[[Context], Check]:
         REGISTRY.append((name, fn, gpu_only))
         return fn
     return register
@@ -98,58 +92,49 @@ def ints(text: Any) -> List[int]:
     return [int(x) for x in re.findall(r"\d+", str(text))]
 
 
-def same_version(actual: Optional[str], expected: Optional[str], parts: int) -> bool:
+def padded(text: Any, n: int) -> List[int]:
+    return (ints(text) + [0] * n)[:n]
+
+
+def same_version(actual: Any, expected: Any, parts: int) -> bool:
     """Equal on the first `parts` numeric components (missing ones count as 0)."""
-    if actual is None or expected is None:
-        return actual is expected
-    a, e = ints(actual)[:parts], ints(expected)[:parts]
-    return a + [0] * (parts - len(a)) == e + [0] * (parts - len(e))
-
-
-def decode_version_int(v: int) -> str:
-    """cuDNN/NCCL version int to "M.m.p": 9.x is M*10000+m*100+p, 8.x is M*1000+m*100+p."""
-    v = int(v)
-    major, rest = divmod(v, 10000) if v >= 10000 else divmod(v, 1000)
-    minor, patch = divmod(rest, 100)
-    return f"{major}.{minor}.{patch}"
-
-
-def nccl_version_str(v: Any) -> Optional[str]:
-    """torch.cuda.nccl.version() gives (M, m, p[, suffix]) or an int, depending on torch."""
-    if v is None:
-        return None
-    if isinstance(v, (tuple, list)):
-        return ".".join(str(x) for x in v[:3])
-    return decode_version_int(v)
+    return padded(actual, parts) == padded(expected, parts)
 
 
 def driver_meets(driver: str, floor: str) -> bool:
-    """True when dotted-integer `driver` >= `floor` ("580" == "580.0.0")."""
-    d, f = ints(driver), ints(floor)
-    n = max(len(d), len(f))
-    return d + [0] * (n - len(d)) >= f + [0] * (n - len(f))
+    """Dotted-integer comparison: driver >= floor ("580" counts as "580.0.0")."""
+    n = max(len(ints(driver)), len(ints(floor)))
+    return padded(driver, n) >= padded(floor, n)
+
+
+def decode_version_int(v: int) -> str:
+    """cuDNN/NCCL int to "M.m.p": M*10000+m*100+p from 9.x (NCCL 2.9+), M*1000+m*100+p before."""
+    major, rest = divmod(int(v), 10000 if int(v) >= 10000 else 1000)
+    return "%d.%d.%d" % (major, rest // 100, rest % 100)
+
+
+def nccl_version_str(v: Any) -> Optional[str]:
+    """torch.cuda.nccl.version() is (M, m, p[, suffix]) or an int, depending on torch."""
+    if v is None:
+        return None
+    return ".".join(str(x) for x in v[:3]) if isinstance(v, (tuple, list)) else decode_version_int(v)
 
 
 def parse_arch(arch: str) -> Optional[Tuple[str, Tuple[int, int], str]]:
-    """ "sm_86" -> ("sm", (8, 6), ""); "compute_90a" -> ("compute", (9, 0), "a")."""
-    m = re.match(r"^(sm|compute)_(\d+)([a-z]?)$", arch.strip())
-    if not m or len(m.group(2)) < 2:
+    """ "sm_86" -> ("sm", (8, 6), ""); "compute_90a" -> ("compute", (9, 0), "a"); else None."""
+    m = re.match(r"^(sm|compute)_(\d)(\d+)?(\d)([a-z]?)$", arch.strip())
+    if not m:
         return None
-    digits = m.group(2)
-    return m.group(1), (int(digits[:-1]), int(digits[-1])), m.group(3)
+    return m.group(1), (int(m.group(2) + (m.group(3) or "")), int(m.group(4))), m.group(5)
 
 
 def arch_covers(arch_list: List[str], cc: Tuple[int, int]) -> bool:
-    """sm_XY runs on same major with minor >= Y; compute_XY (PTX) JITs for any cc >= XY."""
+    """sm_XY runs on cc X.y with y >= Y; compute_XY (PTX) JIT-compiles for any cc >= X.Y."""
     cc = (int(cc[0]), int(cc[1]))
-    for arch in arch_list or []:
-        parsed = parse_arch(arch)
-        if parsed is None:
-            continue
-        kind, target, suffix = parsed
+    for kind, target, suffix in filter(None, map(parse_arch, arch_list or [])):
         if suffix == "a":  # arch-specific features: that exact cc only
             ok = target == cc
-        elif kind == "sm" or suffix == "f":
+        elif kind == "sm" or suffix == "f":  # cubin (or family PTX): same major only
             ok = target[0] == cc[0] and target[1] <= cc[1]
         else:
             ok = target <= cc
@@ -159,12 +144,11 @@ def arch_covers(arch_list: List[str], cc: Tuple[int, int]) -> bool:
 
 
 def decode_clock_reasons(mask: int) -> List[str]:
-    """NVML clocks event (throttle) reason bitmask to names."""
-    return [name for bit, name in CLOCK_REASONS if mask & bit]
+    return [name for bit, name in enumerate(CLOCK_REASONS) if mask & (1 << bit)]
 
 
 def shm_mib(path: str = "/dev/shm") -> Optional[float]:
-    """Size of the shared-memory filesystem in MiB, or None when absent."""
+    """Size of the shared-memory filesystem in MiB (None when absent)."""
     try:
         st = os.statvfs(path)
     except OSError:
@@ -173,7 +157,7 @@ def shm_mib(path: str = "/dev/shm") -> Optional[float]:
 
 
 def finite(x: Any, digits: int = 6) -> Optional[float]:
-    """A JSON-safe float (None for NaN/inf)."""
+    """A JSON-safe float: None for NaN/inf."""
     x = float(x)
     return round(x, digits) if math.isfinite(x) else None
 
@@ -184,47 +168,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def read_cudnn(torch: Any) -> Optional[str]:
+def read_library_versions(torch: Any) -> Dict[str, Any]:
+    """cuDNN, NCCL and compiled archs, all readable without a GPU (None/[] when absent)."""
+    found: Dict[str, Any] = {"cudnn": None, "nccl": None, "arch_list": []}
     try:
         v = torch.backends.cudnn.version()
+        found["cudnn"] = decode_version_int(v) if v else None
     except Exception:
-        return None
-    return decode_version_int(v) if v else None
-
-
-def read_nccl(torch: Any) -> Optional[str]:
+        pass
     try:
-        return nccl_version_str(torch.cuda.nccl.version())
+        found["nccl"] = nccl_version_str(torch.cuda.nccl.version())
     except Exception:
-        return None
-
-
-def read_arch_list(torch: Any) -> List[str]:
-    """Compiled arch list without touching a GPU; [] for CPU builds."""
-    getter = getattr(torch._C, "_cuda_getArchFlags", None)
+        pass
     try:
+        getter = getattr(torch._C, "_cuda_getArchFlags", None)
         flags = getter() if getter is not None else None
+        found["arch_list"] = str(flags).split() if flags else list(torch.cuda.get_arch_list())
     except Exception:
-        flags = None
-    if flags:
-        return str(flags).split()
-    try:
-        return list(torch.cuda.get_arch_list())
-    except Exception:
-        return []
+        pass
+    return found
 
 
-def floor_failures(ctx: Context, values: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
-    """Compare measured values with expect.perf_floors of the same key."""
+def floor_check(ctx: Context, values: Dict[str, Any], what: str, text: str) -> Check:
+    """Pass with `text`, or fail where a value is under expect.perf_floors[same key]."""
     floors = ctx.expect.get("perf_floors") or {}
     used = {k: floors[k] for k in values if k in floors}
-    bad = [f"{k} {values[k]} < floor {used[k]}" for k in used
-           if values[k] is None or values[k] < used[k]]
-    return used, bad
-
-
-def skipped_absent(key: str, value: Any, what: str) -> Check:
-    return Check("skipped", value, None, f"lock gives no {key}; found {what} {value if value is not None else 'none'}")
+    bad = [f"{k} {values[k]} < floor {used[k]}" for k in used if values[k] is None or values[k] < used[k]]
+    if bad:
+        return Check("failed", values, used, f"{what} below the lock's floor: " + "; ".join(bad))
+    return Check("passed", values, used or None, text + ("" if used else " (no floors in lock)"))
 
 
 # ------------------------------------------------------------------------- NVML
@@ -237,7 +209,7 @@ class _Memory(ctypes.Structure):
 
 
 class Nvml:
-    """Minimal ctypes binding to libnvidia-ml.so.1."""
+    """Minimal ctypes binding to libnvidia-ml.so.1 (no pynvml needed)."""
 
     def __init__(self, lib: Any):
         self.lib = lib
@@ -252,38 +224,31 @@ class Nvml:
 
     def driver_version(self) -> Optional[str]:
         buf = ctypes.create_string_buffer(96)
-        if self.lib.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(96)) != 0:
-            return None
-        return buf.value.decode("ascii", "replace") or None
+        ok = self.lib.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(96)) == 0
+        return (buf.value.decode("ascii", "replace") or None) if ok else None
 
     def count(self) -> int:
         n = ctypes.c_uint(0)
         return n.value if self.lib.nvmlDeviceGetCount_v2(ctypes.byref(n)) == 0 else 0
 
     def sample(self, index: int, t: float) -> Optional[Dict[str, Any]]:
-        lib, h = self.lib, ctypes.c_void_p()
-        if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(h)) != 0:
+        lib, h, ref = self.lib, ctypes.c_void_p(), ctypes.byref
+        if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ref(h)) != 0:
             return None
         util, mem, power, temp, mask = _Utilization(), _Memory(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
-        s: Dict[str, Any] = {"t": round(t, 3), "gpu": index, "util_pct": None, "mem_used_mib": None,
-                             "power_w": None, "temp_c": None, "clock_event_reasons": None}
-        if lib.nvmlDeviceGetUtilizationRates(h, ctypes.byref(util)) == 0:
-            s["util_pct"] = util.gpu
-        if lib.nvmlDeviceGetMemoryInfo(h, ctypes.byref(mem)) == 0:
-            s["mem_used_mib"] = round(mem.used / 2**20, 1)
-        if lib.nvmlDeviceGetPowerUsage(h, ctypes.byref(power)) == 0:
-            s["power_w"] = power.value / 1000.0
-        if lib.nvmlDeviceGetTemperature(h, ctypes.c_int(0), ctypes.byref(temp)) == 0:
-            s["temp_c"] = temp.value
         reasons = (getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
                    or getattr(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
-        if reasons is not None and reasons(h, ctypes.byref(mask)) == 0:
-            s["clock_event_reasons"] = decode_clock_reasons(mask.value)
-        return s
+        return {"t": round(t, 3), "gpu": index,
+                "util_pct": util.gpu if lib.nvmlDeviceGetUtilizationRates(h, ref(util)) == 0 else None,
+                "mem_used_mib": round(mem.used / 2**20, 1) if lib.nvmlDeviceGetMemoryInfo(h, ref(mem)) == 0 else None,
+                "power_w": power.value / 1000.0 if lib.nvmlDeviceGetPowerUsage(h, ref(power)) == 0 else None,
+                "temp_c": temp.value if lib.nvmlDeviceGetTemperature(h, ctypes.c_int(0), ref(temp)) == 0 else None,
+                "clock_event_reasons": decode_clock_reasons(mask.value)
+                if reasons is not None and reasons(h, ref(mask)) == 0 else None}
 
 
 class Sampler(threading.Thread):
-    """Background NVML sampler (every `period` s) feeding the telemetry list."""
+    """Samples every NVML device each `period` seconds until stopped."""
 
     def __init__(self, nvml: Nvml, t0: float, period: float = 0.2):
         super().__init__(name="envkit-telemetry", daemon=True)
@@ -311,15 +276,27 @@ class Sampler(threading.Thread):
 
 
 # ------------------------------------------------------------ static/CPU checks
+def compare_version(ctx: Context, key: str, label: str, actual: Optional[str], parts: int, both_none: str = "skipped",
+                    absent: str = "library missing or failed to load") -> Check:
+    """Compare a found version with expect[key]; null on both sides means a CPU-only build."""
+    if key not in ctx.expect:
+        return Check("skipped", actual, None, f"lock gives no {key}; found {label} {actual or 'none'}")
+    want = ctx.expect[key]
+    if want is None and actual is None:
+        return Check(both_none, None, None, f"no {label} in this torch build (CPU-only), as the lock expects")
+    if want is None:
+        return Check("failed", actual, None, f"found {label} {actual} but the lock expects none (CPU-only build)")
+    if actual is None:
+        return Check("failed", None, want, f"{label} not available in this torch build ({absent}); expected {want}")
+    if same_version(actual, want, parts):
+        return Check("passed", actual, want, f"{label} {actual} matches the lock's {want}")
+    return Check("failed", actual, want, f"{label} {actual} does not match expected {want} "
+                                         f"(compared on {'.'.join(['M', 'm', 'p'][:parts])})")
+
+
 @check("python_version")
 def check_python(ctx: Context) -> Check:
-    actual = platform.python_version()
-    if "python" not in ctx.expect:
-        return skipped_absent("python", actual, "Python")
-    want = str(ctx.expect["python"])
-    if same_version(actual, want, 2):
-        return Check("passed", actual, want, f"Python {actual} matches the lock's {want}")
-    return Check("failed", actual, want, f"Python {actual} does not match expected {want} (major.minor)")
+    return compare_version(ctx, "python", "Python", platform.python_version(), 2)
 
 
 @check("torch_version")
@@ -327,93 +304,67 @@ def check_torch(ctx: Context) -> Check:
     actual = str(ctx.torch.__version__)
     public, _, local = actual.partition("+")
     if "torch" not in ctx.expect:
-        return skipped_absent("torch", actual, "torch")
+        return Check("skipped", actual, None, f"lock gives no torch; found torch {actual}")
     want = str(ctx.expect["torch"])
-    tag = f" (local build tag +{local})" if local else ""
     if public == want.partition("+")[0]:
+        tag = f" (local build tag +{local})" if local else ""
         return Check("passed", actual, want, f"torch {public}{tag} matches the lock's {want}")
     return Check("failed", actual, want, f"torch {actual} does not match expected {want}")
 
 
 @check("cuda_runtime")
 def check_cuda_runtime(ctx: Context) -> Check:
-    actual = ctx.facts["cuda"]
-    if "cuda" not in ctx.expect:
-        return skipped_absent("cuda", actual, "CUDA runtime")
-    want = ctx.expect["cuda"]
-    if want is None and actual is None:
-        return Check("passed", None, None, "CPU-only torch build (torch.version.cuda is None), as the lock expects")
-    if want is None or actual is None:
-        return Check("failed", actual, want, f"torch built for CUDA {actual or 'none (CPU-only)'}, "
-                                             f"lock expects {want or 'a CPU-only build'}")
-    if same_version(actual, str(want), 2):
-        return Check("passed", actual, want, f"torch built for CUDA {actual}, matches the lock's {want}")
-    return Check("failed", actual, want, f"torch built for CUDA {actual}, expected {want} (major.minor)")
-
-
-def _library_check(ctx: Context, key: str, label: str, actual: Optional[str]) -> Check:
-    if key not in ctx.expect:
-        return skipped_absent(key, actual, label)
-    want = ctx.expect[key]
-    if want is None:
-        if actual is None:
-            return Check("skipped", None, None, f"{label} not available; the lock expects none (CPU-only build)")
-        return Check("failed", actual, None, f"{label} {actual} loads but the lock expects none (CPU-only build)")
-    if actual is None:
-        return Check("failed", None, want, f"{label} is not available in torch (could not load the library); expected {want}")
-    if same_version(actual, str(want), 3):
-        return Check("passed", actual, want, f"{label} {actual} matches the lock's {want}")
-    return Check("failed", actual, want, f"{label} {actual} does not match expected {want} (major.minor.patch)")
+    return compare_version(ctx, "cuda", "CUDA runtime", ctx.facts["cuda"], 2, both_none="passed",
+                           absent="CPU-only torch: torch.version.cuda is None")
 
 
 @check("cudnn_version")
 def check_cudnn(ctx: Context) -> Check:
-    return _library_check(ctx, "cudnn", "cuDNN", ctx.facts["cudnn"])
+    return compare_version(ctx, "cudnn", "cuDNN", ctx.facts["cudnn"], 3)
 
 
 @check("nccl_version")
 def check_nccl_version(ctx: Context) -> Check:
-    return _library_check(ctx, "nccl", "NCCL", ctx.facts["nccl"])
+    return compare_version(ctx, "nccl", "NCCL", ctx.facts["nccl"], 3)
 
 
 @check("arch_list")
 def check_arch_list(ctx: Context) -> Check:
     actual = ctx.facts["arch_list"] or []
     if "arch_list" not in ctx.expect:
-        return skipped_absent("arch_list", actual, "compiled arch list")
-    want = ctx.expect["arch_list"]
+        return Check("skipped", actual, None, f"lock gives no arch_list; found {' '.join(actual) or 'none'}")
+    want = ctx.expect["arch_list"] or []
+    missing, extra = sorted(set(want) - set(actual)), sorted(set(actual) - set(want))
     if not want and not actual:
-        return Check("passed", actual, want, "no CUDA archs compiled (CPU-only build), as the lock expects")
-    missing, extra = sorted(set(want or []) - set(actual)), sorted(set(actual) - set(want or []))
+        return Check("passed", actual, ctx.expect["arch_list"], "no CUDA archs compiled (CPU-only build), as the lock expects")
     if not missing and not extra:
         return Check("passed", actual, want, f"compiled archs {' '.join(actual)} match the lock")
-    return Check("failed", actual, want, f"compiled archs {' '.join(actual) or '(none)'} differ from the lock "
-                                         f"{' '.join(want or []) or '(none)'}: missing {missing}, unexpected {extra}")
+    return Check("failed", actual, ctx.expect["arch_list"], f"compiled archs {' '.join(actual) or '(none)'} differ from the "
+                 f"lock's {' '.join(want) or '(none)'}: missing {missing}, unexpected {extra}")
 
 
 @check("pip_check")
 def check_pip(ctx: Context) -> Check:
+    absent = Check("skipped", None, None, "pip is not installed in this environment; dependency check not run")
     if importlib.util.find_spec("pip") is None:
-        return Check("skipped", None, None, "pip is not installed in this environment; dependency check not run")
+        return absent
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
     try:
-        proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True,
-                              timeout=120, env=env)
+        proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120, env=env)
     except subprocess.TimeoutExpired:
         return Check("failed", None, None, "python -m pip check did not finish within 120 s")
     out = (proc.stdout + proc.stderr).strip()
     if proc.returncode == 0:
         return Check("passed", {"exit_code": 0}, None, out.splitlines()[0] if out else "pip check passed")
     if "No module named pip" in out:
-        return Check("skipped", None, None, "pip is not installed in this environment; dependency check not run")
+        return absent
     return Check("failed", {"exit_code": proc.returncode, "output": out[-4000:]}, None,
                  f"pip check found broken requirements (exit {proc.returncode}): {out[-2000:]}")
 
 
 @check("cpu_train_step")
 def check_cpu_train(ctx: Context) -> Check:
-    torch = ctx.torch
-    steps = ctx.steps or 30
+    torch, steps = ctx.torch, ctx.steps or 30
     torch.manual_seed(0)
     x = torch.randn(256, 8)
     y = x @ torch.randn(8, 1) + 0.1 * torch.sin(3 * x[:, :1])
@@ -430,102 +381,85 @@ def check_cpu_train(ctx: Context) -> Check:
                 p.sub_(m.mul_(0.9).add_(p.grad), alpha=0.02)
         losses.append(loss.item())
     value = {"first_loss": finite(losses[0]), "last_loss": finite(losses[-1]), "steps": steps}
-    if value["last_loss"] is not None and value["last_loss"] <= 0.5 * losses[0]:
-        return Check("passed", value, None, f"CPU loss fell {losses[0]:.4f} -> {losses[-1]:.4f} in {steps} steps")
-    return Check("failed", value, None, f"CPU loss did not fall by 50% ({losses[0]:.4f} -> {losses[-1]:.4f} in {steps} steps)")
+    text = f"{losses[0]:.4f} -> {losses[-1]:.4f} in {steps} steps"
+    if value["last_loss"] is not None and losses[-1] <= 0.5 * losses[0]:
+        return Check("passed", value, None, f"CPU loss fell {text}")
+    return Check("failed", value, None, f"CPU loss did not fall by 50% ({text})")
 
 
-def _loader_roundtrip(torch: Any, device: Any = None, pin: bool = False) -> Dict[str, Any]:
-    """Iterate a 2-worker DataLoader over synthetic data, optionally copying to `device`."""
+def loader_roundtrip(torch: Any, device: Any = None, pin: bool = False) -> Dict[str, Any]:
+    """Iterate a 2-worker DataLoader over synthetic data, optionally copying batches to `device`."""
     from torch.utils.data import DataLoader, TensorDataset
-    g = torch.Generator().manual_seed(0)
-    data = torch.randn(512, 64, generator=g)
-    loader = DataLoader(TensorDataset(data, torch.arange(512)), batch_size=64, num_workers=2,
-                        pin_memory=pin, timeout=120)
+    data = torch.randn(512, 64, generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(TensorDataset(data, torch.arange(512)), batch_size=64, num_workers=2, pin_memory=pin, timeout=120)
     total, samples, batches, pinned = 0.0, 0, 0, True
     for xb, yb in loader:
-        pinned = pinned and (xb.is_pinned() if pin else True)
+        pinned = pinned and (xb.is_pinned() or not pin)
         if device is not None:
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             if not (xb.is_cuda and yb.is_cuda):
-                raise RuntimeError("batch did not land on the device")
-        total += float(xb.double().sum())
-        samples += yb.numel()
-        batches += 1
+                raise RuntimeError(f"batch did not land on {device}")
+        total, samples, batches = total + float(xb.double().sum()), samples + yb.numel(), batches + 1
     want = float(data.double().sum())
     return {"batches": batches, "samples": samples, "pinned": pinned if pin else None,
             "intact": samples == 512 and abs(total - want) <= 1e-6 * max(1.0, abs(want))}
 
 
-def _dataloader_check(ctx: Context, device: Any, pin: bool) -> Check:
+def dataloader_check(ctx: Context, device: Any, pin: bool) -> Check:
     shm = shm_mib()
-    value: Dict[str, Any] = {"shm_mib": shm, "num_workers": 2, "pin_memory": pin,
-                             "device": str(device) if device is not None else "cpu"}
+    value: Dict[str, Any] = {"shm_mib": shm, "num_workers": 2, "pin_memory": pin, "device": str(device or "cpu")}
     try:
-        value.update(_loader_roundtrip(ctx.torch, device, pin))
-    except Exception as e:  # workers dying of SIGBUS show up as RuntimeError here
+        value.update(loader_roundtrip(ctx.torch, device, pin))
+    except Exception as e:  # a worker killed by SIGBUS surfaces here as a RuntimeError
         text = f"{type(e).__name__}: {e}"
-        if SHM_ERROR.search(text):
-            return Check("failed", value, None, f"DataLoader workers hit a shared-memory error ({text[:300]}); "
-                                                f"/dev/shm is {shm} MiB; {SHM_FIX}")
-        raise
+        if not SHM_ERROR.search(text):
+            raise
+        return Check("failed", value, None, f"DataLoader workers hit a shared-memory error ({text[:300]}); "
+                                            f"/dev/shm is {shm} MiB; {SHM_FIX}")
     if shm is not None and shm < SHM_MIN_MIB:
-        return Check("failed", value, {"shm_mib_min": SHM_MIN_MIB},
-                     f"/dev/shm is {shm:.0f} MiB (< {SHM_MIN_MIB} MiB): DataLoader workers will die with bus errors; {SHM_FIX}")
+        return Check("failed", value, {"shm_mib_min": SHM_MIN_MIB}, f"/dev/shm is {shm:.0f} MiB (< {SHM_MIN_MIB} MiB): "
+                                                                    f"DataLoader workers will die of bus errors; {SHM_FIX}")
     if not value["intact"] or (pin and not value["pinned"]):
         return Check("failed", value, None, "DataLoader batches arrived incomplete, corrupted or unpinned")
     where = f"copied to {device} (pinned, non_blocking)" if device is not None else "on CPU"
-    shm_txt = f"/dev/shm {shm:.0f} MiB" if shm is not None else "no /dev/shm"
-    return Check("passed", value, None, f"{value['batches']} batches from 2 workers {where}; {shm_txt}")
+    return Check("passed", value, None, f"{value['batches']} batches from 2 workers {where}; /dev/shm {shm} MiB")
 
 
 @check("dataloader_cpu")
 def check_dataloader_cpu(ctx: Context) -> Check:
-    return _dataloader_check(ctx, None, False)
+    return dataloader_check(ctx, None, False)
 
 
 # ------------------------------------------------------------------ GPU checks
-def _need_cuda(ctx: Context) -> Optional[Check]:
-    return None if ctx.cuda_ok else Check("skipped", None, None, NO_GPU)
-
-
-def _query_nvidia_smi(exe: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+def query_nvidia_smi(exe: str) -> List[Dict[str, Any]]:
+    """One dict per GPU from nvidia-smi; [] when it fails."""
     fields = ["index", "name", "driver_version", "memory.total", "compute_cap"]
-    for query in (fields, fields[:-1]):  # older drivers lack compute_cap
+    for query in (fields, fields[:-1]):  # drivers before ~510 lack compute_cap
         try:
             proc = subprocess.run([exe, "--query-gpu=" + ",".join(query), "--format=csv,noheader,nounits"],
                                   capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
-            return None, []
+            return []
         if proc.returncode == 0:
-            gpus = []
-            for line in proc.stdout.strip().splitlines():
-                cols = [c.strip() for c in line.split(",")]
-                if len(cols) >= len(query):
-                    gpus.append({"index": int(cols[0]) if cols[0].isdigit() else cols[0], "name": cols[1],
-                                 "driver": cols[2], "memory_mib": finite(cols[3]) if ints(cols[3]) else None,
-                                 "cc": cols[4] if len(query) == 5 else None})
-            return (gpus[0]["driver"] if gpus else None), gpus
-    return None, []
+            rows = [[c.strip() for c in line.split(",")] for line in proc.stdout.strip().splitlines()]
+            return [dict(zip(query, row)) for row in rows if len(row) == len(query)]
+    return []
 
 
 @check("nvidia_smi", gpu_only=True)
 def check_nvidia_smi(ctx: Context) -> Check:
     exe = shutil.which("nvidia-smi")
-    driver, gpus, source = None, [], None
-    if exe:
-        driver, gpus = _query_nvidia_smi(exe)
-        source = "nvidia-smi" if driver else None
+    gpus = query_nvidia_smi(exe) if exe else []
+    driver, source = (gpus[0]["driver_version"], "nvidia-smi") if gpus else (None, None)
     if driver is None:
         nvml = Nvml.load()
-        driver = nvml.driver_version() if nvml else None
-        source = "NVML" if driver else None
+        driver, source = (nvml.driver_version() if nvml else None), "NVML"
+    floor = ctx.expect.get("driver_floor")
     if driver is None:
-        return Check("failed", None, ctx.expect.get("driver_floor"),
-                     f"no NVIDIA driver found: nvidia-smi {'failed' if exe else 'is absent'} and libnvidia-ml.so.1 gave no driver version")
+        return Check("failed", None, floor, f"no NVIDIA driver found: nvidia-smi {'failed' if exe else 'is absent'} "
+                                            "and libnvidia-ml.so.1 gave no driver version")
     ctx.facts["driver"] = driver
     value = {"driver": driver, "source": source, "gpus": gpus}
-    floor = ctx.expect.get("driver_floor")
     if floor is None:
         return Check("passed", value, None, f"driver {driver} (via {source}); lock gives no driver_floor")
     if driver_meets(driver, str(floor)):
@@ -535,65 +469,62 @@ def check_nvidia_smi(ctx: Context) -> Check:
 
 @check("cuda_available", gpu_only=True)
 def check_cuda_available(ctx: Context) -> Check:
-    torch = ctx.torch
-    count = torch.cuda.device_count() if ctx.cuda_ok else 0
-    value = {"available": ctx.cuda_ok, "device_count": count}
+    value = {"available": ctx.cuda_ok, "device_count": len(ctx.facts["gpus"])}
     if not ctx.cuda_ok:
         return Check("failed", value, {"available": True},
                      f"certify mode requested but {NO_GPU} (torch.cuda.is_available() is False)")
-    names = [g["name"] for g in ctx.facts["gpus"]]
-    return Check("passed", value, None, f"{count} CUDA device(s): {', '.join(names)}")
+    return Check("passed", value, None, f"{value['device_count']} CUDA device(s): "
+                                        + ", ".join(g["name"] for g in ctx.facts["gpus"]))
+
+
+def needs_cuda(fn: Callable[[Context], Check]) -> Callable[[Context], Check]:
+    """Skip (never pass) a check when no CUDA device is usable."""
+    def guarded(ctx: Context) -> Check:
+        return fn(ctx) if ctx.cuda_ok else Check("skipped", None, None, NO_GPU)
+    guarded.__doc__, guarded.__name__ = fn.__doc__, fn.__name__
+    return guarded
 
 
 @check("arch_covered", gpu_only=True)
+@needs_cuda
 def check_arch_covered(ctx: Context) -> Check:
-    skip = _need_cuda(ctx)
-    if skip:
-        return skip
     archs = ctx.facts["arch_list"] or []
-    devices, bad = [], []
-    for i in range(ctx.torch.cuda.device_count()):
-        cc = tuple(ctx.torch.cuda.get_device_capability(i))
-        devices.append({"index": i, "cc": f"{cc[0]}.{cc[1]}"})
-        if not arch_covers(archs, cc):
-            bad.append(f"device {i} ({ctx.torch.cuda.get_device_name(i)}, cc {cc[0]}.{cc[1]})")
+    devices = [{"index": i, "name": ctx.torch.cuda.get_device_name(i), "cc": tuple(ctx.torch.cuda.get_device_capability(i))}
+               for i in range(ctx.torch.cuda.device_count())]
+    bad = [f"device {d['index']} ({d['name']}, cc {d['cc'][0]}.{d['cc'][1]})" for d in devices if not arch_covers(archs, d["cc"])]
+    for d in devices:
+        d["cc"] = "%d.%d" % d["cc"]
     value = {"devices": devices, "arch_list": archs}
     if bad:
         return Check("failed", value, None, f"{'; '.join(bad)} not covered by compiled archs {' '.join(archs) or '(none)'}")
     return Check("passed", value, None, f"every device's compute capability is covered by {' '.join(archs)}")
 
 
-def _grad_scaler(torch: Any) -> Any:
-    amp = getattr(torch, "amp", None)
-    if amp is not None and hasattr(amp, "GradScaler"):
-        return amp.GradScaler("cuda")
-    return torch.cuda.amp.GradScaler()
-
-
-def amp_train(torch: Any, device: Any, dtype: Any, steps: int, accum: int = 4) -> Dict[str, Any]:
-    """Linear+GELU blocks, checkpointed middle, autocast, grad accumulation; returns losses."""
+def amp_train(torch: Any, device: Any, dtype: Any, steps: int, width: int = 256, accum: int = 4) -> Dict[str, Any]:
+    """Linear+GELU blocks (middle ones checkpointed) under autocast with gradient accumulation."""
     from torch.utils.checkpoint import checkpoint
-    nn = torch.nn
+    nn, depth, micro = torch.nn, 4, 64
     torch.manual_seed(0)
-    width, depth, micro = 256, 4, 64
     blocks = nn.ModuleList([nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(depth)]).to(device)
     head = nn.Linear(width, 1).to(device)
     params = list(blocks.parameters()) + list(head.parameters())
     opt = torch.optim.AdamW(params, lr=1e-3)
-    scaler = _grad_scaler(torch) if (dtype == torch.float16 and device.type == "cuda") else None
+    scaler = None
+    if dtype == torch.float16 and device.type == "cuda":  # bf16 needs no loss scaling
+        amp = getattr(torch, "amp", None)
+        scaler = amp.GradScaler("cuda") if hasattr(amp, "GradScaler") else torch.cuda.amp.GradScaler()
     xs = torch.randn(accum, micro, width)
-    ys = torch.tanh(xs @ (torch.randn(width, 1) / width ** 0.5) * 3)
+    ys = torch.tanh(xs @ (torch.randn(width, 1) * 3 / width ** 0.5))
     xs, ys = xs.to(device), ys.to(device)
     if not all(p.device.type == device.type for p in params) or xs.device.type != device.type:
         raise RuntimeError(f"parameters or batches are not on {device}")
 
-    def forward(x):
+    def forward(x: Any) -> Any:
         for i, block in enumerate(blocks):
             x = checkpoint(block, x, use_reentrant=False) if 0 < i < depth - 1 else block(x)
         return head(x)
 
-    losses = []
-    start = time.perf_counter()
+    losses, start = [], time.perf_counter()
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
         total = torch.zeros((), device=device)
@@ -608,17 +539,14 @@ def amp_train(torch: Any, device: Any, dtype: Any, steps: int, accum: int = 4) -
         else:
             opt.step()
         losses.append(total)
-    values = [float(v) for v in losses]  # one sync at the end
-    return {"dtype": str(dtype).replace("torch.", ""), "first_loss": finite(values[0]),
-            "last_loss": finite(values[-1]), "steps": steps, "micro_batches": accum,
-            "seconds": round(time.perf_counter() - start, 3)}
+    values = [float(v) for v in losses]  # a single sync, at the end
+    return {"dtype": str(dtype).replace("torch.", ""), "first_loss": finite(values[0]), "last_loss": finite(values[-1]),
+            "steps": steps, "micro_batches": accum, "seconds": round(time.perf_counter() - start, 3)}
 
 
 @check("cuda_train_step", gpu_only=True)
+@needs_cuda
 def check_cuda_train(ctx: Context) -> Check:
-    skip = _need_cuda(ctx)
-    if skip:
-        return skip
     torch = ctx.torch
     dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     value = amp_train(torch, torch.device("cuda", 0), dtype, ctx.steps or 40)
@@ -630,62 +558,56 @@ def check_cuda_train(ctx: Context) -> Check:
 
 
 @check("memory", gpu_only=True)
+@needs_cuda
 def check_memory(ctx: Context) -> Check:
-    skip = _need_cuda(ctx)
-    if skip:
-        return skip
-    torch = ctx.torch
+    torch, mib = ctx.torch, 2**20
     dev = torch.device("cuda", 0)
-    oom_types = (getattr(torch.cuda, "OutOfMemoryError", RuntimeError),)
-    mib = 2**20
-    value: Dict[str, Any] = {
-        "allocated_mib": round(torch.cuda.memory_allocated(dev) / mib, 1),
-        "reserved_mib": round(torch.cuda.memory_reserved(dev) / mib, 1),
-        "peak_mib": round(torch.cuda.max_memory_allocated(dev) / mib, 1)}
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
     total = torch.cuda.get_device_properties(dev).total_memory
+    value: Dict[str, Any] = {"allocated_mib": round(torch.cuda.memory_allocated(dev) / mib, 1),
+                             "reserved_mib": round(torch.cuda.memory_reserved(dev) / mib, 1),
+                             "peak_mib": round(torch.cuda.max_memory_allocated(dev) / mib, 1),
+                             "total_mib": round(total / mib, 1), "oversized_request_mib": round(2 * total / mib, 1)}
     size, oom_raised, fitted = 2 * total, False, None
-    while size >= mib:
+    while size >= mib and fitted is None:  # 2x total must OOM; then halve until a batch fits
         try:
             batch = torch.empty(size, dtype=torch.uint8, device=dev)
             batch.zero_()
             torch.cuda.synchronize(dev)
             del batch
             fitted = size
-            break
-        except oom_types as e:
-            if "out of memory" not in str(e).lower() and not type(e).__name__.startswith("OutOfMemory"):
+        except oom_type as e:
+            if "out of memory" not in str(e).lower() and "OutOfMemory" not in type(e).__name__:
                 raise
             oom_raised = oom_raised or size == 2 * total
             torch.cuda.empty_cache()
             size //= 2
     torch.cuda.empty_cache()
-    value.update(total_mib=round(total / mib, 1), oversized_request_mib=round(2 * total / mib, 1),
-                 oom_raised=oom_raised, fitted_mib=round(fitted / mib, 1) if fitted else None)
+    value.update(oom_raised=oom_raised, fitted_mib=round(fitted / mib, 1) if fitted else None)
     if oom_raised and fitted:
-        return Check("passed", value, None, f"2x-memory request raised OutOfMemoryError, was caught, and a halved "
-                                            f"{value['fitted_mib']:.0f} MiB batch then succeeded (peak {value['peak_mib']} MiB)")
-    return Check("failed", value, None, "oversized allocation did not raise OutOfMemoryError" if not oom_raised
-                 else "no halved batch fitted after the OutOfMemoryError")
+        return Check("passed", value, None, f"a 2x-memory request raised OutOfMemoryError, was caught, then a halved "
+                                            f"{value['fitted_mib']:.0f} MiB batch succeeded (peak {value['peak_mib']} MiB)")
+    return Check("failed", value, None, "no halved batch fitted after the OutOfMemoryError" if oom_raised
+                 else "a 2x-memory allocation did not raise OutOfMemoryError")
 
 
 @check("dataloader", gpu_only=True)
+@needs_cuda
 def check_dataloader(ctx: Context) -> Check:
-    skip = _need_cuda(ctx)
-    return skip or _dataloader_check(ctx, ctx.torch.device("cuda", 0), True)
+    return dataloader_check(ctx, ctx.torch.device("cuda", 0), True)
 
 
 def allreduce_worker(rank: int, world: int, port: int, backend: str, numel: int, iters: int, out_dir: str) -> None:
-    """One rank: init the process group, verify a sum, time `iters` all-reduces."""
+    """One rank: join the group over a localhost TCP store, check one sum, time `iters` all-reduces."""
     import torch
     import torch.distributed as dist
     cuda = backend == "nccl"
     if cuda:
         torch.cuda.set_device(rank)
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        x = torch.full((numel,), float(rank + 1), device=device)
+        x = torch.full((numel,), float(rank + 1), device=torch.device("cuda", rank) if cuda else "cpu")
         dist.all_reduce(x)
         correct = bool((x == world * (world + 1) / 2).all())
         sync()
@@ -701,64 +623,53 @@ def allreduce_worker(rank: int, world: int, port: int, backend: str, numel: int,
 
 
 def run_allreduce(world: int, backend: str, numel: int, iters: int, timeout: float = 180) -> List[Dict[str, Any]]:
-    """Spawn `world` ranks on a localhost TCP store; return each rank's report."""
+    """Spawn `world` ranks of allreduce_worker; return each rank's report."""
     import torch.multiprocessing as mp
-    with tempfile.TemporaryDirectory(prefix="envkit-nccl-") as out_dir:
-        pc = mp.spawn(allreduce_worker, args=(world, free_port(), backend, numel, iters, out_dir),
-                      nprocs=world, join=False)
+    with tempfile.TemporaryDirectory(prefix="envkit-allreduce-") as out_dir:
+        pc = mp.spawn(allreduce_worker, args=(world, free_port(), backend, numel, iters, out_dir), nprocs=world, join=False)
         deadline = time.monotonic() + timeout
         while not pc.join(timeout=1):
             if time.monotonic() > deadline:
                 for p in pc.processes:
                     p.kill()
-                raise TimeoutError(f"{backend} all-reduce with {world} ranks did not finish in {timeout:g} s")
+                raise TimeoutError(f"{backend} all-reduce over {world} ranks did not finish in {timeout:g} s")
         reports = []
-        for r in range(world):
-            with open(os.path.join(out_dir, f"{r}.json")) as f:
+        for rank in range(world):
+            with open(os.path.join(out_dir, f"{rank}.json")) as f:
                 reports.append(json.load(f))
     return reports
 
 
 @check("nccl_allreduce", gpu_only=True)
+@needs_cuda
 def check_nccl_allreduce(ctx: Context) -> Check:
-    skip = _need_cuda(ctx)
-    if skip:
-        return skip
-    torch = ctx.torch
     import torch.distributed as dist
     if not dist.is_available() or not dist.is_nccl_available():
         return Check("failed", None, None, "torch.distributed has no NCCL backend in this build")
-    world = torch.cuda.device_count()
-    numel, iters = (64 * 2**20, 10) if world > 1 else (2**20, 1)  # 256 MiB fp32 for bandwidth
-    torch.cuda.empty_cache()
+    world = ctx.torch.cuda.device_count()
+    numel, iters = (64 * 2**20, 10) if world > 1 else (2**20, 1)  # 256 MiB of fp32 for bandwidth
     reports = run_allreduce(world, "nccl", numel, iters)
     value: Dict[str, Any] = {"world_size": world, "nccl": ctx.facts["nccl"], "NCCL_ALGO": os.environ.get("NCCL_ALGO")}
     if not all(r["correct"] for r in reports):
         return Check("failed", value, None, f"NCCL all-reduce over {world} rank(s) returned a wrong sum")
     if world == 1:
-        value["note"] = "single GPU: world_size=1 process group proves NCCL initialises; no bandwidth"
+        value["note"] = "single GPU: a world_size=1 process group proves NCCL initialises; no bandwidth"
         return Check("passed", value, None, "NCCL initialised and all-reduced with world_size=1 (no bandwidth measured)")
-    seconds = max(r["seconds"] for r in reports)
-    size = numel * 4
+    seconds, size = max(r["seconds"] for r in reports), numel * 4
     value.update(size_mib=size // 2**20, iters=iters, algbw_gbps=round(size * iters / seconds / 1e9, 1),
-                 busbw_gbps=round(size * 2 * (world - 1) / world * iters / seconds / 1e9, 1))
-    used, bad = floor_failures(ctx, {"nccl_busbw_gbps": value["busbw_gbps"]})
-    if bad:
-        return Check("failed", value, used, "NCCL bus bandwidth below floor: " + "; ".join(bad))
-    return Check("passed", value, used or None, f"{world}-GPU all-reduce of 256 MiB: bus bandwidth {value['busbw_gbps']} GB/s")
+                 nccl_busbw_gbps=round(size * 2 * (world - 1) / world * iters / seconds / 1e9, 1))
+    return floor_check(ctx, value, "NCCL bus bandwidth", f"{world}-GPU all-reduce of 256 MiB: bus bandwidth "
+                                                         f"{value['nccl_busbw_gbps']} GB/s")
 
 
 @check("matmul_tflops", gpu_only=True)
+@needs_cuda
 def check_matmul(ctx: Context) -> Check:
-    skip = _need_cuda(ctx)
-    if skip:
-        return skip
     torch = ctx.torch
     dev, n, iters = torch.device("cuda", 0), 8192, 20
-    kinds = ([("bf16_matmul_tflops", torch.bfloat16)] if torch.cuda.is_bf16_supported() else []) + \
-        [("fp16_matmul_tflops", torch.float16)]
+    kinds = [("bf16_matmul_tflops", torch.bfloat16)] if torch.cuda.is_bf16_supported() else []
     values: Dict[str, Any] = {}
-    for key, dtype in kinds:
+    for key, dtype in kinds + [("fp16_matmul_tflops", torch.float16)]:
         a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
         c = torch.empty(n, n, device=dev, dtype=dtype)
         for _ in range(3):
@@ -769,21 +680,15 @@ def check_matmul(ctx: Context) -> Check:
             torch.matmul(a, b, out=c)
         end.record()
         end.synchronize()
-        seconds = start.elapsed_time(end) / 1000
-        values[key] = round(2 * n**3 * iters / seconds / 1e12, 1)
+        values[key] = round(2 * n**3 * iters / (start.elapsed_time(end) / 1000) / 1e12, 1)
         del a, b, c
-    used, bad = floor_failures(ctx, values)
     text = ", ".join(f"{k.split('_')[0]} {v} TFLOP/s" for k, v in values.items())
-    if bad:
-        return Check("failed", values, used, f"{n}x{n} matmul below floor: " + "; ".join(bad))
-    return Check("passed", values, used or None, f"{n}x{n} matmul: {text}" + ("" if used else " (no floors in lock)"))
+    return floor_check(ctx, values, "matmul throughput", f"{n}x{n} matmul: {text}")
 
 
 @check("h2d_d2h_bandwidth", gpu_only=True)
+@needs_cuda
 def check_bandwidth(ctx: Context) -> Check:
-    skip = _need_cuda(ctx)
-    if skip:
-        return skip
     torch = ctx.torch
     dev, nbytes, reps = torch.device("cuda", 0), 256 * 2**20, 5
     gpu = torch.empty(nbytes, dtype=torch.uint8, device=dev)
@@ -806,10 +711,8 @@ def check_bandwidth(ctx: Context) -> Check:
               "d2h_pinned_gbps": rate(lambda: pinned.copy_(gpu, non_blocking=True)),
               "d2h_pageable_gbps": rate(lambda: pageable.copy_(gpu))}
     del gpu, pageable, pinned
-    used, bad = floor_failures(ctx, values)
-    if bad:
-        return Check("failed", values, used, "copy bandwidth below floor: " + "; ".join(bad))
-    return Check("passed", values, used or None, "256 MiB copies (GB/s): " + ", ".join(f"{k[:-5]} {v}" for k, v in values.items()))
+    return floor_check(ctx, values, "copy bandwidth", "256 MiB copies, GB/s: " + ", ".join(
+        f"{k[:-5].replace('_', ' ')} {v}" for k, v in values.items()))
 
 
 @check("telemetry", gpu_only=True)
@@ -819,11 +722,10 @@ def check_telemetry(ctx: Context) -> Check:
     ctx.sampler.stop()
     samples = list(ctx.sampler.samples)
     if not samples:
-        return Check("skipped", {"samples": 0}, None, "NVML loaded but returned no samples")
+        return Check("skipped", {"samples": 0}, None, "NVML loaded but gave no samples")
 
     def peak(key: str) -> Any:
-        vals = [s[key] for s in samples if s[key] is not None]
-        return max(vals) if vals else None
+        return max((s[key] for s in samples if s[key] is not None), default=None)
 
     reasons = sorted({r for s in samples for r in (s["clock_event_reasons"] or [])})
     value = {"samples": len(samples), "max_util_pct": peak("util_pct"), "max_temp_c": peak("temp_c"),
@@ -833,28 +735,21 @@ def check_telemetry(ctx: Context) -> Check:
 
 
 # ---------------------------------------------------------------------- runner
-def cuda_usable(torch: Any) -> bool:
-    try:
-        return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
-    except Exception:
-        return False
-
-
 def gather_facts(torch: Any, cuda_ok: bool) -> Dict[str, Any]:
     nvml = Nvml.load()
     gpus = []
     for i in range(torch.cuda.device_count() if cuda_ok else 0):
         p = torch.cuda.get_device_properties(i)
         gpus.append({"index": i, "name": p.name, "cc": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 2)})
+    libs = read_library_versions(torch)
     return {"python": platform.python_version(), "torch": str(torch.__version__), "cuda": torch.version.cuda,
-            "cudnn": read_cudnn(torch), "nccl": read_nccl(torch), "arch_list": read_arch_list(torch) or None,
+            "cudnn": libs["cudnn"], "nccl": libs["nccl"], "arch_list": libs["arch_list"] or None,
             "gpus": gpus, "driver": nvml.driver_version() if nvml else None}
 
 
 def run_checks(ctx: Context) -> None:
     for name, fn, gpu_only in REGISTRY:
-        ctx.current = name
-        start = time.monotonic()
+        ctx.current, start = name, time.monotonic()
         if gpu_only and ctx.mode == "verify":
             result = Check("skipped", None, None, VERIFY_FORCED if ctx.cuda_ok else NO_GPU)
         else:
@@ -873,12 +768,12 @@ def run_checks(ctx: Context) -> None:
 
 
 def overall_status(mode: str, results: List[Check]) -> str:
+    """Any failure fails; certified needs certify mode with a usable CUDA device."""
     if any(r.status == "failed" for r in results):
         return "failed"
-    if mode == "certify":
-        gpu_ran = any(r.name == "cuda_available" and r.status == "passed" for r in results)
-        return "certified" if gpu_ran else "failed"
-    return "verified"
+    if mode == "verify":
+        return "verified"
+    return "certified" if any(r.name == "cuda_available" and r.status == "passed" for r in results) else "failed"
 
 
 def payload_sha256() -> str:
@@ -889,26 +784,22 @@ def payload_sha256() -> str:
 def build_document(ctx: Context, results: List[Check]) -> Dict[str, Any]:
     return {"schema": SCHEMA, "payload": {"version": PAYLOAD_VERSION, "sha256": payload_sha256()},
             "mode": ctx.mode, "status": overall_status(ctx.mode, results), "facts": ctx.facts,
-            "checks": [r.to_json() for r in results],
-            "telemetry": list(ctx.sampler.samples) if ctx.sampler else [],
+            "checks": [r.to_json() for r in results], "telemetry": list(ctx.sampler.samples) if ctx.sampler else [],
             "seconds": round(time.monotonic() - ctx.t0, 3)}
 
 
 def render_table(doc: Dict[str, Any]) -> str:
-    f = doc["facts"]
-    lines = [f"envkit payload {doc['payload']['version']} (sha256 {doc['payload']['sha256'][:12]}) "
-             f"mode={doc['mode']} status={doc['status'].upper()} in {doc['seconds']:.1f} s",
-             "  ".join(f"{k} {f.get(k) or '-'}" for k in ("python", "torch", "cuda", "cudnn", "nccl", "driver")),
-             ""]
-    width = max([len(c["name"]) for c in doc["checks"]] + [5])
-    lines.append(f"{'CHECK':<{width}}  {'STATUS':<7}  {'SECONDS':>7}  MESSAGE")
-    for c in doc["checks"]:
-        lines.append(f"{c['name']:<{width}}  {c['status']:<7}  {c['seconds']:>7.2f}  {c['message']}")
+    facts, width = doc["facts"], max([len(c["name"]) for c in doc["checks"]] + [5])
+    lines = [f"envkit payload {doc['payload']['version']} (sha256 {doc['payload']['sha256'][:12]}): mode {doc['mode']}, "
+             f"status {doc['status'].upper()} in {doc['seconds']:.1f} s",
+             "  ".join(f"{k} {facts.get(k) or '-'}" for k in ("python", "torch", "cuda", "cudnn", "nccl", "driver")),
+             "", f"{'CHECK':<{width}}  {'STATUS':<7}  {'SECONDS':>7}  MESSAGE"]
+    lines += [f"{c['name']:<{width}}  {c['status']:<7}  {c['seconds']:>7.2f}  {c['message']}" for c in doc["checks"]]
     return "\n".join(lines) + "\n"
 
 
 def emit(ctx: Context, out: Any, as_json: bool, results: List[Check]) -> str:
-    """Write the one document (caller holds ctx.lock); returns its status."""
+    """Write the run's one document (caller holds ctx.lock); return its status."""
     doc = build_document(ctx, results)
     out.write(json.dumps(doc, indent=2, default=str) + "\n" if as_json else render_table(doc))
     out.flush()
@@ -917,13 +808,13 @@ def emit(ctx: Context, out: Any, as_json: bool, results: List[Check]) -> str:
 
 
 def start_watchdog(ctx: Context, out: Any, as_json: bool, timeout: float) -> threading.Timer:
+    """After `timeout` s: report what finished plus a failed `timeout` check, kill children, exit 1."""
     def fire() -> None:
         with ctx.lock:
             if ctx.done:
                 return
             late = Check("failed", {"timeout_s": timeout, "running": ctx.current or None}, None,
-                         f"payload exceeded --timeout {timeout:g} s while running {ctx.current or 'setup'}",
-                         name="timeout")
+                         f"payload exceeded --timeout {timeout:g} s while running {ctx.current or 'setup'}", "timeout")
             emit(ctx, out, as_json, list(ctx.results) + [late])
             for child in multiprocessing.active_children():
                 child.kill()
@@ -936,17 +827,18 @@ def start_watchdog(ctx: Context, out: Any, as_json: bool, timeout: float) -> thr
 
 def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, Dict[str, Any]]:
     p = argparse.ArgumentParser(prog="envkit_check.py", description="Verify or certify a PyTorch image from inside.")
-    p.add_argument("--expect", metavar="FILE", help="JSON object describing what the lock says the image holds")
-    p.add_argument("--mode", choices=["verify", "certify", "auto"], default="auto")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps for the train checks (default 30 CPU / 40 CUDA)")
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout, everything else on stderr")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="fail the whole run after S seconds (default 300)")
+    p.add_argument("--expect", metavar="FILE", help="JSON object: what the lock says the image holds")
+    p.add_argument("--mode", choices=["verify", "certify", "auto"], default="auto",
+                   help="auto (default): certify when a CUDA device is usable, else verify")
+    p.add_argument("--steps", type=int, metavar="N", help="optimizer steps of the train checks (default 30 CPU, 40 CUDA)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout; everything else on stderr")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="fail the whole run after S seconds (300)")
     args = p.parse_args(argv)
     if args.steps is not None and args.steps < 2:
         p.error("--steps must be at least 2")
     if not args.timeout > 0:
         p.error("--timeout must be positive")
-    expect: Dict[str, Any] = {}
+    expect: Any = {}
     if args.expect:
         try:
             with open(args.expect, encoding="utf-8") as f:
@@ -954,45 +846,47 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, Dict[str,
         except (OSError, ValueError) as e:
             p.error(f"--expect {args.expect}: {e}")
         if not isinstance(expect, dict):
-            p.error(f"--expect {args.expect}: must hold a JSON object, got {type(expect).__name__}")
+            p.error(f"--expect {args.expect}: must hold a JSON object, not {type(expect).__name__}")
     return args, expect
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args, expect = parse_args(argv)
     out = sys.stdout
-    if args.json:  # keep fd 1 for the document; C-level and child noise goes to stderr
+    if args.json:  # keep fd 1 for the document; C-level and child-process noise goes to stderr
         sys.stdout.flush()
         out = os.fdopen(os.dup(1), "w", encoding="utf-8")
         os.dup2(2, 1)
+    facts = dict.fromkeys(["python", "torch", "cuda", "cudnn", "nccl", "arch_list", "driver"], None)
+    facts.update(python=platform.python_version(), gpus=[])
     ctx = Context(expect=expect, mode="verify" if args.mode == "auto" else args.mode, t0=time.monotonic(),
-                  steps=args.steps, facts={"python": platform.python_version(), "torch": None, "cuda": None,
-                                           "cudnn": None, "nccl": None, "arch_list": None, "gpus": [], "driver": None})
+                  steps=args.steps, facts=facts, current="import torch")
     watchdog = start_watchdog(ctx, out, args.json, args.timeout)
     try:
-        ctx.current = "import torch"
         import torch
         ctx.torch = torch
-        ctx.cuda_ok = cuda_usable(torch)
+        try:
+            ctx.cuda_ok = bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
+        except Exception:
+            ctx.cuda_ok = False
         if args.mode == "auto":
             ctx.mode = "certify" if ctx.cuda_ok else "verify"
+        ctx.current = "gather facts"
         ctx.facts = gather_facts(torch, ctx.cuda_ok)
-        if ctx.mode == "certify":
-            nvml = Nvml.load()
-            if nvml is not None:
-                ctx.sampler = Sampler(nvml, ctx.t0)
-                ctx.sampler.start()
+        nvml = Nvml.load() if ctx.mode == "certify" else None
+        if nvml is not None:
+            ctx.sampler = Sampler(nvml, ctx.t0)
+            ctx.sampler.start()
         run_checks(ctx)
     except Exception as e:
         traceback.print_exc(file=sys.stderr)
         with ctx.lock:
-            ctx.results.append(Check("failed", None, None, f"{ctx.current or 'setup'} failed: {type(e).__name__}: {e}",
-                                     name="setup"))
+            ctx.results.append(Check("failed", None, None, f"{ctx.current} failed: {type(e).__name__}: {e}", "setup"))
     finally:
         if ctx.sampler is not None:
             ctx.sampler.stop()
     with ctx.lock:
-        if ctx.done:  # the watchdog already reported
+        if ctx.done:  # the watchdog has already reported
             return 1
         watchdog.cancel()
         status = emit(ctx, out, args.json, list(ctx.results))
