@@ -124,22 +124,24 @@ def lock_cmd(click_ctx, spec, check, lock_path, json_out):
 @json_option
 @click.pass_context
 def explain_cmd(click_ctx, spec, image, json_out):
-    """Show why IMAGE of SPEC resolved as it did."""
-    from .pipeline import resolve_spec
+    """Show why IMAGE of SPEC resolves as it does (or why it cannot)."""
+    from .pipeline import explain
 
     c = _ctx(click_ctx, json_out)
-    r = run(c, lambda: resolve_spec(spec, reuse=True, progress=c.progress))
-    locked = run(c, lambda: r.lock.image(image))
+    p = run(c, lambda: explain(spec, image))
+    ch = p.chosen
 
     def human():
-        click.echo(f"{locked.name}: {locked.framework} {locked.framework_version} ({locked.variant}), "
-                   f"CUDA {locked.cuda}, cuDNN {locked.cudnn}, NCCL {locked.nccl}, Python {locked.python}")
-        for d in locked.decisions:
+        click.echo(f"{image}: {ch.label}, CUDA {ch.cuda}, cuDNN {ch.cudnn}, NCCL {ch.nccl or '-'}, "
+                   f"Python {p.python}, driver >= {p.driver_floor} ({p.require_cuda})")
+        for d in p.decisions:
             click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")
             for rej in d.rejected:
                 click.echo(f"    rejected {rej}")
 
-    emit(c, {"image": locked.name, "decisions": [d.model_dump() for d in locked.decisions]}, human)
+    emit(c, {"image": image, "framework": ch.framework, "version": ch.version, "variant": ch.variant,
+             "cuda": ch.cuda, "python": p.python, "driver_floor": p.driver_floor, "require_cuda": p.require_cuda,
+             "index": ch.index, "decisions": [d.model_dump() for d in p.decisions]}, human)
 
 
 @main.command("render")

@@ -43,19 +43,24 @@ def uv_binary() -> str:
 
 
 def compile_closure(requirements: list[str], *, python: str, glibc: str, index_url: str,
-                    constraints: list[Pin] | None = None, machine: str = "x86_64") -> list[Pin]:
+                    constraints: list[Pin] | None = None, extra_index_url: str | None = None,
+                    extra_constraints: list[str] | None = None, machine: str = "x86_64") -> list[Pin]:
     """Pin ``requirements`` and everything they need, with every file hash."""
-    platform = f"{machine}-manylinux_{glibc.replace('.', '_')}"
+    platform = f"{machine}-manylinux_{_uv_glibc(glibc).replace('.', '_')}"
     with tempfile.TemporaryDirectory(prefix="envkit-closure-") as tmp:
         req_in = Path(tmp) / "requirements.in"
         req_in.write_text("\n".join(requirements) + "\n")
         cmd = [uv_binary(), "pip", "compile", str(req_in), "--quiet", "--no-header",
                "--no-annotate", "--generate-hashes", "--python-version", python,
                "--python-platform", platform, "--index-url", index_url, "--no-config"]
-        if constraints:
+        lines = [f"{p.name}=={p.version}" for p in constraints or ()] + list(extra_constraints or ())
+        if lines:
             cons = Path(tmp) / "constraints.txt"
-            cons.write_text("".join(f"{p.name}=={p.version}\n" for p in constraints))
+            cons.write_text("\n".join(lines) + "\n")
             cmd += ["--constraint", str(cons)]
+        if extra_index_url:
+            # the framework's own index first (uv takes each package from the first index that has it)
+            cmd += ["--extra-index-url", extra_index_url]
         env = dict(os.environ)
         env.setdefault("UV_NATIVE_TLS", "1")  # trust the system store (and a proxy's CA in it)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -67,6 +72,14 @@ def compile_closure(requirements: list[str], *, python: str, glibc: str, index_u
                  "or check the index is reachable",
         )
     return parse_requirements(proc.stdout)
+
+
+UV_MAX_GLIBC = (2, 40)  # the newest manylinux target uv names; no wheel needs newer yet
+
+
+def _uv_glibc(glibc: str) -> str:
+    parts = tuple(int(x) for x in glibc.split("."))
+    return ".".join(map(str, min(parts, UV_MAX_GLIBC)))
 
 
 def parse_requirements(text: str) -> list[Pin]:

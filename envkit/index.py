@@ -43,10 +43,14 @@ class WheelFile:
     def supports(self, python: str, glibc: str, machine: str = "x86_64") -> bool:
         """Installable on CPython ``python`` (e.g. '3.11') with glibc ``glibc`` (e.g. '2.36')."""
         cp = "cp" + python.replace(".", "")
+        py_t = tuple(int(x) for x in python.split("."))
         glibc_t = tuple(int(x) for x in glibc.split("."))
         for tag in self.tags:
             interp, abi, plat = tag.split("-")
-            if interp not in (cp, "py3") or abi not in (cp, "abi3", "none"):
+            if abi == "abi3":  # the stable ABI: built for cpXY, runs on every CPython >= X.Y
+                if not (interp.startswith("cp") and _cp_version(interp) <= py_t):
+                    continue
+            elif interp not in (cp, "py3") or abi not in (cp, "none"):
                 continue
             if plat == "any":
                 return True
@@ -54,6 +58,11 @@ class WheelFile:
                 if p.endswith(machine) and _manylinux_ok(p, glibc_t):
                     return True
         return False
+
+
+def _cp_version(interp: str) -> tuple[int, ...]:
+    digits = interp[2:]
+    return (int(digits[0]), int(digits[1:] or 0))
 
 
 def _manylinux_ok(plat: str, glibc: tuple[int, ...]) -> bool:
@@ -133,7 +142,7 @@ class PackageIndex:
             return cache.read_text()
         text = None
         if wheel.has_metadata:
-            resp = self._get(wheel.url + ".metadata")
+            resp = self._get(wheel.url.split("#", 1)[0] + ".metadata")  # PEP 658: beside the file, no fragment
             text = resp.text if resp.ok else None
         if text is None:
             text = self._metadata_by_range(wheel)
@@ -159,7 +168,8 @@ class PackageIndex:
         return resp.content, total
 
     def _metadata_by_range(self, wheel: WheelFile) -> str:
-        tail, total = self._range(wheel.url, -65536)
+        url = wheel.url.split("#", 1)[0]
+        tail, total = self._range(url, -65536)
         eocd = tail.rfind(b"PK\x05\x06")
         if eocd < 0:
             raise PackageIndexError(f"{wheel.filename}: no zip directory in its last 64 KiB")
@@ -173,12 +183,12 @@ class PackageIndex:
         if cd_offset >= base:
             cd = tail[cd_offset - base: cd_offset - base + cd_size]
         else:
-            cd, _ = self._range(wheel.url, cd_offset, cd_offset + cd_size - 1)
+            cd, _ = self._range(url, cd_offset, cd_offset + cd_size - 1)
         member = _find_member(cd, ".dist-info/METADATA")
         if member is None:
             raise PackageIndexError(f"{wheel.filename}: no .dist-info/METADATA in the wheel")
         method, csize, offset = member
-        head, _ = self._range(wheel.url, offset, offset + 30 + 65535 + csize)
+        head, _ = self._range(url, offset, offset + 30 + 65535 + csize)
         name_len, extra_len = struct.unpack("<HH", head[26:30])
         data = head[30 + name_len + extra_len: 30 + name_len + extra_len + csize]
         raw = zlib.decompress(data, -15) if method == 8 else data

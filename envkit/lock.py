@@ -61,7 +61,8 @@ class LockedImage(Frozen):
     cuda_major_minor: str | None
     cudnn: str | None
     nccl: str | None
-    arch_list: tuple[str, ...]
+    arch_list: tuple[str, ...]  # compiled SASS/PTX (torch, tensorflow)
+    min_cc: str | None = None  # coverage by minimum compute capability instead (jax)
     driver_floor: str | None
     require_cuda: str | None
     policy: str

@@ -12,11 +12,11 @@ from typing import Callable
 from .build import LOCK_LABEL, Outcome, Progress, build_image
 from .certify.harness import Verification, expect_from_labels, run_payload
 from .catalog import Catalog, load_catalog
-from .errors import EngineError, LockError, VerificationError
+from .errors import BuildError, EngineError, LockError, VerificationError
 from .index import DEFAULT_INDEX, PackageIndex
 from .lock import Lock, load_lock, write_lock
 from .render import Rendered, render
-from .resolve import check_frameworks, check_gpus, resolve, spec_digest
+from .resolve import check_frameworks, check_gpus, plan, resolve, spec_digest
 from .spec import Spec, load_spec
 
 
@@ -73,6 +73,13 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
     return Resolved(spec, lock, lock_path, False)
 
 
+def explain(spec_path: Path, image: str):
+    """The plan for one image: every choice and rejected alternative (catalog only, no network)."""
+    spec, catalog = load(spec_path)
+    spec.image(image)
+    return plan(spec, catalog, only=[image])[0]
+
+
 def check_lock(spec_path: Path, lock_path: Path | None = None) -> list[str]:
     spec, catalog = load(spec_path)
     lock = load_lock(lock_path or lock_path_for(spec_path))
@@ -94,6 +101,12 @@ def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | Non
     resolved, _ = render_spec(spec_path, out_root, lock_path=lock_path, only=only,
                               progress=lambda msg: progress("*", msg))
     ca = resolved.spec.ca_bundle_path()
+    for image in resolved.lock.images:
+        if (not only or image.name in only) and image.framework != "torch":
+            raise BuildError(
+                f"image {image.name!r} is locked ({image.framework} {image.framework_version}) but envkit builds "
+                "only PyTorch images so far",
+                hint="build the others with --image, or use the lock with your own Dockerfile")
     outcomes = []
     for image in resolved.lock.images:
         if only and image.name not in only:

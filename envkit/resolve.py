@@ -1,20 +1,22 @@
-"""resolve(spec, catalog, index) -> Lock.
+"""resolve(spec, catalog) -> Lock, in two steps.
 
-Per image: pick the newest framework release that satisfies every constraint (the
-requirement, the base's Python, the CUDA constraint, the fleet's oldest driver under the
-spec's policy, every fleet GPU covered by the wheel's compiled arch list), confirm what
-the chosen wheel bundles from its index metadata, and lock the Python closure with
-hashes. Every choice and every rejected alternative is recorded with its reason.
+``plan`` is pure: from the catalog alone it picks, per image, the newest framework build
+that satisfies every constraint (the requirement, the base's Python, the CUDA
+constraint, the fleet's oldest driver under the spec's policy, every fleet GPU covered by
+compiled SASS, or by PTX only when the driver can JIT it) and records each choice and
+each rejected alternative with its reason. When nothing fits it names the colliding
+constraints and the nearest ways out.
 
-The package index and the closure compiler are passed in, so the logic is tested with
-fakes and deterministic for a given index state.
+``resolve`` then locks the plan: it confirms from the wheel's index metadata what a
+PyTorch build bundles, and pins the whole Python closure with hashes. The index and the
+closure compiler are passed in, so tests use fakes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
 from packaging.requirements import Requirement
@@ -22,36 +24,48 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from . import __version__
-from .catalog import Arch, Catalog, TorchRelease, TorchVariant, vtuple
+from .candidates import ALLOWED_EXTRAS, FRAMEWORKS, Candidate, candidates
+from .catalog import Arch, Catalog, OsBase, vtuple
 from .closure import Pin, compile_closure
 from .errors import ResolutionError, SpecError
-from .index import DEFAULT_INDEX
 from .lock import BaseImage, Decision, Lock, LockedImage, Package, canonical, sealed
 from .spec import Base, Spec, Target
 
-SUPPORTED_FRAMEWORKS = ("torch",)
 IMAGE_SUITES = {"debian": {"12": "bookworm", "13": "trixie"}, "ubuntu": {"22.04": "jammy", "24.04": "noble"}}
 
 
 class Index(Protocol):
     url: str
 
-    def versions(self, project: str) -> list[Version]: ...
-    def wheel_for(self, project: str, version: Version, python: str, glibc: str): ...
+    def wheel_for(self, project: str, version, python: str, glibc: str): ...
     def requires(self, wheel) -> list[Requirement]: ...
 
 
 Closure = Callable[..., list[Pin]]
+IndexFactory = Callable[[str], Index]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    min_driver: str
+    policy: str
+    gpus: tuple[Arch, ...]
 
 
 @dataclass
-class _Trace:
+class ImagePlan:
+    target: Target
+    base: BaseImage
+    os: OsBase
+    python: str
+    chosen: Candidate
+    driver_floor: str
+    require_cuda: str
+    policy: str
     decisions: list[Decision] = field(default_factory=list)
 
-    def add(self, topic: str, choice: str, reason: str, rejected: list[str] | None = None) -> None:
-        self.decisions.append(Decision(topic=topic, choice=choice, reason=reason, rejected=tuple(rejected or ())))
 
-
+# --- spec checks that need the catalog ------------------------------------------------
 def spec_digest(spec: Spec) -> str:
     return "sha256:" + hashlib.sha256(canonical(spec.model_dump(mode="json"))).hexdigest()
 
@@ -74,163 +88,256 @@ def check_gpus(spec: Spec, catalog: Catalog) -> list[Arch]:
 
 def check_frameworks(spec: Spec) -> None:
     for i, image in enumerate(spec.images):
-        name = Requirement(image.framework).name.lower()
-        if name not in SUPPORTED_FRAMEWORKS:
-            raise SpecError(
-                f"unsupported framework {name!r} in images[{i}].framework",
-                location=spec.locate("images", i, "framework"),
-                hint=f"supported: {', '.join(SUPPORTED_FRAMEWORKS)}",
-            )
+        req = Requirement(image.framework)
+        name = req.name.lower()
+        where = spec.locate("images", i, "framework")
+        if name not in FRAMEWORKS:
+            raise SpecError(f"unsupported framework {name!r} in images[{i}].framework", location=where,
+                            hint=f"supported: {', '.join(FRAMEWORKS)}")
+        bad = set(req.extras) - ALLOWED_EXTRAS[name]
+        if bad:
+            allowed = ", ".join(sorted(ALLOWED_EXTRAS[name])) or "none"
+            raise SpecError(f"unknown extra {sorted(bad)[0]!r} for {name} in images[{i}].framework",
+                            location=where, hint=f"allowed extras: {allowed}")
 
 
-def resolve(spec: Spec, catalog: Catalog, index: Index, *, closure: Closure = compile_closure,
-            only: list[str] | None = None) -> Lock:
-    check_frameworks(spec)
-    fleet = check_gpus(spec, catalog)
-    images = []
-    for image in spec.images:
-        if only and image.name not in only:
-            continue
-        images.append(resolve_image(spec, spec.effective(image), catalog, index, fleet, closure))
-    return Lock(team=spec.team, spec_digest=spec_digest(spec), catalog_digest=catalog.digest,
-                envkit_version=__version__, images=tuple(images))
-
-
-def resolve_image(spec: Spec, target: Target, catalog: Catalog, index: Index,
-                  fleet: list[Arch], closure: Closure) -> LockedImage:
-    trace = _Trace()
-    where = spec.locate("images", spec.index_of(target.name))
-    base = _base(target.base, catalog, trace, where)
-    os_base = catalog.os_base(base.suite)
-    python = target.python or os_base.python
-    if python != os_base.python:
-        others = [b.suite for b in catalog._f.bases if b.python == python]
-        raise ResolutionError(
-            f"image {target.name!r} asks for Python {python} but its base ({base.distro} {base.suite}) ships {os_base.python}",
-            location=where,
-            hint=(f"use a {', '.join(others)} base" if others else f"use python: \"{os_base.python}\"")
-                 + "; envkit uses the base's own interpreter",
-        )
-    trace.add("python", python, f"the interpreter of {base.distro} {base.suite}")
-
-    req = Requirement(target.framework)
-    policy = spec.fleet.policy
-    cuda_spec = SpecifierSet(target.cuda) if target.cuda else None
-    rejected: list[str] = []
-    chosen: tuple[Version, TorchRelease, TorchVariant] | None = None
-    for version in index.versions(req.name):
-        if version.is_prerelease or not req.specifier.contains(version):
-            continue
-        why = _reject(version, python, catalog, cuda_spec, spec.fleet.min_driver, policy, fleet)
-        if isinstance(why, str):
-            rejected.append(f"{req.name} {version}: {why}")
-            continue
-        chosen = (version, *why)
-        break
-    if chosen is None:
-        raise ResolutionError(
-            f"no {req.name} release satisfies image {target.name!r} ({target.framework})",
-            location=where,
-            hint=_ways_out(rejected),
-        )
-    version, release, variant = chosen
-    trace.add(req.name, str(version),
-              f"newest release matching {req.specifier or 'any'} that fits Python {python}, the driver and the GPUs",
-              rejected[:8])
-
-    wheel = index.wheel_for(req.name, version, python, os_base.glibc)
-    if wheel is None:
-        raise ResolutionError(f"{req.name} {version} has no wheel for CPython {python} on glibc {os_base.glibc}",
-                              location=where, hint="choose another Python/base or framework version")
-    bundled = bundled_pins(index.requires(wheel), python)
-    cuda = bundled.get("cuda")
-    if cuda and ".".join(cuda.split(".")[:2]) != variant.cuda:
-        raise ResolutionError(
-            f"{wheel.filename} pins CUDA {cuda}, but the catalog says the index's {req.name} {version} is {variant.tag}",
-            hint="run `envkit catalog refresh` to update the catalog from the index",
-        )
-    trace.add("variant", variant.tag, f"the index's default build of {req.name} {release.version} (read from {wheel.filename})")
-    floor = catalog.driver_floor_for(variant.cuda, policy)
-    trace.add("driver_floor", floor,
-              f"CUDA {variant.cuda} under policy '{policy}' "
-              + ("(minor-version compatibility within the major)" if policy == "minor" else "(the toolkit's own floor)"))
-
-    fw = closure([f"{req.name}=={version}"], python=python, glibc=os_base.glibc, index_url=index.url)
-    packages = [Package(name=p.name, version=p.version, hashes=p.hashes, group="framework") for p in fw]
-    if target.pip:
-        full = closure([f"{req.name}=={version}", *target.pip], python=python, glibc=os_base.glibc,
-                       index_url=index.url, constraints=fw)
-        names = {p.name for p in fw}
-        packages += [Package(name=p.name, version=p.version, hashes=p.hashes, group="extra")
-                     for p in full if p.name not in names]
-    return sealed(LockedImage(
-        name=target.name,
-        framework=req.name,
-        framework_version=str(version),
-        variant=variant.tag,
-        index_url=index.url,
-        python=python,
-        platform=f"x86_64-manylinux_{os_base.glibc.replace('.', '_')}",
-        cuda=cuda,
-        cuda_major_minor=variant.cuda,
-        cudnn=bundled.get("cudnn") or variant.cudnn,
-        nccl=bundled.get("nccl") or variant.nccl,
-        arch_list=variant.arches,
-        driver_floor=floor,
-        require_cuda=catalog.require_cuda_for(variant.cuda, policy),
-        policy=policy,
-        base=base,
-        apt=tuple(target.apt),
-        flavour=target.flavour,
-        packages=tuple(sorted(packages, key=lambda p: (p.group, p.name))),
-        decisions=tuple(trace.decisions),
-    ))
-
-
-def _reject(version: Version, python: str, catalog: Catalog, cuda_spec: SpecifierSet | None,
-            min_driver: str, policy: str, fleet: list[Arch]) -> str | tuple[TorchRelease, TorchVariant]:
-    """A reason to reject ``version``, or its (release, default variant)."""
-    release = catalog.torch_release(str(version))
-    if release is None:
-        return "not in the catalog (run `envkit catalog refresh`)"
-    if not release.python.admits(python):
-        return f"supports Python {release.python.min}-{release.python.max}, not {python}"
-    variant = release.variant(release.index_default)
-    if variant is None:
-        return f"the catalog lacks its default variant {release.index_default}"
-    if cuda_spec is not None and not cuda_spec.contains(variant.cuda + ".0", prereleases=True) \
-            and not cuda_spec.contains(variant.cuda, prereleases=True):
-        return f"its index build is CUDA {variant.cuda}, outside cuda {cuda_spec}"
-    floor = catalog.driver_floor_for(variant.cuda, policy)
-    if vtuple(min_driver) < vtuple(floor):
-        return f"CUDA {variant.cuda} needs driver >= {floor} (policy {policy}); the fleet's oldest is {min_driver}"
-    for arch in fleet:
-        if not covers(variant.arches, arch.cc, ptx_ok=policy == "strict" or vtuple(min_driver) >= vtuple(catalog.toolkit_floor(variant.cuda))):
-            return f"its {variant.tag} build has no kernels for {arch.family} (sm_{arch.cc.replace('.', '')}); arch list {variant.arch_list}"
-    return release, variant
-
-
+# --- rules --------------------------------------------------------------------------
 def covers(arches: tuple[str, ...], cc: str, *, ptx_ok: bool = True) -> bool:
     """SASS for X.y runs on X.z (z >= y); PTX for X.y JITs on any cc >= X.y, if the driver can."""
     major, minor = vtuple(cc)
     for a in arches:
         kind, _, num = a.partition("_")
-        num = re.sub(r"[a-z]$", "", num)
+        specific = num.endswith("a")
+        num = re.sub(r"[af]$", "", num)
         m, n = int(num[:-1]), int(num[-1])
-        if kind == "sm" and m == major and n <= minor:
+        if kind == "sm" and m == major and (n == minor if specific else n <= minor):
             return True
         if kind == "compute" and ptx_ok and (m, n) <= (major, minor):
             return True
     return False
 
 
+def reject_reason(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec: SpecifierSet | None) -> str | None:
+    """Why ``c`` cannot serve this image, or None when it can."""
+    if not c.python.admits(python):
+        return f"supports Python {c.python.min}-{c.python.max}, not {python}"
+    if cuda_spec is not None and not cuda_spec.contains(c.cuda, prereleases=True):
+        return f"is a CUDA {c.cuda} build, outside cuda {cuda_spec}"
+    try:
+        floor = catalog.driver_floor_for(c.cuda, fleet.policy)
+    except Exception as exc:  # a catalog gap for this CUDA under strict policy
+        return str(exc)
+    if vtuple(fleet.min_driver) < vtuple(floor):
+        return f"needs driver >= {floor} for CUDA {c.cuda} (policy {fleet.policy}); the fleet's oldest is {fleet.min_driver}"
+    # PTX JIT needs a driver at least as new as the toolkit; minor-version compatibility is not enough.
+    try:
+        ptx_ok = vtuple(fleet.min_driver) >= vtuple(catalog.toolkit_floor(c.cuda))
+    except Exception:
+        ptx_ok = False
+    for gpu in fleet.gpus:
+        if c.min_cc is not None:
+            if vtuple(gpu.cc) < vtuple(c.min_cc):
+                return f"needs compute capability >= {c.min_cc}; {gpu.family} ({', '.join(gpu.models[:2])}) is {gpu.cc}"
+        elif not covers(c.arches, gpu.cc, ptx_ok=ptx_ok):
+            only_ptx = covers(c.arches, gpu.cc, ptx_ok=True)
+            why = (f"only PTX covers {gpu.family} (cc {gpu.cc}) and JIT needs driver >= {catalog.toolkit_floor(c.cuda)}"
+                   if only_ptx else f"has no kernels for {gpu.family} (cc {gpu.cc}); arch list {' '.join(c.arches)}")
+            return why
+    return None
+
+
+# --- plan (pure) ---------------------------------------------------------------------
+def plan(spec: Spec, catalog: Catalog, only: list[str] | None = None) -> list[ImagePlan]:
+    check_frameworks(spec)
+    fleet = Fleet(spec.fleet.min_driver, spec.fleet.policy, tuple(check_gpus(spec, catalog)))
+    return [plan_image(spec, spec.effective(i), catalog, fleet)
+            for i in spec.images if not only or i.name in only]
+
+
+def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> ImagePlan:
+    decisions: list[Decision] = []
+    where = spec.locate("images", spec.index_of(target.name))
+    base, os_base = _base(target.base, catalog, decisions, where)
+    python = target.python or os_base.python
+    if python != os_base.python:
+        suites = catalog.python_suites(python)
+        raise ResolutionError(
+            f"image {target.name!r} asks for Python {python} but its base ({base.distro} {base.suite}) ships {os_base.python}",
+            location=where,
+            hint=(f"use a {' or '.join(suites)} base" if suites else f"use python: \"{os_base.python}\"")
+                 + "; envkit uses the base's own interpreter")
+    decisions.append(Decision(topic="python", choice=python, reason=f"the interpreter of {base.distro} {base.suite}"))
+
+    req = Requirement(target.framework)
+    cuda_spec = SpecifierSet(target.cuda) if target.cuda else None
+    rejected: list[str] = []
+    chosen = None
+    for c in candidates(req, catalog):
+        why = reject_reason(c, python, catalog, fleet, cuda_spec)
+        if why is None:
+            chosen = c
+            break
+        rejected.append(f"{c.label}: {why}")
+    if chosen is None:
+        raise ResolutionError(
+            f"no {req.name} build satisfies image {target.name!r} ({target.framework}) on this fleet",
+            location=where, hint=_ways_out(req, python, catalog, fleet, cuda_spec, rejected))
+    reason = "newest build that fits every constraint"
+    if not chosen.default:
+        reason += "; not the index's default build, so it comes from " + (chosen.index or "its own index")
+    decisions.append(Decision(topic=req.name, choice=chosen.label, reason=reason, rejected=tuple(rejected)))
+    floor = catalog.driver_floor_for(chosen.cuda, fleet.policy)
+    decisions.append(Decision(
+        topic="driver_floor", choice=floor,
+        reason=f"CUDA {chosen.cuda} under policy '{fleet.policy}' " + (
+            "(minor-version compatibility within the major)" if fleet.policy == "minor" else "(the toolkit's own floor)")))
+    if fleet.gpus:
+        decisions.append(Decision(topic="gpus", choice=" ".join(sorted({g.cc for g in fleet.gpus}, key=vtuple)),
+                                  reason="every fleet GPU is covered by " + (
+                                      f"compute capability >= {chosen.min_cc}" if chosen.min_cc else
+                                      "the arch list " + " ".join(chosen.arches))))
+    return ImagePlan(target, base, os_base, python, chosen, floor, catalog.require_cuda_for(chosen.cuda, fleet.policy),
+                     fleet.policy, decisions)
+
+
+def _ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
+    """The nearest relaxations that would resolve: another version, driver, GPU list or CUDA."""
+    ways = []
+    other = next((c for c in candidates(req, catalog, ignore_version=True)
+                  if reject_reason(c, python, catalog, fleet, cuda_spec) is None), None)
+    if other:
+        ways.append(f"use {req.name}=={other.version} ({other.variant})")
+    relaxed = replace(fleet, min_driver="9999")
+    fits = [c for c in candidates(req, catalog) if reject_reason(c, python, catalog, relaxed, cuda_spec) is None]
+    if fits:
+        need = min((catalog.driver_floor_for(c.cuda, fleet.policy) for c in fits), key=vtuple)
+        if vtuple(need) > vtuple(fleet.min_driver):
+            ways.append(f"raise fleet.min_driver to >= {need}")
+            if fleet.policy == "strict":
+                ways.append("or use policy: minor (CUDA minor-version compatibility)")
+    blocking = [g for g in fleet.gpus
+                if any(reject_reason(c, python, catalog, replace(fleet, gpus=tuple(x for x in fleet.gpus if x != g)),
+                                     cuda_spec) is None for c in candidates(req, catalog))]
+    if blocking:
+        ways.append("drop " + ", ".join(sorted({f"{g.models[0]} (cc {g.cc})" for g in blocking}))
+                    + " from fleet.gpus, or serve it with another image")
+    if cuda_spec is not None:
+        ways.append(f"relax the cuda constraint {cuda_spec}")
+    head = "; ".join(rejected[:3]) + (f"; and {len(rejected) - 3} more" if len(rejected) > 3 else "")
+    return ("rejected: " + head + ". " if rejected else "no build matches the requirement. ") + (
+        "Ways out: " + "; ".join(ways) if ways else "Relax the requirement or the fleet")
+
+
+def _base(base: Base, catalog: Catalog, decisions: list[Decision], where) -> tuple[BaseImage, OsBase]:
+    if base.bootstrap:
+        b = base.bootstrap
+        os_base = catalog.os_base(b.suite)
+        debian = [s for s in catalog.suites() if catalog.os_base(s).distro == "debian"]
+        if os_base is None or os_base.distro != "debian":
+            raise ResolutionError(f"cannot bootstrap suite {b.suite!r}", location=where,
+                                  hint=f"known Debian suites: {', '.join(debian)}")
+        recipe = {"suite": b.suite, "mirror": b.mirror, "variant": b.variant}
+        rh = hashlib.sha256(canonical(recipe)).hexdigest()[:12]
+        decisions.append(Decision(topic="base", choice=f"debootstrap {b.suite}",
+                                  reason="made locally with debootstrap + docker import (no registry needed)"))
+        return BaseImage(ref=f"envkit-base/debian:{b.suite}-{b.variant}-{rh}", digest=None,
+                         distro="debian", suite=b.suite, bootstrap=recipe), os_base
+    ref = base.image
+    name, _, digest = ref.partition("@")
+    last = name.rsplit("/", 1)[-1]
+    repo, tag = (name.rsplit(":", 1) if ":" in last else (name, "latest"))
+    distro = repo.rsplit("/", 1)[-1]
+    suite = IMAGE_SUITES.get(distro, {}).get(tag, tag.split("-")[0])
+    os_base = catalog.os_base(suite)
+    if os_base is None:
+        raise ResolutionError(f"cannot tell which OS release base image {ref!r} is", location=where,
+                              hint=f"use a tag naming a known suite ({', '.join(catalog.suites())})")
+    decisions.append(Decision(topic="base", choice=ref,
+                              reason="given in the spec" + ("" if digest else " (pin it by digest for reproducible builds)")))
+    return BaseImage(ref=ref, digest=digest or None, distro=os_base.distro, suite=suite), os_base
+
+
+# --- lock (index + closure) ------------------------------------------------------------
+def resolve(spec: Spec, catalog: Catalog, index: Index, *, closure: Closure = compile_closure,
+            index_for: IndexFactory | None = None, only: list[str] | None = None) -> Lock:
+    """Plan, then lock each image: confirm bundled pins, compile the closure with hashes."""
+    plans = plan(spec, catalog, only)
+    images = tuple(lock_image(p, index, catalog, closure, index_for, spec.fleet.min_driver) for p in plans)
+    return Lock(team=spec.team, spec_digest=spec_digest(spec), catalog_digest=catalog.digest,
+                envkit_version=__version__, images=images)
+
+
+def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
+               index_for: IndexFactory | None, min_driver: str) -> LockedImage:
+    c = p.chosen
+    decisions = list(p.decisions)
+    fw_index = index if c.index is None else (index_for(c.index) if index_for else _default_index_for(c.index))
+    cuda = cudnn = nccl = None
+    if c.exact_pins:
+        wheel = fw_index.wheel_for(c.framework, _v(c.version), p.python, p.os.glibc)
+        if wheel is None:
+            raise ResolutionError(f"{c.label} has no wheel for CPython {p.python} on glibc {p.os.glibc} at {fw_index.url}",
+                                  hint="choose another Python/base or framework version")
+        pins = bundled_pins(fw_index.requires(wheel), p.python)
+        cuda, cudnn, nccl = pins.get("cuda"), pins.get("cudnn"), pins.get("nccl")
+        if cuda and ".".join(cuda.split(".")[:2]) != c.cuda:
+            raise ResolutionError(f"{wheel.filename} pins CUDA {cuda}, but the catalog says {c.label} is CUDA {c.cuda}",
+                                  hint="run `envkit catalog refresh` to update the catalog from the index")
+        decisions.append(Decision(topic="bundled", choice=f"CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}",
+                                  reason=f"pinned by {wheel.filename}'s metadata on {fw_index.url}"))
+    constraints = []
+    top = catalog.max_cuda_for_driver(min_driver)
+    if not c.exact_pins and p.policy == "strict" and top and vtuple(top)[0] == vtuple(c.cuda)[0]:
+        # range pins under strict policy: keep the CUDA runtime within what the fleet's driver fully supports
+        constraints.append(f"{_runtime_pkg(vtuple(c.cuda)[0])}<{vtuple(top)[0]}.{vtuple(top)[1] + 1}")
+    extra_index = index.url if c.index else None
+    fw = closure([c.requirement], python=p.python, glibc=p.os.glibc, index_url=fw_index.url,
+                 extra_index_url=extra_index, extra_constraints=constraints)
+    packages = [Package(name=x.name, version=x.version, hashes=x.hashes, group="framework") for x in fw]
+    if p.target.pip:
+        full = closure([c.requirement, *p.target.pip], python=p.python, glibc=p.os.glibc, index_url=fw_index.url,
+                       extra_index_url=extra_index, constraints=fw, extra_constraints=constraints)
+        names = {x.name for x in fw}
+        packages += [Package(name=x.name, version=x.version, hashes=x.hashes, group="extra")
+                     for x in full if x.name not in names]
+    if not c.exact_pins:  # ranges: what the closure picked is what the image holds
+        by = {x.name: x.version for x in fw}
+        cuda = next((v for n, v in by.items() if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", n)), None)
+        cudnn = next((v for n, v in by.items() if re.fullmatch(r"nvidia-cudnn-cu\d+", n)), None)
+        nccl = next((v for n, v in by.items() if re.fullmatch(r"nvidia-nccl-cu\d+", n)), None)
+        decisions.append(Decision(topic="bundled", choice=f"CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}",
+                                  reason=f"what the closure pinned within {c.label}'s ranges"))
+    cuda_mm = ".".join(cuda.split(".")[:2]) if cuda else c.cuda
+    return sealed(LockedImage(
+        name=p.target.name, framework=c.framework, framework_version=c.version, variant=c.variant,
+        index_url=fw_index.url, python=p.python, platform=f"x86_64-manylinux_{p.os.glibc.replace('.', '_')}",
+        cuda=cuda, cuda_major_minor=cuda_mm, cudnn=cudnn or c.cudnn, nccl=nccl or c.nccl,
+        arch_list=c.arches, min_cc=c.min_cc, driver_floor=p.driver_floor, require_cuda=p.require_cuda,
+        policy=p.policy, base=p.base, apt=tuple(p.target.apt),
+        flavour=p.target.flavour, packages=tuple(sorted(packages, key=lambda x: (x.group, x.name))),
+        decisions=tuple(decisions)))
+
+
+def _runtime_pkg(major: int) -> str:
+    return "nvidia-cuda-runtime" if major >= 13 else f"nvidia-cuda-runtime-cu{major}"
+
+
+def _v(text: str) -> Version:
+    return Version(text)
+
+
+def _default_index_for(url: str) -> Index:
+    from .index import PackageIndex
+    return PackageIndex(url)
+
+
 def bundled_pins(requirements: list[Requirement], python: str) -> dict[str, str]:
     """What a framework wheel pins exactly: its CUDA runtime, cuDNN and NCCL."""
     env = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux",
-           "python_version": python, "python_full_version": python + ".0"}
+           "python_version": python, "python_full_version": python + ".0", "extra": ""}
     out: dict[str, str] = {}
     for r in requirements:
-        if r.marker and not r.marker.evaluate(env | {"extra": ""}):
+        if r.marker and not r.marker.evaluate(env):
             continue
         pins = [s.version for s in r.specifier if s.operator == "=="]
         if not pins:
@@ -243,34 +350,3 @@ def bundled_pins(requirements: list[Requirement], python: str) -> dict[str, str]
         elif re.fullmatch(r"nvidia-nccl-cu\d+", name):
             out["nccl"] = pins[0]
     return out
-
-
-def _base(base: Base, catalog: Catalog, trace: _Trace, where) -> BaseImage:
-    if base.bootstrap:
-        b = base.bootstrap
-        os_base = catalog.os_base(b.suite)
-        if os_base is None or os_base.distro != "debian":
-            raise ResolutionError(f"cannot bootstrap suite {b.suite!r}", location=where,
-                                  hint=f"known Debian suites: {', '.join(s for s in catalog.suites() if catalog.os_base(s).distro == 'debian')}")
-        recipe = {"suite": b.suite, "mirror": b.mirror, "variant": b.variant}
-        rh = hashlib.sha256(canonical(recipe)).hexdigest()[:12]
-        trace.add("base", f"debootstrap {b.suite}", "made locally with debootstrap + docker import (no registry needed)")
-        return BaseImage(ref=f"envkit-base/debian:{b.suite}-{b.variant}-{rh}", digest=None,
-                         distro="debian", suite=b.suite, bootstrap=recipe)
-    ref = base.image
-    name, _, digest = ref.partition("@")
-    repo, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "latest")
-    distro = repo.rsplit("/", 1)[-1]
-    suite = IMAGE_SUITES.get(distro, {}).get(tag, tag.split("-")[0])
-    if catalog.os_base(suite) is None:
-        raise ResolutionError(f"cannot tell which OS release base image {ref!r} is", location=where,
-                              hint=f"use a tag naming a known suite ({', '.join(catalog.suites())})")
-    trace.add("base", ref, "given in the spec" + ("" if digest else " (pin it by digest for reproducible builds)"))
-    return BaseImage(ref=ref, digest=digest or None, distro=catalog.os_base(suite).distro, suite=suite)
-
-
-def _ways_out(rejected: list[str]) -> str:
-    if not rejected:
-        return "no release matches the requirement at all; check the version specifier"
-    shown = "; ".join(rejected[:4])
-    return f"rejected: {shown}. Relax the framework requirement, the cuda constraint, the GPU list, or raise fleet.min_driver"

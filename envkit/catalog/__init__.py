@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import CatalogError
 
 Verified = Literal[True, False, "partial"]
-FILES = ("sources", "cuda", "gpus", "os", "pytorch")
+FILES = ("sources", "cuda", "gpus", "os", "pytorch", "jax", "tensorflow")
 
 
 class Entry(BaseModel):
@@ -70,13 +70,7 @@ class TorchVariant(BaseModel):
     @property
     def arches(self) -> tuple[str, ...]:
         """e.g. ('sm_75', ..., 'sm_120', 'compute_120') for '7.5;...;12.0+PTX'."""
-        out: list[str] = []
-        for item in self.arch_list.split(";"):
-            cc, ptx = item.removesuffix("+PTX"), item.endswith("+PTX")
-            out.append("sm_" + cc.replace(".", ""))
-            if ptx:
-                out.append("compute_" + cc.replace(".", ""))
-        return tuple(out)
+        return arches_of(self.arch_list)
 
 
 class PyRange(BaseModel):
@@ -99,6 +93,60 @@ class TorchRelease(Entry):
         return next((v for v in self.variants if v.tag == tag), None)
 
 
+class Since(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    since: str
+    python: str | None = None
+    cuda: str | None = None
+
+
+class JaxExtra(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    extra: str
+    since: str
+    min_cc: str
+    built_with: tuple[Since, ...]
+    cudnn: str
+    nccl: str
+
+    def cuda_for(self, version: str) -> str:
+        """The CUDA toolkit this extra's plugin was built with at ``version``."""
+        rows = [r for r in self.built_with if Version(r.since) <= Version(version)]
+        return rows[-1].cuda if rows else self.built_with[0].cuda
+
+
+class Jax(Entry):
+    versions: tuple[str, ...]
+    python_min: tuple[Since, ...]
+    python_max: str
+    extras: tuple[JaxExtra, ...]
+
+    def python_range(self, version: str) -> PyRange:
+        rows = [r for r in self.python_min if Version(r.since) <= Version(version)]
+        return PyRange(min=rows[-1].python if rows else "3.9", max=self.python_max)
+
+
+class TfRelease(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    version: str
+    patches: tuple[str, ...]
+    python: PyRange
+    cuda: str
+    cudnn: str
+
+
+class Tensorflow(Entry):
+    extra: str
+    min_driver: str
+    arch_list: str
+    arch_list_verified: Verified
+    releases: tuple[TfRelease, ...]
+
+    @property
+    def arches(self) -> tuple[str, ...]:
+        return arches_of(self.arch_list)
+
+
 class _Files(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     sources: dict[str, str]
@@ -107,6 +155,20 @@ class _Files(BaseModel):
     architectures: tuple[Arch, ...]
     bases: tuple[OsBase, ...]
     releases: tuple[TorchRelease, ...]
+    variant_index: str
+    jax: Jax
+    tensorflow: Tensorflow
+
+
+def arches_of(arch_list: str) -> tuple[str, ...]:
+    """'7.5;8.0;12.0+PTX' -> ('sm_75', 'sm_80', 'sm_120', 'compute_120')."""
+    out: list[str] = []
+    for item in arch_list.split(";"):
+        cc, ptx = item.removesuffix("+PTX"), item.endswith("+PTX")
+        out.append("sm_" + cc.replace(".", ""))
+        if ptx:
+            out.append("compute_" + cc.replace(".", ""))
+    return tuple(out)
 
 
 def vtuple(text: str) -> tuple[int, ...]:
@@ -182,6 +244,29 @@ class Catalog:
     def torch_releases(self) -> tuple[TorchRelease, ...]:
         return self._f.releases
 
+    def torch_variant_index(self, tag: str) -> str:
+        """The index that serves a non-default torch variant (one URL pattern, here only)."""
+        return self._f.variant_index.format(tag=tag)
+
+    # --- JAX and TensorFlow ---------------------------------------------------------
+    @property
+    def jax(self) -> Jax:
+        return self._f.jax
+
+    @property
+    def tensorflow(self) -> Tensorflow:
+        return self._f.tensorflow
+
+    def max_cuda_for_driver(self, driver: str) -> str | None:
+        """The newest CUDA major.minor whose own driver floor ``driver`` meets."""
+        ok = [t.version for t in self._f.toolkits if t.linux_min and vtuple(t.linux_min) <= vtuple(driver)]
+        if not ok:
+            return None
+        return ".".join(str(p) for p in max((vtuple(v) for v in ok))[:2])
+
+    def python_suites(self, python: str) -> list[str]:
+        return [b.suite for b in self._f.bases if b.python == python]
+
     def source(self, key: str) -> str:
         return self._f.sources[key]
 
@@ -214,7 +299,8 @@ def load_catalog(directory: str | Path | None = None) -> Catalog:
     except ValidationError as exc:
         raise CatalogError(f"catalog in {directory} is invalid: {exc}") from None
     missing = sorted(
-        {s for group in (files.minor_version_compat, files.toolkits, files.architectures, files.bases, files.releases)
+        {s for group in (files.minor_version_compat, files.toolkits, files.architectures, files.bases, files.releases,
+                         (files.jax, files.tensorflow))
          for e in group for s in e.sources} - set(files.sources)
     )
     if missing:
