@@ -27,7 +27,7 @@ from . import __version__
 from .candidates import ALLOWED_EXTRAS, FRAMEWORKS, Candidate, candidates
 from .catalog import Arch, Catalog, OsBase, vtuple
 from .closure import Pin, compile_closure
-from .errors import ResolutionError, SpecError
+from .errors import CatalogError, ResolutionError, SpecError
 from .lock import BaseImage, Decision, Lock, LockedImage, Package, canonical, sealed
 from .spec import Base, Spec, Target
 
@@ -112,7 +112,7 @@ def covers(arches: tuple[str, ...], cc: str, *, ptx_ok: bool = True) -> bool:
         m, n = int(num[:-1]), int(num[-1])
         if kind == "sm" and m == major and (n == minor if specific else n <= minor):
             return True
-        if kind == "compute" and ptx_ok and (m, n) <= (major, minor):
+        if kind == "compute" and ptx_ok and ((m, n) == (major, minor) if specific else (m, n) <= (major, minor)):
             return True
     return False
 
@@ -125,22 +125,23 @@ def reject_reason(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cud
         return f"is a CUDA {c.cuda} build, outside cuda {cuda_spec}"
     try:
         floor = catalog.driver_floor_for(c.cuda, fleet.policy)
-    except Exception as exc:  # a catalog gap for this CUDA under strict policy
-        return str(exc)
+    except CatalogError as exc:  # a catalog gap for this CUDA under strict policy
+        return exc.message
     if vtuple(fleet.min_driver) < vtuple(floor):
         return f"needs driver >= {floor} for CUDA {c.cuda} (policy {fleet.policy}); the fleet's oldest is {fleet.min_driver}"
     # PTX JIT needs a driver at least as new as the toolkit; minor-version compatibility is not enough.
     try:
-        ptx_ok = vtuple(fleet.min_driver) >= vtuple(catalog.toolkit_floor(c.cuda))
-    except Exception:
-        ptx_ok = False
+        jit_floor = catalog.toolkit_floor(c.cuda)
+    except CatalogError:
+        jit_floor = None  # no known floor: assume the driver cannot JIT this toolkit's PTX
+    ptx_ok = jit_floor is not None and vtuple(fleet.min_driver) >= vtuple(jit_floor)
     for gpu in fleet.gpus:
         if c.min_cc is not None:
             if vtuple(gpu.cc) < vtuple(c.min_cc):
                 return f"needs compute capability >= {c.min_cc}; {gpu.family} ({', '.join(gpu.models[:2])}) is {gpu.cc}"
         elif not covers(c.arches, gpu.cc, ptx_ok=ptx_ok):
             only_ptx = covers(c.arches, gpu.cc, ptx_ok=True)
-            why = (f"only PTX covers {gpu.family} (cc {gpu.cc}) and JIT needs driver >= {catalog.toolkit_floor(c.cuda)}"
+            why = (f"only PTX covers {gpu.family} (cc {gpu.cc}) and JIT needs driver >= {jit_floor or 'an unknown floor'}"
                    if only_ptx else f"has no kernels for {gpu.family} (cc {gpu.cc}); arch list {' '.join(c.arches)}")
             return why
     return None
@@ -247,7 +248,8 @@ def _base(base: Base, catalog: Catalog, decisions: list[Decision], where) -> tup
     last = name.rsplit("/", 1)[-1]
     repo, tag = (name.rsplit(":", 1) if ":" in last else (name, "latest"))
     distro = repo.rsplit("/", 1)[-1]
-    suite = IMAGE_SUITES.get(distro, {}).get(tag, tag.split("-")[0])
+    release = tag.split("-")[0]  # "12-slim" -> "12", "bookworm-slim" -> "bookworm"
+    suite = IMAGE_SUITES.get(distro, {}).get(release, release)
     os_base = catalog.os_base(suite)
     if os_base is None:
         raise ResolutionError(f"cannot tell which OS release base image {ref!r} is", location=where,
@@ -342,7 +344,7 @@ def bundled_pins(requirements: list[Requirement], python: str) -> dict[str, str]
         pins = [s.version for s in r.specifier if s.operator == "=="]
         if not pins:
             continue
-        name = r.name.lower()
+        name = re.sub(r"[-_.]+", "-", r.name).lower()
         if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", name) or name == "cuda-toolkit":
             out.setdefault("cuda", pins[0])
         elif re.fullmatch(r"nvidia-cudnn-cu\d+", name):

@@ -50,7 +50,9 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
         (tmpdir / "expect.json").write_text(json.dumps(expect, sort_keys=True))
         for p in tmpdir.iterdir():
             p.chmod(0o644)
-        options = RunOptions(gpus=gpus, timeout=timeout, mounts=(Mount(str(tmpdir), MOUNT),))
+        options = RunOptions(gpus=gpus, timeout=timeout, mounts=(Mount(str(tmpdir), MOUNT),),
+                             # NCCL needs unlimited locked memory and a large stack on GPU hosts
+                             ulimits={"memlock": -1, "stack": 67108864} if gpus else {})
         result = engine.run(ref, ["python3", f"{MOUNT}/envkit_check.py", "--expect", f"{MOUNT}/expect.json",
                                   "--json", "--mode", mode, "--timeout", str(max(timeout - 10, 1))], options)
     if result.timed_out:

@@ -1,0 +1,488 @@
+"""`envkit catalog refresh`: propose PyTorch catalog rows from the package index.
+
+The index tells what was published: the torch versions, the Python tags of their wheels,
+and (in each Linux wheel's METADATA ``Requires-Dist``) the CUDA runtime, cuDNN and NCCL
+that wheel bundles. It does not tell the compiled arch list, so a new series carries it
+over from the catalog's nearest CUDA variant and is marked ``verified: partial`` until the
+list is read inside a built image.
+
+``refresh`` only reads: it returns a ``RefreshResult`` holding the proposed rows, notes
+and a unified diff of ``pytorch.yaml``. Only ``RefreshResult.apply`` writes, and it edits
+the file's text in place (header comments and existing rows stay byte for byte; a new
+patch of a known series changes only that series' ``patches:`` line; new series are
+inserted in version order), validates the whole catalog, then replaces the file atomically.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import difflib
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from ..errors import CatalogError
+from ..resolve import bundled_pins
+from . import Catalog, TorchRelease, data_dir as default_data_dir, load_catalog, vtuple
+
+FILENAME = "pytorch.yaml"
+SOURCE = "pypi_index"
+PROJECT = "torch"
+
+_VERSION_LINE = re.compile(r'^  - version: "?(?P<v>[0-9][0-9.]*)"?\s*$')
+_PATCHES_LINE = re.compile(r"^(?P<indent>    )patches: \[.*\]\s*$")
+_CP_TAG = re.compile(r"^cp(?P<major>\d)(?P<minor>\d+)$")
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load(text: str):
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
+
+
+class RefreshIndex(Protocol):
+    """What ``refresh`` asks of the index (``envkit.index.PackageIndex`` answers it)."""
+
+    def versions(self, project: str) -> list[Version]: ...
+    def wheels(self, project: str) -> list: ...
+    def wheel_for(self, project: str, version: Version, python: str, glibc: str): ...
+    def requires(self, wheel) -> list[Requirement]: ...
+
+
+@dataclass(frozen=True)
+class IndexRead:
+    """What the index said about one torch version (its Linux x86_64 wheel)."""
+
+    version: str
+    wheel: str
+    python: str  # the interpreter the wheel (and its markers) was read for
+    cuda: str | None
+    cudnn: str | None
+    nccl: str | None
+    python_min: str
+    python_max: str
+
+    @property
+    def tag(self) -> str | None:
+        return "cu" + "".join(str(p) for p in vtuple(self.cuda)[:2]) if self.cuda else None
+
+    @property
+    def cuda_mm(self) -> str | None:
+        return ".".join(str(p) for p in vtuple(self.cuda)[:2]) if self.cuda else None
+
+    def to_json(self) -> dict:
+        return {"version": self.version, "wheel": self.wheel, "python": self.python, "cuda": self.cuda,
+                "cudnn": self.cudnn, "nccl": self.nccl, "tag": self.tag,
+                "python_range": {"min": self.python_min, "max": self.python_max}}
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    data_dir: Path
+    current_text: str
+    proposed_text: str
+    entries: tuple[dict, ...] = ()  # new or changed rows, pytorch.yaml schema, version order
+    added_series: tuple[str, ...] = ()
+    added_patches: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # facts to review by hand; never applied
+    reads: tuple[IndexRead, ...] = field(default=())
+
+    @property
+    def changed(self) -> bool:
+        return self.proposed_text != self.current_text
+
+    def diff(self) -> str:
+        """A unified diff of pytorch.yaml, current -> proposed ('' when nothing changes)."""
+        return "".join(difflib.unified_diff(
+            self.current_text.splitlines(keepends=True), self.proposed_text.splitlines(keepends=True),
+            fromfile=f"a/{FILENAME}", tofile=f"b/{FILENAME}"))
+
+    def apply(self, data_dir: str | Path | None = None) -> Path:
+        """Write the proposed pytorch.yaml into ``data_dir`` (default: where it was read).
+
+        Refuses when the file changed since ``refresh`` read it, or when the catalog would
+        not load afterwards; the file is replaced atomically, so readers see old or new.
+        """
+        from ..lock import write_atomic
+
+        directory = Path(data_dir) if data_dir is not None else self.data_dir
+        target = directory / FILENAME
+        if not self.changed:
+            return target
+        try:
+            current = target.read_text()
+        except OSError as exc:
+            raise CatalogError(f"cannot read {target}: {exc}") from None
+        if current != self.current_text:
+            raise CatalogError(f"{target} changed since the refresh read it",
+                               hint="run `envkit catalog refresh` again")
+        _validate_in_copy(directory, self.proposed_text)
+        write_atomic(target, self.proposed_text.encode())
+        return target
+
+
+def refresh_summary(result: RefreshResult) -> dict:
+    """JSON-ready summary for `envkit catalog refresh --json`."""
+    return {
+        "changed": result.changed,
+        "file": str(result.data_dir / FILENAME),
+        "added_series": list(result.added_series),
+        "added_patches": list(result.added_patches),
+        "entries": copy.deepcopy(list(result.entries)),
+        "notes": list(result.notes),
+        "warnings": list(result.warnings),
+        "index_reads": [r.to_json() for r in result.reads],
+        "diff": result.diff(),
+    }
+
+
+# --- the refresh ---------------------------------------------------------------------------
+def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glibc: str = "2.36", today: str,
+            data_dir: str | Path | None = None) -> RefreshResult:
+    """Compare the catalog's PyTorch rows with the torch releases on ``index``.
+
+    ``data_dir`` is the directory ``catalog`` was loaded from (default: the packaged
+    catalog); its pytorch.yaml text is what the diff and ``apply`` edit. Torch versions
+    older than the catalog's oldest series, and pre-/dev-releases, are ignored.
+    """
+    try:
+        datetime.date.fromisoformat(today)
+    except ValueError:
+        raise CatalogError(f"today={today!r} is not an ISO date (YYYY-MM-DD)") from None
+    directory = Path(data_dir) if data_dir is not None else default_data_dir()
+    path = directory / FILENAME
+    try:
+        text = path.read_text()
+        raw = _load(text)
+    except (OSError, yaml.YAMLError) as exc:
+        raise CatalogError(f"cannot load catalog file {path}: {exc}") from None
+    rows: list[dict] = list(raw.get("releases") or []) if isinstance(raw, dict) else []
+    releases = catalog.torch_releases()
+    if [(str(r.get("version")), tuple(r.get("patches") or ())) for r in rows] != \
+            [(r.version, r.patches) for r in releases]:
+        raise CatalogError(f"the catalog passed to refresh was not loaded from {directory}",
+                           hint="pass data_dir= the directory given to load_catalog")
+    if not releases:
+        raise CatalogError(f"{path} has no releases to extend")
+    try:
+        catalog.source(SOURCE)
+    except KeyError:
+        raise CatalogError(f"the catalog has no source {SOURCE!r}, which refreshed rows name",
+                           hint=f"add {SOURCE} to sources.yaml") from None
+
+    notes: list[str] = []
+    warnings: list[str] = []
+    reads: list[IndexRead] = []
+    known = {r.version: r for r in releases}
+    oldest = min(Version(r.version) for r in releases)
+
+    published = sorted(v for v in index.versions(PROJECT)
+                       if not (v.is_prerelease or v.is_devrelease or v.local))
+    new_series: dict[str, list[Version]] = {}
+    new_patches: dict[str, list[Version]] = {}
+    older = 0
+    for v in published:
+        series = f"{v.major}.{v.minor}"
+        if Version(series) < oldest:
+            older += 1
+        elif series not in known:
+            new_series.setdefault(series, []).append(v)
+        elif str(v) not in known[series].patches:
+            new_patches.setdefault(series, []).append(v)
+    if older:
+        notes.append(f"ignored {older} torch version(s) older than the catalog's oldest series ({oldest})")
+
+    all_wheels = list(index.wheels(PROJECT))
+    updated_rows: dict[str, dict] = {}  # series -> full row (changed or new)
+    added_series: list[str] = []
+    added_patches: list[str] = []
+
+    # new patches of known series: only the patches list changes
+    for series, versions in sorted(new_patches.items(), key=lambda kv: Version(kv[0])):
+        release = known[series]
+        default = release.variant(release.index_default)
+        added_here = []
+        for v in versions:
+            read = _read(index, all_wheels, v, python, glibc)
+            if read is None:
+                warnings.append(f"{v}: no Linux x86_64 CPython wheel on the index; not added")
+                continue
+            reads.append(read)
+            added_here.append(str(v))
+            notes.append(f"{series}: added patch {v} (read {read.wheel}: " + _pins_text(read) + ")")
+            warnings.extend(_compare_patch(release, default, read))
+        added_patches.extend(added_here)
+        if added_here:
+            row = copy.deepcopy(next(r for r in rows if str(r["version"]) == series))
+            row["patches"] = sorted({*release.patches, *added_here}, key=Version)
+            updated_rows[series] = row
+
+    # new series: one row each, from the newest patch's wheel
+    for series, versions in sorted(new_series.items(), key=lambda kv: Version(kv[0])):
+        series_reads = []
+        for v in versions:
+            read = _read(index, all_wheels, v, python, glibc)
+            if read is None:
+                warnings.append(f"{v}: no Linux x86_64 CPython wheel on the index; skipped")
+                continue
+            series_reads.append(read)
+        if not series_reads:
+            continue
+        reads.extend(series_reads)
+        newest = series_reads[-1]
+        if newest.cuda is None:
+            warnings.append(f"{series}: {newest.wheel} pins no CUDA runtime (cuda-toolkit / nvidia-cuda-runtime);"
+                            " not added - add the series by hand")
+            continue
+        carried = _carry_arch_list(catalog, newest.cuda)
+        if carried is None:
+            warnings.append(f"{series}: no catalog variant with CUDA {vtuple(newest.cuda)[0]}.x to carry the arch "
+                            "list from; not added - add the series by hand with the list read inside an image")
+            continue
+        arch_list, carried_from = carried
+        for other in series_reads[:-1]:
+            if (other.cuda_mm, other.cudnn, other.nccl) != (newest.cuda_mm, newest.cudnn, newest.nccl):
+                warnings.append(f"{series}: {other.version} pins {_pins_text(other)}, unlike {newest.version} "
+                                f"({_pins_text(newest)}); the row records {newest.version}'s")
+        row = _new_row(series, [r.version for r in series_reads], newest, arch_list, carried_from, today)
+        try:
+            TorchRelease.model_validate(row)
+        except Exception as exc:  # pydantic.ValidationError; a bug here, not bad input
+            raise CatalogError(f"refresh built an invalid row for {series}: {exc}") from None
+        updated_rows[series] = row
+        added_series.append(series)
+        notes.append(f"{series}: new series from {newest.wheel}: " + _pins_text(newest)
+                     + f", python {newest.python_min}-{newest.python_max}; arch_list carried over from "
+                     + f"{carried_from} (verified: partial)")
+
+    warnings.extend(_python_range_warnings(releases, all_wheels))
+    proposed = _edit_text(text, rows, updated_rows) if updated_rows else text
+    expected = [updated_rows.get(str(r["version"]), r) for r in rows]
+    expected += [updated_rows[s] for s in added_series]
+    expected.sort(key=lambda r: Version(str(r["version"])))
+    check = _load(proposed)
+    if check.get("releases") != expected or {k: v for k, v in check.items() if k != "releases"} != \
+            {k: v for k, v in raw.items() if k != "releases"}:
+        raise CatalogError("refresh produced a pytorch.yaml that does not parse back to the intended rows",
+                           hint="the file's layout is not the one refresh edits; add the rows by hand")
+
+    entries = tuple(copy.deepcopy(updated_rows[s]) for s in sorted(updated_rows, key=Version))
+    return RefreshResult(
+        data_dir=directory, current_text=text, proposed_text=proposed, entries=entries,
+        added_series=tuple(added_series), added_patches=tuple(sorted(added_patches, key=Version)),
+        notes=tuple(notes), warnings=tuple(warnings),
+        reads=tuple(sorted(reads, key=lambda r: Version(r.version))),
+    )
+
+
+# --- reading the index ---------------------------------------------------------------------
+def _linux_x86_64(plat: str) -> bool:
+    return any(p.endswith("x86_64") and "linux" in p for p in plat.split("."))
+
+
+def python_tags(wheels, version: Version) -> list[tuple[int, int]]:
+    """(3, 12)-style CPython versions with a Linux x86_64 wheel of ``version``.
+
+    Free-threaded ABIs (cp314t) and abi3/none wheels are not counted.
+    """
+    out: set[tuple[int, int]] = set()
+    for w in wheels:
+        if w.version != version or w.yanked:
+            continue
+        for tag in w.tags:
+            interp, abi, plat = tag.split("-")
+            m = _CP_TAG.match(interp)
+            if m and abi == interp and _linux_x86_64(plat):
+                out.add((int(m["major"]), int(m["minor"])))
+    return sorted(out)
+
+
+def _read(index: RefreshIndex, wheels, version: Version, python: str, glibc: str) -> IndexRead | None:
+    pys = python_tags(wheels, version)
+    if not pys:
+        return None
+    order = [python] + [f"{a}.{b}" for a, b in reversed(pys) if f"{a}.{b}" != python]
+    for py in order:
+        wheel = index.wheel_for(PROJECT, version, py, glibc)
+        if wheel is not None:
+            break
+    else:
+        return None
+    pins = bundled_pins(index.requires(wheel), py)
+    return IndexRead(version=str(version), wheel=wheel.filename, python=py, cuda=pins.get("cuda"),
+                     cudnn=pins.get("cudnn"), nccl=pins.get("nccl"),
+                     python_min="%d.%d" % pys[0], python_max="%d.%d" % pys[-1])
+
+
+def _pins_text(read: IndexRead) -> str:
+    return f"cuda {read.cuda} ({read.tag}), cudnn {read.cudnn}, nccl {read.nccl}"
+
+
+def _carry_arch_list(catalog: Catalog, cuda: str) -> tuple[str, str] | None:
+    """(arch_list, 'SERIES TAG') of the newest catalog variant with CUDA major.minor, else major."""
+    mm = vtuple(cuda)[:2]
+    variants = sorted(((Version(r.version), vtuple(v.cuda), r.version, v) for r in catalog.torch_releases()
+                       for v in r.variants), key=lambda t: (t[0], t[1]), reverse=True)
+    for match in (lambda c: c[:2] == mm, lambda c: c[0] == mm[0]):
+        for _, c, series, v in variants:
+            if match(c):
+                return v.arch_list, f"{series} {v.tag}"
+    return None
+
+
+def _compare_patch(release: TorchRelease, default, read: IndexRead) -> list[str]:
+    """Warnings when a new patch's wheel disagrees with its series' index-default variant."""
+    if default is None:
+        return [f"{release.version}: index_default {release.index_default} names no variant of the row"]
+    out = []
+    if read.tag != default.tag:
+        out.append(f"{read.version}: the index wheel pins CUDA {read.cuda} ({read.tag}) but {release.version}'s "
+                   f"index_default is {default.tag}; review the row by hand")
+    else:
+        for name in ("cudnn", "nccl"):
+            have, got = getattr(default, name), getattr(read, name)
+            if have is not None and got is not None and have != got:
+                out.append(f"{read.version}: the index wheel pins {name} {got}; the {release.version} "
+                           f"{default.tag} row says {have} (only the patches line is changed)")
+    return out
+
+
+def _python_range_warnings(releases, wheels) -> list[str]:
+    """Catalog Python ranges that admit an interpreter the index has no wheel for."""
+    out = []
+    for r in releases:
+        newest = max((Version(p) for p in r.patches), default=None)
+        if newest is None:
+            continue
+        pys = python_tags(wheels, newest)
+        if not pys:
+            continue
+        lo, hi = "%d.%d" % pys[0], "%d.%d" % pys[-1]
+        if vtuple(r.python.min) < pys[0] or vtuple(r.python.max) > pys[-1]:
+            out.append(f"{r.version}: the catalog admits Python {r.python.min}-{r.python.max} but the index has "
+                       f"Linux x86_64 wheels of {newest} for {lo}-{hi} only")
+    return out
+
+
+# --- building and placing rows ---------------------------------------------------------------
+def _new_row(series: str, patches: list[str], read: IndexRead, arch_list: str, carried_from: str,
+             today: str) -> dict[str, Any]:
+    note = (f"refreshed from the package index {today}: cuda/cudnn/nccl read from the Requires-Dist of "
+            f"{read.wheel}, python range from its cpXY wheel tags; arch_list carried over from {carried_from} "
+            "(not in wheel metadata - confirm with torch.cuda.get_arch_list() inside a built image); "
+            "only the index's default variant is known")
+    return {
+        "version": series,
+        "patches": sorted(patches, key=Version),
+        "python": {"min": read.python_min, "max": read.python_max},
+        "index_default": read.tag,
+        "verified": "partial",
+        "sources": [SOURCE],
+        "note": note,
+        "variants": [{"tag": read.tag, "cuda": read.cuda_mm, "status": "stable", "cudnn": read.cudnn,
+                      "nccl": read.nccl, "arch_list": arch_list}],
+    }
+
+
+def _q(value: Any) -> str:
+    return "null" if value is None else json.dumps(str(value), ensure_ascii=True)
+
+
+def _patches_line(indent: str, patches) -> str:
+    return f"{indent}patches: [{', '.join(_q(p) for p in patches)}]\n"
+
+
+def render_row(row: dict) -> str:
+    """One release row in pytorch.yaml's own layout (two-space list item, flow variants)."""
+    lines = [f"  - version: {_q(row['version'])}\n",
+             _patches_line("    ", row["patches"]),
+             f"    python: {{min: {_q(row['python']['min'])}, max: {_q(row['python']['max'])}}}\n",
+             f"    index_default: {row['index_default']}\n",
+             f"    verified: {str(row['verified']).lower()}\n",
+             f"    sources: [{', '.join(row['sources'])}]\n"]
+    if row.get("note") is not None:
+        lines.append(f"    note: {_q(row['note'])}\n")
+    lines.append("    variants:\n")
+    for v in row["variants"]:
+        lines.append(f"      - {{tag: {v['tag']}, cuda: {_q(v['cuda'])}, status: {v['status']}, "
+                     f"cudnn: {_q(v['cudnn'])}, nccl: {_q(v['nccl'])}, arch_list: {_q(v['arch_list'])}}}\n")
+    return "".join(lines)
+
+
+def _release_blocks(lines: list[str]) -> list[tuple[str, int, int]]:
+    """(series, first line, end line exclusive) of each row under the top-level ``releases:``."""
+    try:
+        start = next(i for i, line in enumerate(lines) if line.rstrip() == "releases:")
+    except StopIteration:
+        raise CatalogError(f"{FILENAME} has no top-level 'releases:' line") from None
+    blocks: list[list] = []
+    for i in range(start + 1, len(lines)):
+        line = lines[i]
+        m = _VERSION_LINE.match(line.rstrip("\r\n"))
+        if m:
+            blocks.append([m["v"], i, i + 1])
+        elif line.startswith("    ") and blocks:
+            blocks[-1][2] = i + 1
+        elif not line.strip() or line.lstrip().startswith("#"):
+            continue
+        elif not line.startswith(" "):
+            break  # the next top-level key
+        else:
+            raise CatalogError(f"{FILENAME}:{i + 1}: unexpected line in releases: {line.rstrip()!r}",
+                               hint="refresh edits rows laid out as '  - version: ...' with 4-space fields")
+    return [(b[0], b[1], b[2]) for b in blocks]
+
+
+def _edit_text(text: str, rows: list[dict], updated: dict[str, dict]) -> str:
+    lines = text.splitlines(keepends=True)
+    blocks = _release_blocks(lines)
+    if [b[0] for b in blocks] != [str(r["version"]) for r in rows]:
+        raise CatalogError(f"{FILENAME}: the rows found by layout do not match the parsed releases",
+                           hint="add the rows by hand")
+    by_series = {b[0]: b for b in blocks}
+    replace: dict[int, str] = {}
+    insert: dict[int, list[str]] = {}
+    for series in sorted(updated, key=Version):
+        row = updated[series]
+        if series in by_series:  # a known series: rewrite its patches line only
+            _, first, end = by_series[series]
+            hits = [i for i in range(first, end) if _PATCHES_LINE.match(lines[i].rstrip("\r\n"))]
+            if len(hits) != 1:
+                raise CatalogError(f"{FILENAME}: series {series} has no one-line 'patches: [...]'",
+                                   hint="add the patch by hand")
+            eol = "\r\n" if lines[hits[0]].endswith("\r\n") else "\n"
+            replace[hits[0]] = _patches_line("    ", row["patches"]).replace("\n", eol)
+        else:  # a new series: after the last older row, else before the first
+            before = [b for b in blocks if Version(b[0]) < Version(series)]
+            at = before[-1][2] if before else blocks[0][1] if blocks else len(lines)
+            insert.setdefault(at, []).append(render_row(row))
+    out: list[str] = []
+    for i in range(len(lines) + 1):
+        if i in insert:
+            if out and not out[-1].endswith("\n"):
+                out[-1] += "\n"
+            out.extend(insert[i])
+        if i < len(lines):
+            out.append(replace.get(i, lines[i]))
+    return "".join(out)
+
+
+def _validate_in_copy(directory: Path, proposed: str) -> None:
+    """load_catalog on a copy of ``directory`` with the proposed pytorch.yaml, or raise."""
+    with tempfile.TemporaryDirectory(prefix="envkit-refresh-") as tmp:
+        for src in directory.glob("*.yaml"):
+            shutil.copyfile(src, Path(tmp) / src.name)
+        (Path(tmp) / FILENAME).write_text(proposed)
+        load_catalog(tmp)
+
+
+__all__ = ["IndexRead", "RefreshIndex", "RefreshResult", "python_tags", "refresh", "refresh_summary", "render_row"]

@@ -1,0 +1,388 @@
+"""Certificates: the host's verdict on one image, on one GPU model, under one driver.
+
+The in-image payload reports *facts* (versions, GPUs, driver) and *checks*. The host does
+not take the payload's own ``status`` on trust: ``decide`` re-derives the outcome from those
+facts and checks against the lock's expectations, and the result is recorded in a
+``Certificate`` keyed by (image id, GPU model, driver).
+
+Outcomes:
+
+* ``certified``: GPUs were visible, the GPU checks (``cuda_available``, ``arch_covered``,
+  ``cuda_train_step``) really passed, and nothing failed.
+* ``verified``: no GPU was visible (and none was asked for); every static/CPU check held and
+  every GPU-only check was skipped.
+* ``failed``: anything else, with the reasons.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..catalog import vtuple
+from ..errors import VerificationError
+from ..resolve import covers
+
+CERTIFICATE_VERSION = 1
+PAYLOAD_SCHEMA = "envkit.payload/1"
+LABEL_PREFIX = "io.envkit.certified."
+
+Status = Literal["certified", "verified", "failed"]
+CheckStatus = Literal["passed", "failed", "skipped"]
+
+# The payload's GPU-only checks (``@check(..., gpu_only=True)`` in envkit_check.py), in run order.
+GPU_CHECKS = ("nvidia_smi", "cuda_available", "arch_covered", "cuda_train_step", "memory", "dataloader",
+              "nccl_allreduce", "matmul_tflops", "h2d_d2h_bandwidth", "telemetry")
+# The GPU checks that must have passed for ``certified``: they prove the GPU really ran the stack.
+REQUIRED_GPU_CHECKS = ("cuda_available", "arch_covered", "cuda_train_step")
+# GPU-only checks that can honestly pass with no CUDA device usable by torch (certify mode on a
+# host with a driver): the driver probe and NVML sampling.
+DEVICELESS_GPU_CHECKS = frozenset({"nvidia_smi", "telemetry"})
+NO_GPU_REQUESTED = "certification asked for a GPU but none is visible in the container"
+MAX_SAMPLES_PER_GPU = 500  # plotted samples kept per GPU; the maxima are over every sample
+_ARCH = re.compile(r"^(sm|compute)_\d{2,3}[af]?$")
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CheckRecord(_Frozen):
+    """One payload check, as reported."""
+
+    name: str
+    status: CheckStatus
+    value: Any = None
+    expected: Any = None
+    message: str = ""
+    seconds: float = 0.0
+
+
+class TelemetrySummary(_Frozen):
+    """The peaks of one GPU's NVML samples (None where NVML gave no reading)."""
+
+    gpu: int
+    samples: int
+    max_util_pct: float | None = None
+    max_mem_used_mib: float | None = None
+    max_power_w: float | None = None
+    max_temp_c: float | None = None
+    clock_event_reasons: tuple[str, ...] = ()  # every reason seen, sorted
+
+
+class TelemetrySample(_Frozen):
+    t: float
+    gpu: int
+    util_pct: float | None = None
+    mem_used_mib: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    clock_event_reasons: tuple[str, ...] | None = None
+
+
+class Certificate(_Frozen):
+    version: Literal[1] = CERTIFICATE_VERSION
+    image: str  # the reference that was run (tag)
+    image_id: str  # the engine's image id (content digest)
+    lock_hash: str
+    gpu_model: str  # e.g. "NVIDIA H200"; "none" without a GPU
+    driver: str  # e.g. "570.124.06"; "none" when unknown
+    status: Status
+    reasons: tuple[str, ...] = ()  # why it failed; empty otherwise
+    mode: str = ""  # the payload's mode: verify | certify
+    gpu_count: int = 0
+    expect: dict[str, Any] = Field(default_factory=dict)  # what the lock said the image holds
+    checks: tuple[CheckRecord, ...] = ()
+    facts: dict[str, Any] = Field(default_factory=dict)
+    telemetry_summary: tuple[TelemetrySummary, ...] = ()
+    telemetry: tuple[TelemetrySample, ...] = ()  # for plots: thinned to MAX_SAMPLES_PER_GPU per GPU
+    payload_version: str
+    payload_sha256: str
+    envkit_version: str
+    created_at: str  # ISO-8601, UTC
+
+    @field_validator("created_at")
+    @classmethod
+    def _utc(cls, value: str) -> str:
+        try:
+            when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"created_at {value!r} is not an ISO-8601 timestamp") from None
+        if when.utcoffset() is None or when.utcoffset().total_seconds() != 0:
+            raise ValueError(f"created_at {value!r} must be in UTC (end in Z or +00:00)")
+        return value
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.image_id, self.gpu_model, self.driver)
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+
+
+# ----------------------------------------------------------------------- the verdict
+def _n(text: Any, parts: int) -> tuple[int, ...]:
+    """The first ``parts`` integer components of a version, missing ones as 0."""
+    nums = [int(x) for x in re.findall(r"\d+", str(text))]
+    return tuple((nums + [0] * parts)[:parts])
+
+
+def _public(version: Any) -> str:
+    return str(version).partition("+")[0].strip()
+
+
+def _compare_versions(facts: dict, expect: dict) -> list[str]:
+    reasons = []
+    rows = (("python", "Python", 2), ("cuda", "CUDA runtime", 2), ("cudnn", "cuDNN", 3), ("nccl", "NCCL", 3))
+    for key, label, parts in rows:
+        if key not in expect:
+            continue  # the lock says nothing: nothing to compare
+        want, have = expect[key], facts.get(key)
+        if want is None and have is None:
+            continue
+        if want is None:
+            reasons.append(f"{label}: the lock expects none (CPU-only build) but the image has {have}")
+        elif have is None:
+            reasons.append(f"{label}: the lock expects {want} but the image has none")
+        elif _n(want, parts) != _n(have, parts):
+            reasons.append(f"{label}: the lock expects {want} but the image has {have} "
+                           f"(compared on the first {parts} components)")
+    if "torch" in expect and expect["torch"] is not None:
+        have = facts.get("torch")
+        if have is None or _public(have) != _public(expect["torch"]):
+            reasons.append(f"torch: the lock expects {expect['torch']} but the image has {have or 'none'}")
+    if "arch_list" in expect:
+        want = set(expect.get("arch_list") or [])
+        have = set(facts.get("arch_list") or [])
+        if want != have:
+            reasons.append(f"arch list: the lock expects {' '.join(sorted(want)) or '(none)'} but torch was built "
+                           f"for {' '.join(sorted(have)) or '(none)'}")
+    return reasons
+
+
+def _cc_of(gpu: dict) -> str | None:
+    cc = str(gpu.get("cc") or "")
+    if re.fullmatch(r"\d+\.\d+", cc):
+        return cc
+    from ..catalog import load_catalog  # only when the device did not say
+
+    try:
+        arch = load_catalog().gpu(str(gpu.get("name") or ""))
+    except Exception:
+        return None
+    return arch.cc if arch else None
+
+
+def _coverage(facts: dict, expect: dict) -> list[str]:
+    arch_list = expect["arch_list"] if "arch_list" in expect else facts.get("arch_list")
+    arches = tuple(a for a in (arch_list or []) if _ARCH.match(str(a)))
+    shown = " ".join(arch_list or []) or "(none)"
+    reasons = []
+    for gpu in facts.get("gpus") or []:
+        name = gpu.get("name") or f"GPU {gpu.get('index', '?')}"
+        cc = _cc_of(gpu)
+        if cc is None:
+            reasons.append(f"cannot tell the compute capability of {name} (reported cc {gpu.get('cc')!r})")
+        elif not covers(arches, cc, ptx_ok=True):
+            reasons.append(f"arch list {shown} has no kernels for {name} (cc {cc})")
+    return reasons
+
+
+def _driver(facts: dict, expect: dict, gpus: list) -> list[str]:
+    floor, driver = expect.get("driver_floor"), facts.get("driver")
+    if not floor:
+        return []
+    if not driver:
+        return [f"GPUs are visible but the driver version is unknown; cannot check the floor {floor}"] if gpus else []
+    try:
+        have, want = vtuple(str(driver)), vtuple(str(floor))
+    except ValueError:
+        return [f"driver version {driver!r} is not a dotted version; cannot compare it with the floor {floor}"]
+    width = max(len(have), len(want))
+    if have + (0,) * (width - len(have)) < want + (0,) * (width - len(want)):
+        return [f"driver {driver} is below the lock's driver floor {floor}"]
+    return []
+
+
+def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tuple[str, ...]]:
+    """The host's outcome for a payload document ``doc`` against the lock's ``expect``."""
+    if not isinstance(doc, dict):
+        return "failed", ("the payload's report is not a JSON object",)
+    reasons: list[str] = []
+    if doc.get("schema") != PAYLOAD_SCHEMA:
+        reasons.append(f"the payload's report has schema {doc.get('schema')!r}, not {PAYLOAD_SCHEMA!r}")
+    facts = doc.get("facts") if isinstance(doc.get("facts"), dict) else {}
+    checks = [c for c in doc.get("checks") or [] if isinstance(c, dict)]
+    if not checks:
+        reasons.append("the payload reported no checks")
+    by_name = {c.get("name"): c for c in checks}
+    gpus = [g for g in facts.get("gpus") or [] if isinstance(g, dict)]
+
+    for c in checks:
+        if c.get("status") == "failed":
+            reasons.append(f"check {c.get('name')} failed: {c.get('message') or '(no message)'}")
+        elif c.get("status") not in ("passed", "skipped"):
+            reasons.append(f"check {c.get('name')} has unknown status {c.get('status')!r}")
+    reasons += _compare_versions(facts, expect)
+    reasons += _coverage(facts, expect)
+    reasons += _driver(facts, expect, gpus)
+
+    if gpus:
+        for name in REQUIRED_GPU_CHECKS:
+            status = by_name.get(name, {}).get("status")
+            if status != "passed" and gpu_requested and status != "failed":  # a failure is already a reason
+                reasons.append(f"GPU check {name} did not pass ({status or 'not reported'}) although "
+                               f"{len(gpus)} GPU(s) are visible")
+    else:
+        if gpu_requested:
+            reasons.append(NO_GPU_REQUESTED)
+        verify = doc.get("mode") != "certify"
+        for c in checks:
+            name = c.get("name")
+            if name in GPU_CHECKS and c.get("status") == "passed" and (verify or name not in DEVICELESS_GPU_CHECKS):
+                reasons.append(f"claims GPU check {name} passed with no GPU visible")
+
+    if not reasons and doc.get("status") == "failed":
+        reasons.append("the payload reported failed although every check it listed held")
+    if reasons:
+        return "failed", tuple(dict.fromkeys(reasons))
+    certified = bool(gpus) and all(by_name.get(n, {}).get("status") == "passed" for n in REQUIRED_GPU_CHECKS)
+    return ("certified" if certified else "verified"), ()
+
+
+# ------------------------------------------------------------------------- building
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def summarize_telemetry(samples: list[dict]) -> tuple[TelemetrySummary, ...]:
+    per_gpu: dict[int, list[dict]] = {}
+    for s in samples:
+        if isinstance(s, dict) and isinstance(s.get("gpu"), int):
+            per_gpu.setdefault(s["gpu"], []).append(s)
+    out = []
+    for gpu in sorted(per_gpu):
+        rows = per_gpu[gpu]
+
+        def peak(key: str) -> float | None:
+            return max((v for v in (_num(r.get(key)) for r in rows) if v is not None), default=None)
+
+        seen = sorted({str(r) for s in rows for r in (s.get("clock_event_reasons") or [])})
+        out.append(TelemetrySummary(gpu=gpu, samples=len(rows), max_util_pct=peak("util_pct"),
+                                    max_mem_used_mib=peak("mem_used_mib"), max_power_w=peak("power_w"),
+                                    max_temp_c=peak("temp_c"), clock_event_reasons=tuple(seen)))
+    return tuple(out)
+
+
+def _thin(samples: list[dict]) -> tuple[TelemetrySample, ...]:
+    per_gpu: dict[int, list[dict]] = {}
+    for s in samples:
+        if isinstance(s, dict) and isinstance(s.get("gpu"), int) and _num(s.get("t")) is not None:
+            per_gpu.setdefault(s["gpu"], []).append(s)
+    kept = []
+    for gpu in sorted(per_gpu):
+        rows = sorted(per_gpu[gpu], key=lambda r: r["t"])
+        if len(rows) > MAX_SAMPLES_PER_GPU:
+            step = len(rows) / MAX_SAMPLES_PER_GPU
+            rows = [rows[int(i * step)] for i in range(MAX_SAMPLES_PER_GPU - 1)] + [rows[-1]]
+        for r in rows:
+            reasons = r.get("clock_event_reasons")
+            kept.append(TelemetrySample(
+                t=float(r["t"]), gpu=gpu, util_pct=_num(r.get("util_pct")), mem_used_mib=_num(r.get("mem_used_mib")),
+                power_w=_num(r.get("power_w")), temp_c=_num(r.get("temp_c")),
+                clock_event_reasons=tuple(map(str, reasons)) if isinstance(reasons, list) else None))
+    return tuple(kept)
+
+
+def _check_record(c: dict) -> CheckRecord:
+    status = c.get("status") if c.get("status") in ("passed", "failed", "skipped") else "failed"
+    return CheckRecord(name=str(c.get("name") or "(unnamed)"), status=status, value=c.get("value"),
+                       expected=c.get("expected"), message=str(c.get("message") or ""),
+                       seconds=_num(c.get("seconds")) or 0.0)
+
+
+def gpu_model_of(facts: dict) -> str:
+    names = list(dict.fromkeys(str(g.get("name") or "unknown GPU") for g in facts.get("gpus") or [] if isinstance(g, dict)))
+    return " + ".join(names) if names else "none"
+
+
+def certificate_from(doc: dict, expect: dict, *, image: str, image_id: str, lock_hash: str, gpu_requested: bool,
+                     created_at: str, envkit_version: str) -> Certificate:
+    status, reasons = decide(doc, expect, gpu_requested=gpu_requested)
+    facts = doc.get("facts") if isinstance(doc.get("facts"), dict) else {}
+    payload = doc.get("payload") if isinstance(doc.get("payload"), dict) else {}
+    samples = doc.get("telemetry") if isinstance(doc.get("telemetry"), list) else []
+    return Certificate(
+        image=image, image_id=image_id, lock_hash=lock_hash or "", gpu_model=gpu_model_of(facts),
+        driver=str(facts.get("driver") or "none"), status=status, reasons=reasons, mode=str(doc.get("mode") or ""),
+        gpu_count=len(facts.get("gpus") or []), expect=dict(expect),
+        checks=tuple(_check_record(c) for c in doc.get("checks") or [] if isinstance(c, dict)),
+        facts=facts, telemetry_summary=summarize_telemetry(samples), telemetry=_thin(samples),
+        payload_version=str(payload.get("version") or "unknown"), payload_sha256=str(payload.get("sha256") or ""),
+        envkit_version=envkit_version, created_at=created_at)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def certify_image(engine, ref: str, expect: dict, *, gpus: bool, timeout: int = 600,
+                  created_at: str | None = None) -> Certificate:
+    """Run the payload in ``ref`` (on the GPUs when ``gpus``) and certify the outcome."""
+    from .. import __version__
+    from .harness import run_payload
+
+    info = engine.inspect(ref)
+    if info is None:
+        raise VerificationError(f"no image {ref} in the engine", hint="build it first with `envkit build SPEC`")
+    verification = run_payload(engine, ref, expect, gpus=gpus, timeout=timeout, mode="certify" if gpus else "verify")
+    return certificate_from(verification.raw, expect, image=ref, image_id=info.id,
+                            lock_hash=info.labels.get("io.envkit.lock-hash", ""), gpu_requested=gpus,
+                            created_at=created_at or utc_now(), envkit_version=__version__)
+
+
+# ------------------------------------------------------------------ files and labels
+def parse_certificate(data: bytes | str, source: str = "certificate") -> Certificate:
+    try:
+        obj = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise VerificationError(f"{source} is not JSON: {exc}", hint="re-run `envkit certify` to write it again") from None
+    version = obj.get("version") if isinstance(obj, dict) else None
+    if version != CERTIFICATE_VERSION:
+        raise VerificationError(f"{source}: unsupported certificate version {version!r}",
+                                hint=f"this envkit reads certificate version {CERTIFICATE_VERSION}; "
+                                     "use the envkit that wrote it, or re-certify the image")
+    try:
+        return Certificate.model_validate(obj)
+    except ValidationError as exc:
+        raise VerificationError(f"{source} is not a valid certificate: {exc}",
+                                hint="re-run `envkit certify` to write it again") from None
+
+
+def load_certificate(path: str | Path) -> Certificate:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise VerificationError(f"cannot read certificate {path}: {exc.strerror or exc}",
+                                hint="run `envkit certify` first") from None
+    return parse_certificate(data, str(path))
+
+
+def slug(text: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200' (a label-key-safe name)."""
+    return _SLUG.sub("-", text.lower()).strip("-") or "none"
+
+
+def certificate_label(cert: Certificate) -> dict[str, str]:
+    """``{io.envkit.certified.<gpu-slug>: "<status> <driver> <YYYY-MM-DD>"}`` to record on the image."""
+    return {f"{LABEL_PREFIX}{slug(cert.gpu_model)}": f"{cert.status} {cert.driver} {cert.created_at[:10]}"}

@@ -1,0 +1,511 @@
+"""Publish images to the team registry: push, promote, mirror bases, pull by digest.
+
+Tags:
+  ``<repo>:<stack tag>``  immutable: one stack (lock hash) forever. Pushing a different image
+                          under an existing stack tag is refused.
+  ``<repo>:certified``    moves: set to the stack tag's exact manifest digest, and only when
+                          that image is certified.
+
+Pushes and pulls go through the engine (docker-py), so the engine's own registry settings
+apply (an engine treats 127.0.0.0/8 registries as plain-http "insecure" ones). Reading a
+tag's manifest and re-pointing ``:certified`` use the registry's HTTP API directly: that is
+the only way to give a second tag *exactly* the first tag's digest.
+
+Credentials come only from the engine's credential store (``docker login``: the client's
+config.json and credential helpers) or from ``ENVKIT_REGISTRY_USER`` /
+``ENVKIT_REGISTRY_PASSWORD``; never from a spec.
+
+Connection errors and 5xx/429 answers are retried with exponential backoff; anything else
+(denied, unknown image, a bad manifest) fails at once. Failures raise ``EngineError`` naming
+the registry and the image left unpushed. Callers record a push in the ``Store`` only after
+the call returned.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+import docker
+import docker.auth
+import docker.errors
+import requests
+
+from .engine import ImageInfo
+from .errors import EngineError
+
+CERTIFIED_TAG = "certified"
+USER_ENV = "ENVKIT_REGISTRY_USER"
+PASSWORD_ENV = "ENVKIT_REGISTRY_PASSWORD"
+
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_PINNED = re.compile(r"^(?P<repo>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})$")
+_DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
+
+MANIFEST_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.index.v1+json",
+)
+
+# Engine messages that mean "try again later" vs "this will never work".
+_TRANSIENT = re.compile(
+    r"connection refused|connection reset|broken pipe|i/o timeout|timed? ?out|\bEOF\b|TLS handshake|"
+    r"no route to host|network is unreachable|temporar|try again|unexpected HTTP status: 5\d\d|"
+    r"\b50[0234]\b|service unavailable|bad gateway|gateway time-?out|internal server error|"
+    r"too ?many ?requests|\b429\b",
+    re.IGNORECASE,
+)
+_PERMANENT = re.compile(
+    r"unauthori[sz]ed|authentication required|denied|forbidden|does not exist locally|no such image|"
+    r"manifest unknown|name unknown|manifest invalid|blob unknown|invalid reference|repository name",
+    re.IGNORECASE,
+)
+
+Sleep = Callable[[float], None]
+Progress = Callable[[str], None]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PushResult:
+    ref: str  # registry/repo:tag
+    digest: str  # sha256:... of the manifest the tag points to
+
+    @property
+    def repository(self) -> str:
+        return _strip_tag(self.ref)
+
+    @property
+    def pinned(self) -> str:
+        """registry/repo@sha256:..., immune to tag moves."""
+        return f"{self.repository}@{self.digest}"
+
+
+@dataclass(frozen=True)
+class PromoteResult:
+    stack: PushResult
+    certified: PushResult | None  # set only when promoted as certified
+    pushed: bool  # False when the stack tag already held this very image
+
+    @property
+    def digest(self) -> str:
+        return self.stack.digest
+
+
+class _Failure(Exception):
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+def _docker(client) -> docker.DockerClient:
+    """Accept a ``docker.DockerClient`` or an envkit ``DockerEngine`` (which exposes ``.client``)."""
+    if isinstance(client, docker.DockerClient):
+        return client
+    inner = getattr(client, "client", None)
+    if isinstance(inner, docker.DockerClient):
+        return inner
+    raise TypeError(f"expected a docker.DockerClient or a DockerEngine, got {type(client).__name__}")
+
+
+def _strip_tag(ref: str) -> str:
+    ref = ref.split("@", 1)[0]
+    head, _, last = ref.rpartition("/")
+    if ":" in last:
+        last = last.rsplit(":", 1)[0]
+    return f"{head}/{last}" if head else last
+
+
+def split_repository(registry_repo: str) -> tuple[str, str]:
+    """``127.0.0.1:5000/vision/torch25`` -> (``127.0.0.1:5000``, ``vision/torch25``)."""
+    if not registry_repo or registry_repo != registry_repo.strip() or "@" in registry_repo \
+            or _strip_tag(registry_repo) != registry_repo:
+        raise EngineError(f"bad registry repository {registry_repo!r}: give REGISTRY/PATH without a tag or digest",
+                          hint="e.g. registry.example.com:5000/vision/torch25")
+    first, sep, rest = registry_repo.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    path = registry_repo if "/" in registry_repo else f"library/{registry_repo}"
+    return "docker.io", path
+
+
+def _check_tag(tag: str) -> None:
+    if not _TAG.match(tag or ""):
+        raise EngineError(f"bad tag {tag!r}: tags are 1-128 of [A-Za-z0-9_.-], not starting with . or -")
+
+
+def _env_credentials() -> tuple[str, str] | None:
+    user, password = os.environ.get(USER_ENV), os.environ.get(PASSWORD_ENV)
+    if bool(user) != bool(password):
+        missing = PASSWORD_ENV if user else USER_ENV
+        raise EngineError(f"{missing} is not set but {USER_ENV if user else PASSWORD_ENV} is",
+                          hint=f"set both {USER_ENV} and {PASSWORD_ENV}, or neither (then `docker login` is used)")
+    return (user, password) if user else None
+
+
+def _auth_config() -> dict | None:
+    """An explicit auth_config from the environment; None lets docker-py use the credential store."""
+    creds = _env_credentials()
+    return {"username": creds[0], "password": creds[1]} if creds else None
+
+
+def _store_credentials(registry: str) -> tuple[str, str] | None:
+    """Username/password for HTTP calls: the environment first, then the engine's credential store."""
+    creds = _env_credentials()
+    if creds:
+        return creds
+    try:
+        entry = docker.auth.load_config().resolve_authconfig(registry) or {}
+    except Exception:  # a broken helper must not hide the real error (the registry's 401)
+        return None
+    user = entry.get("username") or entry.get("Username")
+    password = entry.get("password") or entry.get("Password") or entry.get("IdentityToken")
+    return (user, password) if user and password else None
+
+
+def _insecure(client: docker.DockerClient, registry: str) -> bool:
+    """Does the engine talk plain http to this registry (its insecure-registries setting)?"""
+    try:
+        cfg = client.info().get("RegistryConfig") or {}
+    except (docker.errors.DockerException, requests.RequestException):
+        cfg = {}
+    index = (cfg.get("IndexConfigs") or {}).get(registry)
+    if index is not None:
+        return not index.get("Secure", True)
+    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
+    host = host.strip("[]")
+    try:
+        addrs = [ipaddress.ip_address(host)]
+    except ValueError:
+        try:
+            addrs = [ipaddress.ip_address(a[4][0]) for a in socket.getaddrinfo(host, None)]
+        except (OSError, ValueError):
+            return False
+    cidrs = [ipaddress.ip_network(c, strict=False) for c in cfg.get("InsecureRegistryCIDRs") or ["127.0.0.0/8"]]
+    return any(a in net for a in addrs for net in cidrs if a.version == net.version)
+
+
+def _classify(message: str) -> bool:
+    """True when an engine or registry message describes a transient failure."""
+    return bool(_TRANSIENT.search(message)) and not _PERMANENT.search(message)
+
+
+def _from_exception(exc: Exception) -> _Failure:
+    if isinstance(exc, _Failure):
+        return exc
+    if isinstance(exc, docker.errors.APIError):
+        message = str(exc.explanation or exc)
+        code = exc.status_code or 0
+        return _Failure(message, code >= 500 and not _PERMANENT.search(message) or code == 429)
+    if isinstance(exc, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)):
+        return _Failure(str(exc) or type(exc).__name__, True)
+    raise exc
+
+
+def _retrying(op: Callable[[], T], *, retries: int, backoff: float, sleep: Sleep,
+              fail: Callable[[_Failure, int], EngineError]) -> T:
+    """Run ``op``; retry transient failures ``retries`` times, waiting backoff * 2**n seconds."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return op()
+        except Exception as exc:  # classified below; anything unexpected propagates
+            failure = _from_exception(exc)
+        if not failure.retryable or attempt > retries:
+            raise fail(failure, attempt) from None
+        sleep(backoff * (2 ** (attempt - 1)))
+
+
+def _stream(chunks, progress: Progress | None) -> str | None:
+    """Consume a push/pull progress stream; return the digest it reports; raise on an error line."""
+    digest = None
+    for chunk in chunks:
+        if not isinstance(chunk, dict):
+            continue
+        if "error" in chunk or "errorDetail" in chunk:
+            message = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error") or "unknown error"
+            raise _Failure(str(message).strip(), _classify(str(message)))
+        aux = chunk.get("aux") or {}
+        if aux.get("Digest"):
+            digest = aux["Digest"]
+        status = chunk.get("status") or ""
+        m = _DIGEST.search(status)
+        if m and digest is None:
+            digest = m.group(1)
+        if progress and status and status not in ("Pushing", "Downloading", "Extracting", "Waiting"):
+            progress(f"{chunk['id']}: {status}" if chunk.get("id") else status)
+    return digest
+
+
+# --- the registry's HTTP API (manifests only) --------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Manifest:
+    digest: str
+    media_type: str
+    raw: bytes
+
+    @property
+    def config_digest(self) -> str | None:
+        try:
+            return (json.loads(self.raw).get("config") or {}).get("digest")
+        except ValueError:
+            return None
+
+
+class _RegistryHTTP:
+    """Just enough of the distribution API: GET and PUT manifests, with basic or token auth."""
+
+    def __init__(self, client: docker.DockerClient, registry_repo: str, timeout: float = 30.0):
+        self.registry, self.path = split_repository(registry_repo)
+        host = "registry-1.docker.io" if self.registry in ("docker.io", "index.docker.io") else self.registry
+        self.scheme = "http" if _insecure(client, self.registry) else "https"
+        self.base = f"{self.scheme}://{host}/v2/{self.path}"
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.auth: dict[str, str] = {}
+
+    def _send(self, method: str, url: str, **kw) -> requests.Response:
+        headers = dict(kw.pop("headers", {}))
+        r = self.session.request(method, url, headers={**headers, **self.auth}, timeout=self.timeout, **kw)
+        if r.status_code == 401 and self._authenticate(r.headers.get("WWW-Authenticate", "")):
+            r = self.session.request(method, url, headers={**headers, **self.auth}, timeout=self.timeout, **kw)
+        return r
+
+    def _authenticate(self, challenge: str) -> bool:
+        kind, _, params = challenge.partition(" ")
+        creds = _store_credentials(self.registry)
+        if kind.lower() == "basic":
+            if not creds:
+                return False
+            token = base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
+            self.auth = {"Authorization": f"Basic {token}"}
+            return True
+        if kind.lower() != "bearer":
+            return False
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
+        realm = fields.get("realm")
+        if not realm:
+            return False
+        query = {"scope": f"repository:{self.path}:pull,push"}
+        if fields.get("service"):
+            query["service"] = fields["service"]
+        r = self.session.get(realm, params=query, auth=creds, timeout=self.timeout)
+        self._raise_for(r, f"getting a token from {realm}")
+        body = r.json()
+        token = body.get("token") or body.get("access_token")
+        if not token:
+            raise _Failure(f"the token service {realm} answered without a token", False)
+        self.auth = {"Authorization": f"Bearer {token}"}
+        return True
+
+    @staticmethod
+    def _raise_for(r: requests.Response, what: str) -> None:
+        if r.status_code < 400:
+            return
+        text = r.text.strip().replace("\n", " ")[:300]
+        transient = r.status_code >= 500 or r.status_code == 429
+        raise _Failure(f"{what}: HTTP {r.status_code} {r.reason}: {text}", transient)
+
+    def get_manifest(self, reference: str) -> _Manifest | None:
+        r = self._send("GET", f"{self.base}/manifests/{reference}", headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        if r.status_code == 404:
+            return None
+        self._raise_for(r, f"reading {self.registry}/{self.path}:{reference}")
+        digest = r.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(r.content).hexdigest()
+        media_type = (r.headers.get("Content-Type") or "").split(";")[0].strip()
+        if media_type not in MANIFEST_TYPES:
+            media_type = json.loads(r.content).get("mediaType") or MANIFEST_TYPES[0]
+        return _Manifest(digest, media_type, r.content)
+
+    def put_manifest(self, tag: str, manifest: _Manifest) -> str:
+        r = self._send("PUT", f"{self.base}/manifests/{tag}", data=manifest.raw,
+                       headers={"Content-Type": manifest.media_type})
+        self._raise_for(r, f"tagging {self.registry}/{self.path}:{tag}")
+        return r.headers.get("Docker-Content-Digest") or manifest.digest
+
+
+# --- the API -----------------------------------------------------------------------------------
+
+def _unpushed(image: str, ref: str, registry: str, failure: _Failure, attempts: int,
+              scheme: str = "https") -> EngineError:
+    tries = f"after {attempts} attempts" if attempts > 1 else "at the first attempt"
+    if failure.retryable:
+        hint = (f"is the registry up and reachable from the engine host? (curl {scheme}://{registry}/v2/) "
+                f"{image} is still local; rerun the publish step when the registry is back")
+    else:
+        hint = (f"credentials come from `docker login {registry}` or {USER_ENV}/{PASSWORD_ENV}; "
+                f"check the repository exists and you may push to it. {image} is still local")
+    return EngineError(f"could not push {image} to registry {registry} as {ref} ({tries}): {failure.message}; "
+                       f"{image} is left unpushed", hint=hint)
+
+
+def push(client, image_ref_local: str, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
+         sleep: Sleep = time.sleep, progress: Progress | None = None) -> PushResult:
+    """Tag ``image_ref_local`` as ``registry_repo:tag`` and push it; return the pushed manifest digest."""
+    dc = _docker(client)
+    registry, _ = split_repository(registry_repo)
+    _check_tag(tag)
+    ref = f"{registry_repo}:{tag}"
+    try:
+        dc.api.tag(image_ref_local, registry_repo, tag)
+    except docker.errors.ImageNotFound:
+        raise EngineError(f"cannot push {image_ref_local} to registry {registry}: the engine has no such image",
+                          hint="build it first (envkit build SPEC), or check the reference") from None
+    except docker.errors.APIError as exc:
+        raise EngineError(f"cannot tag {image_ref_local} as {ref}: {exc.explanation}") from None
+    auth = _auth_config()
+
+    def attempt() -> str:
+        chunks = dc.api.push(registry_repo, tag=tag, stream=True, decode=True, auth_config=auth)
+        digest = _stream(chunks, progress)
+        if not digest:
+            raise _Failure("the engine finished the push without reporting a manifest digest", False)
+        return digest
+
+    digest = _retrying(attempt, retries=retries, backoff=backoff, sleep=sleep,
+                       fail=lambda f, n: _unpushed(image_ref_local, ref, registry, f, n,
+                                                   "http" if _insecure(dc, registry) else "https"))
+    return PushResult(ref, digest)
+
+
+def remote_digest(client, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
+                  sleep: Sleep = time.sleep) -> str | None:
+    """The manifest digest ``registry_repo:tag`` points to in the registry, or None if no such tag."""
+    reg = _RegistryHTTP(_docker(client), registry_repo)
+    manifest = _retrying(lambda: reg.get_manifest(tag), retries=retries, backoff=backoff, sleep=sleep,
+                         fail=lambda f, n: EngineError(f"cannot read {registry_repo}:{tag} from registry "
+                                                       f"{reg.registry}: {f.message}"))
+    return manifest.digest if manifest else None
+
+
+def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, image: str | None = None,
+            retries: int = 4, backoff: float = 1.0, sleep: Sleep = time.sleep,
+            progress: Progress | None = None) -> PromoteResult:
+    """Publish the immutable ``stack_tag``; when ``certified``, point ``:certified`` at the same digest.
+
+    ``image``: the local image to publish (default: the local ``registry_repo:stack_tag``).
+    An existing stack tag holding the same image is left as it is (no re-push); one holding a
+    different image is refused. ``:certified`` is re-pointed by copying the stack tag's
+    manifest, so both tags share one digest byte for byte.
+    """
+    dc = _docker(client)
+    _check_tag(stack_tag)
+    if stack_tag == CERTIFIED_TAG:
+        raise EngineError(f"{CERTIFIED_TAG!r} is not a stack tag: it is the tag promote moves",
+                          hint="give the immutable stack tag (e.g. 2.5.1-cu124-py3.11-<lock hash>)")
+    local = image or f"{registry_repo}:{stack_tag}"
+    try:
+        attrs = dc.api.inspect_image(local)
+    except docker.errors.ImageNotFound:
+        raise EngineError(f"cannot promote {local}: the engine has no such image",
+                          hint="build it first (envkit build SPEC), or pass the local image reference") from None
+    image_id = attrs["Id"]
+    repo_digests = set(attrs.get("RepoDigests") or ())
+    reg = _RegistryHTTP(dc, registry_repo)
+    ref = f"{registry_repo}:{stack_tag}"
+    opts = dict(retries=retries, backoff=backoff, sleep=sleep)
+
+    def unreadable(what: str):
+        return lambda f, n: EngineError(f"cannot {what} in registry {reg.registry}: {f.message}; {local} is "
+                                        f"left unpromoted", hint="is the registry up, and may you push to it?")
+
+    existing = _retrying(lambda: reg.get_manifest(stack_tag), fail=unreadable(f"read {ref}"), **opts)
+    if existing is None:
+        stack = push(dc, local, registry_repo, stack_tag, progress=progress, **opts)
+        pushed = True
+    else:
+        same = (existing.config_digest == image_id if existing.config_digest
+                else f"{registry_repo}@{existing.digest}" in repo_digests)
+        if not same:
+            raise EngineError(
+                f"refusing to overwrite {ref}: stack tags are immutable, and it already points to "
+                f"{existing.digest} (image {existing.config_digest or 'unknown'}), not to {local} ({image_id})",
+                hint="a changed stack gets a new lock hash and so a new stack tag: re-resolve and rebuild; "
+                     "to replace the tag anyway, delete it in the registry first, deliberately",
+            )
+        if progress:
+            progress(f"{ref} already holds this image ({existing.digest}); not pushing again")
+        stack = PushResult(ref, existing.digest)
+        pushed = False
+
+    moved = None
+    if certified:
+        manifest = existing or _retrying(lambda: reg.get_manifest(stack.digest),
+                                         fail=unreadable(f"read {registry_repo}@{stack.digest}"), **opts)
+        if manifest is None:
+            raise EngineError(f"{registry_repo}@{stack.digest} vanished from registry {reg.registry} right after "
+                              f"the push", hint="is something deleting manifests? rerun promote")
+        cert_ref = f"{registry_repo}:{CERTIFIED_TAG}"
+        digest = _retrying(lambda: reg.put_manifest(CERTIFIED_TAG, manifest),
+                           fail=unreadable(f"move {cert_ref} to {stack.digest}"), **opts)
+        if digest != stack.digest:
+            raise EngineError(f"the registry {reg.registry} stored {cert_ref} as {digest}, not {stack.digest}",
+                              hint="the registry rewrote the manifest; promote by pushing the image instead")
+        moved = PushResult(cert_ref, digest)
+        if progress:
+            progress(f"{cert_ref} -> {digest}")
+    return PromoteResult(stack, moved, pushed)
+
+
+def mirror_base(client, base_ref: str, registry_repo: str, *, tag: str | None = None, retries: int = 4,
+                backoff: float = 1.0, sleep: Sleep = time.sleep, progress: Progress | None = None) -> str:
+    """Push a (local) base image into the team registry; return ``registry/repo@sha256:...``.
+
+    Rebuilds that use the returned reference depend on the team registry only, never on
+    upstream. ``tag`` defaults to the base's own tag (``sha256-<hex>`` for a digest reference).
+    """
+    if tag is None:
+        m = _PINNED.match(base_ref)
+        if m:
+            tag = m.group("digest").replace(":", "-")
+        else:
+            last = base_ref.rpartition("/")[2]
+            tag = last.rsplit(":", 1)[1] if ":" in last else "latest"
+    result = push(client, base_ref, registry_repo, tag, retries=retries, backoff=backoff, sleep=sleep,
+                  progress=progress)
+    return result.pinned
+
+
+def pull_by_digest(client, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
+                   sleep: Sleep = time.sleep, progress: Progress | None = None) -> ImageInfo:
+    """Pull ``registry/repo@sha256:...`` into the engine and return what the engine now holds."""
+    from .engine.docker_engine import DockerEngine
+
+    m = _PINNED.match(ref_with_digest or "")
+    if not m:
+        raise EngineError(f"{ref_with_digest!r} is not pinned by digest",
+                          hint="give REGISTRY/REPO@sha256:<64 hex digits>")
+    dc = _docker(client)
+    registry, _ = split_repository(m.group("repo"))
+    auth = _auth_config()
+
+    def attempt() -> None:
+        _stream(dc.api.pull(m.group("repo"), tag=m.group("digest"), stream=True, decode=True, auth_config=auth),
+                progress)
+
+    def fail(f: _Failure, n: int) -> EngineError:
+        tries = f"after {n} attempts" if n > 1 else "at the first attempt"
+        return EngineError(f"could not pull {ref_with_digest} from registry {registry} ({tries}): {f.message}",
+                           hint=f"is the registry up, does it still hold that digest, and may you pull from it "
+                                f"(`docker login {registry}` or {USER_ENV}/{PASSWORD_ENV})?")
+
+    _retrying(attempt, retries=retries, backoff=backoff, sleep=sleep, fail=fail)
+    info = DockerEngine(dc).inspect(ref_with_digest)
+    if info is None:
+        raise EngineError(f"pulled {ref_with_digest} but the engine does not list it")
+    return info

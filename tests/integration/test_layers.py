@@ -1,0 +1,56 @@
+"""Layers in order of change: an image that differs only in its extra packages reuses
+every layer below them (the OS and the whole framework environment)."""
+
+import json
+
+import pytest
+
+from envkit.build import build_image
+from envkit.closure import compile_closure
+from envkit.lock import Package, load_lock, sealed
+from tests.integration.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_changing_only_an_extra_reuses_the_framework_layer(example_build, engine):
+    doc, _ = example_build
+    lock = load_lock(ROOT / "examples" / "team.lock")
+    a = lock.images[0]
+    framework = [p for p in a.packages if p.group == "framework"]
+    # same framework closure, a different numpy: resolved against A's framework pins
+    pins = compile_closure([f"torch=={a.framework_version}", "numpy==2.0.*"], python=a.python, glibc="2.36",
+                           index_url=a.index_url, constraints=[_pin(p) for p in framework])
+    extras = [Package(name=p.name, version=p.version, hashes=p.hashes, group="extra")
+              for p in pins if p.name not in {f.name for f in framework}]
+    assert [p.version for p in extras if p.name == "numpy"][0].startswith("2.0.")
+    b = sealed(a.model_copy(update={"name": "torch25-numpy20", "packages": tuple(framework + extras)}))
+    lock_b = lock.model_copy(update={"images": (b,)})
+
+    outcome = build_image(engine, lock_b, b, "examples/team.yaml", ca_bundle=_ca(), progress=lambda *a: None,
+                          verify=False)
+    layers_a = _layers(engine, doc["images"][0]["tag"])
+    layers_b = _layers(engine, outcome.tag)
+    # base, OS packages + user, framework venv: identical; the extras layer differs
+    assert layers_a[:3] == layers_b[:3]
+    assert layers_a[3] != layers_b[3]
+    print(json.dumps({"shared_layers": 3, "build_seconds": round(outcome.seconds, 1)}))
+    engine.client.images.remove(outcome.tag, force=True)
+
+
+def _pin(p):
+    from envkit.closure import Pin
+
+    return Pin(p.name, p.version, p.hashes)
+
+
+def _layers(engine, tag):
+    return engine.client.images.get(tag).attrs["RootFS"]["Layers"]
+
+
+def _ca():
+    import os
+    from pathlib import Path
+
+    value = os.environ.get("ENVKIT_CA_BUNDLE") or os.environ.get("PIP_CERT")
+    return Path(value) if value and Path(value).is_file() else None

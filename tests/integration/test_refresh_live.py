@@ -1,0 +1,83 @@
+"""`catalog refresh` against the real package index (pypi.org); skipped when unreachable.
+
+Wheel METADATA is read by HTTP range requests and cached in ~/.cache/envkit/metadata, so
+a second run makes only the listing request.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from envkit.catalog import data_dir, load_catalog
+from envkit.catalog.refresh import refresh, refresh_summary
+from envkit.errors import PackageIndexError
+from envkit.index import PackageIndex
+
+pytestmark = pytest.mark.network
+
+TODAY = "2026-12-02"
+
+
+@pytest.fixture
+def live_index(monkeypatch):
+    monkeypatch.setattr("envkit.index.TIMEOUT", 20)  # an unreachable index skips in seconds, not minutes
+    return PackageIndex()
+
+
+@pytest.fixture
+def cat_dir(tmp_path):
+    out = tmp_path / "catalog"
+    out.mkdir()
+    for src in sorted(data_dir().glob("*.yaml")):
+        shutil.copyfile(src, out / src.name)
+    return out
+
+
+def _refresh(directory, index):
+    try:
+        return refresh(load_catalog(directory), index, today=TODAY, data_dir=directory)
+    except PackageIndexError as exc:
+        pytest.skip(f"package index unreachable: {exc.message}")
+
+
+def _check_entries(result):
+    for row in result.entries:
+        default = next(v for v in row["variants"] if v["tag"] == row["index_default"])
+        for key in ("cuda", "cudnn", "nccl"):
+            assert default[key], f"{row['version']}: no {key} in the proposed {default['tag']} variant"
+
+
+def test_live_refresh_on_a_catalog_copy(cat_dir, live_index):
+    result = _refresh(cat_dir, live_index)
+    _check_entries(result)
+    summary = refresh_summary(result)
+    print(summary["diff"] or "(no change proposed)")
+    for line in summary["notes"] + summary["warnings"]:
+        print(line)
+    if result.changed:
+        result.apply(cat_dir)
+        load_catalog(cat_dir)
+
+
+def test_live_refresh_rederives_a_known_series(cat_dir, live_index):
+    """Drop the 2.15 row (itself read live) and check refresh proposes the same pins."""
+    path = cat_dir / "pytorch.yaml"
+    lines = path.read_text().splitlines(keepends=True)
+    start = lines.index('  - version: "2.15"\n')
+    end = start + 1
+    while end < len(lines) and lines[end].startswith("    "):
+        end += 1
+    path.write_text("".join(lines[:start] + lines[end:]))
+    result = _refresh(cat_dir, live_index)
+    _check_entries(result)
+    row = next((r for r in result.entries if r["version"] == "2.15"), None)
+    assert row is not None, "the index lists torch 2.15.0; refresh should propose the 2.15 series"
+    known = load_catalog().torch_release("2.15")
+    assert row["index_default"] == known.index_default
+    variant = row["variants"][0]
+    expected = known.variant(known.index_default)
+    assert (variant["cuda"], variant["cudnn"], variant["nccl"]) == (expected.cuda, expected.cudnn, expected.nccl)
+    assert variant["arch_list"] == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"  # carried over from 2.14 cu132
+    assert row["verified"] == "partial" and "2.14 cu132" in row["note"]

@@ -1,0 +1,319 @@
+"""Certificates: the host-side verdict over payload documents.
+
+These tests fake the DEVICE FACTS only (payload documents as the in-image payload would print
+them); the outcome is always computed by ``decide``. The payload's own ``status`` is set to
+what the payload would claim, so a test also shows the host does not simply copy it.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit.certify import certificate as C
+from envkit.certify.certificate import (
+    GPU_CHECKS, NO_GPU_REQUESTED, Certificate, certificate_from, certificate_label, certify_image, decide,
+    load_certificate, parse_certificate,
+)
+from envkit.engine import ImageInfo
+from envkit.errors import VerificationError
+
+from .lockfixtures import make_image
+
+PAYLOAD = Path(__file__).resolve().parents[2] / "envkit" / "certify" / "payload" / "envkit_check.py"
+WHEN = "2025-06-01T12:00:00Z"
+EXPECT = make_image().expect()  # torch 2.5.1, CUDA 12.4, cuDNN 9.1.0.70, NCCL 2.21.5, sm_50..sm_90, floor 525.60.13
+STATIC = ("python_version", "torch_version", "cuda_runtime", "cudnn_version", "nccl_version", "arch_list",
+          "pip_check", "cpu_train_step", "dataloader_cpu")
+H200 = {"index": 0, "name": "NVIDIA H200", "cc": "9.0", "memory_gib": 139.8}
+B200 = {"index": 0, "name": "NVIDIA B200", "cc": "10.0", "memory_gib": 178.4}
+
+
+def check(name, status="passed", message="ok", value=None, expected=None, seconds=0.25):
+    return {"name": name, "status": status, "value": value, "expected": expected, "message": message,
+            "seconds": seconds}
+
+
+def gpu_doc(gpus=(H200,), driver="570.124.06", **facts):
+    """What the payload prints in certify mode on a healthy GPU host (facts overridable)."""
+    base = {"python": "3.11.2", "torch": "2.5.1+cu124", "cuda": "12.4", "cudnn": "9.1.0", "nccl": "2.21.5",
+            "arch_list": list(EXPECT["arch_list"]), "gpus": [dict(g) for g in gpus], "driver": driver}
+    base.update(facts)
+    samples = [{"t": round(0.2 * i, 3), "gpu": g["index"], "util_pct": min(100, 10 * i), "mem_used_mib": 1000.0 + 50 * i,
+                "power_w": 100.0 + 20 * i, "temp_c": 40 + i,
+                "clock_event_reasons": ["sw_power_cap"] if i == 5 else []} for i in range(12) for g in gpus]
+    return {"schema": "envkit.payload/1", "payload": {"version": "1", "sha256": "f" * 64}, "mode": "certify",
+            "status": "certified", "facts": base,
+            "checks": [check(n) for n in STATIC] + [check(n) for n in GPU_CHECKS],
+            "telemetry": samples, "seconds": 42.5}
+
+
+def cpu_doc(**facts):
+    """What the payload prints in verify mode with no GPU visible."""
+    doc = gpu_doc(gpus=(), driver=None, **facts)
+    doc.update(mode="verify", status="verified", telemetry=[])
+    doc["checks"] = [check(n) for n in STATIC] + [check(n, "skipped", "no CUDA device visible") for n in GPU_CHECKS]
+    return doc
+
+
+def set_check(doc, name, status, message="", **fields):
+    doc = copy.deepcopy(doc)
+    for c in doc["checks"]:
+        if c["name"] == name:
+            c.update(status=status, message=message, **fields)
+    return doc
+
+
+def build(doc, gpu_requested=True, expect=EXPECT):
+    return certificate_from(doc, expect, image="vision/torch25:2.5.1-cu124-py3.11-abcd1234",
+                            image_id="sha256:" + "e" * 64, lock_hash="sha256:" + "d" * 64,
+                            gpu_requested=gpu_requested, created_at=WHEN, envkit_version="0.1.0")
+
+
+# ------------------------------------------------------------------------- outcomes
+def test_certified_on_h200_with_every_gpu_check_passed():
+    status, reasons = decide(gpu_doc(), EXPECT, gpu_requested=True)
+    assert (status, reasons) == ("certified", ())
+    cert = build(gpu_doc())
+    assert cert.status == "certified" and cert.reasons == ()
+    assert cert.gpu_model == "NVIDIA H200" and cert.driver == "570.124.06" and cert.gpu_count == 1
+    assert cert.key == ("sha256:" + "e" * 64, "NVIDIA H200", "570.124.06")
+
+
+@pytest.mark.parametrize("fact, value, words", [
+    ("cudnn", "8.9.7", ["cuDNN", "9.1.0.70", "8.9.7"]),
+    ("nccl", "2.20.5", ["NCCL", "2.21.5", "2.20.5"]),
+    ("cuda", "12.1", ["CUDA", "12.4", "12.1"]),
+    ("torch", "2.4.1+cu124", ["torch", "2.5.1", "2.4.1+cu124"]),
+    ("cuda", None, ["CUDA", "12.4", "none"]),
+])
+def test_failed_when_the_image_libraries_differ_from_the_lock(fact, value, words):
+    # The payload's own checks are left "passed": the host must catch the mismatch from the facts.
+    status, reasons = decide(gpu_doc(**{fact: value}), EXPECT, gpu_requested=True)
+    assert status == "failed"
+    assert any(all(w in r for w in words) for r in reasons), reasons
+
+
+def test_cudnn_compared_on_three_components_and_torch_ignores_local_tag():
+    doc = gpu_doc(cudnn="9.1.0", torch="2.5.1+cu124")  # lock says 9.1.0.70 and 2.5.1
+    assert decide(doc, EXPECT, gpu_requested=True) == ("certified", ())
+    assert decide(gpu_doc(cudnn="9.1.1"), EXPECT, gpu_requested=True)[0] == "failed"
+
+
+def test_failed_when_the_arch_list_has_no_kernels_for_the_visible_gpu():
+    status, reasons = decide(gpu_doc(gpus=(B200,)), EXPECT, gpu_requested=True)
+    assert status == "failed"
+    assert f"arch list {' '.join(EXPECT['arch_list'])} has no kernels for NVIDIA B200 (cc 10.0)" in reasons
+
+
+def test_ptx_in_the_arch_list_covers_a_newer_gpu():
+    arches = [*EXPECT["arch_list"], "compute_90"]
+    doc = gpu_doc(gpus=(B200,), arch_list=arches)
+    assert decide(doc, {**EXPECT, "arch_list": arches}, gpu_requested=True) == ("certified", ())
+
+
+def test_failed_when_the_compiled_arch_list_differs_from_the_lock():
+    status, reasons = decide(gpu_doc(arch_list=["sm_80", "sm_90"]), EXPECT, gpu_requested=True)
+    assert status == "failed" and any("arch list" in r and "sm_80 sm_90" in r for r in reasons)
+
+
+@pytest.mark.parametrize("driver, ok", [("470.256.02", False), ("525.60.12", False), ("525.60.13", True),
+                                        ("525.105.17", True), ("580", True)])
+def test_driver_floor(driver, ok):
+    status, reasons = decide(gpu_doc(driver=driver), EXPECT, gpu_requested=True)
+    if ok:
+        assert status == "certified"
+    else:
+        assert status == "failed"
+        assert f"driver {driver} is below the lock's driver floor 525.60.13" in reasons
+
+
+def test_verified_with_no_gpu_and_gpu_checks_skipped():
+    cert = build(cpu_doc(), gpu_requested=False)
+    assert (cert.status, cert.reasons) == ("verified", ())
+    assert cert.gpu_model == "none" and cert.driver == "none" and cert.telemetry == ()
+    assert all(c.status == "skipped" for c in cert.checks if c.name in GPU_CHECKS)
+
+
+def test_failed_when_a_gpu_check_claims_passed_with_no_gpu():
+    doc = set_check(cpu_doc(), "cuda_train_step", "passed", "loss fell")
+    doc["status"] = "verified"  # what a lying or buggy payload would say
+    status, reasons = decide(doc, EXPECT, gpu_requested=False)
+    assert status == "failed"
+    assert "claims GPU check cuda_train_step passed with no GPU visible" in reasons
+
+
+def test_failed_when_a_gpu_was_requested_but_none_is_visible():
+    # certify mode on a host where the container sees no device: the payload fails cuda_available.
+    doc = set_check(cpu_doc(), "cuda_available", "failed",
+                    "certify mode requested but no CUDA device visible (torch.cuda.is_available() is False)")
+    doc.update(mode="certify", status="failed")
+    status, reasons = decide(doc, EXPECT, gpu_requested=True)
+    assert status == "failed" and NO_GPU_REQUESTED in reasons
+    # Even a document that claims to be a clean verify run fails when a GPU was asked for.
+    assert decide(cpu_doc(), EXPECT, gpu_requested=True) == ("failed", (NO_GPU_REQUESTED,))
+
+
+def test_driver_probe_may_pass_without_a_cuda_device_in_certify_mode():
+    doc = set_check(cpu_doc(), "nvidia_smi", "passed", "driver 570.124.06 (via nvidia-smi)")
+    doc = set_check(doc, "cuda_available", "failed", "certify mode requested but no CUDA device visible")
+    doc["mode"] = "certify"
+    _, reasons = decide(doc, EXPECT, gpu_requested=True)
+    assert not any("nvidia_smi" in r for r in reasons)
+
+
+def test_a_failed_check_fails_the_certificate_with_its_message():
+    doc = set_check(gpu_doc(), "dataloader", "failed", "/dev/shm is 64 MiB; run with --shm-size=8g or --ipc=host")
+    doc["status"] = "certified"  # the host does not copy the payload's status
+    status, reasons = decide(doc, EXPECT, gpu_requested=True)
+    assert status == "failed"
+    assert reasons == ("check dataloader failed: /dev/shm is 64 MiB; run with --shm-size=8g or --ipc=host",)
+
+
+def test_gpu_visible_but_train_step_skipped_is_not_certified():
+    doc = set_check(gpu_doc(), "cuda_train_step", "skipped", "no CUDA device visible")
+    status, reasons = decide(doc, EXPECT, gpu_requested=True)
+    assert status == "failed" and any("cuda_train_step did not pass (skipped)" in r for r in reasons)
+
+
+def test_payload_failed_status_is_never_upgraded():
+    doc = gpu_doc()
+    doc["status"] = "failed"
+    assert decide(doc, EXPECT, gpu_requested=True)[0] == "failed"
+
+
+def test_wrong_schema_fails():
+    doc = gpu_doc()
+    doc["schema"] = "something/2"
+    assert decide(doc, EXPECT, gpu_requested=True)[0] == "failed"
+
+
+def test_cpu_only_build_verifies_against_a_cpu_lock():
+    expect = {**EXPECT, "cuda": None, "cudnn": None, "nccl": None, "arch_list": [], "driver_floor": None}
+    doc = cpu_doc(cuda=None, cudnn=None, nccl=None, arch_list=None, torch="2.5.1+cpu")
+    assert decide(doc, expect, gpu_requested=False) == ("verified", ())
+
+
+def test_gpu_check_names_match_the_payload_registry():
+    spec = importlib.util.spec_from_file_location("envkit_check_for_cert", PAYLOAD)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["envkit_check_for_cert"] = module
+    try:
+        spec.loader.exec_module(module)
+        assert tuple(name for name, _, gpu_only in module.REGISTRY if gpu_only) == GPU_CHECKS
+    finally:
+        sys.modules.pop("envkit_check_for_cert", None)
+
+
+# ------------------------------------------------------------- content and files
+def test_telemetry_summary_per_gpu():
+    second = {**H200, "index": 1}
+    cert = build(gpu_doc(gpus=(H200, second)))
+    assert [s.gpu for s in cert.telemetry_summary] == [0, 1]
+    s = cert.telemetry_summary[0]
+    assert (s.samples, s.max_util_pct, s.max_mem_used_mib, s.max_power_w, s.max_temp_c) == (12, 100, 1550.0, 320.0, 51)
+    assert s.clock_event_reasons == ("sw_power_cap",)
+    assert cert.gpu_model == "NVIDIA H200" and cert.gpu_count == 2
+
+
+def test_telemetry_is_thinned_but_maxima_use_every_sample():
+    doc = gpu_doc()
+    doc["telemetry"] = [{"t": i * 0.2, "gpu": 0, "util_pct": 50, "mem_used_mib": 1.0, "power_w": 1.0 * i, "temp_c": 30,
+                         "clock_event_reasons": []} for i in range(2000)]
+    cert = build(doc)
+    assert len(cert.telemetry) == C.MAX_SAMPLES_PER_GPU
+    assert cert.telemetry[-1].t == pytest.approx(1999 * 0.2)
+    assert cert.telemetry_summary[0].max_power_w == 1999.0 and cert.telemetry_summary[0].samples == 2000
+
+
+def test_round_trip_to_bytes_and_back(tmp_path):
+    cert = build(gpu_doc())
+    data = cert.to_bytes()
+    assert json.loads(data) == json.loads(json.dumps(json.loads(data), sort_keys=True))
+    assert list(json.loads(data)) == sorted(json.loads(data))  # sorted keys
+    path = tmp_path / "cert.json"
+    path.write_bytes(data)
+    again = load_certificate(path)
+    assert again == cert and again.to_bytes() == data and again.key == cert.key
+
+
+def test_certificate_is_frozen_and_strict():
+    cert = build(gpu_doc())
+    with pytest.raises(Exception):
+        cert.status = "failed"
+    body = json.loads(cert.to_bytes())
+    body["surprise"] = 1
+    with pytest.raises(VerificationError):
+        parse_certificate(json.dumps(body))
+
+
+def test_unknown_version_is_refused_with_a_hint(tmp_path):
+    body = json.loads(build(gpu_doc()).to_bytes())
+    body["version"] = 2
+    path = tmp_path / "cert.json"
+    path.write_text(json.dumps(body))
+    with pytest.raises(VerificationError) as err:
+        load_certificate(path)
+    assert "unsupported certificate version 2" in err.value.message and err.value.hint
+    with pytest.raises(VerificationError):
+        load_certificate(tmp_path / "missing.json")
+    path.write_text("{not json")
+    with pytest.raises(VerificationError):
+        load_certificate(path)
+
+
+def test_created_at_must_be_utc():
+    with pytest.raises(Exception):
+        certificate_from(gpu_doc(), EXPECT, image="x", image_id="y", lock_hash="z", gpu_requested=True,
+                         created_at="2025-06-01T12:00:00+02:00", envkit_version="0.1.0")
+
+
+def test_certificate_label():
+    assert certificate_label(build(gpu_doc())) == {"io.envkit.certified.nvidia-h200": "certified 570.124.06 2025-06-01"}
+    assert certificate_label(build(cpu_doc(), gpu_requested=False)) == {"io.envkit.certified.none": "verified none 2025-06-01"}
+
+
+# --------------------------------------------------------------- certify_image
+class FakeEngine:
+    """Only the engine: the payload document still goes through run_payload's parsing."""
+
+    def __init__(self, doc):
+        self.doc, self.runs = doc, []
+
+    def inspect(self, ref):
+        return ImageInfo(id="sha256:" + "a" * 64, tags=(ref,), size=1, labels={"io.envkit.lock-hash": "sha256:lockhash"},
+                         env={}, user="envkit")
+
+    def run(self, ref, command, options):
+        from envkit.engine import RunResult
+
+        self.runs.append((ref, command, options))
+        return RunResult(exit_code=0, stdout=json.dumps(self.doc), stderr="")
+
+
+def test_certify_image_runs_the_payload_in_certify_mode_with_gpus():
+    engine = FakeEngine(gpu_doc())
+    cert = certify_image(engine, "vision/torch25:tag", EXPECT, gpus=True, created_at=WHEN)
+    ref, command, options = engine.runs[0]
+    assert options.gpus is True and command[command.index("--mode") + 1] == "certify"
+    assert cert.status == "certified" and cert.image_id == "sha256:" + "a" * 64 and cert.lock_hash == "sha256:lockhash"
+    assert cert.created_at == WHEN and cert.image == "vision/torch25:tag"
+
+
+def test_certify_image_without_gpus_verifies():
+    engine = FakeEngine(cpu_doc())
+    cert = certify_image(engine, "vision/torch25:tag", EXPECT, gpus=False, created_at=WHEN)
+    assert engine.runs[0][1][engine.runs[0][1].index("--mode") + 1] == "verify"
+    assert cert.status == "verified"
+
+
+def test_certify_image_missing_image():
+    engine = FakeEngine(cpu_doc())
+    engine.inspect = lambda ref: None
+    with pytest.raises(VerificationError):
+        certify_image(engine, "nope:tag", EXPECT, gpus=False, created_at=WHEN)
