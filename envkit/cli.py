@@ -250,6 +250,167 @@ def doctor_cmd(click_ctx, json_out):
         sys.exit(6)
 
 
+@main.command("certify")
+@click.argument("image")
+@click.option("--lock", "lock_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Expect what this lock says (default: the image's own pin labels).")
+@click.option("--gpus/--no-gpus", default=None, help="Certify on the GPUs (default: when the engine has the NVIDIA runtime).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
+              show_default=True, help="Where the certificate and reports are written.")
+@click.option("--store", "store_url", default=None, help="History store (default .envkit/history.sqlite).")
+@click.option("--timeout", default=600, show_default=True, help="Hard limit for the in-image run, seconds.")
+@json_option
+@click.pass_context
+def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, json_out):
+    """Certify IMAGE: on a GPU, `certified`; without one, `verified` with GPU checks skipped."""
+    from .engine.docker_engine import connect
+    from .pipeline import certify
+
+    c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    cert, paths = run(c, lambda: certify(engine, image, lock_path=lock_path, gpus=gpus, out_dir=out_dir,
+                                         store_url=store_url, timeout=timeout))
+
+    def human():
+        table([[ch.name, ch.status, _short(ch.value), (ch.message or "")[:70]] for ch in cert.checks],
+              ["CHECK", "STATUS", "VALUE", "MESSAGE"])
+        for reason in cert.reasons:
+            click.echo(f"  reason: {reason}", err=True)
+        click.echo(f"{image}: {cert.status} on {cert.gpu_model} (driver {cert.driver}); reports in {out_dir}")
+
+    emit(c, {"certificate": cert.to_json(), "reports": {k: str(v) for k, v in paths.items()}}, human)
+    if cert.status == "failed":
+        sys.exit(8)
+
+
+@main.group("catalog")
+def catalog_group():
+    """The compatibility catalog."""
+
+
+@catalog_group.command("refresh")
+@click.option("--apply", "apply_", is_flag=True, help="Write the proposed rows into the catalog.")
+@json_option
+@click.pass_context
+def catalog_refresh_cmd(click_ctx, apply_, json_out):
+    """Read new PyTorch releases from the package index and propose catalog rows (a reviewable diff)."""
+    from .pipeline import refresh_catalog
+
+    c = _ctx(click_ctx, json_out)
+    summary = run(c, lambda: refresh_catalog(apply=apply_, progress=c.progress))
+
+    def human():
+        for note in summary["notes"] + summary["warnings"]:
+            click.echo(f"note: {note}", err=True)
+        click.echo(summary["diff"] or "the catalog is up to date with the index")
+        if summary["changed"] and not apply_:
+            click.echo("review the diff, then run `envkit catalog refresh --apply`", err=True)
+
+    emit(c, summary, human)
+
+
+@main.command("nightly")
+@click.argument("spec", type=SPEC)
+@click.option("--registry", default=None, help="Team registry to push to (host[:port][/path]).")
+@click.option("--locked", is_flag=True, help="Use the lock as it is (e.g. on a GPU runner after a CPU build job).")
+@click.option("--gpus/--no-gpus", default=None, help="Certify on GPUs (default: when the engine has the NVIDIA runtime).")
+@click.option("--threshold", default=0.10, show_default=True, help="Regression: a probe dropping more than this fraction.")
+@click.option("--store", "store_url", default=None, help="History store (default .envkit/history.sqlite).")
+@click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
+              show_default=True)
+@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
+@json_option
+@click.pass_context
+def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, reports_dir, out_root, json_out):
+    """Re-resolve, rebuild what changed, certify, promote and remember.
+
+    Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure,
+    13 regression, 14 publish failure.
+    """
+    from .engine.docker_engine import connect
+    from .nightly import run_nightly
+    from .store import Store
+
+    c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    store = run(c, lambda: Store.open(store_url))
+    with store:
+        result = run(c, lambda: run_nightly(spec, engine, store, out_root=out_root, reports_dir=reports_dir,
+                                            registry=registry, locked=locked, gpus=gpus, threshold=threshold,
+                                            progress=c.progress))
+
+    def human():
+        rows = [[r.name, r.tag, r.build, r.status, ", ".join(r.pushed) or "-", "; ".join(r.changes)[:50] or "-"]
+                for r in result.images]
+        table(rows, ["IMAGE", "TAG", "BUILD", "STATUS", "PUSHED", "CHANGES"])
+        for r in result.images:
+            for line in r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
+                click.echo(f"  {r.name}: {line}", err=True)
+        from .nightly import EXIT_NAMES
+
+        click.echo(f"nightly run {result.run_id}: {EXIT_NAMES[result.exit_code]} in {result.seconds:.1f}s")
+
+    emit(c, result.to_json(), human)
+    sys.exit(result.exit_code)
+
+
+@main.command("ls")
+@click.option("--store", "store_url", default=None)
+@json_option
+@click.pass_context
+def ls_cmd(click_ctx, store_url, json_out):
+    """Images envkit built, their stack and certification per GPU model."""
+    from .pipeline import list_images
+
+    c = _ctx(click_ctx, json_out)
+    rows = run(c, lambda: list_images(store_url))
+    emit(c, {"images": rows}, lambda: table(
+        [[r["tag"], r["stack"], ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-", r["date"]]
+         for r in rows], ["IMAGE", "STACK", "CERTIFICATION", "DATE"]))
+
+
+@main.command("show")
+@click.argument("image")
+@click.option("--store", "store_url", default=None)
+@json_option
+@click.pass_context
+def show_cmd(click_ctx, image, store_url, json_out):
+    """An image's pins, lock hash and certificates."""
+    from .engine.docker_engine import connect
+    from .pipeline import show_image
+
+    c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    doc = run(c, lambda: show_image(engine, image, store_url))
+
+    def human():
+        for k, v in doc["labels"].items():
+            click.echo(f"{k:32} {v}")
+        for cert in doc["certificates"]:
+            click.echo(f"certificate: {cert['status']} on {cert['gpu_model']} driver {cert['driver']} ({cert['created_at']})")
+
+    emit(c, doc, human)
+
+
+@main.command("run", context_settings={"ignore_unknown_options": True})
+@click.argument("image")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--gpus/--no-gpus", default=None, help="Default: when the engine has the NVIDIA runtime.")
+@click.option("--shm-size", default="16g", show_default=True)
+@click.pass_context
+def run_cmd(click_ctx, image, command, gpus, shm_size):
+    """Run COMMAND in IMAGE with the GPU, shared-memory and ulimit flags it needs."""
+    from .engine.docker_engine import connect
+    from .pipeline import run_in_image
+
+    c = _ctx(click_ctx, False)
+    engine = run(c, connect)
+    result = run(c, lambda: run_in_image(engine, image, list(command), gpus=gpus, shm_size=shm_size))
+    click.echo(result.stdout, nl=False)
+    click.echo(result.stderr, nl=False, err=True)
+    sys.exit(result.exit_code)
+
+
 @main.command("schema")
 def schema_cmd():
     """Print the JSON Schema of team.yaml."""

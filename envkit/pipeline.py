@@ -140,3 +140,89 @@ def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verifica
                                     hint="rebuild it with `envkit build SPEC`, or pass the lock it came from")
         expect = match[0].expect()
     return run_payload(engine, ref, expect)
+
+
+def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_dir: Path,
+            store_url: str | None, timeout: int = 600):
+    """Certify ``ref``, record the certificate in the store, write the reports."""
+    from .certify.certificate import certify_image
+    from .nightly import perf_metrics
+    from .report import write_reports
+    from .store import Store
+
+    info = engine.inspect(ref)
+    if info is None:
+        raise EngineError(f"no image {ref!r} in the engine", hint="build it with `envkit build SPEC`")
+    lock_hash = info.labels.get(LOCK_LABEL)
+    if not lock_hash:
+        raise VerificationError(f"{ref} was not built by envkit (it has no {LOCK_LABEL} label)")
+    expect = expect_from_labels(info.labels)
+    if lock_path is not None:
+        match = [i for i in load_lock(lock_path).images if i.hash == lock_hash]
+        if not match:
+            raise VerificationError(f"{ref} was built from lock hash {lock_hash[:19]}, which {lock_path} does not contain")
+        expect = match[0].expect()
+    use_gpus = engine.nvidia_runtime() if gpus is None else gpus
+    cert = certify_image(engine, ref, expect, gpus=use_gpus, timeout=timeout)
+    with Store.open(store_url) as store:
+        store.record_certificate(info.id, cert.gpu_model, cert.driver, status=cert.status, lock_hash=lock_hash,
+                                 document=cert.to_json(), metrics=perf_metrics(cert))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    from .lock import write_atomic
+    from .certify.certificate import slug
+
+    write_atomic(out_dir / f"certificate-{slug(cert.gpu_model)}.json", cert.to_bytes())
+    return cert, write_reports([cert], out_dir)
+
+
+def refresh_catalog(*, apply: bool, progress=lambda _: None) -> dict:
+    from datetime import date
+
+    from .catalog.refresh import refresh, refresh_summary
+
+    progress("reading torch releases from the package index")
+    result = refresh(load_catalog(), PackageIndex(), today=date.today().isoformat())
+    if apply and result.changed:
+        path = result.apply()
+        progress(f"wrote {path}")
+    return refresh_summary(result)
+
+
+def list_images(store_url: str | None) -> list[dict]:
+    from .store import Store
+
+    with Store.open(store_url) as store:
+        builds = store.backend.query("SELECT name, tag, image_id, lock_hash, MAX(created_at) AS created_at "
+                                     "FROM builds GROUP BY image_id ORDER BY name, created_at")
+        rows = []
+        for b in builds:
+            certs = store.certificates_for(b["image_id"])
+            stack = b["tag"].split(":", 1)[1] if ":" in b["tag"] else b["tag"]
+            rows.append({"tag": b["tag"], "name": b["name"], "image_id": b["image_id"], "stack": stack,
+                         "lock_hash": b["lock_hash"],
+                         "certification": {c.gpu_model: c.status for c in certs},
+                         "date": max([b["created_at"], *[c.created_at for c in certs]])[:10]})
+        return rows
+
+
+def show_image(engine, ref: str, store_url: str | None) -> dict:
+    from .store import Store
+
+    info = engine.inspect(ref)
+    if info is None:
+        raise EngineError(f"no image {ref!r} in the engine", hint="pull it, or build it with `envkit build SPEC`")
+    labels = {k: v for k, v in sorted(info.labels.items()) if k.startswith(("io.envkit.", "org.opencontainers."))}
+    with Store.open(store_url) as store:
+        certs = [{"status": c.status, "gpu_model": c.gpu_model, "driver": c.driver, "created_at": c.created_at,
+                  "reasons": c.document.get("reasons", [])} for c in store.certificates_for(info.id)]
+    return {"image": ref, "id": info.id, "size": info.size, "user": info.user,
+            "require_cuda": info.env.get("NVIDIA_REQUIRE_CUDA"), "labels": labels, "certificates": certs}
+
+
+def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str):
+    from .engine import RunOptions
+
+    use_gpus = engine.nvidia_runtime() if gpus is None else gpus
+    options = RunOptions(gpus=use_gpus, shm_size=shm_size, timeout=24 * 3600,
+                         ulimits={"memlock": -1, "stack": 67108864} if use_gpus else {})
+    return engine.run(ref, command or ["python3", "/opt/envkit/envkit_check.py"], options)

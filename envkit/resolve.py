@@ -207,7 +207,7 @@ def _ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
     other = next((c for c in candidates(req, catalog, ignore_version=True)
                   if reject_reason(c, python, catalog, fleet, cuda_spec) is None), None)
     if other:
-        ways.append(f"use {req.name}=={other.version} ({other.variant})")
+        ways.append(f"use {req.name}=={other.version} (its {other.variant} build fits)")
     relaxed = replace(fleet, min_driver="9999")
     fits = [c for c in candidates(req, catalog) if reject_reason(c, python, catalog, relaxed, cuda_spec) is None]
     if fits:
@@ -215,7 +215,7 @@ def _ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
         if vtuple(need) > vtuple(fleet.min_driver):
             ways.append(f"raise fleet.min_driver to >= {need}")
             if fleet.policy == "strict":
-                ways.append("or use policy: minor (CUDA minor-version compatibility)")
+                ways.append("use policy: minor (CUDA minor-version compatibility)")
     blocking = [g for g in fleet.gpus
                 if any(reject_reason(c, python, catalog, replace(fleet, gpus=tuple(x for x in fleet.gpus if x != g)),
                                      cuda_spec) is None for c in candidates(req, catalog))]
@@ -224,9 +224,11 @@ def _ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
                     + " from fleet.gpus, or serve it with another image")
     if cuda_spec is not None:
         ways.append(f"relax the cuda constraint {cuda_spec}")
-    head = "; ".join(rejected[:3]) + (f"; and {len(rejected) - 3} more" if len(rejected) > 3 else "")
-    return ("rejected: " + head + ". " if rejected else "no build matches the requirement. ") + (
-        "Ways out: " + "; ".join(ways) if ways else "Relax the requirement or the fleet")
+    lines = [f"    - {r}" for r in rejected[:4]]
+    if len(rejected) > 4:
+        lines.append(f"    - ... and {len(rejected) - 4} more")
+    text = ("rejected:\n" + "\n".join(lines)) if rejected else "no build matches the requirement"
+    return text + "\n  ways out:\n" + "\n".join(f"    - {w}" for w in ways or ["relax the requirement or the fleet"])
 
 
 def _base(base: Base, catalog: Catalog, decisions: list[Decision], where) -> tuple[BaseImage, OsBase]:

@@ -525,6 +525,11 @@ class Store:
             params.append(run_id)
         return {r["step"] for r in self.backend.query(sql, params)}
 
+    def steps(self, run_id: int, image: str) -> dict[str, str]:
+        """Each step of ``image`` in ``run_id`` and its state (started | done)."""
+        rows = self.backend.query("SELECT step, state FROM steps WHERE run_id = ? AND image = ?", (run_id, image))
+        return {r["step"]: r["state"] for r in rows}
+
     # --- comparison -------------------------------------------------------------------------
     def snapshot(self) -> dict:
         """The store's logical content, deterministic: no row ids, no timestamps, no durations.

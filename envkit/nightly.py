@@ -1,0 +1,249 @@
+"""The nightly job: re-resolve, rebuild what changed, certify, promote, remember.
+
+Every step is recorded in the store before and after it runs, inside transactions, so a
+run killed at any point (SIGKILL included) is finished by the next one: it resumes the
+unfinished run, rebuilds only what has no completed build, re-certifies only what has no
+certificate, and never records a push that did not happen.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import __version__
+from .build import CONTEXT_LABEL, build_image
+from .certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now
+from .errors import BuildError, EngineError, EnvkitError, LockError, VerificationError
+from .lock import Lock, LockedImage, load_lock, write_lock
+from .render import image_tag
+from .store import Store
+
+# Exit codes, distinct from the error codes of errors.py.
+PASSED, NOTHING_TO_DO, BUILD_FAILED, CERT_FAILED, REGRESSION, PUBLISH_FAILED = 0, 10, 11, 12, 13, 14
+EXIT_NAMES = {PASSED: "passed", NOTHING_TO_DO: "nothing to do", BUILD_FAILED: "build failure",
+              CERT_FAILED: "certification failure", REGRESSION: "regression", PUBLISH_FAILED: "publish failure"}
+PERF_CHECKS = ("matmul_tflops", "h2d_d2h_bandwidth", "nccl_allreduce")
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class ImageReport:
+    name: str
+    tag: str
+    changes: list[str] = field(default_factory=list)
+    build: str = "pending"  # built | skipped | failed
+    status: str = "pending"  # certified | verified | failed | (pending)
+    reasons: list[str] = field(default_factory=list)
+    regressions: list[str] = field(default_factory=list)
+    pushed: list[str] = field(default_factory=list)
+    publish_error: str | None = None
+    worked: bool = False  # anything was done for it in this run
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class NightlyResult:
+    run_id: int
+    exit_code: int
+    images: list[ImageReport]
+    reports: dict[str, str]
+    seconds: float
+    resumed: bool
+
+    def to_json(self) -> dict:
+        return {"run_id": self.run_id, "exit_code": self.exit_code, "outcome": EXIT_NAMES[self.exit_code],
+                "resumed": self.resumed, "seconds": round(self.seconds, 2), "reports": self.reports,
+                "images": [i.to_json() for i in self.images]}
+
+
+def lock_changes(old: Lock | None, new: Lock) -> dict[str, list[str]]:
+    """Per image, what changed since the last lock (empty list: unchanged)."""
+    before = {i.name: i for i in old.images} if old else {}
+    out: dict[str, list[str]] = {}
+    for image in new.images:
+        prev = before.get(image.name)
+        if prev is None:
+            out[image.name] = ["new image"]
+            continue
+        if prev.hash == image.hash:
+            out[image.name] = []
+            continue
+        changes = [f"{f}: {getattr(prev, f)} -> {getattr(image, f)}" for f in
+                   ("framework_version", "variant", "cuda", "cudnn", "nccl", "python", "driver_floor", "base")
+                   if getattr(prev, f) != getattr(image, f)]
+        pv = {p.name: p.version for p in prev.packages}
+        nv = {p.name: p.version for p in image.packages}
+        changes += [f"{n}: {pv.get(n, '-')} -> {nv.get(n, '-')}" for n in sorted(set(pv) | set(nv))
+                    if pv.get(n) != nv.get(n)]
+        out[image.name] = changes or ["rendering inputs changed"]
+    return out
+
+
+def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, reports_dir: Path,
+                registry: str | None = None, locked: bool = False, gpus: bool | None = None,
+                threshold: float = 0.10, progress: Progress = lambda _: None) -> NightlyResult:
+    from .pipeline import load, lock_path_for, render_spec, resolve_spec
+
+    started = time.monotonic()
+    spec, catalog = load(spec_path)
+    lock_path = lock_path_for(spec_path)
+    try:
+        old = load_lock(lock_path) if lock_path.exists() else None
+    except LockError:
+        old = None
+    if locked:
+        if old is None:
+            raise LockError(f"--locked needs a lock at {lock_path}", hint=f"run `envkit resolve {spec_path}` first")
+        resolved, _ = render_spec(spec_path, out_root, progress=progress)
+        if not resolved.reused:
+            raise LockError(f"{lock_path} is stale for {spec_path}", hint="re-resolve, or drop --locked")
+        lock = resolved.lock
+    else:
+        progress("re-resolving against the catalog and the package index")
+        lock = resolve_spec(spec_path, progress=progress).lock
+        render_spec(spec_path, out_root, progress=progress)
+    changes = lock_changes(old, lock)
+    digest = lock.spec_digest
+    resumed = store.unfinished_run(digest)
+    run_id = resumed or store.start_run(digest)
+    if resumed:
+        progress(f"resuming unfinished run {run_id}")
+    use_gpus = engine.nvidia_runtime() if gpus is None else gpus
+    ca = spec.ca_bundle_path()
+    reports: list[ImageReport] = []
+    certificates: list[Certificate] = []
+    for image in lock.images:
+        report = ImageReport(image.name, image_tag(lock.team, image), changes.get(image.name, []))
+        reports.append(report)
+        info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress)
+        if info is None:
+            continue
+        cert = _certify(engine, store, run_id, image, report, info, use_gpus, threshold, progress)
+        if cert is not None:
+            certificates.append(cert)
+        if registry and report.status in ("certified", "verified") and not report.regressions:
+            _publish(engine, store, run_id, lock, image, report, info, registry, progress)
+    written = {}
+    if certificates:
+        from .report import write_reports
+
+        written = {k: str(v) for k, v in write_reports(certificates, reports_dir).items()}
+    code = _exit_code(reports)
+    store.finish_run(run_id, EXIT_NAMES[code], code)
+    if not locked:
+        write_lock(lock, lock_path)
+    return NightlyResult(run_id, code, reports, written, time.monotonic() - started, bool(resumed))
+
+
+def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, report, progress):
+    tag = report.tag
+    info = engine.inspect(tag)
+    ctx = info.labels.get(CONTEXT_LABEL, "") if info else ""
+    known = store.find_build(image.name, image.hash, ctx) if info else None
+    if known is not None and known.image_id == info.id:
+        report.build = "skipped"
+        return info
+    started_here = "build" in store.steps(run_id, image.name)
+    store.mark_step(run_id, image.name, "build", "started", image.hash)
+    try:
+        outcome = build_image(engine, lock, image, str(spec_path), ca_bundle=ca, verify=False,
+                              progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]))
+    except (BuildError, EngineError) as exc:
+        report.build, report.status = "failed", "failed"
+        report.reasons.append(exc.message)
+        report.worked = True
+        return None
+    info = engine.inspect(tag)
+    # A build this run started (or an earlier killed attempt of it) counts as built.
+    action = "built" if outcome.action == "built" or started_here else "skipped"
+    store.record_build(image.name, image.hash, info.labels.get(CONTEXT_LABEL, ""), tag=tag, image_id=info.id,
+                       size=info.size, seconds=outcome.seconds, action=action, run_id=run_id)
+    store.mark_step(run_id, image.name, "build", "done", image.hash)
+    report.build = action
+    report.worked = True
+    return info
+
+
+def _certify(engine, store, run_id, image, report, info, gpus, threshold, progress) -> Certificate | None:
+    for record in store.certificates_for(info.id):
+        if (record.gpu_model != "none") == gpus:
+            report.status = record.status
+            return parse_certificate(json.dumps(record.document))
+    store.mark_step(run_id, image.name, "certify", "started", image.hash)
+    progress(f"[{image.name}] {'certifying on the GPUs' if gpus else 'verifying (no GPU on this runner)'}")
+    try:
+        cert = certify_image(engine, report.tag, image.expect(), gpus=gpus)
+    except (VerificationError, EngineError) as exc:
+        doc = {"schema": "envkit.payload/1", "status": "failed", "facts": {},
+               "checks": [{"name": "harness", "status": "failed", "message": exc.message}]}
+        cert = certificate_from(doc, image.expect(), image=report.tag, image_id=info.id, lock_hash=image.hash,
+                                gpu_requested=gpus, created_at=utc_now(), envkit_version=__version__)
+    metrics = perf_metrics(cert)
+    if cert.status == "certified":
+        report.regressions = store.regressions(cert.gpu_model, metrics, threshold, exclude_image=info.id)
+    store.record_certificate(info.id, cert.gpu_model, cert.driver, status=cert.status, lock_hash=image.hash,
+                             document=cert.to_json(), metrics=metrics)
+    store.mark_step(run_id, image.name, "certify", "done", image.hash)
+    report.status = cert.status
+    report.reasons += list(cert.reasons)
+    report.worked = True
+    return cert
+
+
+def perf_metrics(cert: Certificate) -> dict[str, float]:
+    """Numeric results of the performance probes, flattened: e.g. matmul_tflops.bf16_tflops."""
+    out: dict[str, float] = {}
+    for check in cert.checks:
+        if check.name in PERF_CHECKS and check.status == "passed" and isinstance(check.value, dict):
+            for key, value in check.value.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out[f"{check.name}.{key}"] = float(value)
+    return out
+
+
+def _publish(engine, store, run_id, lock, image, report, info, registry, progress):
+    from .publish import promote
+
+    done = {p.tag_kind for p in store.pushes_for(info.id)}
+    want = {"stack", "certified"} if report.status == "certified" else {"stack"}
+    if want <= done:
+        return
+    repo = f"{registry.rstrip('/')}/{lock.team}/{image.name}"
+    stack_tag = report.tag.split(":", 1)[1]
+    store.mark_step(run_id, image.name, "publish", "started", image.hash)
+    progress(f"[{image.name}] pushing to {repo}")
+    try:
+        result = promote(engine, repo, stack_tag, certified=report.status == "certified", image=report.tag,
+                         progress=lambda msg: None)
+    except EnvkitError as exc:
+        report.publish_error = exc.message
+        report.worked = True
+        return
+    store.record_push(info.id, result.stack.ref, result.stack.digest, "stack")
+    report.pushed.append(result.stack.pinned)
+    if result.certified:
+        store.record_push(info.id, result.certified.ref, result.certified.digest, "certified")
+        report.pushed.append(result.certified.ref)
+    store.mark_step(run_id, image.name, "publish", "done", image.hash)
+    report.worked = True
+
+
+def _exit_code(reports: list[ImageReport]) -> int:
+    if any(r.build == "failed" for r in reports):
+        return BUILD_FAILED
+    if any(r.status == "failed" for r in reports):
+        return CERT_FAILED
+    if any(r.regressions for r in reports):
+        return REGRESSION
+    if any(r.publish_error for r in reports):
+        return PUBLISH_FAILED
+    if not any(r.worked or r.changes for r in reports):
+        return NOTHING_TO_DO
+    return PASSED

@@ -1,0 +1,180 @@
+"""`envkit nightly` on the real engine and a real registry: builds only what changed,
+verifies, pushes, promotes only certified images, remembers, and survives SIGKILL.
+
+The nightly spec is the example team with a different extra package, locked from the
+committed example lock (same framework closure), so its image shares the framework layer
+with the example image and builds in a fraction of a cold build.
+"""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from envkit.catalog import load_catalog
+from envkit.closure import Pin, compile_closure
+from envkit.lock import Package, load_lock, sealed, write_lock
+from envkit.render import image_tag
+from envkit.resolve import spec_digest
+from envkit.spec import load_spec
+from envkit.store import Store
+from tests.integration.conftest import ROOT
+from tests.integration.registry import registry  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.integration
+
+SPEC = """\
+version: 1
+team: nightly
+fleet:
+  min_driver: "550.54.15"
+  gpus: [A100, H100, L40S]
+  policy: minor
+defaults:
+  base:
+    bootstrap: {suite: bookworm, mirror: "http://deb.debian.org/debian"}
+images:
+  - name: torch25
+    framework: "torch==2.5.*"
+    pip: ["numpy==2.0.*"]
+"""
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, example_build):
+    """A spec + a current lock for it (the example's framework closure, numpy 2.0)."""
+    root = tmp_path_factory.mktemp("nightly")
+    spec_path = root / "team.yaml"
+    spec_path.write_text(SPEC)
+    example = load_lock(ROOT / "examples" / "team.lock").images[0]
+    framework = [p for p in example.packages if p.group == "framework"]
+    pins = compile_closure([f"torch=={example.framework_version}", "numpy==2.0.*"], python="3.11", glibc="2.36",
+                           index_url=example.index_url, constraints=[Pin(p.name, p.version, p.hashes) for p in framework])
+    extras = [Package(name=p.name, version=p.version, hashes=p.hashes, group="extra")
+              for p in pins if p.name not in {f.name for f in framework}]
+    image = sealed(example.model_copy(update={"packages": tuple(framework + extras), "decisions": ()}))
+    spec = load_spec(spec_path)
+    lock = load_lock(ROOT / "examples" / "team.lock").model_copy(update={
+        "team": "nightly", "spec_digest": spec_digest(spec), "catalog_digest": load_catalog().digest,
+        "images": (image,)})
+    write_lock(lock, root / "team.lock")
+    return root, image_tag("nightly", image)
+
+
+def nightly(root: Path, store: str, *extra, check_code=None, background=False):
+    args = [sys.executable, "-m", "envkit.cli", "nightly", str(root / "team.yaml"), "--locked", "--no-gpus",
+            "--store", str(root / store), "--reports", str(root / f"reports-{store}"), "--out", str(root / "out"),
+            "--json", *map(str, extra)]
+    if background:
+        return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    if check_code is not None:
+        assert proc.returncode == check_code, proc.stderr[-3000:]
+    return proc
+
+
+def remove_image(engine, tag):
+    try:
+        engine.client.images.remove(tag, force=True)
+    except Exception:
+        pass
+
+
+def test_nightly_builds_verifies_pushes_and_then_has_nothing_to_do(workspace, engine, registry):  # noqa: F811
+    root, tag = workspace
+    remove_image(engine, tag)
+    first = nightly(root, "a.sqlite", "--registry", registry.host, check_code=0)
+    doc = json.loads(first.stdout)
+    [img] = doc["images"]
+    assert img["build"] == "built" and img["status"] == "verified"
+    assert len(img["pushed"]) == 1 and "@sha256:" in img["pushed"][0]  # stack tag only: not certified
+    assert registry.manifest_digest("nightly/torch25", "certified") is None
+    for kind in ("json", "junit", "html"):
+        assert Path(doc["reports"][kind]).is_file()
+
+    started = time.monotonic()
+    second = nightly(root, "a.sqlite", "--registry", registry.host, check_code=10)
+    elapsed = time.monotonic() - started
+    doc2 = json.loads(second.stdout)
+    assert doc2["outcome"] == "nothing to do"
+    assert doc2["images"][0]["build"] == "skipped" and not doc2["images"][0]["worked"]
+    assert elapsed < 30, f"an unchanged nightly took {elapsed:.1f}s"
+    with Store.open(root / "a.sqlite") as store:
+        snap = store.snapshot()
+    assert len(snap["builds"]) == 1 and len(snap["certificates"]) == 1 and len(snap["pushes"]) == 1
+
+
+def test_stopped_registry_fails_clearly_and_records_no_push(workspace, engine, registry):  # noqa: F811
+    root, tag = workspace
+    registry.stop()
+    try:
+        proc = nightly(root, "b.sqlite", "--registry", registry.host, check_code=14)
+    finally:
+        registry.start()
+    doc = json.loads(proc.stdout)
+    error = doc["images"][0]["publish_error"]
+    assert registry.host in error and "unpushed" in error
+    assert engine.inspect(tag) is not None  # the image is still local
+    with Store.open(root / "b.sqlite") as store:
+        assert store.snapshot()["pushes"] == []
+
+
+def _normalized(path: Path) -> dict:
+    with Store.open(path) as store:
+        snap = store.snapshot()
+    for row in snap["builds"]:
+        row.pop("image_id"), row.pop("size")
+    certs = []
+    for c in snap["certificates"]:
+        doc = c["document"]
+        certs.append({"status": c["status"], "gpu_model": c["gpu_model"], "driver": c["driver"],
+                      "reasons": doc["reasons"], "checks": sorted((k["name"], k["status"]) for k in doc["checks"])})
+    snap["certificates"] = certs
+    snap["runs"] = [{k: v for k, v in r.items() if k in ("status", "exit_code")} for r in snap.get("runs", [])]
+    return snap
+
+
+def _wait_for_step(db: Path, step: str, proc, timeout=900):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"nightly ended before step {step}: {proc.stderr.read()[-2000:]}"
+        if db.exists():
+            try:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
+                    if conn.execute("SELECT 1 FROM steps WHERE step = ? AND state = 'started'", (step,)).fetchone():
+                        return
+            except sqlite3.OperationalError:
+                pass
+        time.sleep(0.5)
+    raise AssertionError(f"step {step} never started")
+
+
+def test_sigkill_during_build_and_certification_then_rerun_matches_uninterrupted(workspace, engine):
+    root, tag = workspace
+    # the uninterrupted reference
+    remove_image(engine, tag)
+    nightly(root, "ref.sqlite", check_code=0)
+    # killed during the build, then during certification, then left to finish
+    remove_image(engine, tag)
+    db = root / "killed.sqlite"
+    proc = nightly(root, "killed.sqlite", background=True)
+    _wait_for_step(db, "build", proc)
+    time.sleep(3)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc = nightly(root, "killed.sqlite", background=True)
+    _wait_for_step(db, "certify", proc)
+    time.sleep(1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    final = nightly(root, "killed.sqlite", check_code=0)
+    assert json.loads(final.stdout)["resumed"] is True
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert _normalized(db) == _normalized(root / "ref.sqlite")
