@@ -1,26 +1,36 @@
 """Build each locked image (skipping ones already built from the same lock and context),
 then verify it with the payload.
+
+Two builders: ``classic`` (the engine's API through docker-py) and ``buildkit`` (the docker
+CLI; pip's cache in a cache mount, the site CA as a build secret). Each renders its own
+Dockerfile, so the context hash differs and switching builders rebuilds.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from .base import ensure_base
 from .certify.harness import Verification, run_payload
 from .engine import BuildEvent
+from .engine.buildkit import BuildKitBuilder
+from .errors import BuildError
 from .lock import Lock, LockedImage
-from .render import context_hash, image_tag, render_files
+from .render import BUILDERS, context_hash, image_tag, render_files
 
 Progress = Callable[[str, BuildEvent | str], None]
 
 LOCK_LABEL = "io.envkit.lock-hash"
 CONTEXT_LABEL = "io.envkit.context-hash"
+BASE_LABEL = "io.envkit.base-id"
+
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 
 
 @dataclass
@@ -45,8 +55,11 @@ class Outcome:
 
 
 def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
-                progress: Progress, verify: bool = True) -> Outcome:
-    files = render_files(lock, image, spec_name)
+                progress: Progress, verify: bool = True, builder: str = "classic") -> Outcome:
+    """Build ``image`` with ``builder`` ("classic" | "buildkit") unless an identical build exists."""
+    check_builder(builder)
+    buildkit = builder == "buildkit"
+    files = render_files(lock, image, spec_name, buildkit=buildkit)
     identity = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash(files)}
     tag = image_tag(lock.team, image)
     started = time.monotonic()
@@ -58,16 +71,12 @@ def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bu
         outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size)
     else:
         base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg))
-        labels = dict(identity, **{"io.envkit.base-id": base.id})
+        labels = dict(identity, **{BASE_LABEL: base.id})
         with tempfile.TemporaryDirectory(prefix=f"envkit-ctx-{image.name}-") as tmp:
-            ctx = Path(tmp)
-            for rel, data in files.items():
-                (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
-                (ctx / rel).write_bytes(data)
-            if ca_bundle is not None:
-                shutil.copyfile(ca_bundle, ctx / "site-ca" / "ca.pem")
+            # BuildKit gets the CA as a build secret: it is never written into the context
+            ctx = stage_context(Path(tmp), files, ca_bundle=None if buildkit else ca_bundle)
             image_id = ""
-            for event in engine.build(ctx, tag, labels):
+            for event in run_build(engine, ctx, tag, labels, builder=builder, ca_bundle=ca_bundle):
                 if event.kind == "done":
                     image_id = event.text
                 progress(image.name, event)
@@ -78,3 +87,77 @@ def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bu
         progress(image.name, "verifying inside the image")
         outcome.verification = run_payload(engine, tag, image.expect())
     return outcome
+
+
+def check_builder(builder: str) -> None:
+    if builder not in BUILDERS:
+        raise BuildError(f"unknown builder {builder!r}", hint=f"use one of: {', '.join(BUILDERS)}")
+
+
+def stage_context(directory: Path, files: dict[str, bytes], *, ca_bundle: Path | None = None) -> Path:
+    """Write rendered ``files`` into ``directory`` (and the CA bundle as site-ca/ca.pem, classic builds)."""
+    for rel, data in files.items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        (directory / rel).write_bytes(data)
+    if ca_bundle is not None:
+        (directory / "site-ca").mkdir(exist_ok=True)
+        shutil.copyfile(ca_bundle, directory / "site-ca" / "ca.pem")
+    return directory
+
+
+def run_build(engine, context: Path, tag: str, labels: dict[str, str], *, builder: str = "classic",
+              ca_bundle: Path | None = None, dockerfile: str = "Dockerfile", network: bool = True,
+              no_cache: bool = False) -> Iterator[BuildEvent]:
+    """Build a staged context with either builder; ``network=False`` cuts RUN steps off the network.
+
+    The classic builder reads the CA from the context (``stage_context``); BuildKit gets
+    ``ca_bundle`` as the build secret ``site-ca``.
+    """
+    check_builder(builder)
+    if builder == "buildkit":
+        bk = BuildKitBuilder(engine)
+        if not bk.available():
+            raise BuildError("BuildKit is not available here",
+                             hint=f"it needs {bk.cli} (Docker >= 18.09 with BuildKit built in, or the buildx "
+                                  "plugin) and an engine API >= 1.39; or build with the classic builder")
+        secrets = {"site-ca": ca_bundle} if ca_bundle is not None else None
+        yield from bk.build(context, tag, labels, secrets=secrets, network=network, no_cache=no_cache,
+                            dockerfile=None if dockerfile == "Dockerfile" else dockerfile)
+    elif dockerfile == "Dockerfile" and network and not no_cache:
+        yield from engine.build(context, tag, labels)
+    else:
+        yield from _classic_with_options(engine, context, tag, labels, dockerfile=dockerfile, network=network,
+                                         no_cache=no_cache)
+
+
+def _classic_with_options(engine, context: Path, tag: str, labels: dict[str, str], *, dockerfile: str,
+                          network: bool, no_cache: bool) -> Iterator[BuildEvent]:
+    # The options the Engine protocol's build() does not take yet (network mode, no cache,
+    # another Dockerfile), through docker-py's API directly. TODO(lead): fold into
+    # DockerEngine.build and drop this copy of its loop.
+    import docker.errors
+
+    last: list[str] = []
+    image_id = None
+    try:
+        stream = engine.client.api.build(path=str(context), tag=tag, labels=labels, rm=True, forcerm=True,
+                                         decode=True, pull=False, dockerfile=dockerfile, nocache=no_cache,
+                                         network_mode=None if network else "none")
+        for chunk in stream:
+            if "error" in chunk:
+                detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+                raise BuildError(f"building {tag} failed: {detail.strip()}",
+                                 hint="last output:\n    " + "\n    ".join(last[-15:]))
+            if "aux" in chunk and "ID" in chunk["aux"]:
+                image_id = chunk["aux"]["ID"]
+            for line in (chunk.get("stream") or chunk.get("status") or "").splitlines():
+                line = line.rstrip()
+                if not line:
+                    continue
+                last.append(line)
+                m = _STEP.match(line)
+                yield (BuildEvent("step", m.group(3), int(m.group(1)), int(m.group(2))) if m
+                       else BuildEvent("log", line))
+    except docker.errors.APIError as exc:
+        raise BuildError(f"building {tag} failed: {exc.explanation}") from None
+    yield BuildEvent("done", image_id or tag)

@@ -5,6 +5,7 @@ One typed function per CLI command; each returns data the CLI formats.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -123,54 +124,44 @@ def _display(spec_path: Path) -> str:
         return str(spec_path)
 
 
-def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verification:
-    """Check inside ``ref`` that what it holds equals its pin labels (and the lock, if given)."""
+def expectations(engine, ref: str, lock_path: Path | None):
+    """The image, its lock hash, and what must hold inside it: its pin labels, or the lock's entry."""
     info = engine.inspect(ref)
     if info is None:
         raise EngineError(f"no image {ref!r} in the engine", hint="build it with `envkit build SPEC`")
     lock_hash = info.labels.get(LOCK_LABEL)
     if not lock_hash:
         raise VerificationError(f"{ref} was not built by envkit (it has no {LOCK_LABEL} label)")
-    expect = expect_from_labels(info.labels)
-    if lock_path is not None:
-        lock = load_lock(lock_path)
-        match = [i for i in lock.images if i.hash == lock_hash]
-        if not match:
-            raise VerificationError(f"{ref} was built from lock hash {lock_hash[:19]}, which {lock_path} does not contain",
-                                    hint="rebuild it with `envkit build SPEC`, or pass the lock it came from")
-        expect = match[0].expect()
+    if lock_path is None:
+        return info, lock_hash, expect_from_labels(info.labels)
+    match = [i for i in load_lock(lock_path).images if i.hash == lock_hash]
+    if not match:
+        raise VerificationError(f"{ref} was built from lock hash {lock_hash[:19]}, which {lock_path} does not contain",
+                                hint="rebuild it with `envkit build SPEC`, or pass the lock it came from")
+    return info, lock_hash, match[0].expect()
+
+
+def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verification:
+    """Check inside ``ref`` that what it holds equals its pin labels (and the lock, if given)."""
+    _, _, expect = expectations(engine, ref, lock_path)
     return run_payload(engine, ref, expect)
 
 
 def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_dir: Path,
             store_url: str | None, timeout: int = 600):
     """Certify ``ref``, record the certificate in the store, write the reports."""
-    from .certify.certificate import certify_image
+    from .certify.certificate import certify_image, slug
+    from .lock import write_atomic
     from .nightly import perf_metrics
     from .report import write_reports
     from .store import Store
 
-    info = engine.inspect(ref)
-    if info is None:
-        raise EngineError(f"no image {ref!r} in the engine", hint="build it with `envkit build SPEC`")
-    lock_hash = info.labels.get(LOCK_LABEL)
-    if not lock_hash:
-        raise VerificationError(f"{ref} was not built by envkit (it has no {LOCK_LABEL} label)")
-    expect = expect_from_labels(info.labels)
-    if lock_path is not None:
-        match = [i for i in load_lock(lock_path).images if i.hash == lock_hash]
-        if not match:
-            raise VerificationError(f"{ref} was built from lock hash {lock_hash[:19]}, which {lock_path} does not contain")
-        expect = match[0].expect()
+    info, lock_hash, expect = expectations(engine, ref, lock_path)
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
     cert = certify_image(engine, ref, expect, gpus=use_gpus, timeout=timeout)
     with Store.open(store_url) as store:
         store.record_certificate(info.id, cert.gpu_model, cert.driver, status=cert.status, lock_hash=lock_hash,
                                  document=cert.to_json(), metrics=perf_metrics(cert))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    from .lock import write_atomic
-    from .certify.certificate import slug
-
     write_atomic(out_dir / f"certificate-{slug(cert.gpu_model)}.json", cert.to_bytes())
     return cert, write_reports([cert], out_dir)
 
@@ -189,19 +180,21 @@ def refresh_catalog(*, apply: bool, progress=lambda _: None) -> dict:
 
 
 def list_images(store_url: str | None) -> list[dict]:
+    """Every image the store knows (built by nightly, or certified), with its certifications."""
     from .store import Store
 
     with Store.open(store_url) as store:
-        builds = store.backend.query("SELECT name, tag, image_id, lock_hash, MAX(created_at) AS created_at "
-                                     "FROM builds GROUP BY image_id ORDER BY name, created_at")
+        images = {b["image_id"]: (b["tag"], b["created_at"]) for b in store.backend.query(
+            "SELECT tag, image_id, MAX(created_at) AS created_at FROM builds GROUP BY image_id")}
+        for c in store.backend.query("SELECT image_id, document, MIN(created_at) AS created_at FROM certificates "
+                                     "GROUP BY image_id"):
+            images.setdefault(c["image_id"], (json.loads(c["document"]).get("image", c["image_id"]), c["created_at"]))
         rows = []
-        for b in builds:
-            certs = store.certificates_for(b["image_id"])
-            stack = b["tag"].split(":", 1)[1] if ":" in b["tag"] else b["tag"]
-            rows.append({"tag": b["tag"], "name": b["name"], "image_id": b["image_id"], "stack": stack,
-                         "lock_hash": b["lock_hash"],
+        for image_id, (tag, created) in sorted(images.items(), key=lambda kv: kv[1][0]):
+            certs = store.certificates_for(image_id)
+            rows.append({"tag": tag, "image_id": image_id, "stack": tag.split(":", 1)[-1],
                          "certification": {c.gpu_model: c.status for c in certs},
-                         "date": max([b["created_at"], *[c.created_at for c in certs]])[:10]})
+                         "date": max([created, *[c.created_at for c in certs]])[:10]})
         return rows
 
 

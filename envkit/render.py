@@ -5,6 +5,10 @@ re-derived. Every value that reaches a template is a lock value (validated when 
 was loaded) and goes through the ``dq`` filter, which refuses anything that could break
 out of a double-quoted Dockerfile or YAML string. Output directories are replaced
 atomically: a failed render leaves the previous one intact.
+
+Two render options select Dockerfile features (see docs/images.md): ``buildkit`` (pip's
+download cache in a cache mount, the site CA as a build secret) and ``wheelhouse`` (an
+offline build from a bundle: Debian packages and wheels from the context, no index).
 """
 
 from __future__ import annotations
@@ -23,15 +27,53 @@ import jinja2
 
 from . import __version__
 from .errors import EnvkitError
-from .lock import Lock, LockedImage, write_atomic
+from .lock import Lock, LockedImage, Package, write_atomic
 
 UID = 1000
 USER = "envkit"
 VENV = "/opt/venv"
 EXTRAS = "/opt/extras"  # the extras' install prefix in the build; merged into the venv at runtime
 PIP_FLAGS = "--no-cache-dir --disable-pip-version-check --no-deps --require-hashes --only-binary=:all:"
+# With BuildKit pip's cache lives in a cache mount (never in a layer), so pip may use it.
+PIP_FLAGS_BUILDKIT = PIP_FLAGS.replace("--no-cache-dir ", "")
+CA_PATH = "/etc/envkit/site-ca/ca.pem"  # where the build sees the site CA (a copied file, or a secret mount)
 # PIP_CERT only when the build context carries a site CA bundle.
-PIP_ENV = 'if [ -f /etc/envkit/site-ca/ca.pem ]; then export PIP_CERT=/etc/envkit/site-ca/ca.pem; fi;'
+PIP_ENV = f'if [ -f {CA_PATH} ]; then export PIP_CERT={CA_PATH}; fi;'
+WHEELHOUSE = "/tmp/envkit/wheelhouse"  # the bundle's wheels, inside the build (wheelhouse mode)
+DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
+CUDA_HOME = "/opt/cuda"  # devel: symlinks into the nvidia-* wheels, in the layout nvcc and torch expect
+DEVEL_PREFIX = "/opt/devel"  # devel: nvcc's install prefix in the build; merged into the venv at runtime
+DEVEL_APT = ("g++", "python3-dev", "ninja-build")
+BUILDERS = ("classic", "buildkit")
+
+# The devel flavour's CUDA compiler, until the resolver puts it in the lock. The rule:
+# nvidia-cuda-nvcc-cu<major> at the newest release of the lock's CUDA major.minor (nvcc and the
+# runtime wheels are released separately: 12.4 has cuda-runtime 12.4.127 but nvcc 12.4.131), with
+# every file hash the index lists. Looked up on pypi.org on 2026-12-02 with
+# envkit.closure.compile_closure(["nvidia-cuda-nvcc-cu12==12.X.*"], python="3.11", glibc="2.36").
+# CUDA 13 wheels are named without the suffix and depend on other wheels: not covered yet.
+NVCC = "nvidia-cuda-nvcc-cu{major}"
+NVCC_RELEASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "12.1": ("12.1.105", (
+        "sha256:87079d62e4507c7f60d355752edaceeaa2de762f69d8c914634655b6115f20af",
+        "sha256:a0712a05ffd57d9f017580ffcc808b207f7f4ef7a5ca8ac1312318b153739a18")),
+    "12.4": ("12.4.131", (
+        "sha256:00ba32f3d7928548455baa877e748a4676ba0731cfc73d4213336fc67bdc87e9",
+        "sha256:aadd9fb307352bbcd5bc89b5f98c10cd78000915094882d97321f5fe36441742",
+        "sha256:e4c9a35435c3b0e36c6397c5696334c9ea6650e524736cbd1c5d345ea099bb04")),
+    "12.6": ("12.6.85", (
+        "sha256:5d2edd5531b13e3daac8ffee9fc2b70a147e6088b2af2565924773d63d36d294",
+        "sha256:aa04742337973dcb5bcccabb590edc8834c60ebfaf971847888d24ffef6c46b5",
+        "sha256:d75d9d74599f4d7c0865df19ed21b739e6cb77a6497a3f73d6f61e8038a765e4")),
+    "12.8": ("12.8.93", (
+        "sha256:2b35ada240938d19398119ca596faaf626ba5e729511be9715842a29d112926d",
+        "sha256:2d6dc36fb7cb5ac9c0b8825bc13d193c35487a315664007287d0126531238011",
+        "sha256:bb9dc7c291cd105d14f9b220bdcdf6ce6063c2d6ff01a505e358471530a8d226")),
+    "12.9": ("12.9.86", (
+        "sha256:44e1eca4d08926193a558d2434b1bf83d57b4d5743e0c431c0c83d51da1df62b",
+        "sha256:5d6a0d32fdc7ea39917c20065614ae93add6f577d840233237ff08e9a38f58f0",
+        "sha256:8ed7f0b17dea662755395be029376db3b94fed5cbb17c2d35cc866c5b1b84099")),
+}
 SAFE = re.compile(r'^[A-Za-z0-9 ._:/=<>+,@()-]*$')
 PAYLOAD = "envkit_check.py"
 
@@ -83,9 +125,36 @@ class RenderContext:
     labels: tuple[tuple[str, str], ...]
     uid: int = UID
     user: str = USER
+    # render options (see the module doc)
+    buildkit: bool = False
+    wheelhouse: bool = False
+    ca_path: str = CA_PATH
+    wheelhouse_dir: str = WHEELHOUSE
+    debs_dir: str = DEBS
+    # the devel flavour
+    flavour: str = "runtime"
+    python: str = "3"
+    devel_apt: tuple[str, ...] = DEVEL_APT
+    devel_prefix: str = DEVEL_PREFIX
+    cuda_home: str = CUDA_HOME
 
 
-def context_for(lock: Lock, image: LockedImage, spec_name: str) -> RenderContext:
+def devel_packages(image: LockedImage) -> tuple[Package, ...]:
+    """The devel flavour's pip additions for ``image``: nvcc matching its CUDA major.minor, hash-pinned."""
+    mm = image.cuda_major_minor
+    if not mm:
+        raise EnvkitError(f"image {image.name!r} has no CUDA runtime, so a devel flavour has no nvcc to match",
+                          hint="use flavour: runtime for CPU-only images")
+    if mm not in NVCC_RELEASES:
+        raise EnvkitError(f"no nvcc release is known for CUDA {mm} (image {image.name!r})",
+                          hint=f"known: {', '.join(NVCC_RELEASES)}; add the release to envkit.render.NVCC_RELEASES "
+                               "(rule in docs/images.md), or use flavour: runtime")
+    version, hashes = NVCC_RELEASES[mm]
+    return (Package(name=NVCC.format(major=mm.split(".")[0]), version=version, hashes=hashes, group="extra"),)
+
+
+def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
+                wheelhouse: bool = False) -> RenderContext:
     base_ref = image.base.ref if not image.base.digest or "@" in image.base.ref else f"{image.base.ref}@{image.base.digest}"
     labels = {
         "org.opencontainers.image.title": f"{lock.team}/{image.name}",
@@ -106,6 +175,8 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str) -> RenderContext
         "io.envkit.arch-list": " ".join(image.arch_list),
         "io.envkit.envkit-version": __version__,
     }
+    if image.flavour != "runtime":  # (runtime images carry no flavour label, as before devel existed)
+        labels["io.envkit.flavour"] = image.flavour
     return RenderContext(
         generated=f"generated by envkit {__version__} - do not edit; regenerate with `envkit render {spec_name}`",
         tag=image_tag(lock.team, image),
@@ -115,37 +186,67 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str) -> RenderContext
         builder_packages=("python3-venv",),
         venv=VENV,
         extras_prefix=EXTRAS,
-        pip_flags=PIP_FLAGS,
-        pip_env=PIP_ENV,
+        pip_flags=_pip_flags(buildkit=buildkit, wheelhouse=wheelhouse),
+        # offline builds reach no index, so they need no CA
+        pip_env="" if wheelhouse else PIP_ENV,
         require_cuda=image.require_cuda or "cuda>=0.0",
         labels=tuple(sorted(labels.items())),
+        buildkit=buildkit,
+        wheelhouse=wheelhouse,
+        flavour=image.flavour,
+        python=image.python,
     )
+
+
+def _pip_flags(*, buildkit: bool, wheelhouse: bool) -> str:
+    if wheelhouse:  # no index, and no cache mount: the wheels are local
+        return f"{PIP_FLAGS} --no-index --find-links {WHEELHOUSE}"
+    return PIP_FLAGS_BUILDKIT if buildkit else PIP_FLAGS
 
 
 def requirements_text(image: LockedImage, group: str) -> str:
     # No image name here: images sharing a framework closure must share this file's bytes
     # (and so the builder's cached layer).
-    lines = [f"# generated by envkit - do not edit; the {group} packages from the lock, pinned by hash\n"]
-    for p in image.packages:
-        if p.group == group:
-            hashes = "".join(f" \\\n    --hash={h}" for h in p.hashes)
-            lines.append(f"{p.name}=={p.version}{hashes}\n")
+    return _requirements([p for p in image.packages if p.group == group], f"the {group} packages from the lock")
+
+
+def _requirements(packages, what: str) -> str:
+    lines = [f"# generated by envkit - do not edit; {what}, pinned by hash\n"]
+    for p in packages:
+        hashes = "".join(f" \\\n    --hash={h}" for h in p.hashes)
+        lines.append(f"{p.name}=={p.version}{hashes}\n")
     return "".join(lines)
 
 
-def render_files(lock: Lock, image: LockedImage, spec_name: str) -> dict[str, bytes]:
-    """Every file of one build context, by relative path (the CA bundle is added at build time)."""
-    ctx = context_for(lock, image, spec_name)
+def install_packages(image: LockedImage) -> tuple[Package, ...]:
+    """Every package a build of ``image`` installs with pip (the lock's, plus the devel flavour's)."""
+    return image.packages + (devel_packages(image) if image.flavour == "devel" else ())
+
+
+def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
+                 wheelhouse: bool = False) -> dict[str, bytes]:
+    """Every file of one build context, by relative path.
+
+    The site CA is added at build time (a copied file for the classic builder, a build
+    secret for BuildKit); in ``wheelhouse`` mode the bundle adds ``wheelhouse/`` and ``debs/``.
+    """
+    ctx = context_for(lock, image, spec_name, buildkit=buildkit, wheelhouse=wheelhouse)
     dockerfile = environment().get_template(f"{image.flavour}.Dockerfile.j2").render(**ctx.__dict__)
     payload = Path(__file__).resolve().parent / "certify" / "payload" / PAYLOAD
-    return {
+    files = {
         "Dockerfile": dockerfile.encode(),
         "requirements/framework.txt": requirements_text(image, "framework").encode(),
         "requirements/extra.txt": requirements_text(image, "extra").encode(),
         "envkit/expect.json": (json.dumps(image.expect(), indent=2, sort_keys=True) + "\n").encode(),
         f"envkit/{PAYLOAD}": payload.read_bytes(),
-        "site-ca/README": b"A CA bundle (ca.pem) is placed here at build time when the build runs behind a TLS-intercepting proxy.\n",
     }
+    if image.flavour == "devel":
+        files["requirements/devel.txt"] = _requirements(
+            devel_packages(image), "the devel flavour's CUDA compiler (envkit.render.devel_packages)").encode()
+    if not buildkit and not wheelhouse:
+        files["site-ca/README"] = (b"A CA bundle (ca.pem) is placed here at build time when the build runs behind "
+                                   b"a TLS-intercepting proxy.\n")
+    return files
 
 
 def context_hash(files: dict[str, bytes]) -> str:

@@ -145,7 +145,7 @@ class ImageSpec(Strict):
     pip: list[PipRequirement] = Field(default_factory=list)
     apt: list[AptPackage] = Field(default_factory=list)
     base: Base | None = None
-    flavour: Literal["runtime"] = "runtime"
+    flavour: Literal["runtime", "devel"] = "runtime"
 
 
 class BuildOptions(Strict):

@@ -86,20 +86,18 @@ def remove_image(engine, tag):
         pass
 
 
-def test_nightly_builds_verifies_pushes_and_then_has_nothing_to_do(workspace, engine, registry):  # noqa: F811
+def test_nightly_builds_verifies_and_then_has_nothing_to_do(workspace, engine):
     root, tag = workspace
     remove_image(engine, tag)
-    first = nightly(root, "a.sqlite", "--registry", registry.host, check_code=0)
+    first = nightly(root, "a.sqlite", check_code=0)
     doc = json.loads(first.stdout)
     [img] = doc["images"]
     assert img["build"] == "built" and img["status"] == "verified"
-    assert len(img["pushed"]) == 1 and "@sha256:" in img["pushed"][0]  # stack tag only: not certified
-    assert registry.manifest_digest("nightly/torch25", "certified") is None
     for kind in ("json", "junit", "html"):
         assert Path(doc["reports"][kind]).is_file()
 
     started = time.monotonic()
-    second = nightly(root, "a.sqlite", "--registry", registry.host, check_code=10)
+    second = nightly(root, "a.sqlite", check_code=10)
     elapsed = time.monotonic() - started
     doc2 = json.loads(second.stdout)
     assert doc2["outcome"] == "nothing to do"
@@ -107,7 +105,37 @@ def test_nightly_builds_verifies_pushes_and_then_has_nothing_to_do(workspace, en
     assert elapsed < 30, f"an unchanged nightly took {elapsed:.1f}s"
     with Store.open(root / "a.sqlite") as store:
         snap = store.snapshot()
-    assert len(snap["builds"]) == 1 and len(snap["certificates"]) == 1 and len(snap["pushes"]) == 1
+    assert len(snap["builds"]) == 1 and len(snap["certificates"]) == 1 and snap["pushes"] == []
+
+
+def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine, registry):  # noqa: F811
+    """nightly's publish step against the real registry, on the small base image (a CUDA
+    image would take minutes to compress and push; the step is the same code)."""
+    from envkit.nightly import ImageReport, _publish
+
+    base = load_lock(ROOT / "examples" / "team.lock").images[0].base.ref
+    info = engine.inspect(base)
+    lock = load_lock(ROOT / "examples" / "team.lock").model_copy(update={"team": "pubtest"})
+    image = lock.images[0]
+    local = "pubtest/base:stack1"
+    engine.tag(info.id, local)
+    with Store.open(tmp_path / "s.sqlite") as store:
+        run_id = store.start_run("sha256:test")
+        report = ImageReport(image.name, local, status="verified")
+        _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None)
+        assert report.publish_error is None and len(report.pushed) == 1
+        repo = f"pubtest/{image.name}"
+        assert registry.manifest_digest(repo, "stack1") is not None
+        assert registry.manifest_digest(repo, "certified") is None  # verified is not certified
+        report = ImageReport(image.name, local, status="certified")
+        _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None)
+        assert registry.manifest_digest(repo, "certified") == registry.manifest_digest(repo, "stack1")
+        kinds = sorted(p.tag_kind for p in store.pushes_for(info.id))
+        assert kinds == ["certified", "stack"]
+        report = ImageReport(image.name, local, status="certified")
+        _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None)
+        assert report.pushed == []  # already published: nothing to do
+    engine.client.images.remove(local)
 
 
 def test_stopped_registry_fails_clearly_and_records_no_push(workspace, engine, registry):  # noqa: F811
@@ -119,7 +147,7 @@ def test_stopped_registry_fails_clearly_and_records_no_push(workspace, engine, r
         registry.start()
     doc = json.loads(proc.stdout)
     error = doc["images"][0]["publish_error"]
-    assert registry.host in error and "unpushed" in error
+    assert registry.host in error and ("unpushed" in error or "unpromoted" in error)
     assert engine.inspect(tag) is not None  # the image is still local
     with Store.open(root / "b.sqlite") as store:
         assert store.snapshot()["pushes"] == []

@@ -91,3 +91,22 @@ def _opts():
     from envkit.engine import RunOptions
 
     return RunOptions(timeout=60)
+
+
+def test_certify_without_gpu_is_verified_with_gpu_checks_skipped(example_build, tmp_path):
+    doc, _ = example_build
+    tag = doc["images"][0]["tag"]
+    proc = envkit("certify", tag, "--no-gpus", "--lock", "examples/team.lock", "--out", tmp_path / "r",
+                  "--store", tmp_path / "h.sqlite", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    cert = out["certificate"]
+    assert cert["status"] == "verified" and cert["gpu_model"] == "none"
+    gpu_only = {"cuda_available", "arch_covered", "cuda_train_step", "memory", "dataloader", "nccl_allreduce",
+                "matmul_tflops", "h2d_d2h_bandwidth"}
+    statuses = {c["name"]: c["status"] for c in cert["checks"]}
+    assert {statuses[n] for n in gpu_only} == {"skipped"}
+    for kind in ("json", "junit", "html"):
+        assert (tmp_path / "r" / out["reports"][kind].split("/")[-1]).is_file()
+    listed = json.loads(envkit("ls", "--store", tmp_path / "h.sqlite", "--json").stdout)["images"]
+    assert [(r["tag"], r["certification"]) for r in listed] == [(tag, {"none": "verified"})]

@@ -1,0 +1,162 @@
+"""BuildKit builds through the docker CLI (``DOCKER_BUILDKIT=1 docker build --progress=plain``).
+
+docker-py speaks only the classic builder's API; BuildKit's session features (build secrets,
+cache mounts) need the CLI. Docker 20.10's built-in Dockerfile frontend accepts
+``RUN --mount`` without a ``# syntax=`` line (which would pull a frontend image), so the
+rendered Dockerfiles have none. The plain progress output is parsed into the same
+``BuildEvent`` stream the classic builder yields.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections import deque
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import BuildError
+from . import BuildEvent
+
+DOCKER_CLI = "/usr/bin/docker"  # Debian's 20.10 CLI: BuildKit built in (newer CLIs need the buildx plugin)
+MIN_API = (1, 39)  # the engine API that has BuildKit sessions (Docker 18.09)
+TAIL = 25  # log lines a BuildError carries
+
+_VERTEX = re.compile(r"^#(\d+) (.*)$")
+_STEP = re.compile(r"^\[(?:(?P<stage>[^\]\s]+) )?(?P<i>\d+)/(?P<n>\d+)\] (?P<text>.*)$")
+_OUTPUT = re.compile(r"^\d+\.\d+ (.*)$")
+_DONE = re.compile(r"^DONE (\d+(?:\.\d+)?)s$")
+
+
+class PlainProgress:
+    """``--progress=plain`` lines -> ``BuildEvent``s; one instance per build.
+
+    ``#N [stage i/n] RUN ...`` opens step i of n (once per vertex), ``#N 1.23 text`` is a
+    command's output, ``#N DONE 1.2s`` / ``#N CACHED`` / ``#N ERROR: ...`` close vertex N.
+    """
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.errors: list[str] = []
+
+    def feed(self, line: str) -> list[BuildEvent]:
+        line = line.rstrip()
+        if not line:
+            return []
+        m = _VERTEX.match(line)
+        if not m:  # the error summary after a failure, or a message from the CLI
+            return [BuildEvent("log", line)]
+        vertex, rest = m.groups()
+        if rest.startswith("sha256:"):
+            return []
+        name = self.names.get(vertex)
+        if name is None:
+            self.names[vertex] = rest
+            step = _STEP.match(rest)
+            if step:
+                stage = f"[{step['stage']}] " if step["stage"] else ""
+                return [BuildEvent("step", stage + step["text"], int(step["i"]), int(step["n"]))]
+            return [BuildEvent("log", rest)]
+        if rest == "CACHED":
+            return [BuildEvent("log", f"{name}: cached")]
+        done = _DONE.match(rest)
+        if done:
+            return [BuildEvent("log", f"{name}: done in {done.group(1)}s")]
+        if rest.startswith("ERROR"):
+            message = rest.removeprefix("ERROR").lstrip(": ")
+            self.errors.append(f"{name}: {message}")
+            return [BuildEvent("error", f"{name}: {message}")]
+        out = _OUTPUT.match(rest)
+        return [BuildEvent("log", out.group(1) if out else rest)]
+
+
+class BuildKitBuilder:
+    """Builds with BuildKit through ``cli``; ``engine`` (a DockerEngine) answers the API version."""
+
+    def __init__(self, engine=None, cli: str = DOCKER_CLI):
+        self.engine = engine
+        self.cli = cli
+
+    def available(self) -> bool:
+        """The CLI exists (with BuildKit built in, or the buildx plugin) and the engine's API >= 1.39."""
+        if not (Path(self.cli).is_file() and os.access(self.cli, os.X_OK)):
+            return False
+        try:
+            proc = subprocess.run([self.cli, "version", "--format", "{{json .}}"], capture_output=True,
+                                  text=True, timeout=30)
+            info = json.loads(proc.stdout or "{}")
+        except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+            return False
+        client = (info.get("Client") or {}).get("Version") or "0"
+        api = (self.engine.version().get("api") if self.engine is not None
+               else (info.get("Server") or {}).get("ApiVersion")) or "0"
+        if _version(api) < MIN_API:
+            return False
+        if _version(client) >= (23,):  # from Docker 23 on, `docker build` needs buildx for BuildKit
+            return subprocess.run([self.cli, "buildx", "version"], capture_output=True).returncode == 0
+        return True
+
+    def command(self, context: Path, tag: str, labels: dict[str, str], *, secrets: dict[str, Path] | None = None,
+                dockerfile: str | None = None, network: bool = True, no_cache: bool = False,
+                iidfile: Path | None = None) -> list[str]:
+        cmd = [self.cli, "build", "--progress=plain", "-t", tag]
+        for key, value in labels.items():
+            cmd += ["--label", f"{key}={value}"]
+        for sid, src in (secrets or {}).items():
+            if "," in str(src) or "," in sid or "=" in sid:
+                raise BuildError(f"cannot pass secret {sid!r} from {src}: the CLI's --secret value is comma-separated",
+                                 hint="move the file to a path without commas")
+            cmd += ["--secret", f"id={sid},src={Path(src).resolve()}"]
+        if dockerfile:
+            cmd += ["-f", str(Path(context) / dockerfile)]
+        if not network:
+            cmd.append("--network=none")
+        if no_cache:
+            cmd.append("--no-cache")
+        if iidfile is not None:
+            cmd += ["--iidfile", str(iidfile)]
+        return cmd + [str(context)]
+
+    def build(self, context: Path, tag: str, labels: dict[str, str], *, secrets: dict[str, Path] | None = None,
+              dockerfile: str | None = None, network: bool = True, no_cache: bool = False) -> Iterator[BuildEvent]:
+        """Build ``context`` as ``tag``, yielding progress; raises BuildError (with the log's tail) on failure."""
+        with tempfile.TemporaryDirectory(prefix="envkit-buildkit-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            cmd = self.command(context, tag, labels, secrets=secrets, dockerfile=dockerfile, network=network,
+                               no_cache=no_cache, iidfile=iidfile)
+            env = dict(os.environ, DOCKER_BUILDKIT="1")
+            parser, tail = PlainProgress(), deque(maxlen=TAIL)
+            try:
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        errors="replace", env=env)
+            except OSError as exc:
+                raise BuildError(f"cannot run {self.cli}: {exc}", hint="install Docker's CLI (docker.io)") from None
+            try:
+                for line in proc.stdout:
+                    tail.append(line.rstrip())
+                    yield from parser.feed(line)
+                code = proc.wait()
+            finally:
+                if proc.poll() is None:  # the consumer stopped early: stop the build too
+                    proc.terminate()
+                    proc.wait()
+            if code != 0:
+                reason = parser.errors[-1] if parser.errors else (next((t for t in reversed(tail) if t), "") or
+                                                                   f"exit code {code}")
+                raise BuildError(f"building {tag} with BuildKit failed: {reason}",
+                                 hint="last output:\n    " + "\n    ".join(tail))
+            image_id = iidfile.read_text().strip() if iidfile.is_file() else tag
+        yield BuildEvent("done", image_id)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in str(text).split("."):
+        digits = re.match(r"\d+", piece)
+        if not digits:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
