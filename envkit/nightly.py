@@ -231,8 +231,26 @@ def _publish(engine, store, run_id, lock, image, report, info, registry, progres
     if result.certified:
         store.record_push(info.id, result.certified.ref, result.certified.digest, "certified")
         report.pushed.append(result.certified.ref)
+    _mirror_base(engine, store, lock, image, registry, report)
     store.mark_step(run_id, image.name, "publish", "done", image.hash)
     report.worked = True
+
+
+def _mirror_base(engine, store, lock, image, registry, report) -> None:
+    """Keep the image's base in the team registry, pinned by digest, so an upstream
+    deletion never breaks a rebuild (``envkit`` records where the mirror is)."""
+    from .publish import mirror_base
+
+    if store.mirrors_for(image.base.ref):
+        return
+    repo = f"{registry.rstrip('/')}/{lock.team}/base-{image.base.distro}-{image.base.suite}"
+    try:
+        pinned = mirror_base(engine, image.base.ref, repo)
+    except EnvkitError as exc:
+        report.publish_error = exc.message
+        return
+    store.record_mirror(image.base.ref, pinned)
+    report.pushed.append(pinned)
 
 
 def _exit_code(reports: list[ImageReport]) -> int:

@@ -129,12 +129,24 @@ def _m002_publish_and_steps(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX steps_image ON steps (image, lock_hash, state)")
 
 
+def _m003_base_mirrors(db: sqlite3.Connection) -> None:
+    """Base images mirrored into the team registry, pinned by digest."""
+    db.execute("""
+        CREATE TABLE mirrors (
+            base_ref    TEXT NOT NULL,
+            pinned_ref  TEXT NOT NULL,
+            pushed_at   TEXT NOT NULL,
+            PRIMARY KEY (base_ref, pinned_ref)
+        )""")
+
+
 Migration = tuple[str, Callable[[sqlite3.Connection], None]]
 
 # Append only: never edit or reorder an entry once it has shipped.
 MIGRATIONS: tuple[Migration, ...] = (
     ("001_initial", _m001_initial),
     ("002_publish_and_steps", _m002_publish_and_steps),
+    ("003_base_mirrors", _m003_base_mirrors),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -504,6 +516,15 @@ class Store:
     def pushes_for(self, image_id: str) -> list[PushRecord]:
         rows = self.backend.query("SELECT * FROM pushes WHERE image_id = ? ORDER BY pushed_at, id", (image_id,))
         return [PushRecord(r["image_id"], r["ref"], r["digest"], r["tag_kind"], r["pushed_at"]) for r in rows]
+
+    def record_mirror(self, base_ref: str, pinned_ref: str) -> None:
+        with self.backend.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO mirrors (base_ref, pinned_ref, pushed_at) VALUES (?, ?, ?)",
+                       (base_ref, pinned_ref, self._now()))
+
+    def mirrors_for(self, base_ref: str) -> list[str]:
+        rows = self.backend.query("SELECT pinned_ref FROM mirrors WHERE base_ref = ? ORDER BY pushed_at", (base_ref,))
+        return [r["pinned_ref"] for r in rows]
 
     # --- steps (resumable runs) ----------------------------------------------------------------
     def mark_step(self, run_id: int, image: str, step: str, state: str, lock_hash: str = "") -> None:

@@ -123,7 +123,9 @@ def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine,
         run_id = store.start_run("sha256:test")
         report = ImageReport(image.name, local, status="verified")
         _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None)
-        assert report.publish_error is None and len(report.pushed) == 1
+        assert report.publish_error is None and len(report.pushed) == 2  # the stack tag and the base mirror
+        [mirror] = store.mirrors_for(image.base.ref)
+        assert "@sha256:" in mirror and mirror.startswith(registry.host)
         repo = f"pubtest/{image.name}"
         assert registry.manifest_digest(repo, "stack1") is not None
         assert registry.manifest_digest(repo, "certified") is None  # verified is not certified
