@@ -24,6 +24,7 @@ demo: venv engine
 	$(BIN)/envkit build examples/team.yaml
 
 test: venv engine
+	./scripts/ensure-browser.sh || echo "note: no chromium; the HTML report browser test will be skipped"
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q tests
 
 unit: venv

@@ -12,9 +12,10 @@ engine_up() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 need_pkgs=()
 command -v dockerd >/dev/null 2>&1 || [ -x /usr/sbin/dockerd ] || need_pkgs+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need_pkgs+=(debootstrap)
+command -v docker-registry >/dev/null 2>&1 || need_pkgs+=(docker-registry)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    log "missing: ${need_pkgs[*]}. Install Docker Engine (https://docs.docker.com/engine/install/) and debootstrap, then rerun."
+    log "missing: ${need_pkgs[*]}. Install Docker Engine (https://docs.docker.com/engine/install/), debootstrap and (for the registry tests) docker-registry, then rerun."
     engine_up && exit 0 || exit 1
   fi
   log "installing ${need_pkgs[*]} from Debian's archive"
