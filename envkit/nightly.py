@@ -129,7 +129,7 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
         if cert is not None:
             certificates.append(cert)
         if registry and report.status in ("certified", "verified") and not report.regressions:
-            _publish(engine, store, run_id, lock, image, report, info, registry, progress)
+            _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert)
     written = {}
     if certificates:
         from .report import write_reports
@@ -208,8 +208,9 @@ def perf_metrics(cert: Certificate) -> dict[str, float]:
     return out
 
 
-def _publish(engine, store, run_id, lock, image, report, info, registry, progress):
-    from .publish import promote
+def _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert: Certificate | None = None):
+    from .certify.certificate import slug
+    from .publish import attach_certificate, promote
 
     done = {p.tag_kind for p in store.pushes_for(info.id)}
     want = {"stack", "certified"} if report.status == "certified" else {"stack"}
@@ -228,6 +229,12 @@ def _publish(engine, store, run_id, lock, image, report, info, registry, progres
         return
     store.record_push(info.id, result.stack.ref, result.stack.digest, "stack")
     report.pushed.append(result.stack.pinned)
+    if cert is not None:  # the certificate travels with the image: an artifact whose subject is it
+        try:
+            report.pushed.append(attach_certificate(engine, repo, stack_tag, cert.to_bytes(),
+                                                    gpu_slug=slug(cert.gpu_model), status=cert.status))
+        except EnvkitError as exc:
+            report.publish_error = exc.message
     if result.certified:
         store.record_push(info.id, result.certified.ref, result.certified.digest, "certified")
         report.pushed.append(result.certified.ref)

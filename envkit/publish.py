@@ -332,6 +332,20 @@ class _RegistryHTTP:
             media_type = json.loads(r.content).get("mediaType") or MANIFEST_TYPES[0]
         return _Manifest(digest, media_type, r.content)
 
+    def put_blob(self, data: bytes) -> str:
+        """Upload ``data`` as a blob (monolithic upload), unless the registry has it already."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if self._send("HEAD", f"{self.base}/blobs/{digest}").status_code == 200:
+            return digest
+        r = self._send("POST", f"{self.base}/blobs/uploads/")
+        self._raise_for(r, f"starting a blob upload to {self.registry}/{self.path}")
+        location = requests.compat.urljoin(self.base + "/", r.headers["Location"])
+        sep = "&" if "?" in location else "?"
+        r = self._send("PUT", f"{location}{sep}digest={digest}", data=data,
+                       headers={"Content-Type": "application/octet-stream"})
+        self._raise_for(r, f"uploading a blob to {self.registry}/{self.path}")
+        return digest
+
     def put_manifest(self, tag: str, manifest: _Manifest) -> str:
         r = self._send("PUT", f"{self.base}/manifests/{tag}", data=manifest.raw,
                        headers={"Content-Type": manifest.media_type})
@@ -509,3 +523,55 @@ def pull_by_digest(client, ref_with_digest: str, *, retries: int = 4, backoff: f
     if info is None:
         raise EngineError(f"pulled {ref_with_digest} but the engine does not list it")
     return info
+
+
+CERTIFICATE_TYPE = "application/vnd.envkit.certificate.v1+json"
+EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
+
+
+def attach_certificate(client, registry_repo: str, stack_tag: str, certificate: bytes, *, gpu_slug: str,
+                       status: str, retries: int = 4, backoff: float = 1.0, sleep: Sleep = time.sleep) -> str:
+    """Store a certificate in the registry beside the image it certifies.
+
+    An OCI artifact (artifactType ``application/vnd.envkit.certificate.v1+json``) whose
+    ``subject`` is the image's manifest, tagged ``<stack_tag>.cert-<gpu>`` so any registry
+    (with or without the referrers API) keeps it and a researcher can read what the image was
+    certified on before pulling it. Returns ``registry/repo@sha256:...`` of the artifact.
+    """
+    reg = _RegistryHTTP(_docker(client), registry_repo)
+    fail = lambda f, n: EngineError(f"cannot attach the certificate to {registry_repo}:{stack_tag} in registry "  # noqa: E731
+                                    f"{reg.registry}: {f.message}", hint="the certificate is still in the store")
+    subject = _retrying(lambda: reg.get_manifest(stack_tag), retries=retries, backoff=backoff, sleep=sleep, fail=fail)
+    if subject is None:
+        raise EngineError(f"{registry_repo}:{stack_tag} is not in the registry; push the image before its certificate")
+    empty = b"{}"
+    config = _retrying(lambda: reg.put_blob(empty), retries=retries, backoff=backoff, sleep=sleep, fail=fail)
+    layer = _retrying(lambda: reg.put_blob(certificate), retries=retries, backoff=backoff, sleep=sleep, fail=fail)
+    manifest = json.dumps({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": CERTIFICATE_TYPE,
+        "config": {"mediaType": EMPTY_TYPE, "digest": config, "size": len(empty)},
+        "layers": [{"mediaType": CERTIFICATE_TYPE, "digest": layer, "size": len(certificate),
+                    "annotations": {"org.opencontainers.image.title": "certificate.json"}}],
+        "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": len(subject.raw)},
+        "annotations": {"io.envkit.certificate.status": status, "io.envkit.certificate.gpu": gpu_slug},
+    }, sort_keys=True, separators=(",", ":")).encode()
+    tag = f"{stack_tag}.cert-{gpu_slug}"[:128]
+    _check_tag(tag)
+    artifact = _Manifest("sha256:" + hashlib.sha256(manifest).hexdigest(), "application/vnd.oci.image.manifest.v1+json",
+                         manifest)
+    digest = _retrying(lambda: reg.put_manifest(tag, artifact), retries=retries, backoff=backoff, sleep=sleep, fail=fail)
+    return f"{_strip_tag(registry_repo)}@{digest}"
+
+
+def read_certificate(client, registry_repo: str, stack_tag: str, gpu_slug: str) -> bytes | None:
+    """The certificate attached to ``registry_repo:stack_tag`` for ``gpu_slug``, if any."""
+    reg = _RegistryHTTP(_docker(client), registry_repo)
+    manifest = reg.get_manifest(f"{stack_tag}.cert-{gpu_slug}"[:128])
+    if manifest is None:
+        return None
+    layer = json.loads(manifest.raw)["layers"][0]["digest"]
+    r = reg._send("GET", f"{reg.base}/blobs/{layer}")
+    reg._raise_for(r, f"reading certificate blob {layer}")
+    return r.content

@@ -23,6 +23,7 @@ from envkit.lock import Package, load_lock, sealed, write_lock
 from envkit.render import image_tag
 from envkit.resolve import spec_digest
 from envkit.spec import load_spec
+from envkit.publish import read_certificate
 from envkit.store import Store
 from tests.integration.conftest import ROOT
 from tests.integration.registry import registry  # noqa: F401  (fixture)
@@ -130,8 +131,11 @@ def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine,
         assert registry.manifest_digest(repo, "stack1") is not None
         assert registry.manifest_digest(repo, "certified") is None  # verified is not certified
         report = ImageReport(image.name, local, status="certified")
-        _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None)
+        cert = _certificate(local, info.id)
+        _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None, cert)
         assert registry.manifest_digest(repo, "certified") == registry.manifest_digest(repo, "stack1")
+        attached = read_certificate(engine, f"{registry.host}/{repo}", "stack1", "nvidia-h200")
+        assert json.loads(attached) == json.loads(cert.to_bytes())
         kinds = sorted(p.tag_kind for p in store.pushes_for(info.id))
         assert kinds == ["certified", "stack"]
         report = ImageReport(image.name, local, status="certified")
@@ -153,6 +157,19 @@ def test_stopped_registry_fails_clearly_and_records_no_push(workspace, engine, r
     assert engine.inspect(tag) is not None  # the image is still local
     with Store.open(root / "b.sqlite") as store:
         assert store.snapshot()["pushes"] == []
+
+
+def _certificate(tag: str, image_id: str):
+    """A certificate built from faked device facts (only its round trip through the registry matters here)."""
+    from envkit.certify.certificate import certificate_from
+
+    checks = [{"name": n, "status": "passed", "value": None, "message": "ok"}
+              for n in ("cuda_available", "arch_covered", "cuda_train_step")]
+    facts = {"gpus": [{"index": 0, "name": "NVIDIA H200", "cc": "9.0"}], "driver": "570.124.06"}
+    doc = {"schema": "envkit.payload/1", "status": "certified", "facts": facts, "checks": checks}
+    return certificate_from(doc, {"arch_list": ["sm_90"], "driver_floor": "525.60.13"}, image=tag,
+                            image_id=image_id, lock_hash="sha256:x", gpu_requested=True,
+                            created_at="2026-12-02T00:00:00Z", envkit_version="test")
 
 
 def _normalized(path: Path) -> dict:
