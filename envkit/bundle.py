@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -37,7 +38,8 @@ from .certify.harness import run_payload
 from .engine import Mount, RunOptions
 from .errors import BuildError, EngineError, EnvkitError
 from .lock import Lock, LockedImage, Package, load_lock, write_atomic
-from .render import DEVEL_APT, context_for, context_hash, image_tag, install_packages, render_files
+from .render import (DEVEL_APT, context_for, context_hash, image_tag, install_packages, nvcc_deb_url,
+                     nvcc_release, render_files)
 
 Progress = Callable[[str], None]
 
@@ -89,6 +91,9 @@ def make_bundle(engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle
         download_wheels(image, context / "wheelhouse", ca_bundle=ca_bundle)
         progress(f"fetching Debian packages against {image.base.ref}")
         fetch_debs(engine, lock, image, context / "debs")
+        if image.flavour == "devel":
+            progress("downloading the CUDA compiler's Debian package")
+            fetch_nvcc_deb(image, context / "debs" / "nvcc")
         progress(f"saving {image.base.ref}")
         save_image(engine, image.base.ref, staging / BASE_ARCHIVE)
         manifest = {
@@ -109,8 +114,11 @@ def make_bundle(engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle
 
 
 def build_from_bundle(engine, bundle_dir: Path, *, builder: str = "classic", verify: bool = True,
-                      progress: Progress = lambda _: None) -> Outcome:
-    """Check the bundle, load its base and build its image with no network inside the build."""
+                      no_cache: bool = False, progress: Progress = lambda _: None) -> Outcome:
+    """Check the bundle, load its base and build its image with no network inside the build.
+
+    ``no_cache`` runs every step again (the builders' caches do not key on the network mode).
+    """
     check_builder(builder)
     bundle_dir = Path(bundle_dir)
     manifest = verify_bundle(bundle_dir)
@@ -128,7 +136,8 @@ def build_from_bundle(engine, bundle_dir: Path, *, builder: str = "classic", ver
               BUNDLE_LABEL: "sha256:" + _sha256(bundle_dir / MANIFEST)}
     tag = manifest["tag"]
     image_id = ""
-    for event in run_build(engine, context, tag, labels, builder=builder, dockerfile=dockerfile, network=False):
+    for event in run_build(engine, context, tag, labels, builder=builder, dockerfile=dockerfile, network=False,
+                           no_cache=no_cache):
         if event.kind == "done":
             image_id = event.text
         progress(event.text if event.kind != "step" else f"step {event.step}/{event.total}: {event.text}")
@@ -185,7 +194,9 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None) -
                "--index-url", image.index_url, "-d", str(dest), "-r", str(reqs)]
         if ca_bundle is not None:
             cmd += ["--cert", str(ca_bundle)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        # Only the lock's index: no pip.conf, no PIP_* (find-links, extra indexes, constraints) from here.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = "\n    ".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
         raise BuildError(f"downloading the wheels of {image.name} failed (pip exit {proc.returncode})",
@@ -246,6 +257,29 @@ def fetch_debs(engine, lock: Lock, image: LockedImage, dest: Path) -> None:
         tail = "\n    ".join((result.stdout + result.stderr).strip().splitlines()[-10:])
         raise BuildError(f"fetching the Debian packages of {image.name} failed (exit {result.exit_code})",
                          hint=f"is the base's mirror reachable?\n    {tail}")
+
+
+def fetch_nvcc_deb(image: LockedImage, dest: Path) -> Path:
+    """The devel flavour's toolkit .deb (envkit.render.NVCC_RELEASES), checked against its pinned sha256."""
+    import requests
+
+    url, expected = nvcc_deb_url(image), nvcc_release(image).deb_sha256
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / url.rsplit("/", 1)[1]
+    h = hashlib.sha256()
+    try:
+        with requests.get(url, stream=True, timeout=60) as response, open(path, "wb") as fh:
+            response.raise_for_status()
+            for block in response.iter_content(1 << 20):
+                h.update(block)
+                fh.write(block)
+    except (requests.RequestException, OSError) as exc:
+        raise BuildError(f"cannot download {url}: {exc}", hint="is the Debian mirror reachable?") from None
+    if h.hexdigest() != expected:
+        path.unlink()
+        raise BuildError(f"{url} has sha256 {h.hexdigest()[:12]}..., not the pinned {expected[:12]}...",
+                         hint="the mirror served another file; check envkit.render.NVCC_RELEASES")
+    return path
 
 
 def save_image(engine, ref: str, path: Path) -> None:

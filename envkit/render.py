@@ -39,6 +39,9 @@ PIP_FLAGS_BUILDKIT = PIP_FLAGS.replace("--no-cache-dir ", "")
 CA_PATH = "/etc/envkit/site-ca/ca.pem"  # where the build sees the site CA (a copied file, or a secret mount)
 # PIP_CERT only when the build context carries a site CA bundle.
 PIP_ENV = f'if [ -f {CA_PATH} ]; then export PIP_CERT={CA_PATH}; fi;'
+# BuildKit: pip downloads into this directory of the cache mount, then installs from it (pip's own
+# HTTP cache keeps nothing when the index or a proxy sends no cache headers).
+WHEEL_CACHE = "/root/.cache/pip/envkit-wheels"
 WHEELHOUSE = "/tmp/envkit/wheelhouse"  # the bundle's wheels, inside the build (wheelhouse mode)
 DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
 CUDA_HOME = "/opt/cuda"  # devel: symlinks into the nvidia-* wheels, in the layout nvcc and torch expect
@@ -46,35 +49,47 @@ DEVEL_PREFIX = "/opt/devel"  # devel: nvcc's install prefix in the build; merged
 DEVEL_APT = ("g++", "python3-dev", "ninja-build")
 BUILDERS = ("classic", "buildkit")
 
-# The devel flavour's CUDA compiler, until the resolver puts it in the lock. The rule:
-# nvidia-cuda-nvcc-cu<major> at the newest release of the lock's CUDA major.minor (nvcc and the
-# runtime wheels are released separately: 12.4 has cuda-runtime 12.4.127 but nvcc 12.4.131), with
-# every file hash the index lists. Looked up on pypi.org on 2026-12-02 with
-# envkit.closure.compile_closure(["nvidia-cuda-nvcc-cu12==12.X.*"], python="3.11", glibc="2.36").
-# CUDA 13 wheels are named without the suffix and depend on other wheels: not covered yet.
-NVCC = "nvidia-cuda-nvcc-cu{major}"
-NVCC_RELEASES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "12.1": ("12.1.105", (
-        "sha256:87079d62e4507c7f60d355752edaceeaa2de762f69d8c914634655b6115f20af",
-        "sha256:a0712a05ffd57d9f017580ffcc808b207f7f4ef7a5ca8ac1312318b153739a18")),
-    "12.4": ("12.4.131", (
-        "sha256:00ba32f3d7928548455baa877e748a4676ba0731cfc73d4213336fc67bdc87e9",
-        "sha256:aadd9fb307352bbcd5bc89b5f98c10cd78000915094882d97321f5fe36441742",
-        "sha256:e4c9a35435c3b0e36c6397c5696334c9ea6650e524736cbd1c5d345ea099bb04")),
-    "12.6": ("12.6.85", (
-        "sha256:5d2edd5531b13e3daac8ffee9fc2b70a147e6088b2af2565924773d63d36d294",
-        "sha256:aa04742337973dcb5bcccabb590edc8834c60ebfaf971847888d24ffef6c46b5",
-        "sha256:d75d9d74599f4d7c0865df19ed21b739e6cb77a6497a3f73d6f61e8038a765e4")),
-    "12.8": ("12.8.93", (
-        "sha256:2b35ada240938d19398119ca596faaf626ba5e729511be9715842a29d112926d",
-        "sha256:2d6dc36fb7cb5ac9c0b8825bc13d193c35487a315664007287d0126531238011",
-        "sha256:bb9dc7c291cd105d14f9b220bdcdf6ce6063c2d6ff01a505e358471530a8d226")),
-    "12.9": ("12.9.86", (
-        "sha256:44e1eca4d08926193a558d2434b1bf83d57b4d5743e0c431c0c83d51da1df62b",
-        "sha256:5d6a0d32fdc7ea39917c20065614ae93add6f577d840233237ff08e9a38f58f0",
-        "sha256:8ed7f0b17dea662755395be029376db3b94fed5cbb17c2d35cc866c5b1b84099")),
+# The devel flavour's CUDA compiler, until the resolver puts it in the lock (docs/images.md).
+# The cu12 nvcc wheels on the index hold only ptxas, libnvvm, libdevice and the crt/ headers:
+# no nvcc driver, cicc, cudafe++, fatbinary or nvlink. So a devel image takes
+#   - from the index, hash-pinned: nvidia-cuda-nvcc-cu<major> (crt/ headers) and
+#     nvidia-cuda-cccl-cu<major> (libcu++/thrust/cub headers, which cuda_fp16.h includes), each at
+#     the newest release of the lock's CUDA major.minor;
+#   - the compiler's programs from Debian's nvidia-cuda-toolkit of the same CUDA release, a .deb
+#     pinned by sha256 and unpacked in a throwaway stage (never installed: its dependencies would be
+#     the whole toolkit; the programs need only libc6 >= 2.34 and libstdc++6).
+# Looked up on 2026-12-02: pypi.org (envkit.closure.compile_closure(["nvidia-cuda-nvcc-cu12==12.4.*",
+# ...], python="3.11", glibc="2.36")) and deb.debian.org (trixie/non-free, the only suite with a
+# CUDA 12 toolkit: 12.4.1). Other CUDA versions have no Debian toolkit, and are refused.
+
+
+@dataclass(frozen=True)
+class NvccRelease:
+    wheels: tuple[tuple[str, str, tuple[str, ...]], ...]  # (name, version, every file's hash)
+    deb_pool_path: str  # under the Debian mirror
+    deb_sha256: str
+
+
+NVCC_RELEASES: dict[str, NvccRelease] = {
+    "12.4": NvccRelease(
+        wheels=(
+            ("nvidia-cuda-cccl-cu12", "12.4.127.post1", (
+                "sha256:2027fa5fc75fbee703bf24e8275a40a605cf94a3e8fef8a7187897d49b34facb",
+                "sha256:2219406e30760b3100fe8311af5d30547135897fffc4307d1411434d9384c52c",
+                "sha256:641ce4d9c335d4b9e0955ec4f94aa46f5a765356cc38cc4bbf65c7b40f8a4450")),
+            ("nvidia-cuda-nvcc-cu12", "12.4.131", (
+                "sha256:00ba32f3d7928548455baa877e748a4676ba0731cfc73d4213336fc67bdc87e9",
+                "sha256:aadd9fb307352bbcd5bc89b5f98c10cd78000915094882d97321f5fe36441742",
+                "sha256:e4c9a35435c3b0e36c6397c5696334c9ea6650e524736cbd1c5d345ea099bb04")),
+        ),
+        deb_pool_path="pool/non-free/n/nvidia-cuda-toolkit/nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb",
+        deb_sha256="cd5fe85aee38d108b315f408a688641478f2402622a10c677478eb7a6c4e5319"),
 }
-SAFE = re.compile(r'^[A-Za-z0-9 ._:/=<>+,@()-]*$')
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+NVCC_TOOLS = "/opt/cuda-tools"  # devel: the compiler's programs, arranged in the nvcc-tools stage
+
+# `~` (Debian versions) is literal inside double quotes, in a Dockerfile's shell and in YAML alike.
+SAFE = re.compile(r'^[A-Za-z0-9 ._:/=<>+,@()~-]*$')
 PAYLOAD = "envkit_check.py"
 
 
@@ -130,6 +145,7 @@ class RenderContext:
     wheelhouse: bool = False
     ca_path: str = CA_PATH
     wheelhouse_dir: str = WHEELHOUSE
+    wheel_cache: str = WHEEL_CACHE
     debs_dir: str = DEBS
     # the devel flavour
     flavour: str = "runtime"
@@ -137,20 +153,35 @@ class RenderContext:
     devel_apt: tuple[str, ...] = DEVEL_APT
     devel_prefix: str = DEVEL_PREFIX
     cuda_home: str = CUDA_HOME
+    nvcc_tools: str = NVCC_TOOLS
+    nvcc_deb_url: str = ""
+    nvcc_deb_sha256: str = ""
 
 
 def devel_packages(image: LockedImage) -> tuple[Package, ...]:
-    """The devel flavour's pip additions for ``image``: nvcc matching its CUDA major.minor, hash-pinned."""
+    """The devel flavour's pip additions for ``image`` (nvcc's and CCCL's headers), hash-pinned."""
     mm = image.cuda_major_minor
     if not mm:
         raise EnvkitError(f"image {image.name!r} has no CUDA runtime, so a devel flavour has no nvcc to match",
                           hint="use flavour: runtime for CPU-only images")
     if mm not in NVCC_RELEASES:
-        raise EnvkitError(f"no nvcc release is known for CUDA {mm} (image {image.name!r})",
-                          hint=f"known: {', '.join(NVCC_RELEASES)}; add the release to envkit.render.NVCC_RELEASES "
-                               "(rule in docs/images.md), or use flavour: runtime")
-    version, hashes = NVCC_RELEASES[mm]
-    return (Package(name=NVCC.format(major=mm.split(".")[0]), version=version, hashes=hashes, group="extra"),)
+        raise EnvkitError(f"envkit knows no CUDA compiler for CUDA {mm} (image {image.name!r}); the devel "
+                          f"flavour needs one of CUDA {', '.join(NVCC_RELEASES)}",
+                          hint="pick a framework variant with one of those CUDA versions, use flavour: runtime, or "
+                               "add the release to envkit.render.NVCC_RELEASES (the rule is in docs/images.md)")
+    return tuple(Package(name=name, version=version, hashes=hashes, group="extra")
+                 for name, version, hashes in NVCC_RELEASES[mm].wheels)
+
+
+def nvcc_release(image: LockedImage) -> NvccRelease:
+    devel_packages(image)  # the same checks and messages
+    return NVCC_RELEASES[image.cuda_major_minor]
+
+
+def nvcc_deb_url(image: LockedImage) -> str:
+    """Where Debian's toolkit .deb for ``image`` lies (the base's mirror, else deb.debian.org)."""
+    mirror = ((image.base.bootstrap or {}).get("mirror") or DEBIAN_MIRROR).rstrip("/")
+    return f"{mirror}/{nvcc_release(image).deb_pool_path}"
 
 
 def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
@@ -195,6 +226,8 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         wheelhouse=wheelhouse,
         flavour=image.flavour,
         python=image.python,
+        **(dict(nvcc_deb_url=nvcc_deb_url(image), nvcc_deb_sha256=nvcc_release(image).deb_sha256)
+           if image.flavour == "devel" else {}),
     )
 
 

@@ -87,3 +87,139 @@ def test_render_writes_trees_and_replaces_stale_files(tmp_path):
     assert not stale.exists()
     assert out.compose == tmp_path / "compose" / "vision.yaml"
     assert not [p for p in (tmp_path / "dockerfiles").iterdir() if p.name.startswith(".")]
+
+
+# --- render options: BuildKit, wheelhouse (offline bundles) -------------------------------------
+
+def _dockerfile(image=None, **options) -> str:
+    image = image or make_image()
+    return render_files(make_lock(image), image, "team.yaml", **options)["Dockerfile"].decode()
+
+
+def _stage(text: str, name: str) -> str:
+    """One stage's text, from its FROM up to the next FROM."""
+    return text.split(f" AS {name}\n", 1)[1].split("\nFROM ", 1)[0]
+
+
+def test_positional_render_is_the_classic_online_variant():
+    image = make_image()
+    lock = make_lock(image)
+    assert render_files(lock, image, "team.yaml") == render_files(lock, image, "team.yaml", buildkit=False,
+                                                                   wheelhouse=False)
+
+
+def test_buildkit_variant_caches_pip_and_mounts_the_ca_as_a_secret():
+    text = _dockerfile(buildkit=True)
+    builder, extras = _stage(text, "builder"), _stage(text, "extras")
+    for stage in (builder, extras):
+        assert "--mount=type=cache,target=/root/.cache/pip" in stage
+        assert "--mount=type=secret,id=site-ca,target=/etc/envkit/site-ca/ca.pem" in stage
+    assert "--no-cache-dir" not in text
+    # the CA never enters a layer: no COPY of it anywhere, and no site-ca/ in the context
+    assert "COPY site-ca" not in text
+    image = make_image()
+    assert "site-ca/README" not in render_files(make_lock(image), image, "team.yaml", buildkit=True)
+    assert "# syntax=" not in text  # Docker 20.10's built-in frontend takes RUN --mount without one
+
+
+def test_classic_variant_is_unchanged_by_the_options():
+    text = _dockerfile()
+    assert "--mount" not in text and "--no-cache-dir" in text
+    assert "COPY site-ca/ /etc/envkit/site-ca/" in text
+
+
+def test_each_variant_has_its_own_context_hash():
+    image = make_image()
+    lock = make_lock(image)
+    hashes = {context_hash(render_files(lock, image, "team.yaml", buildkit=b, wheelhouse=w))
+              for b in (False, True) for w in (False, True)}
+    assert len(hashes) == 4
+
+
+def test_wheelhouse_variant_needs_no_network():
+    text = _dockerfile(wheelhouse=True)
+    assert "apt-get update" not in text
+    assert "--no-index --find-links /tmp/envkit/wheelhouse" in text
+    assert "PIP_CERT" not in text and "site-ca" not in text
+    assert "COPY debs/os/ /tmp/envkit/debs/" in _stage(text, "os")
+    # a classic cache of their own: the first instruction differs from online builds'
+    assert _stage(text, "os").startswith('# Offline builds') and 'LABEL io.envkit.build="offline"' in text
+    assert "io.envkit.build" not in _dockerfile()
+    assert "COPY debs/builder/ /tmp/envkit/debs/" in _stage(text, "builder")
+    # the wheels go into the builder stage only; the runtime stage copies the venv
+    assert "COPY wheelhouse/" in _stage(text, "builder")
+    assert "wheelhouse" not in text.split(" AS runtime\n", 1)[1]
+
+
+def test_wheelhouse_with_buildkit_mounts_instead_of_copying():
+    text = _dockerfile(buildkit=True, wheelhouse=True)
+    assert "COPY wheelhouse" not in text and "COPY debs" not in text
+    assert "--mount=type=bind,source=debs/os,target=/tmp/envkit/debs" in _stage(text, "os")
+    assert "--mount=type=bind,source=wheelhouse,target=/tmp/envkit/wheelhouse" in _stage(text, "builder")
+    assert "type=secret" not in text and "type=cache" not in text  # offline: no CA, no index
+    assert "--no-cache-dir" in text
+
+
+@pytest.mark.parametrize("flavour", ["runtime", "devel"])
+@pytest.mark.parametrize("buildkit", [False, True], ids=["classic", "buildkit"])
+@pytest.mark.parametrize("wheelhouse", [False, True], ids=["online", "wheelhouse"])
+def test_every_variant_passes_hadolint(tmp_path, flavour, buildkit, wheelhouse):
+    from tests.unit.test_lint import lint
+
+    path = tmp_path / "Dockerfile"
+    path.write_text(_dockerfile(make_image(flavour=flavour, apt=("git",)), buildkit=buildkit, wheelhouse=wheelhouse))
+    result = lint(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- the devel flavour ----------------------------------------------------------------------------
+
+def test_devel_packages_match_the_locked_cuda_and_are_hash_pinned():
+    from envkit.render import devel_packages
+
+    packages = {p.name: p for p in devel_packages(make_image(flavour="devel"))}
+    assert packages["nvidia-cuda-nvcc-cu12"].version.startswith("12.4.")
+    assert packages["nvidia-cuda-cccl-cu12"].version.startswith("12.4.")
+    assert all(p.hashes and all(h.startswith("sha256:") for h in p.hashes) for p in packages.values())
+
+
+@pytest.mark.parametrize("changes", [dict(cuda_major_minor="12.6", cuda="12.6.77"),
+                                     dict(cuda_major_minor=None, cuda=None)], ids=["unknown-cuda", "cpu"])
+def test_devel_refuses_a_cuda_it_has_no_compiler_for(changes):
+    image = make_image(flavour="devel", **changes)
+    with pytest.raises(EnvkitError, match="CUDA"):
+        render_files(make_lock(image), image, "team.yaml")
+
+
+def test_devel_image_is_the_runtime_image_plus_layers():
+    runtime = _dockerfile(make_image())
+    devel = _dockerfile(make_image(flavour="devel"))
+    # every instruction of the runtime stage comes first, unchanged: a devel image shares its layers
+    runtime_stage = _stage(runtime, "runtime").split("# --- labels last")[0].rstrip()
+    assert _stage(devel, "runtime").startswith(runtime_stage)
+    added = _stage(devel, "runtime")[len(runtime_stage):]
+    assert "g++ python3-dev ninja-build" in added and "rm -rf /var/lib/apt/lists/*" in added
+    assert "COPY --from=nvcc /opt/devel/ /opt/venv/" in added
+    assert "COPY --from=nvcc-tools /opt/cuda-tools/ /opt/cuda/" in added
+    assert "ENV CUDA_HOME=/opt/cuda" in added
+    assert 'io.envkit.flavour="devel"' in devel and "io.envkit.flavour" not in runtime
+
+
+def test_devel_compiler_deb_is_pinned_by_sha256_and_never_installed():
+    from envkit.render import NVCC_RELEASES
+
+    text = _dockerfile(make_image(flavour="devel"))
+    tools = _stage(text, "nvcc-tools")
+    assert f'echo "{NVCC_RELEASES["12.4"].deb_sha256}  /tmp/nvcc.deb" | sha256sum -c -' in tools
+    assert "http://deb.debian.org/debian/pool/non-free/n/nvidia-cuda-toolkit/" in tools
+    assert "dpkg-deb -x" in tools and "dpkg -i" not in tools and "apt-get install" not in tools
+    files = render_files(make_lock(make_image(flavour="devel")), make_image(flavour="devel"), "team.yaml")
+    assert "nvidia-cuda-nvcc-cu12==12.4.131 \\\n    --hash=sha256:" in files["requirements/devel.txt"].decode()
+
+
+def test_tilde_is_safe_but_quotes_are_not():
+    from envkit.render import _dq
+
+    assert _dq("12.4.131~12.4.1-2") == "12.4.131~12.4.1-2"
+    with pytest.raises(EnvkitError):
+        _dq('a"b')

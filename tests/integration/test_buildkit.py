@@ -1,0 +1,208 @@
+"""The BuildKit builder: plain-progress parsing, failures, pip's cache mount, the CA as a build
+secret (never in a layer), and switching builders rebuilds.
+
+The images here are the example lock's image with its packages swapped for a small closure
+(numpy + typing-extensions), so a build takes well under a minute.
+"""
+
+import functools
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from envkit.build import CONTEXT_LABEL, build_image, run_build, stage_context
+from envkit.engine import BuildEvent, RunOptions
+from envkit.engine.buildkit import BuildKitBuilder, PlainProgress
+from envkit.errors import BuildError
+from envkit.lock import Package, load_lock, sealed
+from envkit.render import render_files
+from tests.integration.conftest import ROOT
+
+PLAIN = """\
+#1 [internal] load build definition from Dockerfile
+#1 sha256:b6ec8353447aeb467832ee46da8ef89fbd37067de62d06b495f7b3b34f9bbfa8
+#1 transferring dockerfile: 288B done
+#1 DONE 0.0s
+
+#6 [os 1/2] FROM docker.io/envkit-base/debian:bookworm-minbase-e70052fe766d
+#6 CACHED
+
+#9 [builder 3/3] RUN /opt/venv/bin/pip install -r /tmp/envkit/framework.txt
+#9 0.851 Collecting numpy==2.1.3
+#10 [extras 1/2] COPY requirements/extra.txt /tmp/envkit/extra.txt
+#10 DONE 0.1s
+#9 4.120 Successfully installed numpy-2.1.3
+#9 DONE 4.8s
+
+#11 [3/3] RUN echo out; exit 3
+#11 0.101 out
+#11 ERROR: executor failed running [/bin/sh -c echo out; exit 3]: exit code: 3
+------
+ > [3/3] RUN echo out; exit 3:
+------
+executor failed running [/bin/sh -c echo out; exit 3]: exit code: 3
+"""
+
+
+def test_plain_progress_becomes_build_events():
+    parser = PlainProgress()
+    events = [e for line in PLAIN.splitlines() for e in parser.feed(line)]
+    steps = [e for e in events if e.kind == "step"]
+    assert [(e.text, e.step, e.total) for e in steps] == [
+        ("[os] FROM docker.io/envkit-base/debian:bookworm-minbase-e70052fe766d", 1, 2),
+        ("[builder] RUN /opt/venv/bin/pip install -r /tmp/envkit/framework.txt", 3, 3),
+        ("[extras] COPY requirements/extra.txt /tmp/envkit/extra.txt", 1, 2),
+        ("RUN echo out; exit 3", 3, 3)]
+    logs = [e.text for e in events if e.kind == "log"]
+    assert "Collecting numpy==2.1.3" in logs and "Successfully installed numpy-2.1.3" in logs  # interleaved
+    assert any(t.endswith(": cached") and "[os 1/2]" in t for t in logs)
+    assert any(t.endswith("done in 4.8s") and "[builder 3/3]" in t for t in logs)
+    assert not any("sha256:b6ec" in t for t in logs)
+    errors = [e for e in events if e.kind == "error"]
+    assert len(errors) == 1 and "exit code: 3" in errors[0].text
+    assert parser.errors == [errors[0].text]
+
+
+def test_command_line():
+    cmd = BuildKitBuilder(cli="/usr/bin/docker").command(
+        Path("/ctx"), "t/x:1", {"a": "1 2"}, secrets={"site-ca": Path("/etc/ca.pem")}, network=False,
+        no_cache=True, dockerfile="buildkit.Dockerfile")
+    assert cmd[:4] == ["/usr/bin/docker", "build", "--progress=plain", "-t"]
+    assert ["--label", "a=1 2"] == cmd[5:7]
+    assert "id=site-ca,src=/etc/ca.pem" in cmd and "--network=none" in cmd and "--no-cache" in cmd
+    assert cmd[-1] == "/ctx" and "/ctx/buildkit.Dockerfile" in cmd
+    with pytest.raises(BuildError, match="comma"):
+        BuildKitBuilder().command(Path("/ctx"), "t", {}, secrets={"site-ca": Path("/a,b.pem")})
+
+
+# --- against the engine ---------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _small_packages() -> tuple[Package, ...]:
+    from envkit.closure import compile_closure
+
+    pins = compile_closure(["numpy==2.1.*", "typing-extensions"], python="3.11", glibc="2.36",
+                           index_url="https://pypi.org/simple")
+    return tuple(Package(name=p.name, version=p.version, hashes=p.hashes,
+                         group="framework" if p.name == "numpy" else "extra") for p in pins)
+
+
+def small_lock(name: str):
+    """The example lock, its image renamed and its packages a small closure (framework fields kept)."""
+    lock = load_lock(ROOT / "examples" / "team.lock")
+    image = sealed(lock.images[0].model_copy(update={"name": name, "packages": _small_packages()}))
+    return lock.model_copy(update={"images": (image,)}), image
+
+
+def ca_bundle():
+    value = os.environ.get("ENVKIT_CA_BUNDLE") or os.environ.get("PIP_CERT")
+    return Path(value) if value and Path(value).is_file() else None
+
+
+def remove_images(engine, *refs):
+    for ref in refs:
+        try:
+            engine.client.images.remove(ref, force=True)
+        except Exception:  # noqa: BLE001 - best effort cleanup
+            pass
+
+
+@pytest.fixture(scope="module")
+def buildkit(engine):
+    bk = BuildKitBuilder(engine)
+    if not bk.available():
+        pytest.skip(f"BuildKit is not available through {bk.cli}")
+    return bk
+
+
+@pytest.mark.integration
+def test_available(buildkit):
+    assert buildkit.available()
+    assert not BuildKitBuilder(cli="/nonexistent/docker").available()
+
+
+@pytest.mark.integration
+def test_failure_raises_with_the_log_tail(engine, buildkit, tmp_path):
+    from envkit.base import ensure_base
+
+    base = load_lock(ROOT / "examples" / "team.lock").images[0].base
+    ensure_base(engine, base)
+    (tmp_path / "Dockerfile").write_text(f"FROM {base.ref}\nRUN echo envkit-was-here; exit 3\n")
+    events = []
+    with pytest.raises(BuildError) as err:
+        for event in buildkit.build(tmp_path, "envkit-test/bk-fail:1", {}):
+            events.append(event)
+    assert "exit code: 3" in err.value.message
+    assert "envkit-was-here" in err.value.hint
+    assert any(e.kind == "error" for e in events)
+
+
+@pytest.mark.integration
+@pytest.mark.network
+def test_buildkit_build_switch_and_secret(engine, buildkit):
+    lock, image = small_lock("bk-small")
+    seen: list[BuildEvent | str] = []
+    ca = ca_bundle()
+    made: list[str] = []
+    try:
+        built = build_image(engine, lock, image, "team.yaml", ca_bundle=ca, progress=lambda _, e: seen.append(e),
+                            verify=False, builder="buildkit")
+        made.append(built.image_id)
+        assert built.action == "built" and built.image_id.startswith("sha256:")
+        steps = [e for e in seen if isinstance(e, BuildEvent) and e.kind == "step"]
+        assert any(e.text.startswith("[builder] RUN") for e in steps)
+        numpy = [p.version for p in image.packages if p.name == "numpy"][0]
+        run = engine.run(built.tag, ["python3", "-c", "import numpy, typing_extensions; print(numpy.__version__)"],
+                         RunOptions(timeout=120, network=False))
+        assert run.exit_code == 0 and run.stdout.strip() == numpy, run.stderr
+        assert not _files_in_layers(engine, built.tag, "site-ca"), "the CA reached a layer"
+
+        # same lock, same builder: skipped; the other builder: a different context, so a rebuild
+        again = build_image(engine, lock, image, "team.yaml", ca_bundle=ca, progress=lambda *_: None, verify=False,
+                            builder="buildkit")
+        assert again.action == "skipped" and again.image_id == built.image_id
+        classic = build_image(engine, lock, image, "team.yaml", ca_bundle=ca, progress=lambda *_: None,
+                              verify=False, builder="classic")
+        made.append(classic.image_id)
+        assert classic.action == "built" and classic.image_id != built.image_id
+        labels = {i: engine.inspect(i).labels[CONTEXT_LABEL] for i in (built.image_id, classic.image_id)}
+        assert len(set(labels.values())) == 2
+    finally:
+        remove_images(engine, *made)
+
+
+@pytest.mark.integration
+@pytest.mark.network
+def test_pip_cache_mount_keeps_wheels_across_builds(engine, buildkit, tmp_path):
+    lock, image = small_lock("bk-cache")
+    files = render_files(lock, image, "team.yaml", buildkit=True)
+    ctx = stage_context(tmp_path, files)
+    tag = "envkit-test/bk-cache:1"
+    try:
+        for _ in run_build(engine, ctx, tag, {}, builder="buildkit", ca_bundle=ca_bundle()):
+            pass
+        # a changed requirements file: the pip layer runs again, but the cache mount keeps its wheels
+        # (`--no-cache` would not do: BuildKit then gives cache mounts empty too)
+        with open(ctx / "requirements" / "framework.txt", "a") as fh:
+            fh.write("# touched by the test\n")
+        logs = [e.text for e in run_build(engine, ctx, tag, {}, builder="buildkit", ca_bundle=ca_bundle())
+                if e.kind == "log"]
+        assert any("File was already downloaded" in t and "numpy" in t for t in logs), "\n".join(logs[-40:])
+        assert not any("Downloading numpy" in t for t in logs)
+    finally:
+        remove_images(engine, tag)
+
+
+def _files_in_layers(engine, ref: str, needle: str) -> list[str]:
+    """Paths containing ``needle`` in any layer of ``ref`` (from `docker save`)."""
+    data = io.BytesIO(b"".join(engine.client.api.get_image(ref)))
+    found = []
+    with tarfile.open(fileobj=data) as outer:
+        for member in outer.getmembers():
+            if member.name.endswith("layer.tar"):
+                with tarfile.open(fileobj=outer.extractfile(member)) as layer:
+                    found += [n for n in layer.getnames() if needle in n]
+    return found

@@ -1,0 +1,143 @@
+"""Offline bundles: make one (wheels checked against the lock, the base saved, Debian packages
+fetched), then build from it with the network cut off inside the build, with either builder.
+
+A small lock keeps this quick: the example lock's image with numpy + typing-extensions for its
+packages (see test_buildkit.small_lock); the torch payload cannot verify it, so the check is
+`import numpy` in the built image.
+"""
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from envkit import bundle as bundle_mod
+from envkit.build import LOCK_LABEL
+from envkit.bundle import (BUNDLE_LABEL, build_from_bundle, check_wheels, make_bundle, manylinux_tags,
+                           verify_bundle)
+from envkit.engine import RunOptions
+from envkit.errors import BuildError
+from envkit.lock import Package, load_lock
+from tests.integration.test_buildkit import ca_bundle, remove_images, small_lock
+
+pytestmark = [pytest.mark.integration, pytest.mark.network]
+
+
+@pytest.fixture(scope="module")
+def bundle(engine, tmp_path_factory):
+    lock, image = small_lock("bundle-small")
+    out = tmp_path_factory.mktemp("bundle") / "bundle-small"
+    return make_bundle(engine, lock, image.name, out, ca_bundle=ca_bundle()), lock, image
+
+
+def test_bundle_holds_what_a_rebuild_needs(bundle):
+    path, lock, image = bundle
+    manifest = verify_bundle(path)
+    assert manifest["image"] == image.name and manifest["lock_hash"] == image.hash
+    files = manifest["files"]
+    assert {"envkit.lock", "base.tar", "context/Dockerfile", "context/buildkit.Dockerfile",
+            "context/requirements/framework.txt", "context/requirements/extra.txt"} <= set(files)
+    assert load_lock(path / "envkit.lock").images == (image,)
+    # one wheel per locked package, each with a hash the lock lists
+    wheels = sorted(p for p in files if p.startswith("context/wheelhouse/"))
+    assert len(wheels) == len(image.packages)
+    for name in wheels:
+        package = next(p for p in image.packages if p.name.replace("-", "_") in name.split("/")[-1].lower())
+        assert files[name] in package.hashes
+    assert any(p.startswith("context/debs/os/python3_") for p in files)
+    assert any(p.startswith("context/debs/builder/python3-venv_") for p in files)
+    # the base archive is a `docker save` of the base, by its tag
+    tar = subprocess.run(["tar", "-xOf", str(path / "base.tar"), "manifest.json"], capture_output=True, check=True)
+    assert json.loads(tar.stdout)[0]["RepoTags"] == [image.base.ref]
+
+
+@pytest.mark.parametrize("builder", ["classic", "buildkit"])
+def test_build_from_bundle_without_network(engine, bundle, builder, monkeypatch):
+    path, lock, image = bundle
+    if builder == "buildkit":
+        from envkit.engine.buildkit import BuildKitBuilder
+
+        if not BuildKitBuilder(engine).available():
+            pytest.skip("BuildKit is not available")
+    # record what reaches the engine: the build itself must have no network
+    calls = []
+    real_api_build = engine.client.api.build
+    real_popen = subprocess.Popen
+
+    def api_build(*args, **kwargs):
+        calls.append(("api", kwargs))
+        return real_api_build(*args, **kwargs)
+
+    def popen(cmd, *args, **kwargs):
+        calls.append(("cli", list(cmd)))
+        return real_popen(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(engine.client.api, "build", api_build)
+    monkeypatch.setattr("envkit.engine.buildkit.subprocess.Popen", popen)
+    # no_cache: every RUN really runs (layer caches do not key on the network mode)
+    made: list[str] = []
+    outcome = build_from_bundle(engine, path, builder=builder, verify=False, no_cache=True,
+                                progress=lambda text: made.extend(re.findall(r"^ ---> ([0-9a-f]{12})$", text)))
+    try:
+        if builder == "classic":
+            (kind, kwargs), = [c for c in calls if c[0] == "api"]
+            assert kwargs["network_mode"] == "none" and kwargs["dockerfile"] == "Dockerfile" and kwargs["nocache"]
+        else:
+            (kind, cmd), = [c for c in calls if c[0] == "cli" and "build" in c[1]]
+            assert "--network=none" in cmd and "--no-cache" in cmd
+            assert cmd[cmd.index("-f") + 1].endswith("buildkit.Dockerfile")
+        info = engine.inspect(outcome.tag)
+        assert info.id == outcome.image_id
+        assert info.labels[LOCK_LABEL] == image.hash and info.labels[BUNDLE_LABEL].startswith("sha256:")
+        numpy = [p.version for p in image.packages if p.name == "numpy"][0]
+        run = engine.run(outcome.tag, ["python3", "-c", "import numpy, typing_extensions; print(numpy.__version__)"],
+                         RunOptions(timeout=120, network=False))
+        assert run.exit_code == 0 and run.stdout.strip() == numpy, run.stderr
+        assert info.user == "1000:1000"
+        assert info.labels["io.envkit.build"] == "offline"
+    finally:
+        # the image, then every intermediate image a classic no-cache build made (left behind, the
+        # classic builder would prefer them, being newest, as the cache of later builds)
+        remove_images(engine, outcome.image_id, *reversed(made))
+
+
+def test_a_changed_file_is_refused_before_building(engine, bundle, tmp_path):
+    path, _, _ = bundle
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy, ignore=shutil.ignore_patterns("base.tar"))
+    shutil.copyfile(path / "base.tar", copy / "base.tar")
+    wheel = next((copy / "context" / "wheelhouse").glob("numpy-*.whl"))
+    with open(wheel, "r+b") as fh:
+        fh.seek(1000)
+        fh.write(b"\0envkit\0")
+    (copy / "context" / "stray.txt").write_text("not in the manifest")
+    with pytest.raises(BuildError, match="does not match its manifest") as err:
+        build_from_bundle(engine, copy, verify=False)
+    assert f"context/wheelhouse/{wheel.name}: changed" in err.value.hint
+    assert "context/stray.txt: not in the manifest" in err.value.hint
+
+
+def test_wheels_are_checked_against_the_lock(tmp_path):
+    (tmp_path / "demo-1.0-py3-none-any.whl").write_bytes(b"a wheel")
+    locked = Package(name="demo", version="1.0", hashes=("sha256:" + "0" * 64,), group="extra")
+    with pytest.raises(BuildError, match="which the lock does not list"):
+        check_wheels([locked], tmp_path)
+    import hashlib
+
+    good = Package(name="demo", version="1.0", hashes=("sha256:" + hashlib.sha256(b"a wheel").hexdigest(),),
+                   group="extra")
+    assert check_wheels([good], tmp_path) == [tmp_path / "demo-1.0-py3-none-any.whl"]
+    with pytest.raises(BuildError, match="lacks other"):
+        check_wheels([good, Package(name="other", version="2", hashes=(), group="extra")], tmp_path)
+
+
+def test_manylinux_tags_cover_older_glibc():
+    tags = manylinux_tags("x86_64-manylinux_2_36")
+    assert tags[0] == "manylinux_2_36_x86_64" and "manylinux_2_17_x86_64" in tags
+    assert {"manylinux2014_x86_64", "manylinux1_x86_64"} <= set(tags)
+    older = bundle_mod.manylinux_tags("aarch64-manylinux_2_17")
+    assert "manylinux2014_aarch64" in older and "manylinux_2_18_aarch64" not in older
+    with pytest.raises(Exception, match="platform"):
+        manylinux_tags("win_amd64")

@@ -1,0 +1,146 @@
+"""The devel flavour: the example image's lock as flavour "devel", built from the devel template.
+
+A devel image is its runtime image plus layers, so with the example image already built (the
+`example_build` fixture) the classic builder's cache makes this build take seconds: only the
+toolchain, nvcc and CUDA_HOME layers are new. Then, with no GPU and no network, nvcc compiles a
+kernel and torch.utils.cpp_extension builds, links and loads an extension with a __global__ kernel.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from envkit.build import build_image
+from envkit.engine import Mount, RunOptions
+from envkit.lock import load_lock, sealed
+from tests.integration.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+KERNEL = """
+__global__ void add_one(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.0f;
+}
+"""
+
+EXTENSION = r'''
+import os, sys
+from torch.utils.cpp_extension import load_inline
+
+cuda = """
+#include <torch/extension.h>
+__global__ void add_one_kernel(float* x, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.0f;
+}
+void add_one(torch::Tensor x) {
+  int64_t n = x.numel();
+  add_one_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), n);
+}
+"""
+os.makedirs("/tmp/ext", exist_ok=True)
+module = load_inline("envkit_devel_probe", cpp_sources="void add_one(torch::Tensor x);", cuda_sources=cuda,
+                     functions=["add_one"], build_directory="/tmp/ext", verbose=True)
+print("EXTENSION-LOADED", module.__name__, callable(module.add_one))
+'''
+
+
+@pytest.fixture(scope="module")
+def devel_image(example_build, engine):
+    doc, _ = example_build
+    lock = load_lock(ROOT / "examples" / "team.lock")
+    image = sealed(lock.images[0].model_copy(update={"name": f"{lock.images[0].name}-devel", "flavour": "devel"}))
+    lock = lock.model_copy(update={"images": (image,)})
+    outcome = build_image(engine, lock, image, "examples/team.yaml", ca_bundle=_ca(), progress=lambda *_: None,
+                          verify=False)
+    yield outcome, doc["images"][0]["tag"], image
+    try:
+        engine.client.images.remove(outcome.tag, force=True)
+    except Exception:  # noqa: BLE001 - best effort cleanup
+        pass
+
+
+def test_devel_image_adds_layers_on_top_of_the_runtime_image(devel_image, engine):
+    outcome, runtime_tag, image = devel_image
+    runtime = engine.client.images.get(runtime_tag).attrs["RootFS"]["Layers"]
+    devel = engine.client.images.get(outcome.tag).attrs["RootFS"]["Layers"]
+    assert devel[:len(runtime)] == runtime, (
+        "the devel image does not share the runtime image's layers: was the runtime image's build cache "
+        "pruned since it was built? (docker image prune removes the builder stages)")
+    assert 2 <= len(devel) - len(runtime) <= 5  # toolchain, nvcc wheels, compiler, CUDA_HOME
+    info = engine.inspect(outcome.tag)
+    assert info.env["CUDA_HOME"] == "/opt/cuda"
+    assert info.labels["io.envkit.flavour"] == "devel"
+    assert info.user == "1000:1000"
+
+
+def test_nvcc_matches_the_locked_cuda_and_compiles_a_kernel(devel_image, engine, tmp_path):
+    outcome, _, image = devel_image
+    (tmp_path / "k.cu").write_text(KERNEL)
+    script = "nvcc --version && nvcc -c -arch=sm_80 /src/k.cu -o /tmp/k.o && test -s /tmp/k.o && echo COMPILED"
+    result = engine.run(outcome.tag, ["bash", "-c", script], _options(tmp_path, timeout=300))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert f"release {image.cuda_major_minor}," in result.stdout
+    assert "COMPILED" in result.stdout
+
+
+def test_torch_cpp_extension_with_a_kernel_builds_and_loads(devel_image, engine, tmp_path):
+    """The host-side build of a CUDA extension: nvcc + g++ + ninja, linked against the wheels' libcudart."""
+    outcome, _, _ = devel_image
+    (tmp_path / "ext.py").write_text(EXTENSION)
+    result = engine.run(outcome.tag, ["python", "/src/ext.py"],
+                        _options(tmp_path, timeout=900, env={"TORCH_CUDA_ARCH_LIST": "8.0", "MAX_JOBS": "2"}))
+    assert result.exit_code == 0, (result.stdout + result.stderr)[-4000:]
+    assert "EXTENSION-LOADED envkit_devel_probe True" in result.stdout
+    assert "/opt/cuda/bin/nvcc" in result.stdout + result.stderr  # torch found the compiler through CUDA_HOME
+
+
+@pytest.mark.network
+def test_devel_builds_offline_from_a_bundle(engine, tmp_path):
+    """The devel template's offline variant: toolchain .debs, the toolkit .deb and the nvcc wheels
+    all from a bundle, built with no network (a small closure: numpy and the CUDA runtime wheel)."""
+    from envkit.bundle import build_from_bundle, make_bundle, verify_bundle
+    from tests.integration.test_buildkit import remove_images
+
+    lock, image = _small_devel_lock()
+    path = make_bundle(engine, lock, image.name, tmp_path / "bundle", ca_bundle=_ca())
+    files = verify_bundle(path)["files"]
+    assert any(f.startswith("context/debs/nvcc/nvidia-cuda-toolkit_") for f in files)
+    assert any(f.startswith("context/debs/devel/g++") for f in files)
+    assert any(f.startswith("context/wheelhouse/nvidia_cuda_nvcc_cu12-") for f in files)
+    outcome = build_from_bundle(engine, path, verify=False)
+    try:
+        src = tmp_path / "src"
+        src.mkdir()
+        (src / "k.cu").write_text(KERNEL)
+        script = "nvcc -c -arch=sm_80 /src/k.cu -o /tmp/k.o && test -s /tmp/k.o && echo COMPILED"
+        result = engine.run(outcome.tag, ["bash", "-c", script], _options(src, timeout=300))
+        assert result.exit_code == 0 and "COMPILED" in result.stdout, result.stdout + result.stderr
+    finally:
+        remove_images(engine, outcome.image_id)
+
+
+def _small_devel_lock():
+    from envkit.closure import compile_closure
+    from envkit.lock import Package
+
+    lock = load_lock(ROOT / "examples" / "team.lock")
+    pins = compile_closure(["numpy==2.1.*", f"nvidia-cuda-runtime-cu12=={lock.images[0].cuda}"], python="3.11",
+                           glibc="2.36", index_url="https://pypi.org/simple")
+    packages = tuple(Package(name=p.name, version=p.version, hashes=p.hashes, group="framework") for p in pins)
+    image = sealed(lock.images[0].model_copy(update={"name": "devel-small", "flavour": "devel",
+                                                     "packages": packages}))
+    return lock.model_copy(update={"images": (image,)}), image
+
+
+def _options(src: Path, *, timeout: int, env: dict | None = None) -> RunOptions:
+    os.chmod(src, 0o755)
+    return RunOptions(timeout=timeout, network=False, env=env or {},
+                      mounts=(Mount(str(src), "/src", read_only=True),))
+
+
+def _ca():
+    value = os.environ.get("ENVKIT_CA_BUNDLE") or os.environ.get("PIP_CERT")
+    return Path(value) if value and Path(value).is_file() else None
