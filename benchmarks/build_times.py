@@ -93,7 +93,7 @@ def timed_build(engine, lock, image, tag, builder, ca, made, *, no_cache=False) 
                 now = time.monotonic()
                 log(f"  {fmt(now - started):>7} (+{fmt(now - last_step)}) step {event.step}/{event.total}: "
                     f"{event.text[:90]}")
-                last_step, cached = now, False
+                last_step, cached = now, event.text.startswith("FROM ")  # FROM makes no image
             elif event.kind == "log" and "Using cache" in event.text:
                 cached = True
             elif event.kind == "log" and not cached:
@@ -124,7 +124,7 @@ def cleanup(engine, builder, tags, made) -> None:
     log(f"removing the {builder} benchmark's images")
     for ref in tags + list(reversed(made)):
         try:
-            engine.client.images.remove(ref, force=ref in tags, noprune=False)
+            engine.client.images.remove(ref, force=ref in tags)
         except Exception:  # noqa: BLE001 - an image still in use by another stays
             pass
     if builder == "buildkit":

@@ -8,7 +8,9 @@ The images here are the example lock's image with its packages swapped for a sma
 import functools
 import io
 import os
+import re
 import tarfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -102,10 +104,33 @@ def ca_bundle():
     return Path(value) if value and Path(value).is_file() else None
 
 
-def remove_images(engine, *refs):
+def collect_created(made: list[str]):
+    """A build_from_bundle progress callback recording the images a classic build created (not cache hits)."""
+    cached = False
+
+    def progress(text: str) -> None:
+        nonlocal cached
+        if text.startswith("step "):
+            cached = " FROM " in text[:40]  # a FROM step names an image; it makes none
+        elif "Using cache" in text:
+            cached = True
+        elif not cached and (m := re.match(r"^ ---> ([0-9a-f]{12})$", text)):
+            made.append(m.group(1))
+
+    return progress
+
+
+def remove_images(engine, *refs, created: tuple[str, ...] | list[str] = ()):
+    """Remove ``refs`` (forced: they are tags or ids of images a test made), then ``created``
+    intermediate images, newest first, unforced: one still in use by another image stays."""
     for ref in refs:
         try:
             engine.client.images.remove(ref, force=True)
+        except Exception:  # noqa: BLE001 - best effort cleanup
+            pass
+    for ref in reversed(list(created)):
+        try:
+            engine.client.images.remove(ref)
         except Exception:  # noqa: BLE001 - best effort cleanup
             pass
 
@@ -187,7 +212,7 @@ def test_pip_cache_mount_keeps_wheels_across_builds(engine, buildkit, tmp_path):
         # a changed requirements file: the pip layer runs again, but the cache mount keeps its wheels
         # (`--no-cache` would not do: BuildKit then gives cache mounts empty too)
         with open(ctx / "requirements" / "framework.txt", "a") as fh:
-            fh.write("# touched by the test\n")
+            fh.write(f"# touched by the test: {uuid.uuid4()}\n")  # new every run, so never in the layer cache
         logs = [e.text for e in run_build(engine, ctx, tag, {}, builder="buildkit", ca_bundle=ca_bundle())
                 if e.kind == "log"]
         assert any("File was already downloaded" in t and "numpy" in t for t in logs), "\n".join(logs[-40:])

@@ -7,7 +7,6 @@ packages (see test_buildkit.small_lock); the torch payload cannot verify it, so 
 """
 
 import json
-import re
 import shutil
 import subprocess
 
@@ -20,7 +19,7 @@ from envkit.bundle import (BUNDLE_LABEL, build_from_bundle, check_wheels, make_b
 from envkit.engine import RunOptions
 from envkit.errors import BuildError
 from envkit.lock import Package, load_lock
-from tests.integration.test_buildkit import ca_bundle, remove_images, small_lock
+from tests.integration.test_buildkit import ca_bundle, collect_created, remove_images, small_lock
 
 pytestmark = [pytest.mark.integration, pytest.mark.network]
 
@@ -79,7 +78,7 @@ def test_build_from_bundle_without_network(engine, bundle, builder, monkeypatch)
     # no_cache: every RUN really runs (layer caches do not key on the network mode)
     made: list[str] = []
     outcome = build_from_bundle(engine, path, builder=builder, verify=False, no_cache=True,
-                                progress=lambda text: made.extend(re.findall(r"^ ---> ([0-9a-f]{12})$", text)))
+                                progress=collect_created(made))
     try:
         if builder == "classic":
             (kind, kwargs), = [c for c in calls if c[0] == "api"]
@@ -100,7 +99,7 @@ def test_build_from_bundle_without_network(engine, bundle, builder, monkeypatch)
     finally:
         # the image, then every intermediate image a classic no-cache build made (left behind, the
         # classic builder would prefer them, being newest, as the cache of later builds)
-        remove_images(engine, outcome.image_id, *reversed(made))
+        remove_images(engine, outcome.image_id, created=made)
 
 
 def test_a_changed_file_is_refused_before_building(engine, bundle, tmp_path):

@@ -102,7 +102,7 @@ def test_devel_builds_offline_from_a_bundle(engine, tmp_path):
     """The devel template's offline variant: toolchain .debs, the toolkit .deb and the nvcc wheels
     all from a bundle, built with no network (a small closure: numpy and the CUDA runtime wheel)."""
     from envkit.bundle import build_from_bundle, make_bundle, verify_bundle
-    from tests.integration.test_buildkit import remove_images
+    from tests.integration.test_buildkit import collect_created, remove_images
 
     lock, image = _small_devel_lock()
     path = make_bundle(engine, lock, image.name, tmp_path / "bundle", ca_bundle=_ca())
@@ -110,7 +110,9 @@ def test_devel_builds_offline_from_a_bundle(engine, tmp_path):
     assert any(f.startswith("context/debs/nvcc/nvidia-cuda-toolkit_") for f in files)
     assert any(f.startswith("context/debs/devel/g++") for f in files)
     assert any(f.startswith("context/wheelhouse/nvidia_cuda_nvcc_cu12-") for f in files)
-    outcome = build_from_bundle(engine, path, verify=False)
+    made: list[str] = []  # the images this classic build created, removed at the end
+    outcome = build_from_bundle(engine, path, verify=False,
+                                progress=collect_created(made))
     try:
         src = tmp_path / "src"
         src.mkdir()
@@ -119,7 +121,7 @@ def test_devel_builds_offline_from_a_bundle(engine, tmp_path):
         result = engine.run(outcome.tag, ["bash", "-c", script], _options(src, timeout=300))
         assert result.exit_code == 0 and "COMPILED" in result.stdout, result.stdout + result.stderr
     finally:
-        remove_images(engine, outcome.image_id)
+        remove_images(engine, outcome.image_id, created=made)
 
 
 def _small_devel_lock():
