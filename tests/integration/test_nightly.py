@@ -142,6 +142,8 @@ def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine,
         _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None)
         assert report.pushed == []  # already published: nothing to do
     engine.client.images.remove(local)
+    for leftover in [t for i in engine.client.images.list() for t in i.tags if t.startswith(registry.host + "/")]:
+        engine.client.images.remove(leftover)
 
 
 def test_stopped_registry_fails_clearly_and_records_no_push(workspace, engine, registry):  # noqa: F811
