@@ -8,7 +8,6 @@ Dockerfile, so the context hash differs and switching builders rebuilds.
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import time
@@ -30,7 +29,6 @@ LOCK_LABEL = "io.envkit.lock-hash"
 CONTEXT_LABEL = "io.envkit.context-hash"
 BASE_LABEL = "io.envkit.base-id"
 
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 
 
 @dataclass
@@ -123,41 +121,5 @@ def run_build(engine, context: Path, tag: str, labels: dict[str, str], *, builde
         secrets = {"site-ca": ca_bundle} if ca_bundle is not None else None
         yield from bk.build(context, tag, labels, secrets=secrets, network=network, no_cache=no_cache,
                             dockerfile=None if dockerfile == "Dockerfile" else dockerfile)
-    elif dockerfile == "Dockerfile" and network and not no_cache:
-        yield from engine.build(context, tag, labels)
     else:
-        yield from _classic_with_options(engine, context, tag, labels, dockerfile=dockerfile, network=network,
-                                         no_cache=no_cache)
-
-
-def _classic_with_options(engine, context: Path, tag: str, labels: dict[str, str], *, dockerfile: str,
-                          network: bool, no_cache: bool) -> Iterator[BuildEvent]:
-    # The options the Engine protocol's build() does not take yet (network mode, no cache,
-    # another Dockerfile), through docker-py's API directly. TODO(lead): fold into
-    # DockerEngine.build and drop this copy of its loop.
-    import docker.errors
-
-    last: list[str] = []
-    image_id = None
-    try:
-        stream = engine.client.api.build(path=str(context), tag=tag, labels=labels, rm=True, forcerm=True,
-                                         decode=True, pull=False, dockerfile=dockerfile, nocache=no_cache,
-                                         network_mode=None if network else "none")
-        for chunk in stream:
-            if "error" in chunk:
-                detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
-                raise BuildError(f"building {tag} failed: {detail.strip()}",
-                                 hint="last output:\n    " + "\n    ".join(last[-15:]))
-            if "aux" in chunk and "ID" in chunk["aux"]:
-                image_id = chunk["aux"]["ID"]
-            for line in (chunk.get("stream") or chunk.get("status") or "").splitlines():
-                line = line.rstrip()
-                if not line:
-                    continue
-                last.append(line)
-                m = _STEP.match(line)
-                yield (BuildEvent("step", m.group(3), int(m.group(1)), int(m.group(2))) if m
-                       else BuildEvent("log", line))
-    except docker.errors.APIError as exc:
-        raise BuildError(f"building {tag} failed: {exc.explanation}") from None
-    yield BuildEvent("done", image_id or tag)
+        yield from engine.build(context, tag, labels, dockerfile=dockerfile, network=network, no_cache=no_cache)

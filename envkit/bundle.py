@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from packaging.utils import canonicalize_name
+
 from . import __version__
 from .base import ensure_base
 from .build import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, check_builder, run_build
@@ -239,7 +241,7 @@ def _wheel_name_version(filename: str) -> tuple[str, str]:
     if not filename.endswith(".whl") or filename.count("-") < 4:
         raise BuildError(f"{filename} in the wheelhouse is not a wheel")
     name, version = filename.split("-")[:2]
-    return re.sub(r"[-_.]+", "-", name).lower(), version
+    return canonicalize_name(name), version
 
 
 # --- Debian packages and images ------------------------------------------------------

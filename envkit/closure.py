@@ -17,6 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from .errors import ResolutionError
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
@@ -91,9 +93,5 @@ def parse_requirements(text: str) -> list[Pin]:
         m = _PIN.match(block)
         if not m:
             raise ResolutionError(f"unexpected line in the compiled closure: {block[:80]!r}")
-        pins.append(Pin(_canon(m.group(1)), m.group(3), tuple(sorted(_HASH.findall(block)))))
+        pins.append(Pin(canonicalize_name(m.group(1)), m.group(3), tuple(sorted(_HASH.findall(block)))))
     return sorted(pins, key=lambda p: p.name)
-
-
-def _canon(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()

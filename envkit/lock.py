@@ -122,10 +122,6 @@ def sealed(image: LockedImage) -> LockedImage:
     return image.model_copy(update={"hash": image.content_hash()})
 
 
-def lock_path_for(spec_path: str | Path) -> Path:
-    return Path(spec_path).with_name("envkit.lock")
-
-
 def write_atomic(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so readers see the old file or the new one, never half."""
     path = Path(path)

@@ -21,6 +21,7 @@ from typing import Callable, Protocol
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from . import __version__
@@ -346,7 +347,7 @@ def bundled_pins(requirements: list[Requirement], python: str) -> dict[str, str]
         pins = [s.version for s in r.specifier if s.operator == "=="]
         if not pins:
             continue
-        name = re.sub(r"[-_.]+", "-", r.name).lower()
+        name = canonicalize_name(r.name)
         if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", name) or name == "cuda-toolkit":
             out.setdefault("cuda", pins[0])
         elif re.fullmatch(r"nvidia-cudnn-cu\d+", name):

@@ -71,14 +71,18 @@ class DockerEngine:
         repo, _, tag = ref.rpartition(":")
         self.client.images.get(image_id).tag(repo, tag)
 
-    def build(self, context: Path, tag: str, labels: dict[str, str]) -> Iterator[BuildEvent]:
-        """Build with the classic builder, yielding progress; raises BuildError on failure."""
+    def build(self, context: Path, tag: str, labels: dict[str, str], *, dockerfile: str = "Dockerfile",
+              network: bool = True, no_cache: bool = False) -> Iterator[BuildEvent]:
+        """Build with the classic builder, yielding progress; raises BuildError on failure.
+
+        ``network=False`` cuts RUN steps off the network (offline bundle builds)."""
         api = self.client.api
         last: list[str] = []
         image_id = None
         try:
             stream = api.build(path=str(context), tag=tag, labels=labels, rm=True, forcerm=True,
-                               decode=True, pull=False)
+                               decode=True, pull=False, dockerfile=dockerfile, nocache=no_cache,
+                               network_mode=None if network else "none")
             for chunk in stream:
                 if "error" in chunk:
                     detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
