@@ -96,3 +96,15 @@ class VerificationError(EnvkitError):
     """An image was built but does not match its lock."""
 
     exit_code = 8
+
+
+class StoreError(EnvkitError):
+    """The history store cannot be opened, migrated or written."""
+
+    exit_code = 9
+
+
+class RunInProgressError(StoreError):
+    """Another run holds the lock this one needs (e.g. the same team's nightly)."""
+
+    exit_code = 15

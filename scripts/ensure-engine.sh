@@ -2,7 +2,7 @@
 # Make sure a container engine answers, installing and starting Debian's docker.io when
 # this is a Debian-family host where we are root and none runs. Also installs the other
 # host tools envkit's full pipeline uses (debootstrap for bases, docker-registry for the
-# registry tests). Idempotent; prints what it did.
+# registry tests, postgresql for the shared history store tests). Idempotent; prints what it did.
 set -euo pipefail
 
 log() { printf 'ensure-engine: %s\n' "$*" >&2; }
@@ -13,9 +13,10 @@ need_pkgs=()
 command -v dockerd >/dev/null 2>&1 || [ -x /usr/sbin/dockerd ] || need_pkgs+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need_pkgs+=(debootstrap)
 command -v docker-registry >/dev/null 2>&1 || need_pkgs+=(docker-registry)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_pkgs+=(postgresql)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    log "missing: ${need_pkgs[*]}. Install Docker Engine (https://docs.docker.com/engine/install/), debootstrap and (for the registry tests) docker-registry, then rerun."
+    log "missing: ${need_pkgs[*]}. Install Docker Engine (https://docs.docker.com/engine/install/), debootstrap and (for the registry and store tests) docker-registry and postgresql, then rerun."
     engine_up && exit 0 || exit 1
   fi
   log "installing ${need_pkgs[*]} from Debian's archive"

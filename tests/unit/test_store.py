@@ -1,4 +1,6 @@
-"""The SQLite history store: migrations, upserts, regressions, snapshots, and surviving SIGKILL."""
+"""The history store on both backends (a SQLite file; a real PostgreSQL server started for the
+session, see tests/pgserver.py): migrations, upserts, regressions, snapshots, run locks, and
+surviving SIGKILL."""
 
 import json
 import os
@@ -7,13 +9,14 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from envkit.errors import EnvkitError
-from envkit.store import DEFAULT_PATH, MIGRATIONS, SCHEMA_VERSION, Store, migrate
+from envkit.errors import EnvkitError, RunInProgressError, StoreError
+from envkit.store import DEFAULT_PATH, MIGRATIONS, SCHEMA_VERSION, STORE_ENV, PostgresBackend, Store, migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,9 +32,20 @@ class Clock:
         return self.now
 
 
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request, tmp_path):
+    """Where a fresh store lives: a SQLite file, or an empty PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "h.sqlite")
+    return request.getfixturevalue("postgres_url")
+
+
 @pytest.fixture
-def store(tmp_path):
-    with Store.open(tmp_path / "h.sqlite", clock=Clock()) as s:
+def store(store_url):
+    with Store.open(store_url, clock=Clock()) as s:
         yield s
 
 
@@ -58,6 +72,7 @@ def test_sqlite_url_and_default_path(tmp_path, monkeypatch):
         s.start_run("d")
     assert (tmp_path / "u.sqlite").exists()
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(STORE_ENV, raising=False)
     with Store.open("sqlite:///rel.sqlite"):
         pass
     assert (tmp_path / "rel.sqlite").exists()
@@ -66,13 +81,30 @@ def test_sqlite_url_and_default_path(tmp_path, monkeypatch):
     assert (tmp_path / DEFAULT_PATH).exists()
 
 
-@pytest.mark.parametrize("url", ["postgresql://envkit:secret@db.example:5432/envkit",
-                                 "postgresql+psycopg://db/envkit"])
-def test_shared_database_is_refused_clearly(url):
-    with pytest.raises(EnvkitError, match="shared databases are not supported yet") as err:
+@pytest.mark.parametrize("url", ["postgresql://envkit:s3cret@127.0.0.1:1/envkit",
+                                 "postgresql+psycopg://envkit:s3cret@127.0.0.1:1/envkit"])
+def test_an_unreachable_database_is_a_clear_error_without_the_password(url):
+    with pytest.raises(StoreError, match=r"cannot connect to the history database "
+                                         r"postgresql(\+psycopg)?://envkit:\*\*\*@127.0.0.1:1/envkit") as err:
         Store.open(url)
-    assert "secret" not in str(err.value)
-    assert "sqlite" in err.value.hint
+    assert "s3cret" not in str(err.value)
+    assert "PGPASSWORD" in err.value.hint and err.value.exit_code == 9
+
+
+def test_postgres_without_the_driver_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg -> ImportError
+    with pytest.raises(StoreError, match="needs the PostgreSQL driver, psycopg") as err:
+        Store.open("postgresql://db.example/envkit")
+    assert "envkit[postgres]" in err.value.hint
+
+
+def test_unknown_scheme_and_the_environment_default(tmp_path, monkeypatch):
+    with pytest.raises(StoreError, match="unknown history store URL scheme 'mysql'") as err:
+        Store.open("mysql://u:pw@db/envkit")
+    assert "pw" not in str(err.value).replace("postgresql", "")
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "from-env.sqlite"))
+    with Store.open() as s:
+        assert s.where == str(tmp_path / "from-env.sqlite")
 
 
 def test_not_a_database_is_a_clear_error(tmp_path):
@@ -104,7 +136,7 @@ def test_runner_applies_missing_migrations_in_order(tmp_path):
     calls = []
 
     def step(n):
-        def run(db):
+        def run(db, dialect):
             calls.append(n)
             db.execute(f"CREATE TABLE t{n} (x)")
         return run
@@ -120,7 +152,7 @@ def test_runner_applies_missing_migrations_in_order(tmp_path):
 
 
 def test_a_failing_migration_leaves_the_old_version(tmp_path):
-    def bad(db):
+    def bad(db, dialect):
         db.execute("CREATE TABLE half (x)")
         raise RuntimeError("boom")
 
@@ -186,8 +218,7 @@ def test_certificate_upsert_is_idempotent(store):
     # another driver is another certificate
     store.record_certificate("sha256:a", "H100", "560.28.03", status="certified", lock_hash="L", document={})
     assert len(store.certificates_for("sha256:a")) == 2
-    with sqlite3.connect(store.backend.path) as db:
-        assert db.execute("SELECT count(*) FROM metrics").fetchone()[0] == 1
+    assert store.backend.query("SELECT count(*) AS n FROM metrics")[0]["n"] == 1
 
 
 def test_last_certified_metric_and_regressions(store):
@@ -269,8 +300,9 @@ def fill(s: Store, order):
     s.finish_run(run, "passed", 0)
 
 
-def test_snapshot_is_deterministic(tmp_path):
-    with Store.open(tmp_path / "a.sqlite") as a, Store.open(tmp_path / "b.sqlite", clock=Clock()) as b:
+def test_snapshot_is_deterministic(tmp_path, store_url):
+    # the same facts in another order, on another backend, give the same snapshot
+    with Store.open(tmp_path / "a.sqlite") as a, Store.open(store_url, clock=Clock()) as b:
         fill(a, [1, 2, 3])
         fill(b, [3, 1, 2])
         snap = a.snapshot()
@@ -302,8 +334,8 @@ WRITER = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("kill_after", [2, 40])
-def test_sigkill_mid_write_leaves_a_whole_store(tmp_path, kill_after):
-    path = tmp_path / "killed.sqlite"
+def test_sigkill_mid_write_leaves_a_whole_store(store_url, kill_after):
+    path = store_url
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True,
                             env=env, cwd=ROOT)
@@ -322,8 +354,9 @@ def test_sigkill_mid_write_leaves_a_whole_store(tmp_path, kill_after):
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
 
-    with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    if "://" not in path:
+        with sqlite3.connect(path) as db:
+            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     with Store.open(path) as s:
         snap = s.snapshot()
         builds = {b["name"]: b for b in snap["builds"]}
@@ -342,3 +375,128 @@ def test_sigkill_mid_write_leaves_a_whole_store(tmp_path, kill_after):
         # and it is writable again
         s.record_build("after", "L", "C", tag="t", image_id="i")
         assert s.find_build("after", "L", "C") is not None
+
+
+# --- PostgreSQL: migrations under concurrency, version checks --------------------------------------
+
+def test_postgres_migrates_a_version_1_database_and_keeps_its_rows(postgres_url):
+    old = PostgresBackend.open(postgres_url)
+    old.migrate(MIGRATIONS[:1], Clock())  # a database written by an envkit that knew only 001
+    with old.transaction() as db:
+        db.execute("""INSERT INTO builds (name, lock_hash, context_hash, tag, image_id, action, created_at)
+                      VALUES ('torch25', 'L', 'C', 'vision/torch25:x', 'sha256:aa', 'built', 'then')""")
+    assert old.schema_version() == 1
+    old.close()
+    with Store.open(postgres_url) as s:
+        assert s.schema_version == SCHEMA_VERSION
+        assert [r["name"] for r in s.backend.query("SELECT name FROM schema_version ORDER BY version")] == [
+            name for name, _ in MIGRATIONS]
+        assert s.find_build("torch25", "L", "C").image_id == "sha256:aa"
+        s.record_push("sha256:aa", "reg/vision/torch25:x", "sha256:dd", "stack")
+
+
+def test_postgres_future_version_is_refused(postgres_url):
+    with Store.open(postgres_url) as s:
+        with s.backend.transaction() as db:
+            db.execute("INSERT INTO schema_version (version, name, applied_at) VALUES (?, 'future', 'later')",
+                       (SCHEMA_VERSION + 1,))
+    with pytest.raises(StoreError, match=rf"schema version {SCHEMA_VERSION + 1}, newer than this envkit"):
+        Store.open(postgres_url)
+
+
+def test_postgres_failing_migration_rolls_back(postgres_url):
+    def bad(db, dialect):
+        db.execute("CREATE TABLE half (x INTEGER)")
+        raise RuntimeError("boom")
+
+    backend = PostgresBackend.open(postgres_url)
+    try:
+        backend.migrate(MIGRATIONS[:1], Clock())
+        with pytest.raises(RuntimeError):
+            backend.migrate([*MIGRATIONS[:1], ("002_bad", bad)], Clock())
+        assert backend.schema_version() == 1
+        assert backend.query("SELECT to_regclass('half') AS t")[0]["t"] is None
+    finally:
+        backend.close()
+
+
+OPENER = textwrap.dedent("""
+    import sys
+    from envkit.store import Store
+    with Store.open(sys.argv[1]) as s:
+        print(s.schema_version)
+""")
+
+
+def test_postgres_concurrent_first_opens_migrate_once(postgres_url):
+    """Eight CI runners opening a new shared database at once: one migrates, all succeed."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", OPENER, postgres_url], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(8)]
+    results = [(p.wait(timeout=60), p.stdout.read().strip(), p.stderr.read()) for p in procs]
+    assert all(rc == 0 and out == str(SCHEMA_VERSION) for rc, out, _ in results), results
+    with Store.open(postgres_url) as s:
+        rows = s.backend.query("SELECT version FROM schema_version ORDER BY version")
+        assert [r["version"] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_large_values_keep_their_precision(store):
+    """Image sizes above 2**31 and metrics with 15 significant digits survive both backends."""
+    store.record_build("big", "L", "C", tag="t", image_id="sha256:big", size=5_695_427_318, seconds=368.123456789)
+    store.record_certificate("sha256:big", "H200", "570", status="certified", lock_hash="L", document={},
+                             metrics={"bf16_matmul_tflops": 712.345678901234})
+    assert store.find_build("big", "L", "C").size == 5_695_427_318
+    assert store.find_build("big", "L", "C").seconds == 368.123456789
+    assert store.certificates_for("sha256:big")[0].metrics == {"bf16_matmul_tflops": 712.345678901234}
+
+
+def test_images_lists_built_and_certified(store):
+    store.record_build("a", "L1", "C", tag="vision/a:1", image_id="sha256:a1")
+    store.record_build("a", "L2", "C", tag="vision/a:2", image_id="sha256:a2")
+    store.record_certificate("sha256:ext", "H100", "550", status="verified", lock_hash="L", document={"image": "ext:1"})
+    got = {image_id: tag for image_id, tag, _ in store.images()}
+    assert got == {"sha256:a1": "vision/a:1", "sha256:a2": "vision/a:2", "sha256:ext": "ext:1"}
+
+
+# --- run locks ---------------------------------------------------------------------------------------
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from envkit.store import Store
+    s = Store.open(sys.argv[1])
+    with s.run_lock("nightly:vision", "the nightly run of vision"):
+        print("locked", flush=True)
+        time.sleep(120)
+""")
+
+
+def test_run_lock_is_exclusive_and_dies_with_a_killed_holder(store_url):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, store_url], stdout=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        with Store.open(store_url) as s:
+            with pytest.raises(RunInProgressError, match="the nightly run of vision is already running") as err:
+                with s.run_lock("nightly:vision", "the nightly run of vision"):
+                    pass
+            assert f"envkit pid {proc.pid}" in str(err.value)
+            assert "resumes" in err.value.hint and err.value.exit_code == 15
+            with s.run_lock("nightly:other-team", "another team's run"):  # other keys are free
+                pass
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            deadline = time.monotonic() + 30  # the server notices the closed connection
+            while True:
+                try:
+                    with s.run_lock("nightly:vision", "the nightly run of vision"):
+                        break
+                except RunInProgressError:
+                    assert time.monotonic() < deadline, "a killed holder kept the lock"
+                    time.sleep(0.1)
+            with s.run_lock("nightly:vision", "again"):  # released on exit, reusable
+                pass
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
