@@ -1,18 +1,59 @@
 #!/usr/bin/env bash
 # Run the certification payload natively on a GPU machine (the lent device has CUDA torch
-# but no Docker) and keep what it printed. Usage on the device: bash scripts/gpu-validate.sh
-# Writes $OUT/gpu-validation.json (the payload document) and $OUT/gpu-validation.txt.
+# but no Docker and no network) and keep what it printed. Usage on the device, from any
+# directory: OUT=/some/dir bash scripts/gpu-validate.sh   (OUT defaults to /tmp/envkit-gpu)
+# Writes under $OUT: gpu-validation.json (the payload document), gpu-validation.txt (machine,
+# wall time, one line per check, acceptance verdicts), gpu-validation.stderr, expect.json.
+# Bounded: the payload's own watchdog fires at 150 s and `timeout` kills it at 200 s.
 set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/envkit-gpu}
 mkdir -p "$OUT"
-python3 - <<'PY' > "$OUT/expect.json"
-import json, torch
-print(json.dumps({"torch": torch.__version__.split("+")[0], "cuda": torch.version.cuda,
-                  "arch_list": [a for a in torch.cuda.get_arch_list()],
-                  "perf_floors": {"bf16_matmul_tflops": 0}}))
+txt="$OUT/gpu-validation.txt"
+{ date -u +%FT%TZ; python3 -V; timeout 30 nvidia-smi; } > "$txt" 2>&1
+
+# The expect file a lock would give, from what is installed (cuDNN/NCCL from their pip
+# packages, so the payload's decoding of the libraries' own version numbers is really compared).
+timeout 60 python3 - > "$OUT/expect.json" 2>> "$txt" <<'PY' || echo '{}' > "$OUT/expect.json"
+import json, sys
+from importlib import metadata
+import torch
+expect = {"python": "%d.%d" % sys.version_info[:2], "torch": torch.__version__.split("+")[0],
+          "cuda": torch.version.cuda, "arch_list": torch.cuda.get_arch_list(), "driver_floor": "450",
+          "perf_floors": {"bf16_matmul_tflops": 0}}
+for key, dist in (("cudnn", "nvidia-cudnn-cu"), ("nccl", "nvidia-nccl-cu")):
+    for major in ("13", "12", "11"):
+        try:
+            expect[key] = metadata.version(dist + major)
+            break
+        except metadata.PackageNotFoundError:
+            pass
+print(json.dumps(expect))
 PY
-{ date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; python3 -V; } > "$OUT/gpu-validation.txt" 2>&1
+
 start=$(date +%s)
-python3 envkit/certify/payload/envkit_check.py --mode certify --expect "$OUT/expect.json" --json --timeout 300 \
-  > "$OUT/gpu-validation.json" 2>> "$OUT/gpu-validation.txt"
-echo "exit=$? seconds=$(( $(date +%s) - start ))" >> "$OUT/gpu-validation.txt"
+timeout -k 10 200 python3 envkit/certify/payload/envkit_check.py --mode certify --expect "$OUT/expect.json" \
+  --json --timeout 150 > "$OUT/gpu-validation.json" 2> "$OUT/gpu-validation.stderr"
+echo "payload exit=$? wall_s=$(( $(date +%s) - start ))" >> "$txt"
+
+# One line per check, then the acceptance verdicts of docs/gpu-validation.md.
+python3 - "$OUT/gpu-validation.json" >> "$txt" 2>&1 <<'PY'
+import json, sys
+try:
+    doc = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    sys.exit(f"ACCEPTANCE no payload document: {e}")
+print(f"status {doc['status']} in {doc['seconds']} s; facts {json.dumps(doc['facts'])}")
+for c in doc["checks"]:
+    print(f"{c['name']:<18} {c['status']:<7} {c['seconds']:>7.2f}  {c['message']}")
+checks = {c["name"]: c for c in doc["checks"]}
+bf16 = ((checks.get("matmul_tflops") or {}).get("value") or {}).get("bf16_matmul_tflops")
+gpu = (doc["facts"].get("gpus") or [{}])[0].get("name", "")
+print(f"ACCEPTANCE status certified: {doc['status'] == 'certified'}")
+print(f"ACCEPTANCE payload under 60 s: {doc['seconds'] < 60} ({doc['seconds']} s)")
+if "H200" in gpu or "H100" in gpu:
+    print(f"ACCEPTANCE bf16 matmul >= 80% of 790 TFLOP/s: {bf16 is not None and bf16 >= 632} ({bf16} TFLOP/s, {gpu})")
+else:
+    print(f"ACCEPTANCE bf16 matmul: {bf16} TFLOP/s on {gpu or 'no GPU'} (the 790 TFLOP/s reference is for H100/H200)")
+PY
+cat "$txt"

@@ -403,3 +403,287 @@ def test_allreduce_plumbing_with_gloo(payload, monkeypatch):
     reports: List[Dict[str, Any]] = payload.run_allreduce(2, "gloo", 1 << 12, 2, timeout=60)
     assert [r["rank"] for r in reports] == [0, 1]
     assert all(r["correct"] and r["seconds"] >= 0 for r in reports)
+
+
+# ------------------------------------------- GPU code paths against fake devices
+# These fake what a device *is* (clocks, memory, NVML readings, nvidia-smi output); the
+# payload's own code decides what to measure and what to report.
+class FakeGpu:
+    """A device clock that kernels advance and events read; throughput is slow until clocks ramp up."""
+
+    def __init__(self, flops: float, ramp_s: float = 0.1, ramp_factor: float = 0.4):
+        self.now, self.flops, self.ramp_s, self.ramp_factor = 0.0, flops, ramp_s, ramp_factor
+
+    def run(self, flop: float) -> None:
+        self.now += flop / (self.flops * (self.ramp_factor if self.now < self.ramp_s else 1.0))
+
+
+class FakeEvent:
+    def __init__(self, gpu: FakeGpu):
+        self.gpu, self.t, self.completed = gpu, None, False
+
+    def record(self) -> None:
+        self.t, self.completed = self.gpu.now, False
+
+    def synchronize(self) -> None:
+        self.completed = True
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        if self.t is None or not end.completed:  # CUDA raises cudaErrorNotReady here
+            raise RuntimeError("CUDA error: device not ready")
+        return (end.t - self.t) * 1000.0
+
+
+@dataclasses.dataclass
+class FakeMatrix:
+    n: int
+
+
+def fake_matmul_torch(gpu: FakeGpu, cc=(9, 0), bf16_reported: bool = True):
+    from types import SimpleNamespace
+
+    def matmul(a, b, out=None):
+        gpu.run(2 * a.n ** 3)
+        return out
+
+    cuda = SimpleNamespace(Event=lambda enable_timing=False: FakeEvent(gpu), synchronize=lambda *a: None,
+                           get_device_capability=lambda index=0: cc,
+                           is_bf16_supported=lambda *a, **k: bf16_reported)  # torch >= 2.3: True when emulated
+    return SimpleNamespace(cuda=cuda, version=SimpleNamespace(cuda="12.4", hip=None), bfloat16="bf16",
+                           float16="fp16", device=lambda *a: a, randn=lambda n, m, **k: FakeMatrix(n),
+                           empty=lambda n, m, **k: FakeMatrix(n), matmul=matmul)
+
+
+def gpu_ctx(payload, fake_torch, expect=None):
+    ctx = make_ctx(payload, expect or {})
+    ctx.torch, ctx.cuda_ok, ctx.mode = fake_torch, True, "certify"
+    return ctx
+
+
+def test_matmul_rate_is_measured_after_clocks_ramp_up(payload):
+    """A GPU slow for its first 0.1 s of work: the probe reports the steady 700 TFLOP/s, counting 2*n^3 flops."""
+    result = payload.check_matmul(gpu_ctx(payload, fake_matmul_torch(FakeGpu(700e12)),
+                                          {"perf_floors": {"bf16_matmul_tflops": 632}}))
+    assert result.status == "passed", result.message
+    assert result.value["bf16_matmul_tflops"] == pytest.approx(700, rel=0.01)
+    assert result.value["fp16_matmul_tflops"] == pytest.approx(700, rel=0.01)
+
+
+def test_matmul_below_floor_fails(payload):
+    result = payload.check_matmul(gpu_ctx(payload, fake_matmul_torch(FakeGpu(400e12)),
+                                          {"perf_floors": {"bf16_matmul_tflops": 632}}))
+    assert result.status == "failed" and "bf16_matmul_tflops 400.0 < floor 632" in result.message
+
+
+def test_emulated_bf16_is_not_native(payload):
+    """torch >= 2.3 says is_bf16_supported() on a V100 (bf16 emulated): no bf16 probe, fp16 train step."""
+    volta = fake_matmul_torch(FakeGpu(100e12), cc=(7, 0), bf16_reported=True)
+    assert payload.bf16_native(volta) is False
+    assert payload.bf16_native(fake_matmul_torch(FakeGpu(1e12), cc=(8, 0))) is True
+    assert set(payload.check_matmul(gpu_ctx(payload, volta)).value) == {"fp16_matmul_tflops"}
+
+
+class FakeOutOfMemoryError(RuntimeError):
+    pass
+
+
+FakeOutOfMemoryError.__name__ = "OutOfMemoryError"
+
+
+class FakeAllocator:
+    """A caching allocator over `total` bytes: freed blocks stay cached (reserved) until empty_cache()."""
+
+    def __init__(self, total: int, context: int, oversubscribe: bool = False):
+        self.total, self.context, self.oversubscribe = total, context, oversubscribe
+        self.in_use = self.cached = self.peak = 0
+
+    def empty(self, size, dtype=None, device=None):
+        if size > self.total - self.context - self.in_use and not self.oversubscribe:
+            raise FakeOutOfMemoryError(f"CUDA out of memory. Tried to allocate {size / 2**30:.2f} GiB")
+        allocator = self
+        self.cached = max(0, self.cached - size)
+        self.in_use += size
+        self.peak = max(self.peak, self.in_use)
+
+        class Block:
+            def zero_(self):
+                return self
+
+            def __del__(self):
+                allocator.in_use -= size
+                allocator.cached += size
+        return Block()
+
+    def empty_cache(self):
+        self.cached = 0
+
+    def torch(self):
+        from types import SimpleNamespace
+        cuda = SimpleNamespace(OutOfMemoryError=FakeOutOfMemoryError, synchronize=lambda *a: None,
+                               get_device_properties=lambda d: SimpleNamespace(total_memory=self.total),
+                               memory_allocated=lambda d=None: self.in_use,
+                               memory_reserved=lambda d=None: self.in_use + self.cached,
+                               max_memory_allocated=lambda d=None: self.peak, empty_cache=self.empty_cache)
+        return SimpleNamespace(cuda=cuda, device=lambda *a: a, uint8="uint8", empty=self.empty)
+
+
+def test_memory_check_ooms_then_fits_and_leaves_nothing_cached(payload):
+    gib = 2**30
+    alloc = FakeAllocator(total=141 * gib, context=gib)
+    result = payload.check_memory(gpu_ctx(payload, alloc.torch()))
+    assert result.status == "passed", result.message
+    assert result.value["oom_raised"] is True
+    assert result.value["fitted_mib"] == 141 * 1024 / 2  # 2x and 1x failed, the half fitted
+    assert alloc.in_use == 0 and alloc.cached == 0  # later probes get the whole device back
+
+
+def test_memory_check_fails_when_nothing_raises(payload):
+    alloc = FakeAllocator(total=2**30, context=0, oversubscribe=True)
+    result = payload.check_memory(gpu_ctx(payload, alloc.torch()))
+    assert result.status == "failed" and "did not raise" in result.message
+
+
+def test_arch_covered_against_device_capabilities(payload):
+    from types import SimpleNamespace
+    cuda = SimpleNamespace(device_count=lambda: 2, get_device_name=lambda i: "NVIDIA H200",
+                           get_device_capability=lambda i: (9, 0))
+    ctx = gpu_ctx(payload, SimpleNamespace(cuda=cuda))
+    ctx.facts["arch_list"] = ["sm_80", "sm_90"]
+    ok = payload.check_arch_covered(ctx)
+    assert ok.status == "passed" and ok.value["devices"][1]["cc"] == "9.0"
+    ctx.facts["arch_list"] = ["sm_80", "sm_86"]
+    bad = payload.check_arch_covered(ctx)
+    assert bad.status == "failed" and "device 1 (NVIDIA H200, cc 9.0)" in bad.message
+
+
+def test_nccl_bus_bandwidth_formula(payload, monkeypatch):
+    """8 ranks, 256 MiB, 10 all-reduces in 20 ms on the slowest rank: nccl-tests' busbw = algbw * 2(n-1)/n."""
+    from types import SimpleNamespace
+    import torch.distributed as dist
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(payload, "run_allreduce", lambda world, backend, numel, iters, timeout=180: [
+        {"rank": r, "correct": True, "seconds": 0.02 if r == 3 else 0.019} for r in range(world)])
+    ctx = gpu_ctx(payload, SimpleNamespace(cuda=SimpleNamespace(device_count=lambda: 8)))
+    result = payload.check_nccl_allreduce(ctx)
+    size = 256 * 2**20
+    assert result.status == "passed", result.message
+    assert result.value["algbw_gbps"] == round(size * 10 / 0.02 / 1e9, 1)
+    assert result.value["nccl_busbw_gbps"] == round(size * 10 / 0.02 / 1e9 * 2 * 7 / 8, 1)
+    monkeypatch.setattr(payload, "run_allreduce", lambda world, *a, **k: [
+        {"rank": r, "correct": r != 5, "seconds": 0.02} for r in range(world)])
+    assert payload.check_nccl_allreduce(ctx).status == "failed"
+
+
+def test_cleanup_error_after_a_gpu_check_does_not_stop_the_run(payload, monkeypatch):
+    """A sticky CUDA error makes empty_cache() raise; the following checks must still run and report."""
+    from types import SimpleNamespace
+
+    def empty_cache():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    ctx = gpu_ctx(payload, SimpleNamespace(cuda=SimpleNamespace(empty_cache=empty_cache)))
+    monkeypatch.setattr(payload, "REGISTRY", [("first", lambda c: payload.Check("passed", message="ok"), True),
+                                               ("second", lambda c: payload.Check("failed", message="bad"), True)])
+    payload.run_checks(ctx)
+    assert [(r.name, r.status) for r in ctx.results] == [("first", "passed"), ("second", "failed")]
+
+
+class FakeNvmlLib:
+    """libnvidia-ml.so.1 as ctypes sees it: functions that fill their by-reference arguments, 0 = NVML_SUCCESS."""
+
+    def __init__(self, supported: bool = True):
+        self.rc = 0 if supported else 3  # NVML_ERROR_NOT_SUPPORTED
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index, handle):
+        handle._obj.value = 0x1000 + index.value
+        return 0
+
+    def nvmlDeviceGetUtilizationRates(self, h, util):
+        util._obj.gpu, util._obj.memory = 97, 40
+        return self.rc
+
+    def nvmlDeviceGetMemoryInfo(self, h, mem):
+        mem._obj.total, mem._obj.used = 141 * 2**30, 1234 * 2**20
+        return self.rc
+
+    def nvmlDeviceGetPowerUsage(self, h, power):
+        power._obj.value = 512300  # milliwatts
+        return self.rc
+
+    def nvmlDeviceGetTemperature(self, h, sensor, temp):
+        temp._obj.value = 61 if sensor.value == 0 else 99  # NVML_TEMPERATURE_GPU = 0
+        return self.rc
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h, mask):
+        mask._obj.value = 0x4 | 0x1
+        return self.rc
+
+
+class OldDriverNvmlLib(FakeNvmlLib):
+    """A driver before 535: only the ThrottleReasons name exists."""
+
+    nvmlDeviceGetCurrentClocksEventReasons = None
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h, mask):
+        mask._obj.value = 0x40
+        return self.rc
+
+
+def test_nvml_sample_units_and_reason_names(payload):
+    sample = payload.Nvml(FakeNvmlLib()).sample(0, 1.23456)
+    assert sample == {"t": 1.235, "gpu": 0, "util_pct": 97, "mem_used_mib": 1234.0, "power_w": 512.3, "temp_c": 61,
+                      "clock_event_reasons": ["gpu_idle", "sw_power_cap"]}
+    old = payload.Nvml(OldDriverNvmlLib()).sample(1, 0.0)
+    assert old["clock_event_reasons"] == ["hw_thermal_slowdown"]
+
+
+def test_nvml_without_readings_gives_no_sample_and_telemetry_skips(payload):
+    nvml = payload.Nvml(FakeNvmlLib(supported=False))
+    assert nvml.sample(0, 0.0) is None
+    nvml.count = lambda: 1
+    sampler = payload.Sampler(nvml, 0.0, period=0.01)
+    sampler.start()
+    sampler.halt.wait(0.05)
+    ctx = make_ctx(payload, {})  # check_telemetry stops the sampler
+    ctx.sampler = sampler
+    assert payload.check_telemetry(ctx).status == "skipped"
+
+
+def test_sampler_survives_a_failing_nvml(payload, monkeypatch):
+    import threading
+    import time
+    crashes: List[Any] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: crashes.append(args.exc_value))
+
+    class Broken:
+        def count(self):
+            raise AttributeError("nvmlDeviceGetCount_v2")  # an old libnvidia-ml lacking the symbol
+
+    class Flaky:
+        def count(self):
+            return 2
+
+        def sample(self, index, t):
+            raise OSError("NVML_ERROR_GPU_IS_LOST")
+    for nvml in (Broken(), Flaky()):
+        sampler = payload.Sampler(nvml, time.monotonic(), period=0.01)
+        sampler.start()
+        time.sleep(0.05)
+        sampler.stop()
+        assert not sampler.is_alive() and sampler.samples == []
+    assert crashes == []
+
+
+def test_nvidia_smi_query_retries_without_compute_cap(payload, monkeypatch):
+    calls: List[List[str]] = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd)
+        if "compute_cap" in cmd[1]:  # a driver before ~510
+            return subprocess.CompletedProcess(cmd, 2, 'Field "compute_cap" is not a valid field to query.\n', "")
+        return subprocess.CompletedProcess(cmd, 0, "0, NVIDIA H200, 570.86.15, 143771\n"
+                                                   "1, NVIDIA H200, 570.86.15, 143771\n", "")
+    monkeypatch.setattr(payload.subprocess, "run", fake_run)
+    gpus = payload.query_nvidia_smi("/usr/bin/nvidia-smi")
+    assert len(calls) == 2 and calls[0][2] == "--format=csv,noheader,nounits"
+    assert gpus == [{"index": str(i), "name": "NVIDIA H200", "driver_version": "570.86.15", "memory.total": "143771"}
+                    for i in (0, 1)]

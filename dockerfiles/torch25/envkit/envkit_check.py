@@ -236,15 +236,17 @@ class Nvml:
         if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ref(h)) != 0:
             return None
         util, mem, power, temp, mask = _Utilization(), _Memory(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
-        reasons = (getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        reasons = (getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)  # driver 535+
                    or getattr(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
-        return {"t": round(t, 3), "gpu": index,
-                "util_pct": util.gpu if lib.nvmlDeviceGetUtilizationRates(h, ref(util)) == 0 else None,
-                "mem_used_mib": round(mem.used / 2**20, 1) if lib.nvmlDeviceGetMemoryInfo(h, ref(mem)) == 0 else None,
-                "power_w": power.value / 1000.0 if lib.nvmlDeviceGetPowerUsage(h, ref(power)) == 0 else None,
-                "temp_c": temp.value if lib.nvmlDeviceGetTemperature(h, ctypes.c_int(0), ref(temp)) == 0 else None,
-                "clock_event_reasons": decode_clock_reasons(mask.value)
-                if reasons is not None and reasons(h, ref(mask)) == 0 else None}
+        readings = {"util_pct": util.gpu if lib.nvmlDeviceGetUtilizationRates(h, ref(util)) == 0 else None,
+                    "mem_used_mib": round(mem.used / 2**20, 1) if lib.nvmlDeviceGetMemoryInfo(h, ref(mem)) == 0 else None,
+                    "power_w": power.value / 1000.0 if lib.nvmlDeviceGetPowerUsage(h, ref(power)) == 0 else None,  # mW
+                    "temp_c": temp.value if lib.nvmlDeviceGetTemperature(h, ctypes.c_int(0), ref(temp)) == 0 else None,
+                    "clock_event_reasons": decode_clock_reasons(mask.value)
+                    if reasons is not None and reasons(h, ref(mask)) == 0 else None}
+        if all(v is None for v in readings.values()):
+            return None  # a handle but no readable metric (e.g. no permission): not a sample
+        return dict({"t": round(t, 3), "gpu": index}, **readings)
 
 
 class Sampler(threading.Thread):
@@ -257,7 +259,10 @@ class Sampler(threading.Thread):
         self.halt = threading.Event()
 
     def run(self) -> None:
-        n = self.nvml.count()
+        try:  # telemetry is best effort: an NVML failure ends sampling, never the run
+            n = self.nvml.count()
+        except Exception:
+            return
         while not self.halt.is_set():
             t = time.monotonic() - self.t0
             for i in range(n):
@@ -485,6 +490,24 @@ def needs_cuda(fn: Callable[[Context], Check]) -> Callable[[Context], Check]:
     return guarded
 
 
+def bf16_native(torch: Any) -> bool:
+    """bf16 in hardware (cc >= 8.0). From torch 2.3 is_bf16_supported() is also True where bf16 is only emulated."""
+    if getattr(torch.version, "hip", None):
+        return bool(torch.cuda.is_bf16_supported())
+    return int(torch.cuda.get_device_capability(0)[0]) >= 8
+
+
+def device_seconds(torch: Any, fn: Callable[[], Any], iters: int) -> float:
+    """Device time of `iters` calls of fn, between two CUDA events on the current stream; no host sync inside."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()  # elapsed_time needs both events completed
+    return start.elapsed_time(end) / 1000.0
+
+
 @check("arch_covered", gpu_only=True)
 @needs_cuda
 def check_arch_covered(ctx: Context) -> Check:
@@ -524,6 +547,9 @@ def amp_train(torch: Any, device: Any, dtype: Any, steps: int, width: int = 256,
             x = checkpoint(block, x, use_reentrant=False) if 0 < i < depth - 1 else block(x)
         return head(x)
 
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
     losses, start = [], time.perf_counter()
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
@@ -539,16 +565,21 @@ def amp_train(torch: Any, device: Any, dtype: Any, steps: int, width: int = 256,
         else:
             opt.step()
         losses.append(total)
-    values = [float(v) for v in losses]  # a single sync, at the end
-    return {"dtype": str(dtype).replace("torch.", ""), "first_loss": finite(values[0]), "last_loss": finite(values[-1]),
-            "steps": steps, "micro_batches": accum, "seconds": round(time.perf_counter() - start, 3)}
+    values = [float(v) for v in losses]  # host syncs only after the loop
+    result = {"dtype": str(dtype).replace("torch.", ""), "first_loss": finite(values[0]), "last_loss": finite(values[-1]),
+              "steps": steps, "micro_batches": accum, "seconds": round(time.perf_counter() - start, 3)}
+    if cuda:
+        result["memory_mib"] = {k: round(f(device) / 2**20, 1) for k, f in (
+            ("allocated", torch.cuda.memory_allocated), ("reserved", torch.cuda.memory_reserved),
+            ("peak", torch.cuda.max_memory_allocated))}
+    return result
 
 
 @check("cuda_train_step", gpu_only=True)
 @needs_cuda
 def check_cuda_train(ctx: Context) -> Check:
     torch = ctx.torch
-    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    dtype = torch.bfloat16 if bf16_native(torch) else torch.float16
     value = amp_train(torch, torch.device("cuda", 0), dtype, ctx.steps or 40)
     first, last = value["first_loss"], value["last_loss"]
     if first is not None and last is not None and last < first:
@@ -610,6 +641,10 @@ def allreduce_worker(rank: int, world: int, port: int, backend: str, numel: int,
         x = torch.full((numel,), float(rank + 1), device=torch.device("cuda", rank) if cuda else "cpu")
         dist.all_reduce(x)
         correct = bool((x == world * (world + 1) / 2).all())
+        x.zero_()  # timed sums stay finite however many ranks and iterations
+        for _ in range(2):  # warm-up: NCCL sets up its connections on the first collectives
+            dist.all_reduce(x)
+        dist.all_reduce(torch.ones(1, device=x.device))  # a barrier: all ranks start the clock together
         sync()
         start = time.perf_counter()
         for _ in range(iters):
@@ -662,28 +697,31 @@ def check_nccl_allreduce(ctx: Context) -> Check:
                                                          f"{value['nccl_busbw_gbps']} GB/s")
 
 
+def matmul_tflops(torch: Any, dtype: Any, n: int = 8192, iters: int = 10, windows: int = 5,
+                  warmup_s: float = 0.3) -> float:
+    """Dense n x n matmul rate (2*n^3 flops each): median of `windows` event-timed runs after a timed warm-up."""
+    dev = torch.device("cuda", 0)
+    a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
+    c = torch.empty(n, n, device=dev, dtype=dtype)
+
+    def step() -> None:
+        torch.matmul(a, b, out=c)
+
+    spent, rounds = 0.0, 0
+    while spent < warmup_s and rounds < 100:  # clocks up from idle, cuBLAS heuristics and workspace settled
+        spent, rounds = spent + device_seconds(torch, step, iters), rounds + 1
+    times = sorted(device_seconds(torch, step, iters) for _ in range(windows))
+    return 2 * n**3 * iters / times[len(times) // 2] / 1e12
+
+
 @check("matmul_tflops", gpu_only=True)
 @needs_cuda
 def check_matmul(ctx: Context) -> Check:
-    torch = ctx.torch
-    dev, n, iters = torch.device("cuda", 0), 8192, 20
-    kinds = [("bf16_matmul_tflops", torch.bfloat16)] if torch.cuda.is_bf16_supported() else []
-    values: Dict[str, Any] = {}
-    for key, dtype in kinds + [("fp16_matmul_tflops", torch.float16)]:
-        a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
-        c = torch.empty(n, n, device=dev, dtype=dtype)
-        for _ in range(3):
-            torch.matmul(a, b, out=c)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            torch.matmul(a, b, out=c)
-        end.record()
-        end.synchronize()
-        values[key] = round(2 * n**3 * iters / (start.elapsed_time(end) / 1000) / 1e12, 1)
-        del a, b, c
+    torch, n = ctx.torch, 8192
+    kinds = [("bf16_matmul_tflops", torch.bfloat16)] if bf16_native(torch) else []
+    values = {key: round(matmul_tflops(torch, dtype, n), 1) for key, dtype in kinds + [("fp16_matmul_tflops", torch.float16)]}
     text = ", ".join(f"{k.split('_')[0]} {v} TFLOP/s" for k, v in values.items())
-    return floor_check(ctx, values, "matmul throughput", f"{n}x{n} matmul: {text}")
+    return floor_check(ctx, values, "matmul throughput", f"{n}x{n} matmul (median of 5 timed runs): {text}")
 
 
 @check("h2d_d2h_bandwidth", gpu_only=True)
@@ -696,15 +734,9 @@ def check_bandwidth(ctx: Context) -> Check:
     pinned = torch.ones(nbytes, dtype=torch.uint8).pin_memory()
 
     def rate(copy: Callable[[], Any]) -> float:
-        copy()
+        copy()  # warm-up
         torch.cuda.synchronize(dev)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            copy()
-        end.record()
-        end.synchronize()
-        return round(nbytes * reps / (start.elapsed_time(end) / 1000) / 1e9, 2)
+        return round(nbytes * reps / device_seconds(torch, copy, reps) / 1e9, 2)
 
     values = {"h2d_pinned_gbps": rate(lambda: gpu.copy_(pinned, non_blocking=True)),
               "h2d_pageable_gbps": rate(lambda: gpu.copy_(pageable)),
@@ -758,9 +790,12 @@ def run_checks(ctx: Context) -> None:
             except Exception as e:
                 traceback.print_exc(file=sys.stderr)
                 result = Check("failed", None, None, f"check raised {type(e).__name__}: {e}")
-            if gpu_only and ctx.cuda_ok:
-                gc.collect()
-                ctx.torch.cuda.empty_cache()
+            if gpu_only and ctx.cuda_ok:  # free what the check left so later probes are not starved
+                try:
+                    gc.collect()
+                    ctx.torch.cuda.empty_cache()
+                except Exception:  # e.g. a sticky CUDA error: the next checks report it themselves
+                    traceback.print_exc(file=sys.stderr)
         result.name, result.seconds = name, round(time.monotonic() - start, 3)
         with ctx.lock:
             ctx.results.append(result)
