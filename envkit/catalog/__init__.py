@@ -7,6 +7,9 @@ each key exists. Callers never index the raw YAML.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import tempfile
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -275,8 +278,44 @@ def _norm(name: str) -> str:
     return "".join(name.lower().replace("nvidia", "").replace("geforce", "").split())
 
 
-def data_dir() -> Path:
+CATALOG_ENV = "ENVKIT_CATALOG"
+
+
+def packaged_dir() -> Path:
+    """The catalog shipped inside envkit (read-only in an installed envkit)."""
     return Path(str(resources.files("envkit.catalog") / "data"))
+
+
+def data_dir() -> Path:
+    """The catalog in use: ``$ENVKIT_CATALOG`` (a team's reviewed copy), else the packaged one."""
+    override = os.environ.get(CATALOG_ENV)
+    return Path(override) if override else packaged_dir()
+
+
+def export_catalog(dest: str | Path) -> Path:
+    """Copy the catalog in use into ``dest`` (new or empty), for a team to keep, review and refresh.
+
+    Written into a temporary directory beside ``dest`` and renamed into place, so ``dest``
+    is either absent or complete.
+    """
+    dest = Path(dest)
+    source = data_dir()
+    load_catalog(source)  # never export a catalog that does not load
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise CatalogError(f"{dest} exists and is not an empty directory",
+                           hint="choose a new directory; envkit does not overwrite a catalog")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        for name in FILES:
+            shutil.copyfile(source / f"{name}.yaml", tmp / f"{name}.yaml")
+        if dest.exists():
+            dest.rmdir()
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
 
 
 def load_catalog(directory: str | Path | None = None) -> Catalog:
@@ -289,7 +328,11 @@ def load_catalog(directory: str | Path | None = None) -> Catalog:
             raw = path.read_bytes()
             data = yaml.safe_load(raw)
         except (OSError, yaml.YAMLError) as exc:
-            raise CatalogError(f"cannot load catalog file {path}: {exc}") from None
+            hint = None
+            if os.environ.get(CATALOG_ENV) and directory == data_dir():
+                hint = (f"{CATALOG_ENV}={os.environ[CATALOG_ENV]} names this catalog; create it with "
+                        f"`envkit catalog export DIR`, or unset {CATALOG_ENV} to use the packaged one")
+            raise CatalogError(f"cannot load catalog file {path}: {exc}", hint=hint) from None
         h.update(name.encode() + b"\0" + raw)
         if not isinstance(data, dict) or data.pop("version", None) != 1:
             raise CatalogError(f"{path}: expected a mapping with 'version: 1'")

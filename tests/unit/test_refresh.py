@@ -395,3 +395,29 @@ def test_the_pypi_index_source_must_exist(cat_dir):
         path.write_text(path.read_text().replace(key, key.removesuffix(", pypi_index")))
     with pytest.raises(CatalogError, match="no source 'pypi_index'"):
         run(cat_dir)
+
+
+# --- a team's own catalog: ENVKIT_CATALOG and export ------------------------------------------
+
+def test_export_then_env_selects_the_team_copy(tmp_path, monkeypatch):
+    from envkit.catalog import CATALOG_ENV, FILES, data_dir, export_catalog, packaged_dir
+
+    team = export_catalog(tmp_path / "team-catalog")
+    assert sorted(p.name for p in team.iterdir()) == sorted(f"{n}.yaml" for n in FILES)
+    assert load_catalog(team).digest == load_catalog(packaged_dir()).digest
+    monkeypatch.setenv(CATALOG_ENV, str(team))
+    assert data_dir() == team
+    (team / "pytorch.yaml").write_text((team / "pytorch.yaml").read_text() + "\n# reviewed\n")
+    assert load_catalog().digest != load_catalog(packaged_dir()).digest  # the copy is what loads
+    with pytest.raises(CatalogError, match="not an empty directory"):
+        export_catalog(team)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+
+def test_a_missing_team_catalog_says_how_to_make_one(tmp_path, monkeypatch):
+    from envkit.catalog import CATALOG_ENV
+
+    monkeypatch.setenv(CATALOG_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(CatalogError, match="cannot load catalog file") as err:
+        load_catalog()
+    assert "envkit catalog export" in err.value.hint and CATALOG_ENV in err.value.hint
