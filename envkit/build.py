@@ -92,6 +92,13 @@ def check_builder(builder: str) -> None:
         raise BuildError(f"unknown builder {builder!r}", hint=f"use one of: {', '.join(BUILDERS)}")
 
 
+def require_builder(engine, builder: str) -> None:
+    """Fail before any work when ``builder`` is unknown or cannot build here (BuildKit without its CLI)."""
+    check_builder(builder)
+    if builder == "buildkit":
+        BuildKitBuilder(engine).require()
+
+
 def stage_context(directory: Path, files: dict[str, bytes], *, ca_bundle: Path | None = None) -> Path:
     """Write rendered ``files`` into ``directory`` (and the CA bundle as site-ca/ca.pem, classic builds)."""
     for rel, data in files.items():
@@ -111,15 +118,11 @@ def run_build(engine, context: Path, tag: str, labels: dict[str, str], *, builde
     The classic builder reads the CA from the context (``stage_context``); BuildKit gets
     ``ca_bundle`` as the build secret ``site-ca``.
     """
-    check_builder(builder)
+    require_builder(engine, builder)
     if builder == "buildkit":
-        bk = BuildKitBuilder(engine)
-        if not bk.available():
-            raise BuildError("BuildKit is not available here",
-                             hint=f"it needs {bk.cli} (Docker >= 18.09 with BuildKit built in, or the buildx "
-                                  "plugin) and an engine API >= 1.39; or build with the classic builder")
         secrets = {"site-ca": ca_bundle} if ca_bundle is not None else None
-        yield from bk.build(context, tag, labels, secrets=secrets, network=network, no_cache=no_cache,
-                            dockerfile=None if dockerfile == "Dockerfile" else dockerfile)
+        yield from BuildKitBuilder(engine).build(context, tag, labels, secrets=secrets, network=network,
+                                                 no_cache=no_cache,
+                                                 dockerfile=None if dockerfile == "Dockerfile" else dockerfile)
     else:
         yield from engine.build(context, tag, labels, dockerfile=dockerfile, network=network, no_cache=no_cache)

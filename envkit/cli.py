@@ -18,6 +18,7 @@ from .engine import BuildEvent
 from .errors import EnvkitError
 
 SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
+BUILDERS = ("classic", "buildkit")  # envkit.render.BUILDERS (not imported here: the CLI starts without jinja2)
 
 
 class Ctx:
@@ -33,6 +34,13 @@ class Ctx:
 
 def json_option(f):
     return click.option("--json", "json_out", is_flag=True, help="Print one JSON document for machines.")(f)
+
+
+def builder_option(f):
+    return click.option(
+        "--builder", type=click.Choice(BUILDERS), default="classic", show_default=True,
+        help="classic: the engine's API; buildkit: DOCKER_BUILDKIT=1 /usr/bin/docker build "
+             "(pip cache mounts, the CA as a build secret; needs Debian's docker.io CLI).")(f)
 
 
 def run(ctx_obj: Ctx, fn):
@@ -166,14 +174,34 @@ def render_cmd(click_ctx, spec, out_root, images, json_out):
 @click.option("--image", "images", multiple=True, help="Only this image (repeatable).")
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
 @click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
+@builder_option
 @json_option
 @click.pass_context
-def build_cmd(click_ctx, spec, images, out_root, no_verify, json_out):
+def build_cmd(click_ctx, spec, images, out_root, no_verify, builder, json_out):
     """Resolve, render, build and verify SPEC's images."""
     from .engine.docker_engine import connect
     from .pipeline import build_spec
 
     c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
+                                                   verify=not no_verify, builder=builder,
+                                                   progress=_build_progress(c)))
+    doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
+           "builder": builder, "images": [o.to_json() for o in outcomes]}
+
+    def human():
+        _outcomes_table(outcomes)
+        if all(o.action == "skipped" for o in outcomes):
+            click.echo("nothing to rebuild: every image matches its lock")
+
+    emit(c, doc, human)
+    if any(o.status == "failed" for o in outcomes):
+        sys.exit(8)
+
+
+def _build_progress(c: Ctx):
+    """Build steps on stderr; every build log line too with -v."""
 
     def progress(name: str, event):
         if isinstance(event, BuildEvent):
@@ -184,23 +212,78 @@ def build_cmd(click_ctx, spec, images, out_root, no_verify, json_out):
         else:
             c.progress(f"[{name}] {event}" if name != "*" else str(event))
 
+    return progress
+
+
+def _outcomes_table(outcomes) -> None:
+    rows = [[o.name, o.tag, o.action, f"{o.size / 2**30:.2f} GiB", f"{o.seconds:.0f}s", o.status] for o in outcomes]
+    table(rows, ["IMAGE", "TAG", "ACTION", "SIZE", "TIME", "STATUS"])
+    for o in outcomes:
+        for m in (o.verification.mismatches if o.verification else []):
+            click.echo(f"  {o.name}: {m}", err=True)
+
+
+@main.group("bundle")
+def bundle_group():
+    """Offline bundles: everything one image's rebuild needs, built later with no network."""
+
+
+@bundle_group.command("make")
+@click.argument("spec", type=SPEC)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="The bundle directory (made beside it, renamed into place when complete; an existing "
+                   "bundle there is replaced).")
+@click.option("--image", "image", default=None, help="The image to bundle (needed when SPEC has several).")
+@json_option
+@click.pass_context
+def bundle_make_cmd(click_ctx, spec, out_dir, image, json_out):
+    """Write one image's offline bundle into --out (needs the network).
+
+    Resolves SPEC (or reuses its lock), then writes the lock, hash-checked wheels, the base image
+    archive, the Debian packages and a manifest. Build it later with `envkit bundle build DIR`.
+    """
+    from .engine.docker_engine import connect
+    from .pipeline import bundle_spec
+
+    c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
-    resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
-                                                   verify=not no_verify, progress=progress))
-    doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
-           "images": [o.to_json() for o in outcomes]}
+    b = run(c, lambda: bundle_spec(spec, out_dir, engine, image=image, progress=c.progress))
+    doc = b.to_json()
+    emit(c, doc, lambda: click.echo(
+        f"wrote {b.path}: {doc['image']} ({doc['tag']}), {doc['wheels']} wheel(s), base {doc['base']['ref']}, "
+        f"{b.size / 2**30:.2f} GiB\nbuild it with no network: envkit bundle build {b.path}"))
 
-    def human():
-        rows = [[o.name, o.tag, o.action, f"{o.size / 2**30:.2f} GiB", f"{o.seconds:.0f}s", o.status] for o in outcomes]
-        table(rows, ["IMAGE", "TAG", "ACTION", "SIZE", "TIME", "STATUS"])
-        for o in outcomes:
-            for m in (o.verification.mismatches if o.verification else []):
-                click.echo(f"  {o.name}: {m}", err=True)
-        if all(o.action == "skipped" for o in outcomes):
-            click.echo("nothing to rebuild: every image matches its lock")
 
-    emit(c, doc, human)
-    if any(o.status == "failed" for o in outcomes):
+@bundle_group.command("build")
+@click.argument("bundle_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
+@click.option("--no-cache", is_flag=True, help="Run every step again (shows the build needs no network).")
+@builder_option
+@json_option
+@click.pass_context
+def bundle_build_cmd(click_ctx, bundle_dir, no_verify, no_cache, builder, json_out):
+    """Build the image of the bundle in DIR with no network.
+
+    Every file is checked against the manifest first; the base is loaded from the bundle.
+    """
+    from .bundle import build_from_bundle
+    from .engine.docker_engine import connect
+
+    c = _ctx(click_ctx, json_out)
+
+    def progress(text: str) -> None:
+        if text.startswith("step "):
+            c.progress(text[:120])
+        elif c.verbose:
+            click.echo(f"  {text}", err=True)
+
+    engine = run(c, connect)
+    c.progress(f"building from {bundle_dir} with the {builder} builder, no network inside the build")
+    outcome = run(c, lambda: build_from_bundle(engine, bundle_dir, builder=builder, verify=not no_verify,
+                                               no_cache=no_cache, progress=progress))
+    emit(c, {"bundle": str(bundle_dir), "builder": builder, "images": [outcome.to_json()]},
+         lambda: _outcomes_table([outcome]))
+    if outcome.status == "failed":
         sys.exit(8)
 
 
@@ -319,9 +402,11 @@ def catalog_refresh_cmd(click_ctx, apply_, json_out):
 @click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True)
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
+@builder_option
 @json_option
 @click.pass_context
-def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, reports_dir, out_root, json_out):
+def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, reports_dir, out_root, builder,
+                json_out):
     """Re-resolve, rebuild what changed, certify, promote and remember.
 
     Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure,
@@ -337,7 +422,7 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     with store:
         result = run(c, lambda: run_nightly(spec, engine, store, out_root=out_root, reports_dir=reports_dir,
                                             registry=registry, locked=locked, gpus=gpus, threshold=threshold,
-                                            progress=c.progress))
+                                            builder=builder, progress=c.progress))
 
     def human():
         rows = [[r.name, r.tag, r.build, r.status, ", ".join(r.pushed) or "-", "; ".join(r.changes)[:50] or "-"]

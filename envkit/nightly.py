@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import __version__
-from .build import CONTEXT_LABEL, build_image
+from .build import CONTEXT_LABEL, build_image, require_builder
 from .certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now
 from .errors import BuildError, EngineError, EnvkitError, LockError, VerificationError
 from .lock import Lock, LockedImage, load_lock, write_lock
@@ -88,9 +88,12 @@ def lock_changes(old: Lock | None, new: Lock) -> dict[str, list[str]]:
 
 def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, reports_dir: Path,
                 registry: str | None = None, locked: bool = False, gpus: bool | None = None,
-                threshold: float = 0.10, progress: Progress = lambda _: None) -> NightlyResult:
+                threshold: float = 0.10, builder: str = "classic",
+                progress: Progress = lambda _: None) -> NightlyResult:
+    """``builder`` builds what changed; an image whose build is already recorded is kept as it is."""
     from .pipeline import load, lock_path_for, render_spec, resolve_spec
 
+    require_builder(engine, builder)
     started = time.monotonic()
     spec, catalog = load(spec_path)
     lock_path = lock_path_for(spec_path)
@@ -122,7 +125,7 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
     for image in lock.images:
         report = ImageReport(image.name, image_tag(lock.team, image), changes.get(image.name, []))
         reports.append(report)
-        info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress)
+        info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress, builder)
         if info is None:
             continue
         cert = _certify(engine, store, run_id, image, report, info, use_gpus, threshold, progress)
@@ -142,7 +145,7 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
     return NightlyResult(run_id, code, reports, written, time.monotonic() - started, bool(resumed))
 
 
-def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, report, progress):
+def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, report, progress, builder="classic"):
     tag = report.tag
     info = engine.inspect(tag)
     ctx = info.labels.get(CONTEXT_LABEL, "") if info else ""
@@ -153,7 +156,7 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
     started_here = "build" in store.steps(run_id, image.name)
     store.mark_step(run_id, image.name, "build", "started", image.hash)
     try:
-        outcome = build_image(engine, lock, image, str(spec_path), ca_bundle=ca, verify=False,
+        outcome = build_image(engine, lock, image, str(spec_path), ca_bundle=ca, verify=False, builder=builder,
                               progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]))
     except (BuildError, EngineError) as exc:
         report.build, report.status = "failed", "failed"

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .build import LOCK_LABEL, Outcome, Progress, build_image
+from .build import LOCK_LABEL, Outcome, Progress, build_image, require_builder
 from .certify.harness import Verification, expect_from_labels, run_payload
 from .catalog import Catalog, load_catalog
-from .errors import BuildError, EngineError, LockError, VerificationError
+from .errors import BuildError, EngineError, LockError, SpecError, VerificationError
 from .index import DEFAULT_INDEX, PackageIndex
-from .lock import Lock, load_lock, write_lock
+from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import Rendered, render
 from .resolve import check_frameworks, check_gpus, plan, resolve, spec_digest
 from .spec import Spec, load_spec
@@ -97,24 +97,69 @@ def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = Non
 
 
 def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | None = None,
-               only: list[str] | None = None, verify: bool = True,
+               only: list[str] | None = None, verify: bool = True, builder: str = "classic",
                progress: Progress = lambda *_: None) -> tuple[Resolved, list[Outcome]]:
+    require_builder(engine, builder)  # before resolving: BuildKit without its CLI fails at once
     resolved, _ = render_spec(spec_path, out_root, lock_path=lock_path, only=only,
                               progress=lambda msg: progress("*", msg))
     ca = resolved.spec.ca_bundle_path()
     for image in resolved.lock.images:
-        if (not only or image.name in only) and image.framework != "torch":
-            raise BuildError(
-                f"image {image.name!r} is locked ({image.framework} {image.framework_version}) but envkit builds "
-                "only PyTorch images so far",
-                hint="build the others with --image, or use the lock with your own Dockerfile")
+        if not only or image.name in only:
+            _require_torch(image)
     outcomes = []
     for image in resolved.lock.images:
         if only and image.name not in only:
             continue
         outcomes.append(build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
-                                    progress=progress, verify=verify))
+                                    progress=progress, verify=verify, builder=builder))
     return resolved, outcomes
+
+
+def _require_torch(image: LockedImage) -> None:
+    if image.framework != "torch":
+        raise BuildError(
+            f"image {image.name!r} is locked ({image.framework} {image.framework_version}) but envkit builds "
+            "only PyTorch images so far",
+            hint="build the others with --image, or use the lock with your own Dockerfile")
+
+
+@dataclass
+class Bundled:
+    resolved: Resolved
+    image: LockedImage
+    path: Path
+    manifest: dict
+    size: int
+
+    def to_json(self) -> dict:
+        return {"bundle": str(self.path), "image": self.image.name, "tag": self.manifest["tag"],
+                "lock": str(self.resolved.lock_path), "lock_reused": self.resolved.reused,
+                "lock_hash": self.image.hash, "base": self.manifest["base"], "files": len(self.manifest["files"]),
+                "wheels": sum(1 for f in self.manifest["files"] if f.startswith("context/wheelhouse/")),
+                "size_bytes": self.size}
+
+
+def bundle_spec(spec_path: Path, out_dir: Path, engine, *, image: str | None = None,
+                progress: Callable[[str], None] = lambda _: None) -> Bundled:
+    """Resolve (or reuse the lock of) the spec and write an offline bundle of one image into ``out_dir``."""
+    from .bundle import MANIFEST, bundle_size, check_replaceable, make_bundle
+
+    check_replaceable(Path(out_dir).absolute())  # before resolving: nothing is fetched for a bad --out
+    resolved = resolve_spec(spec_path, reuse=True, progress=progress)
+    if image is None:
+        names = [i.name for i in resolved.lock.images]
+        if len(names) != 1:
+            raise SpecError(f"{spec_path} has {len(names)} images ({', '.join(names)}); a bundle holds one",
+                            hint="choose it with --image NAME")
+        image = names[0]
+    resolved.spec.image(image)
+    locked = resolved.lock.image(image)
+    _require_torch(locked)
+    progress(f"bundling {image} into {out_dir} (written beside it, renamed into place when complete)")
+    path = make_bundle(engine, resolved.lock, image, out_dir, ca_bundle=resolved.spec.ca_bundle_path(),
+                       spec_name=_display(spec_path), progress=progress)
+    manifest = json.loads((path / MANIFEST).read_text())
+    return Bundled(resolved, locked, path, manifest, bundle_size(path))
 
 
 def _display(spec_path: Path) -> str:
@@ -184,11 +229,7 @@ def list_images(store_url: str | None) -> list[dict]:
     from .store import Store
 
     with Store.open(store_url) as store:
-        images = {b["image_id"]: (b["tag"], b["created_at"]) for b in store.backend.query(
-            "SELECT tag, image_id, MAX(created_at) AS created_at FROM builds GROUP BY image_id")}
-        for c in store.backend.query("SELECT image_id, document, MIN(created_at) AS created_at FROM certificates "
-                                     "GROUP BY image_id"):
-            images.setdefault(c["image_id"], (json.loads(c["document"]).get("image", c["image_id"]), c["created_at"]))
+        images = {image_id: (tag, created) for image_id, tag, created in store.images()}
         rows = []
         for image_id, (tag, created) in sorted(images.items(), key=lambda kv: kv[1][0]):
             certs = store.certificates_for(image_id)

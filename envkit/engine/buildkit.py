@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from collections import deque
@@ -76,28 +77,51 @@ class PlainProgress:
 class BuildKitBuilder:
     """Builds with BuildKit through ``cli``; ``engine`` (a DockerEngine) answers the API version."""
 
-    def __init__(self, engine=None, cli: str = DOCKER_CLI):
+    def __init__(self, engine=None, cli: str | None = None):
         self.engine = engine
-        self.cli = cli
+        self.cli = cli or DOCKER_CLI
 
     def available(self) -> bool:
         """The CLI exists (with BuildKit built in, or the buildx plugin) and the engine's API >= 1.39."""
+        return self.unavailable() is None
+
+    def require(self) -> None:
+        """Raise a BuildError saying what is missing and what to install, unless BuildKit can build here."""
+        problem = self.unavailable()
+        if problem is not None:
+            raise BuildError(problem[0], hint=problem[1])
+
+    def unavailable(self) -> tuple[str, str] | None:
+        """Why BuildKit cannot build here, as (message, hint); None when it can."""
+        classic = "or build with the classic builder (--builder classic)"
         if not (Path(self.cli).is_file() and os.access(self.cli, os.X_OK)):
-            return False
+            other = shutil.which("docker")
+            note = (f" ({other} on PATH is not used: CLIs from Docker 23 on build with BuildKit only through buildx)"
+                    if other and Path(other) != Path(self.cli) else "")
+            return (f"the BuildKit builder needs the docker CLI at {self.cli}, which is missing here{note}",
+                    "install Debian's docker.io (`apt-get install docker.io`: its Docker 20.10 CLI, /usr/bin/docker, "
+                    f"has BuildKit built in), {classic}")
         try:
             proc = subprocess.run([self.cli, "version", "--format", "{{json .}}"], capture_output=True,
                                   text=True, timeout=30)
             info = json.loads(proc.stdout or "{}")
-        except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
-            return False
+        except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+            return (f"{self.cli} did not answer `version`: {exc}",
+                    f"check that {self.cli} runs and reaches the engine (DOCKER_HOST), {classic}")
         client = (info.get("Client") or {}).get("Version") or "0"
         api = (self.engine.version().get("api") if self.engine is not None
                else (info.get("Server") or {}).get("ApiVersion")) or "0"
         if _version(api) < MIN_API:
-            return False
-        if _version(client) >= (23,):  # from Docker 23 on, `docker build` needs buildx for BuildKit
-            return subprocess.run([self.cli, "buildx", "version"], capture_output=True).returncode == 0
-        return True
+            return (f"the engine's API is {api}; BuildKit needs {'.'.join(map(str, MIN_API))} or newer",
+                    f"upgrade the engine (Docker >= 18.09), {classic}")
+        # from Docker 23 on, `docker build` needs the buildx plugin for BuildKit
+        if _version(client) >= (23,) and subprocess.run([self.cli, "buildx", "version"],
+                                                          capture_output=True).returncode != 0:
+            return (f"{self.cli} is Docker {client}, whose `docker build` uses BuildKit only through the buildx "
+                    "plugin, which is not installed",
+                    f"install the buildx plugin (docker-buildx), or put Debian's docker.io 20.10 CLI at {self.cli}, "
+                    f"{classic}")
+        return None
 
     def command(self, context: Path, tag: str, labels: dict[str, str], *, secrets: dict[str, Path] | None = None,
                 dockerfile: str | None = None, network: bool = True, no_cache: bool = False,

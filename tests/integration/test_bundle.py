@@ -18,7 +18,8 @@ from envkit.bundle import (BUNDLE_LABEL, build_from_bundle, check_wheels, make_b
                            verify_bundle)
 from envkit.engine import RunOptions
 from envkit.errors import BuildError
-from envkit.lock import Package, load_lock
+from envkit.lock import Package, load_lock, write_lock
+from tests.integration.conftest import ROOT, envkit
 from tests.integration.test_buildkit import ca_bundle, collect_created, remove_images, small_lock
 
 pytestmark = [pytest.mark.integration, pytest.mark.network]
@@ -100,6 +101,52 @@ def test_build_from_bundle_without_network(engine, bundle, builder, monkeypatch)
         # the image, then every intermediate image a classic no-cache build made (left behind, the
         # classic builder would prefer them, being newest, as the cache of later builds)
         remove_images(engine, outcome.image_id, created=made)
+
+
+def test_cli_bundle_make_then_build_offline(engine, tmp_path):
+    """`envkit bundle make` then `envkit bundle build`, as a user runs them: the example spec with
+    the small lock beside it (same image name, so the spec's lock is reused, not re-resolved)."""
+    lock, image = small_lock("torch25")
+    spec = tmp_path / "team.yaml"
+    shutil.copyfile(ROOT / "examples" / "team.yaml", spec)
+    write_lock(lock, spec.with_suffix(".lock"))
+    out = tmp_path / "out" / "torch25.bundle"
+
+    made = envkit("bundle", "make", "team.yaml", "--out", out, "--json", cwd=tmp_path, timeout=900)
+    assert made.returncode == 0, made.stderr[-4000:]
+    doc = json.loads(made.stdout)
+    assert doc["bundle"] == str(out) and doc["image"] == "torch25" and doc["lock_reused"] is True
+    assert doc["lock_hash"] == image.hash and doc["wheels"] == len(image.packages)
+    assert "is up to date" in made.stderr and "envkit: downloading" in made.stderr
+    assert verify_bundle(out)["tag"] == doc["tag"]
+    assert [p.name for p in out.parent.iterdir()] == ["torch25.bundle"]  # no staging directory left
+
+    # -v: the build log on stderr, from which the images a classic no-cache build created are read
+    built = envkit("-v", "bundle", "build", out, "--no-verify", "--no-cache", "--json", cwd=tmp_path, timeout=900)
+    created: list[str] = []
+    record = collect_created(created)
+    for line in built.stderr.splitlines():
+        if line.startswith("envkit: step "):
+            record(line.removeprefix("envkit: "))
+        elif line.startswith("  "):
+            record(line[2:])
+    result = json.loads(built.stdout) if built.returncode == 0 else None
+    try:
+        assert result is not None, built.stderr[-4000:]
+        assert created, "no created image read from the -v build log"
+        assert result["builder"] == "classic" and result["bundle"] == str(out)
+        (outcome,) = result["images"]
+        assert outcome["tag"] == doc["tag"] and outcome["action"] == "built" and outcome["status"] == "built"
+        info = engine.inspect(outcome["tag"])
+        assert info.id == outcome["image_id"]
+        assert info.labels[LOCK_LABEL] == image.hash and info.labels[BUNDLE_LABEL].startswith("sha256:")
+        assert info.labels["io.envkit.build"] == "offline"
+        numpy = [p.version for p in image.packages if p.name == "numpy"][0]
+        run = engine.run(outcome["tag"], ["python3", "-c", "import numpy; print(numpy.__version__)"],
+                         RunOptions(timeout=120, network=False))
+        assert run.exit_code == 0 and run.stdout.strip() == numpy, run.stderr
+    finally:
+        remove_images(engine, *([result["images"][0]["image_id"]] if result else []), created=created)
 
 
 def test_a_changed_file_is_refused_before_building(engine, bundle, tmp_path):

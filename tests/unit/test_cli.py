@@ -1,11 +1,20 @@
 """The CLI's contract for bad input: clear message, non-zero exit, nothing written."""
 
+import contextlib
 import json
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from envkit import bundle as bundle_mod
+from envkit.build import Outcome
 from envkit.cli import main
+from envkit.lock import load_lock
+from envkit.pipeline import Resolved
+from envkit.spec import load_spec
 from tests.conftest import MINIMAL
+from tests.unit.lockfixtures import make_lock
 
 
 def invoke(*args):
@@ -52,3 +61,262 @@ def test_schema_command_prints_json_schema():
     schema = json.loads(result.output)
     assert schema["additionalProperties"] is False
     assert "images" in schema["properties"]
+
+
+# --- builders, bundles: the CLI's wiring (the heavy functions are replaced) -------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeEngine:
+    """Answers what the CLI asks before any build: the API version (BuildKit's check)."""
+
+    def version(self):
+        return {"engine": "docker", "version": "20.10.24", "api": "1.41"}
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    fake = FakeEngine()
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: fake)
+    return fake
+
+
+@pytest.fixture
+def no_buildkit_cli(monkeypatch, tmp_path):
+    """BuildKit's CLI (/usr/bin/docker, Debian's docker.io) is not installed."""
+    missing = tmp_path / "no-such" / "docker"
+    monkeypatch.setattr("envkit.engine.buildkit.DOCKER_CLI", str(missing))
+    return missing
+
+
+def test_builders_offered_are_the_renderers():
+    from envkit import cli
+    from envkit.render import BUILDERS
+
+    assert cli.BUILDERS == BUILDERS
+
+
+@pytest.mark.parametrize("command", [["build", "team.yaml"], ["nightly", "team.yaml"], ["bundle", "build", "dir"]])
+def test_unknown_builder_is_a_usage_error(command):
+    result = invoke(*command, "--builder", "kaniko")
+    assert result.exit_code == 2
+    assert "'kaniko' is not one of 'classic', 'buildkit'" in result.output
+
+
+@pytest.mark.parametrize("args, builder", [([], "classic"), (["--builder", "buildkit"], "buildkit")])
+def test_build_passes_the_builder_through(engine, monkeypatch, args, builder):
+    seen = {}
+
+    def build_spec(spec, out_root, eng, **kwargs):
+        seen.update(kwargs, engine=eng)
+        lock = make_lock()
+        outcome = Outcome("torch25", "vision/torch25:x", "built", "sha256:1", 2**30, 3.0)
+        return Resolved(None, lock, Path("team.lock"), True), [outcome]
+
+    monkeypatch.setattr("envkit.pipeline.build_spec", build_spec)
+    result = invoke("build", "team.yaml", "--no-verify", *args, "--json")
+    assert result.exit_code == 0, result.output
+    assert seen["builder"] == builder and seen["verify"] is False and seen["engine"] is engine
+    doc = json.loads(result.stdout)
+    assert doc["builder"] == builder and doc["images"][0]["tag"] == "vision/torch25:x"
+
+
+def test_buildkit_without_its_cli_fails_before_resolving(engine, no_buildkit_cli, write_spec):
+    spec = write_spec(MINIMAL)
+    result = invoke("build", spec, "--builder", "buildkit", "--json")
+    assert result.exit_code == 7
+    doc = json.loads(result.stdout)
+    assert doc["error"] == "BuildError"
+    assert f"needs the docker CLI at {no_buildkit_cli}, which is missing" in doc["message"]
+    assert "apt-get install docker.io" in doc["hint"] and "--builder classic" in doc["hint"]
+    assert "hint: install Debian's docker.io" in result.stderr
+    assert not spec.with_suffix(".lock").exists()  # nothing resolved, nothing written
+
+
+def test_nightly_passes_the_builder_through(engine, monkeypatch, tmp_path):
+    from envkit.nightly import NightlyResult
+
+    seen = {}
+
+    def run_nightly(spec, eng, store, **kwargs):
+        seen.update(kwargs)
+        return NightlyResult(1, 10, [], {}, 0.1, False)
+
+    monkeypatch.setattr("envkit.nightly.run_nightly", run_nightly)
+    monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
+    result = invoke("nightly", "team.yaml", "--builder", "buildkit", "--json")
+    assert result.exit_code == 10, result.output
+    assert seen["builder"] == "buildkit"
+    assert json.loads(result.stdout)["outcome"] == "nothing to do"
+
+
+def test_nightly_with_buildkit_missing_fails_before_the_run(engine, no_buildkit_cli, monkeypatch):
+    monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr("envkit.pipeline.load", lambda *_: pytest.fail("the spec was loaded"))
+    result = invoke("nightly", "team.yaml", "--builder", "buildkit")
+    assert result.exit_code == 7
+    assert "missing here" in result.stderr and "docker.io" in result.stderr
+
+
+# --- envkit bundle make -----------------------------------------------------------------------------
+
+@pytest.fixture
+def example_resolved(monkeypatch):
+    """resolve_spec answers with the committed example lock (no index, no resolver)."""
+    calls = []
+
+    def resolve_spec(spec_path, **kwargs):
+        calls.append(spec_path)
+        stem = ROOT / "examples" / Path(spec_path).stem
+        return Resolved(load_spec(stem.with_suffix(".yaml")), load_lock(stem.with_suffix(".lock")),
+                        stem.with_suffix(".lock"), True)
+
+    monkeypatch.setattr("envkit.pipeline.resolve_spec", resolve_spec)
+    return calls
+
+
+@pytest.fixture
+def offline_parts(monkeypatch):
+    """make_bundle's network and engine parts, replaced by small files; ``fail`` makes the wheels fail."""
+    state = {"fail": False}
+
+    class Base:
+        id = "sha256:" + "b" * 64
+
+    def download_wheels(image, dest, *, ca_bundle):
+        if state["fail"]:
+            raise bundle_mod.BuildError("downloading the wheels of torch25 failed (pip exit 1)",
+                                        hint="is it reachable?")
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "numpy-2.1.3-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"wheel")
+
+    def fetch_debs(engine, lock, image, dest):
+        (dest / "os").mkdir(parents=True)
+        (dest / "os" / "python3_3.11.2-1_amd64.deb").write_bytes(b"deb")
+
+    monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress: Base())
+    monkeypatch.setattr(bundle_mod, "download_wheels", download_wheels)
+    monkeypatch.setattr(bundle_mod, "fetch_debs", fetch_debs)
+    monkeypatch.setattr(bundle_mod, "save_image", lambda engine, ref, path: path.write_bytes(b"tar"))
+    return state
+
+
+def test_bundle_make_writes_a_bundle(engine, example_resolved, offline_parts, tmp_path):
+    out = tmp_path / "out" / "torch25.bundle"
+    result = invoke("bundle", "make", "examples/team.yaml", "--out", out, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    lock = load_lock(ROOT / "examples" / "team.lock")
+    assert doc["bundle"] == str(out) and doc["image"] == "torch25" and doc["lock_hash"] == lock.images[0].hash
+    assert doc["tag"].startswith("vision/torch25:") and doc["wheels"] == 1 and doc["size_bytes"] > 0
+    manifest = bundle_mod.verify_bundle(out)
+    assert manifest["image"] == "torch25" and "base.tar" in manifest["files"]
+    assert "envkit: downloading" in result.stderr  # progress on stderr, stdout is the JSON alone
+    assert sorted(p.name for p in out.parent.iterdir()) == ["torch25.bundle"]  # no staging left
+
+
+def test_bundle_make_replaces_an_old_bundle_only_when_the_new_one_is_whole(engine, example_resolved,
+                                                                          offline_parts, tmp_path):
+    out = tmp_path / "torch25.bundle"
+    assert invoke("bundle", "make", "examples/team.yaml", "--out", out).exit_code == 0
+    before = bundle_mod.file_hashes(out)
+    offline_parts["fail"] = True
+    result = invoke("bundle", "make", "examples/team.yaml", "--out", out)
+    assert result.exit_code == 7
+    assert "downloading the wheels of torch25 failed" in result.stderr and "hint: is it reachable?" in result.stderr
+    assert bundle_mod.file_hashes(out) == before  # the old bundle, untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["torch25.bundle"]  # no half-written staging dir
+    offline_parts["fail"] = False
+    (out / "context" / "wheelhouse" / "stray.whl").write_bytes(b"old")
+    assert invoke("bundle", "make", "examples/team.yaml", "--out", out).exit_code == 0
+    assert not (out / "context" / "wheelhouse" / "stray.whl").exists()  # replaced as a whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["torch25.bundle"]
+
+
+def test_bundle_make_refuses_to_replace_what_is_not_a_bundle(engine, example_resolved, tmp_path):
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = invoke("bundle", "make", "examples/team.yaml", "--out", out, "--json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["message"] == f"{out} exists and is not an envkit bundle; refusing to replace it"
+    assert "--out" in doc["hint"]
+    assert (out / "keep.txt").read_text() == "mine"
+    assert example_resolved == []  # refused before resolving
+
+
+def test_bundle_make_refuses_the_working_directory(engine, example_resolved, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "team.yaml").write_text("")
+    result = invoke("bundle", "make", "team.yaml", "--out", ".")
+    assert result.exit_code == 1
+    assert "is the working directory" in result.stderr and "hint: choose a new directory" in result.stderr
+    assert (tmp_path / "team.yaml").exists()
+
+
+def test_bundle_make_needs_image_when_the_spec_has_several(engine, example_resolved, tmp_path):
+    result = invoke("bundle", "make", "examples/frameworks.yaml", "--out", tmp_path / "b", "--json")
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert "a bundle holds one" in doc["message"] and doc["hint"] == "choose it with --image NAME"
+    result = invoke("bundle", "make", "examples/frameworks.yaml", "--out", tmp_path / "b", "--image", "nope")
+    assert result.exit_code == 2 and "no image named 'nope'" in result.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_bundle_make_refuses_images_envkit_cannot_build(engine, example_resolved, tmp_path):
+    lock = load_lock(ROOT / "examples" / "frameworks.lock")
+    other = next(i.name for i in lock.images if i.framework != "torch")
+    result = invoke("bundle", "make", "examples/frameworks.yaml", "--out", tmp_path / "b", "--image", other)
+    assert result.exit_code == 7 and "only PyTorch images" in result.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_bundle_make_needs_out():
+    result = invoke("bundle", "make", "examples/team.yaml")
+    assert result.exit_code == 2 and "Missing option '--out'" in result.output
+
+
+# --- envkit bundle build ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, builder", [([], "classic"), (["--builder", "buildkit"], "buildkit")])
+def test_bundle_build_passes_its_options_through(engine, monkeypatch, tmp_path, args, builder):
+    seen = {}
+
+    def build_from_bundle(eng, path, **kwargs):
+        seen.update(kwargs, path=path)
+        kwargs["progress"]("step 1/9: FROM envkit-base/debian:bookworm")
+        kwargs["progress"](" ---> 0123456789ab")  # build log: only with -v
+        return Outcome("torch25", "vision/torch25:x", "built", "sha256:1", 2**30, 3.0)
+
+    monkeypatch.setattr(bundle_mod, "build_from_bundle", build_from_bundle)
+    result = invoke("bundle", "build", tmp_path, "--no-verify", "--no-cache", *args, "--json")
+    assert result.exit_code == 0, result.output
+    assert seen["builder"] == builder and seen["verify"] is False and seen["no_cache"] is True
+    assert seen["path"] == tmp_path
+    doc = json.loads(result.stdout)
+    assert doc == {"bundle": str(tmp_path), "builder": builder, "images": [doc["images"][0]]}
+    assert doc["images"][0]["tag"] == "vision/torch25:x" and doc["images"][0]["action"] == "built"
+    assert "envkit: step 1/9: FROM" in result.stderr and "0123456789ab" not in result.stderr
+    verbose = CliRunner().invoke(main, ["-v", "bundle", "build", str(tmp_path)])
+    assert verbose.exit_code == 0 and "0123456789ab" in verbose.stderr
+    assert "vision/torch25:x" in verbose.stdout  # the human table
+
+
+def test_bundle_build_of_a_directory_that_is_no_bundle(engine, tmp_path):
+    result = invoke("bundle", "build", tmp_path / "missing", "--json")
+    assert result.exit_code == 7
+    doc = json.loads(result.stdout)
+    assert doc["message"].startswith(f"{tmp_path / 'missing'} is not an envkit bundle")
+    assert "envkit bundle make" in doc["hint"]
+
+
+def test_bundle_build_with_buildkit_missing_fails_before_loading_anything(engine, no_buildkit_cli, monkeypatch,
+                                                                          tmp_path):
+    monkeypatch.setattr(bundle_mod, "verify_bundle", lambda *_: pytest.fail("the bundle was read"))
+    result = invoke("bundle", "build", tmp_path, "--builder", "buildkit")
+    assert result.exit_code == 7
+    assert f"needs the docker CLI at {no_buildkit_cli}" in result.stderr
+    assert "apt-get install docker.io" in result.stderr
