@@ -43,6 +43,10 @@ def builder_option(f):
              "(pip cache mounts, the CA as a build secret; needs Debian's docker.io CLI).")(f)
 
 
+STORE_HELP = ("History store: a SQLite path, sqlite:///path or postgresql://[user@]host[:port]/db "
+              "(default: $ENVKIT_STORE, else .envkit/history.sqlite; passwords via PGPASSWORD or ~/.pgpass).")
+
+
 def run(ctx_obj: Ctx, fn):
     """Run ``fn``; turn envkit errors into a message and an exit code."""
     try:
@@ -340,7 +344,7 @@ def doctor_cmd(click_ctx, json_out):
 @click.option("--gpus/--no-gpus", default=None, help="Certify on the GPUs (default: when the engine has the NVIDIA runtime).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True, help="Where the certificate and reports are written.")
-@click.option("--store", "store_url", default=None, help="History store (default .envkit/history.sqlite).")
+@click.option("--store", "store_url", default=None, help=STORE_HELP)
 @click.option("--timeout", default=600, show_default=True, help="Hard limit for the in-image run, seconds.")
 @json_option
 @click.pass_context
@@ -392,25 +396,43 @@ def catalog_refresh_cmd(click_ctx, apply_, json_out):
     emit(c, summary, human)
 
 
+@catalog_group.command("export")
+@click.argument("dest", type=click.Path(path_type=Path))
+@json_option
+@click.pass_context
+def catalog_export_cmd(click_ctx, dest, json_out):
+    """Copy the catalog into DEST, for a team to keep, review and refresh (then set ENVKIT_CATALOG=DEST)."""
+    from .catalog import CATALOG_ENV, export_catalog
+
+    c = _ctx(click_ctx, json_out)
+    path = run(c, lambda: export_catalog(dest))
+    emit(c, {"catalog": str(path), "env": {CATALOG_ENV: str(path.resolve())}},
+         lambda: click.echo(f"wrote {path}; use it with: export {CATALOG_ENV}={path.resolve()}"))
+
+
 @main.command("nightly")
 @click.argument("spec", type=SPEC)
 @click.option("--registry", default=None, help="Team registry to push to (host[:port][/path]).")
 @click.option("--locked", is_flag=True, help="Use the lock as it is (e.g. on a GPU runner after a CPU build job).")
 @click.option("--gpus/--no-gpus", default=None, help="Certify on GPUs (default: when the engine has the NVIDIA runtime).")
 @click.option("--threshold", default=0.10, show_default=True, help="Regression: a probe dropping more than this fraction.")
-@click.option("--store", "store_url", default=None, help="History store (default .envkit/history.sqlite).")
+@click.option("--store", "store_url", default=None, help=STORE_HELP)
 @click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True)
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
 @builder_option
+@click.option("--refresh-catalog", is_flag=True,
+              help="First read new torch releases from the index: applied to $ENVKIT_CATALOG (a team copy), "
+                   "else proposed as a diff beside the reports.")
 @json_option
 @click.pass_context
 def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, reports_dir, out_root, builder,
-                json_out):
+                refresh_catalog, json_out):
     """Re-resolve, rebuild what changed, certify, promote and remember.
 
     Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure,
-    13 regression, 14 publish failure.
+    13 regression, 14 publish failure, 15 another nightly of this team is running against the
+    same store; 2-9 are input, index, resolution, lock, engine and store errors.
     """
     from .engine.docker_engine import connect
     from .nightly import run_nightly
@@ -422,7 +444,8 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     with store:
         result = run(c, lambda: run_nightly(spec, engine, store, out_root=out_root, reports_dir=reports_dir,
                                             registry=registry, locked=locked, gpus=gpus, threshold=threshold,
-                                            builder=builder, progress=c.progress))
+                                            builder=builder, refresh_catalog=refresh_catalog,
+                                            progress=c.progress))
 
     def human():
         rows = [[r.name, r.tag, r.build, r.status, ", ".join(r.pushed) or "-", "; ".join(r.changes)[:50] or "-"]
@@ -433,6 +456,9 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
                 click.echo(f"  {r.name}: {line}", err=True)
         from .nightly import EXIT_NAMES
 
+        if result.catalog and result.catalog["changed"]:
+            done = "applied to " + result.catalog["file"] if result.catalog["applied"] else "proposed, not applied"
+            click.echo(f"catalog refresh: {done}; diff in {result.catalog['diff']}", err=True)
         click.echo(f"nightly run {result.run_id}: {EXIT_NAMES[result.exit_code]} in {result.seconds:.1f}s")
 
     emit(c, result.to_json(), human)
@@ -440,7 +466,7 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
 
 
 @main.command("ls")
-@click.option("--store", "store_url", default=None)
+@click.option("--store", "store_url", default=None, help=STORE_HELP)
 @json_option
 @click.pass_context
 def ls_cmd(click_ctx, store_url, json_out):
@@ -456,7 +482,7 @@ def ls_cmd(click_ctx, store_url, json_out):
 
 @main.command("show")
 @click.argument("image")
-@click.option("--store", "store_url", default=None)
+@click.option("--store", "store_url", default=None, help=STORE_HELP)
 @json_option
 @click.pass_context
 def show_cmd(click_ctx, image, store_url, json_out):

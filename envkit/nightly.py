@@ -9,6 +9,7 @@ certificate, and never records a push that did not happen.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,11 +57,49 @@ class NightlyResult:
     reports: dict[str, str]
     seconds: float
     resumed: bool
+    catalog: dict | None = None  # what --refresh-catalog found and did
 
     def to_json(self) -> dict:
         return {"run_id": self.run_id, "exit_code": self.exit_code, "outcome": EXIT_NAMES[self.exit_code],
                 "resumed": self.resumed, "seconds": round(self.seconds, 2), "reports": self.reports,
-                "images": [i.to_json() for i in self.images]}
+                "catalog": self.catalog, "images": [i.to_json() for i in self.images]}
+
+
+def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = None,
+                         progress: Progress = lambda _: None) -> dict:
+    """``--refresh-catalog``: ask the package index for torch releases and patches the catalog lacks.
+
+    A team's own catalog (``$ENVKIT_CATALOG``, made with ``envkit catalog export``) is updated
+    in place before re-resolving, so new patch releases reach the images tonight; the diff is
+    kept beside the reports for review. The catalog packaged with envkit is never edited: its
+    proposed diff is written for review and the run goes on with the catalog as it is.
+    """
+    from datetime import date
+
+    from .catalog import CATALOG_ENV, load_catalog
+    from .catalog.refresh import refresh
+    from .index import PackageIndex
+    from .lock import write_atomic
+
+    progress("refreshing the catalog from the package index")
+    result = refresh(load_catalog(), index or PackageIndex(), today=today or date.today().isoformat())
+    doc: dict = {"changed": result.changed, "applied": False, "file": None, "diff": None,
+                 "added_series": list(result.added_series), "added_patches": list(result.added_patches),
+                 "warnings": list(result.warnings)}
+    if not result.changed:
+        return doc
+    diff_path = Path(reports_dir) / "catalog-refresh.diff"
+    write_atomic(diff_path, result.diff().encode())
+    doc["diff"] = str(diff_path)
+    if os.environ.get(CATALOG_ENV):
+        doc["file"] = str(result.apply())
+        doc["applied"] = True
+        progress(f"catalog refreshed: {doc['file']} (diff in {diff_path})")
+    else:
+        doc["note"] = (f"the catalog packaged with envkit is not edited; point {CATALOG_ENV} at a team copy "
+                       f"(`envkit catalog export DIR`) to apply refreshes in nightly runs")
+        progress(f"catalog refresh proposed (not applied): {diff_path}")
+    return doc
 
 
 def lock_changes(old: Lock | None, new: Lock) -> dict[str, list[str]]:
@@ -88,61 +127,70 @@ def lock_changes(old: Lock | None, new: Lock) -> dict[str, list[str]]:
 
 def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, reports_dir: Path,
                 registry: str | None = None, locked: bool = False, gpus: bool | None = None,
-                threshold: float = 0.10, builder: str = "classic",
+                threshold: float = 0.10, builder: str = "classic", refresh_catalog: bool = False,
                 progress: Progress = lambda _: None) -> NightlyResult:
     """``builder`` builds what changed; an image whose build is already recorded is kept as it is."""
     from .pipeline import load, lock_path_for, render_spec, resolve_spec
 
     require_builder(engine, builder)
+    if refresh_catalog and locked:
+        raise LockError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked",
+                        hint="refresh on the CPU build job; the GPU job certifies its lock with --locked")
     started = time.monotonic()
     spec, catalog = load(spec_path)
-    lock_path = lock_path_for(spec_path)
-    try:
-        old = load_lock(lock_path) if lock_path.exists() else None
-    except LockError:
-        old = None
-    if locked:
-        if old is None:
-            raise LockError(f"--locked needs a lock at {lock_path}", hint=f"run `envkit resolve {spec_path}` first")
-        resolved, _ = render_spec(spec_path, out_root, progress=progress)
-        if not resolved.reused:
-            raise LockError(f"{lock_path} is stale for {spec_path}", hint="re-resolve, or drop --locked")
-        lock = resolved.lock
-    else:
-        progress("re-resolving against the catalog and the package index")
-        lock = resolve_spec(spec_path, progress=progress).lock
-        render_spec(spec_path, out_root, progress=progress)
-    changes = lock_changes(old, lock)
-    digest = lock.spec_digest
-    resumed = store.unfinished_run(digest)
-    run_id = resumed or store.start_run(digest)
-    if resumed:
-        progress(f"resuming unfinished run {run_id}")
-    use_gpus = engine.nvidia_runtime() if gpus is None else gpus
-    ca = spec.ca_bundle_path()
-    reports: list[ImageReport] = []
-    certificates: list[Certificate] = []
-    for image in lock.images:
-        report = ImageReport(image.name, image_tag(lock.team, image), changes.get(image.name, []))
-        reports.append(report)
-        info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress, builder)
-        if info is None:
-            continue
-        cert = _certify(engine, store, run_id, image, report, info, use_gpus, threshold, progress)
-        if cert is not None:
-            certificates.append(cert)
-        if registry and report.status in ("certified", "verified") and not report.regressions:
-            _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert)
-    written = {}
-    if certificates:
-        from .report import write_reports
+    # One nightly per team at a time against this store (two CI runners, or a run that overlaps
+    # the next): the lock goes with the process, so a killed run never blocks its own resume.
+    with store.run_lock(f"nightly:{spec.team}", f"the nightly run of team {spec.team!r}"):
+        catalog_doc = refresh_catalog_step(reports_dir, progress=progress) if refresh_catalog else None
+        lock_path = lock_path_for(spec_path)
+        try:
+            old = load_lock(lock_path) if lock_path.exists() else None
+        except LockError:
+            old = None
+        if locked:
+            if old is None:
+                raise LockError(f"--locked needs a lock at {lock_path}", hint=f"run `envkit resolve {spec_path}` first")
+            resolved, _ = render_spec(spec_path, out_root, progress=progress)
+            if not resolved.reused:
+                raise LockError(f"{lock_path} is stale for {spec_path}", hint="re-resolve, or drop --locked")
+            lock = resolved.lock
+        else:
+            progress("re-resolving against the catalog and the package index")
+            lock = resolve_spec(spec_path, progress=progress).lock
+            render_spec(spec_path, out_root, progress=progress)
+        changes = lock_changes(old, lock)
+        digest = lock.spec_digest
+        resumed = store.unfinished_run(digest)
+        run_id = resumed or store.start_run(digest)
+        if resumed:
+            progress(f"resuming unfinished run {run_id}")
+        use_gpus = engine.nvidia_runtime() if gpus is None else gpus
+        ca = spec.ca_bundle_path()
+        reports: list[ImageReport] = []
+        certificates: list[Certificate] = []
+        for image in lock.images:
+            report = ImageReport(image.name, image_tag(lock.team, image), changes.get(image.name, []))
+            reports.append(report)
+            info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress, builder)
+            if info is None:
+                continue
+            cert = _certify(engine, store, run_id, image, report, info, use_gpus, threshold, progress)
+            if cert is not None:
+                certificates.append(cert)
+            if registry and report.status in ("certified", "verified") and not report.regressions:
+                _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert)
+        written = {}
+        if certificates:
+            from .report import write_reports
 
-        written = {k: str(v) for k, v in write_reports(certificates, reports_dir).items()}
-    code = _exit_code(reports)
-    store.finish_run(run_id, EXIT_NAMES[code], code)
-    if not locked:
-        write_lock(lock, lock_path)
-    return NightlyResult(run_id, code, reports, written, time.monotonic() - started, bool(resumed))
+            written = {k: str(v) for k, v in write_reports(certificates, reports_dir).items()}
+        code = _exit_code(reports)
+        store.finish_run(run_id, EXIT_NAMES[code], code)
+        if not locked:
+            write_lock(lock, lock_path)
+        result = NightlyResult(run_id, code, reports, written, time.monotonic() - started, bool(resumed),
+                               catalog_doc)
+    return result
 
 
 def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, report, progress, builder="classic"):

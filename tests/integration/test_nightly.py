@@ -69,8 +69,11 @@ def workspace(tmp_path_factory, example_build):
 
 
 def nightly(root: Path, store: str, *extra, check_code=None, background=False):
+    """``envkit nightly`` as a user runs it; ``store`` is a file under ``root`` or a database URL."""
+    where = store if "://" in store else str(root / store)
+    reports = root / f"reports-{store.rsplit('/', 1)[-1]}"
     args = [sys.executable, "-m", "envkit.cli", "nightly", str(root / "team.yaml"), "--locked", "--no-gpus",
-            "--store", str(root / store), "--reports", str(root / f"reports-{store}"), "--out", str(root / "out"),
+            "--store", where, "--reports", str(reports), "--out", str(root / "out"),
             "--json", *map(str, extra)]
     if background:
         return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -227,3 +230,50 @@ def test_sigkill_during_build_and_certification_then_rerun_matches_uninterrupted
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert _normalized(db) == _normalized(root / "ref.sqlite")
+
+
+def _wait_for_pg_step(url: str, step: str, proc, timeout=900):
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"nightly ended before step {step}: {proc.stderr.read()[-2000:]}"
+        with psycopg.connect(url) as conn:
+            if conn.execute("SELECT to_regclass('steps')").fetchone()[0] and conn.execute(
+                    "SELECT 1 FROM steps WHERE step = %s AND state = 'started'", (step,)).fetchone():
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"step {step} never started")
+
+
+def test_shared_postgres_store_locks_out_a_second_runner_and_resumes_after_sigkill(workspace, engine,
+                                                                                     postgres_url):
+    """Two CI runners sharing one PostgreSQL history: the second is turned away while the first
+    runs; the first is killed mid-build; the next run resumes it; then there is nothing to do."""
+    root, tag = workspace
+    remove_image(engine, tag)
+    first = nightly(root, postgres_url, background=True)
+    try:
+        _wait_for_pg_step(postgres_url, "build", first)
+        second = nightly(root, postgres_url, check_code=15)
+        err = json.loads(second.stdout)
+        assert err["error"] == "RunInProgressError"
+        assert "the nightly run of team 'nightly' is already running against" in err["message"]
+        assert f"envkit pid {first.pid}" in err["message"]
+        assert first.poll() is None  # the first runner was not disturbed
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+
+    resumed = nightly(root, postgres_url, check_code=0)  # the killed run's lock went with its connection
+    doc = json.loads(resumed.stdout)
+    assert doc["resumed"] is True and doc["images"][0]["build"] == "built"
+    nightly(root, postgres_url, check_code=10)
+    with Store.open(postgres_url) as store:
+        snap = store.snapshot()
+    assert sorted((r["status"], r["exit_code"]) for r in snap["runs"]) == [("nothing to do", 10), ("passed", 0)]
+    assert len(snap["builds"]) == 1 and len(snap["certificates"]) == 1
+    assert {(s["step"], s["state"]) for s in snap["steps"]} >= {("build", "done"), ("certify", "done")}

@@ -320,3 +320,17 @@ def test_bundle_build_with_buildkit_missing_fails_before_loading_anything(engine
     assert result.exit_code == 7
     assert f"needs the docker CLI at {no_buildkit_cli}" in result.stderr
     assert "apt-get install docker.io" in result.stderr
+
+
+def test_catalog_export_writes_a_copy_and_refuses_to_overwrite(tmp_path):
+    from click.testing import CliRunner
+
+    from envkit.cli import main
+
+    dest = tmp_path / "team-catalog"
+    first = CliRunner().invoke(main, ["catalog", "export", str(dest), "--json"])
+    assert first.exit_code == 0, first.output
+    doc = json.loads(first.stdout)
+    assert doc["env"] == {"ENVKIT_CATALOG": str(dest.resolve())} and (dest / "pytorch.yaml").is_file()
+    again = CliRunner().invoke(main, ["catalog", "export", str(dest)])
+    assert again.exit_code == 2 and "not an empty directory" in again.output

@@ -421,3 +421,48 @@ def test_a_missing_team_catalog_says_how_to_make_one(tmp_path, monkeypatch):
     with pytest.raises(CatalogError, match="cannot load catalog file") as err:
         load_catalog()
     assert "envkit catalog export" in err.value.hint and CATALOG_ENV in err.value.hint
+
+
+# --- nightly --refresh-catalog -------------------------------------------------------------------
+
+def test_nightly_refresh_applies_to_a_team_catalog_and_keeps_the_diff(cat_dir, tmp_path, monkeypatch):
+    from envkit.catalog import CATALOG_ENV
+    from envkit.nightly import refresh_catalog_step
+
+    drop_row(cat_dir, "2.14")
+    monkeypatch.setenv(CATALOG_ENV, str(cat_dir))
+    before = load_catalog().digest
+    doc = refresh_catalog_step(tmp_path / "reports", index=FakeIndex(), today=TODAY)
+    assert doc["changed"] and doc["applied"] and "2.14" in doc["added_series"]
+    assert doc["file"] == str(cat_dir / "pytorch.yaml")
+    assert load_catalog().digest != before and '  - version: "2.14"' in (cat_dir / "pytorch.yaml").read_text()
+    diff = Path(doc["diff"]).read_text()
+    assert diff.startswith("--- a/pytorch.yaml") and '+  - version: "2.14"' in diff
+    # the next night finds nothing new and writes nothing
+    again = refresh_catalog_step(tmp_path / "reports2", index=FakeIndex(), today=TODAY)
+    assert not again["changed"] and again["diff"] is None and not (tmp_path / "reports2").exists()
+
+
+def test_nightly_refresh_never_edits_the_packaged_catalog(cat_dir, tmp_path, monkeypatch):
+    import envkit.catalog as catalog_mod
+    from envkit.catalog import CATALOG_ENV
+    from envkit.nightly import refresh_catalog_step
+
+    drop_row(cat_dir, "2.14")
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    monkeypatch.setattr(catalog_mod, "packaged_dir", lambda: cat_dir)  # stands in for site-packages
+    untouched = snapshot(cat_dir)
+    doc = refresh_catalog_step(tmp_path / "reports", index=FakeIndex(), today=TODAY)
+    assert doc["changed"] and not doc["applied"] and doc["file"] is None
+    assert "envkit catalog export" in doc["note"]
+    assert snapshot(cat_dir) == untouched
+    assert Path(doc["diff"]).read_text().startswith("--- a/pytorch.yaml")
+
+
+def test_nightly_refuses_refresh_with_locked(tmp_path):
+    from envkit.errors import LockError
+    from envkit.nightly import run_nightly
+
+    with pytest.raises(LockError, match="cannot be combined with --locked"):
+        run_nightly(tmp_path / "team.yaml", engine=None, store=None, out_root=tmp_path, reports_dir=tmp_path,
+                    locked=True, refresh_catalog=True)
