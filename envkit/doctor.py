@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -19,11 +20,12 @@ class Finding:
         return asdict(self)
 
 
-def diagnose(connect) -> list[Finding]:
-    """``connect`` returns an engine or raises EngineError."""
+def diagnose(connect, store_url: str | None = None) -> list[Finding]:
+    """``connect`` returns an engine or raises EngineError; ``store_url`` as ``--store`` takes it."""
     from .errors import EnvkitError
 
     findings: list[Finding] = []
+    engine = None
     try:
         engine = connect()
         v = engine.version()
@@ -50,4 +52,75 @@ def diagnose(connect) -> list[Finding]:
                             "" if deb else "apt-get install debootstrap, to make `bootstrap:` bases"))
     ca = os.environ.get("ENVKIT_CA_BUNDLE") or os.environ.get("PIP_CERT")
     findings.append(Finding("ca_bundle", "ok", ca if ca and os.path.isfile(ca) else "none (direct TLS)"))
+    if engine is not None:
+        findings.append(buildkit_finding(engine))
+    findings.append(catalog_finding())
+    findings.append(store_finding(store_url))
     return findings
+
+
+def buildkit_finding(engine) -> Finding:
+    from .engine.buildkit import BuildKitBuilder
+
+    builder = BuildKitBuilder(engine)
+    problem = builder.unavailable()
+    if problem is None:
+        return Finding("buildkit", "ok", f"{builder.cli} (--builder buildkit)")
+    return Finding("buildkit", "warn", problem[0], problem[1])
+
+
+def catalog_finding() -> Finding:
+    from .catalog import CATALOG_ENV, data_dir, load_catalog
+    from .errors import EnvkitError
+
+    where = data_dir()
+    origin = f"${CATALOG_ENV}" if os.environ.get(CATALOG_ENV) else "packaged"
+    try:
+        digest = load_catalog(where).digest
+    except EnvkitError as exc:
+        return Finding("catalog", "fail", exc.message, exc.hint or "")
+    return Finding("catalog", "ok", f"{where} ({origin}, {digest[:19]})")
+
+
+def store_finding(store_url: str | None) -> Finding:
+    """Where the history store is and whether it answers, without creating or migrating it."""
+    import sqlite3
+
+    from .errors import EnvkitError
+    from .store import DEFAULT_PATH, SCHEMA_VERSION, STORE_ENV
+    from .store.backends import PostgresBackend, redact
+
+    target = store_url or os.environ.get(STORE_ENV) or str(DEFAULT_PATH)
+    if "://" in target and not target.startswith("sqlite:"):
+        if not target.startswith(("postgresql", "postgres")):
+            return Finding("store", "fail", f"unknown history store URL {redact(target)}",
+                           "use a file path, sqlite:///path or postgresql://host/database")
+        try:
+            backend = PostgresBackend.open(target)
+        except EnvkitError as exc:
+            return Finding("store", "fail", exc.message, exc.hint or "")
+        try:
+            server = backend.query("SHOW server_version")[0]["server_version"]
+            exists = backend.query("SELECT to_regclass('schema_version') IS NOT NULL AS e")[0]["e"]
+            version = backend.schema_version() if exists else 0
+        finally:
+            backend.close()
+        return _schema_finding(f"{redact(target)} (PostgreSQL {server})", version, SCHEMA_VERSION)
+    path = Path(target.removeprefix("sqlite:///")) if target.startswith("sqlite:") else Path(target)
+    if not path.exists():
+        return Finding("store", "ok", f"{path} (SQLite; created on first use)")
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.Error as exc:
+        return Finding("store", "fail", f"{path} is not readable as a history database: {exc}",
+                       "move it aside; envkit creates a fresh one on the next run")
+    return _schema_finding(f"{path} (SQLite)", version, SCHEMA_VERSION)
+
+
+def _schema_finding(where: str, version: int, known: int) -> Finding:
+    if version > known:
+        return Finding("store", "fail", f"{where}: schema version {version}, newer than this envkit ({known})",
+                       "upgrade envkit to the version that wrote it")
+    note = "up to date" if version == known else f"schema {version}, migrated to {known} on next use"
+    return Finding("store", "ok", f"{where}, {note}")

@@ -1,0 +1,53 @@
+"""envkit doctor's store and catalog findings: where things are, without creating anything."""
+
+import sqlite3
+
+from envkit.doctor import catalog_finding, store_finding
+from envkit.store import SCHEMA_VERSION, STORE_ENV, Store
+
+
+def test_a_missing_sqlite_store_is_fine_and_not_created(tmp_path, monkeypatch):
+    monkeypatch.delenv(STORE_ENV, raising=False)
+    path = tmp_path / "h.sqlite"
+    f = store_finding(str(path))
+    assert f.status == "ok" and "created on first use" in f.value
+    assert not path.exists()
+
+
+def test_sqlite_store_versions(tmp_path):
+    path = tmp_path / "h.sqlite"
+    with Store.open(path):
+        pass
+    assert store_finding(f"sqlite:///{path}").value.endswith("up to date")
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    f = store_finding(str(path))
+    assert f.status == "fail" and "newer than this envkit" in f.value
+    (tmp_path / "junk.sqlite").write_bytes(b"not a database" * 100)
+    assert store_finding(str(tmp_path / "junk.sqlite")).status == "fail"
+
+
+def test_postgres_store_is_read_not_migrated(postgres_url):
+    f = store_finding(postgres_url)
+    assert f.status == "ok" and "PostgreSQL" in f.value and f"schema 0, migrated to {SCHEMA_VERSION}" in f.value
+    with Store.open(postgres_url):
+        pass
+    assert store_finding(postgres_url).value.endswith("up to date")
+
+
+def test_unreachable_postgres_and_env_default(monkeypatch):
+    f = store_finding("postgresql://envkit:pw@127.0.0.1:1/envkit")
+    assert f.status == "fail" and "cannot connect" in f.value and ":pw@" not in f.value
+    monkeypatch.setenv(STORE_ENV, "postgresql://envkit@127.0.0.1:1/envkit")
+    assert store_finding(None).status == "fail"
+
+
+def test_catalog_finding_names_the_team_copy(tmp_path, monkeypatch):
+    from envkit.catalog import CATALOG_ENV, export_catalog
+
+    assert "packaged" in catalog_finding().value
+    monkeypatch.setenv(CATALOG_ENV, str(export_catalog(tmp_path / "cat")))
+    f = catalog_finding()
+    assert f.status == "ok" and f"${CATALOG_ENV}" in f.value
+    monkeypatch.setenv(CATALOG_ENV, str(tmp_path / "missing"))
+    assert catalog_finding().status == "fail"
