@@ -203,6 +203,7 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
         return info
     started_here = "build" in store.steps(run_id, image.name)
     store.mark_step(run_id, image.name, "build", "started", image.hash)
+    restore_base(engine, store, image, progress)
     try:
         outcome = build_image(engine, lock, image, str(spec_path), ca_bundle=ca, verify=False, builder=builder,
                               progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]))
@@ -294,13 +295,38 @@ def _publish(engine, store, run_id, lock, image, report, info, registry, progres
     report.worked = True
 
 
+def restore_base(engine, store, image: LockedImage, progress: Progress = lambda _: None) -> str | None:
+    """A runner whose engine lacks the image's base gets it back from the team registry's
+    mirror, by digest (newest mirror first), instead of pulling upstream or bootstrapping a
+    new one: the rebuild then stands on the very base the last one did. Returns the mirror
+    used, or None (base present, never mirrored, or no mirror answered: the build then makes
+    or finds the base as usual and says why if it cannot)."""
+    from .publish import pull_by_digest
+
+    if engine.inspect(image.base.ref) is not None:
+        return None
+    for pinned in reversed(store.mirrors_for(image.base.ref)):
+        try:
+            info = pull_by_digest(engine, pinned, retries=2)
+        except EnvkitError as exc:
+            progress(f"base mirror {pinned} did not answer: {exc.message}")
+            continue
+        engine.tag(info.id, image.base.ref)
+        progress(f"restored base {image.base.ref} from the team registry ({pinned})")
+        return pinned
+    return None
+
+
 def _mirror_base(engine, store, lock, image, registry, report) -> None:
     """Keep the image's base in the team registry, pinned by digest, so an upstream
     deletion never breaks a rebuild (``envkit`` records where the mirror is)."""
     from .publish import mirror_base
 
-    if store.mirrors_for(image.base.ref):
+    base = engine.inspect(image.base.ref)
+    if base is None:
         return
+    if set(store.mirrors_for(image.base.ref)) & set(base.repo_digests):
+        return  # this very base (by digest) is mirrored already
     repo = f"{registry.rstrip('/')}/{lock.team}/base-{image.base.distro}-{image.base.suite}"
     try:
         pinned = mirror_base(engine, image.base.ref, repo)

@@ -277,3 +277,53 @@ def test_shared_postgres_store_locks_out_a_second_runner_and_resumes_after_sigki
     assert sorted((r["status"], r["exit_code"]) for r in snap["runs"]) == [("nothing to do", 10), ("passed", 0)]
     assert len(snap["builds"]) == 1 and len(snap["certificates"]) == 1
     assert {(s["step"], s["state"]) for s in snap["steps"]} >= {("build", "done"), ("certify", "done")}
+
+
+def test_a_runner_without_the_base_restores_it_from_the_team_mirror(tmp_path, engine, registry,  # noqa: F811
+                                                                     postgres_url):
+    """Runner A mirrors its base into the team registry, recorded in the shared store; runner B,
+    whose engine lacks that base, gets the very same base back by digest (no upstream, no new
+    bootstrap), and a mirror that no longer answers is reported, not fatal."""
+    import tarfile
+    import uuid
+
+    from envkit.nightly import ImageReport, _mirror_base, restore_base
+
+    nonce = uuid.uuid4().hex[:12]
+    rootfs = tmp_path / "rootfs" / "etc"
+    rootfs.mkdir(parents=True)
+    (rootfs / "os-release").write_text(f"ID=envkit-test\nNONCE={nonce}\n")
+    tarball = tmp_path / "rootfs.tar"
+    with tarfile.open(tarball, "w") as tar:
+        tar.add(tmp_path / "rootfs", arcname=".")
+    ref = f"envkit-test/base:tiny-{nonce}"  # a throwaway base: removing it disturbs no other image
+    base = engine.import_rootfs(tarball, ref, {})
+    lock = load_lock(ROOT / "examples" / "team.lock").model_copy(update={"team": "mirrortest"})
+    image = lock.images[0].model_copy(update={"base": lock.images[0].base.model_copy(update={"ref": ref})})
+    said: list[str] = []
+    try:
+        with Store.open(postgres_url) as store:
+            report = ImageReport(image.name, "unused", status="verified")
+            _mirror_base(engine, store, lock, image, registry.host, report)
+            [pinned] = store.mirrors_for(ref)
+            assert report.pushed == [pinned] and pinned.startswith(f"{registry.host}/mirrortest/base-")
+            again = ImageReport(image.name, "unused", status="verified")
+            _mirror_base(engine, store, lock, image, registry.host, again)
+            assert again.pushed == [] and store.mirrors_for(ref) == [pinned]  # that base is mirrored already
+
+            engine.client.images.remove(base.id, force=True)  # runner B: a fresh engine
+            assert engine.inspect(ref) is None
+            assert restore_base(engine, store, image, said.append) == pinned
+            assert engine.inspect(ref).id == base.id  # the very same base, by content
+            assert restore_base(engine, store, image) is None  # present: left alone
+
+            gone = f"envkit-test/base:gone-{nonce}"
+            store.record_mirror(gone, "127.0.0.1:1/mirrortest/base-x@sha256:" + "0" * 64)
+            lost = image.model_copy(update={"base": image.base.model_copy(update={"ref": gone})})
+            assert restore_base(engine, store, lost, said.append) is None
+            assert any("did not answer" in line and "127.0.0.1:1" in line for line in said)
+    finally:
+        try:
+            engine.client.images.remove(base.id, force=True)
+        except Exception:
+            pass
