@@ -13,7 +13,7 @@ from typing import Callable
 from .build import LOCK_LABEL, Outcome, Progress, build_image, require_builder
 from .certify.harness import Verification, expect_from_labels, run_payload
 from .catalog import Catalog, load_catalog
-from .errors import BuildError, EngineError, LockError, SpecError, VerificationError
+from .errors import BuildError, EngineError, EnvkitError, LockError, SpecError, VerificationError
 from .index import DEFAULT_INDEX, PackageIndex
 from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import Rendered, render
@@ -224,33 +224,105 @@ def refresh_catalog(*, apply: bool, progress=lambda _: None) -> dict:
     return refresh_summary(result)
 
 
+def _store_images(store) -> dict[str, dict]:
+    """image id -> {"tag", "created", "certificates": [(gpu model, status, created_at)], "records": [...]}."""
+    out = {}
+    for image_id, tag, created in store.images():
+        records = store.certificates_for(image_id)
+        out[image_id] = {"tag": tag, "created": created, "records": records,
+                         "certificates": [(c.gpu_model, c.status, c.created_at) for c in records]}
+    return out
+
+
+def _existing_store(store_url: str | None):
+    """The store when one is named (--store, $ENVKIT_STORE) or the default one exists; else None.
+
+    Reading the registry must not leave an empty history database behind in a researcher's directory."""
+    import os
+
+    from .store import DEFAULT_PATH, STORE_ENV, Store
+
+    if store_url is None and not os.environ.get(STORE_ENV) and not DEFAULT_PATH.exists():
+        return None
+    return Store.open(store_url)
+
+
 def list_images(store_url: str | None) -> list[dict]:
     """Every image the store knows (built by nightly, or certified), with its certifications."""
     from .store import Store
 
     with Store.open(store_url) as store:
-        images = {image_id: (tag, created) for image_id, tag, created in store.images()}
-        rows = []
-        for image_id, (tag, created) in sorted(images.items(), key=lambda kv: kv[1][0]):
-            certs = store.certificates_for(image_id)
-            rows.append({"tag": tag, "image_id": image_id, "stack": tag.split(":", 1)[-1],
-                         "certification": {c.gpu_model: c.status for c in certs},
-                         "date": max([created, *[c.created_at for c in certs]])[:10]})
-        return rows
+        images = _store_images(store)
+    rows = []
+    for image_id, known in sorted(images.items(), key=lambda kv: kv[1]["tag"]):
+        certs = known["records"]
+        rows.append({"tag": known["tag"], "image_id": image_id, "stack": known["tag"].split(":", 1)[-1],
+                     "certification": {c.gpu_model: c.status for c in certs},
+                     "date": max([known["created"], *[c.created_at for c in certs]])[:10]})
+    return rows
 
 
-def show_image(engine, ref: str, store_url: str | None) -> dict:
+def list_registry_images(client, registry: str, store_url: str | None, **read) -> dict:
+    """What the registry holds (every envkit image, certification per GPU model from its certificate
+    artifacts), joined with the store's rows for the same images when a store is at hand."""
+    from .remote import list_registry, merge_store
+
+    listing = list_registry(client, registry, **read)
+    store = _existing_store(store_url)
+    if store is None:
+        return {**listing.to_json(), "store": None}
+    with store:
+        known = _store_images(store)
+        where = store.where
+    return {**listing.to_json(), "images": merge_store(listing.rows, known), "store": where}
+
+
+def _cert_doc(c) -> dict:
+    return {"status": c.status, "gpu_model": c.gpu_model, "driver": c.driver, "created_at": c.created_at,
+            "reasons": c.document.get("reasons", []), "source": "store"}
+
+
+def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
+    """An image's pins, lock hash and certificates.
+
+    From the local engine and the store when the engine has ``ref``; else, when ``ref`` names a
+    registry (``host[:port]/repo:tag`` or ``...@sha256:``), from the registry without pulling it
+    (manifest, config labels, certificate artifacts, ``:certified``). A local image named by a
+    registry reference also gets the registry's view (under ``registry``).
+    """
+    from .remote import inspect_remote, parse_ref
     from .store import Store
 
-    info = engine.inspect(ref)
+    info = engine.inspect(ref) if engine is not None else None
     if info is None:
-        raise EngineError(f"no image {ref!r} in the engine", hint="pull it, or build it with `envkit build SPEC`")
+        remote_ref = parse_ref(ref)
+        if remote_ref is None:
+            raise EngineError(f"no image {ref!r} in the engine",
+                              hint="pull it, build it with `envkit build SPEC`, or name it in the registry "
+                                   "(host[:port]/repository:tag) to read it from there without pulling")
+        remote = inspect_remote(engine, remote_ref, **read)
+        view = remote.to_json()
+        certs = view["certificates"]
+        store = _existing_store(store_url)
+        if store is not None:
+            with store:
+                certs = certs + [_cert_doc(c) for c in store.certificates_for(remote.facts.config_digest)]
+        return {"image": ref, "source": "registry", "id": view["id"], "size": None,
+                "compressed_size": view["compressed_size"], "user": view["user"],
+                "require_cuda": view["require_cuda"], "labels": view["labels"], "certificates": certs,
+                "registry": view}
     labels = {k: v for k, v in sorted(info.labels.items()) if k.startswith(("io.envkit.", "org.opencontainers."))}
     with Store.open(store_url) as store:
-        certs = [{"status": c.status, "gpu_model": c.gpu_model, "driver": c.driver, "created_at": c.created_at,
-                  "reasons": c.document.get("reasons", [])} for c in store.certificates_for(info.id)]
-    return {"image": ref, "id": info.id, "size": info.size, "user": info.user,
-            "require_cuda": info.env.get("NVIDIA_REQUIRE_CUDA"), "labels": labels, "certificates": certs}
+        certs = [_cert_doc(c) for c in store.certificates_for(info.id)]
+    doc = {"image": ref, "source": "local", "id": info.id, "size": info.size, "user": info.user,
+           "require_cuda": info.env.get("NVIDIA_REQUIRE_CUDA"), "labels": labels, "certificates": certs}
+    remote_ref = parse_ref(ref)
+    if remote_ref is not None:  # a local copy of a registry image: add what the registry says
+        try:
+            doc["registry"] = inspect_remote(engine, remote_ref, **read).to_json()
+        except EnvkitError as exc:
+            doc["registry"] = {"error": exc.message, "hint": exc.hint}
+    return doc
 
 
 def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str):

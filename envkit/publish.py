@@ -176,10 +176,14 @@ def _store_credentials(registry: str) -> tuple[str, str] | None:
     return (user, password) if user and password else None
 
 
-def _insecure(client: docker.DockerClient, registry: str) -> bool:
-    """Does the engine talk plain http to this registry (its insecure-registries setting)?"""
+def _insecure(client: docker.DockerClient | None, registry: str) -> bool:
+    """Does the engine talk plain http to this registry (its insecure-registries setting)?
+
+    Without an engine (``client`` None: a researcher reading the registry from a login node),
+    the engine's default applies: plain http to 127.0.0.0/8 only.
+    """
     try:
-        cfg = client.info().get("RegistryConfig") or {}
+        cfg = (client.info().get("RegistryConfig") or {}) if client is not None else {}
     except (docker.errors.DockerException, requests.RequestException):
         cfg = {}
     index = (cfg.get("IndexConfigs") or {}).get(registry)
@@ -268,16 +272,45 @@ class _Manifest:
 
 
 class _RegistryHTTP:
-    """Just enough of the distribution API: GET and PUT manifests, with basic or token auth."""
+    """Just enough of the distribution API, with basic or token auth: GET and PUT manifests,
+    GET and PUT blobs, a repository's tags and the registry's catalog (both paged)."""
 
-    def __init__(self, client: docker.DockerClient, registry_repo: str, timeout: float = 30.0):
-        self.registry, self.path = split_repository(registry_repo)
-        host = "registry-1.docker.io" if self.registry in ("docker.io", "index.docker.io") else self.registry
-        self.scheme = "http" if _insecure(client, self.registry) else "https"
-        self.base = f"{self.scheme}://{host}/v2/{self.path}"
+    def __init__(self, client: docker.DockerClient | None, registry_repo: str, timeout: float = 30.0, *,
+                 actions: str = "pull,push", session: requests.Session | None = None):
+        registry, path = split_repository(registry_repo)
+        self._open(registry, "http" if _insecure(client, registry) else "https", timeout, session)
+        self.path = path
+        self.base = f"{self.root}/{path}"
+        self.scope = f"repository:{path}:{actions}"
+
+    def _open(self, registry: str, scheme: str, timeout: float, session: requests.Session | None) -> None:
+        self.registry = registry
+        host = "registry-1.docker.io" if registry in ("docker.io", "index.docker.io") else registry
+        self.scheme = scheme
+        self.root = f"{scheme}://{host}/v2"
         self.timeout = timeout
-        self.session = requests.Session()
+        self.session = session or requests.Session()
         self.auth: dict[str, str] = {}
+
+    @classmethod
+    def at(cls, client: docker.DockerClient | None, registry: str, timeout: float = 30.0, *,
+           session: requests.Session | None = None) -> "_RegistryHTTP":
+        """A client for the whole registry (its catalog); ``repository`` gives one per repository."""
+        self = cls.__new__(cls)
+        self._open(registry, "http" if _insecure(client, registry) else "https", timeout, session)
+        self.path = ""
+        self.base = self.root
+        self.scope = "registry:catalog:*"
+        return self
+
+    def repository(self, path: str, *, actions: str = "pull") -> "_RegistryHTTP":
+        """The same registry, connection and scheme, for one repository (read-only by default)."""
+        other = type(self).__new__(type(self))
+        other._open(self.registry, self.scheme, self.timeout, self.session)
+        other.path = path
+        other.base = f"{self.root}/{path}"
+        other.scope = f"repository:{path}:{actions}"
+        return other
 
     def _send(self, method: str, url: str, **kw) -> requests.Response:
         headers = dict(kw.pop("headers", {}))
@@ -301,7 +334,7 @@ class _RegistryHTTP:
         realm = fields.get("realm")
         if not realm:
             return False
-        query = {"scope": f"repository:{self.path}:pull,push"}
+        query = {"scope": self.scope}
         if fields.get("service"):
             query["service"] = fields["service"]
         r = self.session.get(realm, params=query, auth=creds, timeout=self.timeout)
@@ -329,7 +362,10 @@ class _RegistryHTTP:
         digest = r.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(r.content).hexdigest()
         media_type = (r.headers.get("Content-Type") or "").split(";")[0].strip()
         if media_type not in MANIFEST_TYPES:
-            media_type = json.loads(r.content).get("mediaType") or MANIFEST_TYPES[0]
+            try:
+                media_type = json.loads(r.content).get("mediaType") or MANIFEST_TYPES[0]
+            except (ValueError, AttributeError):
+                raise _Failure(f"{self.registry}/{self.path}:{reference} is not a JSON manifest", False) from None
         return _Manifest(digest, media_type, r.content)
 
     def put_blob(self, data: bytes) -> str:
@@ -345,6 +381,40 @@ class _RegistryHTTP:
                        headers={"Content-Type": "application/octet-stream"})
         self._raise_for(r, f"uploading a blob to {self.registry}/{self.path}")
         return digest
+
+    def get_blob(self, digest: str) -> bytes:
+        """A blob's bytes, checked against its digest (a missing blob is a permanent failure)."""
+        r = self._send("GET", f"{self.base}/blobs/{digest}")
+        self._raise_for(r, f"reading blob {digest} of {self.registry}/{self.path}")
+        algorithm, _, hexdigest = digest.partition(":")
+        if algorithm == "sha256" and hashlib.sha256(r.content).hexdigest() != hexdigest:
+            raise _Failure(f"blob {digest} of {self.registry}/{self.path} does not match its digest", False)
+        return r.content
+
+    def list_tags(self) -> list[str] | None:
+        """Every tag of the repository (all pages), or None when the registry has no such repository."""
+        return self._paged(f"{self.base}/tags/list", "tags", f"listing the tags of {self.registry}/{self.path}")
+
+    def catalog(self) -> list[str]:
+        """Every repository in the registry (all pages of ``/v2/_catalog``)."""
+        return self._paged(f"{self.root}/_catalog", "repositories", f"listing the repositories of {self.registry}") \
+            or []
+
+    def _paged(self, url: str, key: str, what: str, page: int = 1000) -> list[str] | None:
+        found: list[str] = []
+        params: dict | None = {"n": page}
+        while url:
+            r = self._send("GET", url, params=params)
+            if r.status_code == 404:
+                return None
+            self._raise_for(r, what)
+            try:
+                found += [str(v) for v in (r.json().get(key) or [])]
+            except (ValueError, AttributeError, TypeError):
+                raise _Failure(f"{what}: the answer is not the JSON the distribution API defines", False) from None
+            nxt = r.links.get("next", {}).get("url")
+            url, params = (requests.compat.urljoin(url, nxt), None) if nxt else ("", None)
+        return found
 
     def put_manifest(self, tag: str, manifest: _Manifest) -> str:
         r = self._send("PUT", f"{self.base}/manifests/{tag}", data=manifest.raw,
@@ -557,7 +627,7 @@ def attach_certificate(client, registry_repo: str, stack_tag: str, certificate: 
         "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": len(subject.raw)},
         "annotations": {"io.envkit.certificate.status": status, "io.envkit.certificate.gpu": gpu_slug},
     }, sort_keys=True, separators=(",", ":")).encode()
-    tag = f"{stack_tag}.cert-{gpu_slug}"[:128]
+    tag = certificate_tag(stack_tag, gpu_slug)
     _check_tag(tag)
     artifact = _Manifest("sha256:" + hashlib.sha256(manifest).hexdigest(), "application/vnd.oci.image.manifest.v1+json",
                          manifest)
@@ -565,13 +635,56 @@ def attach_certificate(client, registry_repo: str, stack_tag: str, certificate: 
     return f"{_strip_tag(registry_repo)}@{digest}"
 
 
-def read_certificate(client, registry_repo: str, stack_tag: str, gpu_slug: str) -> bytes | None:
-    """The certificate attached to ``registry_repo:stack_tag`` for ``gpu_slug``, if any."""
-    reg = _RegistryHTTP(_docker(client), registry_repo)
-    manifest = reg.get_manifest(f"{stack_tag}.cert-{gpu_slug}"[:128])
+CERT_TAG_INFIX = ".cert-"
+
+
+def certificate_tag(stack_tag: str, gpu_slug: str) -> str:
+    return f"{stack_tag}{CERT_TAG_INFIX}{gpu_slug}"[:128]
+
+
+@dataclass(frozen=True)
+class CertificateArtifact:
+    """A certificate artifact as the registry holds it."""
+
+    ref: str  # registry/repo:<stack>.cert-<gpu>
+    digest: str  # the artifact manifest's digest
+    subject: str | None  # digest of the image manifest it is attached to
+    annotations: dict
+    data: bytes  # the certificate document
+
+    @property
+    def pinned(self) -> str:
+        return f"{_strip_tag(self.ref)}@{self.digest}"
+
+
+def fetch_certificate_artifact(reg: _RegistryHTTP, tag: str) -> CertificateArtifact | None:
+    """Read the artifact tagged ``tag`` and its certificate blob; None when there is no such tag.
+
+    Raises ``_Failure`` (permanent) when the tag holds something that is not an envkit certificate artifact.
+    """
+    ref = f"{reg.registry}/{reg.path}:{tag}"
+    manifest = reg.get_manifest(tag)
     if manifest is None:
         return None
-    layer = json.loads(manifest.raw)["layers"][0]["digest"]
-    r = reg._send("GET", f"{reg.base}/blobs/{layer}")
-    reg._raise_for(r, f"reading certificate blob {layer}")
-    return r.content
+    try:
+        doc = json.loads(manifest.raw)
+        layers = [layer for layer in doc.get("layers") or [] if layer.get("mediaType") == CERTIFICATE_TYPE]
+        layer = layers[0]["digest"]
+        subject = (doc.get("subject") or {}).get("digest")
+        annotations = dict(doc.get("annotations") or {})
+    except (ValueError, AttributeError, TypeError, IndexError, KeyError):
+        raise _Failure(f"{ref} is not an envkit certificate artifact (no {CERTIFICATE_TYPE} layer)", False) from None
+    return CertificateArtifact(ref, manifest.digest, subject, annotations, reg.get_blob(layer))
+
+
+def read_certificate(client, registry_repo: str, stack_tag: str, gpu_slug: str) -> bytes | None:
+    """The certificate attached to ``registry_repo:stack_tag`` for ``gpu_slug``, if any."""
+    reg = _RegistryHTTP(_docker(client), registry_repo, actions="pull")
+    tag = certificate_tag(stack_tag, gpu_slug)
+    fail = lambda f, n: EngineError(f"cannot read the certificate {registry_repo}:{tag} from registry "  # noqa: E731
+                                    f"{reg.registry}: {f.message}",
+                                    hint="is the registry up? an artifact that is no certificate can be "
+                                         "re-attached by the next nightly run")
+    artifact = _retrying(lambda: fetch_certificate_artifact(reg, tag), retries=2, backoff=1.0, sleep=time.sleep,
+                         fail=fail)
+    return artifact.data if artifact else None

@@ -1,0 +1,453 @@
+"""What the team registry holds, read over its HTTP API without pulling anything.
+
+A researcher sees, before pulling, what a published image is and where it was certified:
+
+* ``inspect_remote(client, REF)``: one image (``host[:port]/repo:tag`` or ``...@sha256:...``):
+  its manifest (digest, compressed size), its config's labels (the ``io.envkit.*`` pins, the
+  lock hash), every certificate artifact attached to it (``<stack tag>.cert-<gpu>``, see
+  ``publish.attach_certificate``) and whether the moving ``:certified`` tag points at it.
+* ``list_registry(client, HOST[:PORT][/path])``: every envkit image in the registry's
+  repositories (``/v2/_catalog``, ``/v2/<repo>/tags/list``), with its certification per GPU
+  model. Certificate artifacts, ``:certified``, base mirrors (repositories ``*/base-*``, tags
+  ``sha256-<hex>``) and images without envkit's lock-hash label are not rows.
+
+The HTTP client is ``publish._RegistryHTTP`` (credentials from the engine's credential store or
+``ENVKIT_REGISTRY_USER``/``ENVKIT_REGISTRY_PASSWORD``, plain http where the engine would use it).
+``client`` may be None when no engine runs here: then only 127.0.0.0/8 registries are plain http.
+Every failure is an ``EngineError`` naming the registry and the reference, with a hint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Callable, TypeVar
+
+import requests
+
+from .errors import EngineError, EnvkitError
+from .publish import (CERT_TAG_INFIX, CERTIFIED_TAG, PASSWORD_ENV, USER_ENV, CertificateArtifact,
+                      Sleep, _docker, _Failure, _Manifest, _RegistryHTTP, _retrying, fetch_certificate_artifact)
+
+LOCK_LABEL = "io.envkit.lock-hash"  # build.LOCK_LABEL (not imported: build pulls in the renderer)
+SHOWN_LABELS = ("io.envkit.", "org.opencontainers.")
+INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
+MIRROR_REPO_PREFIX = "base-"  # nightly mirrors bases into <team>/base-<distro>-<suite>
+
+_HOST = re.compile(r"^(?:localhost|\[[0-9a-fA-F:]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?$")
+_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_MIRROR_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+REF_HINT = "give host[:port]/repository:tag or host[:port]/repository@sha256:<64 hex>, e.g. 127.0.0.1:5000/vision/torch25:certified"
+
+T = TypeVar("T")
+
+
+# --- references -------------------------------------------------------------------------------
+
+def names_registry(first: str) -> bool:
+    """Docker's rule: the first path component is a registry host when it has a dot, a port, or is localhost."""
+    return "." in first or ":" in first or first == "localhost"
+
+
+@dataclass(frozen=True)
+class RegistryRef:
+    registry: str  # host[:port]
+    repository: str  # path inside the registry, e.g. vision/torch25
+    tag: str | None
+    digest: str | None
+
+    @property
+    def repo(self) -> str:
+        return f"{self.registry}/{self.repository}"
+
+    @property
+    def reference(self) -> str:
+        """What the registry is asked for: the digest when given, else the tag."""
+        return self.digest or self.tag or "latest"
+
+    def __str__(self) -> str:
+        return self.repo + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
+
+
+def parse_ref(ref: str) -> RegistryRef | None:
+    """``host[:port]/repo[:tag][@sha256:...]`` -> RegistryRef; None when ``ref`` names no registry host
+    (a local name such as ``vision/torch25:tag``). A malformed registry reference is an ``EngineError``."""
+    first, sep, _ = (ref or "").partition("/")
+    if not sep or not names_registry(first):
+        return None
+    rest = ref[len(first) + 1:]
+    digest = None
+    if "@" in rest:
+        rest, digest = rest.split("@", 1)
+        if not _DIGEST.match(digest):
+            raise EngineError(f"bad registry reference {ref!r}: {digest!r} is not a sha256 digest", hint=REF_HINT)
+    head, _, last = rest.rpartition("/")
+    tag = None
+    if ":" in last:
+        last, tag = last.rsplit(":", 1)
+        if not _TAG.match(tag):
+            raise EngineError(f"bad registry reference {ref!r}: tag {tag!r} is not 1-128 of [A-Za-z0-9_.-]",
+                              hint=REF_HINT)
+    repository = f"{head}/{last}" if head else last
+    if not _HOST.match(first) or not all(_COMPONENT.match(c) for c in repository.split("/")):
+        raise EngineError(f"bad registry reference {ref!r}: registry {first!r}, repository {repository!r}",
+                          hint=REF_HINT + " (repository names are lower case)")
+    return RegistryRef(first, repository, tag if tag or digest else "latest", digest)
+
+
+def parse_registry(where: str) -> tuple[str, str]:
+    """``HOST[:PORT][/path]`` -> (host[:port], path prefix without slashes)."""
+    first, _, prefix = (where or "").strip().rstrip("/").partition("/")
+    if not first or not _HOST.match(first) or (prefix and not all(_COMPONENT.match(c) for c in prefix.split("/"))):
+        raise EngineError(f"bad registry {where!r}: give HOST[:PORT][/path]",
+                          hint="e.g. --registry 127.0.0.1:5000 or --registry registry.example.com/vision")
+    return first, prefix
+
+
+# --- what the answers mean (pure) ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """From an image manifest and its config blob."""
+
+    config_digest: str
+    compressed_size: int  # config + layers, as stored in the registry
+    layers: int
+    labels: dict[str, str]
+    env: dict[str, str]
+    user: str
+    created: str | None
+    platform: str | None
+
+
+def manifest_parts(raw: bytes, where: str) -> tuple[str, int, int]:
+    """(config digest, compressed size of config + layers, layer count) of an image manifest."""
+    try:
+        doc = json.loads(raw)
+        config = doc["config"]
+        layers = doc.get("layers") or []
+        size = int(config.get("size") or 0) + sum(int(layer.get("size") or 0) for layer in layers)
+        return str(config["digest"]), size, len(layers)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise EngineError(f"{where} is not an image manifest (no config)",
+                          hint="is it an image pushed by envkit, and not an artifact or a foreign format?") from None
+
+
+def pick_platform(raw: bytes, where: str, want: tuple[str, str] = ("linux", "amd64")) -> tuple[str, str]:
+    """From an image index, the digest of the ``want`` platform's manifest (else the first) and its name."""
+    try:
+        entries = [m for m in json.loads(raw).get("manifests") or [] if isinstance(m, dict) and m.get("digest")]
+    except (ValueError, AttributeError):
+        entries = []
+    if not entries:
+        raise EngineError(f"{where} is an image index without manifests", hint="push a single-platform image")
+
+    def name(m: dict) -> str:
+        p = m.get("platform") or {}
+        return f"{p.get('os', '?')}/{p.get('architecture', '?')}"
+
+    chosen = next((m for m in entries if name(m) == "/".join(want)), entries[0])
+    return chosen["digest"], name(chosen)
+
+
+def config_facts(blob: bytes, where: str) -> tuple[dict[str, str], dict[str, str], str, str | None]:
+    """(labels, env, user, created) from an image config blob."""
+    try:
+        doc = json.loads(blob)
+        config = doc.get("config") or {}
+        labels = {str(k): str(v) for k, v in (config.get("Labels") or {}).items()}
+        env = dict(str(e).split("=", 1) for e in config.get("Env") or [] if "=" in str(e))
+        return labels, env, str(config.get("User") or ""), doc.get("created")
+    except (ValueError, AttributeError, TypeError):
+        raise EngineError(f"the config of {where} is not an image config",
+                          hint="is it an image, and not an artifact?") from None
+
+
+def shown_labels(labels: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in sorted(labels.items()) if k.startswith(SHOWN_LABELS)}
+
+
+@dataclass(frozen=True)
+class Tags:
+    """A repository's tags, sorted into what they are."""
+
+    stacks: list[str]  # candidate image tags
+    certificates: dict[str, list[str]]  # stack tag -> its certificate artifact tags
+    certified: bool  # the moving :certified tag exists
+    mirrors: list[str]  # sha256-<hex> tags of base mirrors
+
+
+def classify_tags(tags: list[str]) -> Tags:
+    certs: dict[str, list[str]] = {}
+    stacks, mirrors = [], []
+    for tag in sorted(set(tags)):
+        if CERT_TAG_INFIX in tag:
+            certs.setdefault(tag.split(CERT_TAG_INFIX, 1)[0], []).append(tag)
+        elif _MIRROR_TAG.match(tag):
+            mirrors.append(tag)
+        elif tag != CERTIFIED_TAG:
+            stacks.append(tag)
+    return Tags(stacks, certs, CERTIFIED_TAG in tags, mirrors)
+
+
+@dataclass(frozen=True)
+class RemoteCertificate:
+    tag: str  # <stack>.cert-<gpu>
+    artifact: str  # registry/repo@sha256:... of the artifact
+    subject: str | None  # the image manifest digest it certifies
+    status: str
+    gpu_model: str
+    driver: str
+    created_at: str
+    reasons: tuple[str, ...]
+    image_id: str
+    lock_hash: str
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "gpu_model": self.gpu_model, "driver": self.driver,
+                "created_at": self.created_at, "reasons": list(self.reasons), "source": "registry",
+                "artifact": self.artifact, "tag": self.tag, "image_id": self.image_id, "lock_hash": self.lock_hash}
+
+
+def certificate_of(artifact: CertificateArtifact) -> RemoteCertificate:
+    """Parse the certificate an artifact carries (the certificate's own loader and version check)."""
+    from .certify.certificate import parse_certificate
+
+    try:
+        cert = parse_certificate(artifact.data, f"the certificate artifact {artifact.ref}")
+    except EnvkitError as exc:
+        registry = artifact.ref.split("/", 1)[0]
+        raise EngineError(f"registry {registry}: {exc.message}",
+                          hint=f"the artifact {artifact.pinned} is unreadable to this envkit; re-attach it "
+                               f"(the next nightly run does), or read it with the envkit version that wrote it") \
+            from None
+    return RemoteCertificate(artifact.ref.rsplit(":", 1)[1], artifact.pinned, artifact.subject, cert.status,
+                             cert.gpu_model, cert.driver, cert.created_at, tuple(cert.reasons), cert.image_id,
+                             cert.lock_hash)
+
+
+def latest_per_gpu(certs: list[tuple[str, str, str]]) -> dict[str, str]:
+    """(gpu model, status, created_at) -> {gpu model: status of its newest certificate}, sorted by GPU."""
+    newest: dict[str, tuple[str, str]] = {}
+    for gpu, status, created in certs:
+        if gpu not in newest or created >= newest[gpu][1]:
+            newest[gpu] = (status, created)
+    return {gpu: newest[gpu][0] for gpu in sorted(newest)}
+
+
+# --- reading the registry ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RemoteImage:
+    ref: RegistryRef
+    digest: str  # what the tag points to (for an index: the index)
+    media_type: str
+    facts: ImageFacts
+    tags: list[str]  # tags of the repository that point at this digest (stack tags and :certified)
+    certified: bool  # :certified points at this digest
+    certified_digest: str | None  # where :certified points now (None: no such tag)
+    certificates: list[RemoteCertificate] = field(default_factory=list)
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.ref.repo}@{self.digest}"
+
+    @property
+    def stack_tags(self) -> list[str]:
+        return [t for t in self.tags if t != CERTIFIED_TAG]
+
+    def to_json(self) -> dict:
+        f = self.facts
+        return {"reference": str(self.ref), "registry": self.ref.registry, "repository": self.ref.repository,
+                "tag": self.ref.tag, "digest": self.digest, "pinned": self.pinned, "media_type": self.media_type,
+                "platform": f.platform, "id": f.config_digest, "compressed_size": f.compressed_size,
+                "layers": f.layers, "created": f.created, "labels": shown_labels(f.labels), "user": f.user,
+                "require_cuda": f.env.get("NVIDIA_REQUIRE_CUDA"), "lock_hash": f.labels.get(LOCK_LABEL),
+                "tags": self.tags, "certified_tag": self.certified, "certified_digest": self.certified_digest,
+                "certificates": [c.to_json() for c in self.certificates]}
+
+
+class _Reader:
+    """One registry, read with retries; every failure becomes an EngineError naming registry and reference."""
+
+    def __init__(self, client, registry: str, *, retries: int, backoff: float, sleep: Sleep,
+                 session: requests.Session | None = None):
+        self.reg = _RegistryHTTP.at(_docker_or_none(client), registry, session=session)
+        self.registry = registry
+        self.opts = dict(retries=retries, backoff=backoff, sleep=sleep)
+        self._repos: dict[str, _RegistryHTTP] = {}
+
+    def repo(self, path: str) -> _RegistryHTTP:
+        if path not in self._repos:
+            self._repos[path] = self.reg.repository(path)
+        return self._repos[path]
+
+    def read(self, op: Callable[[], T], what: str) -> T:
+        def fail(f: _Failure, attempts: int) -> EngineError:
+            tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+            errno = _ERRNO.search(f.message)
+            if errno:  # requests' "HTTPConnectionPool(...): Max retries exceeded ... [Errno 111] Connection refused"
+                f = _Failure(f"cannot connect: {errno.group(1).strip()}", f.retryable)
+            if f.retryable:
+                hint = (f"is the registry up and reachable from here? (curl {self.reg.scheme}://{self.registry}/v2/)")
+            elif re.search(r"HTTP 40[13]", f.message):
+                hint = f"credentials come from `docker login {self.registry}` or {USER_ENV}/{PASSWORD_ENV}"
+            else:
+                hint = "check the reference: `envkit ls --registry REGISTRY` lists what the registry holds"
+            return EngineError(f"cannot read {what} from registry {self.registry}{tries}: {f.message}", hint=hint)
+
+        try:
+            return _retrying(op, fail=fail, **self.opts)
+        except requests.RequestException as exc:  # not a connection problem: a malformed URL, a bad redirect
+            raise EngineError(f"cannot read {what} from registry {self.registry}: {exc}",
+                              hint=f"check the registry address {self.registry}") from None
+
+    def manifest(self, path: str, reference: str) -> _Manifest | None:
+        return self.read(lambda: self.repo(path).get_manifest(reference), f"{self.registry}/{path}:{reference}")
+
+    def tags(self, path: str) -> list[str] | None:
+        return self.read(lambda: self.repo(path).list_tags(), f"the tags of {self.registry}/{path}")
+
+    def facts(self, path: str, manifest: _Manifest, where: str) -> ImageFacts:
+        platform = None
+        if manifest.media_type in INDEX_TYPES:
+            digest, platform = pick_platform(manifest.raw, where)
+            child = self.manifest(path, digest)
+            if child is None:
+                raise EngineError(f"{where}: the index names {digest} ({platform}), which registry "
+                                  f"{self.registry} does not hold", hint="re-push the image")
+            manifest = child
+        config, size, layers = manifest_parts(manifest.raw, where)
+        blob = self.read(lambda: self.repo(path).get_blob(config), f"the config {config} of {where}")
+        labels, env, user, created = config_facts(blob, where)
+        return ImageFacts(config, size, layers, labels, env, user, created, platform)
+
+    def certificate(self, path: str, tag: str) -> RemoteCertificate | None:
+        artifact = self.read(lambda: fetch_certificate_artifact(self.repo(path), tag),
+                             f"the certificate artifact {self.registry}/{path}:{tag}")
+        return certificate_of(artifact) if artifact else None
+
+
+def _docker_or_none(client):
+    return None if client is None else _docker(client)
+
+
+def inspect_remote(client, ref: str | RegistryRef, *, retries: int = 2, backoff: float = 0.5,
+                   sleep: Sleep = time.sleep, session: requests.Session | None = None) -> RemoteImage:
+    """Read one image, its certificate artifacts and ``:certified`` from the registry (nothing is pulled)."""
+    ref = parse_ref(ref) if isinstance(ref, str) else ref
+    if ref is None:
+        raise EngineError("not a registry reference", hint=REF_HINT)
+    r = _Reader(client, ref.registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
+    tags = r.tags(ref.repository)
+    if tags is None:
+        raise EngineError(f"registry {ref.registry} has no repository {ref.repository!r} (asked for {ref})",
+                          hint=f"`envkit ls --registry {ref.registry}` lists its repositories")
+    manifest = r.manifest(ref.repository, ref.reference)
+    if manifest is None:
+        near = ", ".join(classify_tags(tags).stacks[-5:]) or "none"
+        what = f"manifest {ref.digest}" if ref.digest else f"tag {ref.tag!r}"
+        raise EngineError(f"registry {ref.registry} has no {what} in repository {ref.repository} (asked for {ref})",
+                          hint=f"its stack tags include: {near}; `envkit ls --registry {ref.registry}` lists them all")
+    facts = r.facts(ref.repository, manifest, str(ref))
+    sorted_tags = classify_tags(tags)
+    certified_digest = (manifest.digest if ref.tag == CERTIFIED_TAG and not ref.digest else
+                        _digest_of(r, ref.repository, CERTIFIED_TAG) if sorted_tags.certified else None)
+    if ref.tag in sorted_tags.stacks and not ref.digest:
+        stacks = [ref.tag]  # stack tags are immutable, one per stack: no need to ask for the others
+    else:  # a digest or :certified: which stack tag(s) hold it?
+        stacks = [t for t in sorted_tags.stacks if _digest_of(r, ref.repository, t) == manifest.digest]
+    pointing = stacks + ([CERTIFIED_TAG] if certified_digest == manifest.digest else [])
+    certs = []
+    for stack in stacks:
+        for tag in sorted_tags.certificates.get(stack, []):
+            cert = r.certificate(ref.repository, tag)
+            if cert is not None and cert.subject in (None, manifest.digest):
+                certs.append(cert)
+    return RemoteImage(ref, manifest.digest, manifest.media_type, facts, pointing, certified_digest == manifest.digest,
+                       certified_digest, certs)
+
+
+def _digest_of(r: _Reader, path: str, tag: str) -> str | None:
+    manifest = r.manifest(path, tag)
+    return manifest.digest if manifest else None
+
+
+# --- listing the registry -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Listing:
+    registry: str
+    prefix: str
+    rows: list[dict]
+    skipped: list[dict]  # {"reference", "reason"}: what is in the registry but is no envkit image
+
+    def to_json(self) -> dict:
+        return {"registry": self.registry, "prefix": self.prefix or None, "images": self.rows, "skipped": self.skipped}
+
+
+def list_registry(client, where: str, *, retries: int = 2, backoff: float = 0.5, sleep: Sleep = time.sleep,
+                  session: requests.Session | None = None) -> Listing:
+    """Every envkit image in the registry (under ``path``), with its certification per GPU model."""
+    registry, prefix = parse_registry(where)
+    r = _Reader(client, registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
+    repos = r.read(r.reg.catalog, "the catalog (/v2/_catalog)")
+    rows, skipped = [], []
+    for path in sorted(repos):
+        if prefix and not (path == prefix or path.startswith(prefix + "/")):
+            continue
+        if path.rsplit("/", 1)[-1].startswith(MIRROR_REPO_PREFIX):
+            skipped.append({"reference": f"{registry}/{path}", "reason": "base mirror repository"})
+            continue
+        tags = classify_tags(r.tags(path) or [])
+        certified_digest = _digest_of(r, path, CERTIFIED_TAG) if tags.certified else None
+        for tag in tags.stacks:
+            ref = f"{registry}/{path}:{tag}"
+            manifest = r.manifest(path, tag)
+            if manifest is None:  # deleted between the listing and now
+                continue
+            facts = r.facts(path, manifest, ref)
+            if LOCK_LABEL not in facts.labels:
+                skipped.append({"reference": ref, "reason": f"no {LOCK_LABEL} label: not an envkit image"})
+                continue
+            certs = [c for c in (r.certificate(path, t) for t in tags.certificates.get(tag, []))
+                     if c is not None and c.subject in (None, manifest.digest)]
+            rows.append(registry_row(ref, manifest.digest, facts, certs, certified_digest))
+    return Listing(registry, prefix, rows, skipped)
+
+
+def registry_row(ref: str, digest: str, facts: ImageFacts, certs: list[RemoteCertificate],
+                 certified_digest: str | None) -> dict:
+    repository, stack = ref.rsplit(":", 1)
+    dates = [d for d in [facts.created, *(c.created_at for c in certs)] if d]
+    return {"tag": ref, "repository": repository, "stack": stack, "digest": digest,
+            "pinned": f"{repository}@{digest}", "image_id": facts.config_digest,
+            "lock_hash": facts.labels.get(LOCK_LABEL), "compressed_size": facts.compressed_size,
+            "certified_tag": certified_digest == digest,
+            "certification": latest_per_gpu([(c.gpu_model, c.status, c.created_at) for c in certs]),
+            "certificates": [c.to_json() for c in certs], "date": max(dates)[:10] if dates else None,
+            "sources": ["registry"], "local_tag": None}
+
+
+def merge_store(rows: list[dict], store: dict[str, dict]) -> list[dict]:
+    """Registry rows joined with the store's knowledge of the same images (by image id = config digest).
+
+    ``store``: image id -> {"tag", "created", "certificates": [(gpu model, status, created_at)]}.
+    A GPU model certified in both keeps its newest status; the date is the newest of both.
+    """
+    merged = []
+    for row in rows:
+        known = store.get(row["image_id"])
+        if known is None:
+            merged.append(row)
+            continue
+        remote = [(c["gpu_model"], c["status"], c["created_at"]) for c in row["certificates"]]
+        dates = [d for d in [row["date"], known["created"][:10], *(c[2][:10] for c in known["certificates"])] if d]
+        merged.append({**row, "certification": latest_per_gpu([*known["certificates"], *remote]),
+                       "date": max(dates), "sources": ["registry", "store"], "local_tag": known["tag"]})
+    return merged

@@ -1,0 +1,104 @@
+"""A small team registry as nightly leaves it, for what researchers read (`envkit show` / `envkit ls`).
+
+Two envkit "stacks" of team vision (label-only images on the local envkit base: no new
+layer, nothing large is pushed), one promoted ``:certified``; certificate artifacts attached
+the way nightly attaches them; a base mirror; an image envkit did not build; and a repository
+whose certificate artifact is not a certificate. Used by tests/integration/test_remote.py and
+by tests/unit/data/registry/record.py (which records the registry's answers for unit tests).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+import docker.errors
+
+from envkit.certify.certificate import Certificate
+from envkit.publish import attach_certificate, mirror_base, promote, push
+
+STACK_A = "2.5.1-cu124-py3.11-aaaaaaaa"
+STACK_B = "2.5.1-cu124-py3.11-bbbbbbbb"
+LOCK_A = "sha256:" + "a" * 64
+LOCK_B = "sha256:" + "b" * 64
+NO_WAIT = dict(sleep=lambda s: None)
+
+
+def labels_for(lock_hash: str, stack: str) -> dict[str, str]:
+    return {"io.envkit.team": "vision", "io.envkit.image": "torch25", "io.envkit.lock-hash": lock_hash,
+            "io.envkit.framework": "torch==2.5.1", "io.envkit.variant": "cu124", "io.envkit.cuda": "12.4.127",
+            "io.envkit.python": "3.11", "io.envkit.driver-floor": "525.60.13",
+            "org.opencontainers.image.version": stack}
+
+
+def label_image(dc, base: str, ref: str, labels: dict[str, str], env: dict[str, str]) -> str:
+    """``FROM base`` + labels + env: a distinct image id that shares every layer with the base."""
+    lines = [f"FROM {base}", *(f'LABEL {k}="{v}"' for k, v in labels.items()),
+             *(f'ENV {k}="{v}"' for k, v in env.items())]
+    image, _ = dc.images.build(fileobj=io.BytesIO("\n".join(lines).encode()), tag=ref, pull=False, rm=True)
+    return image.id
+
+
+def certificate(image: str, image_id: str, lock_hash: str, gpu: str, status: str, created_at: str,
+                reasons: tuple[str, ...] = ()) -> Certificate:
+    return Certificate(image=image, image_id=image_id, lock_hash=lock_hash, gpu_model=gpu,
+                       driver="570.124.06" if gpu != "none" else "none", status=status, reasons=reasons,
+                       mode="certify" if gpu != "none" else "verify", gpu_count=8 if gpu != "none" else 0,
+                       payload_version="test", payload_sha256="", envkit_version="test", created_at=created_at)
+
+
+@dataclass
+class Team:
+    host: str
+    image_a: str  # local image ids
+    image_b: str
+    digest_a: str = ""  # manifest digests in the registry
+    digest_b: str = ""
+    local: list[str] = field(default_factory=list)  # local tags this scenario made
+
+    def ref(self, stack: str, repo: str = "vision/torch25") -> str:
+        return f"{self.host}/{repo}:{stack}"
+
+
+def publish_team(dc, base: str, host: str) -> Team:
+    env = {"NVIDIA_REQUIRE_CUDA": "cuda>=12.0", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+    local_a, local_b = "envkit-test/remote-a:1", "envkit-test/remote-b:1"
+    team = Team(host, label_image(dc, base, local_a, labels_for(LOCK_A, STACK_A), env),
+                label_image(dc, base, local_b, labels_for(LOCK_B, STACK_B), env), local=[local_a, local_b])
+    repo = f"{host}/vision/torch25"
+    team.digest_a = promote(dc, repo, STACK_A, certified=True, image=local_a, **NO_WAIT).digest
+    for gpu, slug, status, when in (("NVIDIA H200", "nvidia-h200", "certified", "2026-12-01T03:00:00Z"),
+                                    ("none", "none", "verified", "2026-11-30T22:00:00Z")):
+        cert = certificate(f"vision/torch25:{STACK_A}", team.image_a, LOCK_A, gpu, status, when)
+        attach_certificate(dc, repo, STACK_A, cert.to_bytes(), gpu_slug=slug, status=status, **NO_WAIT)
+    team.digest_b = promote(dc, repo, STACK_B, certified=False, image=local_b, **NO_WAIT).digest
+    cert = certificate(f"vision/torch25:{STACK_B}", team.image_b, LOCK_B, "none", "verified", "2026-12-02T01:00:00Z")
+    attach_certificate(dc, repo, STACK_B, cert.to_bytes(), gpu_slug="none", status="verified", **NO_WAIT)
+    mirror_base(dc, base, f"{host}/vision/base-debian-bookworm", **NO_WAIT)
+    push(dc, base, f"{host}/tools/debian", "bookworm", **NO_WAIT)  # not an envkit image
+    broken = f"{host}/broken/torch25"
+    promote(dc, broken, STACK_A, certified=False, image=local_a, **NO_WAIT)
+    attach_certificate(dc, broken, STACK_A, b"this is not a certificate", gpu_slug="nvidia-h200", status="certified",
+                       **NO_WAIT)
+    untag_registry_refs(dc, host)
+    return team
+
+
+def untag_registry_refs(dc, host: str) -> None:
+    """Remove every local tag and digest reference into ``host`` (the images stay under their own tags)."""
+    for image in dc.images.list():
+        for ref in [*image.tags, *(image.attrs.get("RepoDigests") or ())]:
+            if ref.startswith(host + "/"):
+                try:
+                    dc.images.remove(ref)
+                except docker.errors.APIError:
+                    pass
+
+
+def remove_local(dc, team: Team) -> None:
+    untag_registry_refs(dc, team.host)
+    for ref in team.local:
+        try:
+            dc.images.remove(ref, force=True)
+        except docker.errors.APIError:
+            pass

@@ -1,0 +1,160 @@
+"""What a researcher sees of published images before pulling: `envkit show REF` and
+`envkit ls --registry`, through the CLI, against a real registry (Debian's docker-registry)."""
+
+import json
+
+import docker.errors
+import pytest
+
+from envkit.store import Store
+from tests.integration.conftest import envkit
+from tests.integration.published import (LOCK_A, LOCK_B, STACK_A, STACK_B, Team, publish_team, remove_local,
+                                         untag_registry_refs)
+from tests.integration.registry import registry, running_registry  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def dc(engine):
+    return engine.client
+
+
+@pytest.fixture(scope="module")
+def base(dc) -> str:
+    """The smallest local envkit base image (~117 MB): never push the multi-GB torch images here."""
+    images = [i for i in dc.images.list(name="envkit-base/debian") if i.tags]
+    if not images:
+        pytest.skip("no local envkit-base/debian image (build the example team once, or bootstrap a base)")
+    return min(images, key=lambda i: i.attrs["Size"]).tags[0]
+
+
+@pytest.fixture(scope="module")
+def team(dc, base, registry) -> Team:  # noqa: F811
+    published = publish_team(dc, base, registry.host)
+    yield published
+    remove_local(dc, published)
+
+
+def run_json(*args, code=0):
+    proc = envkit(*args, "--json", timeout=300)
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return json.loads(proc.stdout), proc
+
+
+def not_local(dc, ref: str) -> bool:
+    try:
+        dc.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return True
+    return False
+
+
+def test_show_reads_a_published_image_from_the_registry_without_pulling(dc, team, tmp_path):
+    ref = team.ref(STACK_A)
+    assert not_local(dc, ref)
+    doc, _ = run_json("show", ref, "--store", tmp_path / "h.sqlite")
+    assert doc["source"] == "registry" and doc["image"] == ref
+    assert doc["id"] == team.image_a  # the config digest is the engine's image id
+    assert doc["labels"]["io.envkit.lock-hash"] == LOCK_A and doc["require_cuda"] == "cuda>=12.0"
+    reg = doc["registry"]
+    assert reg["digest"] == team.digest_a and reg["pinned"] == f"{team.host}/vision/torch25@{team.digest_a}"
+    assert 10 * 2**20 < reg["compressed_size"] < 200 * 2**20  # the base's one compressed layer + config
+    assert reg["tags"] == [STACK_A, "certified"] and reg["certified_tag"] is True
+    seen = {(c["gpu_model"], c["status"], c["driver"], c["created_at"][:10], c["source"]) for c in doc["certificates"]}
+    assert seen == {("NVIDIA H200", "certified", "570.124.06", "2026-12-01", "registry"),
+                    ("none", "verified", "none", "2026-11-30", "registry")}
+    assert all(c["artifact"].startswith(f"{team.host}/vision/torch25@sha256:") for c in doc["certificates"])
+    assert not_local(dc, ref) and not_local(dc, reg["pinned"])  # nothing was pulled
+
+    # by digest: the same image, its stack tag found; :certified points at it
+    by_digest, _ = run_json("show", reg["pinned"], "--store", tmp_path / "h.sqlite")
+    assert by_digest["registry"]["tags"] == [STACK_A, "certified"]
+    assert len(by_digest["certificates"]) == 2
+
+    # the other stack: verified only, :certified points elsewhere
+    other, proc = run_json("show", team.ref(STACK_B), "--store", tmp_path / "h.sqlite")
+    assert other["registry"]["certified_tag"] is False
+    assert other["registry"]["certified_digest"] == team.digest_a
+    assert [(c["gpu_model"], c["status"]) for c in other["certificates"]] == [("none", "verified")]
+
+    human = envkit("show", team.ref(STACK_A), "--store", tmp_path / "h.sqlite")
+    assert human.returncode == 0, human.stderr
+    assert ":certified points at             this image" in human.stdout
+    assert "certificate: certified on NVIDIA H200 driver 570.124.06" in human.stdout
+
+
+def test_ls_registry_lists_the_team_images_and_joins_the_store(dc, team, tmp_path):
+    db = tmp_path / "h.sqlite"
+    with Store.open(db) as store:  # this host certified stack B on an A100 and built it as vision/torch25:...
+        store.record_build("torch25", LOCK_B, "sha256:ctx", tag=f"vision/torch25:{STACK_B}", image_id=team.image_b)
+        store.record_certificate(team.image_b, "NVIDIA A100", "550.54.15", status="certified", lock_hash=LOCK_B,
+                                 document={"reasons": []})
+    doc, _ = run_json("ls", "--registry", f"{team.host}/vision", "--store", db)
+    assert doc["registry"] == team.host and doc["prefix"] == "vision" and doc["store"] == str(db)
+    rows = {r["stack"]: r for r in doc["images"]}
+    assert set(rows) == {STACK_A, STACK_B}
+    a, b = rows[STACK_A], rows[STACK_B]
+    assert a["tag"] == team.ref(STACK_A) and a["digest"] == team.digest_a and a["image_id"] == team.image_a
+    assert a["certified_tag"] is True and a["lock_hash"] == LOCK_A
+    assert a["certification"] == {"NVIDIA H200": "certified", "none": "verified"}
+    built = dc.images.get(team.image_a).attrs["Created"][:10]  # the newest of the image and its certificates
+    assert a["date"] == max(built, "2026-12-01")
+    assert a["sources"] == ["registry"] and a["local_tag"] is None
+    assert b["certified_tag"] is False
+    assert b["certification"] == {"NVIDIA A100": "certified", "none": "verified"}
+    assert b["sources"] == ["registry", "store"] and b["local_tag"] == f"vision/torch25:{STACK_B}"
+    assert {s["reference"] for s in doc["skipped"]} == {f"{team.host}/vision/base-debian-bookworm"}
+
+    human = envkit("ls", "--registry", f"{team.host}/vision", "--store", db)
+    assert human.returncode == 0, human.stderr
+    assert team.ref(STACK_A) in human.stdout and "NVIDIA H200: certified" in human.stdout
+
+    # the whole registry: an image envkit did not build is skipped; a broken certificate artifact fails
+    doc, proc = run_json("ls", "--registry", team.host, "--store", db, code=6)
+    assert doc["error"] == "EngineError"
+    assert f"{team.host}/broken/torch25:{STACK_A}.cert-nvidia-h200" in doc["message"]
+    assert f"registry {team.host}" in doc["message"] and "re-attach" in doc["hint"]
+    tools, _ = run_json("ls", "--registry", f"{team.host}/tools", "--store", db)
+    assert tools["images"] == [] and tools["skipped"][0]["reference"] == f"{team.host}/tools/debian:bookworm"
+
+
+def test_registry_errors_name_the_registry_and_the_reference(team, tmp_path):
+    store = ("--store", tmp_path / "h.sqlite")
+    doc, _ = run_json("show", f"{team.host}/vision/nope:1", *store, code=6)
+    assert f"registry {team.host} has no repository 'vision/nope'" in doc["message"]
+    assert f"envkit ls --registry {team.host}" in doc["hint"]
+    doc, _ = run_json("show", team.ref("no-such-stack"), *store, code=6)
+    assert "has no tag 'no-such-stack' in repository vision/torch25" in doc["message"] and STACK_A in doc["hint"]
+    doc, _ = run_json("show", team.ref(STACK_A, repo="broken/torch25"), *store, code=6)
+    assert f"{team.host}/broken/torch25:{STACK_A}.cert-nvidia-h200" in doc["message"]
+    doc, _ = run_json("show", f"{team.host}/Vision/torch25:1", *store, code=6)
+    assert "bad registry reference" in doc["message"] and "lower case" in doc["hint"]
+
+
+def test_a_stopped_registry_fails_with_its_name_and_a_hint(tmp_path):
+    with running_registry(tmp_path / "reg") as reg:
+        host = reg.host
+        reg.stop()
+        doc, _ = run_json("ls", "--registry", host, "--store", tmp_path / "h.sqlite", code=6)
+        assert f"from registry {host}" in doc["message"] and "Connection refused" in doc["message"]
+        assert f"curl http://{host}/v2/" in doc["hint"]
+        doc, _ = run_json("show", f"{host}/vision/torch25:{STACK_A}", "--store", tmp_path / "h.sqlite", code=6)
+        assert f"{host}/vision/torch25" in doc["message"] and f"registry {host}" in doc["message"]
+
+
+def test_a_local_copy_shows_the_engine_and_store_view_plus_the_registry_view(dc, team, tmp_path):
+    from envkit.publish import pull_by_digest
+
+    pinned = f"{team.host}/vision/torch25@{team.digest_a}"
+    try:
+        info = pull_by_digest(dc, pinned)  # shares every layer with the local base: nothing large moves
+        assert info.id == team.image_a
+        doc, _ = run_json("show", pinned, "--store", tmp_path / "h.sqlite")
+        assert doc["source"] == "local" and doc["id"] == team.image_a and doc["size"] > 0
+        assert doc["certificates"] == []  # this store knows no certificate of it
+        assert doc["registry"]["certified_tag"] is True
+        assert {c["gpu_model"] for c in doc["registry"]["certificates"]} == {"NVIDIA H200", "none"}
+    finally:
+        untag_registry_refs(dc, team.host)
