@@ -322,15 +322,17 @@ def _short(value) -> str:
 
 
 @main.command("doctor")
+@click.option("--store", "store_url", default=None, help=STORE_HELP)
 @json_option
 @click.pass_context
-def doctor_cmd(click_ctx, json_out):
-    """Is this host ready? Engine, NVIDIA runtime, GPUs and driver, debootstrap, CA bundle."""
+def doctor_cmd(click_ctx, store_url, json_out):
+    """Is this host ready? Engine, NVIDIA runtime, GPUs and driver, debootstrap, CA bundle,
+    BuildKit, the catalog in use and the history store (read, never created)."""
     from .doctor import diagnose
     from .engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)
-    findings = run(c, lambda: diagnose(connect))
+    findings = run(c, lambda: diagnose(connect, store_url))
     emit(c, {"findings": [f.to_json() for f in findings]},
          lambda: table([[f.name, f.status, f.value, f.hint] for f in findings], ["CHECK", "STATUS", "VALUE", "HINT"]))
     if any(f.status == "fail" for f in findings):
