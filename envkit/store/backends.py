@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import RunInProgressError, StoreError
 from .migrations import POSTGRES, SCHEMA_VERSION_TABLE, SQLITE, Clock, Migration, apply_migrations, migrate
 
+
 def _lock_key(text: str) -> int:
     """A stable signed 64-bit key for ``text`` (PostgreSQL advisory locks take a bigint)."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
@@ -28,7 +29,6 @@ def _lock_key(text: str) -> int:
 
 def _holder() -> str:
     return f"envkit pid {os.getpid()} on {socket.gethostname()}"
-
 
 
 class SQLiteBackend:
