@@ -11,7 +11,7 @@ A researcher sees, before pulling, what a published image is and where it was ce
   model. Certificate artifacts, ``:certified``, base mirrors (repositories ``*/base-*``, tags
   ``sha256-<hex>``) and images without envkit's lock-hash label are not rows.
 
-The HTTP client is ``publish._RegistryHTTP`` (credentials from the engine's credential store or
+The HTTP client is ``registry_api._RegistryHTTP`` (credentials from the engine's credential store or
 ``ENVKIT_REGISTRY_USER``/``ENVKIT_REGISTRY_PASSWORD``, plain http where the engine would use it).
 ``client`` may be None when no engine runs here: then only 127.0.0.0/8 registries are plain http.
 Every failure is an ``EngineError`` naming the registry and the reference, with a hint.
@@ -28,8 +28,8 @@ from typing import Callable, TypeVar
 import requests
 
 from .errors import EngineError, EnvkitError
-from .publish import (CERT_TAG_INFIX, CERTIFIED_TAG, PASSWORD_ENV, USER_ENV, CertificateArtifact,
-                      Sleep, _docker, _Failure, _Manifest, _RegistryHTTP, _retrying, fetch_certificate_artifact)
+from .publish import CERT_TAG_INFIX, CERTIFIED_TAG, CertificateArtifact, _docker, fetch_certificate_artifact
+from .registry_api import PASSWORD_ENV, USER_ENV, Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
 
 LOCK_LABEL = "io.envkit.lock-hash"  # build.LOCK_LABEL (not imported: build pulls in the renderer)
 SHOWN_LABELS = ("io.envkit.", "org.opencontainers.")

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from requests.adapters import BaseAdapter
 
 from envkit.errors import EngineError
-from envkit.publish import _RegistryHTTP
+from envkit.registry_api import _RegistryHTTP
 from envkit.remote import (RegistryRef, classify_tags, config_facts, inspect_remote, latest_per_gpu, list_registry,
                            manifest_parts, merge_store, parse_ref, parse_registry, pick_platform)
 from tests.integration.published import LOCK_A, LOCK_B, STACK_A, STACK_B
@@ -278,7 +278,7 @@ def replayed(monkeypatch, tmp_path):
         raise EngineError("no container engine is reachable")
 
     monkeypatch.setattr(docker_engine, "connect", no_engine)
-    monkeypatch.setattr("envkit.publish.requests.Session", lambda: session_for()[0])
+    monkeypatch.setattr("envkit.registry_api.requests.Session", lambda: session_for()[0])
     monkeypatch.delenv("ENVKIT_STORE", raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path

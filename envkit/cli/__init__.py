@@ -1,0 +1,41 @@
+"""The command line: parse, call one typed function, format its result.
+
+This package is the only part of envkit that prints or exits. ``main`` is the click group;
+the commands live in modules by audience and are registered here:
+
+* ``build``: resolve, lock, explain, render, build, bundle, verify (whoever builds the stacks)
+* ``certify``: certify, nightly (the certifying runners)
+* ``researchers``: ls, show, run (what was built and certified; running an image)
+* ``admin``: doctor, schema, catalog (hosts, the spec's schema, the compatibility catalog)
+
+The shared helpers (``Ctx``, ``run``, ``emit``, ``table``, the option decorators) are in
+``common`` and re-exported here. Every command imports its heavy modules inside the function.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from . import admin, build, certify, researchers
+from .common import BUILDERS, SPEC, STORE_HELP, Ctx, builder_option, emit, json_option, run, table
+
+__all__ = ["main", "BUILDERS", "SPEC", "STORE_HELP", "Ctx", "builder_option", "emit", "json_option", "run", "table"]
+
+
+@click.group()
+@click.version_option(__version__, prog_name="envkit")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.option("-v", "--verbose", is_flag=True, help="Show every build log line.")
+@click.pass_context
+def main(ctx, debug, verbose):
+    """Resolve, render, build and verify GPU software stacks."""
+    ctx.obj = {"debug": debug, "verbose": verbose}
+
+
+for _command in (build.resolve_cmd, build.lock_cmd, build.explain_cmd, build.render_cmd, build.build_cmd,
+                 build.bundle_group, build.verify_cmd, admin.doctor_cmd, certify.certify_cmd, admin.catalog_group,
+                 certify.nightly_cmd, researchers.ls_cmd, researchers.show_cmd, researchers.run_cmd,
+                 admin.schema_cmd):
+    main.add_command(_command)
+del _command

@@ -1,0 +1,5 @@
+"""``python -m envkit.cli``: the same as the ``envkit`` command."""
+
+from envkit.cli import main
+
+main()

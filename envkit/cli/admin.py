@@ -1,0 +1,77 @@
+"""Commands for whoever runs envkit's hosts and data: doctor, the team.yaml schema, the catalog."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .common import STORE_HELP, _ctx, emit, json_option, run, table
+
+
+@click.command("doctor")
+@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@json_option
+@click.pass_context
+def doctor_cmd(click_ctx, store_url, json_out):
+    """Is this host ready? Engine, NVIDIA runtime, GPUs and driver, debootstrap, CA bundle,
+    BuildKit, the catalog in use and the history store (read, never created)."""
+    from ..doctor import diagnose
+    from ..engine.docker_engine import connect
+
+    c = _ctx(click_ctx, json_out)
+    findings = run(c, lambda: diagnose(connect, store_url))
+    emit(c, {"findings": [f.to_json() for f in findings]},
+         lambda: table([[f.name, f.status, f.value, f.hint] for f in findings], ["CHECK", "STATUS", "VALUE", "HINT"]))
+    if any(f.status == "fail" for f in findings):
+        sys.exit(6)
+
+
+@click.group("catalog")
+def catalog_group():
+    """The compatibility catalog."""
+
+
+@catalog_group.command("refresh")
+@click.option("--apply", "apply_", is_flag=True, help="Write the proposed rows into the catalog.")
+@json_option
+@click.pass_context
+def catalog_refresh_cmd(click_ctx, apply_, json_out):
+    """Read new PyTorch releases from the package index and propose catalog rows (a reviewable diff)."""
+    from ..pipeline import refresh_catalog
+
+    c = _ctx(click_ctx, json_out)
+    summary = run(c, lambda: refresh_catalog(apply=apply_, progress=c.progress))
+
+    def human():
+        for note in summary["notes"] + summary["warnings"]:
+            click.echo(f"note: {note}", err=True)
+        click.echo(summary["diff"] or "the catalog is up to date with the index")
+        if summary["changed"] and not apply_:
+            click.echo("review the diff, then run `envkit catalog refresh --apply`", err=True)
+
+    emit(c, summary, human)
+
+
+@catalog_group.command("export")
+@click.argument("dest", type=click.Path(path_type=Path))
+@json_option
+@click.pass_context
+def catalog_export_cmd(click_ctx, dest, json_out):
+    """Copy the catalog into DEST, for a team to keep, review and refresh (then set ENVKIT_CATALOG=DEST)."""
+    from ..catalog import CATALOG_ENV, export_catalog
+
+    c = _ctx(click_ctx, json_out)
+    path = run(c, lambda: export_catalog(dest))
+    emit(c, {"catalog": str(path), "env": {CATALOG_ENV: str(path.resolve())}},
+         lambda: click.echo(f"wrote {path}; use it with: export {CATALOG_ENV}={path.resolve()}"))
+
+
+@click.command("schema")
+def schema_cmd():
+    """Print the JSON Schema of team.yaml."""
+    from ..spec import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2, sort_keys=True))

@@ -1,0 +1,239 @@
+"""Commands for whoever builds a team's stacks: resolve, lock, explain, render, build, bundle, verify."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..engine import BuildEvent
+from .common import SPEC, Ctx, _ctx, _short, builder_option, emit, json_option, run, table
+
+
+def _image_row(i) -> list[str]:
+    return [i.name, f"{i.framework} {i.framework_version}", i.variant, i.cuda or "-", i.cudnn or "-",
+            i.nccl or "-", i.python, i.driver_floor or "-", i.hash8]
+
+
+IMAGE_HEADER = ["IMAGE", "FRAMEWORK", "VARIANT", "CUDA", "CUDNN", "NCCL", "PYTHON", "DRIVER>=", "LOCK"]
+
+@click.command("resolve")
+@click.argument("spec", type=SPEC)
+@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock).")
+@json_option
+@click.pass_context
+def resolve_cmd(click_ctx, spec, lock_path, json_out):
+    """Resolve SPEC to exact pins and write its lock."""
+    from ..pipeline import resolve_spec
+
+    c = _ctx(click_ctx, json_out)
+    r = run(c, lambda: resolve_spec(spec, lock_path=lock_path, progress=c.progress))
+    emit(c, {"lock": str(r.lock_path), "images": [i.model_dump(mode="json", exclude={"packages"}) for i in r.lock.images]},
+         lambda: (table([_image_row(i) for i in r.lock.images], IMAGE_HEADER), click.echo(f"wrote {r.lock_path}")))
+
+
+@click.command("lock")
+@click.argument("spec", type=SPEC)
+@click.option("--check", is_flag=True, required=True, help="Fail when the spec or catalog drifted from the lock.")
+@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path))
+@json_option
+@click.pass_context
+def lock_cmd(click_ctx, spec, check, lock_path, json_out):
+    """Check that SPEC's lock is current."""
+    from ..pipeline import check_lock
+
+    c = _ctx(click_ctx, json_out)
+    reasons = run(c, lambda: check_lock(spec, lock_path))
+    emit(c, {"current": not reasons, "reasons": reasons},
+         lambda: click.echo("lock is current" if not reasons else "lock is stale: " + "; ".join(reasons)))
+    if reasons:
+        if not c.json:
+            click.echo(f"  hint: run `envkit resolve {spec}`", err=True)
+        sys.exit(5)
+
+
+@click.command("explain")
+@click.argument("spec", type=SPEC)
+@click.argument("image")
+@json_option
+@click.pass_context
+def explain_cmd(click_ctx, spec, image, json_out):
+    """Show why IMAGE of SPEC resolves as it does (or why it cannot)."""
+    from ..pipeline import explain
+
+    c = _ctx(click_ctx, json_out)
+    p = run(c, lambda: explain(spec, image))
+    ch = p.chosen
+
+    def human():
+        click.echo(f"{image}: {ch.label}, CUDA {ch.cuda}, cuDNN {ch.cudnn}, NCCL {ch.nccl or '-'}, "
+                   f"Python {p.python}, driver >= {p.driver_floor} ({p.require_cuda})")
+        for d in p.decisions:
+            click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")
+            for rej in d.rejected:
+                click.echo(f"    rejected {rej}")
+
+    emit(c, {"image": image, "framework": ch.framework, "version": ch.version, "variant": ch.variant,
+             "cuda": ch.cuda, "python": p.python, "driver_floor": p.driver_floor, "require_cuda": p.require_cuda,
+             "index": ch.index, "decisions": [d.model_dump() for d in p.decisions]}, human)
+
+
+@click.command("render")
+@click.argument("spec", type=SPEC)
+@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Where dockerfiles/ and compose/ are written.")
+@click.option("--image", "images", multiple=True, help="Only this image (repeatable).")
+@json_option
+@click.pass_context
+def render_cmd(click_ctx, spec, out_root, images, json_out):
+    """Write build contexts (dockerfiles/<image>/) and compose/<team>.yaml."""
+    from ..pipeline import render_spec
+
+    c = _ctx(click_ctx, json_out)
+    _, rendered = run(c, lambda: render_spec(spec, out_root, only=list(images) or None, progress=c.progress))
+    doc = {"contexts": {k: str(v) for k, v in rendered.contexts.items()}, "compose": str(rendered.compose)}
+    emit(c, doc, lambda: [click.echo(f"wrote {p}") for p in [*rendered.contexts.values(), rendered.compose]])
+
+
+@click.command("build")
+@click.argument("spec", type=SPEC)
+@click.option("--image", "images", multiple=True, help="Only this image (repeatable).")
+@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
+@click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
+@builder_option
+@json_option
+@click.pass_context
+def build_cmd(click_ctx, spec, images, out_root, no_verify, builder, json_out):
+    """Resolve, render, build and verify SPEC's images."""
+    from ..engine.docker_engine import connect
+    from ..pipeline import build_spec
+
+    c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
+                                                   verify=not no_verify, builder=builder,
+                                                   progress=_build_progress(c)))
+    doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
+           "builder": builder, "images": [o.to_json() for o in outcomes]}
+
+    def human():
+        _outcomes_table(outcomes)
+        if all(o.action == "skipped" for o in outcomes):
+            click.echo("nothing to rebuild: every image matches its lock")
+
+    emit(c, doc, human)
+    if any(o.status == "failed" for o in outcomes):
+        sys.exit(8)
+
+
+def _build_progress(c: Ctx):
+    """Build steps on stderr; every build log line too with -v."""
+
+    def progress(name: str, event):
+        if isinstance(event, BuildEvent):
+            if event.kind == "step":
+                c.progress(f"[{name}] step {event.step}/{event.total}: {event.text[:100]}")
+            elif event.kind == "log" and c.verbose:
+                click.echo(f"[{name}]   {event.text}", err=True)
+        else:
+            c.progress(f"[{name}] {event}" if name != "*" else str(event))
+
+    return progress
+
+
+def _outcomes_table(outcomes) -> None:
+    rows = [[o.name, o.tag, o.action, f"{o.size / 2**30:.2f} GiB", f"{o.seconds:.0f}s", o.status] for o in outcomes]
+    table(rows, ["IMAGE", "TAG", "ACTION", "SIZE", "TIME", "STATUS"])
+    for o in outcomes:
+        for m in (o.verification.mismatches if o.verification else []):
+            click.echo(f"  {o.name}: {m}", err=True)
+
+
+@click.group("bundle")
+def bundle_group():
+    """Offline bundles: everything one image's rebuild needs, built later with no network."""
+
+
+@bundle_group.command("make")
+@click.argument("spec", type=SPEC)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="The bundle directory (made beside it, renamed into place when complete; an existing "
+                   "bundle there is replaced).")
+@click.option("--image", "image", default=None, help="The image to bundle (needed when SPEC has several).")
+@json_option
+@click.pass_context
+def bundle_make_cmd(click_ctx, spec, out_dir, image, json_out):
+    """Write one image's offline bundle into --out (needs the network).
+
+    Resolves SPEC (or reuses its lock), then writes the lock, hash-checked wheels, the base image
+    archive, the Debian packages and a manifest. Build it later with `envkit bundle build DIR`.
+    """
+    from ..engine.docker_engine import connect
+    from ..pipeline import bundle_spec
+
+    c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    b = run(c, lambda: bundle_spec(spec, out_dir, engine, image=image, progress=c.progress))
+    doc = b.to_json()
+    emit(c, doc, lambda: click.echo(
+        f"wrote {b.path}: {doc['image']} ({doc['tag']}), {doc['wheels']} wheel(s), base {doc['base']['ref']}, "
+        f"{b.size / 2**30:.2f} GiB\nbuild it with no network: envkit bundle build {b.path}"))
+
+
+@bundle_group.command("build")
+@click.argument("bundle_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
+@click.option("--no-cache", is_flag=True, help="Run every step again (shows the build needs no network).")
+@builder_option
+@json_option
+@click.pass_context
+def bundle_build_cmd(click_ctx, bundle_dir, no_verify, no_cache, builder, json_out):
+    """Build the image of the bundle in DIR with no network.
+
+    Every file is checked against the manifest first; the base is loaded from the bundle.
+    """
+    from ..bundle import build_from_bundle
+    from ..engine.docker_engine import connect
+
+    c = _ctx(click_ctx, json_out)
+
+    def progress(text: str) -> None:
+        if text.startswith("step "):
+            c.progress(text[:120])
+        elif c.verbose:
+            click.echo(f"  {text}", err=True)
+
+    engine = run(c, connect)
+    c.progress(f"building from {bundle_dir} with the {builder} builder, no network inside the build")
+    outcome = run(c, lambda: build_from_bundle(engine, bundle_dir, builder=builder, verify=not no_verify,
+                                               no_cache=no_cache, progress=progress))
+    emit(c, {"bundle": str(bundle_dir), "builder": builder, "images": [outcome.to_json()]},
+         lambda: _outcomes_table([outcome]))
+    if outcome.status == "failed":
+        sys.exit(8)
+
+
+@click.command("verify")
+@click.argument("image")
+@click.option("--lock", "lock_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Also require the image to match this lock.")
+@json_option
+@click.pass_context
+def verify_cmd(click_ctx, image, lock_path, json_out):
+    """Check inside IMAGE that its versions match its pins (no GPU needed)."""
+    from ..engine.docker_engine import connect
+    from ..pipeline import verify_image
+
+    c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    v = run(c, lambda: verify_image(engine, image, lock_path=lock_path))
+
+    def human():
+        table([[ch["name"], ch["status"], _short(ch.get("value")), ch.get("message", "")[:70]] for ch in v.checks],
+              ["CHECK", "STATUS", "VALUE", "MESSAGE"])
+        click.echo(f"{image}: {v.status}")
+
+    emit(c, v.to_json(), human)
+    if v.status == "failed":
+        sys.exit(8)

@@ -1,0 +1,98 @@
+"""Commands for the certifying runners: certify one image, the nightly run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .common import SPEC, STORE_HELP, _ctx, _short, builder_option, emit, json_option, run, table
+
+
+@click.command("certify")
+@click.argument("image")
+@click.option("--lock", "lock_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Expect what this lock says (default: the image's own pin labels).")
+@click.option("--gpus/--no-gpus", default=None, help="Certify on the GPUs (default: when the engine has the NVIDIA runtime).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
+              show_default=True, help="Where the certificate and reports are written.")
+@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--timeout", default=600, show_default=True, help="Hard limit for the in-image run, seconds.")
+@json_option
+@click.pass_context
+def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, json_out):
+    """Certify IMAGE: on a GPU, `certified`; without one, `verified` with GPU checks skipped."""
+    from ..engine.docker_engine import connect
+    from ..pipeline import certify
+
+    c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    cert, paths = run(c, lambda: certify(engine, image, lock_path=lock_path, gpus=gpus, out_dir=out_dir,
+                                         store_url=store_url, timeout=timeout))
+
+    def human():
+        table([[ch.name, ch.status, _short(ch.value), (ch.message or "")[:70]] for ch in cert.checks],
+              ["CHECK", "STATUS", "VALUE", "MESSAGE"])
+        for reason in cert.reasons:
+            click.echo(f"  reason: {reason}", err=True)
+        click.echo(f"{image}: {cert.status} on {cert.gpu_model} (driver {cert.driver}); reports in {out_dir}")
+
+    emit(c, {"certificate": cert.to_json(), "reports": {k: str(v) for k, v in paths.items()}}, human)
+    if cert.status == "failed":
+        sys.exit(8)
+
+
+@click.command("nightly")
+@click.argument("spec", type=SPEC)
+@click.option("--registry", default=None, help="Team registry to push to (host[:port][/path]).")
+@click.option("--locked", is_flag=True, help="Use the lock as it is (e.g. on a GPU runner after a CPU build job).")
+@click.option("--gpus/--no-gpus", default=None, help="Certify on GPUs (default: when the engine has the NVIDIA runtime).")
+@click.option("--threshold", default=0.10, show_default=True, help="Regression: a probe dropping more than this fraction.")
+@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
+              show_default=True)
+@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
+@builder_option
+@click.option("--refresh-catalog", is_flag=True,
+              help="First read new torch releases from the index: applied to $ENVKIT_CATALOG (a team copy), "
+                   "else proposed as a diff beside the reports.")
+@json_option
+@click.pass_context
+def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, reports_dir, out_root, builder,
+                refresh_catalog, json_out):
+    """Re-resolve, rebuild what changed, certify, promote and remember.
+
+    Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure,
+    13 regression, 14 publish failure, 15 another nightly of this team is running against the
+    same store; 2-9 are input, index, resolution, lock, engine and store errors.
+    """
+    from ..engine.docker_engine import connect
+    from ..nightly import run_nightly
+    from ..store import Store
+
+    c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    store = run(c, lambda: Store.open(store_url))
+    with store:
+        result = run(c, lambda: run_nightly(spec, engine, store, out_root=out_root, reports_dir=reports_dir,
+                                            registry=registry, locked=locked, gpus=gpus, threshold=threshold,
+                                            builder=builder, refresh_catalog=refresh_catalog,
+                                            progress=c.progress))
+
+    def human():
+        rows = [[r.name, r.tag, r.build, r.status, ", ".join(r.pushed) or "-", "; ".join(r.changes)[:50] or "-"]
+                for r in result.images]
+        table(rows, ["IMAGE", "TAG", "BUILD", "STATUS", "PUSHED", "CHANGES"])
+        for r in result.images:
+            for line in r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
+                click.echo(f"  {r.name}: {line}", err=True)
+        from ..nightly import EXIT_NAMES
+
+        if result.catalog and result.catalog["changed"]:
+            done = "applied to " + result.catalog["file"] if result.catalog["applied"] else "proposed, not applied"
+            click.echo(f"catalog refresh: {done}; diff in {result.catalog['diff']}", err=True)
+        click.echo(f"nightly run {result.run_id}: {EXIT_NAMES[result.exit_code]} in {result.seconds:.1f}s")
+
+    emit(c, result.to_json(), human)
+    sys.exit(result.exit_code)

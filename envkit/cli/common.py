@@ -1,0 +1,81 @@
+"""What every command module shares: the per-invocation context, error handling, output.
+
+Human output goes to the terminal (progress on stderr); ``--json`` prints one JSON document on
+stdout for pipelines. The command modules import from here, never from ``envkit.cli`` itself,
+so the package has no import cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from ..errors import EnvkitError
+
+SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
+BUILDERS = ("classic", "buildkit")  # envkit.render.BUILDERS (not imported here: the CLI starts without jinja2)
+
+
+class Ctx:
+    def __init__(self, json_out: bool, debug: bool, verbose: bool):
+        self.json = json_out
+        self.debug = debug
+        self.verbose = verbose
+
+    def progress(self, message: str) -> None:
+        """Progress goes to stderr in both modes, so --json keeps stdout clean."""
+        click.echo(f"envkit: {message}", err=True)
+
+
+def json_option(f):
+    return click.option("--json", "json_out", is_flag=True, help="Print one JSON document for machines.")(f)
+
+
+def builder_option(f):
+    return click.option(
+        "--builder", type=click.Choice(BUILDERS), default="classic", show_default=True,
+        help="classic: the engine's API; buildkit: DOCKER_BUILDKIT=1 /usr/bin/docker build "
+             "(pip cache mounts, the CA as a build secret; needs Debian's docker.io CLI).")(f)
+
+
+STORE_HELP = ("History store: a SQLite path, sqlite:///path or postgresql://[user@]host[:port]/db "
+              "(default: $ENVKIT_STORE, else .envkit/history.sqlite; passwords via PGPASSWORD or ~/.pgpass).")
+
+
+def run(ctx_obj: Ctx, fn):
+    """Run ``fn``; turn envkit errors into a message and an exit code."""
+    try:
+        return fn()
+    except EnvkitError as exc:
+        if ctx_obj.debug:
+            traceback.print_exc()
+        if ctx_obj.json:
+            click.echo(json.dumps(exc.to_json(), indent=2))
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+
+def emit(ctx_obj: Ctx, doc, human) -> None:
+    if ctx_obj.json:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        human()
+
+
+def table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def _ctx(click_ctx, json_out) -> Ctx:
+    return Ctx(json_out, click_ctx.obj["debug"], click_ctx.obj["verbose"])
+
+
+def _short(value) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,119 @@
+"""Commands for researchers: what was built and certified (locally or in the registry), run an image."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import EnvkitError
+from .common import STORE_HELP, Ctx, _ctx, emit, json_option, run, table
+
+
+def _engine_for_registry(c: Ctx, needed: bool):
+    """The engine (its insecure-registries setting decides http vs https), or None when reading a
+    registry needs no engine and none runs here."""
+    from ..engine.docker_engine import connect
+
+    if needed:
+        return run(c, connect)
+    try:
+        return connect()
+    except EnvkitError:
+        c.progress("no container engine here: reading the registry directly (plain http only to 127.0.0.0/8)")
+        return None
+
+
+@click.command("ls")
+@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--registry", default=None, metavar="HOST[:PORT][/PATH]",
+              help="List the images in this registry (under PATH) with their certificate artifacts, joined with "
+                   "the store's rows for the same images; read over the registry's HTTP API, nothing is pulled.")
+@json_option
+@click.pass_context
+def ls_cmd(click_ctx, store_url, registry, json_out):
+    """Images envkit built, their stack and certification per GPU model."""
+    from ..pipeline import list_images, list_registry_images
+
+    c = _ctx(click_ctx, json_out)
+    if registry is None:
+        rows = run(c, lambda: list_images(store_url))
+        emit(c, {"images": rows}, lambda: table(
+            [[r["tag"], r["stack"], ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-", r["date"]]
+             for r in rows], ["IMAGE", "STACK", "CERTIFICATION", "DATE"]))
+        return
+    engine = _engine_for_registry(c, needed=False)
+    doc = run(c, lambda: list_registry_images(engine, registry, store_url))
+
+    def human():
+        table([[r["tag"], "yes" if r["certified_tag"] else "-",
+                ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-", r["date"] or "-",
+                "+".join(r["sources"])] for r in doc["images"]],
+              ["IMAGE", ":CERTIFIED", "CERTIFICATION", "DATE", "SOURCE"])
+        if doc["skipped"]:
+            click.echo(f"({len(doc['skipped'])} other reference(s) skipped: base mirrors and images envkit did not "
+                       f"build; --json lists them)", err=True)
+
+    emit(c, doc, human)
+
+
+@click.command("show")
+@click.argument("image")
+@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@json_option
+@click.pass_context
+def show_cmd(click_ctx, image, store_url, json_out):
+    """An image's pins, lock hash and certificates.
+
+    IMAGE in the local engine: from the engine and the store. IMAGE as a registry reference
+    (host[:port]/repository:tag or ...@sha256:...) that is not local: read from the registry
+    without pulling (manifest, labels, the certificate artifacts, whether :certified points at it).
+    """
+    from ..pipeline import show_image
+    from ..remote import parse_ref
+
+    c = _ctx(click_ctx, json_out)
+    remote = run(c, lambda: parse_ref(image))
+    engine = _engine_for_registry(c, needed=remote is None)
+    doc = run(c, lambda: show_image(engine, image, store_url))
+
+    def human():
+        reg = doc.get("registry") or {}
+        if reg.get("digest"):
+            click.echo(f"{'registry':32} {reg['pinned']}")
+            click.echo(f"{'compressed size':32} {reg['compressed_size'] / 2**20:.1f} MiB in {reg['layers']} layer(s)")
+            click.echo(f"{'tags':32} {', '.join(reg['tags']) or '-'}")
+            where = "this image" if reg["certified_tag"] else (reg["certified_digest"] or "nothing (no such tag)")
+            click.echo(f"{':certified points at':32} {where}")
+        elif reg.get("error"):
+            click.echo(f"warning: the registry view failed: {reg['error']}", err=True)
+        for k, v in doc["labels"].items():
+            click.echo(f"{k:32} {v}")
+        for cert in doc["certificates"]:
+            click.echo(f"certificate: {cert['status']} on {cert['gpu_model']} driver {cert['driver']} "
+                       f"({cert['created_at']}, {cert.get('source', 'store')})")
+            for reason in cert["reasons"]:
+                click.echo(f"  reason: {reason}")
+        if not doc["certificates"]:
+            click.echo("certificate: none")
+
+    emit(c, doc, human)
+
+
+@click.command("run", context_settings={"ignore_unknown_options": True})
+@click.argument("image")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--gpus/--no-gpus", default=None, help="Default: when the engine has the NVIDIA runtime.")
+@click.option("--shm-size", default="16g", show_default=True)
+@click.pass_context
+def run_cmd(click_ctx, image, command, gpus, shm_size):
+    """Run COMMAND in IMAGE with the GPU, shared-memory and ulimit flags it needs."""
+    from ..engine.docker_engine import connect
+    from ..pipeline import run_in_image
+
+    c = _ctx(click_ctx, False)
+    engine = run(c, connect)
+    result = run(c, lambda: run_in_image(engine, image, list(command), gpus=gpus, shm_size=shm_size))
+    click.echo(result.stdout, nl=False)
+    click.echo(result.stderr, nl=False, err=True)
+    sys.exit(result.exit_code)

@@ -1,0 +1,342 @@
+"""The registry's HTTP API (the distribution API), and how envkit treats a registry's failures.
+
+``_RegistryHTTP`` is just enough of the API for ``publish`` (read a tag's manifest, re-point a
+tag at exactly that manifest, upload a certificate artifact) and ``remote`` (manifests, blobs,
+a repository's tags and the registry's catalog, read without pulling).
+
+Credentials come only from the engine's credential store (``docker login``: the client's
+config.json and credential helpers) or from ``ENVKIT_REGISTRY_USER`` /
+``ENVKIT_REGISTRY_PASSWORD``; never from a spec. Plain http is used where the engine would use
+it (its insecure-registries setting; without an engine, 127.0.0.0/8 only).
+
+Failures are ``_Failure``s, transient (connection errors, 5xx and 429 answers) or permanent
+(denied, unknown image, a bad manifest); ``_retrying`` retries the transient ones with
+exponential backoff and turns the last one into the caller's ``EngineError``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import socket
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+import docker
+import docker.auth
+import docker.errors
+import requests
+
+from .errors import EngineError
+
+USER_ENV = "ENVKIT_REGISTRY_USER"
+PASSWORD_ENV = "ENVKIT_REGISTRY_PASSWORD"
+
+MANIFEST_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.index.v1+json",
+)
+
+# Engine messages that mean "try again later" vs "this will never work".
+_TRANSIENT = re.compile(
+    r"connection refused|connection reset|broken pipe|i/o timeout|timed? ?out|\bEOF\b|TLS handshake|"
+    r"no route to host|network is unreachable|temporar|try again|unexpected HTTP status: 5\d\d|"
+    r"\b50[0234]\b|service unavailable|bad gateway|gateway time-?out|internal server error|"
+    r"too ?many ?requests|\b429\b",
+    re.IGNORECASE,
+)
+_PERMANENT = re.compile(
+    r"unauthori[sz]ed|authentication required|denied|forbidden|does not exist locally|no such image|"
+    r"manifest unknown|name unknown|manifest invalid|blob unknown|invalid reference|repository name",
+    re.IGNORECASE,
+)
+
+Sleep = Callable[[float], None]
+T = TypeVar("T")
+
+
+class _Failure(Exception):
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+
+
+# --- names, credentials, http or https -------------------------------------------------------------
+
+def _strip_tag(ref: str) -> str:
+    ref = ref.split("@", 1)[0]
+    head, _, last = ref.rpartition("/")
+    if ":" in last:
+        last = last.rsplit(":", 1)[0]
+    return f"{head}/{last}" if head else last
+
+
+def split_repository(registry_repo: str) -> tuple[str, str]:
+    """``127.0.0.1:5000/vision/torch25`` -> (``127.0.0.1:5000``, ``vision/torch25``)."""
+    if not registry_repo or registry_repo != registry_repo.strip() or "@" in registry_repo \
+            or _strip_tag(registry_repo) != registry_repo:
+        raise EngineError(f"bad registry repository {registry_repo!r}: give REGISTRY/PATH without a tag or digest",
+                          hint="e.g. registry.example.com:5000/vision/torch25")
+    first, sep, rest = registry_repo.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    path = registry_repo if "/" in registry_repo else f"library/{registry_repo}"
+    return "docker.io", path
+
+
+def _env_credentials() -> tuple[str, str] | None:
+    user, password = os.environ.get(USER_ENV), os.environ.get(PASSWORD_ENV)
+    if bool(user) != bool(password):
+        missing = PASSWORD_ENV if user else USER_ENV
+        raise EngineError(f"{missing} is not set but {USER_ENV if user else PASSWORD_ENV} is",
+                          hint=f"set both {USER_ENV} and {PASSWORD_ENV}, or neither (then `docker login` is used)")
+    return (user, password) if user else None
+
+
+def _store_credentials(registry: str) -> tuple[str, str] | None:
+    """Username/password for HTTP calls: the environment first, then the engine's credential store."""
+    creds = _env_credentials()
+    if creds:
+        return creds
+    try:
+        entry = docker.auth.load_config().resolve_authconfig(registry) or {}
+    except Exception:  # a broken helper must not hide the real error (the registry's 401)
+        return None
+    user = entry.get("username") or entry.get("Username")
+    password = entry.get("password") or entry.get("Password") or entry.get("IdentityToken")
+    return (user, password) if user and password else None
+
+
+def _insecure(client: docker.DockerClient | None, registry: str) -> bool:
+    """Does the engine talk plain http to this registry (its insecure-registries setting)?
+
+    Without an engine (``client`` None: a researcher reading the registry from a login node),
+    the engine's default applies: plain http to 127.0.0.0/8 only.
+    """
+    try:
+        cfg = (client.info().get("RegistryConfig") or {}) if client is not None else {}
+    except (docker.errors.DockerException, requests.RequestException):
+        cfg = {}
+    index = (cfg.get("IndexConfigs") or {}).get(registry)
+    if index is not None:
+        return not index.get("Secure", True)
+    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
+    host = host.strip("[]")
+    try:
+        addrs = [ipaddress.ip_address(host)]
+    except ValueError:
+        try:
+            addrs = [ipaddress.ip_address(a[4][0]) for a in socket.getaddrinfo(host, None)]
+        except (OSError, ValueError):
+            return False
+    cidrs = [ipaddress.ip_network(c, strict=False) for c in cfg.get("InsecureRegistryCIDRs") or ["127.0.0.0/8"]]
+    return any(a in net for a in addrs for net in cidrs if a.version == net.version)
+
+
+# --- failures and retries ----------------------------------------------------------------------------
+
+def _classify(message: str) -> bool:
+    """True when an engine or registry message describes a transient failure."""
+    return bool(_TRANSIENT.search(message)) and not _PERMANENT.search(message)
+
+
+def _from_exception(exc: Exception) -> _Failure:
+    if isinstance(exc, _Failure):
+        return exc
+    if isinstance(exc, docker.errors.APIError):
+        message = str(exc.explanation or exc)
+        code = exc.status_code or 0
+        return _Failure(message, code >= 500 and not _PERMANENT.search(message) or code == 429)
+    if isinstance(exc, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)):
+        return _Failure(str(exc) or type(exc).__name__, True)
+    raise exc
+
+
+def _retrying(op: Callable[[], T], *, retries: int, backoff: float, sleep: Sleep,
+              fail: Callable[[_Failure, int], EngineError]) -> T:
+    """Run ``op``; retry transient failures ``retries`` times, waiting backoff * 2**n seconds."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return op()
+        except Exception as exc:  # classified below; anything unexpected propagates
+            failure = _from_exception(exc)
+        if not failure.retryable or attempt > retries:
+            raise fail(failure, attempt) from None
+        sleep(backoff * (2 ** (attempt - 1)))
+
+
+# --- the registry's HTTP API (manifests only) --------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Manifest:
+    digest: str
+    media_type: str
+    raw: bytes
+
+    @property
+    def config_digest(self) -> str | None:
+        try:
+            return (json.loads(self.raw).get("config") or {}).get("digest")
+        except ValueError:
+            return None
+
+
+class _RegistryHTTP:
+    """Just enough of the distribution API, with basic or token auth: GET and PUT manifests,
+    GET and PUT blobs, a repository's tags and the registry's catalog (both paged)."""
+
+    def __init__(self, client: docker.DockerClient | None, registry_repo: str, timeout: float = 30.0, *,
+                 actions: str = "pull,push", session: requests.Session | None = None):
+        registry, path = split_repository(registry_repo)
+        self._open(registry, "http" if _insecure(client, registry) else "https", timeout, session)
+        self.path = path
+        self.base = f"{self.root}/{path}"
+        self.scope = f"repository:{path}:{actions}"
+
+    def _open(self, registry: str, scheme: str, timeout: float, session: requests.Session | None) -> None:
+        self.registry = registry
+        host = "registry-1.docker.io" if registry in ("docker.io", "index.docker.io") else registry
+        self.scheme = scheme
+        self.root = f"{scheme}://{host}/v2"
+        self.timeout = timeout
+        self.session = session or requests.Session()
+        self.auth: dict[str, str] = {}
+
+    @classmethod
+    def at(cls, client: docker.DockerClient | None, registry: str, timeout: float = 30.0, *,
+           session: requests.Session | None = None) -> "_RegistryHTTP":
+        """A client for the whole registry (its catalog); ``repository`` gives one per repository."""
+        self = cls.__new__(cls)
+        self._open(registry, "http" if _insecure(client, registry) else "https", timeout, session)
+        self.path = ""
+        self.base = self.root
+        self.scope = "registry:catalog:*"
+        return self
+
+    def repository(self, path: str, *, actions: str = "pull") -> "_RegistryHTTP":
+        """The same registry, connection and scheme, for one repository (read-only by default)."""
+        other = type(self).__new__(type(self))
+        other._open(self.registry, self.scheme, self.timeout, self.session)
+        other.path = path
+        other.base = f"{self.root}/{path}"
+        other.scope = f"repository:{path}:{actions}"
+        return other
+
+    def _send(self, method: str, url: str, **kw) -> requests.Response:
+        headers = dict(kw.pop("headers", {}))
+        r = self.session.request(method, url, headers={**headers, **self.auth}, timeout=self.timeout, **kw)
+        if r.status_code == 401 and self._authenticate(r.headers.get("WWW-Authenticate", "")):
+            r = self.session.request(method, url, headers={**headers, **self.auth}, timeout=self.timeout, **kw)
+        return r
+
+    def _authenticate(self, challenge: str) -> bool:
+        kind, _, params = challenge.partition(" ")
+        creds = _store_credentials(self.registry)
+        if kind.lower() == "basic":
+            if not creds:
+                return False
+            token = base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
+            self.auth = {"Authorization": f"Basic {token}"}
+            return True
+        if kind.lower() != "bearer":
+            return False
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
+        realm = fields.get("realm")
+        if not realm:
+            return False
+        query = {"scope": self.scope}
+        if fields.get("service"):
+            query["service"] = fields["service"]
+        r = self.session.get(realm, params=query, auth=creds, timeout=self.timeout)
+        self._raise_for(r, f"getting a token from {realm}")
+        body = r.json()
+        token = body.get("token") or body.get("access_token")
+        if not token:
+            raise _Failure(f"the token service {realm} answered without a token", False)
+        self.auth = {"Authorization": f"Bearer {token}"}
+        return True
+
+    @staticmethod
+    def _raise_for(r: requests.Response, what: str) -> None:
+        if r.status_code < 400:
+            return
+        text = r.text.strip().replace("\n", " ")[:300]
+        transient = r.status_code >= 500 or r.status_code == 429
+        raise _Failure(f"{what}: HTTP {r.status_code} {r.reason}: {text}", transient)
+
+    def get_manifest(self, reference: str) -> _Manifest | None:
+        r = self._send("GET", f"{self.base}/manifests/{reference}", headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        if r.status_code == 404:
+            return None
+        self._raise_for(r, f"reading {self.registry}/{self.path}:{reference}")
+        digest = r.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(r.content).hexdigest()
+        media_type = (r.headers.get("Content-Type") or "").split(";")[0].strip()
+        if media_type not in MANIFEST_TYPES:
+            try:
+                media_type = json.loads(r.content).get("mediaType") or MANIFEST_TYPES[0]
+            except (ValueError, AttributeError):
+                raise _Failure(f"{self.registry}/{self.path}:{reference} is not a JSON manifest", False) from None
+        return _Manifest(digest, media_type, r.content)
+
+    def put_blob(self, data: bytes) -> str:
+        """Upload ``data`` as a blob (monolithic upload), unless the registry has it already."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if self._send("HEAD", f"{self.base}/blobs/{digest}").status_code == 200:
+            return digest
+        r = self._send("POST", f"{self.base}/blobs/uploads/")
+        self._raise_for(r, f"starting a blob upload to {self.registry}/{self.path}")
+        location = requests.compat.urljoin(self.base + "/", r.headers["Location"])
+        sep = "&" if "?" in location else "?"
+        r = self._send("PUT", f"{location}{sep}digest={digest}", data=data,
+                       headers={"Content-Type": "application/octet-stream"})
+        self._raise_for(r, f"uploading a blob to {self.registry}/{self.path}")
+        return digest
+
+    def get_blob(self, digest: str) -> bytes:
+        """A blob's bytes, checked against its digest (a missing blob is a permanent failure)."""
+        r = self._send("GET", f"{self.base}/blobs/{digest}")
+        self._raise_for(r, f"reading blob {digest} of {self.registry}/{self.path}")
+        algorithm, _, hexdigest = digest.partition(":")
+        if algorithm == "sha256" and hashlib.sha256(r.content).hexdigest() != hexdigest:
+            raise _Failure(f"blob {digest} of {self.registry}/{self.path} does not match its digest", False)
+        return r.content
+
+    def list_tags(self) -> list[str] | None:
+        """Every tag of the repository (all pages), or None when the registry has no such repository."""
+        return self._paged(f"{self.base}/tags/list", "tags", f"listing the tags of {self.registry}/{self.path}")
+
+    def catalog(self) -> list[str]:
+        """Every repository in the registry (all pages of ``/v2/_catalog``)."""
+        return self._paged(f"{self.root}/_catalog", "repositories", f"listing the repositories of {self.registry}") \
+            or []
+
+    def _paged(self, url: str, key: str, what: str, page: int = 1000) -> list[str] | None:
+        found: list[str] = []
+        params: dict | None = {"n": page}
+        while url:
+            r = self._send("GET", url, params=params)
+            if r.status_code == 404:
+                return None
+            self._raise_for(r, what)
+            try:
+                found += [str(v) for v in (r.json().get(key) or [])]
+            except (ValueError, AttributeError, TypeError):
+                raise _Failure(f"{what}: the answer is not the JSON the distribution API defines", False) from None
+            nxt = r.links.get("next", {}).get("url")
+            url, params = (requests.compat.urljoin(url, nxt), None) if nxt else ("", None)
+        return found
+
+    def put_manifest(self, tag: str, manifest: _Manifest) -> str:
+        r = self._send("PUT", f"{self.base}/manifests/{tag}", data=manifest.raw,
+                       headers={"Content-Type": manifest.media_type})
+        self._raise_for(r, f"tagging {self.registry}/{self.path}:{tag}")
+        return r.headers.get("Docker-Content-Digest") or manifest.digest
