@@ -20,6 +20,7 @@ from .certify.harness import Verification, run_payload
 from .engine import BuildEvent
 from .engine.buildkit import BuildKitBuilder
 from .errors import BuildError
+from .frameworks import require_buildable
 from .lock import Lock, LockedImage
 from .render import BUILDERS, context_hash, image_tag, render_files
 
@@ -56,6 +57,7 @@ def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bu
                 progress: Progress, verify: bool = True, builder: str = "classic") -> Outcome:
     """Build ``image`` with ``builder`` ("classic" | "buildkit") unless an identical build exists."""
     check_builder(builder)
+    require_buildable(image)  # nightly builds through here too
     buildkit = builder == "buildkit"
     files = render_files(lock, image, spec_name, buildkit=buildkit)
     identity = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash(files)}

@@ -13,7 +13,8 @@ from typing import Callable
 from .build import LOCK_LABEL, Outcome, Progress, build_image, require_builder
 from .certify.harness import Verification, expect_from_labels, run_payload
 from .catalog import Catalog, load_catalog
-from .errors import BuildError, EngineError, EnvkitError, LockError, SpecError, VerificationError
+from .errors import EngineError, EnvkitError, LockError, SpecError, VerificationError
+from .frameworks import require_buildable, require_bundle
 from .index import DEFAULT_INDEX, PackageIndex
 from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import Rendered, render
@@ -103,9 +104,9 @@ def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | Non
     resolved, _ = render_spec(spec_path, out_root, lock_path=lock_path, only=only,
                               progress=lambda msg: progress("*", msg))
     ca = resolved.spec.ca_bundle_path()
-    for image in resolved.lock.images:
+    for image in resolved.lock.images:  # refuse before building any
         if not only or image.name in only:
-            _require_torch(image)
+            require_buildable(image)
     outcomes = []
     for image in resolved.lock.images:
         if only and image.name not in only:
@@ -113,14 +114,6 @@ def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | Non
         outcomes.append(build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
                                     progress=progress, verify=verify, builder=builder))
     return resolved, outcomes
-
-
-def _require_torch(image: LockedImage) -> None:
-    if image.framework != "torch":
-        raise BuildError(
-            f"image {image.name!r} is locked ({image.framework} {image.framework_version}) but envkit builds "
-            "only PyTorch images so far",
-            hint="build the others with --image, or use the lock with your own Dockerfile")
 
 
 @dataclass
@@ -154,7 +147,7 @@ def bundle_spec(spec_path: Path, out_dir: Path, engine, *, image: str | None = N
         image = names[0]
     resolved.spec.image(image)
     locked = resolved.lock.image(image)
-    _require_torch(locked)
+    require_bundle(locked)
     progress(f"bundling {image} into {out_dir} (written beside it, renamed into place when complete)")
     path = make_bundle(engine, resolved.lock, image, out_dir, ca_bundle=resolved.spec.ca_bundle_path(),
                        spec_name=_display(spec_path), progress=progress)

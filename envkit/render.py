@@ -27,6 +27,7 @@ import jinja2
 
 from . import __version__
 from .errors import EnvkitError
+from .frameworks import framework, require_devel
 from .lock import Lock, LockedImage, Package, write_atomic
 
 UID = 1000
@@ -160,6 +161,7 @@ class RenderContext:
 
 def devel_packages(image: LockedImage) -> tuple[Package, ...]:
     """The devel flavour's pip additions for ``image`` (nvcc's and CCCL's headers), hash-pinned."""
+    require_devel(image)
     mm = image.cuda_major_minor
     if not mm:
         raise EnvkitError(f"image {image.name!r} has no CUDA runtime, so a devel flavour has no nvcc to match",
@@ -203,8 +205,8 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         "io.envkit.nccl": image.nccl or "none",
         "io.envkit.python": image.python,
         "io.envkit.driver-floor": image.driver_floor or "none",
-        "io.envkit.arch-list": " ".join(image.arch_list),
         "io.envkit.envkit-version": __version__,
+        **framework(image.framework).labels(image),  # the framework's own pins (torch: the arch list)
     }
     if image.flavour != "runtime":  # (runtime images carry no flavour label, as before devel existed)
         labels["io.envkit.flavour"] = image.flavour

@@ -2,13 +2,16 @@
 
 The in-image payload reports *facts* (versions, GPUs, driver) and *checks*. The host does
 not take the payload's own ``status`` on trust: ``decide`` re-derives the outcome from those
-facts and checks against the lock's expectations, and the result is recorded in a
+facts and checks against the lock's expectations (which versions and how, GPU coverage by arch
+list or by minimum compute capability: per framework, ``envkit/frameworks.py``; the framework is
+the lock's, never the payload's word), and the result is recorded in a
 ``Certificate`` keyed by (image id, GPU model, driver).
 
 Outcomes:
 
-* ``certified``: GPUs were visible, the GPU checks (``cuda_available``, ``arch_covered``,
-  ``cuda_train_step``) really passed, and nothing failed.
+* ``certified``: GPUs were visible, the framework's required GPU checks (PyTorch:
+  ``cuda_available``, ``arch_covered``, ``cuda_train_step``; JAX: ``gpu_devices``, ``cc_covered``,
+  ``gpu_train_step``) really passed, and nothing failed.
 * ``verified``: no GPU was visible (and none was asked for); every static/CPU check held and
   every GPU-only check was skipped.
 * ``failed``: anything else, with the reasons.
@@ -22,10 +25,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..catalog import vtuple
-from ..errors import VerificationError
+from ..errors import EnvkitError, VerificationError
+from ..frameworks import TORCH, Framework, Pin, of_expect
 from ..resolve import covers
 
 CERTIFICATE_VERSION = 1
@@ -35,14 +40,13 @@ LABEL_PREFIX = "io.envkit.certified."
 Status = Literal["certified", "verified", "failed"]
 CheckStatus = Literal["passed", "failed", "skipped"]
 
-# The payload's GPU-only checks (``@check(..., gpu_only=True)`` in envkit_check.py), in run order.
-GPU_CHECKS = ("nvidia_smi", "cuda_available", "arch_covered", "cuda_train_step", "memory", "dataloader",
-              "nccl_allreduce", "matmul_tflops", "h2d_d2h_bandwidth", "telemetry")
-# The GPU checks that must have passed for ``certified``: they prove the GPU really ran the stack.
-REQUIRED_GPU_CHECKS = ("cuda_available", "arch_covered", "cuda_train_step")
-# GPU-only checks that can honestly pass with no CUDA device usable by torch (certify mode on a
-# host with a driver): the driver probe and NVML sampling.
-DEVICELESS_GPU_CHECKS = frozenset({"nvidia_smi", "telemetry"})
+# Per framework (``envkit/frameworks.py``): the payload's GPU-only checks in run order, those that
+# must have passed for ``certified`` (they prove the GPU really ran the stack), and those that can
+# honestly pass with no device usable by the framework (the driver probe, NVML sampling). The
+# framework is the lock's (the expect document), never the payload's word. PyTorch's, by name:
+GPU_CHECKS = TORCH.gpu_checks
+REQUIRED_GPU_CHECKS = TORCH.required_gpu_checks
+DEVICELESS_GPU_CHECKS = TORCH.deviceless_gpu_checks
 NO_GPU_REQUESTED = "certification asked for a GPU but none is visible in the container"
 MAX_SAMPLES_PER_GPU = 500  # plotted samples kept per GPU; the maxima are over every sample
 _ARCH = re.compile(r"^(sm|compute)_\d{2,3}[af]?$")
@@ -140,31 +144,40 @@ def _public(version: Any) -> str:
     return str(version).partition("+")[0].strip()
 
 
-def _compare_versions(facts: dict, expect: dict) -> list[str]:
+def _same(have: Any, want: Any, pin: Pin) -> bool:
+    if pin.public:
+        try:
+            return Version(_public(have)).public == Version(_public(want)).public
+        except InvalidVersion:
+            return _public(have) == _public(want)
+    parts = pin.parts or max(len(re.findall(r"\d+", str(want))), len(re.findall(r"\d+", str(have))))
+    return _n(want, parts) == _n(have, parts)
+
+
+def _compare_versions(facts: dict, expect: dict, fw: Framework) -> list[str]:
     reasons = []
-    rows = (("python", "Python", 2), ("cuda", "CUDA runtime", 2), ("cudnn", "cuDNN", 3), ("nccl", "NCCL", 3))
-    for key, label, parts in rows:
-        if key not in expect:
+    for pin in fw.pins:
+        if pin.key not in expect:
             continue  # the lock says nothing: nothing to compare
-        want, have = expect[key], facts.get(key)
+        want, have = expect[pin.key], facts.get(pin.key)
+        if pin.public:  # a project's own version (torch, jax): compared when the lock gives one
+            if want is not None and (have is None or not _same(have, want, pin)):
+                reasons.append(f"{pin.label}: the lock expects {want} but the image has {have or 'none'}")
+            continue
         if want is None and have is None:
             continue
         if want is None:
-            reasons.append(f"{label}: the lock expects none (CPU-only build) but the image has {have}")
+            reasons.append(f"{pin.label}: the lock expects none (CPU-only build) but the image has {have}")
         elif have is None:
-            reasons.append(f"{label}: the lock expects {want} but the image has none")
-        elif _n(want, parts) != _n(have, parts):
-            reasons.append(f"{label}: the lock expects {want} but the image has {have} "
-                           f"(compared on the first {parts} components)")
-    if "torch" in expect and expect["torch"] is not None:
-        have = facts.get("torch")
-        if have is None or _public(have) != _public(expect["torch"]):
-            reasons.append(f"torch: the lock expects {expect['torch']} but the image has {have or 'none'}")
-    if "arch_list" in expect:
+            reasons.append(f"{pin.label}: the lock expects {want} but the image has none")
+        elif not _same(have, want, pin):
+            how = f"the first {pin.parts} components" if pin.parts else "every component"
+            reasons.append(f"{pin.label}: the lock expects {want} but the image has {have} (compared on {how})")
+    if fw.coverage == "arch_list" and "arch_list" in expect:
         want = set(expect.get("arch_list") or [])
         have = set(facts.get("arch_list") or [])
         if want != have:
-            reasons.append(f"arch list: the lock expects {' '.join(sorted(want)) or '(none)'} but torch was built "
+            reasons.append(f"arch list: the lock expects {' '.join(sorted(want)) or '(none)'} but {fw.name} was built "
                            f"for {' '.join(sorted(have)) or '(none)'}")
     return reasons
 
@@ -182,16 +195,29 @@ def _cc_of(gpu: dict) -> str | None:
     return arch.cc if arch else None
 
 
-def _coverage(facts: dict, expect: dict) -> list[str]:
-    arch_list = expect["arch_list"] if "arch_list" in expect else facts.get("arch_list")
-    arches = tuple(a for a in (arch_list or []) if _ARCH.match(str(a)))
-    shown = " ".join(arch_list or []) or "(none)"
+def _coverage(facts: dict, expect: dict, fw: Framework) -> list[str]:
+    """Every visible GPU must be covered: by the compiled arch list (torch), or by the framework
+    build's minimum compute capability (jax: the catalog's min_cc, carried by the lock)."""
+    if fw.coverage == "min_cc":
+        floor = expect.get("min_cc")
+        arches, shown = (), ""
+    else:
+        floor = None
+        arch_list = expect["arch_list"] if "arch_list" in expect else facts.get("arch_list")
+        arches = tuple(a for a in (arch_list or []) if _ARCH.match(str(a)))
+        shown = " ".join(arch_list or []) or "(none)"
     reasons = []
     for gpu in facts.get("gpus") or []:
         name = gpu.get("name") or f"GPU {gpu.get('index', '?')}"
         cc = _cc_of(gpu)
         if cc is None:
             reasons.append(f"cannot tell the compute capability of {name} (reported cc {gpu.get('cc')!r})")
+        elif fw.coverage == "min_cc":
+            if floor is None:
+                reasons.append(f"the lock gives no minimum compute capability for this {fw.title} build; "
+                               f"cannot tell whether it runs on {name} (cc {cc})")
+            elif vtuple(cc) < vtuple(str(floor)):
+                reasons.append(f"{fw.title} build needs compute capability >= {floor}; {name} is cc {cc}")
         elif not covers(arches, cc, ptx_ok=True):
             reasons.append(f"arch list {shown} has no kernels for {name} (cc {cc})")
     return reasons
@@ -226,18 +252,24 @@ def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tup
         reasons.append("the payload reported no checks")
     by_name = {c.get("name"): c for c in checks}
     gpus = [g for g in facts.get("gpus") or [] if isinstance(g, dict)]
+    try:
+        fw = of_expect(expect)
+    except EnvkitError as exc:
+        return "failed", (f"{exc.message}; the lock's expectations cannot be judged",)
+    if not fw.builds:
+        return "failed", (f"envkit does not verify {fw.title} images yet",)
 
     for c in checks:
         if c.get("status") == "failed":
             reasons.append(f"check {c.get('name')} failed: {c.get('message') or '(no message)'}")
         elif c.get("status") not in ("passed", "skipped"):
             reasons.append(f"check {c.get('name')} has unknown status {c.get('status')!r}")
-    reasons += _compare_versions(facts, expect)
-    reasons += _coverage(facts, expect)
+    reasons += _compare_versions(facts, expect, fw)
+    reasons += _coverage(facts, expect, fw)
     reasons += _driver(facts, expect, gpus)
 
     if gpus:
-        for name in REQUIRED_GPU_CHECKS:
+        for name in fw.required_gpu_checks:
             status = by_name.get(name, {}).get("status")
             if status != "passed" and gpu_requested and status != "failed":  # a failure is already a reason
                 reasons.append(f"GPU check {name} did not pass ({status or 'not reported'}) although "
@@ -248,14 +280,14 @@ def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tup
         verify = doc.get("mode") != "certify"
         for c in checks:
             name = c.get("name")
-            if name in GPU_CHECKS and c.get("status") == "passed" and (verify or name not in DEVICELESS_GPU_CHECKS):
+            if name in fw.gpu_checks and c.get("status") == "passed" and (verify or name not in fw.deviceless_gpu_checks):
                 reasons.append(f"claims GPU check {name} passed with no GPU visible")
 
     if not reasons and doc.get("status") == "failed":
         reasons.append("the payload reported failed although every check it listed held")
     if reasons:
         return "failed", tuple(dict.fromkeys(reasons))
-    certified = bool(gpus) and all(by_name.get(n, {}).get("status") == "passed" for n in REQUIRED_GPU_CHECKS)
+    certified = bool(gpus) and all(by_name.get(n, {}).get("status") == "passed" for n in fw.required_gpu_checks)
     return ("certified" if certified else "verified"), ()
 
 

@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import frameworks
 from ..engine import Mount, RunOptions
 from ..errors import VerificationError
 
@@ -70,18 +71,5 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
 
 
 def expect_from_labels(labels: dict[str, str]) -> dict:
-    """What an image claims to hold, from the pin labels envkit stamped on it."""
-    def val(key):
-        v = labels.get(f"io.envkit.{key}")
-        return None if v in (None, "", "none") else v
-    framework = val("framework") or ""
-    cuda = val("cuda")
-    return {
-        "torch": framework.split("==", 1)[1] if framework.startswith("torch==") else None,
-        "cuda": ".".join(cuda.split(".")[:2]) if cuda else None,
-        "cudnn": val("cudnn"),
-        "nccl": val("nccl"),
-        "arch_list": (val("arch-list") or "").split() or None,
-        "python": val("python"),
-        "driver_floor": val("driver-floor"),
-    }
+    """What an image claims to hold, from the pin labels envkit stamped on it (per framework)."""
+    return frameworks.expect_from_labels(labels)

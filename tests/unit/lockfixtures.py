@@ -29,3 +29,25 @@ def make_image(name="torch25", extra=("numpy", "2.1.3"), **changes) -> LockedIma
 def make_lock(*images) -> Lock:
     return Lock(team="vision", spec_digest="sha256:" + "1" * 64, catalog_digest="sha256:" + "2" * 64,
                 envkit_version="0.1.0", images=images or (make_image(),))
+
+
+def make_jax_image(name="jax", **changes) -> LockedImage:
+    """A JAX image as the resolver locks one: jax[cuda13], the plugin, CUDA libraries as ranges pinned by the closure."""
+    pins = [("jax", "0.12.0.1"), ("jax-cuda13-pjrt", "0.12.0.1"), ("jax-cuda13-plugin", "0.12.0.1"),
+            ("jaxlib", "0.12.0.1"), ("numpy", "2.5.5"), ("nvidia-cuda-runtime", "13.5.37"),
+            ("nvidia-cudnn-cu13", "9.28.1.4"), ("nvidia-nccl-cu13", "2.32.3")]
+    packages = tuple(Package(name=n, version=v, hashes=("sha256:" + f"{i:x}" * 64,), group="framework")
+                     for i, (n, v) in enumerate(pins))
+    fields = dict(
+        name=name, framework="jax", framework_version="0.12.0.1", variant="cuda13",
+        index_url="https://pypi.org/simple", python="3.13", platform="x86_64-manylinux_2_41",
+        cuda="13.5.37", cuda_major_minor="13.5", cudnn="9.28.1.4", nccl="2.32.3", arch_list=(), min_cc="7.5",
+        driver_floor="580", require_cuda="cuda>=13.0", policy="minor",
+        base=BaseImage(ref="envkit-base/debian:trixie-minbase-0123456789ab", digest=None, distro="debian",
+                       suite="trixie", bootstrap={"suite": "trixie", "mirror": "http://deb.debian.org/debian",
+                                                  "variant": "minbase"}),
+        apt=(), flavour="runtime", packages=packages,
+        decisions=(Decision(topic="jax", choice="jax 0.12.0.1 (cuda13)", reason="newest"),),
+    )
+    fields.update(changes)
+    return sealed(LockedImage(**fields))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""envkit certification payload: verify (CPU) or certify (GPU) a PyTorch image from the inside.
+"""envkit certification payload: verify (CPU) or certify (GPU) a PyTorch or JAX image from the inside.
 
-Standard library + torch only (Python 3.9+, torch 2.0+); never imports envkit.
+Standard library + the image's framework only (Python 3.9+; torch 2.0+ or jax 0.4.26+); never
+imports envkit, and never imports torch in a JAX image (nor jax in a PyTorch one).
     python3 /opt/envkit/envkit_check.py --expect expect.json --json
 Exit status: 0 verified/certified, 1 failed, 2 bad usage. Reference: docs/payload.md.
 """
@@ -14,6 +15,7 @@ import gc
 import hashlib
 import importlib.util
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -65,7 +67,11 @@ class Context:
     mode: str
     t0: float
     steps: Optional[int] = None
+    framework: str = "torch"  # "torch" | "jax": which registry runs
     torch: Any = None
+    jax: Any = None
+    gpu_devices: List[Any] = dataclasses.field(default_factory=list)  # jax.devices("gpu")
+    jax_log: Any = None  # JaxLog: what jax logged while it looked for its GPU backend
     cuda_ok: bool = False
     facts: Dict[str, Any] = dataclasses.field(default_factory=dict)
     sampler: Optional["Sampler"] = None
@@ -76,6 +82,7 @@ class Context:
 
 
 REGISTRY: List[Tuple[str, Callable[[Context], Check], bool]] = []  # (name, function, gpu_only), in run order
+DEVICE_CHECKS = ("cuda_available", "gpu_devices")  # passed: the framework really had a GPU (torch, jax)
 
 
 def check(name: str, gpu_only: bool = False) -> Callable:
@@ -766,6 +773,359 @@ def check_telemetry(ctx: Context) -> Check:
                                         f"{value['max_power_w']} W; clock event reasons seen: {', '.join(reasons) or 'none'}")
 
 
+# ------------------------------------------------------------------------- JAX
+# A JAX image holds jax, jaxlib and the CUDA plugin (jax-cudaNN-plugin + -pjrt), with the CUDA
+# libraries as nvidia-* wheels. Its checks read those versions from the installed distributions,
+# train on the CPU backend, and (certify mode) probe the GPUs through jax. The shared checks
+# (python_version, pip_check, nvidia_smi, telemetry) are the PyTorch path's own functions.
+JAX_DISTRIBUTIONS = {"cuda": r"nvidia-cuda-runtime(-cu\d+)?", "cudnn": r"nvidia-cudnn-cu\d+",
+                     "nccl": r"nvidia-nccl-cu\d+", "cuda_plugin": r"jax-cuda\d+-plugin"}
+JAX_FACTS = ["framework", "python", "jax", "jaxlib", "cuda_plugin", "cuda", "cudnn", "nccl", "backend", "driver"]
+
+
+def canonical_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", str(name)).lower()
+
+
+def distribution_versions() -> Dict[str, str]:
+    """Every installed distribution's version, by canonical name (importlib.metadata)."""
+    import importlib.metadata as metadata
+    found: Dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] if dist.metadata is not None else None
+        if name:
+            found.setdefault(canonical_name(name), dist.version)
+    return found
+
+
+def jax_library_versions(dists: Dict[str, str]) -> Dict[str, Any]:
+    """CUDA runtime, cuDNN, NCCL and the JAX CUDA plugin: {key: (distribution, version) or None}."""
+    out: Dict[str, Any] = {}
+    for key, pattern in JAX_DISTRIBUTIONS.items():
+        out[key] = next(((n, v) for n, v in sorted(dists.items()) if re.fullmatch(pattern, n)), None)
+    return out
+
+
+def cc_at_least(cc: Any, floor: Any) -> bool:
+    return padded(cc, 2) >= padded(floor, 2)
+
+
+def jax_gpu_devices(jax: Any) -> List[Any]:
+    """jax.devices('gpu'), or [] when jax has no GPU backend (it then runs on the CPU)."""
+    try:
+        return [d for d in jax.devices("gpu")]
+    except Exception:  # RuntimeError: Unknown backend 'gpu' (no driver, plugin failed to load, ...)
+        return []
+
+
+class JaxLog(logging.Handler):
+    """Keeps jax's warnings (a CUDA plugin that failed to initialise is only logged) and still prints them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: List[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
+        self.lines.append(text[:500])
+        sys.stderr.write(f"{record.name}: {text}\n")
+
+
+def jax_gpu_errors(log: Optional[JaxLog]) -> List[str]:
+    """Why jax has no GPU backend, as far as jax says: its CUDA/GPU backend errors (a private table)
+    and the warnings it logged about its CUDA plugin."""
+    found: List[str] = []
+    try:
+        from jax._src import xla_bridge
+        errors = dict(getattr(xla_bridge, "_backend_errors", {}) or {})
+        found += [f"backend {k}: {str(v)[:300]}" for k, v in errors.items() if re.search(r"cuda|gpu", str(k), re.I)]
+    except Exception:
+        pass
+    found += [line for line in (log.lines if log else []) if re.search(r"cuda|gpu|plugin", line, re.I)]
+    return found
+
+
+def platform_of(array: Any) -> str:
+    return ",".join(sorted({d.platform for d in array.devices()}))
+
+
+def gather_jax_facts(jax: Any, devices: List[Any], dists: Dict[str, str]) -> Dict[str, Any]:
+    nvml = Nvml.load()
+    libs = jax_library_versions(dists)
+    try:
+        import jaxlib.version
+        jaxlib_version: Optional[str] = str(jaxlib.version.__version__)
+    except Exception:
+        jaxlib_version = dists.get("jaxlib")
+    gpus = []
+    for i, d in enumerate(devices):
+        try:
+            limit = (d.memory_stats() or {}).get("bytes_limit")
+        except Exception:
+            limit = None
+        cc = getattr(d, "compute_capability", None)
+        gpus.append({"index": i, "name": str(d.device_kind), "cc": str(cc) if cc else None,
+                     "memory_gib": round(limit / 2**30, 2) if limit else None})
+    try:
+        backend: Optional[str] = str(jax.default_backend())
+    except Exception:
+        backend = None
+    found = {"framework": "jax", "python": platform.python_version(), "jax": str(jax.__version__), "jaxlib": jaxlib_version,
+             "backend": backend, "driver": nvml.driver_version() if nvml else None}
+    found.update({k: (v[1] if v else None) for k, v in libs.items()})
+    return dict({k: found[k] for k in JAX_FACTS}, gpus=gpus)
+
+
+def compare_exact(ctx: Context, key: str, label: str, actual: Optional[str], where: str) -> Check:
+    """Compare an installed distribution's version with expect[key] on every component."""
+    if key not in ctx.expect:
+        return Check("skipped", actual, None, f"lock gives no {key}; found {label} {actual or 'none'}")
+    want = ctx.expect[key]
+    if want is None and actual is None:
+        return Check("passed", None, None, f"no {label} installed, as the lock expects")
+    if want is None:
+        return Check("failed", actual, None, f"found {label} {actual} ({where}) but the lock expects none")
+    if actual is None:
+        return Check("failed", None, want, f"{label} is not installed (no {where} distribution); expected {want}")
+    n = max(len(ints(actual)), len(ints(want)))
+    if same_version(actual, want, n):
+        return Check("passed", actual, want, f"{label} {actual} ({where}) matches the lock's {want}")
+    return Check("failed", actual, want, f"{label} {actual} ({where}) does not match expected {want}")
+
+
+def check_jax_version(ctx: Context) -> Check:
+    found = {"jax": ctx.facts.get("jax"), "jaxlib": ctx.facts.get("jaxlib"), "cuda_plugin": ctx.facts.get("cuda_plugin")}
+    wanted = {k: ctx.expect[k] for k in found if k in ctx.expect}
+    if "jax" not in ctx.expect:
+        return Check("skipped", found, None, f"lock gives no jax; found jax {found['jax']}")
+    bad, same = [], []
+    for key, want in wanted.items():
+        have = found[key]
+        public = str(have or "").partition("+")[0]
+        if want is not None and public != str(want).partition("+")[0]:
+            bad.append(f"{key} {have or 'not installed'} (expected {want})")
+        else:
+            same.append(f"{key} {have}")
+    if bad:
+        return Check("failed", found, wanted, "does not match the lock: " + "; ".join(bad)
+                     + (" (the CUDA plugin must be jaxlib's version, else jax runs on the CPU)"
+                        if any(b.startswith("cuda_plugin") for b in bad) else ""))
+    return Check("passed", found, wanted, ", ".join(same) + " match the lock")
+
+
+def check_jax_cuda_runtime(ctx: Context) -> Check:
+    return compare_exact(ctx, "cuda", "CUDA runtime", ctx.facts["cuda"], "nvidia-cuda-runtime")
+
+
+def check_jax_cudnn(ctx: Context) -> Check:
+    return compare_exact(ctx, "cudnn", "cuDNN", ctx.facts["cudnn"], "nvidia-cudnn")
+
+
+def check_jax_nccl(ctx: Context) -> Check:
+    return compare_exact(ctx, "nccl", "NCCL", ctx.facts["nccl"], "nvidia-nccl")
+
+
+def jax_mlp_train(jax: Any, device: Any, dtype: Any, steps: int, width: int = 32, lr: float = 0.05) -> Dict[str, Any]:
+    """A jitted 8 -> width -> 1 tanh MLP trained with jax.grad and momentum SGD on `device`; the
+    forward pass runs in `dtype` (parameters, loss and update in float32)."""
+    jnp = jax.numpy
+    k = jax.random.split(jax.random.PRNGKey(0), 4)
+    x = jax.random.normal(k[0], (256, 8), dtype=jnp.float32)
+    y = x @ jax.random.normal(k[1], (8, 1), dtype=jnp.float32) + 0.1 * jnp.sin(3 * x[:, :1])
+    params = {"w1": jax.random.normal(k[2], (8, width), dtype=jnp.float32) / 8 ** 0.5, "b1": jnp.zeros((width,)),
+              "w2": jax.random.normal(k[3], (width, 1), dtype=jnp.float32) / width ** 0.5, "b2": jnp.zeros((1,))}
+    x, y, params = jax.device_put((x, y, params), device)
+    momentum = jax.tree_util.tree_map(jnp.zeros_like, params)
+
+    def loss_fn(p: Any, xb: Any, yb: Any) -> Any:
+        h = jnp.tanh(xb.astype(dtype) @ p["w1"].astype(dtype) + p["b1"].astype(dtype))
+        out = h @ p["w2"].astype(dtype) + p["b2"].astype(dtype)
+        return jnp.mean((out.astype(jnp.float32) - yb) ** 2)
+
+    @jax.jit
+    def step(p: Any, m: Any, xb: Any, yb: Any) -> Any:
+        loss, grads = loss_fn(p, xb, yb), jax.grad(loss_fn)(p, xb, yb)
+        m = jax.tree_util.tree_map(lambda mi, g: 0.9 * mi + g, m, grads)
+        return jax.tree_util.tree_map(lambda pi, mi: pi - lr * mi, p, m), m, loss
+
+    losses, start = [], time.perf_counter()
+    for _ in range(steps):
+        params, momentum, loss = step(params, momentum, x, y)
+        losses.append(loss)
+    where = platform_of(loss)
+    if where != device.platform:
+        raise RuntimeError(f"the train step ran on {where}, not on {device}")
+    values = [float(v) for v in losses]  # host syncs only after the loop
+    return {"dtype": str(jnp.dtype(dtype)), "first_loss": finite(values[0]), "last_loss": finite(values[-1]),
+            "steps": steps, "device": str(device), "seconds": round(time.perf_counter() - start, 3)}
+
+
+def check_jax_cpu_train(ctx: Context) -> Check:
+    jax = ctx.jax
+    value = jax_mlp_train(jax, jax.devices("cpu")[0], jax.numpy.float32, ctx.steps or 30)
+    first, last = value["first_loss"], value["last_loss"]
+    text = f"{first} -> {last} in {value['steps']} jitted jax.grad steps on {value['device']}"
+    if first is not None and last is not None and last <= 0.5 * first:
+        return Check("passed", value, None, f"CPU loss fell {text}")
+    return Check("failed", value, None, f"CPU loss did not fall by 50% ({text})")
+
+
+def check_gpu_devices(ctx: Context) -> Check:
+    value = {"available": ctx.cuda_ok, "device_count": len(ctx.facts["gpus"]), "backend": ctx.facts.get("backend")}
+    if not ctx.cuda_ok:
+        errors = jax_gpu_errors(ctx.jax_log)
+        value["gpu_errors"] = errors
+        why = f"; jax says: {' | '.join(errors)}" if errors else ""
+        return Check("failed", value, {"available": True}, f"certify mode requested but {NO_GPU} (jax.devices('gpu') "
+                                                           f"found none; jax runs on {value['backend']}){why}")
+    return Check("passed", value, None, f"{value['device_count']} GPU device(s) visible to jax: "
+                                        + ", ".join(g["name"] for g in ctx.facts["gpus"]))
+
+
+def check_cc_covered(ctx: Context) -> Check:
+    floor, gpus = ctx.expect.get("min_cc"), ctx.facts["gpus"]
+    value = {"devices": [{"index": g["index"], "name": g["name"], "cc": g["cc"]} for g in gpus], "min_cc": floor}
+    if floor is None:
+        return Check("skipped", value, None, "lock gives no min_cc (the jax build's minimum compute capability)")
+    bad = [f"device {g['index']} ({g['name']}, cc {g['cc'] or 'unknown'})" for g in gpus
+           if not g["cc"] or not cc_at_least(g["cc"], floor)]
+    if bad:
+        return Check("failed", value, floor, f"{'; '.join(bad)} below the jax build's minimum compute capability {floor}")
+    return Check("passed", value, floor, f"every device's compute capability is >= {floor} (the jax build's minimum)")
+
+
+def check_gpu_train(ctx: Context) -> Check:
+    jax = ctx.jax
+    value = jax_mlp_train(jax, ctx.gpu_devices[0], jax.numpy.bfloat16, ctx.steps or 40, width=256, lr=0.02)
+    first, last = value["first_loss"], value["last_loss"]
+    if first is not None and last is not None and last < first:
+        return Check("passed", value, None, f"bfloat16 loss fell {first:.4f} -> {last:.4f} in {value['steps']} steps "
+                                            f"on {value['device']} ({value['seconds']} s)")
+    return Check("failed", value, None, f"bfloat16 loss did not fall on {value['device']} ({first} -> {last})")
+
+
+def jax_matmul_tflops(jax: Any, device: Any, dtype: Any, n: int = 8192, iters: int = 10, windows: int = 5,
+                      warmup_s: float = 0.3, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Dense n x n matmul rate (2*n^3 flops each) on `device`: compiled first, then warm-up windows until
+    `warmup_s` (clocks up from idle), then the median of `windows` windows of `iters` matmuls, each
+    window timed on the host until every result is ready (jax dispatches asynchronously)."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    a, b = (jax.device_put(jax.random.normal(k, (n, n), dtype=dtype), device) for k in keys)
+    matmul = jax.jit(jax.numpy.matmul)
+    jax.block_until_ready(matmul(a, b))  # compilation and the first run: not timed
+
+    def window() -> float:
+        start = clock()
+        out = [matmul(a, b) for _ in range(iters)]
+        jax.block_until_ready(out)
+        return clock() - start
+
+    spent, rounds = 0.0, 0
+    while spent < warmup_s and rounds < 100:
+        spent, rounds = spent + window(), rounds + 1
+    times = sorted(window() for _ in range(windows))
+    return 2 * n**3 * iters / times[len(times) // 2] / 1e12
+
+
+def check_jax_matmul(ctx: Context) -> Check:
+    jax, n, dev = ctx.jax, 8192, ctx.gpu_devices[0]
+    kinds = [("bf16_matmul_tflops", jax.numpy.bfloat16)] if cc_at_least(ctx.facts["gpus"][0]["cc"] or 0, "8.0") else []
+    values = {key: round(jax_matmul_tflops(jax, dev, dtype, n), 1)
+              for key, dtype in kinds + [("fp16_matmul_tflops", jax.numpy.float16)]}
+    text = ", ".join(f"{k.split('_')[0]} {v} TFLOP/s" for k, v in values.items())
+    return floor_check(ctx, values, "matmul throughput", f"{n}x{n} jitted matmul (median of 5 timed windows): {text}")
+
+
+def allreduce_rates(size: int, world: int, iters: int, seconds: float) -> Dict[str, float]:
+    """Algorithm and bus bandwidth of `iters` all-reduces of `size` bytes per rank (busbw = algbw*2*(n-1)/n)."""
+    algbw = size * iters / seconds / 1e9
+    return {"algbw_gbps": round(algbw, 1), "nccl_busbw_gbps": round(algbw * 2 * (world - 1) / world, 1)}
+
+
+def jax_allreduce(jax: Any, devices: List[Any], numel: int, iters: int) -> Dict[str, Any]:
+    """jax.lax.psum of `numel` float32 per device under shard_map over `devices`: checks one sum,
+    then times `iters` chained all-reduces after two warm-ups (host clock, until ready)."""
+    jnp, world = jax.numpy, len(devices)
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    shard_map = getattr(jax, "shard_map", None)
+    if shard_map is None:  # jax < 0.7
+        from jax.experimental.shard_map import shard_map
+    mesh = Mesh(devices, ("ranks",))
+    spec = PartitionSpec("ranks")
+    allreduce = jax.jit(shard_map(lambda s: jax.lax.psum(s, "ranks"), mesh=mesh, in_specs=spec, out_specs=spec))
+
+    def sharded(fill: Callable[[int], float]) -> Any:
+        shards = [jax.device_put(jnp.full((numel,), fill(r), dtype=jnp.float32), d) for r, d in enumerate(devices)]
+        return jax.make_array_from_single_device_arrays((world * numel,), NamedSharding(mesh, spec), shards)
+
+    out = allreduce(sharded(lambda r: float(r + 1)))
+    correct = bool(jnp.all(out == world * (world + 1) / 2))
+    x = sharded(lambda r: 0.0)  # timed sums stay finite however many ranks and iterations
+    for _ in range(2):  # warm-up: NCCL sets up its communicators on the first collectives
+        x = allreduce(x)
+    jax.block_until_ready(x)
+    start = time.perf_counter()
+    for _ in range(iters):
+        x = allreduce(x)
+    jax.block_until_ready(x)
+    return {"world_size": world, "correct": correct, "seconds": time.perf_counter() - start,
+            "platform": devices[0].platform}
+
+
+def check_jax_allreduce(ctx: Context) -> Check:
+    world = len(ctx.gpu_devices)
+    numel, iters = (64 * 2**20, 10) if world > 1 else (2**20, 1)  # 256 MiB of fp32 per GPU for bandwidth
+    report = jax_allreduce(ctx.jax, ctx.gpu_devices, numel, iters)
+    value: Dict[str, Any] = {"world_size": world, "nccl": ctx.facts["nccl"], "op": "jax.lax.psum under shard_map",
+                             "NCCL_ALGO": os.environ.get("NCCL_ALGO")}
+    if not report["correct"]:
+        return Check("failed", value, None, f"psum over {world} GPU(s) returned a wrong sum")
+    if world == 1:
+        value["note"] = "single GPU: psum over one device proves the collective compiles and runs; no bandwidth"
+        return Check("passed", value, None, "psum over 1 GPU returned the right sum (no bandwidth measured)")
+    value.update(size_mib=numel * 4 // 2**20, iters=iters, **allreduce_rates(numel * 4, world, iters, report["seconds"]))
+    return floor_check(ctx, value, "all-reduce bus bandwidth", f"{world}-GPU psum of 256 MiB: bus bandwidth "
+                                                               f"{value['nccl_busbw_gbps']} GB/s")
+
+
+# (name, function, gpu_only), in run order: JAX's own checks and the shared ones
+JAX_REGISTRY: List[Tuple[str, Callable[[Context], Check], bool]] = [
+    ("python_version", check_python, False),
+    ("jax_version", check_jax_version, False),
+    ("cuda_runtime", check_jax_cuda_runtime, False),
+    ("cudnn_version", check_jax_cudnn, False),
+    ("nccl_version", check_jax_nccl, False),
+    ("pip_check", check_pip, False),
+    ("cpu_train_step", check_jax_cpu_train, False),
+    ("nvidia_smi", check_nvidia_smi, True),
+    ("gpu_devices", check_gpu_devices, True),
+    ("cc_covered", needs_cuda(check_cc_covered), True),
+    ("gpu_train_step", needs_cuda(check_gpu_train), True),
+    ("matmul_tflops", needs_cuda(check_jax_matmul), True),
+    ("nccl_allreduce", needs_cuda(check_jax_allreduce), True),
+    ("telemetry", check_telemetry, True),
+]
+JAX_CHECKS = {name: fn for name, fn, _ in JAX_REGISTRY}
+
+
+def setup_jax(ctx: Context, mode: str) -> None:
+    """Import jax (on the CPU backend when there is no GPU) and gather its facts."""
+    # Allocate GPU memory as needed, not 75% of it up front: memory readings then mean something.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    ctx.jax_log = JaxLog()
+    logging.getLogger("jax").addHandler(ctx.jax_log)
+    import jax
+    ctx.jax = jax
+    ctx.gpu_devices = jax_gpu_devices(jax)
+    ctx.cuda_ok = bool(ctx.gpu_devices)
+    if mode == "auto":
+        ctx.mode = "certify" if ctx.cuda_ok else "verify"
+    ctx.current = "gather facts"
+    ctx.facts = gather_jax_facts(jax, ctx.gpu_devices, distribution_versions())
+
+
 # ---------------------------------------------------------------------- runner
 def gather_facts(torch: Any, cuda_ok: bool) -> Dict[str, Any]:
     nvml = Nvml.load()
@@ -779,8 +1139,12 @@ def gather_facts(torch: Any, cuda_ok: bool) -> Dict[str, Any]:
             "gpus": gpus, "driver": nvml.driver_version() if nvml else None}
 
 
+def registry_for(framework: str) -> List[Tuple[str, Callable[[Context], Check], bool]]:
+    return JAX_REGISTRY if framework == "jax" else REGISTRY
+
+
 def run_checks(ctx: Context) -> None:
-    for name, fn, gpu_only in REGISTRY:
+    for name, fn, gpu_only in registry_for(ctx.framework):
         ctx.current, start = name, time.monotonic()
         if gpu_only and ctx.mode == "verify":
             result = Check("skipped", None, None, VERIFY_FORCED if ctx.cuda_ok else NO_GPU)
@@ -793,7 +1157,8 @@ def run_checks(ctx: Context) -> None:
             if gpu_only and ctx.cuda_ok:  # free what the check left so later probes are not starved
                 try:
                     gc.collect()
-                    ctx.torch.cuda.empty_cache()
+                    if ctx.torch is not None:
+                        ctx.torch.cuda.empty_cache()
                 except Exception:  # e.g. a sticky CUDA error: the next checks report it themselves
                     traceback.print_exc(file=sys.stderr)
         result.name, result.seconds = name, round(time.monotonic() - start, 3)
@@ -808,7 +1173,7 @@ def overall_status(mode: str, results: List[Check]) -> str:
         return "failed"
     if mode == "verify":
         return "verified"
-    return "certified" if any(r.name == "cuda_available" and r.status == "passed" for r in results) else "failed"
+    return "certified" if any(r.name in DEVICE_CHECKS and r.status == "passed" for r in results) else "failed"
 
 
 def payload_sha256() -> str:
@@ -825,9 +1190,10 @@ def build_document(ctx: Context, results: List[Check]) -> Dict[str, Any]:
 
 def render_table(doc: Dict[str, Any]) -> str:
     facts, width = doc["facts"], max([len(c["name"]) for c in doc["checks"]] + [5])
+    shown = TABLE_FACTS.get(str(facts.get("framework") or "torch"), TABLE_FACTS["torch"])
     lines = [f"envkit payload {doc['payload']['version']} (sha256 {doc['payload']['sha256'][:12]}): mode {doc['mode']}, "
              f"status {doc['status'].upper()} in {doc['seconds']:.1f} s",
-             "  ".join(f"{k} {facts.get(k) or '-'}" for k in ("python", "torch", "cuda", "cudnn", "nccl", "driver")),
+             "  ".join(f"{k} {facts.get(k) or '-'}" for k in shown),
              "", f"{'CHECK':<{width}}  {'STATUS':<7}  {'SECONDS':>7}  MESSAGE"]
     lines += [f"{c['name']:<{width}}  {c['status']:<7}  {c['seconds']:>7.2f}  {c['message']}" for c in doc["checks"]]
     return "\n".join(lines) + "\n"
@@ -861,10 +1227,12 @@ def start_watchdog(ctx: Context, out: Any, as_json: bool, timeout: float) -> thr
 
 
 def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, Dict[str, Any]]:
-    p = argparse.ArgumentParser(prog="envkit_check.py", description="Verify or certify a PyTorch image from inside.")
+    p = argparse.ArgumentParser(prog="envkit_check.py", description="Verify or certify a PyTorch or JAX image from inside.")
     p.add_argument("--expect", metavar="FILE", help="JSON object: what the lock says the image holds")
     p.add_argument("--mode", choices=["verify", "certify", "auto"], default="auto",
                    help="auto (default): certify when a CUDA device is usable, else verify")
+    p.add_argument("--framework", choices=["torch", "jax", "auto"], default="auto",
+                   help="auto (default): the expect file's, else the one installed (torch first)")
     p.add_argument("--steps", type=int, metavar="N", help="optimizer steps of the train checks (default 30 CPU, 40 CUDA)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout; everything else on stderr")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="fail the whole run after S seconds (300)")
@@ -885,6 +1253,51 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, Dict[str,
     return args, expect
 
 
+def choose_framework(arg: str, expect: Dict[str, Any]) -> str:
+    """--framework, else the expect file's (JAX's names itself; PyTorch's has a "torch" key), else
+    whichever is installed, torch first. Found with importlib, never by importing the other one."""
+    if arg != "auto":
+        return arg
+    if expect.get("framework"):
+        return str(expect["framework"])
+    if "torch" in expect:
+        return "torch"
+    if "jax" in expect:
+        return "jax"
+    if importlib.util.find_spec("torch") is None and importlib.util.find_spec("jax") is not None:
+        return "jax"
+    return "torch"
+
+
+def setup_torch(ctx: Context, mode: str) -> None:
+    import torch
+    ctx.torch = torch
+    try:
+        ctx.cuda_ok = bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
+    except Exception:
+        ctx.cuda_ok = False
+    if mode == "auto":
+        ctx.mode = "certify" if ctx.cuda_ok else "verify"
+    ctx.current = "gather facts"
+    ctx.facts = gather_facts(torch, ctx.cuda_ok)
+
+
+# Per framework: how the run starts, the facts a document always has, and those its table shows.
+SETUPS = {"torch": setup_torch, "jax": setup_jax}
+FACT_KEYS = {"torch": ["python", "torch", "cuda", "cudnn", "nccl", "arch_list", "driver"], "jax": JAX_FACTS}
+TABLE_FACTS = {"torch": ("python", "torch", "cuda", "cudnn", "nccl", "driver"),
+               "jax": ("python", "jax", "jaxlib", "cuda", "cudnn", "nccl", "driver")}
+
+
+def initial_facts(framework: str) -> Dict[str, Any]:
+    """The document's facts before (or if never) gathered: every key, None."""
+    facts: Dict[str, Any] = dict.fromkeys(FACT_KEYS.get(framework, FACT_KEYS["torch"]), None)
+    if "framework" in facts:  # frameworks after PyTorch name themselves
+        facts["framework"] = framework
+    facts.update(python=platform.python_version(), gpus=[])
+    return facts
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args, expect = parse_args(argv)
     out = sys.stdout
@@ -892,22 +1305,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stdout.flush()
         out = os.fdopen(os.dup(1), "w", encoding="utf-8")
         os.dup2(2, 1)
-    facts = dict.fromkeys(["python", "torch", "cuda", "cudnn", "nccl", "arch_list", "driver"], None)
-    facts.update(python=platform.python_version(), gpus=[])
+    framework = choose_framework(args.framework, expect)
     ctx = Context(expect=expect, mode="verify" if args.mode == "auto" else args.mode, t0=time.monotonic(),
-                  steps=args.steps, facts=facts, current="import torch")
+                  steps=args.steps, framework=framework, facts=initial_facts(framework), current=f"import {framework}")
     watchdog = start_watchdog(ctx, out, args.json, args.timeout)
     try:
-        import torch
-        ctx.torch = torch
-        try:
-            ctx.cuda_ok = bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
-        except Exception:
-            ctx.cuda_ok = False
-        if args.mode == "auto":
-            ctx.mode = "certify" if ctx.cuda_ok else "verify"
-        ctx.current = "gather facts"
-        ctx.facts = gather_facts(torch, ctx.cuda_ok)
+        if framework not in SETUPS:
+            raise ValueError(f"this payload checks torch and jax images; the expect file names {framework!r}")
+        SETUPS[framework](ctx, args.mode)
         nvml = Nvml.load() if ctx.mode == "certify" else None
         if nvml is not None:
             ctx.sampler = Sampler(nvml, ctx.t0)

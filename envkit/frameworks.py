@@ -1,0 +1,208 @@
+"""What envkit knows about each framework it locks, in one place.
+
+The resolver treats frameworks through the catalog (``candidates.py``); everything *after* the
+lock that differs between frameworks is here: whether envkit builds its images (and the devel
+flavour), what the in-image payload must find (``expect``, straight from the lock, or from an
+image's pin labels), the framework's own pin labels, and the host's verdict rules: which versions
+are compared and how, how GPU coverage is judged (a compiled arch list, or a minimum compute
+capability), and which of the payload's GPU-only checks exist and must pass for ``certified``.
+
+The payload (``certify/payload/envkit_check.py``) cannot import envkit, so its check names are
+written there too; ``tests/unit/test_frameworks.py`` holds the two in step.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Literal
+
+from .errors import BuildError, EnvkitError
+
+if TYPE_CHECKING:
+    from .lock import LockedImage
+
+LABEL = "io.envkit."
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A version the host's verdict compares between the lock (expect) and the image (facts)."""
+
+    key: str  # in expect and in the payload's facts
+    label: str  # in messages
+    parts: int | None = None  # compared on the first N numeric components; None: on every component
+    public: bool = False  # a project's version: the public versions must be equal (a local tag is ignored);
+    #                       not compared when the lock gives none
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str  # the lock's project name
+    title: str
+    builds: bool  # envkit builds and verifies its images
+    bundles: bool  # envkit makes offline bundles of its images (tested end to end)
+    devel: bool  # the devel flavour knows it
+    coverage: Literal["arch_list", "min_cc"]  # how GPUs are judged covered
+    pins: tuple[Pin, ...]
+    gpu_checks: tuple[str, ...]  # the payload's GPU-only checks, in run order
+    required_gpu_checks: tuple[str, ...]  # must pass for ``certified``: the GPU really ran the stack
+    deviceless_gpu_checks: frozenset[str]  # GPU-only checks that may pass in certify mode with no usable device
+    expect: Callable[[LockedImage], dict]
+    labels: Callable[[LockedImage], dict[str, str]]  # the framework's own pin labels
+    expect_from_labels: Callable[[dict[str, str | None]], dict]  # values: None where a label is absent/"none"
+
+
+# --- PyTorch -------------------------------------------------------------------------
+def _torch_expect(image: LockedImage) -> dict:
+    return {"torch": image.framework_version, "cuda": image.cuda_major_minor, "cudnn": image.cudnn,
+            "nccl": image.nccl, "arch_list": list(image.arch_list), "python": image.python,
+            "driver_floor": image.driver_floor}
+
+
+def _arch_labels(image: LockedImage) -> dict[str, str]:
+    return {LABEL + "arch-list": " ".join(image.arch_list)}
+
+
+def _torch_from_labels(val: dict) -> dict:
+    cuda = val.get("cuda")
+    framework = val.get("framework") or ""
+    return {"torch": framework.split("==", 1)[1] if framework.startswith("torch==") else None,
+            "cuda": ".".join(cuda.split(".")[:2]) if cuda else None, "cudnn": val.get("cudnn"),
+            "nccl": val.get("nccl"), "arch_list": (val.get("arch-list") or "").split() or None,
+            "python": val.get("python"), "driver_floor": val.get("driver-floor")}
+
+
+TORCH = Framework(
+    name="torch", title="PyTorch", builds=True, bundles=True, devel=True, coverage="arch_list",
+    # python and cuda on major.minor; torch reports cuDNN as M.m.p; torch's local tag (+cu124) is ignored
+    pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime", 2), Pin("cudnn", "cuDNN", 3),
+          Pin("nccl", "NCCL", 3), Pin("torch", "torch", public=True)),
+    gpu_checks=("nvidia_smi", "cuda_available", "arch_covered", "cuda_train_step", "memory", "dataloader",
+                "nccl_allreduce", "matmul_tflops", "h2d_d2h_bandwidth", "telemetry"),
+    required_gpu_checks=("cuda_available", "arch_covered", "cuda_train_step"),
+    deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
+    expect=_torch_expect, labels=_arch_labels, expect_from_labels=_torch_from_labels)
+
+
+# --- JAX -----------------------------------------------------------------------------
+# jax[cudaNN] installs jaxlib and a CUDA plugin (jax-cudaNN-plugin + jax-cudaNN-pjrt) whose
+# version must equal jaxlib's (else jax quietly runs on the CPU). The CUDA libraries are ranges
+# in the plugin's metadata; the closure pins them, so the image must hold exactly the lock's.
+_JAX_PLUGIN = re.compile(r"jax-cuda\d+-plugin")
+
+
+def _package(image: LockedImage, pattern: str) -> str | None:
+    return next((p.version for p in image.packages if re.fullmatch(pattern, p.name)), None)
+
+
+def _jax_expect(image: LockedImage) -> dict:
+    expect = {"framework": "jax", "jax": image.framework_version, "jaxlib": _package(image, "jaxlib"),
+              "cuda_plugin": _package(image, _JAX_PLUGIN.pattern), "cuda": image.cuda, "cudnn": image.cudnn,
+              "nccl": image.nccl, "min_cc": image.min_cc, "python": image.python,
+              "driver_floor": image.driver_floor}
+    return {k: v for k, v in expect.items() if v is not None or k in ("cuda", "cudnn", "nccl")}
+
+
+def _jax_labels(image: LockedImage) -> dict[str, str]:
+    return {LABEL + "min-cc": image.min_cc or "none", LABEL + "jaxlib": _package(image, "jaxlib") or "none",
+            LABEL + "cuda-plugin": _package(image, _JAX_PLUGIN.pattern) or "none"}
+
+
+def _jax_from_labels(val: dict) -> dict:
+    framework = val.get("framework") or ""
+    expect = {"framework": "jax", "jax": framework.split("==", 1)[1] if framework.startswith("jax==") else None,
+              "jaxlib": val.get("jaxlib"), "cuda_plugin": val.get("cuda-plugin"), "cuda": val.get("cuda"),
+              "cudnn": val.get("cudnn"), "nccl": val.get("nccl"), "min_cc": val.get("min-cc"),
+              "python": val.get("python"), "driver_floor": val.get("driver-floor")}
+    return {k: v for k, v in expect.items() if v is not None or k in ("cuda", "cudnn", "nccl")}
+
+
+JAX = Framework(
+    name="jax", title="JAX", builds=True, bundles=False, devel=False, coverage="min_cc",
+    # the CUDA libraries are read from the installed nvidia-* distributions: whole versions, exactly
+    pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime"), Pin("cudnn", "cuDNN"), Pin("nccl", "NCCL"),
+          Pin("jax", "jax", public=True), Pin("jaxlib", "jaxlib", public=True),
+          Pin("cuda_plugin", "the JAX CUDA plugin", public=True)),
+    # matmul_tflops and nccl_allreduce (jax.lax.psum, which XLA runs on NCCL across GPUs) share PyTorch's
+    # names and value keys, so perf floors, nightly's metrics and regressions apply to both
+    gpu_checks=("nvidia_smi", "gpu_devices", "cc_covered", "gpu_train_step", "matmul_tflops", "nccl_allreduce",
+                "telemetry"),
+    required_gpu_checks=("gpu_devices", "cc_covered", "gpu_train_step"),
+    deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
+    expect=_jax_expect, labels=_jax_labels, expect_from_labels=_jax_from_labels)
+
+
+# --- TensorFlow (resolved and locked; not built yet) ---------------------------------
+def _tf_expect(image: LockedImage) -> dict:
+    return {"framework": "tensorflow", "tensorflow": image.framework_version, "cuda": image.cuda_major_minor,
+            "cudnn": image.cudnn, "nccl": image.nccl, "arch_list": list(image.arch_list), "python": image.python,
+            "driver_floor": image.driver_floor}
+
+
+TENSORFLOW = Framework(
+    name="tensorflow", title="TensorFlow", builds=False, bundles=False, devel=False, coverage="arch_list",
+    pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime", 2), Pin("tensorflow", "tensorflow", public=True)),
+    gpu_checks=(), required_gpu_checks=(), deviceless_gpu_checks=frozenset(),
+    expect=_tf_expect, labels=_arch_labels, expect_from_labels=lambda val: {"framework": "tensorflow"})
+
+
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (TORCH, JAX, TENSORFLOW)}
+
+
+def framework(name: str) -> Framework:
+    try:
+        return FRAMEWORKS[name]
+    except KeyError:
+        raise EnvkitError(f"envkit knows no framework {name!r}", hint=f"known: {', '.join(FRAMEWORKS)}") from None
+
+
+def of_expect(expect: dict) -> Framework:
+    """The framework an expect document (from the lock or the pin labels) describes.
+
+    PyTorch's documents name none (they predate the others); every other framework's names itself."""
+    return framework(str(expect.get("framework") or "torch"))
+
+
+def of_labels(labels: dict[str, str]) -> Framework:
+    name = (labels.get(LABEL + "framework") or "torch==").split("==", 1)[0]
+    return FRAMEWORKS.get(name, TORCH)
+
+
+def expect_from_labels(labels: dict[str, str]) -> dict:
+    """What an image claims to hold, from the pin labels envkit stamped on it."""
+    val = {k[len(LABEL):]: (None if v in ("", "none") else v) for k, v in labels.items() if k.startswith(LABEL)}
+    return of_labels(labels).expect_from_labels(val)
+
+
+def require_buildable(image: LockedImage) -> None:
+    """Refuse, before anything is built, an image of a framework envkit does not build yet."""
+    fw = framework(image.framework)
+    if not fw.builds:
+        built = " and ".join(f.title for f in FRAMEWORKS.values() if f.builds)
+        raise BuildError(
+            f"image {image.name!r} is locked ({image.framework} {image.framework_version}) but envkit builds only "
+            f"{built} images so far; {fw.title} images resolve and lock, and building them is next",
+            hint="build the others with --image, or use the lock with your own Dockerfile")
+
+
+def require_bundle(image: LockedImage) -> None:
+    """Refuse an offline bundle of an image whose framework's bundles envkit has not made and tested."""
+    require_buildable(image)
+    fw = framework(image.framework)
+    if not fw.bundles:
+        made = " and ".join(f.title for f in FRAMEWORKS.values() if f.bundles)
+        raise BuildError(
+            f"image {image.name!r} is a {fw.title} image; envkit bundles only {made} images so far "
+            f"(build it online with `envkit build SPEC --image {image.name}`)",
+            hint="bundle a PyTorch image, or build this one where the package index is reachable")
+
+
+def require_devel(image: LockedImage) -> None:
+    fw = framework(image.framework)
+    if not fw.devel:
+        made = " and ".join(f.title for f in FRAMEWORKS.values() if f.devel)
+        raise EnvkitError(
+            f"image {image.name!r} asks for the devel flavour, which envkit makes only for {made} images so far "
+            f"({fw.title} {image.framework_version} is locked)",
+            hint="use flavour: runtime for it (the runtime image has the framework's CUDA libraries)")

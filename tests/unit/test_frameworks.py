@@ -1,0 +1,257 @@
+"""JAX images after the lock: framework facts (envkit/frameworks.py), the rendered context, the
+build refusals, and the host's verdict on a JAX payload document.
+
+As in test_certificate.py, payload documents fake the device FACTS only; the outcome is always
+``decide``'s.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit import frameworks
+from envkit.build import build_image
+from envkit.certify.certificate import decide
+from envkit.certify.harness import expect_from_labels
+from envkit.errors import BuildError, EnvkitError
+from envkit.lock import load_lock
+from envkit.pipeline import build_spec
+from envkit.render import context_for, render_files
+from tests.conftest import ROOT
+from tests.unit.lockfixtures import make_image, make_jax_image, make_lock
+from tests.unit.test_lint import lint
+
+PAYLOAD = ROOT / "envkit" / "certify" / "payload" / "envkit_check.py"
+FRAMEWORKS_LOCK = ROOT / "examples" / "frameworks.lock"
+JAX = make_jax_image()
+EXPECT = JAX.expect()
+STATIC = ("python_version", "jax_version", "cuda_runtime", "cudnn_version", "nccl_version", "pip_check",
+          "cpu_train_step")
+H200 = {"index": 0, "name": "NVIDIA H200", "cc": "9.0", "memory_gib": 105.0}
+V100 = {"index": 1, "name": "Tesla V100-SXM2-32GB", "cc": "7.0", "memory_gib": 24.0}
+
+
+# ------------------------------------------------------------------- what the lock says
+def test_jax_expect_comes_from_the_lock():
+    assert EXPECT == {"framework": "jax", "jax": "0.12.0.1", "jaxlib": "0.12.0.1", "cuda_plugin": "0.12.0.1",
+                      "cuda": "13.5.37", "cudnn": "9.28.1.4", "nccl": "2.32.3", "min_cc": "7.5", "python": "3.13",
+                      "driver_floor": "580"}
+
+
+def test_torch_expect_is_unchanged():
+    assert make_image().expect() == {"torch": "2.5.1", "cuda": "12.4", "cudnn": "9.1.0.70", "nccl": "2.21.5",
+                                     "arch_list": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
+                                     "python": "3.11", "driver_floor": "525.60.13"}
+
+
+@pytest.mark.parametrize("image", [make_image(), make_jax_image()], ids=["torch", "jax"])
+def test_pin_labels_say_what_the_lock_says(image):
+    """`envkit verify IMAGE` without a lock reads the labels: the same expectations as the lock."""
+    labels = dict(context_for(make_lock(image), image, "team.yaml").labels)
+    assert expect_from_labels(labels) == image.expect()
+
+
+def test_jax_labels_carry_its_own_pins_and_no_arch_list():
+    labels = dict(context_for(make_lock(JAX), JAX, "team.yaml").labels)
+    assert labels["io.envkit.framework"] == "jax==0.12.0.1"
+    assert labels["io.envkit.min-cc"] == "7.5" and labels["io.envkit.jaxlib"] == "0.12.0.1"
+    assert labels["io.envkit.cuda-plugin"] == "0.12.0.1" and labels["io.envkit.cuda"] == "13.5.37"
+    assert "io.envkit.arch-list" not in labels
+    torch_labels = dict(context_for(make_lock(make_image()), make_image(), "team.yaml").labels)
+    assert "io.envkit.min-cc" not in torch_labels and torch_labels["io.envkit.arch-list"].startswith("sm_50")
+
+
+# ------------------------------------------------------------------------- rendering
+@pytest.fixture(scope="module")
+def example_jax():
+    lock = load_lock(FRAMEWORKS_LOCK)
+    return lock, lock.image("jax")
+
+
+def test_jax_dockerfile_is_the_runtime_flavour(example_jax):
+    lock, image = example_jax
+    files = render_files(lock, image, "examples/frameworks.yaml")
+    text = files["Dockerfile"].decode()
+    assert text.count("FROM ") == 4  # os, builder, extras, runtime
+    assert "FROM envkit-base/debian:trixie-minbase-" in text
+    assert "--require-hashes" in text and "--no-deps" in text and "--only-binary=:all:" in text
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=13.0"' in text
+    assert "torch" not in text.lower()
+    assert "site-ca" not in text.split("AS runtime", 1)[1]
+    framework = files["requirements/framework.txt"].decode()
+    for pin in ("jax==0.12.0.1", "jaxlib==0.12.0.1", "jax-cuda13-plugin==0.12.0.1", "nvidia-cudnn-cu13==9.28.1.4",
+                "nvidia-nccl-cu13==2.32.3", "nvidia-cuda-runtime==13.5.37"):
+        assert f"{pin} \\\n    --hash=sha256:" in framework, pin
+    assert json.loads(files["envkit/expect.json"]) == image.expect()
+    assert files["envkit/envkit_check.py"] == PAYLOAD.read_bytes()
+
+
+def test_jax_dockerfile_passes_hadolint(example_jax, tmp_path):
+    lock, image = example_jax
+    for buildkit in (False, True):
+        path = tmp_path / f"Dockerfile.{buildkit}"
+        path.write_bytes(render_files(lock, image, "examples/frameworks.yaml", buildkit=buildkit)["Dockerfile"])
+        result = lint(path)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_devel_flavour_refuses_jax_clearly():
+    image = make_jax_image(flavour="devel")
+    with pytest.raises(EnvkitError) as err:
+        render_files(make_lock(image), image, "team.yaml")
+    assert "devel flavour, which envkit makes only for PyTorch images" in err.value.message
+    assert "JAX 0.12.0.1" in err.value.message and "flavour: runtime" in err.value.hint
+
+
+# ------------------------------------------------------------------------- refusals
+class NoBuildEngine:
+    """Any attempt to build (or look for a base) fails the test."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the engine was used ({name}) before the refusal")
+
+
+def test_build_refuses_tensorflow_before_building_anything(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(BuildError) as err:
+        build_spec(ROOT / "examples" / "frameworks.yaml", tmp_path, NoBuildEngine(), lock_path=FRAMEWORKS_LOCK)
+    assert err.value.message == ("image 'tf' is locked (tensorflow 2.20.0) but envkit builds only PyTorch and JAX "
+                                 "images so far; TensorFlow images resolve and lock, and building them is next")
+    assert err.value.exit_code == 7
+
+
+def test_build_image_refuses_tensorflow_too():
+    """nightly builds through build_image: it refuses there as well."""
+    lock = load_lock(FRAMEWORKS_LOCK)
+    with pytest.raises(BuildError, match="builds only PyTorch and JAX images"):
+        build_image(NoBuildEngine(), lock, lock.image("tf"), "examples/frameworks.yaml", ca_bundle=None,
+                    progress=lambda *_: None)
+
+
+def test_jax_bundles_are_refused_with_the_way_out():
+    with pytest.raises(BuildError) as err:
+        frameworks.require_bundle(JAX)
+    assert "envkit bundles only PyTorch images so far" in err.value.message
+    assert "envkit build SPEC --image jax" in err.value.message
+    frameworks.require_bundle(make_image())  # torch: fine
+
+
+# --------------------------------------------------------------------- the verdict
+def check(name, status="passed", message="ok"):
+    return {"name": name, "status": status, "value": None, "expected": None, "message": message, "seconds": 0.1}
+
+
+def gpu_doc(gpus=(H200,), driver="580.95.05", **facts):
+    base = {"framework": "jax", "python": "3.13.5", "jax": "0.12.0.1", "jaxlib": "0.12.0.1", "cuda_plugin": "0.12.0.1",
+            "cuda": "13.5.37", "cudnn": "9.28.1.4", "nccl": "2.32.3", "backend": "gpu", "driver": driver,
+            "gpus": [dict(g) for g in gpus]}
+    base.update(facts)
+    return {"schema": "envkit.payload/1", "payload": {"version": "1", "sha256": "f" * 64}, "mode": "certify",
+            "status": "certified", "facts": base,
+            "checks": [check(n) for n in STATIC] + [check(n) for n in frameworks.JAX.gpu_checks],
+            "telemetry": [], "seconds": 30.0}
+
+
+def cpu_doc(**facts):
+    doc = gpu_doc(gpus=(), driver=None, backend="cpu", **facts)
+    doc.update(mode="verify", status="verified")
+    doc["checks"] = [check(n) for n in STATIC] + [check(n, "skipped", "no CUDA device visible")
+                                                  for n in frameworks.JAX.gpu_checks]
+    return doc
+
+
+def set_check(doc, name, status, message=""):
+    doc = copy.deepcopy(doc)
+    for c in doc["checks"]:
+        if c["name"] == name:
+            c.update(status=status, message=message)
+    return doc
+
+
+def test_jax_certified_on_h200_and_verified_on_cpu():
+    assert decide(gpu_doc(), EXPECT, gpu_requested=True) == ("certified", ())
+    assert decide(cpu_doc(), EXPECT, gpu_requested=False) == ("verified", ())
+
+
+@pytest.mark.parametrize("fact, value, words", [
+    ("cudnn", "9.28.1.5", ["cuDNN", "9.28.1.4", "9.28.1.5", "every component"]),
+    ("cuda", "13.5.36", ["CUDA runtime", "13.5.37", "13.5.36"]),
+    ("nccl", "2.32", ["NCCL", "2.32.3"]),
+    ("jaxlib", "0.12.0", ["jaxlib", "0.12.0.1", "0.12.0"]),
+    ("cuda_plugin", "0.11.2", ["JAX CUDA plugin", "0.11.2"]),
+    ("jax", None, ["jax: the lock expects 0.12.0.1 but the image has none"]),
+    ("cudnn", None, ["cuDNN", "has none"]),
+])
+def test_jax_library_mismatch_fails_even_when_the_payload_says_passed(fact, value, words):
+    status, reasons = decide(gpu_doc(**{fact: value}), EXPECT, gpu_requested=True)
+    assert status == "failed"
+    assert any(all(w in r for w in words) for r in reasons), reasons
+
+
+def test_gpu_below_the_jax_builds_min_cc_fails():
+    status, reasons = decide(gpu_doc(gpus=(H200, V100)), EXPECT, gpu_requested=True)
+    assert status == "failed"
+    assert reasons == ("JAX build needs compute capability >= 7.5; Tesla V100-SXM2-32GB is cc 7.0",)
+
+
+def test_no_min_cc_in_the_lock_cannot_certify():
+    expect = {k: v for k, v in EXPECT.items() if k != "min_cc"}
+    status, reasons = decide(gpu_doc(), expect, gpu_requested=True)
+    assert status == "failed" and "gives no minimum compute capability" in reasons[0]
+
+
+def test_required_jax_gpu_checks_must_really_pass():
+    for name in frameworks.JAX.required_gpu_checks:
+        status, reasons = decide(set_check(gpu_doc(), name, "skipped", "no CUDA device visible"), EXPECT,
+                                 gpu_requested=True)
+        assert status == "failed" and any(f"GPU check {name} did not pass (skipped)" in r for r in reasons)
+    # the perf probes may skip or pass without floors; only the required three make it certified
+    assert decide(set_check(gpu_doc(), "matmul_tflops", "skipped"), EXPECT, gpu_requested=True)[0] == "certified"
+
+
+def test_jax_gpu_check_claimed_passed_without_a_gpu_fails():
+    doc = set_check(cpu_doc(), "gpu_train_step", "passed", "bf16 loss fell")
+    status, reasons = decide(doc, EXPECT, gpu_requested=False)
+    assert status == "failed" and "claims GPU check gpu_train_step passed with no GPU visible" in reasons
+
+
+def test_framework_is_the_locks_not_the_payloads():
+    """A JAX document judged against a torch lock (the wrong image, or a payload that says otherwise) fails."""
+    status, reasons = decide(gpu_doc(), make_image().expect(), gpu_requested=True)
+    assert status == "failed"
+    assert "torch: the lock expects 2.5.1 but the image has none" in reasons
+    assert any("GPU check cuda_available did not pass" in r for r in reasons)
+
+
+def test_tensorflow_images_are_not_judged():
+    tf = load_lock(FRAMEWORKS_LOCK).image("tf")
+    assert decide(cpu_doc(), tf.expect(), gpu_requested=False) == (
+        "failed", ("envkit does not verify TensorFlow images yet",))
+
+
+def test_gpu_check_names_match_the_payload_registries():
+    spec = importlib.util.spec_from_file_location("envkit_check_for_frameworks", PAYLOAD)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["envkit_check_for_frameworks"] = module
+    try:
+        spec.loader.exec_module(module)
+        for fw, registry in ((frameworks.TORCH, module.REGISTRY), (frameworks.JAX, module.JAX_REGISTRY)):
+            assert tuple(name for name, _, gpu_only in registry if gpu_only) == fw.gpu_checks
+            assert set(fw.required_gpu_checks) <= set(fw.gpu_checks)
+            assert fw.deviceless_gpu_checks <= set(fw.gpu_checks)
+    finally:
+        sys.modules.pop("envkit_check_for_frameworks", None)
+
+
+def test_every_locked_framework_is_known():
+    for path in (ROOT / "examples").glob("*.lock"):
+        for image in load_lock(path).images:
+            assert frameworks.framework(image.framework).name == image.framework
+    with pytest.raises(EnvkitError, match="knows no framework 'mxnet'"):
+        frameworks.framework("mxnet")
