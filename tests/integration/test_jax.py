@@ -1,0 +1,113 @@
+"""A JAX image end to end on the real engine: `envkit build examples/frameworks.yaml --image jax`
+builds the lock's jax[cuda13] closure (cuDNN, cuBLAS, NCCL, ... as nvidia-* wheels) and verifies
+it with the payload's JAX path; no GPU here, so every GPU-only check must be skipped.
+
+Cold, this is the suite's second large build (283 s and 4.9 GB on 2 cores, base bootstrap
+included; docs/images.md); the image is kept, so a later run finds it by its lock and context
+hashes and only verifies (the module then takes about 30 s).
+"""
+
+import json
+
+import pytest
+
+from envkit.certify.certificate import decide
+from envkit.certify.harness import run_payload
+from envkit.engine import RunOptions
+from envkit.frameworks import JAX
+from envkit.lock import load_lock
+from tests.integration.conftest import ROOT, envkit
+
+pytestmark = pytest.mark.integration
+
+LOCK = ROOT / "examples" / "frameworks.lock"
+STATIC = ("python_version", "jax_version", "cuda_runtime", "cudnn_version", "nccl_version", "pip_check",
+          "cpu_train_step")
+
+
+@pytest.fixture(scope="module")
+def jax_build(engine, tmp_path_factory):
+    """`envkit build examples/frameworks.yaml --image jax --json` (the lock is committed: no resolve)."""
+    out = tmp_path_factory.mktemp("jax-render")
+    proc = envkit("build", "examples/frameworks.yaml", "--image", "jax", "--out", out, "--json", check=True)
+    doc = json.loads(proc.stdout)
+    assert doc["lock_reused"] is True, "examples/frameworks.lock is stale: run `envkit resolve examples/frameworks.yaml`"
+    [image] = doc["images"]
+    return image, load_lock(LOCK).image("jax")
+
+
+def test_jax_image_builds_and_verifies_with_gpu_checks_skipped(jax_build, engine):
+    image, locked = jax_build
+    assert image["name"] == "jax" and image["action"] in ("built", "skipped")
+    assert image["status"] == "verified"
+    verification = image["verification"]
+    checks = {c["name"]: c for c in verification["checks"]}
+    assert [c["name"] for c in verification["checks"]] == list(STATIC) + list(JAX.gpu_checks)
+    for name in STATIC:
+        assert checks[name]["status"] == "passed", checks[name]
+    train = checks["cpu_train_step"]["value"]
+    assert train["device"].startswith("cpu") and train["last_loss"] <= 0.5 * train["first_loss"]
+    for name in JAX.gpu_checks:  # no GPU here: skipped, never passed
+        assert (checks[name]["status"], checks[name]["message"]) == ("skipped", "no CUDA device visible"), name
+    facts = verification["facts"]
+    packages = {p.name: p.version for p in locked.packages}
+    assert (facts["framework"], facts["jax"], facts["jaxlib"], facts["cuda_plugin"]) == (
+        "jax", locked.framework_version, packages["jaxlib"], packages["jax-cuda13-plugin"])
+    assert (facts["cuda"], facts["cudnn"], facts["nccl"]) == (locked.cuda, locked.cudnn, locked.nccl)
+    assert facts["backend"] == "cpu" and facts["gpus"] == []
+
+    info = engine.inspect(image["tag"])
+    assert info.labels["io.envkit.lock-hash"] == locked.hash
+    assert info.labels["io.envkit.framework"] == f"jax=={locked.framework_version}"
+    assert info.labels["io.envkit.min-cc"] == locked.min_cc
+    assert info.env["NVIDIA_REQUIRE_CUDA"] == locked.require_cuda
+    assert info.user.startswith("1000")
+    # the closure is the lock's and nothing else: no torch in a JAX image
+    found = engine.run(image["tag"], ["python3", "-c", "import importlib.util as u; print(u.find_spec('torch'))"],
+                       RunOptions(timeout=60))
+    assert found.stdout.strip() == "None"
+
+
+def test_certify_without_a_gpu_and_a_mismatch_are_judged_on_the_host(jax_build, engine, tmp_path):
+    image, locked = jax_build
+    proc = envkit("certify", image["tag"], "--no-gpus", "--lock", LOCK, "--out", tmp_path / "r",
+                  "--store", tmp_path / "h.sqlite", "--json")
+    assert proc.returncode == 0, proc.stderr
+    cert = json.loads(proc.stdout)["certificate"]
+    assert (cert["status"], cert["gpu_model"]) == ("verified", "none")
+    assert {c["status"] for c in cert["checks"] if c["name"] in JAX.gpu_checks} == {"skipped"}
+
+    wrong = locked.expect() | {"cudnn": "9.28.0.42", "jaxlib": "0.12.0"}
+    result = run_payload(engine, image["tag"], wrong)
+    assert result.status == "failed"
+    assert {m.split(":")[0] for m in result.mismatches} == {"cudnn_version", "jax_version"}
+    status, reasons = decide(result.raw, wrong, gpu_requested=False)
+    assert status == "failed"
+    assert any(r.startswith("cuDNN: the lock expects 9.28.0.42 but the image has 9.28.1.4") for r in reasons)
+
+
+GPU_PATHS_ON_CPU = """
+import json, sys
+sys.path.insert(0, "/opt/envkit")
+import envkit_check as e
+import jax
+cpus = jax.devices("cpu")
+train = e.jax_mlp_train(jax, cpus[0], jax.numpy.bfloat16, 40, width=256, lr=0.02)
+rate = e.jax_matmul_tflops(jax, cpus[1], jax.numpy.bfloat16, n=256, iters=3, windows=3, warmup_s=0.05)
+psum = e.jax_allreduce(jax, cpus, 2**16, 3)
+print(json.dumps({"devices": len(cpus), "train": train, "tflops": rate, "psum": psum}))
+"""
+
+
+def test_gpu_code_paths_run_on_cpu_devices_inside_the_image(jax_build, engine):
+    """The GPU checks' jax code (bf16 train step, timed matmul, psum under shard_map) runs here on
+    four XLA CPU devices: what a GPU run adds is the device, not untried code."""
+    image, _ = jax_build
+    result = engine.run(image["tag"], ["python3", "-c", GPU_PATHS_ON_CPU],
+                        RunOptions(timeout=300, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}))
+    assert result.exit_code == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["devices"] == 4
+    assert out["train"]["dtype"] == "bfloat16" and out["train"]["last_loss"] < out["train"]["first_loss"]
+    assert out["tflops"] > 0
+    assert out["psum"]["correct"] is True and out["psum"]["world_size"] == 4 and out["psum"]["seconds"] > 0
