@@ -11,7 +11,6 @@ import copy
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -25,7 +24,6 @@ from envkit.pipeline import build_spec
 from envkit.render import context_for, render_files
 from tests.conftest import ROOT
 from tests.unit.lockfixtures import make_image, make_jax_image, make_lock
-from tests.unit.test_lint import lint
 
 PAYLOAD = ROOT / "envkit" / "certify" / "payload" / "envkit_check.py"
 FRAMEWORKS_LOCK = ROOT / "examples" / "frameworks.lock"
@@ -90,15 +88,6 @@ def test_jax_dockerfile_is_the_runtime_flavour(example_jax):
         assert f"{pin} \\\n    --hash=sha256:" in framework, pin
     assert json.loads(files["envkit/expect.json"]) == image.expect()
     assert files["envkit/envkit_check.py"] == PAYLOAD.read_bytes()
-
-
-def test_jax_dockerfile_passes_hadolint(example_jax, tmp_path):
-    lock, image = example_jax
-    for buildkit in (False, True):
-        path = tmp_path / f"Dockerfile.{buildkit}"
-        path.write_bytes(render_files(lock, image, "examples/frameworks.yaml", buildkit=buildkit)["Dockerfile"])
-        result = lint(path)
-        assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_devel_flavour_refuses_jax_clearly():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from envkit.lock import load_lock
 from envkit.render import render_files
 from tests.conftest import ROOT
 from tests.unit.lockfixtures import make_image, make_lock
@@ -34,6 +35,16 @@ def test_rendered_dockerfile_with_apt_and_extras_passes(tmp_path):
     image = make_image(apt=("git", "libgl1=1.6.0-1"))
     path = tmp_path / "Dockerfile"
     path.write_bytes(render_files(make_lock(image), image, "team.yaml")["Dockerfile"])
+    result = lint(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("buildkit", [False, True], ids=["classic", "buildkit"])
+def test_rendered_jax_dockerfile_passes(tmp_path, buildkit):
+    """The JAX image of examples/frameworks.lock (jax[cuda13] and its nvidia-* closure)."""
+    lock = load_lock(ROOT / "examples" / "frameworks.lock")
+    path = tmp_path / "Dockerfile"
+    path.write_bytes(render_files(lock, lock.image("jax"), "examples/frameworks.yaml", buildkit=buildkit)["Dockerfile"])
     result = lint(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
