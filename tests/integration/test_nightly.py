@@ -242,25 +242,47 @@ def _wait_for_pg_step(url: str, step: str, proc, timeout=900):
             if conn.execute("SELECT to_regclass('steps')").fetchone()[0] and conn.execute(
                     "SELECT 1 FROM steps WHERE step = %s AND state = 'started'", (step,)).fetchone():
                 return
-        time.sleep(0.5)
+        time.sleep(0.1)
     raise AssertionError(f"step {step} never started")
+
+
+LOCK_HOLDER = """
+import sys, time
+from envkit.store import Store
+store = Store.open(sys.argv[1])
+with store.run_lock("nightly:nightly", "the nightly run of team 'nightly'"):
+    print("holding", flush=True)
+    time.sleep(600)
+"""
 
 
 def test_shared_postgres_store_locks_out_a_second_runner_and_resumes_after_sigkill(workspace, engine,
                                                                                      postgres_url):
-    """Two CI runners sharing one PostgreSQL history: the second is turned away while the first
-    runs; the first is killed mid-build; the next run resumes it; then there is nothing to do."""
+    """Two CI runners sharing one PostgreSQL history: while one holds the team's run, another
+    is turned away naming it; a runner killed mid-build leaves no lock behind and the next run
+    resumes its work; then there is nothing to do."""
     root, tag = workspace
+    # runner A holds the team's run (deterministic, unlike racing a build that may come from cache)
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, postgres_url], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        turned_away = nightly(root, postgres_url, check_code=15)
+        err = json.loads(turned_away.stdout)
+        assert err["error"] == "RunInProgressError"
+        assert "the nightly run of team 'nightly' is already running against" in err["message"]
+        assert f"envkit pid {holder.pid}" in err["message"] and ":***@" not in err["message"]
+        assert holder.poll() is None  # runner A was not disturbed
+    finally:
+        holder.kill()  # SIGKILL: its connection, and with it the lock, goes
+        holder.wait()
+    with Store.open(postgres_url) as store:
+        assert store.snapshot()["runs"] == []  # the turned-away runner started no run
+
     remove_image(engine, tag)
     first = nightly(root, postgres_url, background=True)
     try:
         _wait_for_pg_step(postgres_url, "build", first)
-        second = nightly(root, postgres_url, check_code=15)
-        err = json.loads(second.stdout)
-        assert err["error"] == "RunInProgressError"
-        assert "the nightly run of team 'nightly' is already running against" in err["message"]
-        assert f"envkit pid {first.pid}" in err["message"]
-        assert first.poll() is None  # the first runner was not disturbed
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
     finally:
