@@ -37,3 +37,19 @@ def example_build(engine):
     """`envkit build examples/team.yaml --json`, run once (a real CUDA torch image)."""
     proc = envkit("build", "examples/team.yaml", "--json", check=True)
     return json.loads(proc.stdout), proc
+
+
+@pytest.fixture(scope="module")
+def dc(engine):
+    """The engine's docker-py client."""
+    return engine.client
+
+
+@pytest.fixture(scope="module")
+def base(dc) -> str:
+    """The smallest local envkit base image (~117 MB), for registry tests: never push the
+    multi-GB framework images there (compressing and pushing them takes minutes)."""
+    images = [i for i in dc.images.list(name="envkit-base/debian") if i.tags]
+    if not images:
+        pytest.skip("no local envkit-base/debian image (build the example team once, or bootstrap a base)")
+    return min(images, key=lambda i: i.attrs["Size"]).tags[0]

@@ -20,20 +20,6 @@ NO_WAIT = dict(sleep=lambda s: None)
 
 
 @pytest.fixture(scope="module")
-def dc(engine) -> docker.DockerClient:
-    return engine.client
-
-
-@pytest.fixture(scope="module")
-def base(dc) -> str:
-    """The smallest local envkit base image (~117 MB): never push the multi-GB torch images here."""
-    images = [i for i in dc.images.list(name="envkit-base/debian") if i.tags]
-    if not images:
-        pytest.skip("no local envkit-base/debian image (build the example team once, or bootstrap a base)")
-    return min(images, key=lambda i: i.attrs["Size"]).tags[0]
-
-
-@pytest.fixture(scope="module")
 def other(dc, base):
     """A second, different image sharing the base's layers (a label-only build: no new layer)."""
     ref = "envkit-test/publish-other:1"

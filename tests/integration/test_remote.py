@@ -16,20 +16,6 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def dc(engine):
-    return engine.client
-
-
-@pytest.fixture(scope="module")
-def base(dc) -> str:
-    """The smallest local envkit base image (~117 MB): never push the multi-GB torch images here."""
-    images = [i for i in dc.images.list(name="envkit-base/debian") if i.tags]
-    if not images:
-        pytest.skip("no local envkit-base/debian image (build the example team once, or bootstrap a base)")
-    return min(images, key=lambda i: i.attrs["Size"]).tags[0]
-
-
-@pytest.fixture(scope="module")
 def team(dc, base, registry) -> Team:  # noqa: F811
     published = publish_team(dc, base, registry.host)
     yield published
