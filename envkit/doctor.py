@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -87,16 +86,16 @@ def store_finding(store_url: str | None) -> Finding:
     import sqlite3
 
     from .errors import EnvkitError
-    from .store import DEFAULT_PATH, SCHEMA_VERSION, STORE_ENV
-    from .store.backends import PostgresBackend, redact
+    from .store import SCHEMA_VERSION, locate
+    from .store.backends import PostgresBackend
 
-    target = store_url or os.environ.get(STORE_ENV) or str(DEFAULT_PATH)
-    if "://" in target and not target.startswith("sqlite:"):
-        if not target.startswith(("postgresql", "postgres")):
-            return Finding("store", "fail", f"unknown history store URL {redact(target)}",
-                           "use a file path, sqlite:///path or postgresql://host/database")
+    try:
+        target = locate(store_url)
+    except EnvkitError as exc:
+        return Finding("store", "fail", exc.message, exc.hint or "")
+    if target.url is not None:
         try:
-            backend = PostgresBackend.open(target)
+            backend = PostgresBackend.open(target.url)
         except EnvkitError as exc:
             return Finding("store", "fail", exc.message, exc.hint or "")
         try:
@@ -105,8 +104,8 @@ def store_finding(store_url: str | None) -> Finding:
             version = backend.schema_version() if exists else 0
         finally:
             backend.close()
-        return _schema_finding(f"{redact(target)} (PostgreSQL {server})", version, SCHEMA_VERSION)
-    path = Path(target.removeprefix("sqlite:///")) if target.startswith("sqlite:") else Path(target)
+        return _schema_finding(f"{target} (PostgreSQL {server})", version, SCHEMA_VERSION)
+    path = target.path
     if not path.exists():
         return Finding("store", "ok", f"{path} (SQLite; created on first use)")
     try:

@@ -231,11 +231,10 @@ def _existing_store(store_url: str | None):
     """The store when one is named (--store, $ENVKIT_STORE) or the default one exists; else None.
 
     Reading the registry must not leave an empty history database behind in a researcher's directory."""
-    import os
+    from .store import Store, locate
 
-    from .store import DEFAULT_PATH, STORE_ENV, Store
-
-    if store_url is None and not os.environ.get(STORE_ENV) and not DEFAULT_PATH.exists():
+    target = locate(store_url)
+    if not target.named and not target.path.exists():
         return None
     return Store.open(store_url)
 

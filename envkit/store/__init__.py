@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import EnvkitError, StoreError
-from .backends import BACKENDS, Backend, PostgresBackend, SQLiteBackend, redact
+from .backends import Backend, PostgresBackend, SQLiteBackend, redact
 from .migrations import MIGRATIONS, SCHEMA_VERSION, Clock, Dialect, migrate, stamp, utcnow
 
 __all__ = ["DEFAULT_PATH", "MIGRATIONS", "SCHEMA_VERSION", "STORE_ENV", "BuildRecord", "CertificateRecord",
-           "Dialect", "PostgresBackend", "PushRecord", "SQLiteBackend", "Store", "migrate"]
+           "Dialect", "PostgresBackend", "PushRecord", "SQLiteBackend", "Store", "Target", "locate", "migrate"]
 
 DEFAULT_PATH = Path(".envkit") / "history.sqlite"
 STORE_ENV = "ENVKIT_STORE"
@@ -48,6 +48,42 @@ STORE_ENV = "ENVKIT_STORE"
 BUILD_ACTIONS = ("built", "skipped")
 TAG_KINDS = ("stack", "certified")
 STEP_STATES = ("started", "done")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which history store a name means: a SQLite file (``path``) or a PostgreSQL URL (``url``)."""
+
+    path: Path | None = None
+    url: str | None = None
+
+    @property
+    def named(self) -> bool:
+        """False only for the default file, when nothing (argument or environment) named a store."""
+        return self.url is not None or self.path != DEFAULT_PATH
+
+    def __str__(self) -> str:
+        return str(self.path) if self.path is not None else redact(self.url or "")
+
+
+def locate(url_or_path: str | Path | None = None) -> Target:
+    """The store ``url_or_path`` names, without opening it: a file path, ``sqlite:///rel``,
+    ``sqlite:////abs``, ``postgresql[+driver]://...`` (or ``postgres://``). ``None``: the
+    ``ENVKIT_STORE`` environment variable, else ``.envkit/history.sqlite``."""
+    target = url_or_path if url_or_path is not None else (os.environ.get(STORE_ENV) or DEFAULT_PATH)
+    if isinstance(target, Path) or "://" not in target:
+        return Target(path=Path(target))
+    scheme = target.split("://", 1)[0].split("+", 1)[0].lower()
+    if scheme == "sqlite":  # SQLAlchemy's convention: three slashes, then the (relative or /absolute) path
+        rest = target[len("sqlite://"):]
+        if not rest.startswith("/") or rest == "/":
+            raise StoreError(f"bad SQLite URL {target!r}",
+                             hint="write sqlite:///relative/path.sqlite or sqlite:////absolute/path.sqlite")
+        return Target(path=Path(rest[1:]))
+    if scheme in ("postgresql", "postgres"):
+        return Target(url=target)
+    raise StoreError(f"unknown history store URL scheme {scheme!r} in {redact(target)!r}",
+                     hint="use a file path, sqlite:///path or postgresql://host/database")
 
 
 # --- records --------------------------------------------------------------------------------
@@ -108,16 +144,8 @@ class Store:
         ``url_or_path``: a file path, ``sqlite:///path`` or ``postgresql://[user@]host[:port]/db``.
         Default: the ``ENVKIT_STORE`` environment variable, else ``.envkit/history.sqlite``.
         """
-        target = url_or_path if url_or_path is not None else (os.environ.get(STORE_ENV) or DEFAULT_PATH)
-        if isinstance(target, Path) or "://" not in str(target):
-            backend: Backend = SQLiteBackend.open(Path(target))
-        else:
-            scheme = str(target).split("://", 1)[0].split("+", 1)[0].lower()
-            opener = BACKENDS.get(scheme)
-            if opener is None:
-                raise StoreError(f"unknown history store URL scheme {scheme!r} in {redact(str(target))!r}",
-                                 hint="use a file path, sqlite:///path or postgresql://host/database")
-            backend = opener(str(target))
+        target = locate(url_or_path)
+        backend: Backend = SQLiteBackend.open(target.path) if target.path else PostgresBackend.open(target.url)
         try:
             backend.migrate(MIGRATIONS, clock)
         except BaseException:

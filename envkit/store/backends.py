@@ -15,11 +15,11 @@ import socket
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import RunInProgressError, StoreError
-from .migrations import POSTGRES, SCHEMA_VERSION_TABLE, SQLITE, Clock, Migration, apply_migrations, migrate
+from .migrations import POSTGRES, SCHEMA_VERSION_TABLE, Clock, Migration, apply_migrations, migrate
 
 
 def _lock_key(text: str) -> int:
@@ -33,9 +33,6 @@ def _holder() -> str:
 
 class SQLiteBackend:
     """One SQLite file in WAL mode; writes are BEGIN IMMEDIATE transactions."""
-
-    name = "sqlite"
-    dialect = SQLITE
 
     def __init__(self, path: Path, db: sqlite3.Connection):
         self.path = path
@@ -148,8 +145,6 @@ class _PgExecutor:
 class PostgresBackend:
     """A shared PostgreSQL database, for teams whose CI runners share one history."""
 
-    name = "postgresql"
-    dialect = POSTGRES
     MIGRATION_LOCK = _lock_key("envkit:migrations")
 
     def __init__(self, url: str, conn, psycopg):
@@ -238,19 +233,3 @@ class PostgresBackend:
 
 
 Backend = SQLiteBackend | PostgresBackend
-
-
-def _sqlite_from_url(url: str) -> SQLiteBackend:
-    # sqlite:///relative/path  and  sqlite:////absolute/path (SQLAlchemy's convention)
-    rest = url[len("sqlite://"):]
-    if not rest.startswith("/") or rest == "/":
-        raise StoreError(f"bad SQLite URL {url!r}",
-                         hint="write sqlite:///relative/path.sqlite or sqlite:////absolute/path.sqlite")
-    return SQLiteBackend.open(Path(rest[1:]))
-
-
-BACKENDS: dict[str, Callable[[str], Backend]] = {
-    "sqlite": _sqlite_from_url,
-    "postgresql": PostgresBackend.open,
-    "postgres": PostgresBackend.open,
-}

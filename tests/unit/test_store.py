@@ -500,3 +500,19 @@ def test_run_lock_is_exclusive_and_dies_with_a_killed_holder(store_url):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_locate_names_a_store_without_opening_it(tmp_path, monkeypatch):
+    from envkit.store import locate
+
+    monkeypatch.delenv(STORE_ENV, raising=False)
+    assert locate().path == DEFAULT_PATH and not locate().named
+    assert locate(f"sqlite:///{tmp_path}/a.sqlite").path == tmp_path / "a.sqlite"  # sqlite:////abs
+    assert locate("sqlite:///rel.sqlite").path == Path("rel.sqlite")
+    pg = locate("postgresql+psycopg://u:pw@db/envkit")
+    assert pg.url and pg.named and str(pg) == "postgresql+psycopg://u:***@db/envkit"
+    monkeypatch.setenv(STORE_ENV, "postgres://db/envkit")
+    assert locate().url == "postgres://db/envkit"
+    with pytest.raises(StoreError, match="bad SQLite URL"):
+        locate("sqlite://relative")
+    assert not list(tmp_path.iterdir())  # nothing was created
