@@ -26,9 +26,7 @@ from .render import BUILDERS, context_hash, image_tag, render_files
 
 Progress = Callable[[str, BuildEvent | str], None]
 
-LOCK_LABEL = "io.envkit.lock-hash"
-CONTEXT_LABEL = "io.envkit.context-hash"
-BASE_LABEL = "io.envkit.base-id"
+from .labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
 
 
 

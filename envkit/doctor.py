@@ -69,11 +69,11 @@ def buildkit_finding(engine) -> Finding:
 
 
 def catalog_finding() -> Finding:
-    from .catalog import CATALOG_ENV, data_dir, load_catalog
+    from .catalog import CATALOG_ENV, data_dir, load_catalog, team_dir
     from .errors import EnvkitError
 
     where = data_dir()
-    origin = f"${CATALOG_ENV}" if os.environ.get(CATALOG_ENV) else "packaged"
+    origin = f"${CATALOG_ENV}" if team_dir() is not None else "packaged"
     try:
         digest = load_catalog(where).digest
     except EnvkitError as exc:

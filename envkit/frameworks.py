@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Literal
 
 from .errors import BuildError, EnvkitError
+from .labels import PREFIX
 
 if TYPE_CHECKING:
     from .lock import LockedImage
 
-LABEL = "io.envkit."
+LABEL = PREFIX
 
 
 @dataclass(frozen=True)

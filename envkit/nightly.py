@@ -9,7 +9,6 @@ certificate, and never records a push that did not happen.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +75,7 @@ def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = N
     """
     from datetime import date
 
-    from .catalog import CATALOG_ENV, load_catalog
+    from .catalog import CATALOG_ENV, load_catalog, team_dir
     from .catalog.refresh import refresh
     from .index import PackageIndex
     from .lock import write_atomic
@@ -91,7 +90,7 @@ def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = N
     diff_path = Path(reports_dir) / "catalog-refresh.diff"
     write_atomic(diff_path, result.diff().encode())
     doc["diff"] = str(diff_path)
-    if os.environ.get(CATALOG_ENV):
+    if team_dir() is not None:
         doc["file"] = str(result.apply())
         doc["applied"] = True
         progress(f"catalog refreshed: {doc['file']} (diff in {diff_path})")

@@ -16,6 +16,7 @@ from .catalog import Catalog, load_catalog
 from .errors import EngineError, EnvkitError, LockError, SpecError, VerificationError
 from .frameworks import require_buildable, require_bundle
 from .index import DEFAULT_INDEX, PackageIndex
+from .labels import SHOWN
 from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import Rendered, render
 from .resolve import check_frameworks, check_gpus, plan, resolve, spec_digest
@@ -303,7 +304,7 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
                 "compressed_size": view["compressed_size"], "user": view["user"],
                 "require_cuda": view["require_cuda"], "labels": view["labels"], "certificates": certs,
                 "registry": view}
-    labels = {k: v for k, v in sorted(info.labels.items()) if k.startswith(("io.envkit.", "org.opencontainers."))}
+    labels = {k: v for k, v in sorted(info.labels.items()) if k.startswith(SHOWN)}
     with Store.open(store_url) as store:
         certs = [_cert_doc(c) for c in store.certificates_for(info.id)]
     doc = {"image": ref, "source": "local", "id": info.id, "size": info.size, "user": info.user,

@@ -37,7 +37,6 @@ from .engine import ImageInfo
 from .errors import EngineError
 from .registry_api import (PASSWORD_ENV, USER_ENV, Sleep, _classify, _env_credentials, _Failure, _insecure, _Manifest,
                            _RegistryHTTP, _retrying, _strip_tag, split_repository)
-from .registry_api import MANIFEST_TYPES  # noqa: F401  (publish's name before registry_api existed)
 
 CERTIFIED_TAG = "certified"
 

@@ -28,11 +28,10 @@ from typing import Callable, TypeVar
 import requests
 
 from .errors import EngineError, EnvkitError
+from .labels import LOCK_LABEL, SHOWN
 from .publish import CERT_TAG_INFIX, CERTIFIED_TAG, CertificateArtifact, _docker, fetch_certificate_artifact
 from .registry_api import PASSWORD_ENV, USER_ENV, Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
 
-LOCK_LABEL = "io.envkit.lock-hash"  # build.LOCK_LABEL (not imported: build pulls in the renderer)
-SHOWN_LABELS = ("io.envkit.", "org.opencontainers.")
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
 MIRROR_REPO_PREFIX = "base-"  # nightly mirrors bases into <team>/base-<distro>-<suite>
 
@@ -169,7 +168,7 @@ def config_facts(blob: bytes, where: str) -> tuple[dict[str, str], dict[str, str
 
 
 def shown_labels(labels: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in sorted(labels.items()) if k.startswith(SHOWN_LABELS)}
+    return {k: v for k, v in sorted(labels.items()) if k.startswith(SHOWN)}
 
 
 @dataclass(frozen=True)

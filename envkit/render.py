@@ -28,6 +28,7 @@ import jinja2
 from . import __version__
 from .errors import EnvkitError
 from .frameworks import framework, require_devel
+from .labels import LOCK_LABEL
 from .lock import Lock, LockedImage, Package, write_atomic
 
 UID = 1000
@@ -197,7 +198,7 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         "org.opencontainers.image.base.name": image.base.ref,
         "io.envkit.team": lock.team,
         "io.envkit.image": image.name,
-        "io.envkit.lock-hash": image.hash,
+        LOCK_LABEL: image.hash,
         "io.envkit.framework": f"{image.framework}=={image.framework_version}",
         "io.envkit.variant": image.variant,
         "io.envkit.cuda": image.cuda or "none",

@@ -286,10 +286,15 @@ def packaged_dir() -> Path:
     return Path(str(resources.files("envkit.catalog") / "data"))
 
 
-def data_dir() -> Path:
-    """The catalog in use: ``$ENVKIT_CATALOG`` (a team's reviewed copy), else the packaged one."""
+def team_dir() -> Path | None:
+    """A team's reviewed copy of the catalog, when ``$ENVKIT_CATALOG`` names one."""
     override = os.environ.get(CATALOG_ENV)
-    return Path(override) if override else packaged_dir()
+    return Path(override) if override else None
+
+
+def data_dir() -> Path:
+    """The catalog in use: the team's copy (``team_dir``), else the packaged one."""
+    return team_dir() or packaged_dir()
 
 
 def export_catalog(dest: str | Path) -> Path:
@@ -329,8 +334,8 @@ def load_catalog(directory: str | Path | None = None) -> Catalog:
             data = yaml.safe_load(raw)
         except (OSError, yaml.YAMLError) as exc:
             hint = None
-            if os.environ.get(CATALOG_ENV) and directory == data_dir():
-                hint = (f"{CATALOG_ENV}={os.environ[CATALOG_ENV]} names this catalog; create it with "
+            if team_dir() is not None and directory == team_dir():
+                hint = (f"{CATALOG_ENV}={team_dir()} names this catalog; create it with "
                         f"`envkit catalog export DIR`, or unset {CATALOG_ENV} to use the packaged one")
             raise CatalogError(f"cannot load catalog file {path}: {exc}", hint=hint) from None
         h.update(name.encode() + b"\0" + raw)

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..catalog import vtuple
 from ..errors import EnvkitError, VerificationError
 from ..frameworks import TORCH, Framework, Pin, of_expect
+from ..labels import LOCK_LABEL
 from ..resolve import covers
 
 CERTIFICATE_VERSION = 1
@@ -378,7 +379,7 @@ def certify_image(engine, ref: str, expect: dict, *, gpus: bool, timeout: int = 
         raise VerificationError(f"no image {ref} in the engine", hint="build it first with `envkit build SPEC`")
     verification = run_payload(engine, ref, expect, gpus=gpus, timeout=timeout, mode="certify" if gpus else "verify")
     return certificate_from(verification.raw, expect, image=ref, image_id=info.id,
-                            lock_hash=info.labels.get("io.envkit.lock-hash", ""), gpu_requested=gpus,
+                            lock_hash=info.labels.get(LOCK_LABEL, ""), gpu_requested=gpus,
                             created_at=created_at or utc_now(), envkit_version=__version__)
 
 
