@@ -368,7 +368,9 @@ def test_summary_is_json(cat_dir):
     summary = json.loads(json.dumps(refresh_summary(run(cat_dir))))
     assert summary["changed"] is True and summary["added_series"] == ["2.16"]
     assert summary["file"].endswith("pytorch.yaml") and summary["diff"].startswith("--- a/pytorch.yaml")
+    assert summary["framework"] == "torch"
     assert summary["index_reads"] == [{"version": "2.16.0", "wheel": W216, "python": "3.12", "cuda": "13.2.3",
+                                       "source": f"https://files.example.invalid/made-up/{W216}",
                                        "cudnn": "9.27.1.3", "nccl": "2.31.2", "tag": "cu132",
                                        "python_range": {"min": "3.11", "max": "3.15"}}]
     assert summary["entries"][0]["variants"][0]["arch_list"] == CARRIED_132

@@ -1,4 +1,4 @@
-"""`envkit catalog refresh`: propose PyTorch catalog rows from the package index.
+"""PyTorch: propose ``pytorch.yaml`` rows from the package index.
 
 The index tells what was published: the torch versions, the Python tags of their wheels,
 and (in each Linux wheel's METADATA ``Requires-Dist``) the CUDA runtime, cuDNN and NCCL
@@ -6,7 +6,7 @@ that wheel bundles. It does not tell the compiled arch list, so a new series car
 over from the catalog's nearest CUDA variant and is marked ``verified: partial`` until the
 list is read inside a built image.
 
-``refresh`` only reads: it returns a ``RefreshResult`` holding the proposed rows, notes
+````refresh`` only reads: it returns a ``RefreshResult`` holding the proposed rows, notes
 and a unified diff of ``pytorch.yaml``. Only ``RefreshResult.apply`` writes, and it edits
 the file's text in place (header comments and existing rows stay byte for byte; a new
 patch of a known series changes only that series' ``patches:`` line; new series are
@@ -16,45 +16,24 @@ inserted in version order), validates the whole catalog, then replaces the file 
 from __future__ import annotations
 
 import copy
-import datetime
-import difflib
-import json
 import re
-import shutil
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
-from typing import Any, Protocol
 
-import yaml
-from packaging.requirements import Requirement
 from packaging.version import Version
 
-from ..errors import CatalogError
-from ..resolve import bundled_pins
-from . import Catalog, TorchRelease, data_dir as default_data_dir, load_catalog, vtuple
+from ...errors import CatalogError
+from ...resolve import bundled_pins
+from .. import Catalog, TorchRelease, data_dir as default_data_dir, vtuple
+from .common import (SOURCE, RefreshIndex, RefreshResult, check_parses_back, check_source, check_today,
+                     load_yaml, metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file)
 
 FILENAME = "pytorch.yaml"
-SOURCE = "pypi_index"
 PROJECT = "torch"
 
 _VERSION_LINE = re.compile(r'^  - version: "?(?P<v>[0-9][0-9.]*)"?\s*$')
 _PATCHES_LINE = re.compile(r"^(?P<indent>    )patches: \[.*\]\s*$")
-_CP_TAG = re.compile(r"^cp(?P<major>\d)(?P<minor>\d+)$")
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _load(text: str):
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
-
-
-class RefreshIndex(Protocol):
-    """What ``refresh`` asks of the index (``envkit.index.PackageIndex`` answers it)."""
-
-    def versions(self, project: str) -> list[Version]: ...
-    def wheels(self, project: str) -> list: ...
-    def wheel_for(self, project: str, version: Version, python: str, glibc: str): ...
-    def requires(self, wheel) -> list[Requirement]: ...
 
 
 @dataclass(frozen=True)
@@ -63,6 +42,7 @@ class IndexRead:
 
     version: str
     wheel: str
+    source: str  # the URL its METADATA was read from
     python: str  # the interpreter the wheel (and its markers) was read for
     cuda: str | None
     cudnn: str | None
@@ -79,70 +59,9 @@ class IndexRead:
         return ".".join(str(p) for p in vtuple(self.cuda)[:2]) if self.cuda else None
 
     def to_json(self) -> dict:
-        return {"version": self.version, "wheel": self.wheel, "python": self.python, "cuda": self.cuda,
+        return {"version": self.version, "wheel": self.wheel, "source": self.source, "python": self.python, "cuda": self.cuda,
                 "cudnn": self.cudnn, "nccl": self.nccl, "tag": self.tag,
                 "python_range": {"min": self.python_min, "max": self.python_max}}
-
-
-@dataclass(frozen=True)
-class RefreshResult:
-    data_dir: Path
-    current_text: str
-    proposed_text: str
-    entries: tuple[dict, ...] = ()  # new or changed rows, pytorch.yaml schema, version order
-    added_series: tuple[str, ...] = ()
-    added_patches: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()  # facts to review by hand; never applied
-    reads: tuple[IndexRead, ...] = field(default=())
-
-    @property
-    def changed(self) -> bool:
-        return self.proposed_text != self.current_text
-
-    def diff(self) -> str:
-        """A unified diff of pytorch.yaml, current -> proposed ('' when nothing changes)."""
-        return "".join(difflib.unified_diff(
-            self.current_text.splitlines(keepends=True), self.proposed_text.splitlines(keepends=True),
-            fromfile=f"a/{FILENAME}", tofile=f"b/{FILENAME}"))
-
-    def apply(self, data_dir: str | Path | None = None) -> Path:
-        """Write the proposed pytorch.yaml into ``data_dir`` (default: where it was read).
-
-        Refuses when the file changed since ``refresh`` read it, or when the catalog would
-        not load afterwards; the file is replaced atomically, so readers see old or new.
-        """
-        from ..lock import write_atomic
-
-        directory = Path(data_dir) if data_dir is not None else self.data_dir
-        target = directory / FILENAME
-        if not self.changed:
-            return target
-        try:
-            current = target.read_text()
-        except OSError as exc:
-            raise CatalogError(f"cannot read {target}: {exc}") from None
-        if current != self.current_text:
-            raise CatalogError(f"{target} changed since the refresh read it",
-                               hint="run `envkit catalog refresh` again")
-        _validate_in_copy(directory, self.proposed_text)
-        write_atomic(target, self.proposed_text.encode())
-        return target
-
-
-def refresh_summary(result: RefreshResult) -> dict:
-    """JSON-ready summary for `envkit catalog refresh --json`."""
-    return {
-        "changed": result.changed,
-        "file": str(result.data_dir / FILENAME),
-        "added_series": list(result.added_series),
-        "added_patches": list(result.added_patches),
-        "entries": copy.deepcopy(list(result.entries)),
-        "notes": list(result.notes),
-        "warnings": list(result.warnings),
-        "index_reads": [r.to_json() for r in result.reads],
-        "diff": result.diff(),
-    }
 
 
 # --- the refresh ---------------------------------------------------------------------------
@@ -154,30 +73,18 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
     catalog); its pytorch.yaml text is what the diff and ``apply`` edit. Torch versions
     older than the catalog's oldest series, and pre-/dev-releases, are ignored.
     """
-    try:
-        datetime.date.fromisoformat(today)
-    except ValueError:
-        raise CatalogError(f"today={today!r} is not an ISO date (YYYY-MM-DD)") from None
+    check_today(today)
     directory = Path(data_dir) if data_dir is not None else default_data_dir()
     path = directory / FILENAME
-    try:
-        text = path.read_text()
-        raw = _load(text)
-    except (OSError, yaml.YAMLError) as exc:
-        raise CatalogError(f"cannot load catalog file {path}: {exc}") from None
+    text, raw = read_file(directory, FILENAME)
     rows: list[dict] = list(raw.get("releases") or []) if isinstance(raw, dict) else []
     releases = catalog.torch_releases()
     if [(str(r.get("version")), tuple(r.get("patches") or ())) for r in rows] != \
             [(r.version, r.patches) for r in releases]:
-        raise CatalogError(f"the catalog passed to refresh was not loaded from {directory}",
-                           hint="pass data_dir= the directory given to load_catalog")
+        raise not_loaded_from(directory)
     if not releases:
         raise CatalogError(f"{path} has no releases to extend")
-    try:
-        catalog.source(SOURCE)
-    except KeyError:
-        raise CatalogError(f"the catalog has no source {SOURCE!r}, which refreshed rows name",
-                           hint=f"add {SOURCE} to sources.yaml") from None
+    check_source(catalog)
 
     notes: list[str] = []
     warnings: list[str] = []
@@ -185,12 +92,10 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
     known = {r.version: r for r in releases}
     oldest = min(Version(r.version) for r in releases)
 
-    published = sorted(v for v in index.versions(PROJECT)
-                       if not (v.is_prerelease or v.is_devrelease or v.local))
     new_series: dict[str, list[Version]] = {}
     new_patches: dict[str, list[Version]] = {}
     older = 0
-    for v in published:
+    for v in published(index, PROJECT):
         series = f"{v.major}.{v.minor}"
         if Version(series) < oldest:
             older += 1
@@ -269,15 +174,11 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
     expected = [updated_rows.get(str(r["version"]), r) for r in rows]
     expected += [updated_rows[s] for s in added_series]
     expected.sort(key=lambda r: Version(str(r["version"])))
-    check = _load(proposed)
-    if check.get("releases") != expected or {k: v for k, v in check.items() if k != "releases"} != \
-            {k: v for k, v in raw.items() if k != "releases"}:
-        raise CatalogError("refresh produced a pytorch.yaml that does not parse back to the intended rows",
-                           hint="the file's layout is not the one refresh edits; add the rows by hand")
+    check_parses_back(FILENAME, proposed, {**raw, "releases": expected})
 
     entries = tuple(copy.deepcopy(updated_rows[s]) for s in sorted(updated_rows, key=Version))
     return RefreshResult(
-        data_dir=directory, current_text=text, proposed_text=proposed, entries=entries,
+        framework="torch", data_dir=directory, current_text=text, proposed_text=proposed, entries=entries,
         added_series=tuple(added_series), added_patches=tuple(sorted(added_patches, key=Version)),
         notes=tuple(notes), warnings=tuple(warnings),
         reads=tuple(sorted(reads, key=lambda r: Version(r.version))),
@@ -285,40 +186,14 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
 
 
 # --- reading the index ---------------------------------------------------------------------
-def _linux_x86_64(plat: str) -> bool:
-    return any(p.endswith("x86_64") and "linux" in p for p in plat.split("."))
-
-
-def python_tags(wheels, version: Version) -> list[tuple[int, int]]:
-    """(3, 12)-style CPython versions with a Linux x86_64 wheel of ``version``.
-
-    Free-threaded ABIs (cp314t) and abi3/none wheels are not counted.
-    """
-    out: set[tuple[int, int]] = set()
-    for w in wheels:
-        if w.version != version or w.yanked:
-            continue
-        for tag in w.tags:
-            interp, abi, plat = tag.split("-")
-            m = _CP_TAG.match(interp)
-            if m and abi == interp and _linux_x86_64(plat):
-                out.add((int(m["major"]), int(m["minor"])))
-    return sorted(out)
-
-
 def _read(index: RefreshIndex, wheels, version: Version, python: str, glibc: str) -> IndexRead | None:
     pys = python_tags(wheels, version)
-    if not pys:
-        return None
-    order = [python] + [f"{a}.{b}" for a, b in reversed(pys) if f"{a}.{b}" != python]
-    for py in order:
-        wheel = index.wheel_for(PROJECT, version, py, glibc)
-        if wheel is not None:
-            break
-    else:
+    wheel, py = pick_wheel(index, PROJECT, version, pys, python, glibc) if pys else (None, None)
+    if wheel is None:
         return None
     pins = bundled_pins(index.requires(wheel), py)
-    return IndexRead(version=str(version), wheel=wheel.filename, python=py, cuda=pins.get("cuda"),
+    return IndexRead(version=str(version), wheel=wheel.filename, source=metadata_source(wheel), python=py,
+                     cuda=pins.get("cuda"),
                      cudnn=pins.get("cudnn"), nccl=pins.get("nccl"),
                      python_min="%d.%d" % pys[0], python_max="%d.%d" % pys[-1])
 
@@ -377,7 +252,7 @@ def _python_range_warnings(releases, wheels) -> list[str]:
 def _new_row(series: str, patches: list[str], read: IndexRead, arch_list: str, carried_from: str,
              today: str) -> dict[str, Any]:
     note = (f"refreshed from the package index {today}: cuda/cudnn/nccl read from the Requires-Dist of "
-            f"{read.wheel}, python range from its cpXY wheel tags; arch_list carried over from {carried_from} "
+            f"{read.wheel} ({read.source}), python range from its cpXY wheel tags; arch_list carried over from {carried_from} "
             "(not in wheel metadata - confirm with torch.cuda.get_arch_list() inside a built image); "
             "only the index's default variant is known")
     return {
@@ -391,10 +266,6 @@ def _new_row(series: str, patches: list[str], read: IndexRead, arch_list: str, c
         "variants": [{"tag": read.tag, "cuda": read.cuda_mm, "status": "stable", "cudnn": read.cudnn,
                       "nccl": read.nccl, "arch_list": arch_list}],
     }
-
-
-def _q(value: Any) -> str:
-    return "null" if value is None else json.dumps(str(value), ensure_ascii=True)
 
 
 def _patches_line(indent: str, patches) -> str:
@@ -476,13 +347,4 @@ def _edit_text(text: str, rows: list[dict], updated: dict[str, dict]) -> str:
     return "".join(out)
 
 
-def _validate_in_copy(directory: Path, proposed: str) -> None:
-    """load_catalog on a copy of ``directory`` with the proposed pytorch.yaml, or raise."""
-    with tempfile.TemporaryDirectory(prefix="envkit-refresh-") as tmp:
-        for src in directory.glob("*.yaml"):
-            shutil.copyfile(src, Path(tmp) / src.name)
-        (Path(tmp) / FILENAME).write_text(proposed)
-        load_catalog(tmp)
-
-
-__all__ = ["IndexRead", "RefreshIndex", "RefreshResult", "python_tags", "refresh", "refresh_summary", "render_row"]
+__all__ = ["IndexRead", "refresh", "render_row"]

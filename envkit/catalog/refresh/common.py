@@ -1,0 +1,272 @@
+"""What every framework's refresh shares: the index protocol, wheel tags, one file's result,
+its diff, and the checked, atomic write.
+
+A ``RefreshResult`` is one catalog file read and (maybe) edited; nothing is written until
+``apply`` (or ``CatalogRefresh.apply`` for several files), which refuses a file that changed
+since it was read and a catalog that would not load afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import difflib
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from ...errors import CatalogError
+from .. import Catalog, load_catalog, vtuple
+
+SOURCE = "pypi_index"  # the sources.yaml key every refreshed row names
+FILENAMES = {"torch": "pytorch.yaml", "jax": "jax.yaml", "tensorflow": "tensorflow.yaml"}
+
+_CP_TAG = re.compile(r"^cp(?P<major>\d)(?P<minor>\d+)$")
+_EXTRA_IN_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_LINUX = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux"}
+
+
+def load_yaml(text: str):
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
+
+
+class RefreshIndex(Protocol):
+    """What a refresh asks of the index (``envkit.index.PackageIndex`` answers it)."""
+
+    def versions(self, project: str) -> list[Version]: ...
+    def wheels(self, project: str) -> list: ...
+    def wheel_for(self, project: str, version: Version, python: str, glibc: str): ...
+    def requires(self, wheel) -> list[Requirement]: ...
+
+
+# --- checks before reading -------------------------------------------------------------------
+def check_today(today: str) -> None:
+    try:
+        datetime.date.fromisoformat(today)
+    except ValueError:
+        raise CatalogError(f"today={today!r} is not an ISO date (YYYY-MM-DD)") from None
+
+
+def check_source(catalog: Catalog) -> None:
+    try:
+        catalog.source(SOURCE)
+    except KeyError:
+        raise CatalogError(f"the catalog has no source {SOURCE!r}, which refreshed rows name",
+                           hint=f"add {SOURCE} to sources.yaml") from None
+
+
+def read_file(directory: Path, filename: str) -> tuple[str, Any]:
+    path = directory / filename
+    try:
+        text = path.read_text()
+        return text, load_yaml(text)
+    except (OSError, yaml.YAMLError) as exc:
+        raise CatalogError(f"cannot load catalog file {path}: {exc}") from None
+
+
+def not_loaded_from(directory: Path) -> CatalogError:
+    return CatalogError(f"the catalog passed to refresh was not loaded from {directory}",
+                        hint="pass data_dir= the directory given to load_catalog")
+
+
+# --- reading the index ---------------------------------------------------------------------
+def published(index: RefreshIndex, project: str) -> list[Version]:
+    """Final releases of ``project`` on the index, oldest first (no pre-, dev- or local versions)."""
+    return sorted(v for v in index.versions(project) if not (v.is_prerelease or v.is_devrelease or v.local))
+
+
+def _linux_x86_64(plat: str) -> bool:
+    return any(p.endswith("x86_64") and "linux" in p for p in plat.split("."))
+
+
+def python_tags(wheels, version: Version) -> list[tuple[int, int]]:
+    """(3, 12)-style CPython versions with a Linux x86_64 wheel of ``version``.
+
+    Free-threaded ABIs (cp314t) and abi3/none wheels are not counted.
+    """
+    out: set[tuple[int, int]] = set()
+    for w in wheels:
+        if w.version != version or w.yanked:
+            continue
+        for tag in w.tags:
+            interp, abi, plat = tag.split("-")
+            m = _CP_TAG.match(interp)
+            if m and abi == interp and _linux_x86_64(plat):
+                out.add((int(m["major"]), int(m["minor"])))
+    return sorted(out)
+
+
+def py_text(py: tuple[int, int]) -> str:
+    return "%d.%d" % py
+
+
+def pick_wheel(index: RefreshIndex, project: str, version: Version, pys, python: str, glibc: str):
+    """(wheel, python) for ``version``: the requested CPython's Linux wheel, else the newest there is."""
+    order = [python] + [py_text(p) for p in reversed(pys) if py_text(p) != python]
+    for py in order:
+        wheel = index.wheel_for(project, version, py, glibc)
+        if wheel is not None:
+            return wheel, py
+    return None, None
+
+
+def metadata_source(wheel) -> str:
+    """Where a wheel's METADATA was read: the PEP 658 file beside it, else the wheel (by ranges)."""
+    url = wheel.url.split("#", 1)[0]
+    return url + ".metadata" if wheel.has_metadata else url
+
+
+def extras_of(requirement: Requirement) -> set[str]:
+    """The ``extra == "..."`` names a requirement's marker mentions."""
+    return set(_EXTRA_IN_MARKER.findall(str(requirement.marker))) if requirement.marker else set()
+
+
+def for_extra(requirements: list[Requirement], extra: str, python: str) -> dict[str, Requirement]:
+    """canonical name -> requirement, for what ``pip install X[extra]`` adds on Linux x86_64."""
+    env = {**_LINUX, "python_version": python, "python_full_version": python + ".0", "extra": extra}
+    return {canonicalize_name(r.name): r for r in requirements
+            if r.marker is not None and extra in extras_of(r) and r.marker.evaluate(env)}
+
+
+def exact_version(requirement: Requirement) -> str | None:
+    """X for '==X' or '>=X,<=X'; None for a range."""
+    specs = list(requirement.specifier)
+    pins = {s.version for s in specs if s.operator == "==" and "*" not in s.version}
+    if len(pins) == 1:
+        return pins.pop()
+    lo = {s.version for s in specs if s.operator == ">="}
+    hi = {s.version for s in specs if s.operator == "<="}
+    if len(lo) == 1 and lo == hi and len(specs) == 2:
+        return lo.pop()
+    return None
+
+
+def floor_version(requirement: Requirement) -> str | None:
+    """The exact pin, else the '>=' lower bound; None when neither is there."""
+    exact = exact_version(requirement)
+    if exact:
+        return exact
+    lo = [s.version for s in requirement.specifier if s.operator == ">="]
+    return max(lo, key=Version) if lo else None
+
+
+_ORDER = {">=": 0, ">": 1, "==": 2, "~=": 3, "<=": 4, "<": 5, "!=": 6, "===": 7}
+
+
+def spec_text(specifier: SpecifierSet) -> str:
+    """'>=9.12.0.46,<10.0' - lower bounds first, as the catalog writes ranges."""
+    return ",".join(str(s) for s in sorted(specifier, key=lambda s: (_ORDER.get(s.operator, 9), s.version)))
+
+
+def major_minor(version: str) -> str:
+    return ".".join(str(p) for p in vtuple(re.sub(r"[^0-9.].*$", "", version))[:2])
+
+
+def q(value: Any) -> str:
+    return "null" if value is None else json.dumps(str(value), ensure_ascii=True)
+
+
+# --- one file's result -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class RefreshResult:
+    """One catalog file as read and as proposed, with what was added and why."""
+
+    data_dir: Path
+    current_text: str
+    proposed_text: str
+    entries: tuple[dict, ...] = ()  # new or changed rows, in the file's schema, version order
+    added_series: tuple[str, ...] = ()
+    added_patches: tuple[str, ...] = ()  # JAX has no series: every new version is listed here
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # facts to review by hand; never applied
+    reads: tuple = field(default=())  # what the index said (objects with to_json())
+    framework: str = "torch"
+
+    @property
+    def filename(self) -> str:
+        return FILENAMES[self.framework]
+
+    @property
+    def changed(self) -> bool:
+        return self.proposed_text != self.current_text
+
+    def diff(self) -> str:
+        """A unified diff of the file, current -> proposed ('' when nothing changes)."""
+        return "".join(difflib.unified_diff(
+            self.current_text.splitlines(keepends=True), self.proposed_text.splitlines(keepends=True),
+            fromfile=f"a/{self.filename}", tofile=f"b/{self.filename}"))
+
+    def apply(self, data_dir: str | Path | None = None) -> Path:
+        """Write the proposed file into ``data_dir`` (default: where it was read).
+
+        Refuses when the file changed since the refresh read it, or when the catalog would
+        not load afterwards; the file is replaced atomically, so readers see old or new.
+        """
+        directory = Path(data_dir) if data_dir is not None else self.data_dir
+        apply_texts(directory, [self])
+        return directory / self.filename
+
+
+def apply_texts(directory: Path, results) -> list[Path]:
+    """Check every changed file is as read, validate all proposals together, then write each atomically."""
+    from ...lock import write_atomic
+
+    changed = [r for r in results if r.changed]
+    for r in changed:
+        target = directory / r.filename
+        try:
+            current = target.read_text()
+        except OSError as exc:
+            raise CatalogError(f"cannot read {target}: {exc}") from None
+        if current != r.current_text:
+            raise CatalogError(f"{target} changed since the refresh read it", hint="run `envkit catalog refresh` again")
+    if not changed:
+        return []
+    validate_in_copy(directory, {r.filename: r.proposed_text for r in changed})
+    for r in changed:
+        write_atomic(directory / r.filename, r.proposed_text.encode())
+    return [directory / r.filename for r in changed]
+
+
+def validate_in_copy(directory: Path, proposed: dict[str, str]) -> None:
+    """load_catalog on a copy of ``directory`` with the proposed files, or raise."""
+    with tempfile.TemporaryDirectory(prefix="envkit-refresh-") as tmp:
+        for src in directory.glob("*.yaml"):
+            shutil.copyfile(src, Path(tmp) / src.name)
+        for name, text in proposed.items():
+            (Path(tmp) / name).write_text(text)
+        load_catalog(tmp)
+
+
+def refresh_summary(result: RefreshResult) -> dict:
+    """JSON-ready summary of one framework's refresh."""
+    return {
+        "framework": result.framework,
+        "changed": result.changed,
+        "file": str(result.data_dir / result.filename),
+        "added_series": list(result.added_series),
+        "added_patches": list(result.added_patches),
+        "entries": copy.deepcopy(list(result.entries)),
+        "notes": list(result.notes),
+        "warnings": list(result.warnings),
+        "index_reads": [r.to_json() for r in result.reads],
+        "diff": result.diff(),
+    }
+
+
+def check_parses_back(filename: str, proposed: str, expected: dict) -> None:
+    """The edited text must load to exactly the intended document, else refuse."""
+    if load_yaml(proposed) != expected:
+        raise CatalogError(f"refresh produced a {filename} that does not parse back to the intended rows",
+                           hint="the file's layout is not the one refresh edits; add the rows by hand")
