@@ -11,9 +11,11 @@ apply (an engine treats 127.0.0.0/8 registries as plain-http "insecure" ones). R
 tag's manifest and re-pointing ``:certified`` use the registry's HTTP API directly
 (``registry_api``): that is the only way to give a second tag *exactly* the first tag's digest.
 
-Credentials come only from the engine's credential store (``docker login``: the client's
-config.json and credential helpers) or from ``ENVKIT_REGISTRY_USER`` /
-``ENVKIT_REGISTRY_PASSWORD``; never from a spec.
+Credentials come from ``ENVKIT_REGISTRY_USER`` / ``ENVKIT_REGISTRY_PASSWORD``, else from what
+``docker login`` stored (config.json, credential helpers), resolved by ``registry_auth`` for
+every push and pull and handed to the engine as the call's ``auth_config`` (so the engine uses
+the same account as envkit's own HTTP calls); never from a spec. A refusal is a
+``RegistryAuthError`` naming the registry, the account and where its credentials came from.
 
 Connection errors and 5xx/429 answers are retried with exponential backoff; anything else
 (denied, unknown image, a bad manifest) fails at once. Failures raise ``EngineError`` naming
@@ -35,14 +37,17 @@ import docker.errors
 
 from .engine import ImageInfo
 from .errors import EngineError
-from .registry_api import (PASSWORD_ENV, USER_ENV, Sleep, _classify, _env_credentials, _Failure, _insecure, _Manifest,
-                           _RegistryHTTP, _retrying, _strip_tag, split_repository)
+from .registry_api import (PASSWORD_ENV, USER_ENV, Sleep, _classify, _Failure, _insecure, _Manifest, _RegistryHTTP,
+                           _retrying, _strip_tag, split_repository)
+from .registry_auth import AuthFailure, Credentials, credentials_for, login_hint
 
 CERTIFIED_TAG = "certified"
 
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _PINNED = re.compile(r"^(?P<repo>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})$")
 _DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
+_REFUSED = re.compile(r"unauthori[sz]ed|authentication required|denied|forbidden|incorrect username or password|"
+                      r"no basic auth credentials", re.IGNORECASE)
 
 Progress = Callable[[str], None]
 
@@ -90,13 +95,23 @@ def _check_tag(tag: str) -> None:
         raise EngineError(f"bad tag {tag!r}: tags are 1-128 of [A-Za-z0-9_.-], not starting with . or -")
 
 
-def _auth_config() -> dict | None:
-    """An explicit auth_config from the environment; None lets docker-py use the credential store."""
-    creds = _env_credentials()
-    return {"username": creds[0], "password": creds[1]} if creds else None
+def _auth_config(registry: str) -> tuple[dict | None, Credentials | None]:
+    """The engine's ``auth_config`` for a push or pull, resolved now (the environment, then `docker login`)."""
+    creds = credentials_for(registry)
+    if creds is None:
+        return None, None
+    if creds.identity_token:
+        return {"identitytoken": creds.secret, "serveraddress": registry}, creds
+    return {"username": creds.user, "password": creds.secret, "serveraddress": registry}, creds
 
 
-def _stream(chunks, progress: Progress | None) -> str | None:
+def _refusal(registry: str, creds: Credentials | None, message: str) -> AuthFailure:
+    who = (f"{creds.who} (credentials from {creds.source})" if creds else
+           "an anonymous client (no credentials: none in the environment or from `docker login`)")
+    return AuthFailure(f"registry {registry} refused {who}: {message}", hint=login_hint(registry))
+
+
+def _stream(chunks, progress: Progress | None, refused: Callable[[str], AuthFailure] | None = None) -> str | None:
     """Consume a push/pull progress stream; return the digest it reports; raise on an error line."""
     digest = None
     for chunk in chunks:
@@ -104,7 +119,10 @@ def _stream(chunks, progress: Progress | None) -> str | None:
             continue
         if "error" in chunk or "errorDetail" in chunk:
             message = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error") or "unknown error"
-            raise _Failure(str(message).strip(), _classify(str(message)))
+            message = " ".join(str(message).split())
+            if refused is not None and _REFUSED.search(message):
+                raise refused(message)
+            raise _Failure(message, _classify(message))
         aux = chunk.get("aux") or {}
         if aux.get("Digest"):
             digest = aux["Digest"]
@@ -146,11 +164,11 @@ def push(client, image_ref_local: str, registry_repo: str, tag: str, *, retries:
                           hint="build it first (envkit build SPEC), or check the reference") from None
     except docker.errors.APIError as exc:
         raise EngineError(f"cannot tag {image_ref_local} as {ref}: {exc.explanation}") from None
-    auth = _auth_config()
+    auth, creds = _auth_config(registry)
 
     def attempt() -> str:
         chunks = dc.api.push(registry_repo, tag=tag, stream=True, decode=True, auth_config=auth)
-        digest = _stream(chunks, progress)
+        digest = _stream(chunks, progress, lambda message: _refusal(registry, creds, message))
         if not digest:
             raise _Failure("the engine finished the push without reporting a manifest digest", False)
         return digest
@@ -270,11 +288,11 @@ def pull_by_digest(client, ref_with_digest: str, *, retries: int = 4, backoff: f
                           hint="give REGISTRY/REPO@sha256:<64 hex digits>")
     dc = _docker(client)
     registry, _ = split_repository(m.group("repo"))
-    auth = _auth_config()
+    auth, creds = _auth_config(registry)
 
     def attempt() -> None:
         _stream(dc.api.pull(m.group("repo"), tag=m.group("digest"), stream=True, decode=True, auth_config=auth),
-                progress)
+                progress, lambda message: _refusal(registry, creds, message))
 
     def fail(f: _Failure, n: int) -> EngineError:
         tries = f"after {n} attempts" if n > 1 else "at the first attempt"

@@ -4,37 +4,34 @@
 tag at exactly that manifest, upload a certificate artifact) and ``remote`` (manifests, blobs,
 a repository's tags and the registry's catalog, read without pulling).
 
-Credentials come only from the engine's credential store (``docker login``: the client's
-config.json and credential helpers) or from ``ENVKIT_REGISTRY_USER`` /
-``ENVKIT_REGISTRY_PASSWORD``; never from a spec. Plain http is used where the engine would use
-it (its insecure-registries setting; without an engine, 127.0.0.0/8 only).
+Credentials, the scheme (https, or the engine's fallbacks for an insecure registry), trust
+(the engine's ``/etc/docker/certs.d``) and answering 401 challenges are ``registry_auth``'s.
 
 Failures are ``_Failure``s, transient (connection errors, 5xx and 429 answers) or permanent
 (denied, unknown image, a bad manifest); ``_retrying`` retries the transient ones with
-exponential backoff and turns the last one into the caller's ``EngineError``.
+exponential backoff and turns the last one into the caller's ``EngineError`` (a
+``RegistryAuthError`` when the registry refused or lacked credentials).
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import ipaddress
 import json
-import os
 import re
 import socket
+import warnings
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 import docker
-import docker.auth
 import docker.errors
 import requests
+import urllib3
 
 from .errors import EngineError
-
-USER_ENV = "ENVKIT_REGISTRY_USER"
-PASSWORD_ENV = "ENVKIT_REGISTRY_PASSWORD"
+from .registry_auth import PASSWORD_ENV, USER_ENV, AuthFailure, Authenticator, RegistryAuthError, open_session
+from .registry_auth import Failure as _Failure
 
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -61,13 +58,6 @@ Sleep = Callable[[float], None]
 T = TypeVar("T")
 
 
-class _Failure(Exception):
-    def __init__(self, message: str, retryable: bool):
-        super().__init__(message)
-        self.message = message
-        self.retryable = retryable
-
-
 # --- names, credentials, http or https -------------------------------------------------------------
 
 def _strip_tag(ref: str) -> str:
@@ -89,29 +79,6 @@ def split_repository(registry_repo: str) -> tuple[str, str]:
         return first, rest
     path = registry_repo if "/" in registry_repo else f"library/{registry_repo}"
     return "docker.io", path
-
-
-def _env_credentials() -> tuple[str, str] | None:
-    user, password = os.environ.get(USER_ENV), os.environ.get(PASSWORD_ENV)
-    if bool(user) != bool(password):
-        missing = PASSWORD_ENV if user else USER_ENV
-        raise EngineError(f"{missing} is not set but {USER_ENV if user else PASSWORD_ENV} is",
-                          hint=f"set both {USER_ENV} and {PASSWORD_ENV}, or neither (then `docker login` is used)")
-    return (user, password) if user else None
-
-
-def _store_credentials(registry: str) -> tuple[str, str] | None:
-    """Username/password for HTTP calls: the environment first, then the engine's credential store."""
-    creds = _env_credentials()
-    if creds:
-        return creds
-    try:
-        entry = docker.auth.load_config().resolve_authconfig(registry) or {}
-    except Exception:  # a broken helper must not hide the real error (the registry's 401)
-        return None
-    user = entry.get("username") or entry.get("Username")
-    password = entry.get("password") or entry.get("Password") or entry.get("IdentityToken")
-    return (user, password) if user and password else None
 
 
 def _insecure(client: docker.DockerClient | None, registry: str) -> bool:
@@ -170,7 +137,10 @@ def _retrying(op: Callable[[], T], *, retries: int, backoff: float, sleep: Sleep
         except Exception as exc:  # classified below; anything unexpected propagates
             failure = _from_exception(exc)
         if not failure.retryable or attempt > retries:
-            raise fail(failure, attempt) from None
+            error = fail(failure, attempt)
+            if isinstance(failure, AuthFailure):
+                raise RegistryAuthError(error.message, hint=failure.hint) from None
+            raise error from None
         sleep(backoff * (2 ** (attempt - 1)))
 
 
@@ -192,78 +162,64 @@ class _Manifest:
 
 class _RegistryHTTP:
     """Just enough of the distribution API, with basic or token auth: GET and PUT manifests,
-    GET and PUT blobs, a repository's tags and the registry's catalog (both paged)."""
+    GET and PUT blobs, a repository's tags and the registry's catalog (both paged).
+
+    Clients made by ``repository()`` share the first one's session, scheme and authorization
+    (the Basic header, the tokens per scope)."""
 
     def __init__(self, client: docker.DockerClient | None, registry_repo: str, timeout: float = 30.0, *,
                  actions: str = "pull,push", session: requests.Session | None = None):
         registry, path = split_repository(registry_repo)
-        self._open(registry, "http" if _insecure(client, registry) else "https", timeout, session)
-        self.path = path
-        self.base = f"{self.root}/{path}"
-        self.scope = f"repository:{path}:{actions}"
+        self._open(registry, _insecure(client, registry), timeout, session)
+        self._aim(path, f"repository:{path}:{actions}")
 
-    def _open(self, registry: str, scheme: str, timeout: float, session: requests.Session | None) -> None:
+    def _open(self, registry: str, insecure: bool, timeout: float, session: requests.Session | None) -> None:
         self.registry = registry
-        host = "registry-1.docker.io" if registry in ("docker.io", "index.docker.io") else registry
-        self.scheme = scheme
-        self.root = f"{scheme}://{host}/v2"
+        self.host = "registry-1.docker.io" if registry in ("docker.io", "index.docker.io") else registry
         self.timeout = timeout
-        self.session = session or requests.Session()
-        self.auth: dict[str, str] = {}
+        self.session, self.scheme = open_session(registry, self.host, insecure, timeout, session)
+        self.root = f"{self.scheme}://{self.host}/v2"
+        self.auth = Authenticator(registry, self.session, timeout)
+
+    def _aim(self, path: str, scope: str) -> None:
+        self.path = path
+        self.base = f"{self.root}/{path}" if path else self.root
+        self.scope = scope
 
     @classmethod
     def at(cls, client: docker.DockerClient | None, registry: str, timeout: float = 30.0, *,
            session: requests.Session | None = None) -> "_RegistryHTTP":
         """A client for the whole registry (its catalog); ``repository`` gives one per repository."""
         self = cls.__new__(cls)
-        self._open(registry, "http" if _insecure(client, registry) else "https", timeout, session)
-        self.path = ""
-        self.base = self.root
-        self.scope = "registry:catalog:*"
+        self._open(registry, _insecure(client, registry), timeout, session)
+        self._aim("", "registry:catalog:*")
         return self
 
     def repository(self, path: str, *, actions: str = "pull") -> "_RegistryHTTP":
-        """The same registry, connection and scheme, for one repository (read-only by default)."""
+        """The same registry, session, scheme and authorization, for one repository (read-only by default)."""
         other = type(self).__new__(type(self))
-        other._open(self.registry, self.scheme, self.timeout, self.session)
-        other.path = path
-        other.base = f"{self.root}/{path}"
-        other.scope = f"repository:{path}:{actions}"
+        other.__dict__.update(self.__dict__)
+        other._aim(path, f"repository:{path}:{actions}")
         return other
 
-    def _send(self, method: str, url: str, **kw) -> requests.Response:
-        headers = dict(kw.pop("headers", {}))
-        r = self.session.request(method, url, headers={**headers, **self.auth}, timeout=self.timeout, **kw)
-        if r.status_code == 401 and self._authenticate(r.headers.get("WWW-Authenticate", "")):
-            r = self.session.request(method, url, headers={**headers, **self.auth}, timeout=self.timeout, **kw)
-        return r
+    def _request(self, method: str, url: str, headers: dict, **kw) -> requests.Response:
+        with warnings.catch_warnings():  # an insecure registry's unverified https, as the engine does it
+            warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+            return self.session.request(method, url, headers=headers, timeout=self.timeout, **kw)
 
-    def _authenticate(self, challenge: str) -> bool:
-        kind, _, params = challenge.partition(" ")
-        creds = _store_credentials(self.registry)
-        if kind.lower() == "basic":
-            if not creds:
-                return False
-            token = base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
-            self.auth = {"Authorization": f"Basic {token}"}
-            return True
-        if kind.lower() != "bearer":
-            return False
-        fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
-        realm = fields.get("realm")
-        if not realm:
-            return False
-        query = {"scope": self.scope}
-        if fields.get("service"):
-            query["service"] = fields["service"]
-        r = self.session.get(realm, params=query, auth=creds, timeout=self.timeout)
-        self._raise_for(r, f"getting a token from {realm}")
-        body = r.json()
-        token = body.get("token") or body.get("access_token")
-        if not token:
-            raise _Failure(f"the token service {realm} answered without a token", False)
-        self.auth = {"Authorization": f"Bearer {token}"}
-        return True
+    def _send(self, method: str, url: str, **kw) -> requests.Response:
+        """One call, answering up to two 401 challenges (a token for new scopes, then a refusal is final)."""
+        headers = dict(kw.pop("headers", {}))
+        sent = self.auth.header(self.scope)
+        r = self._request(method, url, {**headers, **sent}, **kw)
+        for _ in range(2):
+            if r.status_code != 401:
+                return r
+            sent = self.auth.answer(r.headers.get("WWW-Authenticate", ""), self.scope, sent)
+            r = self._request(method, url, {**headers, **sent}, **kw)
+        if r.status_code == 401:
+            raise self.auth.denied((self.scope,))
+        return r
 
     @staticmethod
     def _raise_for(r: requests.Response, what: str) -> None:

@@ -24,7 +24,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 import requests
@@ -72,6 +72,12 @@ http:
   addr: 127.0.0.1:{port}
 """
 
+TLS = """\
+  tls:
+    certificate: {cert}
+    key: {key}
+"""
+
 
 @dataclass
 class Registry:
@@ -81,6 +87,10 @@ class Registry:
     binary: str
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
+    tls: tuple[Path, Path] | None = None  # (certificate, key): serve https
+    ca: Path | None = None  # the CA that signed the certificate (clients verify with it)
+    auth: str = ""  # an ``auth:`` section for the config (registry_auth.py writes them)
+    headers: Callable[[str], dict[str, str]] | None = None  # scope -> Authorization header, for manifest_digest
 
     @property
     def host(self) -> str:
@@ -88,7 +98,11 @@ class Registry:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}"
+        return f"{'https' if self.tls else 'http'}://{self.host}"
+
+    @property
+    def verify(self) -> str | bool:
+        return str(self.ca) if self.ca else True
 
     def repo(self, name: str) -> str:
         return f"{self.host}/{name}"
@@ -101,7 +115,10 @@ class Registry:
         root = self.workdir / "data"
         root.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "config.yml"
-        config.write_text(CONFIG.format(root=root, port=self.port))
+        text = CONFIG.format(root=root, port=self.port)
+        if self.tls:
+            text += TLS.format(cert=self.tls[0], key=self.tls[1])
+        config.write_text(text + self.auth)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([self.binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)
@@ -110,7 +127,8 @@ class Registry:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.binary} exited {self.proc.returncode}:\n{self.log.read_text()[-2000:]}")
             try:
-                if requests.get(f"{self.url}/v2/", timeout=1).status_code == 200:
+                if requests.get(f"{self.url}/v2/", timeout=1, verify=self.verify).status_code in (
+                        200, 401 if self.auth else 200):
                     return self
             except requests.RequestException:
                 pass
@@ -137,8 +155,9 @@ class Registry:
 
     def manifest_digest(self, name: str, reference: str) -> str | None:
         """What ``name:reference`` points to, read straight from the registry (None: no such tag)."""
-        r = requests.get(f"{self.url}/v2/{name}/manifests/{reference}", timeout=10,
-                         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+        auth = self.headers(f"repository:{name}:pull") if self.headers else {}
+        r = requests.get(f"{self.url}/v2/{name}/manifests/{reference}", timeout=10, verify=self.verify,
+                         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json", **auth})
         if r.status_code == 404:
             return None
         r.raise_for_status()

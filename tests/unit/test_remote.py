@@ -57,11 +57,21 @@ class Replay(BaseAdapter):
         pass
 
 
+class PlainHTTPOnly(BaseAdapter):
+    """What https gets from a plain-http registry: no TLS handshake (envkit then falls back to http)."""
+
+    def send(self, request, **kw):
+        raise requests.exceptions.SSLError("[SSL: WRONG_VERSION_NUMBER] wrong version number")
+
+    def close(self):
+        pass
+
+
 def session_for(overrides: dict | None = None) -> tuple[requests.Session, Replay]:
     replay = Replay(RECORDED["answers"], overrides)
     session = REAL_SESSION()
     session.mount("http://", replay)
-    session.mount("https://", replay)
+    session.mount("https://", PlainHTTPOnly())  # the recorded registry is a loopback one, plain http
     return session, replay
 
 
