@@ -64,9 +64,10 @@ class NightlyResult:
                 "catalog": self.catalog, "images": [i.to_json() for i in self.images]}
 
 
-def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = None,
+def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = None, frameworks=(),
                          progress: Progress = lambda _: None) -> dict:
-    """``--refresh-catalog``: ask the package index for torch releases and patches the catalog lacks.
+    """``--refresh-catalog``: ask the package index for the releases of ``frameworks`` (default:
+    torch, jax and tensorflow) that the catalog lacks.
 
     A team's own catalog (``$ENVKIT_CATALOG``, made with ``envkit catalog export``) is updated
     in place before re-resolving, so new patch releases reach the images tonight; the diff is
@@ -76,24 +77,27 @@ def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = N
     from datetime import date
 
     from .catalog import CATALOG_ENV, load_catalog, team_dir
-    from .catalog.refresh import refresh
+    from .catalog.refresh import parse_frameworks, refresh_catalog
     from .index import PackageIndex
     from .lock import write_atomic
 
-    progress("refreshing the catalog from the package index")
-    result = refresh(load_catalog(), index or PackageIndex(), today=today or date.today().isoformat())
-    doc: dict = {"changed": result.changed, "applied": False, "file": None, "diff": None,
-                 "added_series": list(result.added_series), "added_patches": list(result.added_patches),
-                 "warnings": list(result.warnings)}
+    chosen = parse_frameworks(frameworks)
+    progress(f"refreshing the catalog ({', '.join(chosen)}) from the package index")
+    result = refresh_catalog(load_catalog(), index or PackageIndex(), today=today or date.today().isoformat(),
+                             frameworks=chosen)
+    doc: dict = {"changed": result.changed, "applied": False, "files": [], "diff": None,
+                 "frameworks": {r.framework: {"added_series": list(r.added_series),
+                                              "added_patches": list(r.added_patches),
+                                              "warnings": list(r.warnings)} for r in result.results}}
     if not result.changed:
         return doc
     diff_path = Path(reports_dir) / "catalog-refresh.diff"
     write_atomic(diff_path, result.diff().encode())
     doc["diff"] = str(diff_path)
     if team_dir() is not None:
-        doc["file"] = str(result.apply())
+        doc["files"] = [str(p) for p in result.apply()]
         doc["applied"] = True
-        progress(f"catalog refreshed: {doc['file']} (diff in {diff_path})")
+        progress(f"catalog refreshed: {', '.join(doc['files'])} (diff in {diff_path})")
     else:
         doc["note"] = (f"the catalog packaged with envkit is not edited; point {CATALOG_ENV} at a team copy "
                        f"(`envkit catalog export DIR`) to apply refreshes in nightly runs")
@@ -127,7 +131,7 @@ def lock_changes(old: Lock | None, new: Lock) -> dict[str, list[str]]:
 def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, reports_dir: Path,
                 registry: str | None = None, locked: bool = False, gpus: bool | None = None,
                 threshold: float = 0.10, builder: str = "classic", refresh_catalog: bool = False,
-                progress: Progress = lambda _: None) -> NightlyResult:
+                refresh_frameworks=(), progress: Progress = lambda _: None) -> NightlyResult:
     """``builder`` builds what changed; an image whose build is already recorded is kept as it is."""
     from .pipeline import load, lock_path_for, render_spec, resolve_spec
 
@@ -140,7 +144,8 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
     # One nightly per team at a time against this store (two CI runners, or a run that overlaps
     # the next): the lock goes with the process, so a killed run never blocks its own resume.
     with store.run_lock(f"nightly:{spec.team}", f"the nightly run of team {spec.team!r}"):
-        catalog_doc = refresh_catalog_step(reports_dir, progress=progress) if refresh_catalog else None
+        catalog_doc = (refresh_catalog_step(reports_dir, frameworks=refresh_frameworks, progress=progress)
+                       if refresh_catalog else None)
         lock_path = lock_path_for(spec_path)
         try:
             old = load_lock(lock_path) if lock_path.exists() else None

@@ -205,17 +205,19 @@ def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_
     return cert, write_reports([cert], out_dir)
 
 
-def refresh_catalog(*, apply: bool, progress=lambda _: None) -> dict:
+def refresh_catalog(*, apply: bool, frameworks=(), progress=lambda _: None) -> dict:
+    """Propose catalog rows for new releases of ``frameworks`` (default: all); write them when ``apply``."""
     from datetime import date
 
-    from .catalog.refresh import refresh, refresh_summary
+    from .catalog.refresh import parse_frameworks, refresh_catalog as refresh
 
-    progress("reading torch releases from the package index")
-    result = refresh(load_catalog(), PackageIndex(), today=date.today().isoformat())
+    chosen = parse_frameworks(frameworks)
+    progress(f"reading {', '.join(chosen)} releases from the package index")
+    result = refresh(load_catalog(), PackageIndex(), today=date.today().isoformat(), frameworks=chosen)
     if apply and result.changed:
-        path = result.apply()
-        progress(f"wrote {path}")
-    return refresh_summary(result)
+        for path in result.apply():
+            progress(f"wrote {path}")
+    return result.summary()
 
 
 def _store_images(store) -> dict[str, dict]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .common import STORE_HELP, _ctx, emit, json_option, run, table
+from .common import STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
 
 
 @click.command("doctor")
@@ -36,14 +36,16 @@ def catalog_group():
 
 @catalog_group.command("refresh")
 @click.option("--apply", "apply_", is_flag=True, help="Write the proposed rows into the catalog.")
+@refresh_framework_option("--framework")
 @json_option
 @click.pass_context
-def catalog_refresh_cmd(click_ctx, apply_, json_out):
-    """Read new PyTorch releases from the package index and propose catalog rows (a reviewable diff)."""
+def catalog_refresh_cmd(click_ctx, apply_, frameworks, json_out):
+    """Read new PyTorch, JAX and TensorFlow releases from the package index and propose catalog
+    rows (a reviewable diff; --json lists them per framework)."""
     from ..pipeline import refresh_catalog
 
     c = _ctx(click_ctx, json_out)
-    summary = run(c, lambda: refresh_catalog(apply=apply_, progress=c.progress))
+    summary = run(c, lambda: refresh_catalog(apply=apply_, frameworks=frameworks, progress=c.progress))
 
     def human():
         for note in summary["notes"] + summary["warnings"]:

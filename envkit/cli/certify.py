@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from .common import SPEC, STORE_HELP, _ctx, _short, builder_option, emit, json_option, run, table
+from .common import (SPEC, STORE_HELP, _ctx, _short, builder_option, emit, json_option, refresh_framework_option,
+                     run, table)
 
 
 @click.command("certify")
@@ -55,12 +56,13 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
 @builder_option
 @click.option("--refresh-catalog", is_flag=True,
-              help="First read new torch releases from the index: applied to $ENVKIT_CATALOG (a team copy), "
-                   "else proposed as a diff beside the reports.")
+              help="First read new PyTorch, JAX and TensorFlow releases from the index: applied to "
+                   "$ENVKIT_CATALOG (a team copy), else proposed as a diff beside the reports.")
+@refresh_framework_option("--refresh-framework")
 @json_option
 @click.pass_context
 def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, reports_dir, out_root, builder,
-                refresh_catalog, json_out):
+                refresh_catalog, frameworks, json_out):
     """Re-resolve, rebuild what changed, certify, promote and remember.
 
     Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure,
@@ -71,6 +73,8 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     from ..nightly import run_nightly
     from ..store import Store
 
+    if frameworks and not refresh_catalog:
+        raise click.UsageError("--refresh-framework chooses what --refresh-catalog reads; give --refresh-catalog too")
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
     store = run(c, lambda: Store.open(store_url))
@@ -78,7 +82,7 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
         result = run(c, lambda: run_nightly(spec, engine, store, out_root=out_root, reports_dir=reports_dir,
                                             registry=registry, locked=locked, gpus=gpus, threshold=threshold,
                                             builder=builder, refresh_catalog=refresh_catalog,
-                                            progress=c.progress))
+                                            refresh_frameworks=frameworks, progress=c.progress))
 
     def human():
         rows = [[r.name, r.tag, r.build, r.status, ", ".join(r.pushed) or "-", "; ".join(r.changes)[:50] or "-"]
@@ -90,7 +94,8 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
         from ..nightly import EXIT_NAMES
 
         if result.catalog and result.catalog["changed"]:
-            done = "applied to " + result.catalog["file"] if result.catalog["applied"] else "proposed, not applied"
+            done = ("applied to " + ", ".join(result.catalog["files"]) if result.catalog["applied"]
+                    else "proposed, not applied")
             click.echo(f"catalog refresh: {done}; diff in {result.catalog['diff']}", err=True)
         click.echo(f"nightly run {result.run_id}: {EXIT_NAMES[result.exit_code]} in {result.seconds:.1f}s")
 

@@ -18,6 +18,7 @@ from ..errors import EnvkitError
 
 SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
 BUILDERS = ("classic", "buildkit")  # envkit.render.BUILDERS (not imported here: the CLI starts without jinja2)
+FRAMEWORKS = ("torch", "jax", "tensorflow")  # envkit.candidates.FRAMEWORKS (not imported here: nor the catalog)
 
 
 class Ctx:
@@ -40,6 +41,14 @@ def builder_option(f):
         "--builder", type=click.Choice(BUILDERS), default="classic", show_default=True,
         help="classic: the engine's API; buildkit: DOCKER_BUILDKIT=1 /usr/bin/docker build "
              "(pip cache mounts, the CA as a build secret; needs Debian's docker.io CLI).")(f)
+
+
+def refresh_framework_option(name: str):
+    """The framework(s) a catalog refresh reads (``catalog refresh --framework``, ``nightly --refresh-framework``)."""
+    return click.option(
+        name, "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
+        help="Refresh only this framework's catalog rows (repeatable; default: all of "
+             + ", ".join(FRAMEWORKS) + ").")
 
 
 STORE_HELP = ("History store: a SQLite path, sqlite:///path or postgresql://[user@]host[:port]/db "

@@ -1,15 +1,12 @@
-"""envkit.catalog.refresh on recorded index answers (tests/unit/data/refresh, see its README).
+"""envkit.catalog.refresh's PyTorch half on recorded index answers (tests/unit/refreshfake.py).
 
-The fake index is ``PackageIndex`` itself over a fake HTTP session that serves only the
-recorded simple-JSON listing; ``metadata`` is served from the recorded METADATA files and
-any other read fails the test. Nothing here touches the network.
+Nothing here touches the network. JAX and TensorFlow: test_refresh_frameworks.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,56 +15,12 @@ import yaml
 from envkit.catalog import data_dir, load_catalog
 from envkit.catalog.refresh import RefreshResult, python_tags, refresh, refresh_summary, render_row
 from envkit.errors import CatalogError
-from envkit.index import JSON_ACCEPT, PackageIndex
 from packaging.version import Version
 
-DATA = Path(__file__).parent / "data" / "refresh"
-TODAY = "2027-01-21"
-BASE = "https://index.invalid/simple"
+from tests.unit.refreshfake import DATA, TODAY, FakeIndex, copy_catalog, snapshot
+
 CARRIED_132 = "7.5;8.0;8.6;9.0;10.0;12.0"  # the 2.15 cu132 row's arch list
-
-
-# --- the fake index ------------------------------------------------------------------------
-class _Response:
-    status_code = 200
-    ok = True
-    headers = {"content-type": JSON_ACCEPT}
-
-    def __init__(self, data):
-        self._data = data
-
-    def json(self):
-        return self._data
-
-
-class _Session:
-    def __init__(self, listing):
-        self.listing = listing
-        self.gets: list[str] = []
-
-    def get(self, url, headers=None, timeout=None):
-        self.gets.append(url)
-        assert url == f"{BASE}/torch/" and headers == {"Accept": JSON_ACCEPT}, f"unexpected request {url}"
-        return _Response(self.listing)
-
-
-class FakeIndex(PackageIndex):
-    """Real listing/selection logic; recorded answers instead of HTTP."""
-
-    def __init__(self, *, drop_versions=(), metadata: dict[str, str] | None = None):
-        listing = json.loads((DATA / "torch-simple.json").read_text())
-        listing["files"] = [f for f in listing["files"] if f["filename"].split("-")[1] not in drop_versions]
-        super().__init__(BASE, cache_dir=Path("/nonexistent-envkit-cache"), session=_Session(listing))
-        self.overrides = metadata or {}
-        self.metadata_reads: list[str] = []
-
-    def metadata(self, wheel) -> str:
-        self.metadata_reads.append(wheel.filename)
-        if wheel.filename in self.overrides:
-            return self.overrides[wheel.filename]
-        path = DATA / f"{wheel.filename}.METADATA"
-        assert path.is_file(), f"refresh read metadata that was not recorded: {wheel.filename}"
-        return path.read_text()
+OTHERS_MADE_UP = ("0.13.0", "2.21.1", "2.22.0")  # the jax/tensorflow listings' made-up releases
 
 
 W216 = "torch-2.16.0-cp312-cp312-manylinux_2_28_x86_64.whl"
@@ -83,16 +36,7 @@ def meta_216(cuda="13.2.3", cudnn="nvidia-cudnn-cu13==9.27.1.3", nccl="nvidia-nc
 # --- helpers -------------------------------------------------------------------------------
 @pytest.fixture
 def cat_dir(tmp_path) -> Path:
-    """A fresh copy of the packaged catalog."""
-    out = tmp_path / "catalog"
-    out.mkdir()
-    for src in sorted(data_dir().glob("*.yaml")):
-        shutil.copyfile(src, out / src.name)
-    return out
-
-
-def snapshot(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+    return copy_catalog(tmp_path)
 
 
 def run(directory: Path, index=None, **kw) -> RefreshResult:
@@ -434,14 +378,15 @@ def test_nightly_refresh_applies_to_a_team_catalog_and_keeps_the_diff(cat_dir, t
     drop_row(cat_dir, "2.14")
     monkeypatch.setenv(CATALOG_ENV, str(cat_dir))
     before = load_catalog().digest
-    doc = refresh_catalog_step(tmp_path / "reports", index=FakeIndex(), today=TODAY)
-    assert doc["changed"] and doc["applied"] and "2.14" in doc["added_series"]
-    assert doc["file"] == str(cat_dir / "pytorch.yaml")
+    doc = refresh_catalog_step(tmp_path / "reports", index=FakeIndex(drop_versions=OTHERS_MADE_UP), today=TODAY)
+    assert doc["changed"] and doc["applied"] and "2.14" in doc["frameworks"]["torch"]["added_series"]
+    assert doc["frameworks"]["jax"]["added_patches"] == [] and doc["frameworks"]["tensorflow"]["added_series"] == []
+    assert doc["files"] == [str(cat_dir / "pytorch.yaml")]
     assert load_catalog().digest != before and '  - version: "2.14"' in (cat_dir / "pytorch.yaml").read_text()
     diff = Path(doc["diff"]).read_text()
     assert diff.startswith("--- a/pytorch.yaml") and '+  - version: "2.14"' in diff
     # the next night finds nothing new and writes nothing
-    again = refresh_catalog_step(tmp_path / "reports2", index=FakeIndex(), today=TODAY)
+    again = refresh_catalog_step(tmp_path / "reports2", index=FakeIndex(drop_versions=OTHERS_MADE_UP), today=TODAY)
     assert not again["changed"] and again["diff"] is None and not (tmp_path / "reports2").exists()
 
 
@@ -455,10 +400,11 @@ def test_nightly_refresh_never_edits_the_packaged_catalog(cat_dir, tmp_path, mon
     monkeypatch.setattr(catalog_mod, "packaged_dir", lambda: cat_dir)  # stands in for site-packages
     untouched = snapshot(cat_dir)
     doc = refresh_catalog_step(tmp_path / "reports", index=FakeIndex(), today=TODAY)
-    assert doc["changed"] and not doc["applied"] and doc["file"] is None
+    assert doc["changed"] and not doc["applied"] and doc["files"] == []
     assert "envkit catalog export" in doc["note"]
     assert snapshot(cat_dir) == untouched
-    assert Path(doc["diff"]).read_text().startswith("--- a/pytorch.yaml")
+    diff = Path(doc["diff"]).read_text()
+    assert diff.startswith("--- a/pytorch.yaml") and "--- a/jax.yaml" in diff and "--- a/tensorflow.yaml" in diff
 
 
 def test_nightly_refuses_refresh_with_locked(tmp_path):

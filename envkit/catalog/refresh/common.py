@@ -128,15 +128,22 @@ def metadata_source(wheel) -> str:
 
 
 def extras_of(requirement: Requirement) -> set[str]:
-    """The ``extra == "..."`` names a requirement's marker mentions."""
-    return set(_EXTRA_IN_MARKER.findall(str(requirement.marker))) if requirement.marker else set()
+    """The ``extra == "..."`` names a requirement's marker mentions, normalized ('with_cuda' -> 'with-cuda')."""
+    if requirement.marker is None:
+        return set()
+    return {canonicalize_name(e) for e in _EXTRA_IN_MARKER.findall(str(requirement.marker))}
 
 
 def for_extra(requirements: list[Requirement], extra: str, python: str) -> dict[str, Requirement]:
     """canonical name -> requirement, for what ``pip install X[extra]`` adds on Linux x86_64."""
-    env = {**_LINUX, "python_version": python, "python_full_version": python + ".0", "extra": extra}
-    return {canonicalize_name(r.name): r for r in requirements
-            if r.marker is not None and extra in extras_of(r) and r.marker.evaluate(env)}
+    out = {}
+    for r in requirements:
+        names = {e for e in _EXTRA_IN_MARKER.findall(str(r.marker))} if r.marker is not None else set()
+        spelled = next((e for e in names if canonicalize_name(e) == canonicalize_name(extra)), None)
+        env = {**_LINUX, "python_version": python, "python_full_version": python + ".0", "extra": spelled or ""}
+        if spelled is not None and r.marker.evaluate(env):
+            out[canonicalize_name(r.name)] = r
+    return out
 
 
 def exact_version(requirement: Requirement) -> str | None:

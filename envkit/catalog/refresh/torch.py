@@ -27,7 +27,7 @@ from ...errors import CatalogError
 from ...resolve import bundled_pins
 from .. import Catalog, TorchRelease, data_dir as default_data_dir, vtuple
 from .common import (SOURCE, RefreshIndex, RefreshResult, check_parses_back, check_source, check_today,
-                     load_yaml, metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file)
+                     metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file)
 
 FILENAME = "pytorch.yaml"
 PROJECT = "torch"
