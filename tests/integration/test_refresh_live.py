@@ -1,7 +1,8 @@
-"""`catalog refresh` against the real package index (pypi.org); skipped when unreachable.
+"""`catalog refresh` against the real package index (pypi.org) for PyTorch, JAX and
+TensorFlow; skipped when unreachable.
 
 Wheel METADATA is read by HTTP range requests and cached in ~/.cache/envkit/metadata, so
-a second run makes only the listing request.
+a second run makes only the listing requests.
 """
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import yaml
 
 from envkit.catalog import data_dir, load_catalog
-from envkit.catalog.refresh import refresh, refresh_summary
+from envkit.catalog.refresh import refresh, refresh_catalog
+from envkit.catalog.refresh.jax import refresh as refresh_jax
+from envkit.catalog.refresh.tensorflow import refresh as refresh_tf
 from envkit.errors import PackageIndexError
 from envkit.index import PackageIndex
 
@@ -35,14 +39,23 @@ def cat_dir(tmp_path):
     return out
 
 
-def _refresh(directory, index):
+def _refresh(directory, index, how=refresh):
     try:
-        return refresh(load_catalog(directory), index, today=TODAY, data_dir=directory)
+        return how(load_catalog(directory), index, today=TODAY, data_dir=directory)
     except PackageIndexError as exc:
         pytest.skip(f"package index unreachable: {exc.message}")
 
 
+def _drop_line(path, needle):
+    lines = path.read_text().splitlines(keepends=True)
+    (hit,) = [line for line in lines if needle in line]
+    path.write_text("".join(line for line in lines if line is not hit))
+    return hit
+
+
 def _check_entries(result):
+    if result.framework != "torch":
+        return
     for row in result.entries:
         default = next(v for v in row["variants"] if v["tag"] == row["index_default"])
         for key in ("cuda", "cudnn", "nccl"):
@@ -50,9 +63,15 @@ def _check_entries(result):
 
 
 def test_live_refresh_on_a_catalog_copy(cat_dir, live_index):
-    result = _refresh(cat_dir, live_index)
-    _check_entries(result)
-    summary = refresh_summary(result)
+    """All three frameworks, as `envkit catalog refresh` runs them; what is proposed is printed."""
+    result = _refresh(cat_dir, live_index, refresh_catalog)
+    assert [r.framework for r in result.results] == ["torch", "jax", "tensorflow"]
+    for r in result.results:
+        _check_entries(r)
+        for read in r.reads:
+            doc = read.to_json()
+            assert doc["source"].startswith("https://"), doc  # every read names the metadata's URL
+    summary = result.summary()
     print(summary["diff"] or "(no change proposed)")
     for line in summary["notes"] + summary["warnings"]:
         print(line)
@@ -81,3 +100,29 @@ def test_live_refresh_rederives_a_known_series(cat_dir, live_index):
     assert (variant["cuda"], variant["cudnn"], variant["nccl"]) == (expected.cuda, expected.cudnn, expected.nccl)
     assert variant["arch_list"] == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"  # carried over from 2.14 cu132
     assert row["verified"] == "partial" and "2.14 cu132" in row["note"]
+
+
+def test_live_jax_rederives_a_known_version(cat_dir, live_index):
+    """Drop 0.12.0.1 (on the index since before 2026-12-02) and check what the index gives for it."""
+    path = cat_dir / "jax.yaml"
+    path.write_text(path.read_text().replace('["0.12.0.1", "0.12.0", ', '["0.12.0", ', 1))
+    result = _refresh(cat_dir, live_index, refresh_jax)
+    assert "0.12.0.1" in result.added_patches, result.warnings
+    read = next(r for r in result.reads if r.version == "0.12.0.1").to_json()
+    assert read["jaxlib"] == "0.12.0.1"
+    known = load_catalog().jax
+    extras = {p["extra"]: p for p in read["extras"]}
+    assert set(extras) == {e.extra for e in known.extras}
+    for e in known.extras:
+        got = extras[e.extra]
+        assert got["version"] == got["pjrt"] == "0.12.0.1"
+        assert got["cuda_runtime"].split(".")[0] == e.extra.removeprefix("cuda")
+    assert read["python_range"]["min"] == known.python_range("0.12.0.1").min
+
+
+def test_live_tensorflow_rederives_the_2_21_row(cat_dir, live_index):
+    known = _drop_line(cat_dir / "tensorflow.yaml", '{version: "2.21"')
+    result = _refresh(cat_dir, live_index, refresh_tf)
+    row = next((r for r in result.entries if r["version"] == "2.21"), None)
+    assert row is not None, result.warnings
+    assert row == yaml.safe_load(known.strip()[2:])  # the hand-written row, from the index's metadata
