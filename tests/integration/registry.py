@@ -157,7 +157,8 @@ class Registry:
         """What ``name:reference`` points to, read straight from the registry (None: no such tag)."""
         auth = self.headers(f"repository:{name}:pull") if self.headers else {}
         r = requests.get(f"{self.url}/v2/{name}/manifests/{reference}", timeout=10, verify=self.verify,
-                         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json", **auth})
+                         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json, "
+                                                 "application/vnd.oci.image.manifest.v1+json", **auth})
         if r.status_code == 404:
             return None
         r.raise_for_status()
