@@ -329,3 +329,15 @@ def test_nightly_refresh_of_jax_and_tensorflow_applies_to_a_team_catalog(cat_dir
     diff = Path(doc["diff"]).read_text()
     assert diff.startswith("--- a/jax.yaml") and "pytorch.yaml" not in diff
     load_catalog(cat_dir)
+
+
+def test_jax_gap_version_never_adds_since_rows_before_existing_ones(cat_dir):
+    # 0.12.0.1 is re-read as a gap version (0.13.0 stays known) whose cuda13 plugin needs CUDA 13.2
+    edit(cat_dir / "jax.yaml", '["0.12.0.1", "0.12.0", ', '["0.13.0", "0.12.0", ')
+    text = recorded(REAL_P13).replace("nvidia-cuda-runtime>=13.0.48", "nvidia-cuda-runtime>=13.2.51")
+    result = jax_run(cat_dir, FakeIndex(metadata={REAL_P13: text}))
+    assert result.added_patches == ("0.12.0.1",)
+    assert "jax-cuda13-plugin needs CUDA runtime >= 13.2.51" in " ".join(result.warnings)
+    entry = yaml.safe_load(result.proposed_text)["jax"]
+    assert entry["versions"][:3] == ["0.13.0", "0.12.0.1", "0.12.0"]
+    assert entry["extras"][0]["built_with"] == [{"since": "0.7.2", "cuda": "13.0"}]

@@ -236,13 +236,20 @@ def _propose(state: dict, read: JaxRead, catalog: Catalog, notes: list[str], war
         if row is None:
             continue
         extra = next(e for e in current.extras if e.extra == p.extra)
+        if Version(extra.since) > v:
+            warnings.append(f"{v}: jax's METADATA names {p.extra}, which the catalog has only since {extra.since} "
+                            "- review by hand")
+            continue
         for key in ("cudnn", "nccl"):
             if SpecifierSet(getattr(p, key)) != SpecifierSet(str(row[key])):
                 warnings.append(f"{v}: {p.plugin} requires {key} {getattr(p, key)}; the catalog's {p.extra} says "
                                 f"{row[key]} (one range for every version - review by hand)")
         built = extra.cuda_for(read.version)
         floor = major_minor(p.cuda)
-        if vtuple(floor) > vtuple(built):
+        if vtuple(floor) > vtuple(built) and not at_end:
+            warnings.append(f"{v}: {p.plugin} needs CUDA runtime >= {p.cuda}; the catalog's {p.extra} says it was "
+                            f"built with {built} there - review by hand")
+        elif vtuple(floor) > vtuple(built):
             row["built_with"].append({"since": read.version, "cuda": floor})
             tails[(p.extra, "built_with")] = (f"{read.version}: nvidia-cuda-runtime>={p.cuda} in {p.source} "
                                               "(a floor: the toolkit it was built with may be newer - review)")
