@@ -1,11 +1,12 @@
 """What envkit knows about each framework it locks, in one place.
 
 The resolver treats frameworks through the catalog (``candidates.py``); everything *after* the
-lock that differs between frameworks is here: whether envkit builds its images (and the devel
-flavour), what the in-image payload must find (``expect``, straight from the lock, or from an
-image's pin labels), the framework's own pin labels, and the host's verdict rules: which versions
-are compared and how, how GPU coverage is judged (a compiled arch list, or a minimum compute
-capability), and which of the payload's GPU-only checks exist and must pass for ``certified``.
+lock that differs between frameworks is here: whether envkit builds its images (and offline
+bundles, and the devel flavour), what the in-image payload must find (``expect``, straight from
+the lock, or from an image's pin labels), the framework's own pin labels, and the host's verdict
+rules: which versions are compared and how, how GPU coverage is judged (a compiled arch list: the
+lock's, or where the lock gives none the one the image reports; or a minimum compute capability),
+and which of the payload's GPU-only checks exist and must pass for ``certified``.
 
 The payload (``certify/payload/envkit_check.py``) cannot import envkit, so its check names are
 written there too; ``tests/unit/test_frameworks.py`` holds the two in step.
@@ -134,18 +135,36 @@ JAX = Framework(
     expect=_jax_expect, labels=_jax_labels, expect_from_labels=_jax_from_labels)
 
 
-# --- TensorFlow (resolved and locked; not built yet) ---------------------------------
+# --- TensorFlow ----------------------------------------------------------------------
+# tensorflow[and-cuda] installs the CUDA libraries as nvidia-*-cu12 wheels (ranges in its
+# metadata, pinned by the closure): the image must hold exactly the lock's. Coverage is judged on
+# the compute capabilities tensorflow reports it was compiled for (tf.sysconfig.get_build_info()
+# ["cuda_compute_capabilities"]; 2.20.0: sm_60 sm_70 sm_80 sm_89 compute_90, read in the built
+# image), not on the catalog's arch list, which for 2.20 names others (sm_35 ... compute_80): the
+# lock's arch list is therefore neither expected nor stamped on TensorFlow images.
 def _tf_expect(image: LockedImage) -> dict:
-    return {"framework": "tensorflow", "tensorflow": image.framework_version, "cuda": image.cuda_major_minor,
-            "cudnn": image.cudnn, "nccl": image.nccl, "arch_list": list(image.arch_list), "python": image.python,
-            "driver_floor": image.driver_floor}
+    return {"framework": "tensorflow", "tensorflow": image.framework_version, "cuda": image.cuda,
+            "cudnn": image.cudnn, "nccl": image.nccl, "python": image.python, "driver_floor": image.driver_floor}
+
+
+def _tf_from_labels(val: dict) -> dict:
+    framework = val.get("framework") or ""
+    return {"framework": "tensorflow",
+            "tensorflow": framework.split("==", 1)[1] if framework.startswith("tensorflow==") else None,
+            "cuda": val.get("cuda"), "cudnn": val.get("cudnn"), "nccl": val.get("nccl"), "python": val.get("python"),
+            "driver_floor": val.get("driver-floor")}
 
 
 TENSORFLOW = Framework(
-    name="tensorflow", title="TensorFlow", builds=False, bundles=False, devel=False, coverage="arch_list",
-    pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime", 2), Pin("tensorflow", "tensorflow", public=True)),
-    gpu_checks=(), required_gpu_checks=(), deviceless_gpu_checks=frozenset(),
-    expect=_tf_expect, labels=_arch_labels, expect_from_labels=lambda val: {"framework": "tensorflow"})
+    name="tensorflow", title="TensorFlow", builds=True, bundles=False, devel=False, coverage="arch_list",
+    # the CUDA libraries as for JAX: the installed nvidia-* distributions, every component
+    pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime"), Pin("cudnn", "cuDNN"), Pin("nccl", "NCCL"),
+          Pin("tensorflow", "tensorflow", public=True)),
+    # matmul_tflops keeps PyTorch's value keys, so perf floors, nightly's metrics and regressions apply
+    gpu_checks=("nvidia_smi", "gpu_devices", "cc_covered", "gpu_train_step", "memory", "matmul_tflops", "telemetry"),
+    required_gpu_checks=("gpu_devices", "cc_covered", "gpu_train_step"),
+    deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
+    expect=_tf_expect, labels=lambda image: {}, expect_from_labels=_tf_from_labels)
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (TORCH, JAX, TENSORFLOW)}
@@ -176,11 +195,17 @@ def expect_from_labels(labels: dict[str, str]) -> dict:
     return of_labels(labels).expect_from_labels(val)
 
 
+def _titles(frameworks: list[Framework]) -> str:
+    """"PyTorch", "PyTorch and JAX", "PyTorch, JAX and TensorFlow"."""
+    titles = [f.title for f in frameworks]
+    return " and ".join(filter(None, (", ".join(titles[:-1]), titles[-1]))) if titles else "no"
+
+
 def require_buildable(image: LockedImage) -> None:
     """Refuse, before anything is built, an image of a framework envkit does not build yet."""
     fw = framework(image.framework)
     if not fw.builds:
-        built = " and ".join(f.title for f in FRAMEWORKS.values() if f.builds)
+        built = _titles([f for f in FRAMEWORKS.values() if f.builds])
         raise BuildError(
             f"image {image.name!r} is locked ({image.framework} {image.framework_version}) but envkit builds only "
             f"{built} images so far; {fw.title} images resolve and lock, and building them is next",
@@ -192,7 +217,7 @@ def require_bundle(image: LockedImage) -> None:
     require_buildable(image)
     fw = framework(image.framework)
     if not fw.bundles:
-        made = " and ".join(f.title for f in FRAMEWORKS.values() if f.bundles)
+        made = _titles([f for f in FRAMEWORKS.values() if f.bundles])
         raise BuildError(
             f"image {image.name!r} is a {fw.title} image; envkit bundles only {made} images so far "
             f"(build it online with `envkit build SPEC --image {image.name}`)",
@@ -202,7 +227,7 @@ def require_bundle(image: LockedImage) -> None:
 def require_devel(image: LockedImage) -> None:
     fw = framework(image.framework)
     if not fw.devel:
-        made = " and ".join(f.title for f in FRAMEWORKS.values() if f.devel)
+        made = _titles([f for f in FRAMEWORKS.values() if f.devel])
         raise EnvkitError(
             f"image {image.name!r} asks for the devel flavour, which envkit makes only for {made} images so far "
             f"({fw.title} {image.framework_version} is locked)",

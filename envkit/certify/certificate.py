@@ -10,8 +10,8 @@ the lock's, never the payload's word), and the result is recorded in a
 Outcomes:
 
 * ``certified``: GPUs were visible, the framework's required GPU checks (PyTorch:
-  ``cuda_available``, ``arch_covered``, ``cuda_train_step``; JAX: ``gpu_devices``, ``cc_covered``,
-  ``gpu_train_step``) really passed, and nothing failed.
+  ``cuda_available``, ``arch_covered``, ``cuda_train_step``; JAX and TensorFlow: ``gpu_devices``,
+  ``cc_covered``, ``gpu_train_step``) really passed, and nothing failed.
 * ``verified``: no GPU was visible (and none was asked for); every static/CPU check held and
   every GPU-only check was skipped.
 * ``failed``: anything else, with the reasons.
@@ -197,7 +197,8 @@ def _cc_of(gpu: dict) -> str | None:
 
 
 def _coverage(facts: dict, expect: dict, fw: Framework) -> list[str]:
-    """Every visible GPU must be covered: by the compiled arch list (torch), or by the framework
+    """Every visible GPU must be covered: by the compiled arch list (torch: the lock's; tensorflow,
+    whose lock carries none: the one the image reports from its build info), or by the framework
     build's minimum compute capability (jax: the catalog's min_cc, carried by the lock)."""
     if fw.coverage == "min_cc":
         floor = expect.get("min_cc")

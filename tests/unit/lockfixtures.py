@@ -51,3 +51,25 @@ def make_jax_image(name="jax", **changes) -> LockedImage:
     )
     fields.update(changes)
     return sealed(LockedImage(**fields))
+
+
+def make_tf_image(name="tf", **changes) -> LockedImage:
+    """A TensorFlow image as the resolver locks one: tensorflow[and-cuda], CUDA libraries as ranges pinned by the closure."""
+    pins = [("numpy", "2.5.5"), ("nvidia-cublas-cu12", "12.9.3.13"), ("nvidia-cuda-runtime-cu12", "12.9.79"),
+            ("nvidia-cudnn-cu12", "9.28.0.42"), ("nvidia-nccl-cu12", "2.32.3"), ("tensorflow", "2.20.0")]
+    packages = tuple(Package(name=n, version=v, hashes=("sha256:" + f"{i:x}" * 64,), group="framework")
+                     for i, (n, v) in enumerate(pins))
+    fields = dict(
+        name=name, framework="tensorflow", framework_version="2.20.0", variant="and-cuda",
+        index_url="https://pypi.org/simple", python="3.13", platform="x86_64-manylinux_2_41",
+        cuda="12.9.79", cuda_major_minor="12.9", cudnn="9.28.0.42", nccl="2.32.3",
+        arch_list=("sm_35", "sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "compute_80"),  # the catalog's (see frameworks.py)
+        driver_floor="525.60.13", require_cuda="cuda>=12.0", policy="minor",
+        base=BaseImage(ref="envkit-base/debian:trixie-minbase-0123456789ab", digest=None, distro="debian",
+                       suite="trixie", bootstrap={"suite": "trixie", "mirror": "http://deb.debian.org/debian",
+                                                  "variant": "minbase"}),
+        apt=(), flavour="runtime", packages=packages,
+        decisions=(Decision(topic="tensorflow", choice="tensorflow 2.20.0 (and-cuda)", reason="newest"),),
+    )
+    fields.update(changes)
+    return sealed(LockedImage(**fields))

@@ -1,5 +1,6 @@
-"""JAX images after the lock: framework facts (envkit/frameworks.py), the rendered context, the
-build refusals, and the host's verdict on a JAX payload document.
+"""JAX and TensorFlow images after the lock: framework facts (envkit/frameworks.py), the rendered
+context, the refusals (bundles, devel; a framework envkit does not build), and the host's verdict
+on JAX and TensorFlow payload documents.
 
 As in test_certificate.py, payload documents fake the device FACTS only; the outcome is always
 ``decide``'s.
@@ -8,6 +9,7 @@ As in test_certificate.py, payload documents fake the device FACTS only; the out
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -23,7 +25,7 @@ from envkit.lock import load_lock
 from envkit.pipeline import build_spec
 from envkit.render import context_for, render_files
 from tests.conftest import ROOT
-from tests.unit.lockfixtures import make_image, make_jax_image, make_lock
+from tests.unit.lockfixtures import make_image, make_jax_image, make_lock, make_tf_image
 
 PAYLOAD = ROOT / "envkit" / "certify" / "payload" / "envkit_check.py"
 FRAMEWORKS_LOCK = ROOT / "examples" / "frameworks.lock"
@@ -48,7 +50,7 @@ def test_torch_expect_is_unchanged():
                                      "python": "3.11", "driver_floor": "525.60.13"}
 
 
-@pytest.mark.parametrize("image", [make_image(), make_jax_image()], ids=["torch", "jax"])
+@pytest.mark.parametrize("image", [make_image(), make_jax_image(), make_tf_image()], ids=["torch", "jax", "tf"])
 def test_pin_labels_say_what_the_lock_says(image):
     """`envkit verify IMAGE` without a lock reads the labels: the same expectations as the lock."""
     labels = dict(context_for(make_lock(image), image, "team.yaml").labels)
@@ -106,7 +108,14 @@ class NoBuildEngine:
         raise AssertionError(f"the engine was used ({name}) before the refusal")
 
 
-def test_build_refuses_tensorflow_before_building_anything(tmp_path, monkeypatch):
+@pytest.fixture
+def tensorflow_not_built(monkeypatch):
+    """Every framework envkit locks is built today; the refusal is shown on TensorFlow as it was."""
+    monkeypatch.setitem(frameworks.FRAMEWORKS, "tensorflow", dataclasses.replace(frameworks.TENSORFLOW, builds=False))
+
+
+def test_build_refuses_a_framework_it_does_not_build_before_building_anything(tmp_path, monkeypatch,
+                                                                              tensorflow_not_built):
     monkeypatch.chdir(ROOT)
     with pytest.raises(BuildError) as err:
         build_spec(ROOT / "examples" / "frameworks.yaml", tmp_path, NoBuildEngine(), lock_path=FRAMEWORKS_LOCK)
@@ -115,12 +124,19 @@ def test_build_refuses_tensorflow_before_building_anything(tmp_path, monkeypatch
     assert err.value.exit_code == 7
 
 
-def test_build_image_refuses_tensorflow_too():
+def test_build_image_refuses_it_too(tensorflow_not_built):
     """nightly builds through build_image: it refuses there as well."""
     lock = load_lock(FRAMEWORKS_LOCK)
     with pytest.raises(BuildError, match="builds only PyTorch and JAX images"):
         build_image(NoBuildEngine(), lock, lock.image("tf"), "examples/frameworks.yaml", ca_bundle=None,
                     progress=lambda *_: None)
+
+
+def test_every_locked_framework_builds():
+    lock = load_lock(FRAMEWORKS_LOCK)
+    for image in lock.images:
+        frameworks.require_buildable(image)
+    assert frameworks._titles([f for f in frameworks.FRAMEWORKS.values() if f.builds]) == "PyTorch, JAX and TensorFlow"
 
 
 def test_jax_bundles_are_refused_with_the_way_out():
@@ -218,7 +234,7 @@ def test_framework_is_the_locks_not_the_payloads():
     assert any("GPU check cuda_available did not pass" in r for r in reasons)
 
 
-def test_tensorflow_images_are_not_judged():
+def test_images_of_a_framework_envkit_does_not_build_are_not_judged(tensorflow_not_built):
     tf = load_lock(FRAMEWORKS_LOCK).image("tf")
     assert decide(cpu_doc(), tf.expect(), gpu_requested=False) == (
         "failed", ("envkit does not verify TensorFlow images yet",))
@@ -230,7 +246,8 @@ def test_gpu_check_names_match_the_payload_registries():
     sys.modules["envkit_check_for_frameworks"] = module
     try:
         spec.loader.exec_module(module)
-        for fw, registry in ((frameworks.TORCH, module.REGISTRY), (frameworks.JAX, module.JAX_REGISTRY)):
+        for fw, registry in ((frameworks.TORCH, module.REGISTRY), (frameworks.JAX, module.JAX_REGISTRY),
+                             (frameworks.TENSORFLOW, module.TF_REGISTRY)):
             assert tuple(name for name, _, gpu_only in registry if gpu_only) == fw.gpu_checks
             assert set(fw.required_gpu_checks) <= set(fw.gpu_checks)
             assert fw.deviceless_gpu_checks <= set(fw.gpu_checks)

@@ -39,12 +39,14 @@ def test_rendered_dockerfile_with_apt_and_extras_passes(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("name", ["jax", "tf"])
 @pytest.mark.parametrize("buildkit", [False, True], ids=["classic", "buildkit"])
-def test_rendered_jax_dockerfile_passes(tmp_path, buildkit):
-    """The JAX image of examples/frameworks.lock (jax[cuda13] and its nvidia-* closure)."""
+def test_rendered_jax_and_tf_dockerfiles_pass(tmp_path, buildkit, name):
+    """The JAX and TensorFlow images of examples/frameworks.lock (jax[cuda13], tensorflow[and-cuda]
+    and their nvidia-* closures)."""
     lock = load_lock(ROOT / "examples" / "frameworks.lock")
     path = tmp_path / "Dockerfile"
-    path.write_bytes(render_files(lock, lock.image("jax"), "examples/frameworks.yaml", buildkit=buildkit)["Dockerfile"])
+    path.write_bytes(render_files(lock, lock.image(name), "examples/frameworks.yaml", buildkit=buildkit)["Dockerfile"])
     result = lint(path)
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -178,16 +178,17 @@ def test_library_versions_for_both_cuda_majors(payload):
     ("auto", {"torch": "2.5.1", "cuda": "12.4"}, "torch"),  # PyTorch's expect names no framework
     ("auto", {"jax": "0.12.0.1"}, "jax"),
     ("torch", {"framework": "jax"}, "torch"),
-    ("auto", {"framework": "tensorflow"}, "tensorflow"),  # refused at setup, never guessed
+    ("auto", {"framework": "tensorflow"}, "tensorflow"),
+    ("auto", {"framework": "mxnet"}, "mxnet"),  # refused at setup, never guessed
 ])
 def test_framework_choice(payload, arg, expect, chosen):
     assert payload.choose_framework(arg, expect) == chosen
 
 
 def test_unknown_framework_fails_setup(site, tmp_path):
-    run = run_jax_payload(site, tmp_path, {"framework": "tensorflow"})
+    run = run_jax_payload(site, tmp_path, {"framework": "mxnet"})
     assert [c["name"] for c in run.doc["checks"]] == ["setup"]
-    assert "this payload checks torch and jax images" in run.doc["checks"][0]["message"]
+    assert "this payload checks torch, jax and tensorflow images" in run.doc["checks"][0]["message"]
 
 
 def test_certified_needs_the_jax_device_check(payload):
