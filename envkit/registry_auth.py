@@ -109,9 +109,11 @@ def credentials_for(registry: str) -> Credentials | None:
     if not path:
         return None
     try:
-        config = docker.auth.load_config(path)
-        helper = config.get_credential_store(registry)
-        entry = config.resolve_authconfig(registry) or {}
+        with warnings.catch_warnings():  # docker-py warns of a missing helper, then fails: we say it once, below
+            warnings.simplefilter("ignore", UserWarning)
+            config = docker.auth.load_config(path)
+            helper = config.get_credential_store(registry)
+            entry = config.resolve_authconfig(registry) or {}
     except Exception as exc:  # a broken helper or file: say so, never fail with its text (it may echo secrets)
         raise RegistryAuthError(f"cannot read the credentials for registry {registry} from {path} "
                                 f"({type(exc).__name__})", hint=login_hint(registry)) from None

@@ -68,18 +68,25 @@ class AuthRegistry:
     def manifest_digest(self, name: str, reference: str) -> str | None:
         return self.registry.manifest_digest(name, reference)
 
-    def docker_config(self, directory: Path, user: str, password: str | None = None) -> Path:
-        """A ``DOCKER_CONFIG`` directory whose config.json holds ``user``'s login (as `docker login` writes it)."""
+    def docker_config(self, directory: Path, user: str, password: str | None = None, *,
+                      identity_token: bool = False) -> Path:
+        """A ``DOCKER_CONFIG`` directory whose config.json holds ``user``'s login (as `docker login` writes it:
+        ``auth`` = base64 user:password, or, from a token service that gave a refresh token, ``identitytoken``)."""
         directory.mkdir(parents=True, exist_ok=True)
-        secret = base64.b64encode(f"{user}:{password or self.password(user)}".encode()).decode()
-        (directory / "config.json").write_text(json.dumps({"auths": {self.host: {"auth": secret}}}))
+        if identity_token:
+            entry = {"auth": base64.b64encode(b"<token>:").decode(),
+                     "identitytoken": self.accounts[user].refresh_token}
+        else:
+            entry = {"auth": base64.b64encode(f"{user}:{password or self.password(user)}".encode()).decode()}
+        (directory / "config.json").write_text(json.dumps({"auths": {self.host: entry}}))
         return directory
 
 
 def _accounts() -> dict[str, Account]:
     return {
         "pusher": Account("pw-" + secrets.token_urlsafe(12), {"repository:*": ("pull", "push"),
-                                                              "registry:catalog": ("*",)}),
+                                                              "registry:catalog": ("*",)},
+                          refresh_token="rt-" + secrets.token_urlsafe(16)),
         "reader": Account("pw-" + secrets.token_urlsafe(12), {"repository:*": ("pull",)}),
     }
 

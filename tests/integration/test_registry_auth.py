@@ -72,8 +72,8 @@ def login(monkeypatch, tmp_path):
         monkeypatch.setenv("ENVKIT_REGISTRY_USER", user)
         monkeypatch.setenv("ENVKIT_REGISTRY_PASSWORD", password)
 
-    def as_docker_config(reg: AuthRegistry, user: str, password: str | None = None) -> str:
-        path = reg.docker_config(tmp_path / "docker-config", user, password)
+    def as_docker_config(reg: AuthRegistry, user: str, password: str | None = None, **kw) -> str:
+        path = reg.docker_config(tmp_path / "docker-config", user, password, **kw)
         monkeypatch.setenv("DOCKER_CONFIG", str(path))
         return str(path / "config.json")
 
@@ -158,6 +158,17 @@ def test_credentials_from_a_docker_config_file_and_a_credential_helper(dc, tiny,
                                                                                                   "from-helper")
     shown, _ = cli_json("show", f"{secure.repo(REPO)}:from-helper", "--store", tmp_path / "h.sqlite")
     assert "from-helper" in shown["registry"]["tags"]
+
+
+@pytest.mark.parametrize("secure", ["token"], indirect=True)
+def test_an_identity_token_from_docker_login_is_used_as_an_oauth2_refresh_token(dc, tiny, secure, login, tmp_path):
+    login.docker_config(secure, "pusher", identity_token=True)
+    before = len(secure.tokens.requests)
+    promote(dc, secure.repo(REPO), "from-identity-token", certified=True, image=tiny, **NO_WAIT)
+    assert secure.manifest_digest(REPO, "from-identity-token") is not None
+    shown, _ = cli_json("show", f"{secure.repo(REPO)}:from-identity-token", "--store", tmp_path / "h.sqlite")
+    assert shown["registry"]["certified_tag"] is True
+    assert {user for user, _ in secure.tokens.requests[before:]} == {"pusher"} and not secure.tokens.refused
 
 
 # --- what fails, and how it says so -------------------------------------------------------------------

@@ -102,6 +102,7 @@ def make_pki(directory: Path) -> Pki:
 class Account:
     password: str
     rights: dict[str, tuple[str, ...]]  # "repository:<glob>" or "registry:catalog" -> actions ("*" = all)
+    refresh_token: str = ""  # an OAuth2 refresh token (what `docker login` keeps as an identity token)
 
     def granted(self, kind: str, name: str, actions: list[str]) -> list[str]:
         allowed: set[str] = set()
@@ -151,8 +152,29 @@ class TokenServer:
                   "jti": secrets.token_hex(16), "access": access}
         return jwt.encode(claims, self._key, algorithm="RS256", headers={"x5c": self._x5c})
 
+    def answer_oauth(self, form: dict[str, list[str]]) -> tuple[int, dict]:
+        """(HTTP status, JSON body) for ``POST /token`` (docs/spec/auth/oauth.md): a refresh_token or password grant."""
+        grant = form.get("grant_type", [""])[0]
+        if grant == "refresh_token":
+            given = form.get("refresh_token", [""])[0]
+            name = next((n for n, a in self.accounts.items() if a.refresh_token and
+                         secrets.compare_digest(a.refresh_token, given)), None)
+        elif grant == "password":
+            name = form.get("username", [""])[0]
+            known = self.accounts.get(name)
+            if known is None or not secrets.compare_digest(known.password, form.get("password", [""])[0]):
+                name = None
+        else:
+            return 400, {"error": "unsupported_grant_type"}
+        if name is None:
+            self.refused.append(grant)
+            return 401, {"error": "invalid_grant"}
+        query = {"service": form.get("service", [SERVICE]), "scope": form.get("scope", [])}
+        status, body = self._grant(name, self.accounts[name], query)
+        return status, {k: v for k, v in body.items() if k != "token"}
+
     def answer(self, authorization: str | None, query: dict[str, list[str]]) -> tuple[int, dict]:
-        """(HTTP status, JSON body) for one token request."""
+        """(HTTP status, JSON body) for one ``GET /token`` request."""
         name = ""
         account = ANONYMOUS
         if authorization:
@@ -166,6 +188,9 @@ class TokenServer:
                 self.refused.append(name)
                 return 401, {"errors": [{"code": "UNAUTHORIZED", "message": "incorrect username or password"}]}
             account = known
+        return self._grant(name, account, query)
+
+    def _grant(self, name: str, account: Account, query: dict[str, list[str]]) -> tuple[int, dict]:
         if query.get("service", [SERVICE])[0] != SERVICE:
             return 400, {"errors": [{"code": "DENIED", "message": "unknown service"}]}
         scopes = [s for value in query.get("scope", []) for s in value.split(" ") if s]
@@ -190,9 +215,19 @@ class TokenServer:
             def do_GET(self):  # noqa: N802 (http.server's naming)
                 url = urlsplit(self.path)
                 if url.path != "/token":
-                    status, body = 404, {"errors": [{"code": "NOT_FOUND"}]}
+                    self.reply(404, {"errors": [{"code": "NOT_FOUND"}]})
                 else:
-                    status, body = server.answer(self.headers.get("Authorization"), parse_qs(url.query))
+                    self.reply(*server.answer(self.headers.get("Authorization"), parse_qs(url.query)))
+
+            def do_POST(self):  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                form = parse_qs(self.rfile.read(length).decode())
+                if urlsplit(self.path).path != "/token":
+                    self.reply(404, {"errors": [{"code": "NOT_FOUND"}]})
+                else:
+                    self.reply(*server.answer_oauth(form))
+
+            def reply(self, status: int, body: dict) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
