@@ -1,0 +1,126 @@
+"""A TensorFlow image end to end on the real engine: `envkit build examples/frameworks.yaml --image tf`
+builds the lock's tensorflow[and-cuda] closure (cuDNN, cuBLAS, NCCL, ... as nvidia-*-cu12 wheels)
+and verifies it with the payload's TensorFlow path; no GPU here, so every GPU-only check must be
+skipped.
+
+Cold, this is the suite's largest build (6.84 GB; about 284 s on 2 cores with the trixie base
+bootstrapped, docs/images.md); the image is kept, so a later run finds it by its lock and context
+hashes and only verifies (the module then takes about 25 s).
+"""
+
+import json
+
+import pytest
+
+from envkit.certify.certificate import decide
+from envkit.certify.harness import run_payload
+from envkit.engine import RunOptions
+from envkit.frameworks import TENSORFLOW
+from envkit.lock import load_lock
+from tests.integration.conftest import ROOT, envkit
+
+pytestmark = pytest.mark.integration
+
+LOCK = ROOT / "examples" / "frameworks.lock"
+STATIC = ("python_version", "tensorflow_version", "cuda_runtime", "cudnn_version", "nccl_version", "build_info",
+          "pip_check", "cpu_train_step")
+
+
+@pytest.fixture(scope="module")
+def tf_build(engine, tmp_path_factory):
+    """`envkit build examples/frameworks.yaml --image tf --json` (the lock is committed: no resolve)."""
+    out = tmp_path_factory.mktemp("tf-render")
+    proc = envkit("build", "examples/frameworks.yaml", "--image", "tf", "--out", out, "--json", check=True)
+    doc = json.loads(proc.stdout)
+    assert doc["lock_reused"] is True, "examples/frameworks.lock is stale: run `envkit resolve examples/frameworks.yaml`"
+    [image] = doc["images"]
+    return image, load_lock(LOCK).image("tf")
+
+
+def test_tf_image_builds_and_verifies_with_gpu_checks_skipped(tf_build, engine):
+    image, locked = tf_build
+    assert image["name"] == "tf" and image["action"] in ("built", "skipped")
+    assert image["status"] == "verified"
+    verification = image["verification"]
+    checks = {c["name"]: c for c in verification["checks"]}
+    assert [c["name"] for c in verification["checks"]] == list(STATIC) + list(TENSORFLOW.gpu_checks)
+    for name in STATIC:
+        assert checks[name]["status"] == "passed", checks[name]
+    train = checks["cpu_train_step"]["value"]
+    assert train["device"] == "/CPU:0" and train["last_loss"] <= 0.5 * train["first_loss"]
+    for name in TENSORFLOW.gpu_checks:  # no GPU here: skipped, never passed
+        assert (checks[name]["status"], checks[name]["message"]) == ("skipped", "no CUDA device visible"), name
+    facts = verification["facts"]
+    assert (facts["framework"], facts["tensorflow"]) == ("tensorflow", locked.framework_version)
+    assert (facts["cuda"], facts["cudnn"], facts["nccl"]) == (locked.cuda, locked.cudnn, locked.nccl)
+    assert facts["python"].rsplit(".", 1)[0] == locked.python
+    # what tensorflow says it was built against and for (tf.sysconfig.get_build_info()): the coverage the verdict uses
+    assert (facts["build_cuda"], facts["build_cudnn"]) == ("12.5.1", "9")
+    assert facts["arch_list"] == ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]
+    assert facts["gpus"] == [] and facts["driver"] is None
+
+    info = engine.inspect(image["tag"])
+    assert info.labels["io.envkit.lock-hash"] == locked.hash
+    assert info.labels["io.envkit.framework"] == f"tensorflow=={locked.framework_version}"
+    assert (info.labels["io.envkit.cuda"], info.labels["io.envkit.cudnn"], info.labels["io.envkit.nccl"]) == (
+        locked.cuda, locked.cudnn, locked.nccl)
+    assert "io.envkit.arch-list" not in info.labels  # the catalog's list is not the build's (frameworks.py)
+    assert info.env["NVIDIA_REQUIRE_CUDA"] == locked.require_cuda
+    assert info.user.startswith("1000")
+    # the closure is the lock's and nothing else: no torch, no jax in a TensorFlow image
+    found = engine.run(image["tag"], ["python3", "-c", "import importlib.util as u; "
+                                      "print(u.find_spec('torch'), u.find_spec('jax'))"], RunOptions(timeout=60))
+    assert found.stdout.strip() == "None None"
+
+
+def test_certify_without_a_gpu_and_a_mismatch_are_judged_on_the_host(tf_build, engine, tmp_path):
+    image, locked = tf_build
+    proc = envkit("certify", image["tag"], "--no-gpus", "--lock", LOCK, "--out", tmp_path / "r",
+                  "--store", tmp_path / "h.sqlite", "--json")
+    assert proc.returncode == 0, proc.stderr
+    cert = json.loads(proc.stdout)["certificate"]
+    assert (cert["status"], cert["gpu_model"]) == ("verified", "none")
+    assert {c["status"] for c in cert["checks"] if c["name"] in TENSORFLOW.gpu_checks} == {"skipped"}
+
+    wrong = locked.expect() | {"cudnn": "9.28.1.4", "tensorflow": "2.19.1"}
+    result = run_payload(engine, image["tag"], wrong)
+    assert result.status == "failed"
+    assert {m.split(":")[0] for m in result.mismatches} == {"cudnn_version", "tensorflow_version"}
+    status, reasons = decide(result.raw, wrong, gpu_requested=False)
+    assert status == "failed"
+    assert "cuDNN: the lock expects 9.28.1.4 but the image has 9.28.0.42 (compared on every component)" in reasons
+    assert "tensorflow: the lock expects 2.19.1 but the image has 2.20.0" in reasons
+
+
+GPU_PATHS_ON_CPU = """
+import json, sys
+sys.path.insert(0, "/opt/envkit")
+import envkit_check as e
+import tensorflow as tf
+out = {"bf16": e.tf_mlp_train(tf, "/CPU:0", tf.bfloat16, 40, width=256, lr=0.02),
+       "fp16": e.tf_mlp_train(tf, "/CPU:0", tf.float16, 40, width=256, lr=0.02, loss_scale=128.0),
+       "tflops": e.tf_matmul_tflops(tf, "/CPU:0", tf.bfloat16, n=256, iters=3, windows=3, warmup_s=0.05),
+       "memory": e.tf_memory_probe(tf, "CPU:0", mib=16)}
+try:
+    e.tf_mlp_train(tf, "/GPU:0", tf.float32, 2)
+except RuntimeError as exc:
+    out["no_gpu"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_gpu_code_paths_run_on_the_cpu_device_inside_the_image(tf_build, engine):
+    """The GPU checks' tensorflow code (mixed-precision train step, timed matmul, allocator readings)
+    runs here on the CPU device: what a GPU run adds is the device, not untried code. A step asked
+    for on a GPU that tensorflow quietly placed on the CPU is caught."""
+    image, _ = tf_build
+    result = engine.run(image["tag"], ["python3", "-c", GPU_PATHS_ON_CPU], RunOptions(timeout=300))
+    assert result.exit_code == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    for dtype in ("bf16", "fp16"):
+        train = out[dtype]
+        assert train["dtype"] == {"bf16": "bfloat16", "fp16": "float16"}[dtype]
+        assert train["last_loss"] < train["first_loss"], train
+    assert out["tflops"] > 0
+    assert out["memory"]["written"] and out["memory"]["during_mib"] - out["memory"]["before_mib"] >= 16
+    assert out["no_gpu"].startswith("the train step ran on /job:localhost/replica:0/task:0/device:CPU:0, not on /GPU:0")
