@@ -7,7 +7,7 @@ Tags:
                           that image is certified.
 
 Pushes and pulls go through the engine (docker-py), so the engine's own registry settings
-apply (an engine treats 127.0.0.0/8 registries as plain-http "insecure" ones). Reading a
+apply (an engine treats 127.0.0.0/8 registries as "insecure": https unverified, else http). Reading a
 tag's manifest and re-pointing ``:certified`` use the registry's HTTP API directly
 (``registry_api``): that is the only way to give a second tag *exactly* the first tag's digest.
 
@@ -39,7 +39,7 @@ from .engine import ImageInfo
 from .errors import EngineError
 from .registry_api import (PASSWORD_ENV, USER_ENV, Sleep, _classify, _Failure, _insecure, _Manifest, _RegistryHTTP,
                            _retrying, _strip_tag, split_repository)
-from .registry_auth import AuthFailure, Credentials, credentials_for, login_hint
+from .registry_auth import AuthFailure, Credentials, credentials_for, engine_refusal
 
 CERTIFIED_TAG = "certified"
 
@@ -105,12 +105,6 @@ def _auth_config(registry: str) -> tuple[dict | None, Credentials | None]:
     return {"username": creds.user, "password": creds.secret, "serveraddress": registry}, creds
 
 
-def _refusal(registry: str, creds: Credentials | None, message: str) -> AuthFailure:
-    who = (f"{creds.who} (credentials from {creds.source})" if creds else
-           "an anonymous client (no credentials: none in the environment or from `docker login`)")
-    return AuthFailure(f"registry {registry} refused {who}: {message}", hint=login_hint(registry))
-
-
 def _stream(chunks, progress: Progress | None, refused: Callable[[str], AuthFailure] | None = None) -> str | None:
     """Consume a push/pull progress stream; return the digest it reports; raise on an error line."""
     digest = None
@@ -168,7 +162,7 @@ def push(client, image_ref_local: str, registry_repo: str, tag: str, *, retries:
 
     def attempt() -> str:
         chunks = dc.api.push(registry_repo, tag=tag, stream=True, decode=True, auth_config=auth)
-        digest = _stream(chunks, progress, lambda message: _refusal(registry, creds, message))
+        digest = _stream(chunks, progress, lambda message: engine_refusal(registry, creds, message))
         if not digest:
             raise _Failure("the engine finished the push without reporting a manifest digest", False)
         return digest
@@ -292,7 +286,7 @@ def pull_by_digest(client, ref_with_digest: str, *, retries: int = 4, backoff: f
 
     def attempt() -> None:
         _stream(dc.api.pull(m.group("repo"), tag=m.group("digest"), stream=True, decode=True, auth_config=auth),
-                progress, lambda message: _refusal(registry, creds, message))
+                progress, lambda message: engine_refusal(registry, creds, message))
 
     def fail(f: _Failure, n: int) -> EngineError:
         tries = f"after {n} attempts" if n > 1 else "at the first attempt"

@@ -30,7 +30,8 @@ import requests
 import urllib3
 
 from .errors import EngineError
-from .registry_auth import PASSWORD_ENV, USER_ENV, AuthFailure, Authenticator, RegistryAuthError, open_session
+from .registry_auth import PASSWORD_ENV, USER_ENV  # noqa: F401  (publish and remote import them from here)
+from .registry_auth import AuthFailure, Authenticator, RegistryAuthError, open_session
 from .registry_auth import Failure as _Failure
 
 MANIFEST_TYPES = (
@@ -82,10 +83,12 @@ def split_repository(registry_repo: str) -> tuple[str, str]:
 
 
 def _insecure(client: docker.DockerClient | None, registry: str) -> bool:
-    """Does the engine talk plain http to this registry (its insecure-registries setting)?
+    """Does the engine treat this registry as insecure (its insecure-registries setting)?
 
-    Without an engine (``client`` None: a researcher reading the registry from a login node),
-    the engine's default applies: plain http to 127.0.0.0/8 only.
+    For an insecure registry the engine tries https without verifying, then plain http
+    (``registry_auth.open_session`` does the same). Without an engine (``client`` None: a
+    researcher reading the registry from a login node), the engine's default applies:
+    127.0.0.0/8 only.
     """
     try:
         cfg = (client.info().get("RegistryConfig") or {}) if client is not None else {}

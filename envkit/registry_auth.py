@@ -100,6 +100,15 @@ def env_credentials() -> Credentials | None:
     return Credentials(user, password, f"{USER_ENV}/{PASSWORD_ENV}") if user and password else None
 
 
+def docker_config_path() -> str:
+    """Where `docker login` keeps credentials here: ``$DOCKER_CONFIG/config.json``, else ``~/.docker/config.json``."""
+    found = docker.utils.config.find_config_file()
+    if found:
+        return found
+    where = os.path.join(os.environ.get("DOCKER_CONFIG") or os.path.join("~", ".docker"), "config.json")
+    return f"{where} (absent)"
+
+
 def credentials_for(registry: str) -> Credentials | None:
     """The environment's credentials, else what `docker login` stored for ``registry``; None when neither."""
     creds = env_credentials()
@@ -126,6 +135,13 @@ def credentials_for(registry: str) -> Credentials | None:
     if token:
         return Credentials(user, token, source, identity_token=True)
     return None
+
+
+def engine_refusal(registry: str, creds: Credentials | None, message: str) -> AuthFailure:
+    """The engine's push or pull was refused (``message``: the engine's words), with ``creds`` or none."""
+    who = (f"{creds.who} (credentials from {creds.source})" if creds else
+           "an anonymous client (no credentials: none in the environment or from `docker login`)")
+    return AuthFailure(f"registry {registry} refused {who}: {message}", hint=login_hint(registry))
 
 
 # --- challenges ---------------------------------------------------------------------------------------
@@ -270,11 +286,10 @@ class Authenticator:
         wanted = [s for s in (challenge.params.get("scope") or "").split(" ") if s]
         scopes = tuple(sorted({scope, *wanted}))
         cached = self.tokens.get(scopes)
-        if cached and cached[1] > time.monotonic() and sent.get("Authorization") != f"Bearer {cached[0]}":
-            return {"Authorization": f"Bearer {cached[0]}"}
-        if sent.get("Authorization", "").startswith("Bearer ") and cached is not None \
-                and sent["Authorization"] == f"Bearer {cached[0]}" and cached[1] - time.monotonic() > 10:
-            raise self.denied(scopes)  # a fresh token for these very scopes was refused: no right to them
+        if cached and cached[1] > time.monotonic():
+            if sent.get("Authorization") != f"Bearer {cached[0]}":
+                return {"Authorization": f"Bearer {cached[0]}"}  # a live token for these scopes, not yet sent
+            raise self.denied(scopes)  # that very token was refused: the account lacks the right
         token, expires_in = self._fetch(challenge.params["realm"], challenge.params.get("service"), scopes)
         self.tokens[scopes] = (token, time.monotonic() + max(expires_in - 5, 1))
         return {"Authorization": f"Bearer {token}"}
@@ -310,8 +325,7 @@ class Authenticator:
     def missing(self) -> AuthFailure:
         return AuthFailure(f"registry {self.registry} requires credentials and none were found "
                            f"({USER_ENV}/{PASSWORD_ENV} are not set; no `docker login` entry for {self.registry} in "
-                           f"{docker.utils.config.find_config_file() or '~/.docker/config.json (absent)'})",
-                           hint=login_hint(self.registry))
+                           f"{docker_config_path()})", hint=login_hint(self.registry))
 
     def refused(self, creds: Credentials) -> AuthFailure:
         return AuthFailure(f"registry {self.registry} refused the credentials of {creds.who} from {creds.source} "

@@ -11,10 +11,12 @@ A researcher sees, before pulling, what a published image is and where it was ce
   model. Certificate artifacts, ``:certified``, base mirrors (repositories ``*/base-*``, tags
   ``sha256-<hex>``) and images without envkit's lock-hash label are not rows.
 
-The HTTP client is ``registry_api._RegistryHTTP`` (credentials from the engine's credential store or
-``ENVKIT_REGISTRY_USER``/``ENVKIT_REGISTRY_PASSWORD``, plain http where the engine would use it).
-``client`` may be None when no engine runs here: then only 127.0.0.0/8 registries are plain http.
-Every failure is an ``EngineError`` naming the registry and the reference, with a hint.
+The HTTP client is ``registry_api._RegistryHTTP`` (credentials, scheme and trust from
+``registry_auth``: ``ENVKIT_REGISTRY_USER``/``ENVKIT_REGISTRY_PASSWORD``, else `docker login`;
+https with the engine's certs.d CAs, the engine's fallbacks for insecure registries). ``client``
+may be None when no engine runs here: then only 127.0.0.0/8 registries count as insecure.
+Every failure is an ``EngineError`` naming the registry and the reference, with a hint (a
+``RegistryAuthError`` when credentials are missing, refused, or lack a right).
 """
 
 from __future__ import annotations
