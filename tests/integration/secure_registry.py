@@ -4,10 +4,10 @@ either htpasswd basic auth (bcrypt) or token auth (``auth: token``, our ``TokenS
 Distribution 2.8 itself serves htpasswd auth over plain http too (it does not insist on TLS);
 the fixtures serve https anyway, because that is what a team registry is, and because the
 scheme choice is part of what envkit must get right. The CA is installed where the engine and
-envkit look for a registry's CA, ``/etc/docker/certs.d/<host:port>/ca.crt`` (read per
-connection: no engine restart), when this process may write there, and removed afterwards.
-The engine treats 127.0.0.0/8 registries as insecure (it tries https without verifying, then
-http), so pushes work either way; envkit verifies with the CA.
+envkit look for a registry's CA, ``/etc/docker/certs.d/<host:port>/ca.crt``, when this process
+may write there, and removed afterwards. The engine treats 127.0.0.0/8 registries as insecure
+(it tries https without verifying, then http), so its pushes work either way and no engine
+setting or restart is needed; envkit verifies with the CA.
 
 Accounts: ``pusher`` may pull and push every repository and list the catalog;
 ``reader`` may pull only (no catalog). Passwords are random per fixture.
