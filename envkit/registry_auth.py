@@ -297,14 +297,19 @@ class Authenticator:
     def _fetch(self, realm: str, service: str | None, scopes: tuple[str, ...]) -> tuple[str, int]:
         creds = self.credentials()
         what = f"a token from {realm} (the token service of registry {self.registry})"
-        if creds is not None and creds.identity_token:
-            form = {"grant_type": "refresh_token", "refresh_token": creds.secret, "client_id": CLIENT_ID,
-                    "scope": " ".join(scopes), **({"service": service} if service else {})}
-            r = self.session.post(realm, data=form, timeout=self.timeout)
-        else:
-            query = [("scope", s) for s in scopes] + ([("service", service)] if service else [])
-            headers = {"Authorization": creds.basic()} if creds else {}
-            r = self.session.get(realm, params=query, headers=headers, timeout=self.timeout)
+        try:
+            if creds is not None and creds.identity_token:
+                form = {"grant_type": "refresh_token", "refresh_token": creds.secret, "client_id": CLIENT_ID,
+                        "scope": " ".join(scopes), **({"service": service} if service else {})}
+                r = self.session.post(realm, data=form, timeout=self.timeout)
+            else:
+                query = [("scope", s) for s in scopes] + ([("service", service)] if service else [])
+                headers = {"Authorization": creds.basic()} if creds else {}
+                r = self.session.get(realm, params=query, headers=headers, timeout=self.timeout)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            errno = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
+            raise Failure(f"cannot get {what}: {errno.group(1).strip() if errno else type(exc).__name__}",
+                          True) from None
         if r.status_code in (401, 403):
             raise self.refused(creds) if creds else self.missing()
         if r.status_code >= 400:

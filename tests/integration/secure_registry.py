@@ -103,8 +103,9 @@ def _trust(host: str, ca: Path) -> Path | None:
 
 
 @contextmanager
-def auth_registry(workdir: Path, kind: str) -> Iterator[AuthRegistry]:
-    """A TLS registry under ``workdir`` requiring ``kind`` ("htpasswd" or "token") auth; stopped on exit."""
+def auth_registry(workdir: Path, kind: str, *, tls: bool = True) -> Iterator[AuthRegistry]:
+    """A TLS registry under ``workdir`` requiring ``kind`` ("htpasswd" or "token") auth; stopped on exit.
+    ``tls=False``: plain http (distribution allows it, for htpasswd too)."""
     workdir = Path(workdir)
     pki = make_pki(workdir / "pki")
     accounts = _accounts()
@@ -129,8 +130,9 @@ def auth_registry(workdir: Path, kind: str) -> Iterator[AuthRegistry]:
                                                                           "actions": actions.split(",")}])}
     else:
         raise ValueError(kind)
-    registry = Registry(workdir, find_binary(), tls=(pki.cert, pki.key), ca=pki.ca, auth=auth, headers=headers)
-    trusted = _trust(registry.host, pki.ca)
+    registry = Registry(workdir, find_binary(), tls=(pki.cert, pki.key) if tls else None, ca=pki.ca if tls else None,
+                        auth=auth, headers=headers)
+    trusted = _trust(registry.host, pki.ca) if tls else None
     try:
         registry.start()
         yield AuthRegistry(registry, kind, accounts, tokens)

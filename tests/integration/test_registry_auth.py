@@ -262,6 +262,30 @@ def test_tokens_are_reused_per_scope_not_fetched_per_request(dc, tiny, secure, l
     assert len(fetched) == 1 and fetched[0] == ("pusher", (f"repository:{REPO}:pull",))
 
 
+def test_a_token_service_that_is_down_is_retried_then_named(dc, login, tmp_path):
+    with auth_registry(tmp_path / "reg", "token") as reg:
+        login.env("pusher", reg.password("pusher"))
+        realm = reg.tokens.realm
+        reg.tokens.stop()
+        waits = []
+        with pytest.raises(EngineError) as err:
+            remote_digest(dc, reg.repo(REPO), STACK_A, retries=2, backoff=1.0, sleep=waits.append)
+    assert waits == [1.0, 2.0] and not isinstance(err.value, RegistryAuthError)  # transient, not a refusal
+    assert f"registry {reg.host}" in err.value.message and realm.split("/token")[0] in err.value.message
+    assert reg.password("pusher") not in err.value.message
+
+
+def test_htpasswd_over_plain_http_works_too(dc, tiny, login, tmp_path):
+    """Distribution does not insist on TLS for htpasswd; envkit falls back to http as the engine does."""
+    with auth_registry(tmp_path / "reg", "htpasswd", tls=False) as reg:
+        login.env("pusher", reg.password("pusher"))
+        digest = promote(dc, reg.repo(REPO), STACK_A, certified=True, image=tiny, **NO_WAIT).digest
+        assert reg.manifest_digest(REPO, CERTIFIED_TAG) == digest
+        listed, _ = cli_json("ls", "--registry", reg.host, "--store", tmp_path / "h.sqlite")
+        assert [r["digest"] for r in listed["images"]] == [digest]
+        untag_registry_refs(dc, reg.host)
+
+
 # --- trust: the engine's CA for the registry --------------------------------------------------------
 
 def test_envkit_verifies_the_registry_with_the_engines_ca(secure):
