@@ -11,6 +11,7 @@ A researcher sees, before pulling, what a published image is and where it was ce
   model. Certificate artifacts, ``:certified``, base mirrors (repositories ``*/base-*``, tags
   ``sha256-<hex>``) and images without envkit's lock-hash label are not rows.
 
+The pure half (references, what the answers mean) is ``remote_parse``; it is re-exported here.
 The HTTP client is ``registry_api._RegistryHTTP`` (credentials, scheme and trust from
 ``registry_auth``: ``ENVKIT_REGISTRY_USER``/``ENVKIT_REGISTRY_PASSWORD``, else `docker login`;
 https with the engine's certs.d CAs, the engine's fallbacks for insecure registries). ``client``
@@ -21,7 +22,6 @@ Every failure is an ``EngineError`` naming the registry and the reference, with 
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -29,216 +29,20 @@ from typing import Callable, TypeVar
 
 import requests
 
-from .errors import EngineError, EnvkitError
-from .labels import LOCK_LABEL, SHOWN
-from .publish import CERT_TAG_INFIX, CERTIFIED_TAG, CertificateArtifact, _docker, fetch_certificate_artifact
+from .errors import EngineError
+from .labels import LOCK_LABEL
+from .publish import CERTIFIED_TAG, _docker, fetch_certificate_artifact
 from .registry_api import PASSWORD_ENV, USER_ENV, Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
+from .remote_parse import (REF_HINT, ImageFacts, RegistryRef, RemoteCertificate, Tags, certificate_of,  # noqa: F401
+                           classify_tags, config_facts, latest_per_gpu, manifest_parts, names_registry, parse_ref,
+                           parse_registry, pick_platform, shown_labels)
 
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
 MIRROR_REPO_PREFIX = "base-"  # nightly mirrors bases into <team>/base-<distro>-<suite>
 
-_HOST = re.compile(r"^(?:localhost|\[[0-9a-fA-F:]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?$")
-_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_MIRROR_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
-REF_HINT = "give host[:port]/repository:tag or host[:port]/repository@sha256:<64 hex>, e.g. 127.0.0.1:5000/vision/torch25:certified"
 
 T = TypeVar("T")
-
-
-# --- references -------------------------------------------------------------------------------
-
-def names_registry(first: str) -> bool:
-    """Docker's rule: the first path component is a registry host when it has a dot, a port, or is localhost."""
-    return "." in first or ":" in first or first == "localhost"
-
-
-@dataclass(frozen=True)
-class RegistryRef:
-    registry: str  # host[:port]
-    repository: str  # path inside the registry, e.g. vision/torch25
-    tag: str | None
-    digest: str | None
-
-    @property
-    def repo(self) -> str:
-        return f"{self.registry}/{self.repository}"
-
-    @property
-    def reference(self) -> str:
-        """What the registry is asked for: the digest when given, else the tag."""
-        return self.digest or self.tag or "latest"
-
-    def __str__(self) -> str:
-        return self.repo + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
-
-
-def parse_ref(ref: str) -> RegistryRef | None:
-    """``host[:port]/repo[:tag][@sha256:...]`` -> RegistryRef; None when ``ref`` names no registry host
-    (a local name such as ``vision/torch25:tag``). A malformed registry reference is an ``EngineError``."""
-    first, sep, _ = (ref or "").partition("/")
-    if not sep or not names_registry(first):
-        return None
-    rest = ref[len(first) + 1:]
-    digest = None
-    if "@" in rest:
-        rest, digest = rest.split("@", 1)
-        if not _DIGEST.match(digest):
-            raise EngineError(f"bad registry reference {ref!r}: {digest!r} is not a sha256 digest", hint=REF_HINT)
-    head, _, last = rest.rpartition("/")
-    tag = None
-    if ":" in last:
-        last, tag = last.rsplit(":", 1)
-        if not _TAG.match(tag):
-            raise EngineError(f"bad registry reference {ref!r}: tag {tag!r} is not 1-128 of [A-Za-z0-9_.-]",
-                              hint=REF_HINT)
-    repository = f"{head}/{last}" if head else last
-    if not _HOST.match(first) or not all(_COMPONENT.match(c) for c in repository.split("/")):
-        raise EngineError(f"bad registry reference {ref!r}: registry {first!r}, repository {repository!r}",
-                          hint=REF_HINT + " (repository names are lower case)")
-    return RegistryRef(first, repository, tag if tag or digest else "latest", digest)
-
-
-def parse_registry(where: str) -> tuple[str, str]:
-    """``HOST[:PORT][/path]`` -> (host[:port], path prefix without slashes)."""
-    first, _, prefix = (where or "").strip().rstrip("/").partition("/")
-    if not first or not _HOST.match(first) or (prefix and not all(_COMPONENT.match(c) for c in prefix.split("/"))):
-        raise EngineError(f"bad registry {where!r}: give HOST[:PORT][/path]",
-                          hint="e.g. --registry 127.0.0.1:5000 or --registry registry.example.com/vision")
-    return first, prefix
-
-
-# --- what the answers mean (pure) ------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ImageFacts:
-    """From an image manifest and its config blob."""
-
-    config_digest: str
-    compressed_size: int  # config + layers, as stored in the registry
-    layers: int
-    labels: dict[str, str]
-    env: dict[str, str]
-    user: str
-    created: str | None
-    platform: str | None
-
-
-def manifest_parts(raw: bytes, where: str) -> tuple[str, int, int]:
-    """(config digest, compressed size of config + layers, layer count) of an image manifest."""
-    try:
-        doc = json.loads(raw)
-        config = doc["config"]
-        layers = doc.get("layers") or []
-        size = int(config.get("size") or 0) + sum(int(layer.get("size") or 0) for layer in layers)
-        return str(config["digest"]), size, len(layers)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise EngineError(f"{where} is not an image manifest (no config)",
-                          hint="is it an image pushed by envkit, and not an artifact or a foreign format?") from None
-
-
-def pick_platform(raw: bytes, where: str, want: tuple[str, str] = ("linux", "amd64")) -> tuple[str, str]:
-    """From an image index, the digest of the ``want`` platform's manifest (else the first) and its name."""
-    try:
-        entries = [m for m in json.loads(raw).get("manifests") or [] if isinstance(m, dict) and m.get("digest")]
-    except (ValueError, AttributeError):
-        entries = []
-    if not entries:
-        raise EngineError(f"{where} is an image index without manifests", hint="push a single-platform image")
-
-    def name(m: dict) -> str:
-        p = m.get("platform") or {}
-        return f"{p.get('os', '?')}/{p.get('architecture', '?')}"
-
-    chosen = next((m for m in entries if name(m) == "/".join(want)), entries[0])
-    return chosen["digest"], name(chosen)
-
-
-def config_facts(blob: bytes, where: str) -> tuple[dict[str, str], dict[str, str], str, str | None]:
-    """(labels, env, user, created) from an image config blob."""
-    try:
-        doc = json.loads(blob)
-        config = doc.get("config") or {}
-        labels = {str(k): str(v) for k, v in (config.get("Labels") or {}).items()}
-        env = dict(str(e).split("=", 1) for e in config.get("Env") or [] if "=" in str(e))
-        return labels, env, str(config.get("User") or ""), doc.get("created")
-    except (ValueError, AttributeError, TypeError):
-        raise EngineError(f"the config of {where} is not an image config",
-                          hint="is it an image, and not an artifact?") from None
-
-
-def shown_labels(labels: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in sorted(labels.items()) if k.startswith(SHOWN)}
-
-
-@dataclass(frozen=True)
-class Tags:
-    """A repository's tags, sorted into what they are."""
-
-    stacks: list[str]  # candidate image tags
-    certificates: dict[str, list[str]]  # stack tag -> its certificate artifact tags
-    certified: bool  # the moving :certified tag exists
-    mirrors: list[str]  # sha256-<hex> tags of base mirrors
-
-
-def classify_tags(tags: list[str]) -> Tags:
-    certs: dict[str, list[str]] = {}
-    stacks, mirrors = [], []
-    for tag in sorted(set(tags)):
-        if CERT_TAG_INFIX in tag:
-            certs.setdefault(tag.split(CERT_TAG_INFIX, 1)[0], []).append(tag)
-        elif _MIRROR_TAG.match(tag):
-            mirrors.append(tag)
-        elif tag != CERTIFIED_TAG:
-            stacks.append(tag)
-    return Tags(stacks, certs, CERTIFIED_TAG in tags, mirrors)
-
-
-@dataclass(frozen=True)
-class RemoteCertificate:
-    tag: str  # <stack>.cert-<gpu>
-    artifact: str  # registry/repo@sha256:... of the artifact
-    subject: str | None  # the image manifest digest it certifies
-    status: str
-    gpu_model: str
-    driver: str
-    created_at: str
-    reasons: tuple[str, ...]
-    image_id: str
-    lock_hash: str
-
-    def to_json(self) -> dict:
-        return {"status": self.status, "gpu_model": self.gpu_model, "driver": self.driver,
-                "created_at": self.created_at, "reasons": list(self.reasons), "source": "registry",
-                "artifact": self.artifact, "tag": self.tag, "image_id": self.image_id, "lock_hash": self.lock_hash}
-
-
-def certificate_of(artifact: CertificateArtifact) -> RemoteCertificate:
-    """Parse the certificate an artifact carries (the certificate's own loader and version check)."""
-    from .certify.certificate import parse_certificate
-
-    try:
-        cert = parse_certificate(artifact.data, f"the certificate artifact {artifact.ref}")
-    except EnvkitError as exc:
-        registry = artifact.ref.split("/", 1)[0]
-        raise EngineError(f"registry {registry}: {exc.message}",
-                          hint=f"the artifact {artifact.pinned} is unreadable to this envkit; re-attach it "
-                               f"(the next nightly run does), or read it with the envkit version that wrote it") \
-            from None
-    return RemoteCertificate(artifact.ref.rsplit(":", 1)[1], artifact.pinned, artifact.subject, cert.status,
-                             cert.gpu_model, cert.driver, cert.created_at, tuple(cert.reasons), cert.image_id,
-                             cert.lock_hash)
-
-
-def latest_per_gpu(certs: list[tuple[str, str, str]]) -> dict[str, str]:
-    """(gpu model, status, created_at) -> {gpu model: status of its newest certificate}, sorted by GPU."""
-    newest: dict[str, tuple[str, str]] = {}
-    for gpu, status, created in certs:
-        if gpu not in newest or created >= newest[gpu][1]:
-            newest[gpu] = (status, created)
-    return {gpu: newest[gpu][0] for gpu in sorted(newest)}
 
 
 # --- reading the registry ---------------------------------------------------------------------
