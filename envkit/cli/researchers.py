@@ -20,7 +20,7 @@ def _engine_for_registry(c: Ctx, needed: bool):
     try:
         return connect()
     except EnvkitError:
-        c.progress("no container engine here: reading the registry directly (plain http only to 127.0.0.0/8)")
+        c.progress("no container engine here: reading the registry directly (https; the engine's insecure fallbacks only for 127.0.0.0/8)")
         return None
 
 
