@@ -53,6 +53,8 @@ class Framework:
     expect: Callable[[LockedImage], dict]
     labels: Callable[[LockedImage], dict[str, str]]  # the framework's own pin labels
     expect_from_labels: Callable[[dict[str, str | None]], dict]  # values: None where a label is absent/"none"
+    # the framework's own verdict rules on the payload's facts (beyond pins and coverage): reasons to fail
+    facts_rules: Callable[[dict, dict], list[str]] = lambda facts, expect: []
 
 
 # --- PyTorch -------------------------------------------------------------------------
@@ -155,6 +157,27 @@ def _tf_from_labels(val: dict) -> dict:
             "driver_floor": val.get("driver-floor")}
 
 
+def _ints(text: object) -> list[int]:
+    return [int(x) for x in re.findall(r"\d+", str(text))]
+
+
+def _tf_built_against(facts: dict, expect: dict) -> list[str]:
+    """tensorflow runs with the CUDA runtime and cuDNN installed beside it only when they are of the
+    major it was built against and not older (the payload's build_info check, re-derived from facts)."""
+    if expect.get("cuda") is None:
+        return []
+    reasons = []
+    for key, built_key, label in (("cuda", "build_cuda", "CUDA runtime"), ("cudnn", "build_cudnn", "cuDNN")):
+        have, built = facts.get(key), facts.get(built_key)
+        if have is None or built is None:  # a missing library is a pin's reason; a build that does not say, none
+            continue
+        h, b = _ints(have), _ints(built)
+        if h[:1] != b[:1] or h[:len(b)] < b:
+            reasons.append(f"{label}: the image has {have} but tensorflow was built against {built} "
+                           "(it needs the same major, not older)")
+    return reasons
+
+
 TENSORFLOW = Framework(
     name="tensorflow", title="TensorFlow", builds=True, bundles=False, devel=False, coverage="arch_list",
     # the CUDA libraries as for JAX: the installed nvidia-* distributions, every component
@@ -164,7 +187,7 @@ TENSORFLOW = Framework(
     gpu_checks=("nvidia_smi", "gpu_devices", "cc_covered", "gpu_train_step", "memory", "matmul_tflops", "telemetry"),
     required_gpu_checks=("gpu_devices", "cc_covered", "gpu_train_step"),
     deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
-    expect=_tf_expect, labels=lambda image: {}, expect_from_labels=_tf_from_labels)
+    expect=_tf_expect, labels=lambda image: {}, expect_from_labels=_tf_from_labels, facts_rules=_tf_built_against)
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (TORCH, JAX, TENSORFLOW)}

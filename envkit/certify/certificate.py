@@ -267,6 +267,7 @@ def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tup
         elif c.get("status") not in ("passed", "skipped"):
             reasons.append(f"check {c.get('name')} has unknown status {c.get('status')!r}")
     reasons += _compare_versions(facts, expect, fw)
+    reasons += fw.facts_rules(facts, expect)
     reasons += _coverage(facts, expect, fw)
     reasons += _driver(facts, expect, gpus)
 

@@ -133,6 +133,20 @@ def test_tf_version_mismatch_fails_with_the_reason_even_when_the_payload_says_pa
         assert any(all(w in r for w in words) for r in reasons), reasons
 
 
+@pytest.mark.parametrize("facts, reason", [
+    ({"build_cuda": "12.9.86"}, "CUDA runtime: the image has 12.9.79 but tensorflow was built against 12.9.86 "
+                                "(it needs the same major, not older)"),
+    ({"build_cuda": "13.0"}, "CUDA runtime: the image has 12.9.79 but tensorflow was built against 13.0"),
+    ({"build_cudnn": "10"}, "cuDNN: the image has 9.28.0.42 but tensorflow was built against 10"),
+    ({"build_cudnn": "9.30"}, "cuDNN: the image has 9.28.0.42 but tensorflow was built against 9.30"),
+])
+def test_what_tensorflow_was_built_against_must_run_with_what_is_installed(facts, reason):
+    """The payload's build_info check, re-derived on the host: a payload that says passed is not believed."""
+    status, reasons = decide(gpu_doc(**facts), EXPECT, gpu_requested=True)
+    assert status == "failed" and any(r.startswith(reason) for r in reasons), reasons
+    assert decide(gpu_doc(build_cuda=None, build_cudnn=None), EXPECT, gpu_requested=True) == ("certified", ())
+
+
 def test_tensorflow_local_tag_is_ignored():
     assert decide(gpu_doc(tensorflow="2.20.0+nv25.02"), EXPECT, gpu_requested=True) == ("certified", ())
 
