@@ -184,6 +184,20 @@ def q(value: Any) -> str:
     return "null" if value is None else json.dumps(str(value), ensure_ascii=True)
 
 
+def splice(lines: list[str], insert: dict[int, list[str]], replace: dict[int, list[str]]) -> str:
+    """``lines`` with ``insert[i]`` placed before line i (at ``len(lines)``: at the end) and line i
+    replaced by ``replace[i]``; a line that gets text after it is given its newline first."""
+    out: list[str] = []
+    for i in range(len(lines) + 1):
+        if i in insert:
+            if out and not out[-1].endswith("\n"):
+                out[-1] += "\n"
+            out.extend(insert[i])
+        if i < len(lines):
+            out.extend(replace.get(i, [lines[i]]))
+    return "".join(out)
+
+
 # --- one file's result -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class RefreshResult:

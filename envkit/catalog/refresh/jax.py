@@ -30,7 +30,7 @@ from ...errors import CatalogError
 from .. import Catalog, Jax, data_dir as default_data_dir, vtuple
 from .common import (RefreshIndex, RefreshResult, check_parses_back, check_source, check_today, exact_version,
                      extras_of, floor_version, for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel,
-                     published, py_text, python_tags, q, read_file, spec_text)
+                     published, py_text, python_tags, q, read_file, spec_text, splice)
 
 FILENAME = "jax.yaml"
 PROJECT = "jax"
@@ -353,12 +353,7 @@ def _edit_text(text: str, entry: dict, state: dict, comments: list[str], tails: 
         comment = lines[i].split("#", 1)[1].strip() if "#" in lines[i] else ""
         replace[i] = [_with_tail(f"      built_with: [{rows}]" + (f"  # {comment}" if comment else "") + "\n",
                                  tails[(e["extra"], "built_with")])]
-    out: list[str] = []
-    for i in range(len(lines) + 1):
-        out.extend(out_extra.get(i, []))
-        if i < len(lines):
-            out.extend(replace.get(i, [lines[i]]))
-    return "".join(out)
+    return splice(lines, out_extra, replace)
 
 
 def _render_extra(e: dict, carried_from: str) -> list[str]:

@@ -22,7 +22,7 @@ from ...errors import CatalogError
 from .. import Catalog, TfRelease, data_dir as default_data_dir
 from .common import (RefreshIndex, RefreshResult, check_parses_back, check_source, check_today, floor_version,
                      for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel, published, py_text,
-                     python_tags, q, read_file, spec_text)
+                     python_tags, q, read_file, spec_text, splice)
 
 FILENAME = "tensorflow.yaml"
 PROJECT = "tensorflow"
@@ -215,15 +215,7 @@ def _edit_text(text: str, rows: list[dict], updated: dict[str, dict], comments: 
             before = [i for v, i in found if Version(v) < Version(series)]
             pos = before[-1] + 1 if before else found[0][1]
             insert.setdefault(pos, []).append(render_row(row, comments[series]))
-    out: list[str] = []
-    for i in range(len(lines) + 1):
-        if i in insert:
-            if out and not out[-1].endswith("\n"):
-                out[-1] += "\n"
-            out.extend(insert[i])
-        if i < len(lines):
-            out.append(replace.get(i, lines[i]))
-    return "".join(out)
+    return splice(lines, insert, {i: [line] for i, line in replace.items()})
 
 
 __all__ = ["TfRead", "refresh", "render_row"]

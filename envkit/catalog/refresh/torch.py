@@ -27,7 +27,7 @@ from ...errors import CatalogError
 from ...resolve import bundled_pins
 from .. import Catalog, TorchRelease, data_dir as default_data_dir, vtuple
 from .common import (SOURCE, RefreshIndex, RefreshResult, check_parses_back, check_source, check_today,
-                     metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file)
+                     metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file, splice)
 
 FILENAME = "pytorch.yaml"
 PROJECT = "torch"
@@ -336,15 +336,7 @@ def _edit_text(text: str, rows: list[dict], updated: dict[str, dict]) -> str:
             before = [b for b in blocks if Version(b[0]) < Version(series)]
             at = before[-1][2] if before else blocks[0][1] if blocks else len(lines)
             insert.setdefault(at, []).append(render_row(row))
-    out: list[str] = []
-    for i in range(len(lines) + 1):
-        if i in insert:
-            if out and not out[-1].endswith("\n"):
-                out[-1] += "\n"
-            out.extend(insert[i])
-        if i < len(lines):
-            out.append(replace.get(i, lines[i]))
-    return "".join(out)
+    return splice(lines, insert, {i: [line] for i, line in replace.items()})
 
 
 __all__ = ["IndexRead", "refresh", "render_row"]
