@@ -124,3 +124,29 @@ def test_gpu_code_paths_run_on_the_cpu_device_inside_the_image(tf_build, engine)
     assert out["tflops"] > 0
     assert out["memory"]["written"] and out["memory"]["during_mib"] - out["memory"]["before_mib"] >= 16
     assert out["no_gpu"].startswith("the train step ran on /job:localhost/replica:0/task:0/device:CPU:0, not on /GPU:0")
+
+
+GPU_KERNELS = """
+import json
+from tensorflow.python.framework import dtypes, kernels
+found = {}
+for op in ("MatMul", "Tanh", "TanhGrad", "AddV2", "Mul", "Sum", "Cast", "Fill"):
+    types = set()
+    for k in kernels.get_registered_kernels_for_op(op).kernel:
+        if k.device_type == "GPU":
+            types.update(dtypes.as_dtype(t).name for c in k.constraint for t in c.allowed_values.list.type)
+    found[op] = sorted(types)
+print(json.dumps(found))
+"""
+
+
+def test_the_gpu_steps_ops_have_gpu_kernels_for_both_half_types(tf_build, engine):
+    """tensorflow places an op it cannot run on the GPU on the CPU without a word; the mixed-precision
+    step's ops must have bfloat16 and float16 GPU kernels in this build (read from its kernel registry,
+    no GPU needed)."""
+    image, _ = tf_build
+    result = engine.run(image["tag"], ["python3", "-c", GPU_KERNELS], RunOptions(timeout=120))
+    assert result.exit_code == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    for op, types in found.items():
+        assert {"bfloat16", "float16", "float32"} <= set(types), (op, types)
