@@ -95,6 +95,6 @@ def _tensorflow(catalog: Catalog, admits) -> list[Candidate]:
             if admits(patch):
                 out.append(Candidate(
                     framework="tensorflow", version=patch, variant=tf.extra, cuda=release.cuda,
-                    cudnn=release.cudnn, nccl=None, arches=tf.arches, min_cc=None, python=release.python,
+                    cudnn=release.cudnn, nccl=None, arches=tf.arches_for(release), min_cc=None, python=release.python,
                     default=True, index=None, requirement=f"tensorflow[{tf.extra}]=={patch}", exact_pins=False))
     return out

@@ -13,11 +13,11 @@ import tempfile
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from packaging.version import Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ..errors import CatalogError
 
@@ -136,6 +136,9 @@ class TfRelease(BaseModel):
     python: PyRange
     cuda: str
     cudnn: str
+    # the compiled targets as the release's own build reports them (tf.sysconfig.get_build_info()
+    # ["cuda_compute_capabilities"]: a PTX-only target has no sm_ twin); None: the file's arch_list
+    arches: tuple[Annotated[str, StringConstraints(pattern=r"^(sm|compute)_[0-9]+[af]?$")], ...] | None = None
 
 
 class Tensorflow(Entry):
@@ -145,9 +148,9 @@ class Tensorflow(Entry):
     arch_list_verified: Verified
     releases: tuple[TfRelease, ...]
 
-    @property
-    def arches(self) -> tuple[str, ...]:
-        return arches_of(self.arch_list)
+    def arches_for(self, release: TfRelease) -> tuple[str, ...]:
+        """What ``release`` was compiled for: its own reading where the catalog has one."""
+        return release.arches if release.arches is not None else arches_of(self.arch_list)
 
 
 class _Files(BaseModel):

@@ -194,8 +194,8 @@ def test_new_patch_changes_only_the_patches_line(cat_dir):
 
 
 def test_new_patch_with_different_pins_is_flagged(cat_dir):
-    edit(cat_dir, 'cudnn: "9.24.0.43", nccl: "2.30.7", arch_list: "7.5;8.0;8.6;9.0;10.0;12.0+PTX"}\n      - {tag: cu132',
-         'cudnn: "9.24.0.40", nccl: "2.30.7", arch_list: "7.5;8.0;8.6;9.0;10.0;12.0+PTX"}\n      - {tag: cu132')
+    edit(cat_dir, 'cudnn: "9.24.0.43", nccl: "2.30.7", arch_list: "7.5;8.0;8.6;9.0;10.0;12.0"}\n      - {tag: cu132',
+         'cudnn: "9.24.0.40", nccl: "2.30.7", arch_list: "7.5;8.0;8.6;9.0;10.0;12.0"}\n      - {tag: cu132')
     edit(cat_dir, 'patches: ["2.14.0", "2.14.1"]', 'patches: ["2.14.0"]')
     result = run(cat_dir, FakeIndex(drop_versions=("2.16.0",)))
     assert result.added_patches == ("2.14.1",)

@@ -410,6 +410,17 @@ def test_tf_ptx_needs_a_driver_that_can_jit(catalog):
     assert "only PTX covers Hopper (cc 9.0) and JIT needs driver >= 555.42.06" in exc.value.hint
 
 
+def test_tf_release_with_its_own_arches_is_judged_by_them(catalog):
+    """2.20's build reports sm_60 sm_70 sm_80 sm_89 compute_90 (catalog: envkit_image_reading), not the file's
+    default list: a Maxwell fleet is refused 2.20, and an L40S (8.9) is covered by its own cubin."""
+    with pytest.raises(ResolutionError) as exc:
+        run(catalog, framework="tensorflow==2.20.*", gpus=["M60"])
+    assert "sm_60 sm_70 sm_80 sm_89 compute_90" in str(exc.value) + exc.value.hint
+    image = run_image(catalog, framework="tensorflow==2.20.*", gpus=["L40S"])
+    assert image.arch_list == ("sm_60", "sm_70", "sm_80", "sm_89", "compute_90")
+    assert run_image(catalog, framework="tensorflow==2.19.*", gpus=["M60"]).framework_version == "2.19.1"
+
+
 @pytest.mark.parametrize("policy,constraints,cuda", [
     ("minor", [], "13.2.51"),  # any CUDA 13 runtime runs on 580 under minor-version compatibility
     ("strict", ["nvidia-cuda-runtime<13.1"], "13.0.96"),  # capped at what 580.95.05 fully supports
