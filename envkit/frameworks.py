@@ -142,7 +142,8 @@ JAX = Framework(
 # metadata, pinned by the closure): the image must hold exactly the lock's. Coverage is judged on
 # the compute capabilities tensorflow reports it was compiled for (tf.sysconfig.get_build_info()
 # ["cuda_compute_capabilities"]; 2.20.0: sm_60 sm_70 sm_80 sm_89 compute_90, read in the built
-# image), not on the catalog's arch list, which for 2.20 names others (sm_35 ... compute_80): the
+# image), not on the lock's arch list: the catalog has that reading for 2.20 only (TfRelease.arches);
+# other releases carry a file-wide list from TF's pip guide that their builds need not match. The
 # lock's arch list is therefore neither expected nor stamped on TensorFlow images.
 def _tf_expect(image: LockedImage) -> dict:
     return {"framework": "tensorflow", "tensorflow": image.framework_version, "cuda": image.cuda,
