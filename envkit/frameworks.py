@@ -8,8 +8,9 @@ rules: which versions are compared and how, how GPU coverage is judged (a compil
 lock's, or where the lock gives none the one the image reports; or a minimum compute capability),
 and which of the payload's GPU-only checks exist and must pass for ``certified``.
 
-The payload (``certify/payload/envkit_check.py``) cannot import envkit, so its check names are
-written there too; ``tests/unit/test_frameworks.py`` holds the two in step.
+The payload (``certify/payload/envkit_check/``: a registry per framework, in ``envkit_check_torch``,
+``envkit_check_jax`` and ``envkit_check_tf``) cannot import envkit, so its check names are written
+there too; ``tests/unit/test_frameworks.py`` holds the two in step.
 """
 
 from __future__ import annotations

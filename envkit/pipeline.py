@@ -326,4 +326,4 @@ def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
     options = RunOptions(gpus=use_gpus, shm_size=shm_size, timeout=24 * 3600,
                          ulimits={"memlock": -1, "stack": 67108864} if use_gpus else {})
-    return engine.run(ref, command or ["python3", "/opt/envkit/envkit_check.py"], options)
+    return engine.run(ref, command or ["python3", "/opt/envkit/envkit_check"], options)

@@ -26,6 +26,7 @@ from pathlib import Path
 import jinja2
 
 from . import __version__
+from .certify.harness import PAYLOAD_NAME, payload_files
 from .errors import EnvkitError
 from .frameworks import framework, require_devel
 from .labels import LOCK_LABEL
@@ -92,7 +93,6 @@ NVCC_TOOLS = "/opt/cuda-tools"  # devel: the compiler's programs, arranged in th
 
 # `~` (Debian versions) is literal inside double quotes, in a Dockerfile's shell and in YAML alike.
 SAFE = re.compile(r'^[A-Za-z0-9 ._:/=<>+,@()~-]*$')
-PAYLOAD = "envkit_check.py"
 
 
 def templates_dir() -> Path:
@@ -268,14 +268,14 @@ def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bo
     """
     ctx = context_for(lock, image, spec_name, buildkit=buildkit, wheelhouse=wheelhouse)
     dockerfile = environment().get_template(f"{image.flavour}.Dockerfile.j2").render(**ctx.__dict__)
-    payload = Path(__file__).resolve().parent / "certify" / "payload" / PAYLOAD
     files = {
         "Dockerfile": dockerfile.encode(),
         "requirements/framework.txt": requirements_text(image, "framework").encode(),
         "requirements/extra.txt": requirements_text(image, "extra").encode(),
         "envkit/expect.json": (json.dumps(image.expect(), indent=2, sort_keys=True) + "\n").encode(),
-        f"envkit/{PAYLOAD}": payload.read_bytes(),
     }
+    # the payload directory (__main__.py + envkit_check_*.py), run in the image as python3 /opt/envkit/envkit_check
+    files.update({f"envkit/{PAYLOAD_NAME}/{name}": data for name, data in payload_files().items()})
     if image.flavour == "devel":
         files["requirements/devel.txt"] = _requirements(
             devel_packages(image), "the devel flavour's CUDA compiler (envkit.render.devel_packages)").encode()

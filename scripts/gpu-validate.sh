@@ -32,7 +32,7 @@ print(json.dumps(expect))
 PY
 
 start=$(date +%s)
-timeout -k 10 200 python3 envkit/certify/payload/envkit_check.py --mode certify --expect "$OUT/expect.json" \
+timeout -k 10 200 python3 envkit/certify/payload/envkit_check --mode certify --expect "$OUT/expect.json" \
   --json --timeout 150 > "$OUT/gpu-validation.json" 2> "$OUT/gpu-validation.stderr"
 echo "payload exit=$? wall_s=$(( $(date +%s) - start ))" >> "$txt"
 

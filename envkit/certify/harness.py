@@ -1,13 +1,13 @@
 """Run the payload inside an image and turn its report into a result.
 
-The payload is mounted read-only from this envkit (its version and hash are recorded),
-with the lock's expectations beside it; the image's own copy is the researcher's
-self-check. Without a GPU the outcome is at best ``verified``.
+The payload (the directory ``payload/envkit_check``: ``__main__.py`` and the ``envkit_check_*``
+modules) is mounted read-only from this envkit (its version and hash are recorded), with the
+lock's expectations beside it; the image's own copy is the researcher's self-check. Without a
+GPU the outcome is at best ``verified``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -16,13 +16,22 @@ from pathlib import Path
 from .. import frameworks
 from ..engine import Mount, RunOptions
 from ..errors import VerificationError
+from .payload.envkit_check import envkit_check_core as payload_identity
 
-PAYLOAD = Path(__file__).resolve().parent / "payload" / "envkit_check.py"
+PAYLOAD = Path(__file__).resolve().parent / "payload" / "envkit_check"
+PAYLOAD_NAME = PAYLOAD.name  # the directory's name in a build context, an image and the mount
 MOUNT = "/opt/envkit-run"
 
 
+def payload_files() -> dict[str, bytes]:
+    """The payload's files by name, as they are copied into images and mounted (``*.py`` only)."""
+    return {name: (PAYLOAD / name).read_bytes() for name in payload_identity.payload_files(str(PAYLOAD))}
+
+
 def payload_sha256() -> str:
-    return hashlib.sha256(PAYLOAD.read_bytes()).hexdigest()
+    """The payload's identity as its documents report it, computed here by the payload's own rule
+    (``envkit_check_core.payload_sha256``: over every file's name and bytes)."""
+    return payload_identity.payload_sha256(str(PAYLOAD))
 
 
 @dataclass
@@ -46,15 +55,19 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
                 mode: str = "auto") -> Verification:
     with tempfile.TemporaryDirectory(prefix="envkit-verify-") as tmp:
         tmpdir = Path(tmp)
-        tmpdir.chmod(0o755)
-        (tmpdir / "envkit_check.py").write_bytes(PAYLOAD.read_bytes())
+        payload = tmpdir / PAYLOAD_NAME
+        payload.mkdir()
+        for name, data in payload_files().items():
+            (payload / name).write_bytes(data)
         (tmpdir / "expect.json").write_text(json.dumps(expect, sort_keys=True))
-        for p in tmpdir.iterdir():
+        for p in (tmpdir, payload):
+            p.chmod(0o755)
+        for p in [*payload.iterdir(), tmpdir / "expect.json"]:
             p.chmod(0o644)
         options = RunOptions(gpus=gpus, timeout=timeout, mounts=(Mount(str(tmpdir), MOUNT),),
                              # NCCL needs unlimited locked memory and a large stack on GPU hosts
                              ulimits={"memlock": -1, "stack": 67108864} if gpus else {})
-        result = engine.run(ref, ["python3", f"{MOUNT}/envkit_check.py", "--expect", f"{MOUNT}/expect.json",
+        result = engine.run(ref, ["python3", f"{MOUNT}/{PAYLOAD_NAME}", "--expect", f"{MOUNT}/expect.json",
                                   "--json", "--mode", mode, "--timeout", str(max(timeout - 10, 1))], options)
     if result.timed_out:
         raise VerificationError(f"the payload in {ref} ran past {timeout}s and was stopped")

@@ -88,8 +88,8 @@ def test_certify_without_a_gpu_and_a_mismatch_are_judged_on_the_host(jax_build, 
 
 GPU_PATHS_ON_CPU = """
 import json, sys
-sys.path.insert(0, "/opt/envkit")
-import envkit_check as e
+sys.path.insert(0, "/opt/envkit/envkit_check")  # as `python3 /opt/envkit/envkit_check` runs it
+import envkit_check_jax as e
 import jax
 cpus = jax.devices("cpu")
 train = e.jax_mlp_train(jax, cpus[0], jax.numpy.bfloat16, 40, width=256, lr=0.02)

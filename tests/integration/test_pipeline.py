@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from envkit.certify.harness import run_payload
+from envkit.certify.harness import payload_sha256, run_payload
 from envkit.lock import load_lock
 from tests.integration.conftest import ROOT, envkit
 
@@ -77,6 +77,22 @@ def test_mismatch_is_a_failure(example_build, engine):
     assert result.status == "failed"
     failed = {m.split(":")[0] for m in result.mismatches}
     assert {"nccl_version", "torch_version"} <= failed
+
+
+def test_the_images_own_self_check_is_this_envkits_payload(example_build, engine):
+    """The researcher's self-check (the image's CMD, python3 /opt/envkit/envkit_check) runs the payload
+    directory baked into the image: the identity it reports is the one this envkit computes over its
+    own copy, and the one the mounted copy reports."""
+    doc, _ = example_build
+    tag = doc["images"][0]["tag"]
+    from envkit.engine import RunOptions
+
+    result = engine.run(tag, ["python3", "/opt/envkit/envkit_check", "--json", "--expect", "/opt/envkit/expect.json"],
+                        RunOptions(timeout=300))
+    report = json.loads(result.stdout)
+    assert (report["status"], result.exit_code) == ("verified", 0), result.stderr[-2000:]
+    assert report["payload"] == {"version": "2", "sha256": payload_sha256()}
+    assert doc["images"][0]["verification"]["payload"] == report["payload"]
 
 
 def test_verify_refuses_an_image_envkit_did_not_build(engine, example_build):

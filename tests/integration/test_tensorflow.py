@@ -94,8 +94,8 @@ def test_certify_without_a_gpu_and_a_mismatch_are_judged_on_the_host(tf_build, e
 
 GPU_PATHS_ON_CPU = """
 import json, sys
-sys.path.insert(0, "/opt/envkit")
-import envkit_check as e
+sys.path.insert(0, "/opt/envkit/envkit_check")  # as `python3 /opt/envkit/envkit_check` runs it
+import envkit_check_tf as e
 import tensorflow as tf
 out = {"bf16": e.tf_mlp_train(tf, "/CPU:0", tf.bfloat16, 40, width=256, lr=0.02),
        "fp16": e.tf_mlp_train(tf, "/CPU:0", tf.float16, 40, width=256, lr=0.02, loss_scale=128.0),

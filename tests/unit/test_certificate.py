@@ -8,10 +8,7 @@ what the payload would claim, so a test also shows the host does not simply copy
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,8 +21,8 @@ from envkit.engine import ImageInfo
 from envkit.errors import VerificationError
 
 from .lockfixtures import make_image
+from .payload_modules import payload_module
 
-PAYLOAD = Path(__file__).resolve().parents[2] / "envkit" / "certify" / "payload" / "envkit_check.py"
 WHEN = "2025-06-01T12:00:00Z"
 EXPECT = make_image().expect()  # torch 2.5.1, CUDA 12.4, cuDNN 9.1.0.70, NCCL 2.21.5, sm_50..sm_90, floor 525.60.13
 STATIC = ("python_version", "torch_version", "cuda_runtime", "cudnn_version", "nccl_version", "arch_list",
@@ -200,14 +197,8 @@ def test_cpu_only_build_verifies_against_a_cpu_lock():
 
 
 def test_gpu_check_names_match_the_payload_registry():
-    spec = importlib.util.spec_from_file_location("envkit_check_for_cert", PAYLOAD)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["envkit_check_for_cert"] = module
-    try:
-        spec.loader.exec_module(module)
-        assert tuple(name for name, _, gpu_only in module.REGISTRY if gpu_only) == GPU_CHECKS
-    finally:
-        sys.modules.pop("envkit_check_for_cert", None)
+    registry = payload_module("envkit_check_torch").REGISTRY
+    assert tuple(name for name, _, gpu_only in registry if gpu_only) == GPU_CHECKS
 
 
 # ------------------------------------------------------------- content and files

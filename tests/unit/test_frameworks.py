@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
 import json
-import sys
 
 import pytest
 
@@ -26,8 +24,8 @@ from envkit.pipeline import build_spec
 from envkit.render import context_for, render_files
 from tests.conftest import ROOT
 from tests.unit.lockfixtures import make_image, make_jax_image, make_lock, make_tf_image
+from tests.unit.payload_modules import payload_module, payload_sources, rendered_payload
 
-PAYLOAD = ROOT / "envkit" / "certify" / "payload" / "envkit_check.py"
 FRAMEWORKS_LOCK = ROOT / "examples" / "frameworks.lock"
 JAX = make_jax_image()
 EXPECT = JAX.expect()
@@ -89,7 +87,7 @@ def test_jax_dockerfile_is_the_runtime_flavour(example_jax):
                 "nvidia-nccl-cu13==2.32.3", "nvidia-cuda-runtime==13.5.37"):
         assert f"{pin} \\\n    --hash=sha256:" in framework, pin
     assert json.loads(files["envkit/expect.json"]) == image.expect()
-    assert files["envkit/envkit_check.py"] == PAYLOAD.read_bytes()
+    assert rendered_payload(files) == payload_sources()
 
 
 def test_devel_flavour_refuses_jax_clearly():
@@ -241,18 +239,13 @@ def test_images_of_a_framework_envkit_does_not_build_are_not_judged(tensorflow_n
 
 
 def test_gpu_check_names_match_the_payload_registries():
-    spec = importlib.util.spec_from_file_location("envkit_check_for_frameworks", PAYLOAD)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["envkit_check_for_frameworks"] = module
-    try:
-        spec.loader.exec_module(module)
-        for fw, registry in ((frameworks.TORCH, module.REGISTRY), (frameworks.JAX, module.JAX_REGISTRY),
-                             (frameworks.TENSORFLOW, module.TF_REGISTRY)):
-            assert tuple(name for name, _, gpu_only in registry if gpu_only) == fw.gpu_checks
-            assert set(fw.required_gpu_checks) <= set(fw.gpu_checks)
-            assert fw.deviceless_gpu_checks <= set(fw.gpu_checks)
-    finally:
-        sys.modules.pop("envkit_check_for_frameworks", None)
+    runner = payload_module("envkit_check_main")
+    assert set(runner.FRAMEWORKS) == {frameworks.TORCH.name, frameworks.JAX.name, frameworks.TENSORFLOW.name}
+    for fw in (frameworks.TORCH, frameworks.JAX, frameworks.TENSORFLOW):
+        registry = runner.framework_module(fw.name).REGISTRY
+        assert tuple(name for name, _, gpu_only in registry if gpu_only) == fw.gpu_checks
+        assert set(fw.required_gpu_checks) <= set(fw.gpu_checks)
+        assert fw.deviceless_gpu_checks <= set(fw.gpu_checks)
 
 
 def test_every_locked_framework_is_known():

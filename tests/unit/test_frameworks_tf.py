@@ -20,8 +20,8 @@ from envkit.lock import load_lock
 from envkit.render import context_for, render_files
 from tests.conftest import ROOT
 from tests.unit.lockfixtures import make_lock, make_tf_image
+from tests.unit.payload_modules import payload_sources, rendered_payload
 
-PAYLOAD = ROOT / "envkit" / "certify" / "payload" / "envkit_check.py"
 FRAMEWORKS_LOCK = ROOT / "examples" / "frameworks.lock"
 TF = make_tf_image()
 EXPECT = TF.expect()
@@ -62,7 +62,7 @@ def test_tf_dockerfile_is_the_runtime_flavour():
                 "nvidia-cuda-runtime-cu12==12.9.79"):
         assert f"{pin} \\\n    --hash=sha256:" in framework, pin
     assert json.loads(files["envkit/expect.json"]) == image.expect()
-    assert files["envkit/envkit_check.py"] == PAYLOAD.read_bytes()
+    assert rendered_payload(files) == payload_sources()
 
 
 # ------------------------------------------------------------------------- refusals

@@ -1,8 +1,9 @@
-"""Unit tests of the certification payload, envkit/certify/payload/envkit_check.py.
+"""Unit tests of the certification payload, the directory envkit/certify/payload/envkit_check/
+(its core, NVML, runner and PyTorch modules here; JAX and TensorFlow: test_payload_jax/_tf.py).
 
 The payload runs inside images with only the standard library and torch, so it is
-exercised here the same way: as a subprocess (``python envkit_check.py --json``)
-against the host's CPU torch, and imported by path for its pure helpers.
+exercised here the same way: as a subprocess (``python envkit_check --json``)
+against the host's CPU torch, and its modules imported by name for their helpers.
 Every subprocess runs with CUDA_VISIBLE_DEVICES="" so that results do not depend
 on whether the test host has a GPU.
 """
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -21,22 +22,17 @@ from typing import Any, Dict, List
 
 import pytest
 
+from envkit.certify import harness
+from tests.unit.payload_modules import PAYLOAD_DIR, payload_module
+
 torch = pytest.importorskip("torch")
 
-PAYLOAD = Path(__file__).resolve().parents[2] / "envkit" / "certify" / "payload" / "envkit_check.py"
+PAYLOAD = PAYLOAD_DIR  # run as `python3 PAYLOAD`, as images run /opt/envkit/envkit_check
+core, nvml, runner = (payload_module(f"envkit_check_{m}") for m in ("core", "nvml", "main"))
+tmod, tcuda = payload_module("envkit_check_torch"), payload_module("envkit_check_torch_cuda")
 NO_CUDA_ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONWARNINGS": "ignore"}
 # GPU-only checks that need no CUDA device to do their job (driver probe, the availability verdict, NVML).
 DEVICELESS_GPU_CHECKS = {"nvidia_smi", "cuda_available", "telemetry"}
-
-
-@pytest.fixture(scope="module")
-def payload():
-    spec = importlib.util.spec_from_file_location("envkit_check", PAYLOAD)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["envkit_check"] = module  # dataclasses and pickling look modules up by name
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("envkit_check", None)
 
 
 def matching_expect() -> Dict[str, Any]:
@@ -108,12 +104,12 @@ def host_caused_failures(run: Run) -> set:
 
 
 # ----------------------------------------------------------------- full runs
-def test_verify_mode_on_cpu_torch(runs, payload):
+def test_verify_mode_on_cpu_torch(runs):
     run = runs["verify"]
     doc, checks = run.doc, run.checks()
     assert doc["mode"] == "verify"
-    assert [c["name"] for c in doc["checks"]] == [name for name, _, _ in payload.REGISTRY]
-    for name, _, gpu_only in payload.REGISTRY:
+    assert [c["name"] for c in doc["checks"]] == [name for name, _, _ in tmod.REGISTRY]
+    for name, _, gpu_only in tmod.REGISTRY:
         if gpu_only:
             assert checks[name]["status"] == "skipped", checks[name]
             assert checks[name]["message"] == "no CUDA device visible"
@@ -135,7 +131,7 @@ def test_verify_mode_on_cpu_torch(runs, payload):
 def test_document_shape(runs):
     doc = runs["verify"].doc
     assert doc["schema"] == "envkit.payload/1"
-    assert doc["payload"]["version"] == "1"
+    assert doc["payload"]["version"] == core.PAYLOAD_VERSION == "2"
     assert set(doc) == {"schema", "payload", "mode", "status", "facts", "checks", "telemetry", "seconds"}
     assert set(doc["facts"]) == {"python", "torch", "cuda", "cudnn", "nccl", "arch_list", "gpus", "driver"}
     assert doc["facts"]["torch"] == str(torch.__version__)
@@ -146,8 +142,43 @@ def test_document_shape(runs):
     assert doc["seconds"] > 0
 
 
+def payload_identity(directory: Path) -> str:
+    """docs/payload.md's rule, written out: sha256 over the *.py files in name order, each fed as its
+    name, a NUL byte and the sha256 digest of its bytes."""
+    h = hashlib.sha256()
+    for path in sorted(directory.glob("*.py"), key=lambda p: p.name):
+        h.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
 def test_sha256_is_the_files(runs):
-    assert runs["verify"].doc["payload"]["sha256"] == hashlib.sha256(PAYLOAD.read_bytes()).hexdigest()
+    reported = runs["verify"].doc["payload"]["sha256"]
+    assert reported == payload_identity(PAYLOAD_DIR) == harness.payload_sha256() == core.payload_sha256()
+    assert set(harness.payload_files()) == {p.name for p in PAYLOAD_DIR.glob("*.py")}
+
+
+def test_sha256_covers_every_module_and_nothing_else(tmp_path):
+    """A copy hashes the same; byte-compiled files and other files beside the modules do not count;
+    a change to any module, or a module added, changes it."""
+    copy = tmp_path / "envkit_check"
+    shutil.copytree(PAYLOAD_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "__pycache__").mkdir()
+    (copy / "__pycache__" / "envkit_check_core.cpython-311.pyc").write_bytes(b"\0")
+    (copy / "notes.txt").write_text("not part of the payload")
+    assert core.payload_sha256(str(copy)) == payload_identity(PAYLOAD_DIR)
+    with open(copy / "envkit_check_tf.py", "a") as f:
+        f.write("\n")
+    changed = core.payload_sha256(str(copy))
+    assert changed != payload_identity(PAYLOAD_DIR)
+    (copy / "envkit_check_extra.py").write_text("")
+    assert core.payload_sha256(str(copy)) not in (changed, payload_identity(PAYLOAD_DIR))
+
+
+def test_module_names_cannot_shadow_what_an_image_imports():
+    """The payload's directory goes first on sys.path when it runs: only __main__.py and envkit_check_* there."""
+    names = {p.name for p in PAYLOAD_DIR.iterdir() if p.name != "__pycache__"}
+    assert "__main__.py" in names
+    assert all(n == "__main__.py" or (n.startswith("envkit_check_") and n.endswith(".py")) for n in names), names
 
 
 def test_json_is_the_only_thing_on_stdout(runs):
@@ -166,25 +197,25 @@ def test_wrong_torch_version_fails(runs):
     assert "1.0.0" in check["message"] and str(torch.__version__) in check["message"]
 
 
-def test_certify_without_gpu_fails_on_cuda_available(runs, payload):
+def test_certify_without_gpu_fails_on_cuda_available(runs):
     run = runs["certify"]
     doc, checks = run.doc, run.checks()
     assert (doc["mode"], doc["status"], run.returncode) == ("certify", "failed", 1)
     assert checks["cuda_available"]["status"] == "failed"
     assert "certify mode requested" in checks["cuda_available"]["message"]
     assert checks["cuda_available"]["value"] == {"available": False, "device_count": 0}
-    for name, _, gpu_only in payload.REGISTRY:
+    for name, _, gpu_only in tmod.REGISTRY:
         if gpu_only and name not in DEVICELESS_GPU_CHECKS:
             assert (checks[name]["status"], checks[name]["message"]) == ("skipped", "no CUDA device visible")
 
 
-def test_table_output(runs, payload):
+def test_table_output(runs):
     run = runs["table"]
     assert run.returncode in (0, 1)
     lines = run.stdout.splitlines()
     assert "mode verify" in lines[0] and ("VERIFIED" in lines[0]) == (run.returncode == 0)
     assert any(line.startswith("CHECK") for line in lines)
-    for name, _, _ in payload.REGISTRY:
+    for name, _, _ in tmod.REGISTRY:
         assert any(line.split()[:1] == [name] for line in lines), name
 
 
@@ -214,16 +245,16 @@ def test_expect_must_be_an_object(tmp_path):
 # ------------------------------------------------------------- pure helpers
 @pytest.mark.parametrize("encoded, text", [(8902, "8.9.2"), (8600, "8.6.0"), (7605, "7.6.5"), (90100, "9.1.0"),
                                            (90501, "9.5.1"), (91002, "9.10.2")])
-def test_cudnn_int_decoding(payload, encoded, text):
-    assert payload.decode_version_int(encoded) == text
+def test_cudnn_int_decoding(encoded, text):
+    assert tmod.decode_version_int(encoded) == text
 
 
-def test_nccl_version_forms(payload):
-    assert payload.nccl_version_str((2, 21, 5)) == "2.21.5"
-    assert payload.nccl_version_str((2, 21, 5, "+cuda12.4")) == "2.21.5"
-    assert payload.nccl_version_str(22105) == "2.21.5"
-    assert payload.nccl_version_str(2708) == "2.7.8"
-    assert payload.nccl_version_str(None) is None
+def test_nccl_version_forms():
+    assert tmod.nccl_version_str((2, 21, 5)) == "2.21.5"
+    assert tmod.nccl_version_str((2, 21, 5, "+cuda12.4")) == "2.21.5"
+    assert tmod.nccl_version_str(22105) == "2.21.5"
+    assert tmod.nccl_version_str(2708) == "2.7.8"
+    assert tmod.nccl_version_str(None) is None
 
 
 @pytest.mark.parametrize("archs, cc, covered", [
@@ -240,65 +271,65 @@ def test_nccl_version_forms(payload):
     ([], (8, 0), False),
     (["garbage", "compute_75"], (8, 6), True),
 ])
-def test_arch_coverage_rule(payload, archs, cc, covered):
-    assert payload.arch_covers(archs, cc) is covered
+def test_arch_coverage_rule(archs, cc, covered):
+    assert core.arch_covers(archs, cc) is covered
 
 
-def test_parse_arch(payload):
-    assert payload.parse_arch("sm_86") == ("sm", (8, 6), "")
-    assert payload.parse_arch("compute_100a") == ("compute", (10, 0), "a")
-    assert payload.parse_arch("sm_8") is None and payload.parse_arch("gfx90a") is None
+def test_parse_arch():
+    assert core.parse_arch("sm_86") == ("sm", (8, 6), "")
+    assert core.parse_arch("compute_100a") == ("compute", (10, 0), "a")
+    assert core.parse_arch("sm_8") is None and core.parse_arch("gfx90a") is None
 
 
-def test_driver_comparison(payload):
-    assert not payload.driver_meets("525.60.13", "550.54.15")
-    assert payload.driver_meets("550.54.15", "525.60.13")
-    assert payload.driver_meets("580.65.06", "580")
-    assert not payload.driver_meets("580", "580.65.06")
-    assert payload.driver_meets("580", "580.0.0")
-    assert payload.driver_meets("1000.1", "999.99.99")  # numeric, not lexical
+def test_driver_comparison():
+    assert not core.driver_meets("525.60.13", "550.54.15")
+    assert core.driver_meets("550.54.15", "525.60.13")
+    assert core.driver_meets("580.65.06", "580")
+    assert not core.driver_meets("580", "580.65.06")
+    assert core.driver_meets("580", "580.0.0")
+    assert core.driver_meets("1000.1", "999.99.99")  # numeric, not lexical
 
 
-def test_same_version(payload):
-    assert payload.same_version("12.4", "12.4.1", 2)
-    assert payload.same_version("9.1.0", "9.1.0.70", 3)
-    assert not payload.same_version("9.1.0", "9.1.1.17", 3)
-    assert payload.same_version("3.11.7", "3.11", 2)
+def test_same_version():
+    assert core.same_version("12.4", "12.4.1", 2)
+    assert core.same_version("9.1.0", "9.1.0.70", 3)
+    assert not core.same_version("9.1.0", "9.1.1.17", 3)
+    assert core.same_version("3.11.7", "3.11", 2)
 
 
-def test_clock_reason_decoding(payload):
-    assert payload.decode_clock_reasons(0) == []
-    assert payload.decode_clock_reasons(0x1 | 0x4 | 0x40) == ["gpu_idle", "sw_power_cap", "hw_thermal_slowdown"]
-    assert payload.decode_clock_reasons(0x100 | 0x80) == ["hw_power_brake_slowdown", "display_clock_setting"]
+def test_clock_reason_decoding():
+    assert nvml.decode_clock_reasons(0) == []
+    assert nvml.decode_clock_reasons(0x1 | 0x4 | 0x40) == ["gpu_idle", "sw_power_cap", "hw_thermal_slowdown"]
+    assert nvml.decode_clock_reasons(0x100 | 0x80) == ["hw_power_brake_slowdown", "display_clock_setting"]
 
 
-def test_overall_status_rule(payload):
-    ok = payload.Check("passed", name="cuda_available")
-    assert payload.overall_status("certify", [ok]) == "certified"
-    assert payload.overall_status("certify", [payload.Check("skipped", name="cuda_available")]) == "failed"
-    assert payload.overall_status("verify", [payload.Check("skipped", name="x")]) == "verified"
-    assert payload.overall_status("certify", [ok, payload.Check("failed", name="x")]) == "failed"
+def test_overall_status_rule():
+    ok = core.Check("passed", name="cuda_available")
+    assert runner.overall_status("certify", [ok]) == "certified"
+    assert runner.overall_status("certify", [core.Check("skipped", name="cuda_available")]) == "failed"
+    assert runner.overall_status("verify", [core.Check("skipped", name="x")]) == "verified"
+    assert runner.overall_status("certify", [ok, core.Check("failed", name="x")]) == "failed"
 
 
 # ---------------------------------------------------- checks called in-process
-def make_ctx(payload, expect: Dict[str, Any], **facts: Any):
+def make_ctx(expect: Dict[str, Any], **facts: Any):
     base = {"python": "3.11.7", "torch": str(torch.__version__), "cuda": None, "cudnn": None, "nccl": None,
             "arch_list": None, "gpus": [], "driver": None}
     base.update(facts)
-    return payload.Context(expect=expect, mode="verify", t0=0.0, torch=torch, facts=base)
+    return core.Context(expect=expect, mode="verify", t0=0.0, torch=torch, facts=base)
 
 
-def test_absent_expectations_skip_with_a_message(payload):
-    ctx = make_ctx(payload, {})
-    for fn in (payload.check_python, payload.check_torch, payload.check_cuda_runtime, payload.check_cudnn,
-               payload.check_nccl_version, payload.check_arch_list):
+def test_absent_expectations_skip_with_a_message():
+    ctx = make_ctx({})
+    for fn in (core.check_python, tmod.check_torch, tmod.check_cuda_runtime, tmod.check_cudnn,
+               tmod.check_nccl_version, tmod.check_arch_list):
         result = fn(ctx)
         assert result.status == "skipped" and "lock gives no" in result.message
 
 
-def test_torch_local_suffix_ignored_but_reported(payload):
+def test_torch_local_suffix_ignored_but_reported():
     public = str(torch.__version__).split("+")[0]
-    result = payload.check_torch(make_ctx(payload, {"torch": public + "+cu124"}))
+    result = tmod.check_torch(make_ctx({"torch": public + "+cu124"}))
     assert result.status == "passed"
     if "+" in str(torch.__version__):
         assert "local build tag +" in result.message
@@ -311,96 +342,96 @@ def test_torch_local_suffix_ignored_but_reported(payload):
     (None, None, "skipped"),
     ("8.9.2", None, "failed"),
 ])
-def test_cudnn_check(payload, found, wanted, status):
-    result = payload.check_cudnn(make_ctx(payload, {"cudnn": wanted}, cudnn=found))
+def test_cudnn_check(found, wanted, status):
+    result = tmod.check_cudnn(make_ctx({"cudnn": wanted}, cudnn=found))
     assert result.status == status
     assert result.message
 
 
-def test_cuda_runtime_and_nccl_checks(payload):
-    assert payload.check_cuda_runtime(make_ctx(payload, {"cuda": None})).status == "passed"
-    assert payload.check_cuda_runtime(make_ctx(payload, {"cuda": "12.4"}, cuda="12.4")).status == "passed"
-    failed = payload.check_cuda_runtime(make_ctx(payload, {"cuda": "12.4"}, cuda="12.1"))
+def test_cuda_runtime_and_nccl_checks():
+    assert tmod.check_cuda_runtime(make_ctx({"cuda": None})).status == "passed"
+    assert tmod.check_cuda_runtime(make_ctx({"cuda": "12.4"}, cuda="12.4")).status == "passed"
+    failed = tmod.check_cuda_runtime(make_ctx({"cuda": "12.4"}, cuda="12.1"))
     assert failed.status == "failed" and "12.1" in failed.message and "12.4" in failed.message
-    assert payload.check_cuda_runtime(make_ctx(payload, {"cuda": "12.4"})).status == "failed"
-    assert payload.check_nccl_version(make_ctx(payload, {"nccl": "2.21.5"}, nccl="2.21.5")).status == "passed"
-    assert payload.check_nccl_version(make_ctx(payload, {"nccl": "2.21.5"}, nccl="2.20.5")).status == "failed"
+    assert tmod.check_cuda_runtime(make_ctx({"cuda": "12.4"})).status == "failed"
+    assert tmod.check_nccl_version(make_ctx({"nccl": "2.21.5"}, nccl="2.21.5")).status == "passed"
+    assert tmod.check_nccl_version(make_ctx({"nccl": "2.21.5"}, nccl="2.20.5")).status == "failed"
 
 
-def test_arch_list_compared_as_a_set(payload):
+def test_arch_list_compared_as_a_set():
     archs = ["sm_80", "sm_90", "sm_50"]
-    ok = payload.check_arch_list(make_ctx(payload, {"arch_list": archs}, arch_list=["sm_50", "sm_80", "sm_90"]))
+    ok = tmod.check_arch_list(make_ctx({"arch_list": archs}, arch_list=["sm_50", "sm_80", "sm_90"]))
     assert ok.status == "passed"
-    bad = payload.check_arch_list(make_ctx(payload, {"arch_list": archs}, arch_list=["sm_80", "sm_90", "compute_90"]))
+    bad = tmod.check_arch_list(make_ctx({"arch_list": archs}, arch_list=["sm_80", "sm_90", "compute_90"]))
     assert bad.status == "failed" and "sm_50" in bad.message and "compute_90" in bad.message
     assert bad.value == ["sm_80", "sm_90", "compute_90"] and bad.expected == archs
 
 
-def test_gpu_checks_skip_without_a_device(payload):
-    ctx = make_ctx(payload, {})
-    for name, fn, gpu_only in payload.REGISTRY:
+def test_gpu_checks_skip_without_a_device():
+    ctx = make_ctx({})
+    for name, fn, gpu_only in tmod.REGISTRY:
         if gpu_only and name not in DEVICELESS_GPU_CHECKS:
             result = fn(ctx)
             assert (result.status, result.message) == ("skipped", "no CUDA device visible"), name
-    assert payload.check_cuda_available(ctx).status == "failed"
-    assert payload.check_telemetry(ctx).status == "skipped"
+    assert tcuda.check_cuda_available(ctx).status == "failed"
+    assert nvml.check_telemetry(ctx).status == "skipped"
 
 
-def test_driver_floor_through_nvidia_smi(payload, monkeypatch):
-    monkeypatch.setattr(payload.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(payload, "query_nvidia_smi", lambda exe: [
+def test_driver_floor_through_nvidia_smi(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(nvml, "query_nvidia_smi", lambda exe: [
         {"index": "0", "name": "NVIDIA H100", "driver_version": "525.60.13", "memory.total": "81559",
          "compute_cap": "9.0"}])
-    old = payload.check_nvidia_smi(make_ctx(payload, {"driver_floor": "550.54.15"}))
+    old = nvml.check_nvidia_smi(make_ctx({"driver_floor": "550.54.15"}))
     assert old.status == "failed" and "525.60.13" in old.message and "550.54.15" in old.message
-    ctx = make_ctx(payload, {"driver_floor": "525"})
-    assert payload.check_nvidia_smi(ctx).status == "passed"
+    ctx = make_ctx({"driver_floor": "525"})
+    assert nvml.check_nvidia_smi(ctx).status == "passed"
     assert ctx.facts["driver"] == "525.60.13"
 
 
-def test_no_driver_at_all_fails(payload, monkeypatch):
-    monkeypatch.setattr(payload.shutil, "which", lambda name: None)
-    monkeypatch.setattr(payload.Nvml, "load", classmethod(lambda cls: None))
-    result = payload.check_nvidia_smi(make_ctx(payload, {}))
+def test_no_driver_at_all_fails(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(nvml.Nvml, "load", classmethod(lambda cls: None))
+    result = nvml.check_nvidia_smi(make_ctx({}))
     assert result.status == "failed" and "no NVIDIA driver" in result.message
 
 
-def test_small_shm_fails_with_the_fix(payload, monkeypatch):
-    monkeypatch.setattr(payload, "shm_mib", lambda path="/dev/shm": 64.0)
-    monkeypatch.setattr(payload, "loader_roundtrip", lambda *a: {"batches": 8, "samples": 512, "pinned": None,
+def test_small_shm_fails_with_the_fix(monkeypatch):
+    monkeypatch.setattr(tcuda, "shm_mib", lambda path="/dev/shm": 64.0)
+    monkeypatch.setattr(tcuda, "loader_roundtrip", lambda *a: {"batches": 8, "samples": 512, "pinned": None,
                                                                  "intact": True})
-    result = payload.check_dataloader_cpu(make_ctx(payload, {}))
+    result = tmod.check_dataloader_cpu(make_ctx({}))
     assert result.status == "failed" and "--shm-size=8g or --ipc=host" in result.message
 
 
-def test_worker_bus_error_fails_with_the_fix(payload, monkeypatch):
+def test_worker_bus_error_fails_with_the_fix(monkeypatch):
     def crash(*args):
         raise RuntimeError("DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that "
                            "dataloader's workers are out of shared memory.")
-    monkeypatch.setattr(payload, "loader_roundtrip", crash)
-    result = payload.check_dataloader_cpu(make_ctx(payload, {}))
+    monkeypatch.setattr(tcuda, "loader_roundtrip", crash)
+    result = tmod.check_dataloader_cpu(make_ctx({}))
     assert result.status == "failed" and "--shm-size=8g or --ipc=host" in result.message
 
 
-def test_perf_floors(payload):
-    ctx = make_ctx(payload, {"perf_floors": {"bf16_matmul_tflops": 600}})
-    assert payload.floor_check(ctx, {"bf16_matmul_tflops": 650.0, "fp16_matmul_tflops": 640.0}, "m", "t").status == "passed"
-    low = payload.floor_check(ctx, {"bf16_matmul_tflops": 420.5}, "matmul", "t")
+def test_perf_floors():
+    ctx = make_ctx({"perf_floors": {"bf16_matmul_tflops": 600}})
+    assert core.floor_check(ctx, {"bf16_matmul_tflops": 650.0, "fp16_matmul_tflops": 640.0}, "m", "t").status == "passed"
+    low = core.floor_check(ctx, {"bf16_matmul_tflops": 420.5}, "matmul", "t")
     assert low.status == "failed" and "420.5" in low.message and low.expected == {"bf16_matmul_tflops": 600}
-    assert "no floors" in payload.floor_check(make_ctx(payload, {}), {"x": 1}, "m", "t").message
+    assert "no floors" in core.floor_check(make_ctx({}), {"x": 1}, "m", "t").message
 
 
-def test_amp_train_loop_runs_on_cpu(payload):
+def test_amp_train_loop_runs_on_cpu():
     """The CUDA train step's loop (checkpointing, autocast, accumulation), shrunk and run on CPU."""
-    value = payload.amp_train(torch, torch.device("cpu"), torch.bfloat16, steps=6, width=32)
+    value = tcuda.amp_train(torch, torch.device("cpu"), torch.bfloat16, steps=6, width=32)
     assert value["dtype"] == "bfloat16" and value["steps"] == 6 and value["micro_batches"] == 4
     assert value["last_loss"] < value["first_loss"]
 
 
-def test_allreduce_plumbing_with_gloo(payload, monkeypatch):
+def test_allreduce_plumbing_with_gloo(monkeypatch):
     """The NCCL check's spawn/TCP-store/sum logic, with the gloo backend on CPU."""
-    monkeypatch.syspath_prepend(str(PAYLOAD.parent))  # spawned ranks import the payload by name
-    reports: List[Dict[str, Any]] = payload.run_allreduce(2, "gloo", 1 << 12, 2, timeout=60)
+    monkeypatch.syspath_prepend(str(PAYLOAD_DIR))  # spawned ranks import the payload's modules by name
+    reports: List[Dict[str, Any]] = tcuda.run_allreduce(2, "gloo", 1 << 12, 2, timeout=60)
     assert [r["rank"] for r in reports] == [0, 1]
     assert all(r["correct"] and r["seconds"] >= 0 for r in reports)
 
@@ -454,33 +485,33 @@ def fake_matmul_torch(gpu: FakeGpu, cc=(9, 0), bf16_reported: bool = True):
                            empty=lambda n, m, **k: FakeMatrix(n), matmul=matmul)
 
 
-def gpu_ctx(payload, fake_torch, expect=None):
-    ctx = make_ctx(payload, expect or {})
+def gpu_ctx(fake_torch, expect=None):
+    ctx = make_ctx(expect or {})
     ctx.torch, ctx.cuda_ok, ctx.mode = fake_torch, True, "certify"
     return ctx
 
 
-def test_matmul_rate_is_measured_after_clocks_ramp_up(payload):
+def test_matmul_rate_is_measured_after_clocks_ramp_up():
     """A GPU slow for its first 0.1 s of work: the probe reports the steady 700 TFLOP/s, counting 2*n^3 flops."""
-    result = payload.check_matmul(gpu_ctx(payload, fake_matmul_torch(FakeGpu(700e12)),
+    result = tcuda.check_matmul(gpu_ctx(fake_matmul_torch(FakeGpu(700e12)),
                                           {"perf_floors": {"bf16_matmul_tflops": 632}}))
     assert result.status == "passed", result.message
     assert result.value["bf16_matmul_tflops"] == pytest.approx(700, rel=0.01)
     assert result.value["fp16_matmul_tflops"] == pytest.approx(700, rel=0.01)
 
 
-def test_matmul_below_floor_fails(payload):
-    result = payload.check_matmul(gpu_ctx(payload, fake_matmul_torch(FakeGpu(400e12)),
+def test_matmul_below_floor_fails():
+    result = tcuda.check_matmul(gpu_ctx(fake_matmul_torch(FakeGpu(400e12)),
                                           {"perf_floors": {"bf16_matmul_tflops": 632}}))
     assert result.status == "failed" and "bf16_matmul_tflops 400.0 < floor 632" in result.message
 
 
-def test_emulated_bf16_is_not_native(payload):
+def test_emulated_bf16_is_not_native():
     """torch >= 2.3 says is_bf16_supported() on a V100 (bf16 emulated): no bf16 probe, fp16 train step."""
     volta = fake_matmul_torch(FakeGpu(100e12), cc=(7, 0), bf16_reported=True)
-    assert payload.bf16_native(volta) is False
-    assert payload.bf16_native(fake_matmul_torch(FakeGpu(1e12), cc=(8, 0))) is True
-    assert set(payload.check_matmul(gpu_ctx(payload, volta)).value) == {"fp16_matmul_tflops"}
+    assert tcuda.bf16_native(volta) is False
+    assert tcuda.bf16_native(fake_matmul_torch(FakeGpu(1e12), cc=(8, 0))) is True
+    assert set(tcuda.check_matmul(gpu_ctx(volta)).value) == {"fp16_matmul_tflops"}
 
 
 class FakeOutOfMemoryError(RuntimeError):
@@ -527,64 +558,67 @@ class FakeAllocator:
         return SimpleNamespace(cuda=cuda, device=lambda *a: a, uint8="uint8", empty=self.empty)
 
 
-def test_memory_check_ooms_then_fits_and_leaves_nothing_cached(payload):
+def test_memory_check_ooms_then_fits_and_leaves_nothing_cached():
     gib = 2**30
     alloc = FakeAllocator(total=141 * gib, context=gib)
-    result = payload.check_memory(gpu_ctx(payload, alloc.torch()))
+    result = tcuda.check_memory(gpu_ctx(alloc.torch()))
     assert result.status == "passed", result.message
     assert result.value["oom_raised"] is True
     assert result.value["fitted_mib"] == 141 * 1024 / 2  # 2x and 1x failed, the half fitted
     assert alloc.in_use == 0 and alloc.cached == 0  # later probes get the whole device back
 
 
-def test_memory_check_fails_when_nothing_raises(payload):
+def test_memory_check_fails_when_nothing_raises():
     alloc = FakeAllocator(total=2**30, context=0, oversubscribe=True)
-    result = payload.check_memory(gpu_ctx(payload, alloc.torch()))
+    result = tcuda.check_memory(gpu_ctx(alloc.torch()))
     assert result.status == "failed" and "did not raise" in result.message
 
 
-def test_arch_covered_against_device_capabilities(payload):
+def test_arch_covered_against_device_capabilities():
     from types import SimpleNamespace
     cuda = SimpleNamespace(device_count=lambda: 2, get_device_name=lambda i: "NVIDIA H200",
                            get_device_capability=lambda i: (9, 0))
-    ctx = gpu_ctx(payload, SimpleNamespace(cuda=cuda))
+    ctx = gpu_ctx(SimpleNamespace(cuda=cuda))
     ctx.facts["arch_list"] = ["sm_80", "sm_90"]
-    ok = payload.check_arch_covered(ctx)
+    ok = tcuda.check_arch_covered(ctx)
     assert ok.status == "passed" and ok.value["devices"][1]["cc"] == "9.0"
     ctx.facts["arch_list"] = ["sm_80", "sm_86"]
-    bad = payload.check_arch_covered(ctx)
+    bad = tcuda.check_arch_covered(ctx)
     assert bad.status == "failed" and "device 1 (NVIDIA H200, cc 9.0)" in bad.message
 
 
-def test_nccl_bus_bandwidth_formula(payload, monkeypatch):
+def test_nccl_bus_bandwidth_formula(monkeypatch):
     """8 ranks, 256 MiB, 10 all-reduces in 20 ms on the slowest rank: nccl-tests' busbw = algbw * 2(n-1)/n."""
     from types import SimpleNamespace
     import torch.distributed as dist
     monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
-    monkeypatch.setattr(payload, "run_allreduce", lambda world, backend, numel, iters, timeout=180: [
+    monkeypatch.setattr(tcuda, "run_allreduce", lambda world, backend, numel, iters, timeout=180: [
         {"rank": r, "correct": True, "seconds": 0.02 if r == 3 else 0.019} for r in range(world)])
-    ctx = gpu_ctx(payload, SimpleNamespace(cuda=SimpleNamespace(device_count=lambda: 8)))
-    result = payload.check_nccl_allreduce(ctx)
+    ctx = gpu_ctx(SimpleNamespace(cuda=SimpleNamespace(device_count=lambda: 8)))
+    result = tcuda.check_nccl_allreduce(ctx)
     size = 256 * 2**20
     assert result.status == "passed", result.message
     assert result.value["algbw_gbps"] == round(size * 10 / 0.02 / 1e9, 1)
     assert result.value["nccl_busbw_gbps"] == round(size * 10 / 0.02 / 1e9 * 2 * 7 / 8, 1)
-    monkeypatch.setattr(payload, "run_allreduce", lambda world, *a, **k: [
+    monkeypatch.setattr(tcuda, "run_allreduce", lambda world, *a, **k: [
         {"rank": r, "correct": r != 5, "seconds": 0.02} for r in range(world)])
-    assert payload.check_nccl_allreduce(ctx).status == "failed"
+    assert tcuda.check_nccl_allreduce(ctx).status == "failed"
 
 
-def test_cleanup_error_after_a_gpu_check_does_not_stop_the_run(payload, monkeypatch):
+def test_cleanup_error_after_a_gpu_check_does_not_stop_the_run():
     """A sticky CUDA error makes empty_cache() raise; the following checks must still run and report."""
     from types import SimpleNamespace
+    calls: List[str] = []
 
     def empty_cache():
+        calls.append("empty_cache")
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
-    ctx = gpu_ctx(payload, SimpleNamespace(cuda=SimpleNamespace(empty_cache=empty_cache)))
-    monkeypatch.setattr(payload, "REGISTRY", [("first", lambda c: payload.Check("passed", message="ok"), True),
-                                               ("second", lambda c: payload.Check("failed", message="bad"), True)])
-    payload.run_checks(ctx)
+    ctx = gpu_ctx(SimpleNamespace(cuda=SimpleNamespace(empty_cache=empty_cache)))
+    registry = [("first", lambda c: core.Check("passed", message="ok"), True),
+                ("second", lambda c: core.Check("failed", message="bad"), True)]
+    runner.run_checks(ctx, registry, tmod.release)  # torch's release: empty_cache() after each GPU check
     assert [(r.name, r.status) for r in ctx.results] == [("first", "passed"), ("second", "failed")]
+    assert calls == ["empty_cache", "empty_cache"]
 
 
 class FakeNvmlLib:
@@ -628,27 +662,27 @@ class OldDriverNvmlLib(FakeNvmlLib):
         return self.rc
 
 
-def test_nvml_sample_units_and_reason_names(payload):
-    sample = payload.Nvml(FakeNvmlLib()).sample(0, 1.23456)
+def test_nvml_sample_units_and_reason_names():
+    sample = nvml.Nvml(FakeNvmlLib()).sample(0, 1.23456)
     assert sample == {"t": 1.235, "gpu": 0, "util_pct": 97, "mem_used_mib": 1234.0, "power_w": 512.3, "temp_c": 61,
                       "clock_event_reasons": ["gpu_idle", "sw_power_cap"]}
-    old = payload.Nvml(OldDriverNvmlLib()).sample(1, 0.0)
+    old = nvml.Nvml(OldDriverNvmlLib()).sample(1, 0.0)
     assert old["clock_event_reasons"] == ["hw_thermal_slowdown"]
 
 
-def test_nvml_without_readings_gives_no_sample_and_telemetry_skips(payload):
-    nvml = payload.Nvml(FakeNvmlLib(supported=False))
-    assert nvml.sample(0, 0.0) is None
-    nvml.count = lambda: 1
-    sampler = payload.Sampler(nvml, 0.0, period=0.01)
+def test_nvml_without_readings_gives_no_sample_and_telemetry_skips():
+    binding = nvml.Nvml(FakeNvmlLib(supported=False))
+    assert binding.sample(0, 0.0) is None
+    binding.count = lambda: 1
+    sampler = nvml.Sampler(binding, 0.0, period=0.01)
     sampler.start()
     sampler.halt.wait(0.05)
-    ctx = make_ctx(payload, {})  # check_telemetry stops the sampler
+    ctx = make_ctx({})  # check_telemetry stops the sampler
     ctx.sampler = sampler
-    assert payload.check_telemetry(ctx).status == "skipped"
+    assert nvml.check_telemetry(ctx).status == "skipped"
 
 
-def test_sampler_survives_a_failing_nvml(payload, monkeypatch):
+def test_sampler_survives_a_failing_nvml(monkeypatch):
     import threading
     import time
     crashes: List[Any] = []
@@ -664,8 +698,8 @@ def test_sampler_survives_a_failing_nvml(payload, monkeypatch):
 
         def sample(self, index, t):
             raise OSError("NVML_ERROR_GPU_IS_LOST")
-    for nvml in (Broken(), Flaky()):
-        sampler = payload.Sampler(nvml, time.monotonic(), period=0.01)
+    for binding in (Broken(), Flaky()):
+        sampler = nvml.Sampler(binding, time.monotonic(), period=0.01)
         sampler.start()
         time.sleep(0.05)
         sampler.stop()
@@ -673,7 +707,7 @@ def test_sampler_survives_a_failing_nvml(payload, monkeypatch):
     assert crashes == []
 
 
-def test_nvidia_smi_query_retries_without_compute_cap(payload, monkeypatch):
+def test_nvidia_smi_query_retries_without_compute_cap(monkeypatch):
     calls: List[List[str]] = []
 
     def fake_run(cmd, **kwargs):
@@ -682,8 +716,8 @@ def test_nvidia_smi_query_retries_without_compute_cap(payload, monkeypatch):
             return subprocess.CompletedProcess(cmd, 2, 'Field "compute_cap" is not a valid field to query.\n', "")
         return subprocess.CompletedProcess(cmd, 0, "0, NVIDIA H200, 570.86.15, 143771\n"
                                                    "1, NVIDIA H200, 570.86.15, 143771\n", "")
-    monkeypatch.setattr(payload.subprocess, "run", fake_run)
-    gpus = payload.query_nvidia_smi("/usr/bin/nvidia-smi")
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    gpus = nvml.query_nvidia_smi("/usr/bin/nvidia-smi")
     assert len(calls) == 2 and calls[0][2] == "--format=csv,noheader,nounits"
     assert gpus == [{"index": str(i), "name": "NVIDIA H200", "driver_version": "570.86.15", "memory.total": "143771"}
                     for i in (0, 1)]

@@ -1,4 +1,4 @@
-"""The payload's JAX path (envkit/certify/payload/envkit_check.py), without jax on the host.
+"""The payload's JAX path (envkit/certify/payload/envkit_check/envkit_check_jax.py), without jax on the host.
 
 jax is faked by its FACTS only: installed distributions (real ``*.dist-info`` directories read by
 importlib.metadata), devices and their compute capability, what a train loop or a collective
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import json
 import logging
 import os
@@ -24,24 +23,17 @@ from typing import Any, Dict
 import pytest
 
 from tests.unit.lockfixtures import make_jax_image
+from tests.unit.payload_modules import PAYLOAD_DIR, payload_module
 
-PAYLOAD = Path(__file__).resolve().parents[2] / "envkit" / "certify" / "payload" / "envkit_check.py"
+PAYLOAD = PAYLOAD_DIR  # run as `python3 PAYLOAD`
+core, runner, jaxm = (payload_module(f"envkit_check_{m}") for m in ("core", "main", "jax"))
+nvml = payload_module("envkit_check_nvml")
 EXPECT = make_jax_image().expect()  # what render writes to expect.json for a JAX image
 HOST_EXPECT = {**EXPECT, "python": f"{sys.version_info.major}.{sys.version_info.minor}"}  # the fake runs on this Python
 NO_GPU = "no CUDA device visible"
 DISTS = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "jax_cuda13_plugin": "0.12.0.1", "jax_cuda13_pjrt": "0.12.0.1",
          "nvidia_cuda_runtime": "13.5.37", "nvidia_cudnn_cu13": "9.28.1.4", "nvidia_nccl_cu13": "2.32.3",
          "nvidia_cublas": "13.10.0.20"}
-
-
-@pytest.fixture(scope="module")
-def payload():
-    spec = importlib.util.spec_from_file_location("envkit_check_jax", PAYLOAD)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["envkit_check_jax"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("envkit_check_jax", None)
 
 
 # ------------------------------------------------------------- a fake JAX install
@@ -116,10 +108,10 @@ def run_jax_payload(site: Path, tmp_path: Path, expect: Dict[str, Any], *args: s
     return Run(proc.returncode, json.loads(proc.stdout), proc.stderr)
 
 
-def test_a_jax_image_runs_the_jax_checks_and_never_imports_torch(payload, site, tmp_path):
+def test_a_jax_image_runs_the_jax_checks_and_never_imports_torch(site, tmp_path):
     run = run_jax_payload(site, tmp_path, HOST_EXPECT)
     checks = run.checks()
-    assert [c["name"] for c in run.doc["checks"]] == [name for name, _, _ in payload.JAX_REGISTRY]  # not "setup"
+    assert [c["name"] for c in run.doc["checks"]] == [name for name, _, _ in jaxm.REGISTRY]  # not "setup"
     assert run.doc["mode"] == "verify"
     assert run.doc["facts"] == {"framework": "jax", "python": run.doc["facts"]["python"], "jax": "0.12.0.1",
                                 "jaxlib": "0.12.0.1", "cuda_plugin": "0.12.0.1", "cuda": "13.5.37",
@@ -127,7 +119,7 @@ def test_a_jax_image_runs_the_jax_checks_and_never_imports_torch(payload, site, 
     for name in ("python_version", "jax_version", "cuda_runtime", "cudnn_version", "nccl_version"):
         assert checks[name]["status"] == "passed", checks[name]
     assert "nvidia-cudnn" in checks["cudnn_version"]["message"]
-    for name, _, gpu_only in payload.JAX_REGISTRY:
+    for name, _, gpu_only in jaxm.REGISTRY:
         if gpu_only:
             assert (checks[name]["status"], checks[name]["message"]) == ("skipped", NO_GPU), name
     # this fake jax cannot compute, so its train step raises and is reported (the real one: integration test)
@@ -162,15 +154,15 @@ def test_certify_without_a_gpu_fails_and_says_what_jax_said(site, tmp_path):
 
 
 # ------------------------------------------------------------------- pure helpers
-def test_library_versions_for_both_cuda_majors(payload):
-    cu13 = payload.jax_library_versions({payload.canonical_name(k): v for k, v in DISTS.items()})
+def test_library_versions_for_both_cuda_majors():
+    cu13 = jaxm.jax_library_versions({core.canonical_name(k): v for k, v in DISTS.items()})
     assert cu13 == {"cuda": ("nvidia-cuda-runtime", "13.5.37"), "cudnn": ("nvidia-cudnn-cu13", "9.28.1.4"),
                     "nccl": ("nvidia-nccl-cu13", "2.32.3"), "cuda_plugin": ("jax-cuda13-plugin", "0.12.0.1")}
-    cu12 = payload.jax_library_versions({"nvidia-cuda-runtime-cu12": "12.9.79", "nvidia-cudnn-cu12": "9.8.0.87",
+    cu12 = jaxm.jax_library_versions({"nvidia-cuda-runtime-cu12": "12.9.79", "nvidia-cudnn-cu12": "9.8.0.87",
                                          "nvidia-nccl-cu12": "2.26.5", "jax-cuda12-plugin": "0.6.2",
                                          "nvidia-cuda-nvrtc-cu12": "12.9.86"})
     assert cu12["cuda"] == ("nvidia-cuda-runtime-cu12", "12.9.79") and cu12["cuda_plugin"][1] == "0.6.2"
-    assert payload.jax_library_versions({"jax": "0.12.0.1"}) == dict.fromkeys(cu13, None)
+    assert jaxm.jax_library_versions({"jax": "0.12.0.1"}) == dict.fromkeys(cu13, None)
 
 
 @pytest.mark.parametrize("arg, expect, chosen", [
@@ -181,8 +173,8 @@ def test_library_versions_for_both_cuda_majors(payload):
     ("auto", {"framework": "tensorflow"}, "tensorflow"),
     ("auto", {"framework": "mxnet"}, "mxnet"),  # refused at setup, never guessed
 ])
-def test_framework_choice(payload, arg, expect, chosen):
-    assert payload.choose_framework(arg, expect) == chosen
+def test_framework_choice(arg, expect, chosen):
+    assert runner.choose_framework(arg, expect) == chosen
 
 
 def test_unknown_framework_fails_setup(site, tmp_path):
@@ -191,25 +183,25 @@ def test_unknown_framework_fails_setup(site, tmp_path):
     assert "this payload checks torch, jax and tensorflow images" in run.doc["checks"][0]["message"]
 
 
-def test_certified_needs_the_jax_device_check(payload):
-    C = payload.Check
+def test_certified_needs_the_jax_device_check():
+    C = core.Check
     passed = [C("passed", name="cpu_train_step"), C("passed", name="gpu_devices")]
-    assert payload.overall_status("certify", passed) == "certified"
-    assert payload.overall_status("certify", passed[:1] + [C("failed", name="gpu_devices")]) == "failed"
-    assert payload.overall_status("certify", passed[:1]) == "failed"
+    assert runner.overall_status("certify", passed) == "certified"
+    assert runner.overall_status("certify", passed[:1] + [C("failed", name="gpu_devices")]) == "failed"
+    assert runner.overall_status("certify", passed[:1]) == "failed"
 
 
-def test_table_shows_the_jax_facts(payload):
+def test_table_shows_the_jax_facts():
     doc = {"payload": {"version": "1", "sha256": "a" * 64}, "mode": "verify", "status": "verified", "seconds": 4.2,
            "facts": {"framework": "jax", "python": "3.13.5", "jax": "0.12.0.1", "jaxlib": "0.12.0.1", "cuda": "13.5.37",
                      "cudnn": "9.28.1.4", "nccl": "2.32.3", "driver": None},
            "checks": [{"name": "cpu_train_step", "status": "passed", "seconds": 2.6, "message": "CPU loss fell"}]}
-    lines = payload.render_table(doc).splitlines()
+    lines = runner.render_table(doc).splitlines()
     assert lines[1] == "python 3.13.5  jax 0.12.0.1  jaxlib 0.12.0.1  cuda 13.5.37  cudnn 9.28.1.4  nccl 2.32.3  driver -"
 
 
-def test_jax_log_keeps_the_plugin_error(payload, capsys):
-    log = payload.JaxLog()
+def test_jax_log_keeps_the_plugin_error(capsys):
+    log = jaxm.JaxLog()
     logger = logging.getLogger("jax.test-envkit")
     logger.addHandler(log)
     try:
@@ -237,25 +229,25 @@ class FakeDevice:
         return f"cuda:{self.id}"
 
 
-def gpu_jax_ctx(payload, gpus, expect=None, **jax_attrs):
+def gpu_jax_ctx(gpus, expect=None, **jax_attrs):
     jax = SimpleNamespace(**{"__version__": "0.12.0.1", "default_backend": lambda: "gpu",
                              "numpy": SimpleNamespace(bfloat16="bfloat16", float16="float16", float32="float32"),
                              **jax_attrs})
-    ctx = payload.Context(expect=EXPECT if expect is None else expect, mode="certify", t0=0.0, framework="jax")
+    ctx = core.Context(expect=EXPECT if expect is None else expect, mode="certify", t0=0.0, framework="jax")
     ctx.jax, ctx.gpu_devices, ctx.cuda_ok = jax, list(gpus), bool(gpus)
-    ctx.facts = payload.gather_jax_facts(jax, ctx.gpu_devices, {payload.canonical_name(k): v for k, v in DISTS.items()})
+    ctx.facts = jaxm.gather_jax_facts(jax, ctx.gpu_devices, {core.canonical_name(k): v for k, v in DISTS.items()})
     return ctx
 
 
-def test_gpu_facts_from_jax_devices(payload):
-    ctx = gpu_jax_ctx(payload, [FakeDevice(0), FakeDevice(1, compute_capability=None, limit=0)])
+def test_gpu_facts_from_jax_devices():
+    ctx = gpu_jax_ctx([FakeDevice(0), FakeDevice(1, compute_capability=None, limit=0)])
     assert ctx.facts["gpus"] == [{"index": 0, "name": "NVIDIA H200", "cc": "9.0", "memory_gib": 105.0},
                                  {"index": 1, "name": "NVIDIA H200", "cc": None, "memory_gib": None}]
     assert ctx.facts["backend"] == "gpu" and ctx.facts["cudnn"] == "9.28.1.4"
 
 
-def test_gpu_devices_passes_with_devices(payload):
-    result = payload.check_gpu_devices(gpu_jax_ctx(payload, [FakeDevice(0), FakeDevice(1)]))
+def test_gpu_devices_passes_with_devices():
+    result = jaxm.check_gpu_devices(gpu_jax_ctx([FakeDevice(0), FakeDevice(1)]))
     assert result.status == "passed" and result.value["device_count"] == 2
     assert result.message == "2 GPU device(s) visible to jax: NVIDIA H200, NVIDIA H200"
 
@@ -267,25 +259,25 @@ def test_gpu_devices_passes_with_devices(payload):
     (["10.0"], "5.2", "passed"),
     ([None], "7.5", "failed"),  # jax gave no compute capability: not covered
 ])
-def test_compute_capability_against_the_builds_minimum(payload, ccs, floor, status):
-    ctx = gpu_jax_ctx(payload, [FakeDevice(i, compute_capability=cc) for i, cc in enumerate(ccs)],
+def test_compute_capability_against_the_builds_minimum(ccs, floor, status):
+    ctx = gpu_jax_ctx([FakeDevice(i, compute_capability=cc) for i, cc in enumerate(ccs)],
                       {**EXPECT, "min_cc": floor})
-    result = payload.JAX_CHECKS["cc_covered"](ctx)
+    result = jaxm.CHECKS["cc_covered"](ctx)
     assert result.status == status, result.message
     if status == "failed":
         assert f"below the jax build's minimum compute capability {floor}" in result.message
 
 
-def test_no_min_cc_in_the_lock_skips_coverage(payload):
+def test_no_min_cc_in_the_lock_skips_coverage():
     expect = {k: v for k, v in EXPECT.items() if k != "min_cc"}
-    result = payload.JAX_CHECKS["cc_covered"](gpu_jax_ctx(payload, [FakeDevice()], expect))
+    result = jaxm.CHECKS["cc_covered"](gpu_jax_ctx([FakeDevice()], expect))
     assert result.status == "skipped" and "lock gives no min_cc" in result.message
 
 
-def test_gpu_only_checks_skip_without_a_device(payload):
-    ctx = gpu_jax_ctx(payload, [])
+def test_gpu_only_checks_skip_without_a_device():
+    ctx = gpu_jax_ctx([])
     for name in ("cc_covered", "gpu_train_step", "matmul_tflops", "nccl_allreduce"):
-        result = payload.JAX_CHECKS[name](ctx)
+        result = jaxm.CHECKS[name](ctx)
         assert (result.status, result.message) == ("skipped", NO_GPU), name
 
 
@@ -296,18 +288,18 @@ def test_gpu_only_checks_skip_without_a_device(payload):
     ("gpu_train_step", "gpu", (1.2, 1.2), "failed"),
     ("gpu_train_step", "gpu", (1.2, float("nan")), "failed"),
 ])
-def test_train_loss_rules(payload, monkeypatch, check, device, losses, status):
+def test_train_loss_rules(monkeypatch, check, device, losses, status):
     seen = {}
 
     def trained(jax, dev, dtype, steps, **kwargs):
         seen.update(device=dev, dtype=dtype, steps=steps)
-        first, last = (payload.finite(x) for x in losses)
+        first, last = (core.finite(x) for x in losses)
         return {"dtype": dtype, "first_loss": first, "last_loss": last, "steps": steps, "device": str(dev),
                 "seconds": 0.5}
 
-    monkeypatch.setattr(payload, "jax_mlp_train", trained)
-    ctx = gpu_jax_ctx(payload, [FakeDevice()], devices=lambda kind=None: [FakeDevice(platform="cpu")])
-    result = payload.JAX_CHECKS[check](ctx)
+    monkeypatch.setattr(jaxm, "jax_mlp_train", trained)
+    ctx = gpu_jax_ctx([FakeDevice()], devices=lambda kind=None: [FakeDevice(platform="cpu")])
+    result = jaxm.CHECKS[check](ctx)
     assert result.status == status, result.message
     assert seen["device"].platform == device
     assert seen["dtype"] == ("bfloat16" if device == "gpu" else "float32")
@@ -357,46 +349,46 @@ def fake_matmul_jax(stream: FakeStream):
                            block_until_ready=stream.block_until_ready)
 
 
-def test_matmul_rate_waits_for_the_device_and_skips_compile_and_ramp(payload):
+def test_matmul_rate_waits_for_the_device_and_skips_compile_and_ramp():
     stream = FakeStream(700e12)
-    rate = payload.jax_matmul_tflops(fake_matmul_jax(stream), FakeDevice(), "bfloat16", clock=stream.clock)
+    rate = jaxm.jax_matmul_tflops(fake_matmul_jax(stream), FakeDevice(), "bfloat16", clock=stream.clock)
     assert rate == pytest.approx(700, rel=0.01)  # 2*n^3 flops per matmul, steady clocks, no compile time
     assert stream.blocks >= 1 + 5  # the compile run, then every timed window waits for its results
 
 
-def test_matmul_check_probes_bf16_only_where_it_is_in_hardware(payload, monkeypatch):
+def test_matmul_check_probes_bf16_only_where_it_is_in_hardware(monkeypatch):
     stream = FakeStream(400e12)
-    monkeypatch.setattr(payload, "jax_matmul_tflops", functools.partial(payload.jax_matmul_tflops, clock=stream.clock))
-    hopper = gpu_jax_ctx(payload, [FakeDevice()], {**EXPECT, "perf_floors": {"bf16_matmul_tflops": 632}},
+    monkeypatch.setattr(jaxm, "jax_matmul_tflops", functools.partial(jaxm.jax_matmul_tflops, clock=stream.clock))
+    hopper = gpu_jax_ctx([FakeDevice()], {**EXPECT, "perf_floors": {"bf16_matmul_tflops": 632}},
                          **vars(fake_matmul_jax(stream)))
-    result = payload.JAX_CHECKS["matmul_tflops"](hopper)
+    result = jaxm.CHECKS["matmul_tflops"](hopper)
     assert result.status == "failed" and "bf16_matmul_tflops 400.0 < floor 632" in result.message
     assert result.value == {"bf16_matmul_tflops": pytest.approx(400, rel=0.01),
                             "fp16_matmul_tflops": pytest.approx(400, rel=0.01)}
-    turing = gpu_jax_ctx(payload, [FakeDevice(compute_capability="7.5")], EXPECT, **vars(fake_matmul_jax(stream)))
-    result = payload.JAX_CHECKS["matmul_tflops"](turing)
+    turing = gpu_jax_ctx([FakeDevice(compute_capability="7.5")], EXPECT, **vars(fake_matmul_jax(stream)))
+    result = jaxm.CHECKS["matmul_tflops"](turing)
     assert result.status == "passed" and set(result.value) == {"fp16_matmul_tflops"}
 
 
 # ------------------------------------------------------------------------- all-reduce
-def test_bus_bandwidth_formula(payload):
+def test_bus_bandwidth_formula():
     # 8 ranks, 256 MiB each, 10 all-reduces in 0.1 s: algbw 26.8 GB/s, busbw = algbw * 2 * 7/8
-    rates = payload.allreduce_rates(256 * 2**20, 8, 10, 0.1)
+    rates = jaxm.allreduce_rates(256 * 2**20, 8, 10, 0.1)
     assert rates == {"algbw_gbps": 26.8, "nccl_busbw_gbps": 47.0}
 
 
 @pytest.mark.parametrize("world, correct, floor, status", [
     (8, True, None, "passed"), (8, True, 100.0, "failed"), (8, False, None, "failed"), (1, True, None, "passed")])
-def test_allreduce_check(payload, monkeypatch, world, correct, floor, status):
+def test_allreduce_check(monkeypatch, world, correct, floor, status):
     calls = []
 
     def allreduce(jax, devices, numel, iters):
         calls.append((len(devices), numel, iters))
         return {"world_size": len(devices), "correct": correct, "seconds": 0.1, "platform": "gpu"}
 
-    monkeypatch.setattr(payload, "jax_allreduce", allreduce)
+    monkeypatch.setattr(jaxm, "jax_allreduce", allreduce)
     expect = {**EXPECT, "perf_floors": {"nccl_busbw_gbps": floor}} if floor else EXPECT
-    result = payload.JAX_CHECKS["nccl_allreduce"](gpu_jax_ctx(payload, [FakeDevice(i) for i in range(world)], expect))
+    result = jaxm.CHECKS["nccl_allreduce"](gpu_jax_ctx([FakeDevice(i) for i in range(world)], expect))
     assert result.status == status, result.message
     if world > 1 and correct:
         assert calls == [(8, 64 * 2**20, 10)]
@@ -407,17 +399,20 @@ def test_allreduce_check(payload, monkeypatch, world, correct, floor, status):
         assert "wrong sum" in result.message
 
 
-def test_jax_registry_shares_the_torch_paths_common_checks(payload):
-    names = [name for name, _, _ in payload.JAX_REGISTRY]
-    shared = {"python_version": payload.check_python, "pip_check": payload.check_pip,
-              "nvidia_smi": payload.check_nvidia_smi, "telemetry": payload.check_telemetry}
+def test_jax_registry_shares_the_torch_paths_common_checks():
+    names = [name for name, _, _ in jaxm.REGISTRY]
+    shared = {"python_version": core.check_python, "pip_check": core.check_pip,
+              "nvidia_smi": nvml.check_nvidia_smi, "telemetry": nvml.check_telemetry}
     for name, fn in shared.items():
-        assert payload.JAX_CHECKS[name] is fn
+        assert jaxm.CHECKS[name] is fn
     assert names.index("cpu_train_step") < names.index("nvidia_smi") < names.index("telemetry") == len(names) - 1
-    assert [name for name, _, gpu_only in payload.JAX_REGISTRY if not gpu_only] == names[:7]
+    assert [name for name, _, gpu_only in jaxm.REGISTRY if not gpu_only] == names[:7]
 
 
 def test_payload_source_stays_python39():
     import ast
 
-    ast.parse(PAYLOAD.read_text(), feature_version=(3, 9))
+    files = sorted(PAYLOAD.glob("*.py"))
+    assert {p.name for p in files} >= {"__main__.py", "envkit_check_core.py", "envkit_check_jax.py"}
+    for path in files:
+        ast.parse(path.read_text(), filename=str(path), feature_version=(3, 9))

@@ -1,4 +1,4 @@
-"""The payload's TensorFlow path (envkit/certify/payload/envkit_check.py), without tensorflow on the host.
+"""The payload's TensorFlow path (envkit/certify/payload/envkit_check/envkit_check_tf.py), without tensorflow on the host.
 
 tensorflow is faked by its FACTS only: installed distributions (real ``*.dist-info`` directories
 read by importlib.metadata), ``tf.sysconfig.get_build_info()``, physical devices and their details,
@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -25,9 +24,12 @@ from typing import Any, Dict
 import pytest
 
 from tests.unit.lockfixtures import make_tf_image
+from tests.unit.payload_modules import PAYLOAD_DIR, payload_module
 from tests.unit.test_payload_jax import FakeStream
 
-PAYLOAD = Path(__file__).resolve().parents[2] / "envkit" / "certify" / "payload" / "envkit_check.py"
+PAYLOAD = PAYLOAD_DIR  # run as `python3 PAYLOAD`
+core, runner, tfm = (payload_module(f"envkit_check_{m}") for m in ("core", "main", "tf"))
+nvml, jaxm = payload_module("envkit_check_nvml"), payload_module("envkit_check_jax")
 EXPECT = make_tf_image().expect()  # what render writes to expect.json for a TensorFlow image
 HOST_EXPECT = {**EXPECT, "python": f"{sys.version_info.major}.{sys.version_info.minor}"}  # the fake runs on this Python
 NO_GPU = "no CUDA device visible"
@@ -36,16 +38,6 @@ DISTS = {"tensorflow": "2.20.0", "nvidia_cuda_runtime_cu12": "12.9.79", "nvidia_
 BUILD_INFO = {"cpu_compiler": "clang 18", "cuda_compute_capabilities": ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"],
               "cuda_version": "12.5.1", "cudnn_version": "9", "is_cuda_build": True, "is_rocm_build": False,
               "is_tensorrt_build": False}  # as the 2.20.0 image reports it
-
-
-@pytest.fixture(scope="module")
-def payload():
-    spec = importlib.util.spec_from_file_location("envkit_check_tf", PAYLOAD)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["envkit_check_tf"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("envkit_check_tf", None)
 
 
 # ------------------------------------------------------ a fake TensorFlow install
@@ -98,10 +90,10 @@ def run_tf_payload(site: Path, tmp_path: Path, expect: Dict[str, Any], *args: st
     return Run(proc.returncode, json.loads(proc.stdout), proc.stderr)
 
 
-def test_a_tf_image_runs_the_tf_checks_and_never_imports_torch_or_jax(payload, site, tmp_path):
+def test_a_tf_image_runs_the_tf_checks_and_never_imports_torch_or_jax(site, tmp_path):
     run = run_tf_payload(site, tmp_path, HOST_EXPECT)
     checks = run.checks()
-    assert [c["name"] for c in run.doc["checks"]] == [name for name, _, _ in payload.TF_REGISTRY]  # not "setup"
+    assert [c["name"] for c in run.doc["checks"]] == [name for name, _, _ in tfm.REGISTRY]  # not "setup"
     assert run.doc["mode"] == "verify"
     assert run.doc["facts"] == {"framework": "tensorflow", "python": run.doc["facts"]["python"],
                                 "tensorflow": "2.20.0", "cuda": "12.9.79", "cudnn": "9.28.0.42", "nccl": "2.32.3",
@@ -110,7 +102,7 @@ def test_a_tf_image_runs_the_tf_checks_and_never_imports_torch_or_jax(payload, s
     for name in ("python_version", "tensorflow_version", "cuda_runtime", "cudnn_version", "nccl_version", "build_info"):
         assert checks[name]["status"] == "passed", checks[name]
     assert "compiled for sm_60 sm_70 sm_80 sm_89 compute_90" in checks["build_info"]["message"]
-    for name, _, gpu_only in payload.TF_REGISTRY:
+    for name, _, gpu_only in tfm.REGISTRY:
         if gpu_only:
             assert (checks[name]["status"], checks[name]["message"]) == ("skipped", NO_GPU), name
     # this fake cannot compute, so its train step raises and is reported (the real one: integration test)
@@ -146,28 +138,28 @@ def test_certify_without_a_gpu_fails_on_the_device_check(site, tmp_path):
     ("auto", {"tensorflow": "2.20.0"}, "tensorflow"),
     ("tensorflow", {}, "tensorflow"),
 ])
-def test_framework_choice(payload, arg, expect, chosen):
-    assert payload.choose_framework(arg, expect) == chosen
+def test_framework_choice(arg, expect, chosen):
+    assert runner.choose_framework(arg, expect) == chosen
 
 
-def test_table_shows_the_tf_facts(payload):
+def test_table_shows_the_tf_facts():
     doc = {"payload": {"version": "1", "sha256": "a" * 64}, "mode": "verify", "status": "verified", "seconds": 2.4,
            "facts": {"framework": "tensorflow", "python": "3.13.5", "tensorflow": "2.20.0", "cuda": "12.9.79",
                      "cudnn": "9.28.0.42", "nccl": "2.32.3", "build_cuda": "12.5.1", "driver": None},
            "checks": [{"name": "cpu_train_step", "status": "passed", "seconds": 0.2, "message": "CPU loss fell"}]}
-    assert payload.render_table(doc).splitlines()[1] == (
+    assert runner.render_table(doc).splitlines()[1] == (
         "python 3.13.5  tensorflow 2.20.0  cuda 12.9.79  cudnn 9.28.0.42  nccl 2.32.3  build_cuda 12.5.1  driver -")
 
 
-def test_tf_registry_shares_the_common_checks(payload):
-    names = [name for name, _, _ in payload.TF_REGISTRY]
-    shared = {"python_version": payload.check_python, "pip_check": payload.check_pip,
-              "nvidia_smi": payload.check_nvidia_smi, "telemetry": payload.check_telemetry,
-              "cuda_runtime": payload.JAX_CHECKS["cuda_runtime"], "cudnn_version": payload.JAX_CHECKS["cudnn_version"],
-              "nccl_version": payload.JAX_CHECKS["nccl_version"]}
+def test_tf_registry_shares_the_common_checks():
+    names = [name for name, _, _ in tfm.REGISTRY]
+    shared = {"python_version": core.check_python, "pip_check": core.check_pip,
+              "nvidia_smi": nvml.check_nvidia_smi, "telemetry": nvml.check_telemetry,
+              "cuda_runtime": jaxm.CHECKS["cuda_runtime"], "cudnn_version": jaxm.CHECKS["cudnn_version"],
+              "nccl_version": jaxm.CHECKS["nccl_version"]}
     for name, fn in shared.items():
-        assert payload.TF_CHECKS[name] is fn, name
-    assert [name for name, _, gpu_only in payload.TF_REGISTRY if not gpu_only] == names[:8]
+        assert tfm.CHECKS[name] is fn, name
+    assert [name for name, _, gpu_only in tfm.REGISTRY if not gpu_only] == names[:8]
     assert names[-1] == "telemetry"
 
 
@@ -186,24 +178,24 @@ def fake_tf(gpus=(), details=None, info=None, **attrs):
                            config=config, float32="float32", bfloat16="bfloat16", float16="float16", **attrs)
 
 
-def tf_ctx(payload, ccs=("9.0",), expect=None, info=None, dists=None, **tf_attrs):
+def tf_ctx(ccs=("9.0",), expect=None, info=None, dists=None, **tf_attrs):
     gpus = [FakeGpu(f"/physical_device:GPU:{i}") for i in range(len(ccs))]
     details = {g.name: ({"device_name": "NVIDIA H200", "compute_capability": tuple(map(int, cc.split(".")))} if cc
                         else {"device_name": "NVIDIA H200"}) for g, cc in zip(gpus, ccs)}
     tf = fake_tf(gpus, details, info, **tf_attrs)
-    ctx = payload.Context(expect=EXPECT if expect is None else expect, mode="certify", t0=0.0, framework="tensorflow")
-    ctx.tf, ctx.gpu_devices = tf, payload.tf_gpu_devices(tf)
-    ctx.cuda_ok, ctx.build_info = bool(ctx.gpu_devices), payload.tf_build_info(tf)
-    found = {payload.canonical_name(k): v for k, v in (DISTS if dists is None else dists).items()}
-    ctx.facts = payload.gather_tf_facts(tf, ctx.gpu_devices, found, ctx.build_info)
+    ctx = core.Context(expect=EXPECT if expect is None else expect, mode="certify", t0=0.0, framework="tensorflow")
+    ctx.tf, ctx.gpu_devices = tf, tfm.tf_gpu_devices(tf)
+    ctx.cuda_ok, ctx.build_info = bool(ctx.gpu_devices), tfm.tf_build_info(tf)
+    found = {core.canonical_name(k): v for k, v in (DISTS if dists is None else dists).items()}
+    ctx.facts = tfm.gather_tf_facts(tf, ctx.gpu_devices, found, ctx.build_info)
     return ctx
 
 
-def test_gpu_facts_from_the_physical_devices(payload):
-    ctx = tf_ctx(payload, ("9.0", None))
+def test_gpu_facts_from_the_physical_devices():
+    ctx = tf_ctx(("9.0", None))
     assert ctx.facts["gpus"] == [{"index": 0, "name": "NVIDIA H200", "cc": "9.0", "memory_gib": None},
                                  {"index": 1, "name": "NVIDIA H200", "cc": None, "memory_gib": None}]
-    result = payload.TF_CHECKS["gpu_devices"](ctx)
+    result = tfm.CHECKS["gpu_devices"](ctx)
     assert result.status == "passed" and result.message == "2 GPU device(s) visible to tensorflow: NVIDIA H200, NVIDIA H200"
 
 
@@ -215,8 +207,8 @@ def test_gpu_facts_from_the_physical_devices(payload):
     (["5.2"], "failed", "device 0 (NVIDIA H200, cc 5.2) not covered", False),  # an M60 has no kernels in 2.20
     ([None], "failed", "cc unknown", False),
 ])
-def test_coverage_by_the_capabilities_tensorflow_was_built_for(payload, ccs, status, words, ptx):
-    result = payload.TF_CHECKS["cc_covered"](tf_ctx(payload, ccs))
+def test_coverage_by_the_capabilities_tensorflow_was_built_for(ccs, status, words, ptx):
+    result = tfm.CHECKS["cc_covered"](tf_ctx(ccs))
     assert result.status == status, result.message
     assert words in result.message
     assert ("PTX only" in result.message) is ptx
@@ -230,22 +222,22 @@ def test_coverage_by_the_capabilities_tensorflow_was_built_for(payload, ccs, sta
     ({}, {"tensorflow": "2.20.0", "nvidia_cuda_runtime_cu12": "12.9.79"}, "failed", "no cuDNN is installed"),
     ({"is_cuda_build": False}, None, "failed", "built without CUDA but the lock expects the CUDA runtime 12.9.79"),
 ])
-def test_build_info_against_what_is_installed(payload, info, dists, status, words):
-    result = payload.TF_CHECKS["build_info"](tf_ctx(payload, (), info={**BUILD_INFO, **info}, dists=dists))
+def test_build_info_against_what_is_installed(info, dists, status, words):
+    result = tfm.CHECKS["build_info"](tf_ctx((), info={**BUILD_INFO, **info}, dists=dists))
     assert result.status == status, result.message
     assert words in result.message
 
 
-def test_no_build_info_fails(payload):
-    ctx = tf_ctx(payload, ())
+def test_no_build_info_fails():
+    ctx = tf_ctx(())
     ctx.build_info = {}
-    assert payload.TF_CHECKS["build_info"](ctx).message == "tf.sysconfig.get_build_info() is unavailable"
+    assert tfm.CHECKS["build_info"](ctx).message == "tf.sysconfig.get_build_info() is unavailable"
 
 
-def test_gpu_only_checks_skip_without_a_device(payload):
-    ctx = tf_ctx(payload, ())
+def test_gpu_only_checks_skip_without_a_device():
+    ctx = tf_ctx(())
     for name in ("cc_covered", "gpu_train_step", "memory", "matmul_tflops"):
-        assert (payload.TF_CHECKS[name](ctx).status, payload.TF_CHECKS[name](ctx).message) == ("skipped", NO_GPU), name
+        assert (tfm.CHECKS[name](ctx).status, tfm.CHECKS[name](ctx).message) == ("skipped", NO_GPU), name
 
 
 @pytest.mark.parametrize("check, cc, losses, status, dtype, scale", [
@@ -256,24 +248,24 @@ def test_gpu_only_checks_skip_without_a_device(payload):
     ("gpu_train_step", "9.0", (3.6, 3.6), "failed", "bfloat16", 1.0),
     ("gpu_train_step", "9.0", (3.6, float("nan")), "failed", "bfloat16", 1.0),
 ])
-def test_train_loss_rules(payload, monkeypatch, check, cc, losses, status, dtype, scale):
+def test_train_loss_rules(monkeypatch, check, cc, losses, status, dtype, scale):
     seen = {}
 
     def trained(tf, device, dt, steps, width=32, lr=0.05, loss_scale=1.0):
         seen.update(device=device, dtype=dt, steps=steps, scale=loss_scale)
-        first, last = (payload.finite(x) for x in losses)
+        first, last = (core.finite(x) for x in losses)
         return {"dtype": dt, "first_loss": first, "last_loss": last, "steps": steps, "device": device, "seconds": 0.5}
 
-    monkeypatch.setattr(payload, "tf_mlp_train", trained)
-    result = payload.TF_CHECKS[check](tf_ctx(payload, (cc,)))
+    monkeypatch.setattr(tfm, "tf_mlp_train", trained)
+    result = tfm.CHECKS[check](tf_ctx((cc,)))
     assert result.status == status, result.message
     gpu = check == "gpu_train_step"
     assert seen == {"device": "/GPU:0" if gpu else "/CPU:0", "dtype": dtype, "steps": 40 if gpu else 30, "scale": scale}
 
 
-def test_placement_is_read_from_the_tensors(payload):
+def test_placement_is_read_from_the_tensors():
     on = SimpleNamespace(device="/job:localhost/replica:0/task:0/device:GPU:0")
-    assert payload.tf_on(on, "/GPU:0") and not payload.tf_on(on, "/CPU:0") and not payload.tf_on(on, "/GPU:1")
+    assert tfm.tf_on(on, "/GPU:0") and not tfm.tf_on(on, "/CPU:0") and not tfm.tf_on(on, "/GPU:1")
 
 
 class FakeAllocator:
@@ -304,11 +296,11 @@ def memory_tf(allocator: FakeAllocator, corrupt: bool = False):
     (0.0, False, "failed", "tensorflow's allocator counted 0.0 MiB for a 256 MiB block on GPU:0"),
     (1.0, True, "failed", "did not hold what was written"),
 ])
-def test_memory_reads_the_allocator_around_a_block(payload, counts, corrupt, status, words):
+def test_memory_reads_the_allocator_around_a_block(counts, corrupt, status, words):
     allocator = FakeAllocator(counts)
-    ctx = tf_ctx(payload, ("9.0",), **memory_tf(allocator, corrupt))
+    ctx = tf_ctx(("9.0",), **memory_tf(allocator, corrupt))
     ctx.tf.config.experimental.get_memory_info = allocator.info
-    result = payload.TF_CHECKS["memory"](ctx)
+    result = tfm.CHECKS["memory"](ctx)
     assert result.status == status, result.message
     assert words in result.message
 
@@ -334,22 +326,22 @@ def fake_matmul_tf(stream: FakeStream):
             "matmul": lambda a, b: (stream.launch(2 * a.n ** 3), FakeMatrix(a.n, stream))[1]}
 
 
-def test_matmul_rate_waits_for_the_device_and_skips_setup_and_ramp(payload):
+def test_matmul_rate_waits_for_the_device_and_skips_setup_and_ramp():
     stream = FakeStream(700e12)
     tf = SimpleNamespace(**fake_matmul_tf(stream))
-    rate = payload.tf_matmul_tflops(tf, "/GPU:0", "bfloat16", clock=stream.clock)
+    rate = tfm.tf_matmul_tflops(tf, "/GPU:0", "bfloat16", clock=stream.clock)
     assert rate == pytest.approx(700, rel=0.01)  # 2*n^3 flops per matmul, steady clocks, no setup time
     assert stream.blocks >= 1 + 5  # the first run, then every timed window waits for its last result
 
 
-def test_matmul_check_probes_bf16_only_where_it_is_in_hardware(payload, monkeypatch):
+def test_matmul_check_probes_bf16_only_where_it_is_in_hardware(monkeypatch):
     stream = FakeStream(400e12)
-    monkeypatch.setattr(payload, "tf_matmul_tflops", functools.partial(payload.tf_matmul_tflops, clock=stream.clock))
-    hopper = tf_ctx(payload, ("9.0",), {**EXPECT, "perf_floors": {"bf16_matmul_tflops": 632}}, **fake_matmul_tf(stream))
-    result = payload.TF_CHECKS["matmul_tflops"](hopper)
+    monkeypatch.setattr(tfm, "tf_matmul_tflops", functools.partial(tfm.tf_matmul_tflops, clock=stream.clock))
+    hopper = tf_ctx(("9.0",), {**EXPECT, "perf_floors": {"bf16_matmul_tflops": 632}}, **fake_matmul_tf(stream))
+    result = tfm.CHECKS["matmul_tflops"](hopper)
     assert result.status == "failed" and "bf16_matmul_tflops 400.0 < floor 632" in result.message
     assert result.value == {"bf16_matmul_tflops": pytest.approx(400, rel=0.01),
                             "fp16_matmul_tflops": pytest.approx(400, rel=0.01)}
-    turing = tf_ctx(payload, ("7.5",), EXPECT, **fake_matmul_tf(stream))
-    result = payload.TF_CHECKS["matmul_tflops"](turing)
+    turing = tf_ctx(("7.5",), EXPECT, **fake_matmul_tf(stream))
+    result = tfm.CHECKS["matmul_tflops"](turing)
     assert result.status == "passed" and set(result.value) == {"fp16_matmul_tflops"}

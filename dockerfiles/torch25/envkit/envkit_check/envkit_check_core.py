@@ -1,0 +1,255 @@
+"""envkit payload, framework-neutral core: the check result and the run's context, version and
+compute-capability rules, installed distributions, the checks every framework shares (Python, pip,
+the CUDA libraries as wheels), and the payload's identity (version and sha256).
+
+Standard library only (Python 3.9+); imports no framework and no other payload module. Reference:
+docs/payload.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+SCHEMA = "envkit.payload/1"
+PAYLOAD_VERSION = "2"  # 2: the payload is a directory of modules; sha256 covers every one (payload_sha256)
+NO_GPU = "no CUDA device visible"
+VERIFY_FORCED = "verify mode requested (--mode verify); GPU checks not run"
+DEVICE_CHECKS = ("cuda_available", "gpu_devices")  # passed: the framework really had a GPU (torch; jax, tensorflow)
+CUDA_DISTRIBUTIONS = {"cuda": r"nvidia-cuda-runtime(-cu\d+)?", "cudnn": r"nvidia-cudnn-cu\d+",
+                      "nccl": r"nvidia-nccl-cu\d+"}  # the CUDA libraries as wheels (JAX, TensorFlow)
+
+
+@dataclasses.dataclass
+class Check:
+    """One check's result; the runner fills in name and seconds."""
+
+    status: str  # "passed" | "failed" | "skipped"
+    value: Any = None
+    expected: Any = None
+    message: str = ""
+    name: str = ""
+    seconds: float = 0.0
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "status": self.status, "value": self.value,
+                "expected": self.expected, "message": self.message, "seconds": self.seconds}
+
+
+@dataclasses.dataclass
+class Context:
+    """What checks read (and the runner's progress); one per run."""
+
+    expect: Dict[str, Any]
+    mode: str
+    t0: float
+    steps: Optional[int] = None
+    framework: str = "torch"  # "torch" | "jax" | "tensorflow": which registry runs
+    torch: Any = None
+    jax: Any = None
+    tf: Any = None
+    gpu_devices: List[Any] = dataclasses.field(default_factory=list)  # jax.devices("gpu"), tf's physical GPUs
+    build_info: Dict[str, Any] = dataclasses.field(default_factory=dict)  # tf.sysconfig.get_build_info()
+    jax_log: Any = None  # envkit_check_jax.JaxLog: what jax logged while it looked for its GPU backend
+    cuda_ok: bool = False
+    facts: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    sampler: Any = None  # envkit_check_nvml.Sampler, in certify mode when NVML loads
+    results: List[Check] = dataclasses.field(default_factory=list)
+    current: str = ""
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    done: bool = False
+
+
+CheckFn = Callable[[Context], Check]
+Registry = List[Tuple[str, CheckFn, bool]]  # (name, function, gpu_only), in run order: each framework's REGISTRY
+
+
+# ------------------------------------------------------------------ identity
+def payload_files(directory: str) -> List[str]:
+    """The payload's files: every ``*.py`` directly in its directory, by name (``__pycache__`` is not one)."""
+    return sorted(n for n in os.listdir(directory) if n.endswith(".py") and os.path.isfile(os.path.join(directory, n)))
+
+
+def payload_sha256(directory: Optional[str] = None) -> str:
+    """The payload's identity: sha256 over its files in name order, each fed as its name, a NUL byte and
+    the sha256 digest of its bytes. The host computes it over its own copy with this same function."""
+    directory = directory or os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in payload_files(directory):
+        with open(os.path.join(directory, name), "rb") as f:
+            h.update(name.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------- pure helpers
+def ints(text: Any) -> List[int]:
+    """Integer components of a dotted version: "580.65.06" -> [580, 65, 6]."""
+    return [int(x) for x in re.findall(r"\d+", str(text))]
+
+
+def padded(text: Any, n: int) -> List[int]:
+    return (ints(text) + [0] * n)[:n]
+
+
+def same_version(actual: Any, expected: Any, parts: int) -> bool:
+    """Equal on the first `parts` numeric components (missing ones count as 0)."""
+    return padded(actual, parts) == padded(expected, parts)
+
+
+def driver_meets(driver: str, floor: str) -> bool:
+    """Dotted-integer comparison: driver >= floor ("580" counts as "580.0.0")."""
+    n = max(len(ints(driver)), len(ints(floor)))
+    return padded(driver, n) >= padded(floor, n)
+
+
+def parse_arch(arch: str) -> Optional[Tuple[str, Tuple[int, int], str]]:
+    """ "sm_86" -> ("sm", (8, 6), ""); "compute_90a" -> ("compute", (9, 0), "a"); else None."""
+    m = re.match(r"^(sm|compute)_(\d)(\d+)?(\d)([a-z]?)$", arch.strip())
+    if not m:
+        return None
+    return m.group(1), (int(m.group(2) + (m.group(3) or "")), int(m.group(4))), m.group(5)
+
+
+def arch_covers(arch_list: List[str], cc: Tuple[int, int]) -> bool:
+    """sm_XY runs on cc X.y with y >= Y; compute_XY (PTX) JIT-compiles for any cc >= X.Y."""
+    cc = (int(cc[0]), int(cc[1]))
+    for kind, target, suffix in filter(None, map(parse_arch, arch_list or [])):
+        if suffix == "a":  # arch-specific features: that exact cc only
+            ok = target == cc
+        elif kind == "sm" or suffix == "f":  # cubin (or family PTX): same major only
+            ok = target[0] == cc[0] and target[1] <= cc[1]
+        else:
+            ok = target <= cc
+        if ok:
+            return True
+    return False
+
+
+def cc_at_least(cc: Any, floor: Any) -> bool:
+    return padded(cc, 2) >= padded(floor, 2)
+
+
+def finite(x: Any, digits: int = 6) -> Optional[float]:
+    """A JSON-safe float: None for NaN/inf."""
+    x = float(x)
+    return round(x, digits) if math.isfinite(x) else None
+
+
+def floor_check(ctx: Context, values: Dict[str, Any], what: str, text: str) -> Check:
+    """Pass with `text`, or fail where a value is under expect.perf_floors[same key]."""
+    floors = ctx.expect.get("perf_floors") or {}
+    used = {k: floors[k] for k in values if k in floors}
+    bad = [f"{k} {values[k]} < floor {used[k]}" for k in used if values[k] is None or values[k] < used[k]]
+    if bad:
+        return Check("failed", values, used, f"{what} below the lock's floor: " + "; ".join(bad))
+    return Check("passed", values, used or None, text + ("" if used else " (no floors in lock)"))
+
+
+# ------------------------------------------------------------- shared checks
+def compare_version(ctx: Context, key: str, label: str, actual: Optional[str], parts: int, both_none: str = "skipped",
+                    absent: str = "library missing or failed to load") -> Check:
+    """Compare a found version with expect[key]; null on both sides means a CPU-only build."""
+    if key not in ctx.expect:
+        return Check("skipped", actual, None, f"lock gives no {key}; found {label} {actual or 'none'}")
+    want = ctx.expect[key]
+    if want is None and actual is None:
+        return Check(both_none, None, None, f"no {label} in this torch build (CPU-only), as the lock expects")
+    if want is None:
+        return Check("failed", actual, None, f"found {label} {actual} but the lock expects none (CPU-only build)")
+    if actual is None:
+        return Check("failed", None, want, f"{label} not available in this torch build ({absent}); expected {want}")
+    if same_version(actual, want, parts):
+        return Check("passed", actual, want, f"{label} {actual} matches the lock's {want}")
+    return Check("failed", actual, want, f"{label} {actual} does not match expected {want} "
+                                         f"(compared on {'.'.join(['M', 'm', 'p'][:parts])})")
+
+
+def check_python(ctx: Context) -> Check:
+    return compare_version(ctx, "python", "Python", platform.python_version(), 2)
+
+
+def check_pip(ctx: Context) -> Check:
+    absent = Check("skipped", None, None, "pip is not installed in this environment; dependency check not run")
+    if importlib.util.find_spec("pip") is None:
+        return absent
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        return Check("failed", None, None, "python -m pip check did not finish within 120 s")
+    out = (proc.stdout + proc.stderr).strip()
+    if proc.returncode == 0:
+        return Check("passed", {"exit_code": 0}, None, out.splitlines()[0] if out else "pip check passed")
+    if "No module named pip" in out:
+        return absent
+    return Check("failed", {"exit_code": proc.returncode, "output": out[-4000:]}, None,
+                 f"pip check found broken requirements (exit {proc.returncode}): {out[-2000:]}")
+
+
+def needs_cuda(fn: Callable[[Context], Check]) -> Callable[[Context], Check]:
+    """Skip (never pass) a check when no CUDA device is usable."""
+    def guarded(ctx: Context) -> Check:
+        return fn(ctx) if ctx.cuda_ok else Check("skipped", None, None, NO_GPU)
+    guarded.__doc__, guarded.__name__ = fn.__doc__, fn.__name__
+    return guarded
+
+
+# ------------------------------------- installed distributions (JAX, TensorFlow)
+def canonical_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", str(name)).lower()
+
+
+def distribution_versions() -> Dict[str, str]:
+    """Every installed distribution's version, by canonical name (importlib.metadata)."""
+    import importlib.metadata as metadata
+    found: Dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] if dist.metadata is not None else None
+        if name:
+            found.setdefault(canonical_name(name), dist.version)
+    return found
+
+
+def library_versions(dists: Dict[str, str], patterns: Dict[str, str]) -> Dict[str, Any]:
+    """{key: (distribution, version) or None}: the first installed distribution matching each pattern."""
+    out: Dict[str, Any] = {}
+    for key, pattern in patterns.items():
+        out[key] = next(((n, v) for n, v in sorted(dists.items()) if re.fullmatch(pattern, n)), None)
+    return out
+
+
+def compare_exact(ctx: Context, key: str, label: str, actual: Optional[str], where: str) -> Check:
+    """Compare an installed distribution's version with expect[key] on every component."""
+    if key not in ctx.expect:
+        return Check("skipped", actual, None, f"lock gives no {key}; found {label} {actual or 'none'}")
+    want = ctx.expect[key]
+    if want is None and actual is None:
+        return Check("passed", None, None, f"no {label} installed, as the lock expects")
+    if want is None:
+        return Check("failed", actual, None, f"found {label} {actual} ({where}) but the lock expects none")
+    if actual is None:
+        return Check("failed", None, want, f"{label} is not installed (no {where} distribution); expected {want}")
+    n = max(len(ints(actual)), len(ints(want)))
+    if same_version(actual, want, n):
+        return Check("passed", actual, want, f"{label} {actual} ({where}) matches the lock's {want}")
+    return Check("failed", actual, want, f"{label} {actual} ({where}) does not match expected {want}")
+
+
+def check_wheel_cuda_runtime(ctx: Context) -> Check:
+    return compare_exact(ctx, "cuda", "CUDA runtime", ctx.facts["cuda"], "nvidia-cuda-runtime")
+
+
+def check_wheel_cudnn(ctx: Context) -> Check:
+    return compare_exact(ctx, "cudnn", "cuDNN", ctx.facts["cudnn"], "nvidia-cudnn")
+
+
+def check_wheel_nccl(ctx: Context) -> Check:
+    return compare_exact(ctx, "nccl", "NCCL", ctx.facts["nccl"], "nvidia-nccl")
