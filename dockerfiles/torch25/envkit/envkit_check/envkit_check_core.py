@@ -143,6 +143,17 @@ def finite(x: Any, digits: int = 6) -> Optional[float]:
     return round(x, digits) if math.isfinite(x) else None
 
 
+def matmul_rate(window: Callable[[], float], n: int, iters: int, windows: int, warmup_s: float) -> float:
+    """TFLOP/s of `iters` dense n x n matmuls (2*n^3 flops each) per `window()` (which returns its seconds):
+    windows run as warm-up until `warmup_s` of them have passed (clocks up from idle; at most 100), then
+    the median of `windows` timed ones."""
+    spent, rounds = 0.0, 0
+    while spent < warmup_s and rounds < 100:
+        spent, rounds = spent + window(), rounds + 1
+    times = sorted(window() for _ in range(windows))
+    return 2 * n**3 * iters / times[len(times) // 2] / 1e12
+
+
 def floor_check(ctx: Context, values: Dict[str, Any], what: str, text: str) -> Check:
     """Pass with `text`, or fail where a value is under expect.perf_floors[same key]."""
     floors = ctx.expect.get("perf_floors") or {}
@@ -192,6 +203,24 @@ def check_pip(ctx: Context) -> Check:
         return absent
     return Check("failed", {"exit_code": proc.returncode, "output": out[-4000:]}, None,
                  f"pip check found broken requirements (exit {proc.returncode}): {out[-2000:]}")
+
+
+def cpu_loss_check(value: Dict[str, Any], how: str) -> Check:
+    """The CPU train step's rule: the loss fell by at least half (`value` holds first_loss and last_loss)."""
+    first, last = value["first_loss"], value["last_loss"]
+    text = f"{first} -> {last} in {value['steps']} {how}"
+    if first is not None and last is not None and last <= 0.5 * first:
+        return Check("passed", value, None, f"CPU loss fell {text}")
+    return Check("failed", value, None, f"CPU loss did not fall by 50% ({text})")
+
+
+def devices_found(ctx: Context, usable: bool, mode: str) -> None:
+    """Setup's verdict on the framework's GPUs: whether the GPU checks can run, and under --mode auto
+    the run's mode (certify only with a usable device)."""
+    ctx.cuda_ok = usable
+    if mode == "auto":
+        ctx.mode = "certify" if ctx.cuda_ok else "verify"
+    ctx.current = "gather facts"
 
 
 def needs_cuda(fn: Callable[[Context], Check]) -> Callable[[Context], Check]:

@@ -20,8 +20,8 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from envkit_check_core import (DEVICE_CHECKS, NO_GPU, PAYLOAD_VERSION, SCHEMA, VERIFY_FORCED, Check, Context, Registry,
-                               payload_sha256)
+from envkit_check_core import (DEVICE_CHECKS, NO_GPU, PAYLOAD_VERSION, SCHEMA, VERIFY_FORCED, Check, Context,
+                               Registry, payload_sha256)
 from envkit_check_nvml import Nvml, Sampler
 
 # Per framework, the module with its facts, checks and registry (each defines FACTS, TABLE_FACTS,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import platform
 from typing import Any, Dict, Optional
 
-from envkit_check_core import Check, Context, Registry, check_pip, check_python, compare_version, finite
+from envkit_check_core import (Check, Context, Registry, check_pip, check_python, compare_version, devices_found,
+                               finite)
 from envkit_check_nvml import Nvml, check_nvidia_smi, check_telemetry
 from envkit_check_torch_cuda import (check_arch_covered, check_bandwidth, check_cuda_available, check_cuda_train,
                                      check_dataloader, check_matmul, check_memory, check_nccl_allreduce,
@@ -137,12 +138,10 @@ def setup(ctx: Context, mode: str) -> None:
     import torch
     ctx.torch = torch
     try:
-        ctx.cuda_ok = bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
+        usable = bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
     except Exception:
-        ctx.cuda_ok = False
-    if mode == "auto":
-        ctx.mode = "certify" if ctx.cuda_ok else "verify"
-    ctx.current = "gather facts"
+        usable = False
+    devices_found(ctx, usable, mode)
     ctx.facts = gather_facts(torch, ctx.cuda_ok)
 
 

@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 from envkit_check_core import (CUDA_DISTRIBUTIONS, NO_GPU, Check, Context, Registry, cc_at_least, check_pip,
                                check_python, check_wheel_cuda_runtime, check_wheel_cudnn, check_wheel_nccl,
-                               distribution_versions, finite, floor_check, library_versions, needs_cuda)
+                               cpu_loss_check, devices_found, distribution_versions, finite, floor_check,
+                               library_versions, matmul_rate, needs_cuda)
 from envkit_check_nvml import Nvml, check_nvidia_smi, check_telemetry
 
 JAX_DISTRIBUTIONS = dict(CUDA_DISTRIBUTIONS, cuda_plugin=r"jax-cuda\d+-plugin")
@@ -159,11 +160,7 @@ def jax_mlp_train(jax: Any, device: Any, dtype: Any, steps: int, width: int = 32
 def check_jax_cpu_train(ctx: Context) -> Check:
     jax = ctx.jax
     value = jax_mlp_train(jax, jax.devices("cpu")[0], jax.numpy.float32, ctx.steps or 30)
-    first, last = value["first_loss"], value["last_loss"]
-    text = f"{first} -> {last} in {value['steps']} jitted jax.grad steps on {value['device']}"
-    if first is not None and last is not None and last <= 0.5 * first:
-        return Check("passed", value, None, f"CPU loss fell {text}")
-    return Check("failed", value, None, f"CPU loss did not fall by 50% ({text})")
+    return cpu_loss_check(value, f"jitted jax.grad steps on {value['device']}")
 
 
 def check_gpu_devices(ctx: Context) -> Check:
@@ -216,11 +213,7 @@ def jax_matmul_tflops(jax: Any, device: Any, dtype: Any, n: int = 8192, iters: i
         jax.block_until_ready(out)
         return clock() - start
 
-    spent, rounds = 0.0, 0
-    while spent < warmup_s and rounds < 100:
-        spent, rounds = spent + window(), rounds + 1
-    times = sorted(window() for _ in range(windows))
-    return 2 * n**3 * iters / times[len(times) // 2] / 1e12
+    return matmul_rate(window, n, iters, windows, warmup_s)
 
 
 def check_jax_matmul(ctx: Context) -> Check:
@@ -313,8 +306,5 @@ def setup(ctx: Context, mode: str) -> None:
     import jax
     ctx.jax = jax
     ctx.gpu_devices = jax_gpu_devices(jax)
-    ctx.cuda_ok = bool(ctx.gpu_devices)
-    if mode == "auto":
-        ctx.mode = "certify" if ctx.cuda_ok else "verify"
-    ctx.current = "gather facts"
+    devices_found(ctx, bool(ctx.gpu_devices), mode)
     ctx.facts = gather_jax_facts(jax, ctx.gpu_devices, distribution_versions())

@@ -14,7 +14,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from envkit_check_core import NO_GPU, Check, Context, arch_covers, finite, floor_check, needs_cuda
+from envkit_check_core import NO_GPU, Check, Context, arch_covers, finite, floor_check, matmul_rate, needs_cuda
 
 SHM_MIN_MIB = 512
 SHM_FIX = "run with --shm-size=8g or --ipc=host"
@@ -295,11 +295,8 @@ def matmul_tflops(torch: Any, dtype: Any, n: int = 8192, iters: int = 10, window
     def step() -> None:
         torch.matmul(a, b, out=c)
 
-    spent, rounds = 0.0, 0
-    while spent < warmup_s and rounds < 100:  # clocks up from idle, cuBLAS heuristics and workspace settled
-        spent, rounds = spent + device_seconds(torch, step, iters), rounds + 1
-    times = sorted(device_seconds(torch, step, iters) for _ in range(windows))
-    return 2 * n**3 * iters / times[len(times) // 2] / 1e12
+    # warm-up: clocks up from idle, cuBLAS heuristics and workspace settled
+    return matmul_rate(lambda: device_seconds(torch, step, iters), n, iters, windows, warmup_s)
 
 
 @needs_cuda
