@@ -436,6 +436,20 @@ def test_allreduce_plumbing_with_gloo(monkeypatch):
     assert all(r["correct"] and r["seconds"] >= 0 for r in reports)
 
 
+def test_spawned_ranks_find_the_modules_when_the_payload_runs_as_a_directory(tmp_path):
+    """As in an image: `python3 <dir>` (the directory first on sys.path, __main__ not re-run by spawn);
+    the ranks torch.multiprocessing spawns import envkit_check_torch_cuda from the sys.path they inherit."""
+    copy = tmp_path / "envkit_check"
+    shutil.copytree(PAYLOAD_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "__main__.py").write_text("import json\nimport envkit_check_torch_cuda as c\n"
+                                      "print(json.dumps(c.run_allreduce(2, 'gloo', 1 << 12, 2, timeout=60)))\n")
+    proc = subprocess.run([sys.executable, str(copy)], capture_output=True, text=True, env=NO_CUDA_ENV, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reports = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [(r["rank"], r["correct"]) for r in reports] == [(0, True), (1, True)]
+
+
 # ------------------------------------------- GPU code paths against fake devices
 # These fake what a device *is* (clocks, memory, NVML readings, nvidia-smi output); the
 # payload's own code decides what to measure and what to report.
