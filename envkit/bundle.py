@@ -40,8 +40,9 @@ from .certify.harness import run_payload
 from .engine import Mount, RunOptions
 from .errors import BuildError, EngineError, EnvkitError
 from .lock import Lock, LockedImage, Package, load_lock, write_atomic
-from .render import (DEVEL_APT, context_for, context_hash, image_tag, install_packages, nvcc_deb_url,
-                     nvcc_release, render_files)
+from .devel import APT as DEVEL_APT
+from .devel import toolkit_deb, toolkit_deb_url
+from .render import context_for, context_hash, image_tag, install_packages, render_files
 
 Progress = Callable[[str], None]
 
@@ -102,7 +103,7 @@ def make_bundle(engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle
         download_wheels(image, context / "wheelhouse", ca_bundle=ca_bundle)
         progress(f"fetching Debian packages against {image.base.ref}")
         fetch_debs(engine, lock, image, context / "debs")
-        if image.flavour == "devel":
+        if image.flavour == "devel" and toolkit_deb(image):  # CUDA 12: the compiler's programs
             progress("downloading the CUDA compiler's Debian package")
             fetch_nvcc_deb(image, context / "debs" / "nvcc")
         progress(f"saving {image.base.ref}")
@@ -316,10 +317,10 @@ def fetch_debs(engine, lock: Lock, image: LockedImage, dest: Path) -> None:
 
 
 def fetch_nvcc_deb(image: LockedImage, dest: Path) -> Path:
-    """The devel flavour's toolkit .deb (envkit.render.NVCC_RELEASES), checked against its pinned sha256."""
+    """The devel flavour's toolkit .deb (CUDA 12: envkit.devel.DEBIAN_TOOLKITS), checked against its sha256."""
     import requests
 
-    url, expected = nvcc_deb_url(image), nvcc_release(image).deb_sha256
+    url, expected = toolkit_deb_url(image), toolkit_deb(image).sha256
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / url.rsplit("/", 1)[1]
     h = hashlib.sha256()
@@ -334,7 +335,7 @@ def fetch_nvcc_deb(image: LockedImage, dest: Path) -> Path:
     if h.hexdigest() != expected:
         path.unlink()
         raise BuildError(f"{url} has sha256 {h.hexdigest()[:12]}..., not the pinned {expected[:12]}...",
-                         hint="the mirror served another file; check envkit.render.NVCC_RELEASES")
+                         hint="the mirror served another file; check envkit.devel.DEBIAN_TOOLKITS")
     return path
 
 

@@ -31,7 +31,7 @@ class Package(Frozen):
     name: str
     version: str
     hashes: tuple[str, ...]
-    group: Literal["framework", "extra"]
+    group: Literal["framework", "extra", "devel"]  # devel: the CUDA compiler (devel flavour)
 
 
 class BaseImage(Frozen):

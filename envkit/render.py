@@ -25,10 +25,10 @@ from pathlib import Path
 
 import jinja2
 
-from . import __version__
+from . import __version__, devel
 from .certify.harness import PAYLOAD_NAME, payload_files
 from .errors import EnvkitError
-from .frameworks import framework, require_devel
+from .frameworks import framework
 from .labels import LOCK_LABEL
 from .lock import Lock, LockedImage, Package, write_atomic
 
@@ -47,49 +47,7 @@ PIP_ENV = f'if [ -f {CA_PATH} ]; then export PIP_CERT={CA_PATH}; fi;'
 WHEEL_CACHE = "/root/.cache/pip/envkit-wheels"
 WHEELHOUSE = "/tmp/envkit/wheelhouse"  # the bundle's wheels, inside the build (wheelhouse mode)
 DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
-CUDA_HOME = "/opt/cuda"  # devel: symlinks into the nvidia-* wheels, in the layout nvcc and torch expect
-DEVEL_PREFIX = "/opt/devel"  # devel: nvcc's install prefix in the build; merged into the venv at runtime
-DEVEL_APT = ("g++", "python3-dev", "ninja-build")
 BUILDERS = ("classic", "buildkit")
-
-# The devel flavour's CUDA compiler, until the resolver puts it in the lock (docs/images.md).
-# The cu12 nvcc wheels on the index hold only ptxas, libnvvm, libdevice and the crt/ headers:
-# no nvcc driver, cicc, cudafe++, fatbinary or nvlink. So a devel image takes
-#   - from the index, hash-pinned: nvidia-cuda-nvcc-cu<major> (crt/ headers) and
-#     nvidia-cuda-cccl-cu<major> (libcu++/thrust/cub headers, which cuda_fp16.h includes), each at
-#     the newest release of the lock's CUDA major.minor;
-#   - the compiler's programs from Debian's nvidia-cuda-toolkit of the same CUDA release, a .deb
-#     pinned by sha256 and unpacked in a throwaway stage (never installed: its dependencies would be
-#     the whole toolkit; the programs need only libc6 >= 2.34 and libstdc++6).
-# Looked up on 2026-12-02: pypi.org (envkit.closure.compile_closure(["nvidia-cuda-nvcc-cu12==12.4.*",
-# ...], python="3.11", glibc="2.36")) and deb.debian.org (trixie/non-free, the only suite with a
-# CUDA 12 toolkit: 12.4.1). Other CUDA versions have no Debian toolkit, and are refused.
-
-
-@dataclass(frozen=True)
-class NvccRelease:
-    wheels: tuple[tuple[str, str, tuple[str, ...]], ...]  # (name, version, every file's hash)
-    deb_pool_path: str  # under the Debian mirror
-    deb_sha256: str
-
-
-NVCC_RELEASES: dict[str, NvccRelease] = {
-    "12.4": NvccRelease(
-        wheels=(
-            ("nvidia-cuda-cccl-cu12", "12.4.127.post1", (
-                "sha256:2027fa5fc75fbee703bf24e8275a40a605cf94a3e8fef8a7187897d49b34facb",
-                "sha256:2219406e30760b3100fe8311af5d30547135897fffc4307d1411434d9384c52c",
-                "sha256:641ce4d9c335d4b9e0955ec4f94aa46f5a765356cc38cc4bbf65c7b40f8a4450")),
-            ("nvidia-cuda-nvcc-cu12", "12.4.131", (
-                "sha256:00ba32f3d7928548455baa877e748a4676ba0731cfc73d4213336fc67bdc87e9",
-                "sha256:aadd9fb307352bbcd5bc89b5f98c10cd78000915094882d97321f5fe36441742",
-                "sha256:e4c9a35435c3b0e36c6397c5696334c9ea6650e524736cbd1c5d345ea099bb04")),
-        ),
-        deb_pool_path="pool/non-free/n/nvidia-cuda-toolkit/nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb",
-        deb_sha256="cd5fe85aee38d108b315f408a688641478f2402622a10c677478eb7a6c4e5319"),
-}
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
-NVCC_TOOLS = "/opt/cuda-tools"  # devel: the compiler's programs, arranged in the nvcc-tools stage
 
 # `~` (Debian versions) is literal inside double quotes, in a Dockerfile's shell and in YAML alike.
 SAFE = re.compile(r'^[A-Za-z0-9 ._:/=<>+,@()~-]*$')
@@ -152,39 +110,12 @@ class RenderContext:
     # the devel flavour
     flavour: str = "runtime"
     python: str = "3"
-    devel_apt: tuple[str, ...] = DEVEL_APT
-    devel_prefix: str = DEVEL_PREFIX
-    cuda_home: str = CUDA_HOME
-    nvcc_tools: str = NVCC_TOOLS
-    nvcc_deb_url: str = ""
+    devel_apt: tuple[str, ...] = devel.APT
+    devel_prefix: str = devel.PREFIX
+    cuda_home: str = devel.CUDA_HOME
+    nvcc_tools: str = devel.TOOLS
+    nvcc_deb_url: str = ""  # CUDA 12: Debian's toolkit .deb the compiler's programs come from ("": CUDA 13+)
     nvcc_deb_sha256: str = ""
-
-
-def devel_packages(image: LockedImage) -> tuple[Package, ...]:
-    """The devel flavour's pip additions for ``image`` (nvcc's and CCCL's headers), hash-pinned."""
-    require_devel(image)
-    mm = image.cuda_major_minor
-    if not mm:
-        raise EnvkitError(f"image {image.name!r} has no CUDA runtime, so a devel flavour has no nvcc to match",
-                          hint="use flavour: runtime for CPU-only images")
-    if mm not in NVCC_RELEASES:
-        raise EnvkitError(f"envkit knows no CUDA compiler for CUDA {mm} (image {image.name!r}); the devel "
-                          f"flavour needs one of CUDA {', '.join(NVCC_RELEASES)}",
-                          hint="pick a framework variant with one of those CUDA versions, use flavour: runtime, or "
-                               "add the release to envkit.render.NVCC_RELEASES (the rule is in docs/images.md)")
-    return tuple(Package(name=name, version=version, hashes=hashes, group="extra")
-                 for name, version, hashes in NVCC_RELEASES[mm].wheels)
-
-
-def nvcc_release(image: LockedImage) -> NvccRelease:
-    devel_packages(image)  # the same checks and messages
-    return NVCC_RELEASES[image.cuda_major_minor]
-
-
-def nvcc_deb_url(image: LockedImage) -> str:
-    """Where Debian's toolkit .deb for ``image`` lies (the base's mirror, else deb.debian.org)."""
-    mirror = ((image.base.bootstrap or {}).get("mirror") or DEBIAN_MIRROR).rstrip("/")
-    return f"{mirror}/{nvcc_release(image).deb_pool_path}"
 
 
 def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
@@ -229,9 +160,14 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         wheelhouse=wheelhouse,
         flavour=image.flavour,
         python=image.python,
-        **(dict(nvcc_deb_url=nvcc_deb_url(image), nvcc_deb_sha256=nvcc_release(image).deb_sha256)
-           if image.flavour == "devel" else {}),
+        **(_devel_fields(image) if image.flavour == "devel" else {}),
     )
+
+
+def _devel_fields(image: LockedImage) -> dict:
+    devel.packages(image)  # refused here when the lock has no compiler for it
+    deb = devel.toolkit_deb(image)
+    return dict(nvcc_deb_url=devel.toolkit_deb_url(image), nvcc_deb_sha256=deb.sha256 if deb else "")
 
 
 def _pip_flags(*, buildkit: bool, wheelhouse: bool) -> str:
@@ -255,8 +191,8 @@ def _requirements(packages, what: str) -> str:
 
 
 def install_packages(image: LockedImage) -> tuple[Package, ...]:
-    """Every package a build of ``image`` installs with pip (the lock's, plus the devel flavour's)."""
-    return image.packages + (devel_packages(image) if image.flavour == "devel" else ())
+    """Every package a build of ``image`` installs with pip (the lock's: every group)."""
+    return image.packages
 
 
 def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
@@ -277,8 +213,7 @@ def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bo
     # the payload directory (__main__.py + envkit_check_*.py), run in the image as python3 /opt/envkit/envkit_check
     files.update({f"envkit/{PAYLOAD_NAME}/{name}": data for name, data in payload_files().items()})
     if image.flavour == "devel":
-        files["requirements/devel.txt"] = _requirements(
-            devel_packages(image), "the devel flavour's CUDA compiler (envkit.render.devel_packages)").encode()
+        files["requirements/devel.txt"] = requirements_text(image, devel.GROUP).encode()
     if not buildkit and not wheelhouse:
         files["site-ca/README"] = (b"A CA bundle (ca.pem) is placed here at build time when the build runs behind "
                                    b"a TLS-intercepting proxy.\n")

@@ -24,7 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from . import __version__
+from . import __version__, devel
 from .candidates import ALLOWED_EXTRAS, FRAMEWORKS, Candidate, candidates
 from .catalog import Arch, Catalog, OsBase, vtuple
 from .closure import Pin, compile_closure
@@ -313,6 +313,14 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         decisions.append(Decision(topic="bundled", choice=f"CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}",
                                   reason=f"what the closure pinned within {c.label}'s ranges"))
     cuda_mm = ".".join(cuda.split(".")[:2]) if cuda else c.cuda
+    if p.target.flavour == "devel":  # the CUDA compiler, constrained by everything above (envkit/devel.py)
+        devel.check_framework(p.target.name, c.framework)
+        locked = [Pin(x.name, x.version, x.hashes) for x in packages]
+        added = devel.lock_packages(p.target.name, cuda_mm, locked, python=p.python, glibc=p.os.glibc,
+                                    index_url=fw_index.url, extra_index_url=extra_index, closure=closure)
+        packages += added
+        decisions.append(Decision(topic="devel", choice=", ".join(f"{x.name} {x.version}" for x in added),
+                                  reason=devel.source(cuda_mm)))
     return sealed(LockedImage(
         name=p.target.name, framework=c.framework, framework_version=c.version, variant=c.variant,
         index_url=fw_index.url, python=p.python, platform=f"x86_64-manylinux_{p.os.glibc.replace('.', '_')}",

@@ -1,4 +1,5 @@
-"""The devel flavour: the example image's lock as flavour "devel", built from the devel template.
+"""The devel flavour for CUDA 12.4: the example image's lock as flavour "devel" (its devel group locked
+as the resolver locks it), built from the devel template. CUDA 13: test_devel_cuda13.py.
 
 A devel image is its runtime image plus layers, so with the example image already built (the
 `example_build` fixture) the classic builder's cache makes this build take seconds: only the
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from envkit import devel
 from envkit.build import build_image
 from envkit.engine import Mount, RunOptions
 from envkit.lock import load_lock, sealed
@@ -51,7 +53,8 @@ print("EXTENSION-LOADED", module.__name__, callable(module.add_one))
 def devel_image(example_build, engine):
     doc, _ = example_build
     lock = load_lock(ROOT / "examples" / "team.lock")
-    image = sealed(lock.images[0].model_copy(update={"name": f"{lock.images[0].name}-devel", "flavour": "devel"}))
+    image = devel.as_devel(lock.images[0])  # the devel group, locked as the resolver locks it
+    image = sealed(image.model_copy(update={"name": f"{lock.images[0].name}-devel"}))
     lock = lock.model_copy(update={"images": (image,)})
     outcome = build_image(engine, lock, image, "examples/team.yaml", ca_bundle=_ca(), progress=lambda *_: None,
                           verify=False)
@@ -132,8 +135,8 @@ def _small_devel_lock():
     pins = compile_closure(["numpy==2.1.*", f"nvidia-cuda-runtime-cu12=={lock.images[0].cuda}"], python="3.11",
                            glibc="2.36", index_url="https://pypi.org/simple")
     packages = tuple(Package(name=p.name, version=p.version, hashes=p.hashes, group="framework") for p in pins)
-    image = sealed(lock.images[0].model_copy(update={"name": "devel-small", "flavour": "devel",
-                                                     "packages": packages}))
+    image = devel.as_devel(lock.images[0].model_copy(update={"packages": packages}))
+    image = sealed(image.model_copy(update={"name": "devel-small"}))
     return lock.model_copy(update={"images": (image,)}), image
 
 

@@ -73,3 +73,31 @@ def make_tf_image(name="tf", **changes) -> LockedImage:
     )
     fields.update(changes)
     return sealed(LockedImage(**fields))
+
+
+def _pin(name: str, version: str, group: str, fill: str) -> Package:
+    return Package(name=name, version=version, hashes=("sha256:" + fill * 64,), group=group)
+
+
+def make_devel_image(release: str = "12.4", **changes) -> LockedImage:
+    """A torch image locked as flavour devel: CUDA 12.4 (bookworm, the .deb's programs) or CUDA 13.0
+    (trixie, examples/frameworks.yaml's torch: the compiler wholly from wheels)."""
+    if release == "12.4":
+        packages = (*make_image().packages, _pin("nvidia-cuda-cccl-cu12", "12.4.127.post1", "devel", "d"),
+                    _pin("nvidia-cuda-nvcc-cu12", "12.4.131", "devel", "e"))
+        fields = dict(flavour="devel", packages=packages)
+    else:
+        packages = (_pin("torch", "2.14.1", "framework", "a"), _pin("cuda-toolkit", "13.0.3.0", "framework", "b"),
+                    _pin("nvidia-cuda-runtime", "13.0.96", "framework", "c"),
+                    _pin("nvidia-cuda-cccl", "13.0.85", "devel", "d"), _pin("nvidia-cuda-crt", "13.0.88", "devel", "e"),
+                    _pin("nvidia-cuda-nvcc", "13.0.88", "devel", "f"), _pin("nvidia-nvvm", "13.0.88", "devel", "1"))
+        fields = dict(
+            name="torch", framework_version="2.14.1", variant="cu130", python="3.13", platform="x86_64-manylinux_2_41",
+            cuda="13.0.3", cuda_major_minor="13.0", cudnn="9.24.0.43", nccl="2.30.7",
+            arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"), driver_floor="580",
+            require_cuda="cuda>=13.0", flavour="devel", packages=packages,
+            base=BaseImage(ref="envkit-base/debian:trixie-minbase-0123456789ab", digest=None, distro="debian",
+                           suite="trixie", bootstrap={"suite": "trixie", "mirror": "http://deb.debian.org/debian",
+                                                      "variant": "minbase"}))
+    fields.update(changes)
+    return make_image(**fields)

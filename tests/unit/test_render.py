@@ -160,62 +160,18 @@ def test_wheelhouse_with_buildkit_mounts_instead_of_copying():
     assert "--no-cache-dir" in text
 
 
-@pytest.mark.parametrize("flavour", ["runtime", "devel"])
 @pytest.mark.parametrize("buildkit", [False, True], ids=["classic", "buildkit"])
 @pytest.mark.parametrize("wheelhouse", [False, True], ids=["online", "wheelhouse"])
-def test_every_variant_passes_hadolint(tmp_path, flavour, buildkit, wheelhouse):
+def test_every_variant_passes_hadolint(tmp_path, buildkit, wheelhouse):  # devel: test_devel.py
     from tests.unit.test_lint import lint
 
     path = tmp_path / "Dockerfile"
-    path.write_text(_dockerfile(make_image(flavour=flavour, apt=("git",)), buildkit=buildkit, wheelhouse=wheelhouse))
+    path.write_text(_dockerfile(make_image(apt=("git",)), buildkit=buildkit, wheelhouse=wheelhouse))
     result = lint(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-# --- the devel flavour ----------------------------------------------------------------------------
-
-def test_devel_packages_match_the_locked_cuda_and_are_hash_pinned():
-    from envkit.render import devel_packages
-
-    packages = {p.name: p for p in devel_packages(make_image(flavour="devel"))}
-    assert packages["nvidia-cuda-nvcc-cu12"].version.startswith("12.4.")
-    assert packages["nvidia-cuda-cccl-cu12"].version.startswith("12.4.")
-    assert all(p.hashes and all(h.startswith("sha256:") for h in p.hashes) for p in packages.values())
-
-
-@pytest.mark.parametrize("changes", [dict(cuda_major_minor="12.6", cuda="12.6.77"),
-                                     dict(cuda_major_minor=None, cuda=None)], ids=["unknown-cuda", "cpu"])
-def test_devel_refuses_a_cuda_it_has_no_compiler_for(changes):
-    image = make_image(flavour="devel", **changes)
-    with pytest.raises(EnvkitError, match="CUDA"):
-        render_files(make_lock(image), image, "team.yaml")
-
-
-def test_devel_image_is_the_runtime_image_plus_layers():
-    runtime = _dockerfile(make_image())
-    devel = _dockerfile(make_image(flavour="devel"))
-    # every instruction of the runtime stage comes first, unchanged: a devel image shares its layers
-    runtime_stage = _stage(runtime, "runtime").split("# --- labels last")[0].rstrip()
-    assert _stage(devel, "runtime").startswith(runtime_stage)
-    added = _stage(devel, "runtime")[len(runtime_stage):]
-    assert "g++ python3-dev ninja-build" in added and "rm -rf /var/lib/apt/lists/*" in added
-    assert "COPY --from=nvcc /opt/devel/ /opt/venv/" in added
-    assert "COPY --from=nvcc-tools /opt/cuda-tools/ /opt/cuda/" in added
-    assert "ENV CUDA_HOME=/opt/cuda" in added
-    assert 'io.envkit.flavour="devel"' in devel and "io.envkit.flavour" not in runtime
-
-
-def test_devel_compiler_deb_is_pinned_by_sha256_and_never_installed():
-    from envkit.render import NVCC_RELEASES
-
-    text = _dockerfile(make_image(flavour="devel"))
-    tools = _stage(text, "nvcc-tools")
-    assert f'echo "{NVCC_RELEASES["12.4"].deb_sha256}  /tmp/nvcc.deb" | sha256sum -c -' in tools
-    assert "http://deb.debian.org/debian/pool/non-free/n/nvidia-cuda-toolkit/" in tools
-    assert "dpkg-deb -x" in tools and "dpkg -i" not in tools and "apt-get install" not in tools
-    files = render_files(make_lock(make_image(flavour="devel")), make_image(flavour="devel"), "team.yaml")
-    assert "nvidia-cuda-nvcc-cu12==12.4.131 \\\n    --hash=sha256:" in files["requirements/devel.txt"].decode()
-
+# --- the devel flavour: tests/unit/test_devel.py ---------------------------------------------------
 
 def test_tilde_is_safe_but_quotes_are_not():
     from envkit.render import _dq

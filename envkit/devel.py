@@ -1,0 +1,166 @@
+"""The devel flavour's CUDA compiler: what gives an image nvcc of its locked CUDA release.
+
+A devel image is its runtime image plus a C++ toolchain and the CUDA compiler (docs/images.md,
+"The devel flavour"). The compiler's Python packages are locked by the resolver, as the lock's
+``devel`` package group: ``lock_packages`` compiles ``requirements`` constrained by everything the
+image already locks (the framework closure and the extras), so the compiler's wheels agree with the
+CUDA runtime the framework installs, and keeps what is new. Where they come from depends on the
+CUDA major (looked up on the index on 2026-12-03):
+
+- **CUDA 13 and later: the index alone.** Every CUDA 13 wheel installs into one tree,
+  ``site-packages/nvidia/cu13/`` (bin/, include/, lib/, nvvm/), which is a toolkit layout nvcc's own
+  ``nvcc.profile`` accepts: ``nvidia-cuda-nvcc`` (nvcc, cudafe++, ptxas, fatbinary, nvlink, bin2c,
+  crt/*.stub; it requires, unversioned, ``nvidia-nvvm`` (cicc, libnvvm, libdevice),
+  ``nvidia-cuda-crt`` (include/crt/) and ``nvidia-cuda-runtime`` (cuda_runtime.h and the other
+  runtime headers, libcudart.so.13, libcudart_static.a, libcudadevrt.a)), and ``nvidia-cuda-cccl``
+  (include/cccl/: libcu++, thrust, cub). Each is pinned to the lock's CUDA major.minor (the nvcc
+  wheel's own requirements carry no versions); when the framework closure holds NVIDIA's
+  ``cuda-toolkit`` metapackage, its ``nvcc`` and ``cccl`` extras are asked for too, so NVIDIA's pins
+  of one CUDA update decide.
+- **CUDA 12: the index, and Debian.** The ``nvidia-cuda-nvcc-cu12`` wheels hold only ptxas, libnvvm,
+  libdevice and crt/ (no nvcc driver, cicc, cudafe++, fatbinary or nvlink), so the programs come from
+  Debian's ``nvidia-cuda-toolkit`` .deb of the same CUDA release, pinned by sha256 and unpacked in a
+  throwaway stage. A .deb is not on the package index, so it stays a table fact here
+  (``DEBIAN_TOOLKITS``); only 12.4 exists (trixie/non-free; bookworm has 11.8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .closure import Pin, compile_closure
+from .errors import ResolutionError
+from .lock import LockedImage, Package
+
+GROUP = "devel"  # the lock's package group of the compiler's wheels
+APT = ("g++", "python3-dev", "ninja-build")  # a C++ toolchain for extensions, and the Python headers
+CUDA_HOME = "/opt/cuda"  # symlinks into the nvidia-* wheels (and the .deb's programs), in a toolkit's layout
+PREFIX = "/opt/devel"  # the compiler wheels' install prefix in the build; merged into the venv at runtime
+TOOLS = "/opt/cuda-tools"  # CUDA 12: the .deb's programs, arranged in the nvcc-tools stage
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+WHEELS_ONLY_FROM = 13  # the first CUDA major whose nvcc wheel ships the compiler's programs
+
+
+@dataclass(frozen=True)
+class DebianToolkit:
+    """Debian's nvidia-cuda-toolkit of one CUDA release: the compiler's programs for CUDA 12."""
+    pool_path: str  # under the Debian mirror
+    sha256: str
+
+
+# Looked up on 2026-12-02 at deb.debian.org: trixie/non-free is the only suite with a CUDA 12 toolkit.
+DEBIAN_TOOLKITS: dict[str, DebianToolkit] = {
+    "12.4": DebianToolkit(
+        pool_path="pool/non-free/n/nvidia-cuda-toolkit/nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb",
+        sha256="cd5fe85aee38d108b315f408a688641478f2402622a10c677478eb7a6c4e5319"),
+}
+
+Closure = Callable[..., list[Pin]]
+
+
+def _major(cuda_mm: str) -> int:
+    return int(cuda_mm.split(".")[0])
+
+
+def check_cuda(name: str, cuda_mm: str | None) -> None:
+    """Refuse, with the way out, a CUDA release envkit has no compiler for."""
+    if not cuda_mm:
+        raise ResolutionError(f"image {name!r} has no CUDA runtime, so a devel flavour has no nvcc to match",
+                              hint="use flavour: runtime for CPU-only images")
+    if _major(cuda_mm) < WHEELS_ONLY_FROM and cuda_mm not in DEBIAN_TOOLKITS:
+        known = ", ".join([*DEBIAN_TOOLKITS, f"{WHEELS_ONLY_FROM}.x"])
+        raise ResolutionError(
+            f"envkit knows no CUDA compiler for CUDA {cuda_mm} (image {name!r}): the CUDA 12 nvcc wheels "
+            f"hold no nvcc driver, and Debian has a toolkit only for {', '.join(DEBIAN_TOOLKITS)}; "
+            f"the devel flavour needs CUDA {known}",
+            hint="pick a framework build with one of those CUDA versions (a `cuda:` constraint, e.g. \">=13\"), "
+                 "or use flavour: runtime")
+
+
+def requirements(cuda_mm: str, locked: Sequence[Pin]) -> list[str]:
+    """What the compiler's closure is compiled from, for CUDA ``cuda_mm`` (checked by ``check_cuda``)."""
+    series = f"=={cuda_mm}.*"
+    if _major(cuda_mm) < WHEELS_ONLY_FROM:
+        return [f"nvidia-cuda-nvcc-cu12{series}", f"nvidia-cuda-cccl-cu12{series}"]
+    names = ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl")
+    reqs = [f"{n}{series}" for n in names]
+    if any(p.name == "cuda-toolkit" for p in locked):  # NVIDIA's pins of the same CUDA update
+        reqs.insert(0, "cuda-toolkit[nvcc,cccl]")
+    return reqs
+
+
+def source(cuda_mm: str) -> str:
+    """Where the compiler of CUDA ``cuda_mm`` comes from, in words (the lock's decision)."""
+    if _major(cuda_mm) >= WHEELS_ONLY_FROM:
+        return f"the CUDA {cuda_mm} compiler wheels from the index, constrained by the image's closure"
+    return (f"nvcc's headers and CCCL from the index; its programs from Debian's nvidia-cuda-toolkit "
+            f"{cuda_mm} .deb (envkit.devel.DEBIAN_TOOLKITS)")
+
+
+def check_framework(name: str, framework_name: str) -> None:
+    """Refuse, at resolve, a framework envkit makes no devel flavour of (render refuses it too)."""
+    from .frameworks import FRAMEWORKS, framework
+
+    fw = framework(framework_name)
+    if not fw.devel:
+        made = ", ".join(f.title for f in FRAMEWORKS.values() if f.devel)
+        raise ResolutionError(f"image {name!r} asks for the devel flavour, which envkit makes only for {made} "
+                              f"images so far ({fw.title} is chosen)",
+                              hint="use flavour: runtime for it (the runtime image has the framework's CUDA libraries)")
+
+
+def lock_packages(name: str, cuda_mm: str | None, locked: Sequence[Pin], *, python: str, glibc: str,
+                  index_url: str, extra_index_url: str | None = None,
+                  closure: Closure = compile_closure) -> list[Package]:
+    """The devel group: the compiler's closure, constrained by ``locked``, less what ``locked`` holds."""
+    check_cuda(name, cuda_mm)
+    pins = closure(requirements(cuda_mm, locked), python=python, glibc=glibc, index_url=index_url,
+                   extra_index_url=extra_index_url, constraints=list(locked))
+    have = {p.name for p in locked}
+    return [Package(name=p.name, version=p.version, hashes=p.hashes, group=GROUP)
+            for p in pins if p.name not in have]
+
+
+def as_devel(image: LockedImage, *, closure: Closure = compile_closure) -> LockedImage:
+    """A locked runtime ``image`` as its devel flavour: the same packages plus the devel group, resealed
+    (what the resolver locks for ``flavour: devel``; the framework's index only)."""
+    from .lock import sealed
+
+    glibc = image.platform.rsplit("manylinux_", 1)[1].replace("_", ".")
+    base = tuple(p for p in image.packages if p.group != GROUP)
+    added = lock_packages(image.name, image.cuda_major_minor, [Pin(p.name, p.version, p.hashes) for p in base],
+                          python=image.python, glibc=glibc, index_url=image.index_url, closure=closure)
+    packages = tuple(sorted((*base, *added), key=lambda x: (x.group, x.name)))
+    return sealed(image.model_copy(update={"flavour": "devel", "packages": packages}))
+
+
+# --- what render and bundle read back from a locked devel image ------------------------------
+
+def packages(image: LockedImage) -> tuple[Package, ...]:
+    """The lock's devel group of ``image``; a devel image locked without one is refused."""
+    from .frameworks import require_devel
+
+    require_devel(image)
+    check_cuda(image.name, image.cuda_major_minor)
+    found = tuple(p for p in image.packages if p.group == GROUP)
+    if not found:
+        raise ResolutionError(f"image {image.name!r} is flavour devel, but its lock has no devel packages "
+                              "(the CUDA compiler's wheels)",
+                              hint="re-resolve the spec with this envkit (`envkit resolve SPEC`)")
+    return found
+
+
+def toolkit_deb(image: LockedImage) -> DebianToolkit | None:
+    """Debian's toolkit .deb ``image`` takes the compiler's programs from (CUDA 12), else None."""
+    check_cuda(image.name, image.cuda_major_minor)
+    return DEBIAN_TOOLKITS.get(image.cuda_major_minor)
+
+
+def toolkit_deb_url(image: LockedImage) -> str:
+    """Where ``image``'s toolkit .deb lies (the base's mirror, else deb.debian.org); "" when it has none."""
+    deb = toolkit_deb(image)
+    if deb is None:
+        return ""
+    mirror = ((image.base.bootstrap or {}).get("mirror") or DEBIAN_MIRROR).rstrip("/")
+    return f"{mirror}/{deb.pool_path}"
