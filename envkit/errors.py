@@ -68,6 +68,11 @@ class PackageIndexError(EnvkitError):
     exit_code = 3
 
 
+class WheelReadError(PackageIndexError):
+    """A wheel's bytes do not give what was asked (no byte ranges, not a zip, no such member, a member
+    over the size cap, an unknown compression). Unlike a failed connection, asking again will not help."""
+
+
 class ResolutionError(EnvkitError):
     """No stack satisfies the spec's constraints."""
 

@@ -1,11 +1,13 @@
 """A small client for a Python package index (PEP 691 simple JSON API).
 
-It answers two questions the resolver asks: which versions of a project exist, and what
+It answers the questions the resolver asks: which versions of a project exist, what
 a given wheel requires (its METADATA ``Requires-Dist``, where a torch wheel pins the CUDA
-runtime, cuDNN and NCCL it bundles). Metadata comes from the PEP 658 ``.metadata`` file
-when the index offers one, else from the wheel itself by HTTP range requests (only the
-zip's central directory and the METADATA member are read, a few kilobytes out of a
-gigabyte). Metadata is cached on disk by the wheel's sha256, which never changes.
+runtime, cuDNN and NCCL it bundles), and what one member of a wheel holds (``member``:
+only the zip's central directory and that member are read by HTTP range requests, e.g.
+a few kilobytes of METADATA out of a gigabyte). Metadata comes from the PEP 658
+``.metadata`` file when the index offers one, else from the wheel's own member. What is
+read (metadata, and the facts callers derive from members) is cached on disk by the
+wheel's sha256, which never changes (``cached``).
 """
 
 from __future__ import annotations
@@ -17,17 +19,19 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import requests
 from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .errors import PackageIndexError
+from .errors import PackageIndexError, WheelReadError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
 TIMEOUT = 60
+MEMBER_CAP = 128 << 20  # the most one member may take, compressed or inflated (torch's libtorch_python.so: ~35 MB)
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class PackageIndex:
         self.session = session or requests.Session()
         self.cache_dir = cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "envkit" / "metadata"
         self._projects: dict[str, list[WheelFile]] = {}
+        self.bytes_fetched = 0  # response bodies read through this client, for reports
 
     # --- listing ----------------------------------------------------------------------
     def wheels(self, project: str) -> list[WheelFile]:
@@ -131,95 +136,167 @@ class PackageIndex:
                    if w.version == version and not w.yanked and w.supports(python, glibc)]
         return sorted(matches, key=lambda w: w.filename)[-1] if matches else None
 
-    # --- metadata ---------------------------------------------------------------------
+    # --- metadata ----------------------------------------------------------------------
     def requires(self, wheel: WheelFile) -> list[Requirement]:
         meta = email.parser.Parser().parsestr(self.metadata(wheel))
         return [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
 
     def metadata(self, wheel: WheelFile) -> str:
-        cache = self.cache_dir / f"{wheel.sha256 or hashlib.sha256(wheel.url.encode()).hexdigest()}.METADATA"
+        def fetch() -> str:
+            if wheel.has_metadata:
+                resp = self._get(wheel.url.split("#", 1)[0] + ".metadata")  # PEP 658: beside the file, no fragment
+                if resp.ok:
+                    return resp.text
+            return self.member(wheel, _is_metadata, what="a top-level .dist-info/METADATA").decode("utf-8")
+
+        return self.cached(wheel, "METADATA", fetch)
+
+    def cached(self, wheel: WheelFile, kind: str, compute: Callable[[], str]) -> str:
+        """``compute()``, kept on disk as ``<sha256>.<kind>``: what a wheel holds never changes.
+
+        ``kind`` names the fact (``METADATA``, or a reader's own key that it versions); a
+        failing ``compute`` writes nothing, so the next call tries again.
+        """
+        key = wheel.sha256 or hashlib.sha256(wheel.url.encode()).hexdigest()
+        cache = self.cache_dir / f"{key}.{kind}"
         if cache.is_file():
             return cache.read_text()
-        text = None
-        if wheel.has_metadata:
-            resp = self._get(wheel.url.split("#", 1)[0] + ".metadata")  # PEP 658: beside the file, no fragment
-            text = resp.text if resp.ok else None
-        if text is None:
-            text = self._metadata_by_range(wheel)
+        text = compute()
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".tmp{os.getpid()}")
+        tmp = cache.with_suffix(cache.suffix + f".tmp{os.getpid()}")
         tmp.write_text(text)
         tmp.replace(cache)
         return text
 
+    # --- one member of a remote wheel, by range requests ---------------------------------
+    def member(self, wheel: WheelFile, name: str | Callable[[str], bool], *, max_bytes: int = MEMBER_CAP,
+               what: str | None = None) -> bytes:
+        """The bytes of one member of ``wheel``, read without downloading the wheel.
+
+        Three range requests at most: the last 64 KiB (the end-of-directory records, often
+        the whole central directory), the directory when it lies further back, and the
+        member's local header with its data. ``name`` is the member's path, or a test on
+        paths that exactly one member must pass (``what`` says which in messages). Raises ``WheelReadError`` when the server
+        does not serve ranges, the member is absent, ambiguous, bigger than ``max_bytes``
+        (compressed or inflated), stored with a compression other than deflate, or fails
+        its CRC; a failed connection is a plain ``PackageIndexError``. Not cached: callers
+        cache what they derive from it through ``cached``.
+        """
+        url = wheel.url.split("#", 1)[0]
+        cd = self._central_directory(url, wheel.filename)
+        test = name if callable(name) else (lambda n: n == name)
+        hits = [e for e in _entries(cd) if test(e.name)]
+        what = what or (name if isinstance(name, str) else "the member asked for")
+        if not hits:
+            raise WheelReadError(f"{wheel.filename} has no member {what}")
+        if len(hits) > 1:
+            raise WheelReadError(f"{wheel.filename} has {len(hits)} members matching {what}: "
+                                 + ", ".join(e.name for e in hits[:4]))
+        entry = hits[0]
+        if max(entry.csize, entry.usize) > max_bytes:
+            raise WheelReadError(f"{wheel.filename}: {entry.name} is {entry.csize:,} bytes compressed, "
+                                 f"{entry.usize:,} inflated; over the cap of {max_bytes:,}")
+        if entry.method not in (0, 8):
+            raise WheelReadError(f"{wheel.filename}: {entry.name} uses zip compression method {entry.method}; "
+                                 "only stored (0) and deflate (8) are read")
+        head, _ = self._range(url, entry.offset, entry.offset + 30 + 65535 + entry.csize)
+        if head[:4] != b"PK\x03\x04":
+            raise WheelReadError(f"{wheel.filename}: no local header for {entry.name} at {entry.offset}")
+        name_len, extra_len = struct.unpack("<HH", head[26:30])
+        start = 30 + name_len + extra_len
+        data = head[start: start + entry.csize]
+        if entry.method == 8:
+            inflater = zlib.decompressobj(-15)
+            try:
+                raw = inflater.decompress(data, max_bytes + 1)
+            except zlib.error as exc:
+                raise WheelReadError(f"{wheel.filename}: {entry.name} does not inflate: {exc}") from None
+        else:
+            raw = data
+        if len(raw) != entry.usize or zlib.crc32(raw) != entry.crc:
+            raise WheelReadError(f"{wheel.filename}: {entry.name} read back as {len(raw):,} bytes that do not "
+                                 f"match its directory entry ({entry.usize:,} bytes, CRC {entry.crc:08x})")
+        return raw
+
     def _get(self, url: str, **headers) -> requests.Response:
         try:
-            return self.session.get(url, headers=headers, timeout=TIMEOUT)
+            resp = self.session.get(url, headers=headers, timeout=TIMEOUT)
         except requests.RequestException as exc:
             raise PackageIndexError(f"cannot fetch {url}: {exc}") from None
+        self.bytes_fetched += len(resp.content)
+        return resp
 
     def _range(self, url: str, start: int, end: int | None = None) -> tuple[bytes, int]:
         spec = f"bytes={start}-{'' if end is None else end}" if start >= 0 else f"bytes={start}"
         resp = self._get(url, Range=spec)
         if resp.status_code != 206:
-            raise PackageIndexError(f"{url} does not serve byte ranges (status {resp.status_code}); "
-                                    "cannot read its metadata without downloading it")
+            raise WheelReadError(f"{url} does not serve byte ranges (status {resp.status_code}); "
+                                 "cannot read a member without downloading the whole wheel")
         total = int(resp.headers.get("content-range", "/0").rsplit("/", 1)[-1] or 0)
         return resp.content, total
 
-    def _metadata_by_range(self, wheel: WheelFile) -> str:
-        url = wheel.url.split("#", 1)[0]
+    def _central_directory(self, url: str, filename: str) -> bytes:
         tail, total = self._range(url, -65536)
         eocd = tail.rfind(b"PK\x05\x06")
-        if eocd < 0:
-            raise PackageIndexError(f"{wheel.filename}: no zip directory in its last 64 KiB")
+        if eocd < 0 or eocd + 22 > len(tail):
+            raise WheelReadError(f"{filename}: no zip directory in its last 64 KiB")
         cd_size, cd_offset = struct.unpack("<II", tail[eocd + 12: eocd + 20])
-        if cd_offset == 0xFFFFFFFF:  # zip64
-            loc = tail.rfind(b"PK\x06\x07")
-            (eocd64_off,) = struct.unpack("<Q", tail[loc + 8: loc + 16])
-            rec = tail[eocd64_off - (total - len(tail)):]
-            cd_size, cd_offset = struct.unpack("<QQ", rec[40:56])
         base = total - len(tail)
+        if 0xFFFFFFFF in (cd_size, cd_offset):  # zip64: the locator points at the zip64 end record
+            loc = tail.rfind(b"PK\x06\x07", 0, eocd)
+            if loc < 0:
+                raise WheelReadError(f"{filename}: a zip64 directory without its zip64 locator")
+            (eocd64_off,) = struct.unpack("<Q", tail[loc + 8: loc + 16])
+            rec = tail[eocd64_off - base:] if eocd64_off >= base else b""
+            if rec[:4] != b"PK\x06\x06":
+                raise WheelReadError(f"{filename}: its zip64 end record is not where the locator says")
+            cd_size, cd_offset = struct.unpack("<QQ", rec[40:56])
         if cd_offset >= base:
-            cd = tail[cd_offset - base: cd_offset - base + cd_size]
-        else:
-            cd, _ = self._range(url, cd_offset, cd_offset + cd_size - 1)
-        member = _find_member(cd, ".dist-info/METADATA")
-        if member is None:
-            raise PackageIndexError(f"{wheel.filename}: no .dist-info/METADATA in the wheel")
-        method, csize, offset = member
-        head, _ = self._range(url, offset, offset + 30 + 65535 + csize)
-        name_len, extra_len = struct.unpack("<HH", head[26:30])
-        data = head[30 + name_len + extra_len: 30 + name_len + extra_len + csize]
-        raw = zlib.decompress(data, -15) if method == 8 else data
-        return raw.decode("utf-8")
+            return tail[cd_offset - base: cd_offset - base + cd_size]
+        cd, _ = self._range(url, cd_offset, cd_offset + cd_size - 1)
+        return cd
 
 
-def _find_member(cd: bytes, suffix: str) -> tuple[int, int, int] | None:
-    """(method, compressed size, local header offset) of the first member ending in ``suffix``."""
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    method: int
+    crc: int
+    csize: int
+    usize: int
+    offset: int
+
+
+def _is_metadata(name: str) -> bool:
+    return name.endswith(".dist-info/METADATA") and name.count("/") == 1
+
+
+def _entries(cd: bytes):
+    """Every central-directory entry of ``cd``, zip64 sizes and offsets resolved."""
     pos = 0
     while pos + 46 <= len(cd) and cd[pos:pos + 4] == b"PK\x01\x02":
         method = struct.unpack("<H", cd[pos + 10: pos + 12])[0]
-        csize, _usize = struct.unpack("<II", cd[pos + 20: pos + 28])
+        crc, csize, usize = struct.unpack("<III", cd[pos + 16: pos + 28])
         n, m, k = struct.unpack("<HHH", cd[pos + 28: pos + 34])
         offset = struct.unpack("<I", cd[pos + 42: pos + 46])[0]
         name = cd[pos + 46: pos + 46 + n].decode("utf-8", "replace")
-        extra = cd[pos + 46 + n: pos + 46 + n + m]
-        if 0xFFFFFFFF in (csize, offset):
-            csize, offset = _zip64_extra(extra, csize, _usize, offset)
-        if name.endswith(suffix) and name.count("/") == 1:
-            return method, csize, offset
+        if 0xFFFFFFFF in (csize, usize, offset):
+            usize, csize, offset = _zip64_extra(cd[pos + 46 + n: pos + 46 + n + m], csize, usize, offset)
+        yield _Entry(name, method, crc, csize, usize, offset)
         pos += 46 + n + m + k
-    return None
 
 
-def _zip64_extra(extra: bytes, csize: int, usize: int, offset: int) -> tuple[int, int]:
+def _zip64_extra(extra: bytes, csize: int, usize: int, offset: int) -> tuple[int, int, int]:
+    """(uncompressed size, compressed size, offset) with the zip64 extra field's 8-byte values
+    in place of the 0xFFFFFFFF ones (the field holds only those, in this order)."""
     i = 0
     while i + 4 <= len(extra):
         hid, size = struct.unpack("<HH", extra[i: i + 4])
         if hid == 1:
             body, j = extra[i + 4: i + 4 + size], 0
             if usize == 0xFFFFFFFF:
+                usize = struct.unpack("<Q", body[j: j + 8])[0]
                 j += 8
             if csize == 0xFFFFFFFF:
                 csize = struct.unpack("<Q", body[j: j + 8])[0]
@@ -228,4 +305,4 @@ def _zip64_extra(extra: bytes, csize: int, usize: int, offset: int) -> tuple[int
                 offset = struct.unpack("<Q", body[j: j + 8])[0]
             break
         i += 4 + size
-    return csize, offset
+    return usize, csize, offset
