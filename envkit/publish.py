@@ -39,7 +39,7 @@ from .engine import ImageInfo
 from .errors import EngineError
 from .registry_api import (PASSWORD_ENV, USER_ENV, Sleep, _classify, _Failure, _insecure, _Manifest, _RegistryHTTP,
                            _retrying, _strip_tag, split_repository)
-from .registry_auth import AuthFailure, Credentials, credentials_for, engine_refusal
+from .registry_auth import UNTRUSTED, AuthFailure, Credentials, TrustFailure, credentials_for, engine_refusal
 
 CERTIFIED_TAG = "certified"
 
@@ -105,8 +105,11 @@ def _auth_config(registry: str) -> tuple[dict | None, Credentials | None]:
     return {"username": creds.user, "password": creds.secret, "serveraddress": registry}, creds
 
 
-def _stream(chunks, progress: Progress | None, refused: Callable[[str], AuthFailure] | None = None) -> str | None:
-    """Consume a push/pull progress stream; return the digest it reports; raise on an error line."""
+def _stream(chunks, progress: Progress | None, refused: Callable[[str], AuthFailure] | None = None,
+            registry: str | None = None) -> str | None:
+    """Consume a push/pull progress stream; return the digest it reports; raise on an error line
+    (``refused(message)`` when the registry refused the credentials; a ``TrustFailure`` when the
+    engine does not trust ``registry``'s certificate)."""
     digest = None
     for chunk in chunks:
         if not isinstance(chunk, dict):
@@ -116,6 +119,8 @@ def _stream(chunks, progress: Progress | None, refused: Callable[[str], AuthFail
             message = " ".join(str(message).split())
             if refused is not None and _REFUSED.search(message):
                 raise refused(message)
+            if registry is not None and UNTRUSTED.search(message):
+                raise TrustFailure(f"the engine does not trust its certificate: {message}", registry)
             raise _Failure(message, _classify(message))
         aux = chunk.get("aux") or {}
         if aux.get("Digest"):
@@ -162,7 +167,7 @@ def push(client, image_ref_local: str, registry_repo: str, tag: str, *, retries:
 
     def attempt() -> str:
         chunks = dc.api.push(registry_repo, tag=tag, stream=True, decode=True, auth_config=auth)
-        digest = _stream(chunks, progress, lambda message: engine_refusal(registry, creds, message))
+        digest = _stream(chunks, progress, lambda message: engine_refusal(registry, creds, message), registry)
         if not digest:
             raise _Failure("the engine finished the push without reporting a manifest digest", False)
         return digest
@@ -286,7 +291,7 @@ def pull_by_digest(client, ref_with_digest: str, *, retries: int = 4, backoff: f
 
     def attempt() -> None:
         _stream(dc.api.pull(m.group("repo"), tag=m.group("digest"), stream=True, decode=True, auth_config=auth),
-                progress, lambda message: engine_refusal(registry, creds, message))
+                progress, lambda message: engine_refusal(registry, creds, message), registry)
 
     def fail(f: _Failure, n: int) -> EngineError:
         tries = f"after {n} attempts" if n > 1 else "at the first attempt"

@@ -31,7 +31,7 @@ import urllib3
 
 from .errors import EngineError
 from .registry_auth import PASSWORD_ENV, USER_ENV  # noqa: F401  (publish and remote import them from here)
-from .registry_auth import AuthFailure, Authenticator, RegistryAuthError, open_session
+from .registry_auth import UNTRUSTED, AuthFailure, Authenticator, RegistryAuthError, TrustFailure, open_session
 from .registry_auth import Failure as _Failure
 
 MANIFEST_TYPES = (
@@ -143,6 +143,8 @@ def _retrying(op: Callable[[], T], *, retries: int, backoff: float, sleep: Sleep
             error = fail(failure, attempt)
             if isinstance(failure, AuthFailure):
                 raise RegistryAuthError(error.message, hint=failure.hint) from None
+            if isinstance(failure, TrustFailure):
+                raise EngineError(error.message, hint=failure.hint) from None
             raise error from None
         sleep(backoff * (2 ** (attempt - 1)))
 
@@ -208,7 +210,13 @@ class _RegistryHTTP:
     def _request(self, method: str, url: str, headers: dict, **kw) -> requests.Response:
         with warnings.catch_warnings():  # an insecure registry's unverified https, as the engine does it
             warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-            return self.session.request(method, url, headers=headers, timeout=self.timeout, **kw)
+            try:
+                return self.session.request(method, url, headers=headers, timeout=self.timeout, **kw)
+            except requests.exceptions.SSLError as exc:
+                if UNTRUSTED.search(str(exc)):
+                    raise TrustFailure(f"{url.split('?', 1)[0]}: its TLS certificate is not trusted "
+                                       f"(certificate verify failed)", self.registry) from None
+                raise
 
     def _send(self, method: str, url: str, **kw) -> requests.Response:
         """One call, answering up to two 401 challenges (a token for new scopes, then a refusal is final)."""

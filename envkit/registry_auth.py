@@ -69,6 +69,25 @@ class AuthFailure(Failure):
         self.hint = hint
 
 
+class TrustFailure(Failure):
+    """Permanent: the registry's TLS certificate is not trusted (by the engine, or by envkit)."""
+
+    def __init__(self, message: str, registry: str):
+        super().__init__(message, False)
+        self.hint = trust_hint(registry)
+
+
+# What the engine (Go's crypto/x509) and Python's ssl say of a certificate they cannot trust.
+UNTRUSTED = re.compile(r"x509: |certificate signed by unknown authority|CERTIFICATE_VERIFY_FAILED|"
+                       r"certificate is (?:not )?valid for", re.IGNORECASE)
+
+
+def trust_hint(registry: str) -> str:
+    return (f"put the CA that signed {registry}'s certificate in {CERTS_D}/{registry}/ca.crt on the engine's host: "
+            f"the engine and envkit read it at their next call, no restart needed; if the certificate was issued "
+            f"for another name, use that name in the reference")
+
+
 def login_hint(registry: str) -> str:
     return (f"run `docker login {registry}` (or set both {USER_ENV} and {PASSWORD_ENV}) with an account that may "
             f"do this; the environment variables win over docker login")

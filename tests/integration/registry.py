@@ -22,7 +22,7 @@ import socket
 import subprocess
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -51,9 +51,9 @@ def find_binary() -> str:
     pytest.skip(f"{BINARY} is not installed (apt-get install -y {BINARY})")
 
 
-def free_port() -> int:
+def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
@@ -69,7 +69,7 @@ storage:
   delete:
     enabled: true
 http:
-  addr: 127.0.0.1:{port}
+  addr: {address}:{port}
 """
 
 TLS = """\
@@ -85,16 +85,21 @@ class Registry:
 
     workdir: Path
     binary: str
-    port: int = field(default_factory=free_port)
+    address: str = "127.0.0.1"  # another of this host's addresses: a registry the engine does not treat as insecure
+    port: int = 0  # 0: a free port on ``address``
     proc: subprocess.Popen | None = None
     tls: tuple[Path, Path] | None = None  # (certificate, key): serve https
     ca: Path | None = None  # the CA that signed the certificate (clients verify with it)
     auth: str = ""  # an ``auth:`` section for the config (registry_auth.py writes them)
     headers: Callable[[str], dict[str, str]] | None = None  # scope -> Authorization header, for manifest_digest
 
+    def __post_init__(self) -> None:
+        if not self.port:
+            self.port = free_port(self.address)
+
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -115,7 +120,7 @@ class Registry:
         root = self.workdir / "data"
         root.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "config.yml"
-        text = CONFIG.format(root=root, port=self.port)
+        text = CONFIG.format(root=root, address=self.address, port=self.port)
         if self.tls:
             text += TLS.format(cert=self.tls[0], key=self.tls[1])
         config.write_text(text + self.auth)

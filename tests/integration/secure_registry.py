@@ -91,7 +91,7 @@ def _accounts() -> dict[str, Account]:
     }
 
 
-def _trust(host: str, ca: Path) -> Path | None:
+def trust_ca(host: str, ca: Path) -> Path | None:
     """Install the CA for ``host`` where the engine (and envkit) look; None when this process may not."""
     target = CERTS_D / host
     try:
@@ -103,11 +103,14 @@ def _trust(host: str, ca: Path) -> Path | None:
 
 
 @contextmanager
-def auth_registry(workdir: Path, kind: str, *, tls: bool = True) -> Iterator[AuthRegistry]:
+def auth_registry(workdir: Path, kind: str, *, tls: bool = True, address: str = "127.0.0.1",
+                  trust: bool = True) -> Iterator[AuthRegistry]:
     """A TLS registry under ``workdir`` requiring ``kind`` ("htpasswd" or "token") auth; stopped on exit.
-    ``tls=False``: plain http (distribution allows it, for htpasswd too)."""
+    ``tls=False``: plain http (distribution allows it, for htpasswd too). ``address``: where it listens
+    (another of this host's addresses than loopback: a registry the engine verifies). ``trust=False``:
+    its CA is not installed under certs.d (the caller may, with ``trust_ca``)."""
     workdir = Path(workdir)
-    pki = make_pki(workdir / "pki")
+    pki = make_pki(workdir / "pki", addresses=(address,) if address != "127.0.0.1" else ())
     accounts = _accounts()
     tokens = None
     if kind == "htpasswd":
@@ -130,9 +133,9 @@ def auth_registry(workdir: Path, kind: str, *, tls: bool = True) -> Iterator[Aut
                                                                           "actions": actions.split(",")}])}
     else:
         raise ValueError(kind)
-    registry = Registry(workdir, find_binary(), tls=(pki.cert, pki.key) if tls else None, ca=pki.ca if tls else None,
+    registry = Registry(workdir, find_binary(), address=address, tls=(pki.cert, pki.key) if tls else None, ca=pki.ca if tls else None,
                         auth=auth, headers=headers)
-    trusted = _trust(registry.host, pki.ca) if tls else None
+    trusted = trust_ca(registry.host, pki.ca) if tls and trust else None
     try:
         registry.start()
         yield AuthRegistry(registry, kind, accounts, tokens)

@@ -10,8 +10,11 @@ the engine pushes with the ``auth_config`` envkit resolved) and ``envkit show`` 
 from __future__ import annotations
 
 import io
+import ipaddress
 import json
 import os
+import shutil
+import socket
 import tarfile
 from pathlib import Path
 
@@ -25,7 +28,7 @@ from envkit.publish import (CERTIFIED_TAG, attach_certificate, certificate_tag, 
 from envkit.registry_auth import RegistryAuthError, open_session
 from tests.integration.conftest import envkit
 from tests.integration.published import LOCK_A, STACK_A, certificate, labels_for, untag_registry_refs
-from tests.integration.secure_registry import AuthRegistry, auth_registry
+from tests.integration.secure_registry import AuthRegistry, auth_registry, trust_ca
 
 pytestmark = pytest.mark.integration
 
@@ -297,3 +300,56 @@ def test_envkit_verifies_the_registry_with_the_engines_ca(secure):
         requests.get(f"https://{secure.host}/v2/", timeout=10)
     session, scheme = open_session(secure.host, secure.host, insecure=True, timeout=10, session=None)
     assert scheme == "https" and session.verify is True  # verified, not the insecure fallback
+
+
+# --- trust: a registry the engine itself verifies (not loopback) ------------------------------------
+
+def _host_address() -> str | None:
+    """This host's own address on its default route (not loopback), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("203.0.113.1", 9))  # TEST-NET-3: nothing is sent, the kernel only picks the source
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
+def test_the_engine_verifies_a_registry_on_a_routable_address_through_certs_d(dc, tiny, login, tmp_path,
+                                                                             monkeypatch):
+    """A registry on this host's routable address is one the engine verifies (127.0.0.0/8 is insecure to it):
+    untrusted, envkit and the engine each refuse it at once, naming the certs.d file that fixes it; with the
+    CA there (no engine restart) envkit pushes, reads and pulls back through the engine."""
+    address = _host_address()
+    if address is None or os.geteuid() != 0:
+        pytest.skip("needs a non-loopback address and root (to write /etc/docker/certs.d)")
+    insecure = dc.info()["RegistryConfig"]["InsecureRegistryCIDRs"]
+    assert not any(ipaddress.ip_address(address) in ipaddress.ip_network(c) for c in insecure), insecure
+    waits: list[float] = []
+    opts = dict(sleep=waits.append)
+    with auth_registry(tmp_path / "routable", "htpasswd", address=address, trust=False) as reg:
+        login.env("pusher", reg.password("pusher"))
+        fix = f"/etc/docker/certs.d/{reg.host}/ca.crt"
+
+        with pytest.raises(EngineError) as untrusted:  # envkit's own client: not trusted, not retried
+            remote_digest(dc, reg.repo(REPO), "any", **opts)
+        assert "TLS certificate is not trusted" in untrusted.value.message and fix in untrusted.value.hint
+        with monkeypatch.context() as env:  # envkit trusts the CA, the engine has none for it
+            env.setenv("REQUESTS_CA_BUNDLE", str(reg.registry.ca))
+            with pytest.raises(EngineError) as refused:
+                push(dc, tiny, reg.repo(REPO), "untrusted", **opts)
+        assert "the engine does not trust its certificate" in refused.value.message
+        assert "x509" in refused.value.message and fix in refused.value.hint
+        assert "docker login" not in refused.value.hint and waits == []
+        assert reg.manifest_digest(REPO, "untrusted") is None
+
+        installed = trust_ca(reg.host, reg.registry.ca)
+        assert installed is not None
+        try:
+            digest = push(dc, tiny, reg.repo(REPO), "trusted", **opts).digest
+            assert reg.manifest_digest(REPO, "trusted") == digest == remote_digest(dc, reg.repo(REPO), "trusted")
+            untag_registry_refs(dc, reg.host)
+            assert pull_by_digest(dc, f"{reg.repo(REPO)}@{digest}", **opts).id == dc.images.get(tiny).id
+        finally:
+            untag_registry_refs(dc, reg.host)
+            shutil.rmtree(installed, ignore_errors=True)

@@ -61,7 +61,8 @@ def _write_key(path: Path, key) -> None:
     path.chmod(0o600)
 
 
-def make_pki(directory: Path) -> Pki:
+def make_pki(directory: Path, addresses: tuple[str, ...] = ()) -> Pki:
+    """``addresses``: more IP addresses the server certificate names, besides the loopback ones."""
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
     later = now + dt.timedelta(days=2)
@@ -75,6 +76,7 @@ def make_pki(directory: Path) -> Pki:
     server_key = ec.generate_private_key(ec.SECP256R1())
     names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
              x509.IPAddress(ipaddress.ip_address("::1"))]
+    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]
     server = (x509.CertificateBuilder().subject_name(_name("localhost")).issuer_name(ca.subject)
               .public_key(server_key.public_key()).serial_number(x509.random_serial_number())
               .not_valid_before(now).not_valid_after(later)

@@ -73,3 +73,27 @@ def test_an_identity_token_and_a_broken_helper(no_login):
     with pytest.raises(RegistryAuthError, match=f"cannot read the credentials for registry {HOST}") as err:
         credentials_for(HOST)
     assert f"docker login {HOST}" in err.value.hint
+
+
+@pytest.mark.parametrize("message", [
+    'Get "https://10.1.2.3:5000/v2/": x509: certificate signed by unknown authority',
+    'Get "https://reg.example:443/v2/": tls: failed to verify certificate: x509: certificate is valid for a.example, '
+    'not reg.example',
+])
+def test_an_untrusted_certificate_in_the_engines_stream_fails_at_once_with_the_certs_d_fix(message):
+    from envkit.publish import _stream
+    from envkit.registry_api import _retrying
+
+    waits: list[float] = []
+
+    def op():
+        return _stream([{"status": "The push refers to repository [reg/x]"}, {"errorDetail": {"message": message}}],
+                       None, None, "reg.example:5000")
+
+    with pytest.raises(EngineError) as failed:
+        _retrying(op, retries=4, backoff=1.0, sleep=waits.append,
+                  fail=lambda f, n: EngineError(f"could not push ({n} attempts): {f.message}", hint="credentials"))
+    assert waits == [] and "(1 attempts)" in failed.value.message and "x509" in failed.value.message
+    assert failed.value.hint.startswith("put the CA that signed reg.example:5000's certificate in "
+                                        "/etc/docker/certs.d/reg.example:5000/ca.crt")
+    assert not isinstance(failed.value, RegistryAuthError)
