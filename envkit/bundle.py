@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from . import __version__
 from .base import ensure_base
@@ -74,8 +75,13 @@ if [ -n "$DEVEL_PACKAGES" ]; then fetch devel $DEVEL_PACKAGES; fi
 
 
 def make_bundle(engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle: Path | None,
-                spec_name: str = "team.yaml", progress: Progress = lambda _: None) -> Path:
+                spec_name: str = "team.yaml", extra_index_url: str | None = None,
+                progress: Progress = lambda _: None) -> Path:
     """Export what an offline rebuild of ``image_name`` needs into ``out_dir`` (replaced atomically).
+
+    Wheels come from the lock's index, then ``extra_index_url`` (the spec's index, where the resolver
+    found the extras of a framework on an index of its own, e.g. a PyTorch variant's); every file is
+    checked against the lock's hashes, whichever index served it.
 
     The bundle is made in a directory beside ``out_dir`` and renamed into place only when whole;
     an existing ``out_dir`` is replaced only when it is empty or an envkit bundle.
@@ -99,8 +105,9 @@ def make_bundle(engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle
             (context / rel).write_bytes(data)
         (context / DOCKERFILES["buildkit"]).write_bytes(
             render_files(lock, image, spec_name, buildkit=True, wheelhouse=True)["Dockerfile"])
-        progress(f"downloading {len(install_packages(image))} wheel(s) from {image.index_url}")
-        download_wheels(image, context / "wheelhouse", ca_bundle=ca_bundle)
+        progress(f"downloading {len(install_packages(image))} wheel(s) from "
+                 + " then ".join(_indexes(image, extra_index_url)))
+        download_wheels(image, context / "wheelhouse", ca_bundle=ca_bundle, extra_index_url=extra_index_url)
         progress(f"fetching Debian packages against {image.base.ref}")
         fetch_debs(engine, lock, image, context / "debs")
         if image.flavour == "devel" and toolkit_deb(image):  # CUDA 12: the compiler's programs
@@ -233,7 +240,12 @@ def file_hashes(root: Path) -> dict[str, str]:
 
 # --- wheels --------------------------------------------------------------------------
 
-def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None) -> list[Path]:
+def _indexes(image: LockedImage, extra_index_url: str | None) -> list[str]:
+    return [image.index_url, *([extra_index_url] if extra_index_url and extra_index_url != image.index_url else [])]
+
+
+def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None,
+                    extra_index_url: str | None = None) -> list[Path]:
     """Every wheel pip will install, for the image's Python and platform, checked against the lock.
 
     Downloaded on this host by pip for the image's interpreter and glibc (``--platform`` for
@@ -248,7 +260,9 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None) -
         cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
                "--require-hashes", "--only-binary=:all:", "--implementation", "cp", "--python-version", image.python,
                *[arg for tag in manylinux_tags(image.platform) for arg in ("--platform", tag)],
-               "--index-url", image.index_url, "-d", str(dest), "-r", str(reqs)]
+               "-d", str(dest), "-r", str(reqs)]
+        indexes = _indexes(image, extra_index_url)
+        cmd += ["--index-url", indexes[0], *[a for url in indexes[1:] for a in ("--extra-index-url", url)]]
         if ca_bundle is not None:
             cmd += ["--cert", str(ca_bundle)]
         # Only the lock's index: no pip.conf, no PIP_* (find-links, extra indexes, constraints) from here.
@@ -257,7 +271,7 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None) -
     if proc.returncode != 0:
         tail = "\n    ".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
         raise BuildError(f"downloading the wheels of {image.name} failed (pip exit {proc.returncode})",
-                         hint=f"is {image.index_url} reachable (and the CA bundle right)?\n    {tail}")
+                         hint=f"is {' and '.join(indexes)} reachable (and the CA bundle right)?\n    {tail}")
     return check_wheels(packages, dest)
 
 
@@ -268,7 +282,7 @@ def check_wheels(packages: tuple[Package, ...] | list[Package], wheelhouse: Path
     for path in sorted(wheelhouse.glob("*")):
         name, version = _wheel_name_version(path.name)
         package = by_name.get(name)
-        if package is None or package.version != version:
+        if package is None or Version(package.version) != Version(version):
             raise BuildError(f"{path.name} is not in the lock", hint="remove it, or make the bundle again")
         digest = "sha256:" + _sha256(path)
         if digest not in package.hashes:
@@ -296,6 +310,10 @@ def _wheel_name_version(filename: str) -> tuple[str, str]:
     if not filename.endswith(".whl") or filename.count("-") < 4:
         raise BuildError(f"{filename} in the wheelhouse is not a wheel")
     name, version = filename.split("-")[:2]
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise BuildError(f"{filename} in the wheelhouse has no valid version") from None
     return canonicalize_name(name), version
 
 

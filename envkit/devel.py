@@ -78,14 +78,27 @@ def check_cuda(name: str, cuda_mm: str | None) -> None:
                  "or use flavour: runtime")
 
 
-def requirements(cuda_mm: str, locked: Sequence[Pin]) -> list[str]:
-    """What the compiler's closure is compiled from, for CUDA ``cuda_mm`` (checked by ``check_cuda``)."""
-    series = f"=={cuda_mm}.*"
+def compiler_names(cuda_mm: str) -> tuple[str, ...]:
+    """The wheels a devel image of CUDA ``cuda_mm`` must lock (in its devel group, or already in the
+    framework closure): the compiler and its headers; the CUDA runtime is the framework's."""
     if _major(cuda_mm) < WHEELS_ONLY_FROM:
-        return [f"nvidia-cuda-nvcc-cu12{series}", f"nvidia-cuda-cccl-cu12{series}"]
-    names = ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl")
-    reqs = [f"{n}{series}" for n in names]
-    if any(p.name == "cuda-toolkit" for p in locked):  # NVIDIA's pins of the same CUDA update
+        return ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-cccl-cu12")
+    return ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl")
+
+
+def requirements(cuda_mm: str, locked: Sequence[Pin]) -> list[str]:
+    """What the compiler's closure is compiled from, for CUDA ``cuda_mm`` (checked by ``check_cuda``).
+
+    Each wheel is asked for in the locked CUDA series, except one the image already locks: that one is
+    asked for by name alone, so the framework closure's pin decides (jax[cuda13] locks nvcc for ptxas, and
+    a cccl whose versions follow CCCL's own numbering, e.g. 13.3.5.0.6 beside CUDA 13.5)."""
+    have = {p.name for p in locked}
+    series = f"=={cuda_mm}.*"
+    names = compiler_names(cuda_mm)
+    if _major(cuda_mm) >= WHEELS_ONLY_FROM:
+        names = (*names[:3], "nvidia-cuda-runtime", *names[3:])
+    reqs = [n if n in have else f"{n}{series}" for n in names]
+    if _major(cuda_mm) >= WHEELS_ONLY_FROM and "cuda-toolkit" in have:  # NVIDIA's pins of the same CUDA update
         reqs.insert(0, "cuda-toolkit[nvcc,cccl]")
     return reqs
 
@@ -100,14 +113,11 @@ def source(cuda_mm: str) -> str:
 
 def check_framework(name: str, framework_name: str) -> None:
     """Refuse, at resolve, a framework envkit makes no devel flavour of (render refuses it too)."""
-    from .frameworks import FRAMEWORKS, framework
+    from .frameworks import devel_refusal, framework
 
     fw = framework(framework_name)
     if not fw.devel:
-        made = ", ".join(f.title for f in FRAMEWORKS.values() if f.devel)
-        raise ResolutionError(f"image {name!r} asks for the devel flavour, which envkit makes only for {made} "
-                              f"images so far ({fw.title} is chosen)",
-                              hint="use flavour: runtime for it (the runtime image has the framework's CUDA libraries)")
+        raise ResolutionError(devel_refusal(name, fw) + f" ({fw.title} is chosen)", hint=fw.devel_refusal[1])
 
 
 def lock_packages(name: str, cuda_mm: str | None, locked: Sequence[Pin], *, python: str, glibc: str,
@@ -117,6 +127,12 @@ def lock_packages(name: str, cuda_mm: str | None, locked: Sequence[Pin], *, pyth
     check_cuda(name, cuda_mm)
     pins = closure(requirements(cuda_mm, locked), python=python, glibc=glibc, index_url=index_url,
                    extra_index_url=extra_index_url, constraints=list(locked))
+    nvcc = next((p for p in pins if p.name == compiler_names(cuda_mm)[0]), None)
+    if nvcc is not None and not nvcc.version.startswith(f"{cuda_mm}."):
+        raise ResolutionError(
+            f"image {name!r} locks the CUDA {cuda_mm} runtime, but its closure pins {nvcc.name} {nvcc.version}: "
+            "nvcc must be of the runtime's CUDA release", hint="constrain the CUDA runtime or the framework so the "
+            "two agree (a `cuda:` constraint), or use flavour: runtime")
     have = {p.name for p in locked}
     return [Package(name=p.name, version=p.version, hashes=p.hashes, group=GROUP)
             for p in pins if p.name not in have]
@@ -138,17 +154,28 @@ def as_devel(image: LockedImage, *, closure: Closure = compile_closure) -> Locke
 # --- what render and bundle read back from a locked devel image ------------------------------
 
 def packages(image: LockedImage) -> tuple[Package, ...]:
-    """The lock's devel group of ``image``; a devel image locked without one is refused."""
+    """The compiler's wheels ``image`` locks: its devel group, and those its framework closure already holds
+    (jax[cuda13] locks the whole CUDA 13 compiler for ptxas, so its devel group is empty). A devel image
+    whose lock lacks any of them (locked by an older envkit) is refused."""
     from .frameworks import require_devel
 
     require_devel(image)
     check_cuda(image.name, image.cuda_major_minor)
-    found = tuple(p for p in image.packages if p.group == GROUP)
-    if not found:
+    names = compiler_names(image.cuda_major_minor)
+    found = tuple(p for p in image.packages if p.group == GROUP or p.name in names)
+    missing = [n for n in names if n not in {p.name for p in found}]
+    if missing:
         raise ResolutionError(f"image {image.name!r} is flavour devel, but its lock has no devel packages "
-                              "(the CUDA compiler's wheels)",
+                              f"(the CUDA compiler's wheels: {', '.join(missing)} missing)",
                               hint="re-resolve the spec with this envkit (`envkit resolve SPEC`)")
     return found
+
+
+def wheels_to_add(image: LockedImage) -> tuple[Package, ...]:
+    """What the devel stage installs with pip: the devel group (empty when the framework closure holds
+    the whole compiler)."""
+    packages(image)
+    return tuple(p for p in image.packages if p.group == GROUP)
 
 
 def toolkit_deb(image: LockedImage) -> DebianToolkit | None:

@@ -45,7 +45,7 @@ class Framework:
     title: str
     builds: bool  # envkit builds and verifies its images
     bundles: bool  # envkit makes offline bundles of its images (tested end to end)
-    devel: bool  # the devel flavour knows it
+    devel: bool  # the devel flavour knows it (devel.py still refuses a CUDA release it has no compiler for)
     coverage: Literal["arch_list", "min_cc"]  # how GPUs are judged covered
     pins: tuple[Pin, ...]
     gpu_checks: tuple[str, ...]  # the payload's GPU-only checks, in run order
@@ -56,6 +56,8 @@ class Framework:
     expect_from_labels: Callable[[dict[str, str | None]], dict]  # values: None where a label is absent/"none"
     # the framework's own verdict rules on the payload's facts (beyond pins and coverage): reasons to fail
     facts_rules: Callable[[dict, dict], list[str]] = lambda facts, expect: []
+    # devel=False: why envkit makes no devel flavour of it, and what to do instead
+    devel_refusal: tuple[str, str] = ("", "use flavour: runtime for it (the runtime image has the framework's CUDA libraries)")
 
 
 # --- PyTorch -------------------------------------------------------------------------
@@ -124,7 +126,9 @@ def _jax_from_labels(val: dict) -> dict:
 
 
 JAX = Framework(
-    name="jax", title="JAX", builds=True, bundles=False, devel=False, coverage="min_cc",
+    # devel: jax[cuda13] (its closure holds the whole CUDA 13 compiler, which the plugin uses for ptxas);
+    # jax[cuda12] locks a CUDA 12 release, refused by devel.check_cuda unless it is Debian's 12.4
+    name="jax", title="JAX", builds=True, bundles=True, devel=True, coverage="min_cc",
     # the CUDA libraries are read from the installed nvidia-* distributions: whole versions, exactly
     pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime"), Pin("cudnn", "cuDNN"), Pin("nccl", "NCCL"),
           Pin("jax", "jax", public=True), Pin("jaxlib", "jaxlib", public=True),
@@ -181,15 +185,23 @@ def _tf_built_against(facts: dict, expect: dict) -> list[str]:
 
 
 TENSORFLOW = Framework(
-    name="tensorflow", title="TensorFlow", builds=True, bundles=False, devel=False, coverage="arch_list",
+    name="tensorflow", title="TensorFlow", builds=True, bundles=True, devel=False, coverage="arch_list",
     # the CUDA libraries as for JAX: the installed nvidia-* distributions, every component
     pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime"), Pin("cudnn", "cuDNN"), Pin("nccl", "NCCL"),
           Pin("tensorflow", "tensorflow", public=True)),
-    # matmul_tflops keeps PyTorch's value keys, so perf floors, nightly's metrics and regressions apply
-    gpu_checks=("nvidia_smi", "gpu_devices", "cc_covered", "gpu_train_step", "memory", "matmul_tflops", "telemetry"),
+    # matmul_tflops and nccl_allreduce (MirroredStrategy with NcclAllReduce across GPUs) keep PyTorch's value
+    # keys, so perf floors, nightly's metrics and regressions apply
+    gpu_checks=("nvidia_smi", "gpu_devices", "cc_covered", "gpu_train_step", "memory", "matmul_tflops",
+                "nccl_allreduce", "telemetry"),
     required_gpu_checks=("gpu_devices", "cc_covered", "gpu_train_step"),
     deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
-    expect=_tf_expect, labels=lambda image: {}, expect_from_labels=_tf_from_labels, facts_rules=_tf_built_against)
+    expect=_tf_expect, labels=lambda image: {}, expect_from_labels=_tf_from_labels, facts_rules=_tf_built_against,
+    devel_refusal=(
+        "tensorflow[and-cuda] installs a CUDA 12 runtime newer than 12.4 (2.20: 12.9), and the only CUDA 12 "
+        "compiler envkit can lock is Debian's 12.4 toolkit (the cu12 nvcc wheels hold no nvcc driver; "
+        "see envkit/devel.py)",
+        "use flavour: runtime, and compile custom ops with a CUDA toolkit of the runtime's release on top of it; "
+        "for kernels envkit can compile, use a PyTorch or JAX image with CUDA 13 and flavour: devel"))
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (TORCH, JAX, TENSORFLOW)}
@@ -246,14 +258,18 @@ def require_bundle(image: LockedImage) -> None:
         raise BuildError(
             f"image {image.name!r} is a {fw.title} image; envkit bundles only {made} images so far "
             f"(build it online with `envkit build SPEC --image {image.name}`)",
-            hint="bundle a PyTorch image, or build this one where the package index is reachable")
+            hint="build this one where the package index is reachable")
 
 
 def require_devel(image: LockedImage) -> None:
     fw = framework(image.framework)
     if not fw.devel:
-        made = _titles([f for f in FRAMEWORKS.values() if f.devel])
-        raise EnvkitError(
-            f"image {image.name!r} asks for the devel flavour, which envkit makes only for {made} images so far "
-            f"({fw.title} {image.framework_version} is locked)",
-            hint="use flavour: runtime for it (the runtime image has the framework's CUDA libraries)")
+        raise EnvkitError(devel_refusal(image.name, fw) + f" ({fw.title} {image.framework_version} is locked)",
+                          hint=fw.devel_refusal[1])
+
+
+def devel_refusal(name: str, fw: Framework) -> str:
+    """Why ``name`` (an image of ``fw``) gets no devel flavour."""
+    made = _titles([f for f in FRAMEWORKS.values() if f.devel])
+    reason = f": {fw.devel_refusal[0]}" if fw.devel_refusal[0] else ""
+    return f"image {name!r} asks for the devel flavour, which envkit makes only for {made} images{reason}"

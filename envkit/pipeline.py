@@ -151,7 +151,8 @@ def bundle_spec(spec_path: Path, out_dir: Path, engine, *, image: str | None = N
     require_bundle(locked)
     progress(f"bundling {image} into {out_dir} (written beside it, renamed into place when complete)")
     path = make_bundle(engine, resolved.lock, image, out_dir, ca_bundle=resolved.spec.ca_bundle_path(),
-                       spec_name=_display(spec_path), progress=progress)
+                       spec_name=_display(spec_path), progress=progress,
+                       extra_index_url=resolved.spec.build.index_url or DEFAULT_INDEX)  # as the resolver's
     manifest = json.loads((path / MANIFEST).read_text())
     return Bundled(resolved, locked, path, manifest, bundle_size(path))
 

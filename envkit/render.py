@@ -116,6 +116,7 @@ class RenderContext:
     nvcc_tools: str = devel.TOOLS
     nvcc_deb_url: str = ""  # CUDA 12: Debian's toolkit .deb the compiler's programs come from ("": CUDA 13+)
     nvcc_deb_sha256: str = ""
+    devel_wheels: bool = True  # the lock's devel group is not empty (jax[cuda13]'s closure holds the whole compiler)
 
 
 def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
@@ -165,9 +166,10 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
 
 
 def _devel_fields(image: LockedImage) -> dict:
-    devel.packages(image)  # refused here when the lock has no compiler for it
+    wheels = devel.wheels_to_add(image)  # refused here when the lock has no compiler for it
     deb = devel.toolkit_deb(image)
-    return dict(nvcc_deb_url=devel.toolkit_deb_url(image), nvcc_deb_sha256=deb.sha256 if deb else "")
+    return dict(nvcc_deb_url=devel.toolkit_deb_url(image), nvcc_deb_sha256=deb.sha256 if deb else "",
+                devel_wheels=bool(wheels))
 
 
 def _pip_flags(*, buildkit: bool, wheelhouse: bool) -> str:

@@ -184,7 +184,8 @@ def offline_parts(monkeypatch):
     class Base:
         id = "sha256:" + "b" * 64
 
-    def download_wheels(image, dest, *, ca_bundle):
+    def download_wheels(image, dest, *, ca_bundle, extra_index_url=None):
+        state["extra_index_url"] = extra_index_url  # the spec's index, as the resolver used it
         if state["fail"]:
             raise bundle_mod.BuildError("downloading the wheels of torch25 failed (pip exit 1)",
                                         hint="is it reachable?")
@@ -210,6 +211,7 @@ def test_bundle_make_writes_a_bundle(engine, example_resolved, offline_parts, tm
     lock = load_lock(ROOT / "examples" / "team.lock")
     assert doc["bundle"] == str(out) and doc["image"] == "torch25" and doc["lock_hash"] == lock.images[0].hash
     assert doc["tag"].startswith("vision/torch25:") and doc["wheels"] == 1 and doc["size_bytes"] > 0
+    assert offline_parts["extra_index_url"] == "https://pypi.org/simple"  # the spec's index (none set: PyPI)
     manifest = bundle_mod.verify_bundle(out)
     assert manifest["image"] == "torch25" and "base.tar" in manifest["files"]
     assert "envkit: downloading" in result.stderr  # progress on stderr, stdout is the JSON alone
@@ -266,11 +268,15 @@ def test_bundle_make_needs_image_when_the_spec_has_several(engine, example_resol
     assert not (tmp_path / "b").exists()
 
 
-def test_bundle_make_refuses_images_envkit_cannot_build(engine, example_resolved, tmp_path):
-    lock = load_lock(ROOT / "examples" / "frameworks.lock")
-    other = next(i.name for i in lock.images if i.framework != "torch")
-    result = invoke("bundle", "make", "examples/frameworks.yaml", "--out", tmp_path / "b", "--image", other)
-    assert result.exit_code == 7 and "only PyTorch images" in result.stderr
+def test_bundle_make_refuses_images_envkit_cannot_bundle(engine, example_resolved, tmp_path, monkeypatch):
+    """Every framework bundles today; the refusal is shown on TensorFlow with its bundles switched off."""
+    import dataclasses
+
+    from envkit import frameworks
+
+    monkeypatch.setitem(frameworks.FRAMEWORKS, "tensorflow", dataclasses.replace(frameworks.TENSORFLOW, bundles=False))
+    result = invoke("bundle", "make", "examples/frameworks.yaml", "--out", tmp_path / "b", "--image", "tf")
+    assert result.exit_code == 7 and "only PyTorch and JAX images" in result.stderr
     assert not (tmp_path / "b").exists()
 
 

@@ -203,9 +203,59 @@ def test_as_devel_keeps_the_runtime_packages_and_adds_the_group():
     assert {p.name for p in devel.packages(image)} == {"nvidia-cuda-nvcc-cu12", "nvidia-cuda-cccl-cu12"}
 
 
-def test_resolve_refuses_a_jax_devel_image_before_compiling_anything(catalog):  # noqa: F811
+class JaxDevelClosure(DevelClosure):
+    """DevelClosure whose jax[cuda13] closure holds the whole CUDA 13 compiler of its runtime's release, as
+    the real one does (the plugin requires nvidia-cuda-nvcc for ptxas), with cccl in CCCL's own numbering."""
+
+    def __call__(self, requirements, **kw):
+        pins = super().__call__(requirements, **kw)
+        if not requirements[0].startswith("jax[cuda13]"):
+            return pins
+        runtime = next(p.version for p in pins if p.name == "nvidia-cuda-runtime")
+        extra = {"nvidia-cuda-nvcc": runtime, "nvidia-cuda-crt": runtime, "nvidia-nvvm": runtime,
+                 "nvidia-cuda-cccl": "13.3.5.0.6"}
+        return sorted([*pins, *(Pin(n, v, _h(f"{n}=={v}")) for n, v in extra.items())], key=lambda p: p.name)
+
+
+def test_compiler_wheels_the_image_locks_are_asked_for_by_name_so_the_framework_pin_decides():
+    locked = [Pin("nvidia-cuda-nvcc", "13.5.37", ()), Pin("nvidia-cuda-cccl", "13.3.5.0.6", ())]
+    assert devel.requirements("13.5", locked) == [
+        "nvidia-cuda-nvcc", "nvidia-cuda-crt==13.5.*", "nvidia-nvvm==13.5.*", "nvidia-cuda-runtime==13.5.*",
+        "nvidia-cuda-cccl"]
+
+
+def test_resolve_locks_a_jax_cuda13_devel_image_whose_closure_holds_the_compiler(catalog):  # noqa: F811
+    closure = JaxDevelClosure()
+    image = run(catalog, closure=closure, spec=_devel_spec(framework="jax[cuda13]>=0.10")).images[0]
+    assert image.framework == "jax" and image.flavour == "devel"
+    assert [p for p in image.packages if p.group == "devel"] == []  # nothing new: the framework's pins agree
+    asked = closure.calls[-1]["requirements"]
+    assert {"nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl"} <= set(asked)
+    assert {p.name: p.version for p in devel.packages(image)} == {
+        "nvidia-cuda-nvcc": image.cuda, "nvidia-cuda-crt": image.cuda, "nvidia-nvvm": image.cuda,
+        "nvidia-cuda-cccl": "13.3.5.0.6"}
+    assert devel.wheels_to_add(image) == ()
+
+
+def test_resolve_refuses_a_framework_nvcc_of_another_cuda_release():
     closure = DevelClosure()
-    spec = _devel_spec(framework="jax[cuda13]>=0.10")
-    with pytest.raises(ResolutionError, match="devel flavour, which envkit makes only for PyTorch images"):
+    locked = [Pin("nvidia-cuda-runtime", "13.2.51", _h("r")), Pin("nvidia-cuda-nvcc", "13.5.37", _h("n"))]
+    with pytest.raises(ResolutionError, match="nvidia-cuda-nvcc 13.5.37") as err:
+        devel.lock_packages("img", "13.2", locked, python="3.13", glibc="2.41", index_url="x", closure=closure)
+    assert "cuda:" in err.value.hint
+
+
+def test_resolve_refuses_a_jax_cuda12_devel_image_naming_its_cuda_and_the_way_out(catalog):  # noqa: F811
+    spec = _devel_spec(framework="jax[cuda12]>=0.10", cuda="==12.9.*")
+    with pytest.raises(ResolutionError, match="no CUDA compiler for CUDA 12.9") as err:
+        run(catalog, closure=JaxDevelClosure(), spec=spec)
+    assert '">=13"' in err.value.hint
+
+
+def test_resolve_refuses_a_tensorflow_devel_image_before_compiling_anything(catalog):  # noqa: F811
+    closure = DevelClosure()
+    spec = _devel_spec(framework="tensorflow[and-cuda]>=2.16")
+    with pytest.raises(ResolutionError, match="makes only for PyTorch and JAX images: tensorflow") as err:
         run(catalog, closure=closure, spec=spec)
+    assert "flavour: runtime" in err.value.hint
     assert len(closure.calls) == 1  # the framework closure, not the compiler's

@@ -19,7 +19,7 @@ from envkit.build import build_image
 from envkit.certify.certificate import decide
 from envkit.certify.harness import expect_from_labels
 from envkit.errors import BuildError, EnvkitError
-from envkit.lock import load_lock
+from envkit.lock import Package, load_lock
 from envkit.pipeline import build_spec
 from envkit.render import context_for, render_files
 from tests.conftest import ROOT
@@ -90,12 +90,37 @@ def test_jax_dockerfile_is_the_runtime_flavour(example_jax):
     assert rendered_payload(files) == payload_sources()
 
 
-def test_devel_flavour_refuses_jax_clearly():
-    image = make_jax_image(flavour="devel")
-    with pytest.raises(EnvkitError) as err:
+def test_jax_cuda13_devel_renders_with_no_nvcc_stage_when_the_closure_holds_the_compiler():
+    """jax[cuda13]'s closure locks nvcc, crt, nvvm and cccl (the plugin uses ptxas): the devel group is empty,
+    so the devel image adds the toolchain and CUDA_HOME's links only."""
+    compiler = (("nvidia-cuda-nvcc", "13.5.37"), ("nvidia-cuda-crt", "13.5.37"), ("nvidia-nvvm", "13.5.37"),
+                ("nvidia-cuda-cccl", "13.3.5.0.6"))
+    packages = (*JAX.packages, *(Package(name=n, version=v, hashes=("sha256:" + "9" * 64,), group="framework")
+                                 for n, v in compiler))
+    image = make_jax_image(flavour="devel", packages=packages)
+    files = render_files(make_lock(image), image, "team.yaml")
+    text = files["Dockerfile"].decode()
+    assert " AS nvcc" not in text and "COPY --from=nvcc" not in text and ".deb" not in text
+    assert "framework closure already holds every compiler wheel" in text
+    assert 'for d in "$nv"/*/bin "$nv"/*/nvvm; do' in text and "CUDA_HOME=/opt/cuda" in text
+    assert "g++ python3-dev ninja-build" in text
+    assert "nvidia-cuda-nvcc" not in files["requirements/devel.txt"].decode()
+    assert ("io.envkit.flavour", "devel") in context_for(make_lock(image), image, "t").labels
+
+
+def test_jax_devel_without_the_compiler_in_its_lock_is_refused_with_the_way_out():
+    image = make_jax_image(flavour="devel")  # no nvcc anywhere in the lock
+    with pytest.raises(EnvkitError, match="nvidia-cuda-nvcc") as err:
         render_files(make_lock(image), image, "team.yaml")
-    assert "devel flavour, which envkit makes only for PyTorch images" in err.value.message
-    assert "JAX 0.12.0.1" in err.value.message and "flavour: runtime" in err.value.hint
+    assert "envkit resolve" in err.value.hint
+
+
+def test_jax_cuda12_devel_is_refused_for_its_cuda_release_with_the_way_out():
+    image = make_jax_image(flavour="devel", variant="cuda12", cuda="12.9.79", cuda_major_minor="12.9")
+    with pytest.raises(EnvkitError, match="no CUDA compiler for CUDA 12.9") as err:
+        render_files(make_lock(image), image, "team.yaml")
+    assert "12.4" in err.value.message and "the CUDA 12 nvcc wheels hold no nvcc driver" in err.value.message
+    assert '">=13"' in err.value.hint and "flavour: runtime" in err.value.hint
 
 
 # ------------------------------------------------------------------------- refusals
@@ -137,10 +162,18 @@ def test_every_locked_framework_builds():
     assert frameworks._titles([f for f in frameworks.FRAMEWORKS.values() if f.builds]) == "PyTorch, JAX and TensorFlow"
 
 
-def test_jax_bundles_are_refused_with_the_way_out():
+def test_every_locked_framework_bundles():
+    lock = load_lock(FRAMEWORKS_LOCK)
+    for image in lock.images:
+        frameworks.require_bundle(image)
+    assert frameworks._titles([f for f in frameworks.FRAMEWORKS.values() if f.bundles]) == "PyTorch, JAX and TensorFlow"
+
+
+def test_a_framework_without_bundles_is_refused_with_the_way_out(monkeypatch):
+    monkeypatch.setitem(frameworks.FRAMEWORKS, "jax", dataclasses.replace(frameworks.JAX, bundles=False))
     with pytest.raises(BuildError) as err:
         frameworks.require_bundle(JAX)
-    assert "envkit bundles only PyTorch images so far" in err.value.message
+    assert "envkit bundles only PyTorch and TensorFlow images so far" in err.value.message
     assert "envkit build SPEC --image jax" in err.value.message
     frameworks.require_bundle(make_image())  # torch: fine
 

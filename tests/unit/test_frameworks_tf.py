@@ -1,5 +1,5 @@
 """TensorFlow images after the lock: framework facts (envkit/frameworks.py), the rendered context,
-the refusals that remain (bundles, devel), and the host's verdict on a TensorFlow payload document.
+the refusal that remains (devel), and the host's verdict on a TensorFlow payload document.
 
 As in test_frameworks.py, payload documents fake the device FACTS only; the outcome is always
 ``decide``'s.
@@ -66,19 +66,19 @@ def test_tf_dockerfile_is_the_runtime_flavour():
 
 
 # ------------------------------------------------------------------------- refusals
-def test_tf_bundles_are_refused_with_the_way_out():
-    with pytest.raises(BuildError) as err:
-        frameworks.require_bundle(TF)
-    assert "is a TensorFlow image; envkit bundles only PyTorch images so far" in err.value.message
-    assert "envkit build SPEC --image tf" in err.value.message
+def test_tf_images_bundle():
+    frameworks.require_bundle(TF)
 
 
-def test_devel_flavour_refuses_tf_clearly():
+def test_devel_flavour_refuses_tf_with_the_reason_and_the_way_out():
     image = make_tf_image(flavour="devel")
     with pytest.raises(EnvkitError) as err:
         render_files(make_lock(image), image, "team.yaml")
-    assert "devel flavour, which envkit makes only for PyTorch images" in err.value.message
-    assert "TensorFlow 2.20.0" in err.value.message
+    message, hint = err.value.message, err.value.hint
+    assert "devel flavour, which envkit makes only for PyTorch and JAX images" in message
+    assert "TensorFlow 2.20.0" in message
+    assert "CUDA 12 runtime newer than 12.4" in message and "Debian's 12.4 toolkit" in message
+    assert "flavour: runtime" in hint and "CUDA 13 and flavour: devel" in hint
 
 
 # --------------------------------------------------------------------- the verdict
