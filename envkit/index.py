@@ -102,6 +102,7 @@ class PackageIndex:
         except requests.RequestException as exc:
             raise PackageIndexError(f"cannot reach the package index at {url}: {exc}",
                                     hint="check the network or set build.index_url in the spec") from None
+        self.bytes_fetched += len(resp.content)
         if resp.status_code == 404:
             raise PackageIndexError(f"the index {self.url} has no project {project!r}")
         if not resp.ok or "json" not in resp.headers.get("content-type", ""):

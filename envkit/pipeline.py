@@ -221,6 +221,22 @@ def refresh_catalog(*, apply: bool, frameworks=(), progress=lambda _: None) -> d
     return result.summary()
 
 
+def check_catalog_arches(*, apply: bool, frameworks=(), progress=lambda _: None) -> dict:
+    """Compare the catalog's compiled arch lists with the index's wheels; write the corrections when ``apply``."""
+    from datetime import date
+
+    from .catalog.refresh.arches import ARCH_FRAMEWORKS, check_arches
+
+    chosen = tuple(f for f in ARCH_FRAMEWORKS if not frameworks or f in frameworks)
+    progress(f"reading the compiled arch lists of {', '.join(chosen)} wheels from the package index")
+    index = PackageIndex()
+    result = check_arches(load_catalog(), index, today=date.today().isoformat(), frameworks=chosen)
+    if apply and result.changed:
+        for path in result.apply():
+            progress(f"wrote {path}")
+    return {**result.summary(), "bytes_fetched": index.bytes_fetched}
+
+
 def _store_images(store) -> dict[str, dict]:
     """image id -> {"tag", "created", "certificates": [(gpu model, status, created_at)], "records": [...]}."""
     out = {}

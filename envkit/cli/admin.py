@@ -57,6 +57,32 @@ def catalog_refresh_cmd(click_ctx, apply_, frameworks, json_out):
     emit(c, summary, human)
 
 
+@catalog_group.command("check-arches")
+@click.option("--apply", "apply_", is_flag=True, help="Write the wheels' arch lists into the catalog.")
+@click.option("--framework", "frameworks", type=click.Choice(("torch", "tensorflow")), multiple=True,
+              help="Check only this framework (repeatable; default: torch and tensorflow).")
+@json_option
+@click.pass_context
+def catalog_check_arches_cmd(click_ctx, apply_, frameworks, json_out):
+    """Compare the catalog's compiled arch lists with the wheels on the package index (the default
+    torch variant of each series, each TensorFlow release) and propose corrections (a reviewable diff)."""
+    from ..pipeline import check_catalog_arches
+
+    c = _ctx(click_ctx, json_out)
+    summary = run(c, lambda: check_catalog_arches(apply=apply_, frameworks=frameworks, progress=c.progress))
+
+    def human():
+        table([[r["framework"], r["version"], r["variant"], r["catalog"], " ".join(r.get("flags") or []) or "-",
+                r["status"]] for r in summary["rows"]], ["FRAMEWORK", "VERSION", "VARIANT", "CATALOG", "WHEEL", "STATUS"])
+        for note in summary["notes"] + summary["warnings"]:
+            click.echo(f"note: {note}", err=True)
+        click.echo(summary["diff"] or "the catalog's arch lists agree with every wheel read")
+        if summary["changed"] and not apply_:
+            click.echo("review the diff, then run `envkit catalog check-arches --apply`", err=True)
+
+    emit(c, summary, human)
+
+
 @catalog_group.command("export")
 @click.argument("dest", type=click.Path(path_type=Path))
 @json_option

@@ -213,10 +213,11 @@ class RefreshResult:
     warnings: tuple[str, ...] = ()  # facts to review by hand; never applied
     reads: tuple = field(default=())  # what the index said (objects with to_json())
     framework: str = "torch"
+    file: str | None = None  # another catalog file than the framework's (check-arches: sources.yaml)
 
     @property
     def filename(self) -> str:
-        return FILENAMES[self.framework]
+        return self.file or FILENAMES[self.framework]
 
     @property
     def changed(self) -> bool:
