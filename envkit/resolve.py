@@ -28,9 +28,10 @@ from . import __version__, devel
 from .candidates import ALLOWED_EXTRAS, FRAMEWORKS, Candidate, candidates
 from .catalog import Arch, Catalog, OsBase, vtuple
 from .closure import Pin, compile_closure
-from .errors import CatalogError, ResolutionError, SpecError
+from .errors import CatalogError, Location, ResolutionError, SpecError, WheelReadError
 from .lock import BaseImage, Decision, Lock, LockedImage, Package, canonical, sealed
 from .spec import Base, Spec, Target
+from .wheel_arches import READERS, ArchReading, read_arches, same_arches
 
 IMAGE_SUITES = {"debian": {"12": "bookworm", "13": "trixie"}, "ubuntu": {"22.04": "jammy", "24.04": "noble"}}
 
@@ -44,6 +45,7 @@ class Index(Protocol):
 
 Closure = Callable[..., list[Pin]]
 IndexFactory = Callable[[str], Index]
+ArchReader = Callable[[Index, object, str], ArchReading]  # (index, wheel, framework): wheel_arches.read_arches
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class ImagePlan:
     require_cuda: str
     policy: str
     decisions: list[Decision] = field(default_factory=list)
+    fleet: Fleet | None = None
+    where: Location | None = None  # the image in the spec
 
 
 # --- spec checks that need the catalog ------------------------------------------------
@@ -136,6 +140,11 @@ def reject_reason(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cud
     except CatalogError:
         jit_floor = None  # no known floor: assume the driver cannot JIT this toolkit's PTX
     ptx_ok = jit_floor is not None and vtuple(fleet.min_driver) >= vtuple(jit_floor)
+    return uncovered(c, fleet, ptx_ok, jit_floor)
+
+
+def uncovered(c: Candidate, fleet: Fleet, ptx_ok: bool, jit_floor: str | None) -> str | None:
+    """Why a fleet GPU is not covered by ``c``'s arch list (or minimum cc), or None when all are."""
     for gpu in fleet.gpus:
         if c.min_cc is not None:
             if vtuple(gpu.cc) < vtuple(c.min_cc):
@@ -199,7 +208,7 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
                                       f"compute capability >= {chosen.min_cc}" if chosen.min_cc else
                                       "the arch list " + " ".join(chosen.arches))))
     return ImagePlan(target, base, os_base, python, chosen, floor, catalog.require_cuda_for(chosen.cuda, fleet.policy),
-                     fleet.policy, decisions)
+                     fleet.policy, decisions, fleet, where)
 
 
 def _ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
@@ -264,20 +273,23 @@ def _base(base: Base, catalog: Catalog, decisions: list[Decision], where) -> tup
 
 # --- lock (index + closure) ------------------------------------------------------------
 def resolve(spec: Spec, catalog: Catalog, index: Index, *, closure: Closure = compile_closure,
-            index_for: IndexFactory | None = None, only: list[str] | None = None) -> Lock:
-    """Plan, then lock each image: confirm bundled pins, compile the closure with hashes."""
+            index_for: IndexFactory | None = None, only: list[str] | None = None,
+            arch_reader: ArchReader = read_arches) -> Lock:
+    """Plan, then lock each image: confirm bundled pins and the compiled arch list from the wheel,
+    compile the closure with hashes."""
     plans = plan(spec, catalog, only)
-    images = tuple(lock_image(p, index, catalog, closure, index_for, spec.fleet.min_driver) for p in plans)
+    images = tuple(lock_image(p, index, catalog, closure, index_for, spec.fleet.min_driver, arch_reader)
+                   for p in plans)
     return Lock(team=spec.team, spec_digest=spec_digest(spec), catalog_digest=catalog.digest,
                 envkit_version=__version__, images=images)
 
 
 def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
-               index_for: IndexFactory | None, min_driver: str) -> LockedImage:
+               index_for: IndexFactory | None, min_driver: str, arch_reader: ArchReader = read_arches) -> LockedImage:
     c = p.chosen
     decisions = list(p.decisions)
     fw_index = index if c.index is None else (index_for(c.index) if index_for else _default_index_for(c.index))
-    cuda = cudnn = nccl = None
+    cuda = cudnn = nccl = wheel = None
     if c.exact_pins:
         wheel = fw_index.wheel_for(c.framework, _v(c.version), p.python, p.os.glibc)
         if wheel is None:
@@ -290,6 +302,10 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
                                   hint="run `envkit catalog refresh` to update the catalog from the index")
         decisions.append(Decision(topic="bundled", choice=f"CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}",
                                   reason=f"pinned by {wheel.filename}'s metadata on {fw_index.url}"))
+    arches = c.arches
+    if c.min_cc is None and c.framework in READERS:
+        wheel = wheel or fw_index.wheel_for(c.framework, _v(c.version), p.python, p.os.glibc)
+        arches = confirm_arches(p, catalog, fw_index, wheel, arch_reader, decisions)
     constraints = []
     top = catalog.max_cuda_for_driver(min_driver)
     if not c.exact_pins and p.policy == "strict" and top and vtuple(top)[0] == vtuple(c.cuda)[0]:
@@ -325,10 +341,53 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         name=p.target.name, framework=c.framework, framework_version=c.version, variant=c.variant,
         index_url=fw_index.url, python=p.python, platform=f"x86_64-manylinux_{p.os.glibc.replace('.', '_')}",
         cuda=cuda, cuda_major_minor=cuda_mm, cudnn=cudnn or c.cudnn, nccl=nccl or c.nccl,
-        arch_list=c.arches, min_cc=c.min_cc, driver_floor=p.driver_floor, require_cuda=p.require_cuda,
+        arch_list=arches, min_cc=c.min_cc, driver_floor=p.driver_floor, require_cuda=p.require_cuda,
         policy=p.policy, base=p.base, apt=tuple(p.target.apt),
         flavour=p.target.flavour, packages=tuple(sorted(packages, key=lambda x: (x.group, x.name))),
         decisions=tuple(decisions)))
+
+
+def confirm_arches(p: ImagePlan, catalog: Catalog, fw_index: Index, wheel, reader: ArchReader,
+                   decisions: list[Decision]) -> tuple[str, ...]:
+    """The arch list to lock: the wheel's own (read by range requests), else the catalog's, said unconfirmed.
+
+    A wheel that disagrees with the catalog wins; the fleet's GPUs are judged again on its list and
+    an image they are not covered by is refused."""
+    c = p.chosen
+    try:
+        if wheel is None:
+            raise WheelReadError(f"no {c.framework} {c.version} wheel for CPython {p.python} on {fw_index.url}")
+        read = reader(fw_index, wheel, c.framework)
+    except WheelReadError as exc:
+        decisions.append(Decision(topic="arch_list", choice=" ".join(c.arches),
+                                  reason=f"the catalog's list, not confirmed from the wheel: {exc.message}"))
+        return c.arches
+    said = f"read from {read.member} in {read.wheel} on {fw_index.url}"
+    if same_arches(read.flags, c.arches):
+        decisions.append(Decision(topic="arch_list", choice=" ".join(read.flags), reason=said + "; as the catalog says"))
+        return read.flags
+    catalog_list = " ".join(c.arches)
+    if p.fleet is not None and p.fleet.gpus:
+        try:
+            jit_floor = catalog.toolkit_floor(c.cuda)
+        except CatalogError:
+            jit_floor = None
+        ptx_ok = jit_floor is not None and vtuple(p.fleet.min_driver) >= vtuple(jit_floor)
+        why = uncovered(replace(c, arches=read.flags), p.fleet, ptx_ok, jit_floor)
+        if why is not None:
+            raise ResolutionError(
+                f"image {p.target.name!r}: {c.label} {why} - the list {read.wheel} holds ({read.member}, "
+                f"on {fw_index.url}), not the catalog's {catalog_list}",
+                location=p.where,
+                hint="correct the catalog from the wheels (`envkit catalog check-arches --apply`) and resolve again: "
+                     "the plan then picks a build that covers the fleet or names the ways out; or serve that GPU "
+                     "with another image")
+        gpus_reason = "every fleet GPU is covered by the arch list " + " ".join(read.flags) + " (the wheel's)"
+        decisions[:] = [d.model_copy(update={"reason": gpus_reason}) if d.topic == "gpus" else d for d in decisions]
+    decisions.append(Decision(topic="arch_list", choice=" ".join(read.flags),
+                              reason=f"{said}; the catalog says {catalog_list} - the wheel's list is locked "
+                                     "(`envkit catalog check-arches` corrects the catalog)"))
+    return read.flags
 
 
 def _runtime_pkg(major: int) -> str:

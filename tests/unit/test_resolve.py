@@ -26,6 +26,7 @@ from envkit.closure import Pin
 from envkit.errors import CatalogError, ResolutionError, SpecError
 from envkit.resolve import bundled_pins, check_gpus, covers, plan, resolve
 from envkit.spec import spec_from_document
+from envkit.wheel_arches import READERS, ArchReading
 from envkit.yamlsource import parse_yaml
 
 
@@ -112,10 +113,12 @@ class FakeIndex:
 
     def wheel_for(self, project: str, version, python: str, glibc: str):
         self.calls.append(("wheel_for", project, str(version), python, glibc))
+        cp = "cp" + python.replace(".", "")
+        if project == "tensorflow" and any(str(version) in r.patches for r in self.catalog.tensorflow.releases):
+            return FakeWheel(f"tensorflow-{version}-{cp}-{cp}-manylinux_2_17_x86_64.whl", project, version, "and-cuda")
         tag = self._tag(str(version))
         if project != "torch" or tag is None or (str(version), python) in self.no_wheel:
             return None
-        cp = "cp" + python.replace(".", "")
         local = "" if self.tag is None else f"+{tag}"
         return FakeWheel(f"torch-{version}{local}-{cp}-{cp}-manylinux_2_28_x86_64.whl", project, version, tag)
 
@@ -142,6 +145,30 @@ class FakeIndexes:
         if url not in self.made:
             self.made[url] = FakeIndex(self.catalog, url, tag=url.rstrip("/").rsplit("/", 1)[-1], **self.kw)
         return self.made[url]
+
+
+class FakeArches:
+    """Reads a wheel's compiled arch flags (``resolve``'s ``arch_reader``): the catalog's own list
+    unless ``flags`` gives the wheel's ({(version, tag): flags, or an exception to raise})."""
+
+    def __init__(self, catalog, flags: dict | None = None):
+        self.catalog, self.flags = catalog, flags or {}
+        self.reads: list[tuple[str, str]] = []
+
+    def __call__(self, index, wheel, framework: str) -> ArchReading:
+        self.reads.append((framework, wheel.filename))
+        key = (str(wheel.version), wheel.tag)
+        got = self.flags.get(key)
+        if isinstance(got, Exception):
+            raise got
+        if got is None:
+            if framework == "tensorflow":
+                release = next(r for r in self.catalog.tensorflow.releases if str(wheel.version) in r.patches)
+                got = self.catalog.tensorflow.arches_for(release)
+            else:
+                got = self.catalog.torch_release(str(wheel.version)).variant(wheel.tag).arches
+        member = READERS[framework][0]
+        return ArchReading(framework, wheel.filename, f"{index.url}/{wheel.filename}", member, tuple(got))
 
 
 # --- fake closure compiler -------------------------------------------------------------
@@ -226,10 +253,10 @@ def make_spec(framework: str = "torch", *, gpus=("A100", "H100"), min_driver: st
     return "\n".join(lines) + "\n"
 
 
-def run(catalog, *, indexes=None, closure=None, spec=None, **kw):
+def run(catalog, *, indexes=None, closure=None, spec=None, arches=None, **kw):
     indexes = indexes or FakeIndexes(catalog)
     return resolve(spec or load(make_spec(**kw)), catalog, indexes.main, closure=closure or FakeClosure(),
-                   index_for=indexes.index_for)
+                   index_for=indexes.index_for, arch_reader=arches or FakeArches(catalog))
 
 
 def run_image(catalog, **kw):
@@ -579,7 +606,7 @@ def test_fake_index_lists_versions_newest_first(catalog):
 # --- decisions ---------------------------------------------------------------------------
 def test_decisions_record_choices_and_rejections(catalog):
     image = run_image(catalog, min_driver="550.54.15")
-    assert [d.topic for d in image.decisions] == ["base", "python", "torch", "driver_floor", "gpus", "bundled"]
+    assert [d.topic for d in image.decisions] == ["base", "python", "torch", "driver_floor", "gpus", "bundled", "arch_list"]
     torch = decision(image, "torch")
     assert torch.choice == "torch 2.14.1 (cu126)"
     assert torch.rejected == (
@@ -675,7 +702,8 @@ def test_only_selects_images(catalog):
     assert [(i.name, i.framework_version, i.python) for i in lock.images] == [
         ("old", "2.5.1", "3.11"), ("new", "2.15.0", "3.13")]
     indexes = FakeIndexes(catalog)
-    only = resolve(spec, catalog, indexes.main, closure=FakeClosure(), index_for=indexes.index_for, only=["new"])
+    only = resolve(spec, catalog, indexes.main, closure=FakeClosure(), index_for=indexes.index_for, only=["new"],
+                   arch_reader=FakeArches(catalog))
     assert [i.name for i in only.images] == ["new"]
     assert only.images[0].hash == lock.images[1].hash
 
@@ -959,3 +987,62 @@ def test_fake_catalog_only_ptx_without_a_toolkit_floor_is_a_rejection(tmp_path):
     with pytest.raises(ResolutionError) as exc:
         run(cat, gpus=["H100"], policy="minor", min_driver="610.43.02")
     assert "only PTX covers Hopper (cc 9.0)" in exc.value.hint
+
+
+# --- the compiled arch list, confirmed from the wheel --------------------------------------
+def test_arch_list_confirmed_from_the_wheel_is_locked(catalog):
+    reader = FakeArches(catalog)
+    image = run_image(catalog, arches=reader)
+    assert reader.reads == [("torch", f"torch-{image.framework_version}-cp311-cp311-manylinux_2_28_x86_64.whl")]
+    d = decision(image, "arch_list")
+    assert d.choice == " ".join(image.arch_list) and "as the catalog says" in d.reason
+    assert "torch/lib/libtorch_python.so" in d.reason
+
+
+def test_wheel_that_disagrees_wins_when_it_still_covers_the_fleet(catalog):
+    base = run_image(catalog)
+    wheel = ("sm_80", "sm_90", "compute_90")  # covers A100 and H100, unlike the catalog's list
+    assert set(wheel) != set(base.arch_list)
+    image = run_image(catalog, arches=FakeArches(catalog, {(base.framework_version, base.variant): wheel}))
+    assert image.arch_list == wheel
+    assert image.hash != base.hash  # the arch list is part of what the image is checked against
+    assert "the catalog says" in decision(image, "arch_list").reason
+    assert "sm_80 sm_90 compute_90 (the wheel's)" in decision(image, "gpus").reason
+    assert image.expect()["arch_list"] == list(wheel)  # what the payload compares inside the image
+
+
+def test_wheel_that_does_not_cover_a_fleet_gpu_is_refused_with_its_line(catalog):
+    base = run_image(catalog)
+    wheel = ("sm_80", "sm_86")  # no Hopper
+    with pytest.raises(ResolutionError) as exc:
+        run_image(catalog, arches=FakeArches(catalog, {(base.framework_version, base.variant): wheel}))
+    err = exc.value
+    assert "has no kernels for Hopper (cc 9.0)" in err.message and "sm_80 sm_86" in err.message
+    assert "not the catalog's " + " ".join(base.arch_list) in err.message
+    assert "check-arches --apply" in err.hint
+    assert err.location is not None and err.location.line == 10  # images[0] in make_spec's text
+
+
+def test_unreadable_wheel_keeps_the_catalog_list_and_says_so(catalog):
+    from envkit.errors import WheelReadError
+
+    base = run_image(catalog)
+    boom = WheelReadError("torch-x.whl has no member torch/lib/libtorch_python.so")
+    image = run_image(catalog, arches=FakeArches(catalog, {(base.framework_version, base.variant): boom}))
+    assert image.arch_list == base.arch_list and image.hash == base.hash
+    assert "not confirmed from the wheel: torch-x.whl has no member" in decision(image, "arch_list").reason
+
+
+def test_tensorflow_arches_confirmed_from_its_wheel(catalog):
+    base = run_image(catalog, framework="tensorflow[and-cuda]", gpus=("A100",))
+    wheel = ("sm_80", "compute_80")
+    reader = FakeArches(catalog, {(base.framework_version, "and-cuda"): wheel})
+    image = run_image(catalog, framework="tensorflow[and-cuda]", gpus=("A100",), arches=reader)
+    assert reader.reads[0][0] == "tensorflow" and image.arch_list == wheel
+    assert "tensorflow/python/platform/build_info.py" in decision(image, "arch_list").reason
+
+
+def test_jax_is_judged_by_min_cc_and_reads_no_wheel(catalog):
+    reader = FakeArches(catalog)
+    image = run_image(catalog, framework="jax[cuda12]", arches=reader)
+    assert reader.reads == [] and image.min_cc is not None
