@@ -111,3 +111,28 @@ def test_gpu_code_paths_run_on_cpu_devices_inside_the_image(jax_build, engine):
     assert out["train"]["dtype"] == "bfloat16" and out["train"]["last_loss"] < out["train"]["first_loss"]
     assert out["tflops"] > 0
     assert out["psum"]["correct"] is True and out["psum"]["world_size"] == 4 and out["psum"]["seconds"] > 0
+
+
+CPU_ALLREDUCE = """
+import json, sys
+sys.path.insert(0, "/opt/envkit/envkit_check")  # as `python3 /opt/envkit/envkit_check` runs it
+import envkit_check_jax as e
+print(json.dumps(e.cpu_allreduce(2)))
+"""
+
+
+def test_nccl_allreduce_code_runs_on_two_cpu_devices_inside_the_image(jax_build, engine):
+    """The test hook `cpu_allreduce` (docs/payload.md) runs nccl_allreduce's own code, jax_allreduce and
+    the verdict, on two XLA CPU devices: psum under shard_map sums 1 + 2 on both, and the bandwidth
+    arithmetic runs on what it timed. A GPU run adds NCCL as XLA's transport, not untried code."""
+    image, _ = jax_build
+    result = engine.run(image["tag"], ["python3", "-c", CPU_ALLREDUCE],
+                        RunOptions(timeout=120, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}))
+    assert result.exit_code == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    report, check = out["report"], out["check"]
+    assert (report["world_size"], report["platform"], report["correct"], report["sums"]) == (2, "cpu", True, [3.0, 3.0])
+    assert report["seconds"] > 0
+    assert check["status"] == "passed", check
+    assert check["message"].startswith("2-CPU psum of 1 MiB: bus bandwidth ")
+    assert check["value"]["op"] == "jax.lax.psum under shard_map" and check["value"]["nccl_busbw_gbps"] > 0

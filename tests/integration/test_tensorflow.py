@@ -150,3 +150,38 @@ def test_the_gpu_steps_ops_have_gpu_kernels_for_both_half_types(tf_build, engine
     found = json.loads(result.stdout.strip().splitlines()[-1])
     for op, types in found.items():
         assert {"bfloat16", "float16", "float32"} <= set(types), (op, types)
+
+
+CPU_ALLREDUCE = """
+import json, sys
+sys.path.insert(0, "/opt/envkit/envkit_check")  # as `python3 /opt/envkit/envkit_check` runs it
+import envkit_check_tf_allreduce as e
+out = e.cpu_allreduce(2)
+import tensorflow as tf
+try:  # the GPU check's own cross-device op on the same two devices
+    e.tf_allreduce(tf, out["report"]["devices"], tf.distribute.NcclAllReduce(), 1024, 2)
+except Exception as exc:
+    out["nccl"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+def test_nccl_allreduce_code_runs_on_two_logical_cpu_devices_inside_the_image(tf_build, engine):
+    """The test hook `cpu_allreduce` (docs/payload.md) runs nccl_allreduce's own code, tf_allreduce and
+    the verdict, on two logical CPU devices with HierarchicalCopyAllReduce, which shares NcclAllReduce's
+    batched all-reduce and differs only in how packs are summed: 1 + 2 on both devices. With
+    NcclAllReduce itself the graph builds (an NcclAllReduce node over both devices, every input placed)
+    and fails only because the op has GPU kernels alone."""
+    image, _ = tf_build
+    result = engine.run(image["tag"], ["python3", "-c", CPU_ALLREDUCE], RunOptions(timeout=120))
+    assert result.exit_code == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    report, check = out["report"], out["check"]
+    assert report["devices"] == ["/device:CPU:0", "/device:CPU:1"]
+    assert (report["world_size"], report["platform"], report["correct"], report["sums"]) == (2, "cpu", True, [3.0, 3.0])
+    assert report["seconds"] > 0
+    assert check["status"] == "passed", check
+    assert check["message"].startswith("2-CPU all_reduce of 1 MiB: bus bandwidth ")
+    assert check["value"]["op"] == "MirroredStrategy all_reduce, HierarchicalCopyAllReduce"
+    assert out["nccl"].startswith("InvalidArgumentError: No OpKernel was registered to support Op 'NcclAllReduce'")
+    assert "num_devices=2" in out["nccl"] and "device='GPU'" in out["nccl"]

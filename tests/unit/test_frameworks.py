@@ -103,6 +103,7 @@ def test_jax_cuda13_devel_renders_with_no_nvcc_stage_when_the_closure_holds_the_
     assert " AS nvcc" not in text and "COPY --from=nvcc" not in text and ".deb" not in text
     assert "framework closure already holds every compiler wheel" in text
     assert 'for d in "$nv"/*/bin "$nv"/*/nvvm; do' in text and "CUDA_HOME=/opt/cuda" in text
+    assert "ln -s lib64 /opt/cuda/lib" in text  # CUDA 13.5's nvcc.profile links from $(TOP)/lib
     assert "g++ python3-dev ninja-build" in text
     assert "nvidia-cuda-nvcc" not in files["requirements/devel.txt"].decode()
     assert ("io.envkit.flavour", "devel") in context_for(make_lock(image), image, "t").labels

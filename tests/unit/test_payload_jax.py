@@ -373,7 +373,7 @@ def test_matmul_check_probes_bf16_only_where_it_is_in_hardware(monkeypatch):
 # ------------------------------------------------------------------------- all-reduce
 def test_bus_bandwidth_formula():
     # 8 ranks, 256 MiB each, 10 all-reduces in 0.1 s: algbw 26.8 GB/s, busbw = algbw * 2 * 7/8
-    rates = jaxm.allreduce_rates(256 * 2**20, 8, 10, 0.1)
+    rates = core.allreduce_rates(256 * 2**20, 8, 10, 0.1)
     assert rates == {"algbw_gbps": 26.8, "nccl_busbw_gbps": 47.0}
 
 
@@ -384,7 +384,8 @@ def test_allreduce_check(monkeypatch, world, correct, floor, status):
 
     def allreduce(jax, devices, numel, iters):
         calls.append((len(devices), numel, iters))
-        return {"world_size": len(devices), "correct": correct, "seconds": 0.1, "platform": "gpu"}
+        return {"world_size": len(devices), "correct": correct, "numel": numel, "iters": iters, "seconds": 0.1,
+                "platform": "gpu"}
 
     monkeypatch.setattr(jaxm, "jax_allreduce", allreduce)
     expect = {**EXPECT, "perf_floors": {"nccl_busbw_gbps": floor}} if floor else EXPECT
@@ -394,9 +395,12 @@ def test_allreduce_check(monkeypatch, world, correct, floor, status):
         assert calls == [(8, 64 * 2**20, 10)]
         assert result.value["nccl_busbw_gbps"] == 47.0 and result.value["size_mib"] == 256
     if world == 1:
-        assert "no bandwidth" in result.message and "nccl_busbw_gbps" not in result.value
+        assert result.message == "psum over 1 GPU returned the right sum (no bandwidth measured)"
+        assert "nccl_busbw_gbps" not in result.value
     if not correct:
-        assert "wrong sum" in result.message
+        assert result.message == f"psum over {world} GPU(s) returned a wrong sum"
+    if status == "passed" and world > 1:
+        assert result.message == "8-GPU psum of 256 MiB: bus bandwidth 47.0 GB/s (no floors in lock)"
 
 
 def test_jax_registry_shares_the_torch_paths_common_checks():

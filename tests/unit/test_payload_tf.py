@@ -128,7 +128,7 @@ def test_certify_without_a_gpu_fails_on_the_device_check(site, tmp_path):
     devices = checks["gpu_devices"]
     assert devices["status"] == "failed" and devices["message"].startswith("certify mode requested but no CUDA device")
     assert "tf.config.list_physical_devices('GPU') found none" in devices["message"]
-    for name in ("cc_covered", "gpu_train_step", "memory", "matmul_tflops"):
+    for name in ("cc_covered", "gpu_train_step", "memory", "matmul_tflops", "nccl_allreduce"):
         assert (checks[name]["status"], checks[name]["message"]) == ("skipped", NO_GPU)
     assert run.doc["status"] == "failed"
 
@@ -236,7 +236,7 @@ def test_no_build_info_fails():
 
 def test_gpu_only_checks_skip_without_a_device():
     ctx = tf_ctx(())
-    for name in ("cc_covered", "gpu_train_step", "memory", "matmul_tflops"):
+    for name in ("cc_covered", "gpu_train_step", "memory", "matmul_tflops", "nccl_allreduce"):
         assert (tfm.CHECKS[name](ctx).status, tfm.CHECKS[name](ctx).message) == ("skipped", NO_GPU), name
 
 

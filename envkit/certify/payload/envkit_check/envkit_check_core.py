@@ -1,6 +1,7 @@
 """envkit payload, framework-neutral core: the check result and the run's context, version and
-compute-capability rules, installed distributions, the checks every framework shares (Python, pip,
-the CUDA libraries as wheels), and the payload's identity (version and sha256).
+compute-capability rules, installed distributions, the rules the frameworks share (timed matmul,
+timed all-reduce and its verdict, the CPU train step), the checks every framework shares (Python,
+pip, the CUDA libraries as wheels), and the payload's identity (version and sha256).
 
 Standard library only (Python 3.9+); imports no framework and no other payload module. Reference:
 docs/payload.md.
@@ -17,6 +18,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 SCHEMA = "envkit.payload/1"
@@ -152,6 +154,49 @@ def matmul_rate(window: Callable[[], float], n: int, iters: int, windows: int, w
         spent, rounds = spent + window(), rounds + 1
     times = sorted(window() for _ in range(windows))
     return 2 * n**3 * iters / times[len(times) // 2] / 1e12
+
+
+def allreduce_plan(world: int) -> Tuple[int, int]:
+    """(float32 elements per device, timed iterations): 256 MiB x 10 for bandwidth; one device, 4 MiB once."""
+    return (64 * 2**20, 10) if world > 1 else (2**20, 1)
+
+
+def allreduce_rates(size: int, world: int, iters: int, seconds: float) -> Dict[str, float]:
+    """Algorithm and bus bandwidth of `iters` all-reduces of `size` bytes per rank (nccl-tests:
+    busbw = algbw*2*(n-1)/n)."""
+    algbw = size * iters / seconds / 1e9
+    return {"algbw_gbps": round(algbw, 1), "nccl_busbw_gbps": round(algbw * 2 * (world - 1) / world, 1)}
+
+
+def timed_rounds(step: Callable[[Any], Any], ready: Callable[[Any], Any], x: Any, warmups: int, rounds: int,
+                 clock: Callable[[], float] = time.perf_counter) -> Tuple[Any, float]:
+    """Chained collectives (x = step(x)): `warmups` untimed (NCCL sets up its communicators on the first),
+    then `rounds` timed on the host from dispatch until `ready(x)` returns (the devices run asynchronously)."""
+    for _ in range(warmups):
+        x = step(x)
+    ready(x)
+    start = clock()
+    for _ in range(rounds):
+        x = step(x)
+    ready(x)
+    return x, clock() - start
+
+
+def allreduce_verdict(ctx: Context, report: Dict[str, Any], value: Dict[str, Any], what: str) -> Check:
+    """nccl_allreduce's rule for a report {world_size, correct, numel, iters, seconds, platform} of `what`
+    (JAX, TensorFlow): a wrong sum fails; one device passes without bandwidth; else algbw and busbw, floored."""
+    world, unit = report["world_size"], str(report["platform"]).upper()
+    value = dict(value, world_size=world)
+    if not report["correct"]:
+        return Check("failed", value, None, f"{what} over {world} {unit}(s) returned a wrong sum")
+    if world == 1:
+        value["note"] = f"single {unit}: {what} over one device compiles, runs and sums; no bandwidth"
+        return Check("passed", value, None, f"{what} over 1 {unit} returned the right sum (no bandwidth measured)")
+    size = report["numel"] * 4
+    value.update(size_mib=size // 2**20, iters=report["iters"],
+                 **allreduce_rates(size, world, report["iters"], report["seconds"]))
+    return floor_check(ctx, value, "all-reduce bus bandwidth", f"{world}-{unit} {what} of {value['size_mib']} MiB: "
+                                                               f"bus bandwidth {value['nccl_busbw_gbps']} GB/s")
 
 
 def floor_check(ctx: Context, values: Dict[str, Any], what: str, text: str) -> Check:

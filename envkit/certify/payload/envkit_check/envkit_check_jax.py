@@ -18,10 +18,11 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from envkit_check_core import (CUDA_DISTRIBUTIONS, NO_GPU, Check, Context, Registry, cc_at_least, check_pip,
-                               check_python, check_wheel_cuda_runtime, check_wheel_cudnn, check_wheel_nccl,
-                               cpu_loss_check, devices_found, distribution_versions, finite, floor_check,
-                               library_versions, matmul_rate, needs_cuda)
+from envkit_check_core import (CUDA_DISTRIBUTIONS, NO_GPU, Check, Context, Registry, allreduce_plan,
+                               allreduce_verdict, cc_at_least, check_pip, check_python, check_wheel_cuda_runtime,
+                               check_wheel_cudnn, check_wheel_nccl, cpu_loss_check, devices_found,
+                               distribution_versions, finite, floor_check, library_versions, matmul_rate, needs_cuda,
+                               timed_rounds)
 from envkit_check_nvml import Nvml, check_nvidia_smi, check_telemetry
 
 JAX_DISTRIBUTIONS = dict(CUDA_DISTRIBUTIONS, cuda_plugin=r"jax-cuda\d+-plugin")
@@ -225,15 +226,10 @@ def check_jax_matmul(ctx: Context) -> Check:
     return floor_check(ctx, values, "matmul throughput", f"{n}x{n} jitted matmul (median of 5 timed windows): {text}")
 
 
-def allreduce_rates(size: int, world: int, iters: int, seconds: float) -> Dict[str, float]:
-    """Algorithm and bus bandwidth of `iters` all-reduces of `size` bytes per rank (busbw = algbw*2*(n-1)/n)."""
-    algbw = size * iters / seconds / 1e9
-    return {"algbw_gbps": round(algbw, 1), "nccl_busbw_gbps": round(algbw * 2 * (world - 1) / world, 1)}
-
-
 def jax_allreduce(jax: Any, devices: List[Any], numel: int, iters: int) -> Dict[str, Any]:
-    """jax.lax.psum of `numel` float32 per device under shard_map over `devices`: checks one sum,
-    then times `iters` chained all-reduces after two warm-ups (host clock, until ready)."""
+    """jax.lax.psum of `numel` float32 per device under shard_map over `devices` (a 1-D mesh; XLA runs it
+    on NCCL across GPUs, in-process on CPU devices): checks one sum, then times `iters` chained
+    all-reduces after two warm-ups (host clock, until ready)."""
     jnp, world = jax.numpy, len(devices)
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
     shard_map = getattr(jax, "shard_map", None)
@@ -247,34 +243,38 @@ def jax_allreduce(jax: Any, devices: List[Any], numel: int, iters: int) -> Dict[
         shards = [jax.device_put(jnp.full((numel,), fill(r), dtype=jnp.float32), d) for r, d in enumerate(devices)]
         return jax.make_array_from_single_device_arrays((world * numel,), NamedSharding(mesh, spec), shards)
 
-    out = allreduce(sharded(lambda r: float(r + 1)))
+    out = allreduce(sharded(lambda r: float(r + 1)))  # every device must hold 1 + 2 + ... + world
     correct = bool(jnp.all(out == world * (world + 1) / 2))
-    x = sharded(lambda r: 0.0)  # timed sums stay finite however many ranks and iterations
-    for _ in range(2):  # warm-up: NCCL sets up its communicators on the first collectives
-        x = allreduce(x)
-    jax.block_until_ready(x)
-    start = time.perf_counter()
-    for _ in range(iters):
-        x = allreduce(x)
-    jax.block_until_ready(x)
-    return {"world_size": world, "correct": correct, "seconds": time.perf_counter() - start,
+    sums = [float(s.data.reshape(-1)[0]) for s in sorted(out.addressable_shards, key=lambda s: s.index[0].start or 0)]
+    # timed on zeros: the sums stay finite however many ranks and iterations
+    _, seconds = timed_rounds(allreduce, jax.block_until_ready, sharded(lambda r: 0.0), 2, iters)
+    return {"world_size": world, "correct": correct, "sums": sums, "numel": numel, "iters": iters, "seconds": seconds,
             "platform": devices[0].platform}
 
 
+def allreduce_value(ctx: Context) -> Dict[str, Any]:
+    return {"nccl": ctx.facts.get("nccl"), "op": "jax.lax.psum under shard_map", "NCCL_ALGO": os.environ.get("NCCL_ALGO")}
+
+
 def check_jax_allreduce(ctx: Context) -> Check:
-    world = len(ctx.gpu_devices)
-    numel, iters = (64 * 2**20, 10) if world > 1 else (2**20, 1)  # 256 MiB of fp32 per GPU for bandwidth
-    report = jax_allreduce(ctx.jax, ctx.gpu_devices, numel, iters)
-    value: Dict[str, Any] = {"world_size": world, "nccl": ctx.facts["nccl"], "op": "jax.lax.psum under shard_map",
-                             "NCCL_ALGO": os.environ.get("NCCL_ALGO")}
-    if not report["correct"]:
-        return Check("failed", value, None, f"psum over {world} GPU(s) returned a wrong sum")
-    if world == 1:
-        value["note"] = "single GPU: psum over one device proves the collective compiles and runs; no bandwidth"
-        return Check("passed", value, None, "psum over 1 GPU returned the right sum (no bandwidth measured)")
-    value.update(size_mib=numel * 4 // 2**20, iters=iters, **allreduce_rates(numel * 4, world, iters, report["seconds"]))
-    return floor_check(ctx, value, "all-reduce bus bandwidth", f"{world}-GPU psum of 256 MiB: bus bandwidth "
-                                                               f"{value['nccl_busbw_gbps']} GB/s")
+    numel, iters = allreduce_plan(len(ctx.gpu_devices))
+    return allreduce_verdict(ctx, jax_allreduce(ctx.jax, ctx.gpu_devices, numel, iters), allreduce_value(ctx), "psum")
+
+
+def cpu_allreduce(world: int = 2, numel: int = 2**18, iters: int = 3) -> Dict[str, Any]:
+    """Test hook, never part of a run: nccl_allreduce's code (jax_allreduce, the verdict) on `world` XLA CPU
+    devices, the transport XLA's own instead of NCCL. Asks XLA for the devices if jax is not imported yet
+    (else XLA_FLAGS=--xla_force_host_platform_device_count=N must have been set). docs/payload.md."""
+    flag = f"--xla_force_host_platform_device_count={world}"
+    if "jax" not in sys.modules and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+    import jax
+    cpus = jax.devices("cpu")
+    if len(cpus) < world:
+        raise RuntimeError(f"jax has {len(cpus)} CPU device(s), not {world}: set XLA_FLAGS={flag} before importing jax")
+    report = jax_allreduce(jax, cpus[:world], numel, iters)
+    ctx = Context(expect={}, mode="verify", t0=0.0, framework="jax", jax=jax, facts={"nccl": None})
+    return {"report": report, "check": allreduce_verdict(ctx, report, allreduce_value(ctx), "psum").to_json()}
 
 
 # (name, function, gpu_only), in run order: JAX's own checks and the shared ones

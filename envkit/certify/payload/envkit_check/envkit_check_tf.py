@@ -4,9 +4,9 @@ A TensorFlow image (tensorflow[and-cuda]) holds tensorflow with the CUDA librari
 wheels. Its checks read those versions from the installed distributions (the lock's pins) and
 what tensorflow was compiled against and for from tf.sysconfig.get_build_info() (CUDA, the
 cuDNN major, compute capabilities), train on the CPU, and (certify mode) probe the GPUs through
-tensorflow. The shared checks (python_version, the nvidia-* versions, pip_check, nvidia_smi,
-telemetry) are the core's and NVML module's own functions. tensorflow is imported by ``setup``
-only; torch and jax never are.
+tensorflow (nccl_allreduce: envkit_check_tf_allreduce). The shared checks (python_version, the
+nvidia-* versions, pip_check, nvidia_smi, telemetry) are the core's and NVML module's own
+functions. tensorflow is imported by ``setup`` only; torch and jax never are.
 
 Standard library + tensorflow (2.20 tried; Python 3.9+). Reference: docs/payload.md, "TensorFlow images".
 """
@@ -22,6 +22,7 @@ from envkit_check_core import (CUDA_DISTRIBUTIONS, NO_GPU, Check, Context, Regis
                                cpu_loss_check, devices_found, distribution_versions, finite, floor_check, ints,
                                library_versions, matmul_rate, needs_cuda, padded)
 from envkit_check_nvml import Nvml, check_nvidia_smi, check_telemetry
+from envkit_check_tf_allreduce import check_tf_allreduce
 
 FACTS = ["framework", "python", "tensorflow", "cuda", "cudnn", "nccl", "build_cuda", "build_cudnn", "arch_list",
             "driver"]
@@ -278,6 +279,7 @@ REGISTRY: Registry = [
     ("gpu_train_step", needs_cuda(check_tf_gpu_train), True),
     ("memory", needs_cuda(check_tf_memory), True),
     ("matmul_tflops", needs_cuda(check_tf_matmul), True),
+    ("nccl_allreduce", needs_cuda(check_tf_allreduce), True),
     ("telemetry", check_telemetry, True),
 ]
 CHECKS = {name: fn for name, fn, _ in REGISTRY}

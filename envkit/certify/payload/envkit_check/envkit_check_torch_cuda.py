@@ -14,7 +14,8 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from envkit_check_core import NO_GPU, Check, Context, arch_covers, finite, floor_check, matmul_rate, needs_cuda
+from envkit_check_core import (NO_GPU, Check, Context, allreduce_plan, allreduce_rates, arch_covers, finite, floor_check,
+                               matmul_rate, needs_cuda)
 
 SHM_MIN_MIB = 512
 SHM_FIX = "run with --shm-size=8g or --ipc=host"
@@ -270,7 +271,7 @@ def check_nccl_allreduce(ctx: Context) -> Check:
     if not dist.is_available() or not dist.is_nccl_available():
         return Check("failed", None, None, "torch.distributed has no NCCL backend in this build")
     world = ctx.torch.cuda.device_count()
-    numel, iters = (64 * 2**20, 10) if world > 1 else (2**20, 1)  # 256 MiB of fp32 for bandwidth
+    numel, iters = allreduce_plan(world)  # 256 MiB of fp32 for bandwidth
     reports = run_allreduce(world, "nccl", numel, iters)
     value: Dict[str, Any] = {"world_size": world, "nccl": ctx.facts["nccl"], "NCCL_ALGO": os.environ.get("NCCL_ALGO")}
     if not all(r["correct"] for r in reports):
@@ -279,8 +280,7 @@ def check_nccl_allreduce(ctx: Context) -> Check:
         value["note"] = "single GPU: a world_size=1 process group proves NCCL initialises; no bandwidth"
         return Check("passed", value, None, "NCCL initialised and all-reduced with world_size=1 (no bandwidth measured)")
     seconds, size = max(r["seconds"] for r in reports), numel * 4
-    value.update(size_mib=size // 2**20, iters=iters, algbw_gbps=round(size * iters / seconds / 1e9, 1),
-                 nccl_busbw_gbps=round(size * 2 * (world - 1) / world * iters / seconds / 1e9, 1))
+    value.update(size_mib=size // 2**20, iters=iters, **allreduce_rates(size, world, iters, seconds))
     return floor_check(ctx, value, "NCCL bus bandwidth", f"{world}-GPU all-reduce of 256 MiB: bus bandwidth "
                                                          f"{value['nccl_busbw_gbps']} GB/s")
 
