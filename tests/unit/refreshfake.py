@@ -3,6 +3,9 @@
 ``PackageIndex`` itself, over a fake HTTP session that serves only the recorded simple-JSON
 listings (``<project>-simple.json``); ``metadata`` is served from the recorded
 ``<wheel filename>.METADATA`` files and any other read fails the test. No network.
+A wheel's members (``member``: what ``wheel_arches`` reads) are served from ``members``
+({(wheel filename, member): bytes}); any other member is a ``WheelReadError``, as from an
+index without byte ranges, so the refresh carries the arch list over.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from envkit.catalog import data_dir
+from envkit.errors import WheelReadError
 from envkit.index import JSON_ACCEPT, PackageIndex
 
 DATA = Path(__file__).parent / "data" / "refresh"
@@ -26,6 +30,7 @@ class _Response:
 
     def __init__(self, data):
         self._data = data
+        self.content = json.dumps(data).encode()
 
     def json(self):
         return self._data
@@ -54,10 +59,22 @@ class FakeIndex(PackageIndex):
     wheel filename to the METADATA text to serve instead of the recorded one.
     """
 
-    def __init__(self, *, drop_versions=(), metadata: dict[str, str] | None = None):
+    def __init__(self, *, drop_versions=(), metadata: dict[str, str] | None = None,
+                 members: dict[tuple[str, str], bytes] | None = None):
         super().__init__(BASE, cache_dir=Path("/nonexistent-envkit-cache"), session=_Session(drop_versions))
         self.overrides = metadata or {}
+        self.members = members or {}
         self.metadata_reads: list[str] = []
+        self.member_reads: list[tuple[str, str]] = []
+
+    def member(self, wheel, name, *, max_bytes=0, what=None) -> bytes:
+        self.member_reads.append((wheel.filename, name))
+        if (wheel.filename, name) not in self.members:
+            raise WheelReadError(f"{wheel.url} does not serve byte ranges (status 200) [recorded index]")
+        return self.members[(wheel.filename, name)]
+
+    def cached(self, wheel, kind, compute):
+        return compute()
 
     def metadata(self, wheel) -> str:
         self.metadata_reads.append(wheel.filename)

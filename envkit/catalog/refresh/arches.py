@@ -22,11 +22,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ...errors import CatalogError, PackageIndexError
-from ...wheel_arches import ArchReading, read_arches, same_arches
+from ...errors import CatalogError
+from ...wheel_arches import ArchReading, same_arches
 from .. import Catalog, data_dir as default_data_dir
-from .common import (RefreshResult, apply_texts, check_today, load_yaml, major_minor, pick_wheel, python_tags, q,
-                     read_file, splice)
+from .common import RefreshResult, apply_texts, check_today, load_yaml, q, read_file, splice, wheel_reading
 from .torch import _release_blocks
 
 ARCH_FRAMEWORKS = ("torch", "tensorflow")
@@ -91,30 +90,6 @@ def check_arches(catalog: Catalog, index, *, today: str, frameworks=ARCH_FRAMEWO
         results.append(_tensorflow(catalog, index, directory, today, python, glibc, rows, notes, warnings, sources))
     results.append(_sources(directory, sources))
     return ArchCheck(directory, tuple(results), tuple(rows), tuple(notes), tuple(warnings))
-
-
-def wheel_reading(index, framework: str, version: str, python: str, glibc: str,
-                  cuda: str | None = None) -> ArchReading | str:
-    """The reading of ``version``'s Linux wheel on ``index``, or why there is none.
-
-    ``cuda`` (torch): the variant's CUDA major.minor; the wheel's own CUDA pin must agree,
-    so that a mirror serving another variant as its default is not read as this one."""
-    v = Version(version)
-    wheels = index.wheels(framework)
-    pys = python_tags(wheels, v)
-    wheel, py = pick_wheel(index, framework, v, pys, python, glibc) if pys else (None, None)
-    if wheel is None:
-        return f"no Linux x86_64 CPython wheel of {framework} {version} on {index.url}"
-    try:
-        if cuda is not None:
-            from ...resolve import bundled_pins
-
-            pinned = bundled_pins(index.requires(wheel), py).get("cuda")
-            if pinned is None or major_minor(pinned) != cuda:
-                return f"{wheel.filename} pins CUDA {pinned}, not the catalog's {cuda}; not read as that variant"
-        return read_arches(index, wheel, framework)
-    except PackageIndexError as exc:  # WheelReadError included: the wheel does not say, or cannot be reached
-        return f"cannot read {wheel.filename}: {exc.message}"
 
 
 # --- pytorch.yaml --------------------------------------------------------------------------

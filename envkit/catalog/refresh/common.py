@@ -25,7 +25,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ...errors import CatalogError
+from ...errors import CatalogError, PackageIndexError
 from .. import Catalog, load_catalog, vtuple
 
 SOURCE = "pypi_index"  # the sources.yaml key every refreshed row names
@@ -119,6 +119,31 @@ def pick_wheel(index: RefreshIndex, project: str, version: Version, pys, python:
         if wheel is not None:
             return wheel, py
     return None, None
+
+
+def wheel_reading(index, framework: str, version: str, python: str, glibc: str, cuda: str | None = None):
+    """The compiled arches of ``version``'s Linux wheel on ``index`` (a ``wheel_arches.ArchReading``),
+    or a sentence saying why there is none (the wheel cannot be found, read or reached).
+
+    ``cuda`` (torch): the variant's CUDA major.minor; the wheel's own CUDA pin must agree,
+    so that a mirror serving another variant as its default is not read as this one."""
+    v = Version(version)
+    wheels = index.wheels(framework)
+    pys = python_tags(wheels, v)
+    wheel, py = pick_wheel(index, framework, v, pys, python, glibc) if pys else (None, None)
+    if wheel is None:
+        return f"no Linux x86_64 CPython wheel of {framework} {version} on {index.url}"
+    from ...resolve import bundled_pins
+    from ...wheel_arches import read_arches
+
+    try:
+        if cuda is not None:
+            pinned = bundled_pins(index.requires(wheel), py).get("cuda")
+            if pinned is None or major_minor(pinned) != cuda:
+                return f"{wheel.filename} pins CUDA {pinned}, not the catalog's {cuda}; not read as that variant"
+        return read_arches(index, wheel, framework)
+    except PackageIndexError as exc:  # WheelReadError included: the wheel does not say, or cannot be reached
+        return f"cannot read {wheel.filename}: {exc.message}"
 
 
 def metadata_source(wheel) -> str:

@@ -6,8 +6,11 @@ give the row's ``cuda`` and ``cudnn`` (major.minor), as TensorFlow's tested buil
 configurations do; the NCCL requirement is reported (rows do not hold it). The cpXY wheel
 tags give the Python range. A new patch of a known series changes only that row's
 ``patches`` (a disagreeing pin is a warning); a new series is a new row. The file-wide
-``min_driver`` and ``arch_list`` are not in wheel metadata: they stay as they are, and the
-row's comment says so, to be reviewed.
+``min_driver`` is not in wheel metadata: it stays as it is, and the row's comment says so, to
+be reviewed. A new series' compiled targets are read from the wheel itself
+(``tensorflow/python/platform/build_info.py``, by range requests: ``envkit.wheel_arches``)
+into the row's ``arches``; when the wheel cannot be read the row has none and plans with the
+file-wide ``arch_list``, with a warning.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ...errors import CatalogError
 from .. import Catalog, TfRelease, data_dir as default_data_dir
 from .common import (RefreshIndex, RefreshResult, check_parses_back, check_source, check_today, floor_version,
                      for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel, published, py_text,
-                     python_tags, q, read_file, spec_text, splice)
+                     python_tags, q, read_file, spec_text, splice, wheel_reading)
 
 FILENAME = "tensorflow.yaml"
 PROJECT = "tensorflow"
@@ -158,17 +161,24 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str 
             row = {"version": series, "patches": sorted(got, key=Version),
                    "python": {"min": newest.python_min, "max": newest.python_max},
                    "cuda": newest.pins[0], "cudnn": newest.pins[1]}
+            reading = wheel_reading(index, PROJECT, newest.version, newest.python, glibc)
+            if isinstance(reading, str):
+                arches_said = f"arches unread ({reading}): the file-wide arch_list {tf.arch_list} applies - review"
+                warnings.append(f"{series}: {arches_said}")
+            else:
+                row["arches"] = list(reading.flags)
+                arches_said = f"arches read from {reading.source}"
             try:
                 TfRelease.model_validate(row)
             except Exception as exc:  # pydantic.ValidationError; a bug here, not bad input
                 raise CatalogError(f"refresh built an invalid row for tensorflow {series}: {exc}") from None
             comments[series] = (f"refreshed from the package index {today}: {newest.source} ({tf.extra}: "
-                                f"{_text(newest)}; Python from cp tags); min_driver and arch_list are file-wide, "
+                                f"{_text(newest)}; Python from cp tags); {arches_said}; min_driver is file-wide, "
                                 "not in wheel metadata: carried forward - review")
             added_series.append(series)
             notes.append(f"{series}: new series from {newest.wheel}: {_text(newest)}, python "
-                         f"{newest.python_min}-{newest.python_max}; min_driver {tf.min_driver} and arch_list "
-                         f"{tf.arch_list} carried forward (not in wheel metadata)")
+                         f"{newest.python_min}-{newest.python_max}; min_driver {tf.min_driver} carried forward "
+                         f"(not in wheel metadata); {arches_said.split(' (')[0]}")
         updated[series] = row
 
     proposed = _edit_text(text, rows, updated, comments) if updated else text
@@ -186,7 +196,8 @@ def render_row(row: dict, comment: str | None = None) -> str:
     """One release row in tensorflow.yaml's own layout (a one-line flow mapping)."""
     patches = ", ".join(q(p) for p in row["patches"])
     line = (f"    - {{version: {q(row['version'])}, patches: [{patches}], python: {{min: {q(row['python']['min'])}, "
-            f"max: {q(row['python']['max'])}}}, cuda: {q(row['cuda'])}, cudnn: {q(row['cudnn'])}}}")
+            f"max: {q(row['python']['max'])}}}, cuda: {q(row['cuda'])}, cudnn: {q(row['cudnn'])}"
+            + (f", arches: [{', '.join(row['arches'])}]" if row.get("arches") else "") + "}")
     return line + (f"  # {comment}" if comment else "") + "\n"
 
 

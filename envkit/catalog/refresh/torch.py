@@ -2,9 +2,11 @@
 
 The index tells what was published: the torch versions, the Python tags of their wheels,
 and (in each Linux wheel's METADATA ``Requires-Dist``) the CUDA runtime, cuDNN and NCCL
-that wheel bundles. It does not tell the compiled arch list, so a new series carries it
-over from the catalog's nearest CUDA variant and is marked ``verified: partial`` until the
-list is read inside a built image.
+that wheel bundles. The compiled arch list is not in the metadata: a new series reads it
+from the wheel itself (``torch/lib/libtorch_python.so``'s CUDA arch flags, by range
+requests: ``envkit.wheel_arches``) and names the wheel's URL; only when the wheel cannot be
+read is the list carried over from the catalog's nearest CUDA variant, with a warning to
+confirm it. New rows are ``verified: partial`` (only the index's default variant is known).
 
 ````refresh`` only reads: it returns a ``RefreshResult`` holding the proposed rows, notes
 and a unified diff of ``pytorch.yaml``. Only ``RefreshResult.apply`` writes, and it edits
@@ -27,7 +29,8 @@ from ...errors import CatalogError
 from ...resolve import bundled_pins
 from .. import Catalog, TorchRelease, data_dir as default_data_dir, vtuple
 from .common import (SOURCE, RefreshIndex, RefreshResult, check_parses_back, check_source, check_today,
-                     metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file, splice)
+                     metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file, splice,
+                     wheel_reading)
 
 FILENAME = "pytorch.yaml"
 PROJECT = "torch"
@@ -148,17 +151,27 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
             warnings.append(f"{series}: {newest.wheel} pins no CUDA runtime (cuda-toolkit / nvidia-cuda-runtime);"
                             " not added - add the series by hand")
             continue
-        carried = _carry_arch_list(catalog, newest.cuda)
-        if carried is None:
-            warnings.append(f"{series}: no catalog variant with CUDA {vtuple(newest.cuda)[0]}.x to carry the arch "
-                            "list from; not added - add the series by hand with the list read inside an image")
-            continue
-        arch_list, carried_from = carried
+        reading = wheel_reading(index, PROJECT, newest.version, newest.python, glibc, cuda=newest.cuda_mm)
+        if not isinstance(reading, str) and reading.arch_list is not None:
+            arch_list, arch_source = reading.arch_list, f"read from {reading.source}"
+        else:
+            why = reading if isinstance(reading, str) else (
+                f"{reading.wheel} holds {' '.join(reading.flags)}, which TORCH_CUDA_ARCH_LIST cannot spell")
+            carried = _carry_arch_list(catalog, newest.cuda)
+            if carried is None:
+                warnings.append(f"{series}: the wheel's arch list is unread ({why}) and no catalog variant has CUDA "
+                                f"{vtuple(newest.cuda)[0]}.x to carry one from; not added - add the series by hand")
+                continue
+            arch_list, carried_from = carried
+            arch_source = (f"carried over from {carried_from} (the wheel could not be read: {why} - confirm with "
+                           "`envkit catalog check-arches` or torch.cuda.get_arch_list() inside a built image)")
+            warnings.append(f"{series}: arch_list {arch_list} carried over from {carried_from}, not read from the "
+                            f"wheel ({why}); confirm it")
         for other in series_reads[:-1]:
             if (other.cuda_mm, other.cudnn, other.nccl) != (newest.cuda_mm, newest.cudnn, newest.nccl):
                 warnings.append(f"{series}: {other.version} pins {_pins_text(other)}, unlike {newest.version} "
                                 f"({_pins_text(newest)}); the row records {newest.version}'s")
-        row = _new_row(series, [r.version for r in series_reads], newest, arch_list, carried_from, today)
+        row = _new_row(series, [r.version for r in series_reads], newest, arch_list, arch_source, today)
         try:
             TorchRelease.model_validate(row)
         except Exception as exc:  # pydantic.ValidationError; a bug here, not bad input
@@ -166,8 +179,8 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
         updated_rows[series] = row
         added_series.append(series)
         notes.append(f"{series}: new series from {newest.wheel}: " + _pins_text(newest)
-                     + f", python {newest.python_min}-{newest.python_max}; arch_list carried over from "
-                     + f"{carried_from} (verified: partial)")
+                     + f", python {newest.python_min}-{newest.python_max}; arch_list {arch_list} "
+                     + arch_source.split(" (")[0] + " (verified: partial)")
 
     warnings.extend(_python_range_warnings(releases, all_wheels))
     proposed = _edit_text(text, rows, updated_rows) if updated_rows else text
@@ -249,11 +262,10 @@ def _python_range_warnings(releases, wheels) -> list[str]:
 
 
 # --- building and placing rows ---------------------------------------------------------------
-def _new_row(series: str, patches: list[str], read: IndexRead, arch_list: str, carried_from: str,
+def _new_row(series: str, patches: list[str], read: IndexRead, arch_list: str, arch_source: str,
              today: str) -> dict[str, Any]:
     note = (f"refreshed from the package index {today}: cuda/cudnn/nccl read from the Requires-Dist of "
-            f"{read.wheel} ({read.source}), python range from its cpXY wheel tags; arch_list carried over from {carried_from} "
-            "(not in wheel metadata - confirm with torch.cuda.get_arch_list() inside a built image); "
+            f"{read.wheel} ({read.source}), python range from its cpXY wheel tags; arch_list {arch_source}; "
             "only the index's default variant is known")
     return {
         "version": series,
