@@ -64,7 +64,7 @@ def test_allreduce_check(monkeypatch, world, correct, floor, status, message):
     else:
         assert "nccl_busbw_gbps" not in value
     if world == 1 and correct:
-        assert value["note"] == "single GPU: one replica; tensorflow calls no NCCL for it; no bandwidth"
+        assert value["note"] == "single GPU: one replica, which tensorflow returns as it is without calling NCCL; no bandwidth"
 
 
 def test_no_gpu_skips_and_never_calls_tensorflow(monkeypatch):

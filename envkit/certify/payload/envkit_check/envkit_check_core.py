@@ -182,15 +182,17 @@ def timed_rounds(step: Callable[[Any], Any], ready: Callable[[Any], Any], x: Any
     return x, clock() - start
 
 
-def allreduce_verdict(ctx: Context, report: Dict[str, Any], value: Dict[str, Any], what: str) -> Check:
+def allreduce_verdict(ctx: Context, report: Dict[str, Any], value: Dict[str, Any], what: str,
+                      single: Optional[str] = None) -> Check:
     """nccl_allreduce's rule for a report {world_size, correct, numel, iters, seconds, platform} of `what`
-    (JAX, TensorFlow): a wrong sum fails; one device passes without bandwidth; else algbw and busbw, floored."""
+    (JAX, TensorFlow): a wrong sum fails; one device passes without bandwidth (`single` says what it
+    showed); else algbw and busbw, against the lock's floor."""
     world, unit = report["world_size"], str(report["platform"]).upper()
     value = dict(value, world_size=world)
     if not report["correct"]:
         return Check("failed", value, None, f"{what} over {world} {unit}(s) returned a wrong sum")
     if world == 1:
-        value["note"] = f"single {unit}: {what} over one device compiles, runs and sums; no bandwidth"
+        value["note"] = f"single {unit}: {single or what + ' over one device compiles, runs and sums'}; no bandwidth"
         return Check("passed", value, None, f"{what} over 1 {unit} returned the right sum (no bandwidth measured)")
     size = report["numel"] * 4
     value.update(size_mib=size // 2**20, iters=report["iters"],
