@@ -1,7 +1,7 @@
 """Offline bundles of JAX and TensorFlow images, and what a bundle holds for any framework: the offline
 render (wheels and .debs from the bundle, no index, no CA), where the wheels are downloaded from (the
 lock's index, then the spec's), the wheelhouse check, and make_bundle's manifest with its network and
-engine parts replaced by small files. The builds themselves are in tests/integration/test_bundle_frameworks.py."""
+engine parts replaced by small files. The builds themselves are in tests/integration/test_bundle_jax.py and test_bundle_tf.py."""
 
 from __future__ import annotations
 

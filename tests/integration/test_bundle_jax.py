@@ -1,0 +1,110 @@
+"""The offline bundle of a JAX image, end to end (the PyTorch path, with a small closure, is test_bundle.py;
+TensorFlow's is test_bundle_tf.py): examples/frameworks.yaml's jax image (jax[cuda13] 0.12.0.1: 23 wheels,
+2.65 GB) is bundled, then built from the bundle with the network cut off inside the build and no layer
+cache, and the built image verifies with the JAX payload like the online one. BuildKit builds it when it is
+available: it bind-mounts the wheelhouse instead of copying it into a 2.65 GB layer, and copies the venv
+into the runtime stage much faster than the classic builder (docs/images.md).
+
+The bundle is removed at the end (pytest keeps old tmp directories), and so are the image and the BuildKit
+cache records the offline build made (by id: those that appeared during the build).
+"""
+
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from envkit.build import LOCK_LABEL
+from envkit.bundle import BUNDLE_LABEL, build_from_bundle, bundle_size, check_wheels, make_bundle, verify_bundle
+from envkit.lock import load_lock, sealed
+from tests.integration.conftest import ROOT
+from tests.integration.test_buildkit import ca_bundle, collect_created, remove_images
+
+pytestmark = [pytest.mark.integration, pytest.mark.network]
+
+LOCK = ROOT / "examples" / "frameworks.lock"
+
+
+def _cache_records(engine) -> dict[str, str]:
+    """BuildKit's cache records, id -> creation time."""
+    return {r["ID"]: r.get("CreatedAt", "") for r in engine.client.api.df().get("BuildCache") or []}
+
+
+def _prune_records(ids: set[str]) -> None:
+    """Remove the cache records ``ids`` (children before parents: a few rounds)."""
+    for _ in range(4):
+        for record in sorted(ids):
+            subprocess.run(["docker", "builder", "prune", "-f", "--filter", f"id={record}"], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def jax_bundle(engine, tmp_path_factory):
+    lock = load_lock(LOCK)
+    # another name, so the bundle's tag is not the example image's (a build from it would take that tag)
+    image = sealed(lock.image("jax").model_copy(update={"name": "jax-offline"}))
+    lock = lock.model_copy(update={"images": (image,)})
+    out = tmp_path_factory.mktemp("jax-bundle") / "jax.bundle"
+    started = time.monotonic()
+    path = make_bundle(engine, lock, image.name, out, ca_bundle=ca_bundle())
+    print(f"jax bundle: {bundle_size(path)} bytes, made in {time.monotonic() - started:.1f} s")
+    yield path, image
+    shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def test_the_jax_bundle_holds_every_wheel_of_the_lock_hash_checked(jax_bundle):
+    path, image = jax_bundle
+    manifest = verify_bundle(path)
+    assert manifest["image"] == "jax-offline" and manifest["lock_hash"] == image.hash
+    wheels = check_wheels(image.packages, path / "context" / "wheelhouse")  # one per package, the lock's sha256
+    assert len(wheels) == len(image.packages) == 23
+    assert {w.name.split("-")[0] for w in wheels} >= {"jax", "jaxlib", "jax_cuda13_plugin", "jax_cuda13_pjrt",
+                                                      "nvidia_cudnn_cu13", "nvidia_nccl_cu13"}
+    assert any(f.startswith("context/debs/os/python3_") for f in manifest["files"])
+    assert not any(f.startswith(("context/debs/devel/", "context/debs/nvcc/")) for f in manifest["files"])
+
+
+def test_the_jax_image_builds_offline_from_its_bundle_and_verifies(engine, jax_bundle, monkeypatch):
+    from envkit.engine.buildkit import BuildKitBuilder
+
+    path, image = jax_bundle
+    builder = "buildkit" if BuildKitBuilder(engine).available() else "classic"
+    calls = []
+    real_api_build, real_popen = engine.client.api.build, subprocess.Popen
+
+    def api_build(*args, **kwargs):
+        calls.append(("api", kwargs))
+        return real_api_build(*args, **kwargs)
+
+    def popen(cmd, *args, **kwargs):
+        calls.append(("cli", list(cmd)))
+        return real_popen(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(engine.client.api, "build", api_build)
+    monkeypatch.setattr("envkit.engine.buildkit.subprocess.Popen", popen)
+    records = _cache_records(engine)
+    made: list[str] = []
+    started = time.monotonic()
+    outcome = build_from_bundle(engine, path, builder=builder, verify=True, no_cache=True,
+                                progress=collect_created(made))
+    print(f"jax offline build ({builder}) + verification: {time.monotonic() - started:.1f} s, "
+          f"image {outcome.size} bytes")
+    try:
+        if builder == "classic":
+            (_, kwargs), = [c for c in calls if c[0] == "api"]
+            assert kwargs["network_mode"] == "none" and kwargs["nocache"]
+        else:
+            (_, cmd), = [c for c in calls if c[0] == "cli" and "build" in c[1]]
+            assert "--network=none" in cmd and "--no-cache" in cmd
+        info = engine.inspect(outcome.tag)
+        assert info.labels[LOCK_LABEL] == image.hash and info.labels[BUNDLE_LABEL].startswith("sha256:")
+        assert info.labels["io.envkit.build"] == "offline" and info.labels["io.envkit.jaxlib"] == "0.12.0.1"
+        verification = outcome.verification
+        assert verification.status == "verified", [c for c in verification.checks if c.status == "failed"]
+        assert verification.facts["jax"] == "0.12.0.1" and verification.facts["cuda"] == image.cuda
+    finally:
+        remove_images(engine, outcome.image_id, created=made)
+        if builder == "buildkit":
+            _prune_records(set(_cache_records(engine)) - set(records))
+
+
