@@ -1,0 +1,69 @@
+"""The offline bundle of a TensorFlow image, kept short for CI (the JAX one is built offline end to end in
+test_bundle_jax.py, from the same templates): `envkit bundle make` of examples/frameworks.yaml's tf image (50
+wheels, 3.66 GB), every wheel of the lock present and sha256-checked; then, inside the example TensorFlow
+image with no network, `pip install --dry-run --no-index` of the bundle's requirements from its wheelhouse: pip
+resolves the whole closure (dependencies included, hashes required) from the bundle alone. A full offline
+TensorFlow build was measured once (docs/images.md). The bundle is removed at the end.
+"""
+
+import json
+import shutil
+import time
+
+import pytest
+from packaging.utils import canonicalize_name
+
+from envkit.bundle import check_wheels, verify_bundle
+from envkit.engine import Mount, RunOptions
+from envkit.lock import load_lock
+from tests.integration.conftest import ROOT, envkit
+
+pytestmark = [pytest.mark.integration, pytest.mark.network]
+
+LOCK = ROOT / "examples" / "frameworks.lock"
+
+
+@pytest.fixture(scope="module")
+def tf_bundle(engine, tmp_path_factory):
+    """`envkit bundle make examples/frameworks.yaml --image tf` (the committed lock is reused)."""
+    out = tmp_path_factory.mktemp("tf-bundle") / "tf.bundle"
+    started = time.monotonic()
+    made = envkit("bundle", "make", "examples/frameworks.yaml", "--image", "tf", "--out", out, "--json", timeout=1800)
+    assert made.returncode == 0, made.stderr[-4000:]
+    doc = json.loads(made.stdout)
+    print(f"tf bundle: {doc['size_bytes']} bytes, made in {time.monotonic() - started:.1f} s")
+    yield out, doc, load_lock(LOCK).image("tf")
+    shutil.rmtree(out.parent, ignore_errors=True)
+
+
+def test_the_tf_bundle_holds_every_wheel_of_the_lock_hash_checked(tf_bundle):
+    path, doc, image = tf_bundle
+    assert doc["lock_reused"] is True and doc["lock_hash"] == image.hash and doc["wheels"] == len(image.packages)
+    manifest = verify_bundle(path)
+    assert manifest["tag"] == doc["tag"] and manifest["image"] == "tf"
+    wheels = check_wheels(image.packages, path / "context" / "wheelhouse")
+    assert len(wheels) == len(image.packages) == 50
+    assert {w.name.split("-")[0] for w in wheels} >= {"tensorflow", "nvidia_cudnn_cu12", "nvidia_nccl_cu12",
+                                                      "keras", "tensorboard"}
+
+
+def test_pip_installs_the_tf_closure_from_the_bundle_alone(engine, tf_bundle):
+    """In the example TensorFlow image (built here when absent, as test_tensorflow would), with no network:
+    pip resolves every requirement of the bundle, dependencies included, from its wheelhouse only."""
+    path, doc, image = tf_bundle
+    out = path.parent / "render"
+    built = envkit("build", "examples/frameworks.yaml", "--image", "tf", "--no-verify", "--out", out, "--json",
+                   timeout=3600)
+    assert built.returncode == 0, built.stderr[-4000:]
+    [tf] = json.loads(built.stdout)["images"]
+    script = ("/opt/venv/bin/pip install --dry-run --ignore-installed --no-index --find-links /bundle/wheelhouse "
+              "--require-hashes --only-binary=:all: --report /tmp/report.json "
+              "-r /bundle/requirements/framework.txt -r /bundle/requirements/extra.txt >/dev/null "
+              "&& cat /tmp/report.json")
+    options = RunOptions(timeout=300, network=False,
+                         mounts=(Mount(str(path / "context"), "/bundle", read_only=True),))
+    result = engine.run(tf["tag"], ["bash", "-c", script], options)
+    assert result.exit_code == 0, (result.stdout + result.stderr)[-4000:]
+    report = json.loads(result.stdout)
+    would = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
+    assert would == {p.name: p.version for p in image.packages}
