@@ -147,9 +147,9 @@ JAX = Framework(
 # metadata, pinned by the closure): the image must hold exactly the lock's. Coverage is judged on
 # the compute capabilities tensorflow reports it was compiled for (tf.sysconfig.get_build_info()
 # ["cuda_compute_capabilities"]; 2.20.0: sm_60 sm_70 sm_80 sm_89 compute_90, read in the built
-# image), not on the lock's arch list: the catalog has that reading for 2.20 only (TfRelease.arches);
-# other releases carry a file-wide list from TF's pip guide that their builds need not match. The
-# lock's arch list is therefore neither expected nor stamped on TensorFlow images.
+# image). The lock's arch list is the same fact, read from the wheel's build_info.py when resolving
+# (envkit.wheel_arches; the catalog's TfRelease.arches otherwise, unconfirmed), so it is neither
+# expected nor stamped on TensorFlow images: the image's own list is what coverage is judged on.
 def _tf_expect(image: LockedImage) -> dict:
     return {"framework": "tensorflow", "tensorflow": image.framework_version, "cuda": image.cuda,
             "cudnn": image.cudnn, "nccl": image.nccl, "python": image.python, "driver_floor": image.driver_floor}

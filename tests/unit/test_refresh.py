@@ -173,7 +173,7 @@ def test_a_gap_series_is_inserted_in_version_order(cat_dir):
     row = result.entries[0]
     assert row["patches"] == ["2.14.1"]  # the recorded listing holds 2.14.1 only
     assert row["variants"][0] == {"tag": "cu130", "cuda": "13.0", "status": "stable", "cudnn": "9.24.0.43",
-                                  "nccl": "2.30.7", "arch_list": "7.5;8.0;8.6;9.0;10.0;12.0+PTX"}
+                                  "nccl": "2.30.7", "arch_list": "7.5;8.0;8.6;9.0;10.0;12.0"}  # 2.13 cu130, as read from its wheel
     assert "carried over from 2.13 cu130" in row["note"]
     versions = [r["version"] for r in yaml.safe_load(result.proposed_text)["releases"]]
     assert versions == sorted(versions, key=Version) and versions[-3:] == ["2.14", "2.15", "2.16"]

@@ -228,7 +228,7 @@ TF2210 = "tensorflow-2.21.0-cp312-cp312-manylinux_2_27_x86_64.whl"
 def recorded_index(over: dict | None = None):
     members = {(W2141, TORCH_SO): so_bytes(FLAGS_2_14),  # agrees with the 2.14 cu130 row
                (W2150, TORCH_SO): so_bytes(b"sm_80 sm_90 sm_100 sm_120 compute_120"),  # 2.15 cu132 row differs
-               (TF2210, TF_INFO): build_info(["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"])}
+               (TF2210, TF_INFO): build_info(["sm_70", "sm_80", "sm_89", "compute_90"])}  # the 2.21 row differs
     return FakeIndex(members={**members, **(over or {})})
 
 
@@ -253,7 +253,7 @@ def test_check_arches_proposes_corrections_with_sources(tmp_path):
     assert catalog.torch_release("2.15").variant("cu132").arches == ("sm_80", "sm_90", "sm_100", "sm_120", "compute_120")
     assert "wheel_arches_torch_2_15_0" in catalog.torch_release("2.15").sources
     tf = next(r for r in catalog.tensorflow.releases if r.version == "2.21")
-    assert tf.arches == ("sm_60", "sm_70", "sm_80", "sm_89", "compute_90")
+    assert tf.arches == ("sm_70", "sm_80", "sm_89", "compute_90")
     assert W2150 in catalog.source("wheel_arches_torch_2_15_0") and "libtorch_python.so" in \
         catalog.source("wheel_arches_torch_2_15_0")
     # a second check finds nothing to change
