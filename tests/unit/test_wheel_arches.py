@@ -10,7 +10,6 @@ import io
 import json
 import os
 import zipfile
-from pathlib import Path
 from unittest import mock
 
 import pytest
