@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -54,6 +55,7 @@ BASE_ARCHIVE = "base.tar"
 CONTEXT = "context"
 DOCKERFILES = {"classic": "Dockerfile", "buildkit": "buildkit.Dockerfile"}
 BUNDLE_LABEL = "io.envkit.bundle"  # the manifest's sha256, on images built from a bundle
+DOWNLOADS = 4  # pip downloads at once when a bundle is made
 
 # Fetches each stage's Debian packages (and what they pull in) against the base's own state:
 # os first (then installed), then builder and devel, each relative to the os stage.
@@ -249,29 +251,34 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None,
     """Every wheel pip will install, for the image's Python and platform, checked against the lock.
 
     Downloaded on this host by pip for the image's interpreter and glibc (``--platform`` for
-    every manylinux tag the image accepts), ``--require-hashes`` then a second sha256 check here.
+    every manylinux tag the image accepts), ``--require-hashes`` then a second sha256 check here;
+    ``DOWNLOADS`` pip processes at once, the packages dealt among them (a framework's closure is a
+    few files of hundreds of MB: one stream at a time leaves most of the bandwidth unused).
     """
     dest.mkdir(parents=True, exist_ok=True)
     packages = install_packages(image)
+    indexes = _indexes(image, extra_index_url)
+    cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+           "--require-hashes", "--only-binary=:all:", "--implementation", "cp", "--python-version", image.python,
+           *[arg for tag in manylinux_tags(image.platform) for arg in ("--platform", tag)], "-d", str(dest),
+           "--index-url", indexes[0], *[a for url in indexes[1:] for a in ("--extra-index-url", url)],
+           *(["--cert", str(ca_bundle)] if ca_bundle is not None else [])]
+    # Only the lock's indexes: no pip.conf, no PIP_* (find-links, extra indexes, constraints) from here.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
     with tempfile.TemporaryDirectory(prefix="envkit-wheels-") as tmp:
-        reqs = Path(tmp) / "requirements.txt"
-        reqs.write_text("".join(f"{p.name}=={p.version} " + " ".join(f"--hash={h}" for h in p.hashes) + "\n"
-                                for p in packages))
-        cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
-               "--require-hashes", "--only-binary=:all:", "--implementation", "cp", "--python-version", image.python,
-               *[arg for tag in manylinux_tags(image.platform) for arg in ("--platform", tag)],
-               "-d", str(dest), "-r", str(reqs)]
-        indexes = _indexes(image, extra_index_url)
-        cmd += ["--index-url", indexes[0], *[a for url in indexes[1:] for a in ("--extra-index-url", url)]]
-        if ca_bundle is not None:
-            cmd += ["--cert", str(ca_bundle)]
-        # Only the lock's index: no pip.conf, no PIP_* (find-links, extra indexes, constraints) from here.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        tail = "\n    ".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
-        raise BuildError(f"downloading the wheels of {image.name} failed (pip exit {proc.returncode})",
-                         hint=f"is {' and '.join(indexes)} reachable (and the CA bundle right)?\n    {tail}")
+        files = []
+        for n in range(min(DOWNLOADS, len(packages))):
+            files.append(Path(tmp) / f"requirements-{n}.txt")
+            files[-1].write_text("".join(f"{p.name}=={p.version} " + " ".join(f"--hash={h}" for h in p.hashes) + "\n"
+                                         for p in packages[n::DOWNLOADS]))
+        with ThreadPoolExecutor(len(files) or 1) as pool:
+            procs = list(pool.map(lambda f: subprocess.run([*cmd, "-r", str(f)], capture_output=True, text=True,
+                                                           env=env), files))
+    for proc in procs:
+        if proc.returncode != 0:
+            tail = "\n    ".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
+            raise BuildError(f"downloading the wheels of {image.name} failed (pip exit {proc.returncode})",
+                             hint=f"is {' and '.join(indexes)} reachable (and the CA bundle right)?\n    {tail}")
     return check_wheels(packages, dest)
 
 

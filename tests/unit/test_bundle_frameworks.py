@@ -48,6 +48,8 @@ def _fake_pip(monkeypatch, wheels: dict[str, bytes]):
 
     def run(cmd, capture_output, text, env):
         seen.update(cmd=cmd, env=env)
+        with open(cmd[cmd.index("-r") + 1]) as fh:
+            seen.setdefault("requirements", []).append(fh.read())
         dest = cmd[cmd.index("-d") + 1]
         for name, data in wheels.items():
             with open(f"{dest}/{name}", "wb") as fh:
@@ -83,6 +85,17 @@ def test_the_same_index_is_asked_once(monkeypatch, tmp_path):
     image = make_jax_image(packages=(_locked("jax", "0.12.0.1", b"j"),))
     download_wheels(image, tmp_path, ca_bundle=None, extra_index_url=image.index_url)
     assert "--extra-index-url" not in seen["cmd"]
+
+
+def test_the_downloads_run_side_by_side_each_package_in_one_of_them(monkeypatch, tmp_path):
+    data = {f"pkg{i}": f"wheel {i}".encode() for i in range(10)}
+    seen = _fake_pip(monkeypatch, {f"{name}-1.0-py3-none-any.whl": body for name, body in data.items()})
+    image = make_jax_image(packages=tuple(_locked(name, "1.0", body) for name, body in data.items()))
+    assert len(download_wheels(image, tmp_path, ca_bundle=None)) == 10
+    assert len(seen["requirements"]) == bundle_mod.DOWNLOADS
+    lines = sorted(line.split(" ")[0] for text in seen["requirements"] for line in text.splitlines())
+    assert lines == sorted(f"{name}==1.0" for name in data)
+    assert all("--hash=sha256:" in line for text in seen["requirements"] for line in text.splitlines())
 
 
 def test_the_wheelhouse_matches_versions_as_versions(tmp_path):
