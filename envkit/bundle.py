@@ -43,7 +43,7 @@ from .engine import Mount, RunOptions
 from .errors import BuildError, EngineError, EnvkitError
 from .lock import Lock, LockedImage, Package, load_lock, write_atomic
 from .devel import APT as DEVEL_APT
-from .devel import toolkit_deb, toolkit_deb_url
+from .devel import fetch_toolkit_deb, toolkit_deb
 from .render import context_for, context_hash, image_tag, install_packages, render_files
 
 Progress = Callable[[str], None]
@@ -114,7 +114,7 @@ def make_bundle(engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle
         fetch_debs(engine, lock, image, context / "debs")
         if image.flavour == "devel" and toolkit_deb(image):  # CUDA 12: the compiler's programs
             progress("downloading the CUDA compiler's Debian package")
-            fetch_nvcc_deb(image, context / "debs" / "nvcc")
+            fetch_toolkit_deb(image, context / "debs" / "nvcc")
         progress(f"saving {image.base.ref}")
         save_image(engine, image.base.ref, staging / BASE_ARCHIVE)
         manifest = {
@@ -339,29 +339,6 @@ def fetch_debs(engine, lock: Lock, image: LockedImage, dest: Path) -> None:
         tail = "\n    ".join((result.stdout + result.stderr).strip().splitlines()[-10:])
         raise BuildError(f"fetching the Debian packages of {image.name} failed (exit {result.exit_code})",
                          hint=f"is the base's mirror reachable?\n    {tail}")
-
-
-def fetch_nvcc_deb(image: LockedImage, dest: Path) -> Path:
-    """The devel flavour's toolkit .deb (CUDA 12: envkit.devel.DEBIAN_TOOLKITS), checked against its sha256."""
-    import requests
-
-    url, expected = toolkit_deb_url(image), toolkit_deb(image).sha256
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / url.rsplit("/", 1)[1]
-    h = hashlib.sha256()
-    try:
-        with requests.get(url, stream=True, timeout=60) as response, open(path, "wb") as fh:
-            response.raise_for_status()
-            for block in response.iter_content(1 << 20):
-                h.update(block)
-                fh.write(block)
-    except (requests.RequestException, OSError) as exc:
-        raise BuildError(f"cannot download {url}: {exc}", hint="is the Debian mirror reachable?") from None
-    if h.hexdigest() != expected:
-        path.unlink()
-        raise BuildError(f"{url} has sha256 {h.hexdigest()[:12]}..., not the pinned {expected[:12]}...",
-                         hint="the mirror served another file; check envkit.devel.DEBIAN_TOOLKITS")
-    return path
 
 
 def save_image(engine, ref: str, path: Path) -> None:

@@ -26,11 +26,13 @@ CUDA major (looked up on the index on 2026-12-03):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from .closure import Pin, compile_closure
-from .errors import ResolutionError
+from .errors import BuildError, ResolutionError
 from .lock import LockedImage, Package
 
 GROUP = "devel"  # the lock's package group of the compiler's wheels
@@ -191,3 +193,27 @@ def toolkit_deb_url(image: LockedImage) -> str:
         return ""
     mirror = ((image.base.bootstrap or {}).get("mirror") or DEBIAN_MIRROR).rstrip("/")
     return f"{mirror}/{deb.pool_path}"
+
+
+def fetch_toolkit_deb(image: LockedImage, dest: Path) -> Path:
+    """Download ``image``'s toolkit .deb (CUDA 12: ``DEBIAN_TOOLKITS``) into ``dest`` (a bundle's debs/nvcc/),
+    checked against its pinned sha256."""
+    import requests
+
+    url, expected = toolkit_deb_url(image), toolkit_deb(image).sha256
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / url.rsplit("/", 1)[1]
+    h = hashlib.sha256()
+    try:
+        with requests.get(url, stream=True, timeout=60) as response, open(path, "wb") as fh:
+            response.raise_for_status()
+            for block in response.iter_content(1 << 20):
+                h.update(block)
+                fh.write(block)
+    except (requests.RequestException, OSError) as exc:
+        raise BuildError(f"cannot download {url}: {exc}", hint="is the Debian mirror reachable?") from None
+    if h.hexdigest() != expected:
+        path.unlink()
+        raise BuildError(f"{url} has sha256 {h.hexdigest()[:12]}..., not the pinned {expected[:12]}...",
+                         hint="the mirror served another file; check envkit.devel.DEBIAN_TOOLKITS")
+    return path

@@ -132,7 +132,7 @@ def offline_parts(monkeypatch):
     monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress: Base())
     monkeypatch.setattr(bundle_mod, "download_wheels", download_wheels)
     monkeypatch.setattr(bundle_mod, "fetch_debs", fetch_debs)
-    monkeypatch.setattr(bundle_mod, "fetch_nvcc_deb", lambda image, dest: pytest.fail("a CUDA 13 bundle has no .deb"))
+    monkeypatch.setattr(bundle_mod, "fetch_toolkit_deb", lambda image, dest: pytest.fail("a CUDA 13 bundle has no .deb"))
     monkeypatch.setattr(bundle_mod, "save_image", lambda engine, ref, path: path.write_bytes(b"tar"))
     return seen
 
