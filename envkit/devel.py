@@ -119,7 +119,8 @@ def check_framework(name: str, framework_name: str) -> None:
 
     fw = framework(framework_name)
     if not fw.devel:
-        raise ResolutionError(devel_refusal(name, fw) + f" ({fw.title} is chosen)", hint=fw.devel_refusal[1])
+        chosen = "" if fw.devel_refusal[0] else f" ({fw.title} is chosen)"
+        raise ResolutionError(devel_refusal(name, fw) + chosen, hint=fw.devel_refusal[1])
 
 
 def lock_packages(name: str, cuda_mm: str | None, locked: Sequence[Pin], *, python: str, glibc: str,

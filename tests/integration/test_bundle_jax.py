@@ -9,6 +9,7 @@ The bundle is removed at the end (pytest keeps old tmp directories), and so are 
 cache records the offline build made (by id: those that appeared during the build).
 """
 
+import json
 import shutil
 import subprocess
 import time
@@ -18,7 +19,7 @@ import pytest
 from envkit.build import LOCK_LABEL
 from envkit.bundle import BUNDLE_LABEL, build_from_bundle, bundle_size, check_wheels, make_bundle, verify_bundle
 from envkit.lock import load_lock, sealed
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import ROOT, envkit
 from tests.integration.test_buildkit import ca_bundle, collect_created, remove_images
 
 pytestmark = [pytest.mark.integration, pytest.mark.network]
@@ -85,10 +86,9 @@ def test_the_jax_image_builds_offline_from_its_bundle_and_verifies(engine, jax_b
     records = _cache_records(engine)
     made: list[str] = []
     started = time.monotonic()
-    outcome = build_from_bundle(engine, path, builder=builder, verify=True, no_cache=True,
+    outcome = build_from_bundle(engine, path, builder=builder, verify=False, no_cache=True,
                                 progress=collect_created(made))
-    print(f"jax offline build ({builder}) + verification: {time.monotonic() - started:.1f} s, "
-          f"image {outcome.size} bytes")
+    print(f"jax offline build ({builder}): {time.monotonic() - started:.1f} s, image {outcome.size} bytes")
     try:
         if builder == "classic":
             (_, kwargs), = [c for c in calls if c[0] == "api"]
@@ -99,9 +99,11 @@ def test_the_jax_image_builds_offline_from_its_bundle_and_verifies(engine, jax_b
         info = engine.inspect(outcome.tag)
         assert info.labels[LOCK_LABEL] == image.hash and info.labels[BUNDLE_LABEL].startswith("sha256:")
         assert info.labels["io.envkit.build"] == "offline" and info.labels["io.envkit.jaxlib"] == "0.12.0.1"
-        verification = outcome.verification
-        assert verification.status == "verified", [c for c in verification.checks if c.status == "failed"]
-        assert verification.facts["jax"] == "0.12.0.1" and verification.facts["cuda"] == image.cuda
+        # `envkit verify`, as for the online image: the payload inside it, against its labels and the bundle's lock
+        verified = envkit("verify", outcome.tag, "--lock", path / "envkit.lock", "--json", timeout=600)
+        doc = json.loads(verified.stdout)
+        assert verified.returncode == 0 and doc["status"] == "verified", verified.stdout[-4000:] + verified.stderr
+        assert doc["facts"]["jax"] == "0.12.0.1" and doc["facts"]["cuda"] == image.cuda
     finally:
         remove_images(engine, outcome.image_id, created=made)
         if builder == "buildkit":
