@@ -197,9 +197,10 @@ TENSORFLOW = Framework(
     deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
     expect=_tf_expect, labels=lambda image: {}, expect_from_labels=_tf_from_labels, facts_rules=_tf_built_against,
     devel_refusal=(
-        "tensorflow[and-cuda] installs a CUDA 12 runtime newer than 12.4 (2.20: 12.9), and the only CUDA 12 "
-        "compiler envkit can lock is Debian's 12.4 toolkit (the cu12 nvcc wheels hold no nvcc driver; "
-        "see envkit/devel.py)",
+        # the catalog's releases: 2.15-2.17 pin CUDA 12.2/12.3 exactly, 2.18 on ask for >= 12.5 (2.20 locks 12.9)
+        "no tensorflow[and-cuda] release installs CUDA 12.4 (up to 2.17 it pins 12.2 or 12.3, from 2.18 on it "
+        "asks for 12.5 or newer), and the only CUDA 12 compiler envkit can lock is Debian's 12.4 toolkit (the "
+        "cu12 nvcc wheels hold no nvcc driver; see envkit/devel.py)",
         "use flavour: runtime, and compile custom ops with a CUDA toolkit of the runtime's release on top of it; "
         "for kernels envkit can compile, use a PyTorch or JAX image with CUDA 13 and flavour: devel"))
 
@@ -264,7 +265,8 @@ def require_bundle(image: LockedImage) -> None:
 def require_devel(image: LockedImage) -> None:
     fw = framework(image.framework)
     if not fw.devel:
-        raise EnvkitError(devel_refusal(image.name, fw) + f" ({fw.title} {image.framework_version} is locked)",
+        cuda = f", CUDA {image.cuda_major_minor}" if image.cuda_major_minor else ""
+        raise EnvkitError(devel_refusal(image.name, fw) + f" ({fw.title} {image.framework_version} is locked{cuda})",
                           hint=fw.devel_refusal[1])
 
 

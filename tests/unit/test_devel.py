@@ -255,7 +255,7 @@ def test_resolve_refuses_a_jax_cuda12_devel_image_naming_its_cuda_and_the_way_ou
 def test_resolve_refuses_a_tensorflow_devel_image_before_compiling_anything(catalog):  # noqa: F811
     closure = DevelClosure()
     spec = _devel_spec(framework="tensorflow[and-cuda]>=2.16")
-    with pytest.raises(ResolutionError, match="makes only for PyTorch and JAX images: tensorflow") as err:
+    with pytest.raises(ResolutionError, match="makes only for PyTorch and JAX images: no tensorflow") as err:
         run(catalog, closure=closure, spec=spec)
     assert "flavour: runtime" in err.value.hint
     assert len(closure.calls) == 1  # the framework closure, not the compiler's

@@ -76,8 +76,8 @@ def test_devel_flavour_refuses_tf_with_the_reason_and_the_way_out():
         render_files(make_lock(image), image, "team.yaml")
     message, hint = err.value.message, err.value.hint
     assert "devel flavour, which envkit makes only for PyTorch and JAX images" in message
-    assert "TensorFlow 2.20.0" in message
-    assert "CUDA 12 runtime newer than 12.4" in message and "Debian's 12.4 toolkit" in message
+    assert "(TensorFlow 2.20.0 is locked, CUDA 12.9)" in message
+    assert "no tensorflow[and-cuda] release installs CUDA 12.4" in message and "Debian's 12.4 toolkit" in message
     assert "flavour: runtime" in hint and "CUDA 13 and flavour: devel" in hint
 
 
