@@ -26,12 +26,12 @@ from ...errors import CatalogError
 from ...wheel_arches import ArchReading, same_arches
 from .. import Catalog, data_dir as default_data_dir
 from .common import RefreshResult, apply_texts, check_today, load_yaml, q, read_file, splice, wheel_reading
+from .tensorflow import _ROW as _TF_ROW
 from .torch import _release_blocks
 
 ARCH_FRAMEWORKS = ("torch", "tensorflow")
 _VARIANT = re.compile(r'^(?P<indent>\s+)- \{tag: (?P<tag>[A-Za-z0-9_.]+), .*arch_list: (?P<q>"[^"]*")\}\s*$')
 _SOURCES = re.compile(r"^(?P<indent>\s+)sources: \[(?P<keys>[^\]]*)\]")
-_TF_ROW = re.compile(r'^    - \{version: "(?P<v>[0-9][0-9.]*)",')
 
 
 @dataclass(frozen=True)
