@@ -243,7 +243,10 @@ def file_hashes(root: Path) -> dict[str, str]:
 # --- wheels --------------------------------------------------------------------------
 
 def _indexes(image: LockedImage, extra_index_url: str | None) -> list[str]:
-    return [image.index_url, *([extra_index_url] if extra_index_url and extra_index_url != image.index_url else [])]
+    """The lock's index, then the index the resolver took the rest from (the lock says, since it records
+    it; ``extra_index_url``, the spec's, for locks made before)."""
+    extra = image.extra_index_url or extra_index_url
+    return [image.index_url, *([extra] if extra and extra != image.index_url else [])]
 
 
 def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None,

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
 from .errors import LockError
 from .frameworks import framework
@@ -55,7 +55,8 @@ class LockedImage(Frozen):
     framework: str  # project name, e.g. "torch"
     framework_version: str
     variant: str  # e.g. "cu124"
-    index_url: str
+    index_url: str  # where the framework comes from (a non-default torch variant: its own index)
+    extra_index_url: str | None = None  # and then the rest of the closure (the spec's index), when not index_url
     python: str
     platform: str
     cuda: str | None  # CUDA runtime wheel version, e.g. "12.4.127"
@@ -72,6 +73,14 @@ class LockedImage(Frozen):
     flavour: str
     packages: tuple[Package, ...]
     decisions: tuple[Decision, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_unset_extra_index(self, handler) -> dict:
+        """No ``extra_index_url`` key when there is none: locks (and image hashes) made before it stay as they were."""
+        data = handler(self)
+        if data.get("extra_index_url") is None:
+            data.pop("extra_index_url", None)
+        return data
 
     def content_hash(self) -> str:
         """Hash of everything that decides the image's contents (not the explanations)."""

@@ -29,6 +29,7 @@ from . import __version__, devel
 from .certify.harness import PAYLOAD_NAME, payload_files
 from .errors import EnvkitError
 from .frameworks import framework
+from .index import DEFAULT_INDEX
 from .labels import LOCK_LABEL
 from .lock import Lock, LockedImage, Package, write_atomic
 
@@ -152,7 +153,7 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         builder_packages=("python3-venv",),
         venv=VENV,
         extras_prefix=EXTRAS,
-        pip_flags=_pip_flags(buildkit=buildkit, wheelhouse=wheelhouse),
+        pip_flags=_pip_flags(image, buildkit=buildkit, wheelhouse=wheelhouse),
         # offline builds reach no index, so they need no CA
         pip_env="" if wheelhouse else PIP_ENV,
         require_cuda=image.require_cuda or "cuda>=0.0",
@@ -172,10 +173,20 @@ def _devel_fields(image: LockedImage) -> dict:
                 devel_wheels=bool(wheels))
 
 
-def _pip_flags(*, buildkit: bool, wheelhouse: bool) -> str:
+def _pip_flags(image: LockedImage, *, buildkit: bool, wheelhouse: bool) -> str:
     if wheelhouse:  # no index, and no cache mount: the wheels are local
         return f"{PIP_FLAGS} --no-index --find-links {WHEELHOUSE}"
-    return PIP_FLAGS_BUILDKIT if buildkit else PIP_FLAGS
+    return (PIP_FLAGS_BUILDKIT if buildkit else PIP_FLAGS) + _index_flags(image)
+
+
+def _index_flags(image: LockedImage) -> str:
+    """The indexes the lock's packages come from, as the resolver asked them: the framework's (a non-default
+    torch variant's own, or the spec's mirror), then the spec's for the rest. None for pip's default, PyPI,
+    so contexts of images from PyPI are as they were. Hashes pin every file, whichever index serves it."""
+    flags = f" --index-url {_dq(image.index_url)}" if image.index_url != DEFAULT_INDEX else ""
+    if image.extra_index_url and image.extra_index_url != image.index_url:
+        flags += f" --extra-index-url {_dq(image.extra_index_url)}"
+    return flags
 
 
 def requirements_text(image: LockedImage, group: str) -> str:

@@ -339,7 +339,8 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
                                   reason=devel.source(cuda_mm)))
     return sealed(LockedImage(
         name=p.target.name, framework=c.framework, framework_version=c.version, variant=c.variant,
-        index_url=fw_index.url, python=p.python, platform=f"x86_64-manylinux_{p.os.glibc.replace('.', '_')}",
+        index_url=fw_index.url, extra_index_url=extra_index, python=p.python,
+        platform=f"x86_64-manylinux_{p.os.glibc.replace('.', '_')}",
         cuda=cuda, cuda_major_minor=cuda_mm, cudnn=cudnn or c.cudnn, nccl=nccl or c.nccl,
         arch_list=arches, min_cc=c.min_cc, driver_floor=p.driver_floor, require_cuda=p.require_cuda,
         policy=p.policy, base=p.base, apt=tuple(p.target.apt),

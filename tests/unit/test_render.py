@@ -179,3 +179,32 @@ def test_tilde_is_safe_but_quotes_are_not():
     assert _dq("12.4.131~12.4.1-2") == "12.4.131~12.4.1-2"
     with pytest.raises(EnvkitError):
         _dq('a"b')
+
+
+# --- where pip finds the lock's packages ----------------------------------------------------------
+
+def test_a_non_default_variant_is_installed_from_its_own_index_then_the_specs():
+    variant = "https://download.pytorch.org/whl/cu126"
+    image = make_image(index_url=variant, extra_index_url="https://pypi.org/simple")
+    for buildkit in (False, True):
+        text = _dockerfile(image, buildkit=buildkit)
+        installs = [line for line in text.splitlines() if "/bin/pip install" in line or "/bin/pip download" in line]
+        assert installs and all(f"--index-url {variant} --extra-index-url https://pypi.org/simple" in line
+                                for line in installs if "--no-index" not in line)
+    offline = _dockerfile(image, wheelhouse=True)
+    assert "index-url" not in offline and "--no-index --find-links /tmp/envkit/wheelhouse" in offline
+
+
+def test_a_spec_mirror_is_where_the_build_installs_from_and_pypi_adds_nothing():
+    mirror = make_image(index_url="https://mirror.corp.example/pypi/simple")
+    assert "--index-url https://mirror.corp.example/pypi/simple -r" in _dockerfile(mirror).replace(" \\\n", " ")
+    assert "--extra-index-url" not in _dockerfile(mirror)
+    assert "index-url" not in _dockerfile(make_image())  # PyPI, pip's own default: contexts as before
+
+
+def test_the_extra_index_is_in_the_lock_only_when_there_is_one():
+    plain = make_image()
+    assert "extra_index_url" not in plain.model_dump() and plain.hash == plain.content_hash()
+    variant = make_image(index_url="https://download.pytorch.org/whl/cu126", extra_index_url="https://pypi.org/simple")
+    assert variant.model_dump()["extra_index_url"] == "https://pypi.org/simple"
+    assert variant.content_hash() != make_image(index_url="https://download.pytorch.org/whl/cu126").content_hash()

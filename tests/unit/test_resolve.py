@@ -575,6 +575,7 @@ def test_non_default_variant_comes_from_its_own_index(catalog):
     call = closure.calls[0]
     assert call["requirements"] == ["torch==2.14.1+cu126"]
     assert (call["index_url"], call["extra_index_url"]) == (url, SPEC_INDEX)  # own index first
+    assert (image.index_url, image.extra_index_url) == (url, SPEC_INDEX)  # and so the build's pip (render.py)
     assert next(p for p in image.packages if p.name == "torch").version == "2.14.1+cu126"
     assert "not the index's default build, so it comes from " + url in decision(image, "torch").reason
 
