@@ -61,33 +61,13 @@ def test_build_from_bundle_without_network(engine, bundle, builder, monkeypatch)
 
         if not BuildKitBuilder(engine).available():
             pytest.skip("BuildKit is not available")
-    # record what reaches the engine: the build itself must have no network
-    calls = []
-    real_api_build = engine.client.api.build
-    real_popen = subprocess.Popen
-
-    def api_build(*args, **kwargs):
-        calls.append(("api", kwargs))
-        return real_api_build(*args, **kwargs)
-
-    def popen(cmd, *args, **kwargs):
-        calls.append(("cli", list(cmd)))
-        return real_popen(cmd, *args, **kwargs)
-
-    monkeypatch.setattr(engine.client.api, "build", api_build)
-    monkeypatch.setattr("envkit.engine.buildkit.subprocess.Popen", popen)
+    calls = record_builds(engine, monkeypatch)  # what reaches the engine: the build itself must have no network
     # no_cache: every RUN really runs (layer caches do not key on the network mode)
     made: list[str] = []
     outcome = build_from_bundle(engine, path, builder=builder, verify=False, no_cache=True,
                                 progress=collect_created(made))
     try:
-        if builder == "classic":
-            (kind, kwargs), = [c for c in calls if c[0] == "api"]
-            assert kwargs["network_mode"] == "none" and kwargs["dockerfile"] == "Dockerfile" and kwargs["nocache"]
-        else:
-            (kind, cmd), = [c for c in calls if c[0] == "cli" and "build" in c[1]]
-            assert "--network=none" in cmd and "--no-cache" in cmd
-            assert cmd[cmd.index("-f") + 1].endswith("buildkit.Dockerfile")
+        assert_built_offline(calls, builder)
         info = engine.inspect(outcome.tag)
         assert info.id == outcome.image_id
         assert info.labels[LOCK_LABEL] == image.hash and info.labels[BUNDLE_LABEL].startswith("sha256:")
@@ -101,6 +81,35 @@ def test_build_from_bundle_without_network(engine, bundle, builder, monkeypatch)
         # the image, then every intermediate image a classic no-cache build made (left behind, the
         # classic builder would prefer them, being newest, as the cache of later builds)
         remove_images(engine, outcome.image_id, created=made)
+
+
+def record_builds(engine, monkeypatch) -> list[tuple[str, object]]:
+    """Record each build that reaches the engine: ("api", docker-py's build kwargs) or ("cli", the BuildKit argv)."""
+    calls: list[tuple[str, object]] = []
+    real_api_build, real_popen = engine.client.api.build, subprocess.Popen
+
+    def api_build(*args, **kwargs):
+        calls.append(("api", kwargs))
+        return real_api_build(*args, **kwargs)
+
+    def popen(cmd, *args, **kwargs):
+        calls.append(("cli", list(cmd)))
+        return real_popen(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(engine.client.api, "build", api_build)
+    monkeypatch.setattr("envkit.engine.buildkit.subprocess.Popen", popen)
+    return calls
+
+
+def assert_built_offline(calls: list[tuple[str, object]], builder: str) -> None:
+    """One build, with the network cut off and no cache, from the bundle's Dockerfile for ``builder``."""
+    if builder == "classic":
+        (_, kwargs), = [c for c in calls if c[0] == "api"]
+        assert kwargs["network_mode"] == "none" and kwargs["dockerfile"] == "Dockerfile" and kwargs["nocache"]
+    else:
+        (_, cmd), = [c for c in calls if c[0] == "cli" and "build" in c[1]]
+        assert "--network=none" in cmd and "--no-cache" in cmd
+        assert cmd[cmd.index("-f") + 1].endswith("buildkit.Dockerfile")
 
 
 def test_cli_bundle_make_then_build_offline(engine, tmp_path):

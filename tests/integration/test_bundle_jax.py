@@ -21,6 +21,7 @@ from envkit.bundle import BUNDLE_LABEL, build_from_bundle, bundle_size, check_wh
 from envkit.lock import load_lock, sealed
 from tests.integration.conftest import ROOT, envkit
 from tests.integration.test_buildkit import ca_bundle, collect_created, remove_images
+from tests.integration.test_bundle import assert_built_offline, record_builds
 
 pytestmark = [pytest.mark.integration, pytest.mark.network]
 
@@ -70,19 +71,7 @@ def test_the_jax_image_builds_offline_from_its_bundle_and_verifies(engine, jax_b
 
     path, image = jax_bundle
     builder = "buildkit" if BuildKitBuilder(engine).available() else "classic"
-    calls = []
-    real_api_build, real_popen = engine.client.api.build, subprocess.Popen
-
-    def api_build(*args, **kwargs):
-        calls.append(("api", kwargs))
-        return real_api_build(*args, **kwargs)
-
-    def popen(cmd, *args, **kwargs):
-        calls.append(("cli", list(cmd)))
-        return real_popen(cmd, *args, **kwargs)
-
-    monkeypatch.setattr(engine.client.api, "build", api_build)
-    monkeypatch.setattr("envkit.engine.buildkit.subprocess.Popen", popen)
+    calls = record_builds(engine, monkeypatch)
     records = _cache_records(engine)
     made: list[str] = []
     started = time.monotonic()
@@ -90,12 +79,7 @@ def test_the_jax_image_builds_offline_from_its_bundle_and_verifies(engine, jax_b
                                 progress=collect_created(made))
     print(f"jax offline build ({builder}): {time.monotonic() - started:.1f} s, image {outcome.size} bytes")
     try:
-        if builder == "classic":
-            (_, kwargs), = [c for c in calls if c[0] == "api"]
-            assert kwargs["network_mode"] == "none" and kwargs["nocache"]
-        else:
-            (_, cmd), = [c for c in calls if c[0] == "cli" and "build" in c[1]]
-            assert "--network=none" in cmd and "--no-cache" in cmd
+        assert_built_offline(calls, builder)
         info = engine.inspect(outcome.tag)
         assert info.labels[LOCK_LABEL] == image.hash and info.labels[BUNDLE_LABEL].startswith("sha256:")
         assert info.labels["io.envkit.build"] == "offline" and info.labels["io.envkit.jaxlib"] == "0.12.0.1"

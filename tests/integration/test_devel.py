@@ -140,6 +140,25 @@ def _small_devel_lock():
     return lock.model_copy(update={"images": (image,)}), image
 
 
+MAIN = KERNEL + r"""
+#include <cstdio>
+int main() { printf("%p\n", (void *)add_one); return 0; }
+"""
+
+
+def assert_nvcc_compiles_and_links(engine, tag: str, image, src: Path) -> None:
+    """In ``tag``: nvcc is the lock's release, compiles a kernel for sm_90 and links an executable that runs."""
+    nvcc = next(p.version for p in image.packages if p.name == "nvidia-cuda-nvcc")
+    (src / "k.cu").write_text(KERNEL)
+    (src / "main.cu").write_text(MAIN)
+    script = ("nvcc --version && nvcc -c -arch=sm_90 /src/k.cu -o /tmp/k.o && test -s /tmp/k.o && echo COMPILED "
+              "&& nvcc -arch=sm_90 /src/main.cu -o /tmp/main && /tmp/main && echo LINKED")
+    result = engine.run(tag, ["bash", "-c", script], _options(src, timeout=300))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert f"release {image.cuda_major_minor}, V{nvcc}" in result.stdout
+    assert "COMPILED" in result.stdout and "LINKED" in result.stdout
+
+
 def _options(src: Path, *, timeout: int, env: dict | None = None) -> RunOptions:
     os.chmod(src, 0o755)
     return RunOptions(timeout=timeout, network=False, env=env or {},

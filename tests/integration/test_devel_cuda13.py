@@ -17,14 +17,9 @@ from envkit import devel
 from envkit.build import build_image
 from envkit.lock import load_lock, sealed
 from tests.integration.conftest import ROOT
-from tests.integration.test_devel import EXTENSION, KERNEL, _ca, _options
+from tests.integration.test_devel import EXTENSION, KERNEL, _ca, _options, assert_nvcc_compiles_and_links
 
 pytestmark = pytest.mark.integration
-
-MAIN = KERNEL + r"""
-#include <cstdio>
-int main() { printf("%p\n", (void *)add_one); return 0; }
-"""
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +48,7 @@ def test_the_lock_pins_the_compiler_of_its_cuda(devel13):
 
 def test_nvcc_is_the_locked_release_and_compiles_and_links_for_sm90(devel13, engine, tmp_path):
     outcome, image = devel13
-    nvcc = next(p.version for p in image.packages if p.name == "nvidia-cuda-nvcc")
-    (tmp_path / "k.cu").write_text(KERNEL)
-    (tmp_path / "main.cu").write_text(MAIN)
-    script = ("nvcc --version && nvcc -c -arch=sm_90 /src/k.cu -o /tmp/k.o && test -s /tmp/k.o && echo COMPILED "
-              "&& nvcc -arch=sm_90 /src/main.cu -o /tmp/main && /tmp/main && echo LINKED")
-    result = engine.run(outcome.tag, ["bash", "-c", script], _options(tmp_path, timeout=300))
-    assert result.exit_code == 0, result.stdout + result.stderr
-    assert f"release {image.cuda_major_minor}, V{nvcc}" in result.stdout
-    assert "COMPILED" in result.stdout and "LINKED" in result.stdout
+    assert_nvcc_compiles_and_links(engine, outcome.tag, image, tmp_path)
 
 
 def test_torch_cpp_extension_with_a_kernel_builds_and_loads(devel13, engine, tmp_path):

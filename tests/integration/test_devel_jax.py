@@ -19,14 +19,9 @@ from envkit import devel
 from envkit.build import build_image
 from envkit.lock import load_lock, sealed
 from tests.integration.conftest import ROOT
-from tests.integration.test_devel import KERNEL, _ca, _options
+from tests.integration.test_devel import _ca, _options, assert_nvcc_compiles_and_links
 
 pytestmark = pytest.mark.integration
-
-MAIN = KERNEL + r"""
-#include <cstdio>
-int main() { printf("%p\n", (void *)add_one); return 0; }
-"""
 
 FFI = r"""
 #include <cstdint>
@@ -105,15 +100,7 @@ def test_the_compiler_is_the_framework_closures_own(jax_devel):
 
 def test_nvcc_is_the_locked_release_and_compiles_and_links(jax_devel, engine, tmp_path):
     outcome, image = jax_devel
-    nvcc = next(p.version for p in image.packages if p.name == "nvidia-cuda-nvcc")
-    (tmp_path / "k.cu").write_text(KERNEL)
-    (tmp_path / "main.cu").write_text(MAIN)
-    script = ("nvcc --version && nvcc -c -arch=sm_90 /src/k.cu -o /tmp/k.o && test -s /tmp/k.o && echo COMPILED "
-              "&& nvcc -arch=sm_90 /src/main.cu -o /tmp/main && /tmp/main && echo LINKED")
-    result = engine.run(outcome.tag, ["bash", "-c", script], _options(tmp_path, timeout=300))
-    assert result.exit_code == 0, result.stdout + result.stderr
-    assert f"release {image.cuda_major_minor}, V{nvcc}" in result.stdout
-    assert "COMPILED" in result.stdout and "LINKED" in result.stdout
+    assert_nvcc_compiles_and_links(engine, outcome.tag, image, tmp_path)
 
 
 def test_an_xla_ffi_handler_compiles_against_jaxlibs_headers_and_runs_on_cpu(jax_devel, engine, tmp_path):
