@@ -41,6 +41,7 @@ from .build import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, require_build
 from .certify.harness import run_payload
 from .engine import Mount, RunOptions
 from .errors import BuildError, EngineError, EnvkitError
+from .index import trusted_hosts
 from .lock import Lock, LockedImage, Package, load_lock, write_atomic
 from .devel import APT as DEVEL_APT
 from .devel import fetch_toolkit_deb, toolkit_deb
@@ -242,6 +243,9 @@ def file_hashes(root: Path) -> dict[str, str]:
 
 # --- wheels --------------------------------------------------------------------------
 
+CA_ENV = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")  # what overrides pip's `--cert` (observed with pip 26.3)
+
+
 def _indexes(image: LockedImage, extra_index_url: str | None) -> list[str]:
     """The lock's index, then the index the resolver took the rest from (the lock says, since it records
     it; ``extra_index_url``, the spec's, for locks made before)."""
@@ -265,9 +269,13 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None,
            "--require-hashes", "--only-binary=:all:", "--implementation", "cp", "--python-version", image.python,
            *[arg for tag in manylinux_tags(image.platform) for arg in ("--platform", tag)], "-d", str(dest),
            "--index-url", indexes[0], *[a for url in indexes[1:] for a in ("--extra-index-url", url)],
+           *[a for host in trusted_hosts(indexes) for a in ("--trusted-host", host)],
            *(["--cert", str(ca_bundle)] if ca_bundle is not None else [])]
-    # Only the lock's indexes: no pip.conf, no PIP_* (find-links, extra indexes, constraints) from here.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+    # Only the lock's indexes: no pip.conf, no PIP_* (find-links, extra indexes, constraints) from here. And
+    # with a CA bundle, no REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE: pip's requests lets them win over `--cert`.
+    dropped = CA_ENV if ca_bundle is not None else ()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k not in dropped} \
+        | {"PIP_CONFIG_FILE": os.devnull}
     with tempfile.TemporaryDirectory(prefix="envkit-wheels-") as tmp:
         files = []
         for n in range(min(DOWNLOADS, len(packages))):

@@ -46,8 +46,12 @@ def uv_binary() -> str:
 
 def compile_closure(requirements: list[str], *, python: str, glibc: str, index_url: str,
                     constraints: list[Pin] | None = None, extra_index_url: str | None = None,
-                    extra_constraints: list[str] | None = None, machine: str = "x86_64") -> list[Pin]:
-    """Pin ``requirements`` and everything they need, with every file hash."""
+                    extra_constraints: list[str] | None = None, machine: str = "x86_64",
+                    ca_bundle: Path | None = None) -> list[Pin]:
+    """Pin ``requirements`` and everything they need, with every file hash.
+
+    ``ca_bundle``: the PEM bundle uv verifies TLS with (``--cert``: in place of the system store, as
+    pip's ``--cert`` in the build). A plain-http index needs nothing more (uv asks it as named)."""
     platform = f"{machine}-manylinux_{_uv_glibc(glibc).replace('.', '_')}"
     with tempfile.TemporaryDirectory(prefix="envkit-closure-") as tmp:
         req_in = Path(tmp) / "requirements.in"
@@ -63,6 +67,8 @@ def compile_closure(requirements: list[str], *, python: str, glibc: str, index_u
         if extra_index_url:
             # the framework's own index first (uv takes each package from the first index that has it)
             cmd += ["--extra-index-url", extra_index_url]
+        if ca_bundle is not None:
+            cmd += ["--cert", str(ca_bundle)]
         env = dict(os.environ)
         env.setdefault("UV_NATIVE_TLS", "1")  # trust the system store (and a proxy's CA in it)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)

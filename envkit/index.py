@@ -20,6 +20,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlsplit
 
 import requests
 from packaging.requirements import Requirement
@@ -83,11 +84,27 @@ def _manylinux_ok(plat: str, glibc: tuple[int, ...]) -> bool:
     return False
 
 
+def trusted_hosts(urls) -> list[str]:
+    """The ``host[:port]`` of each plain-http index in ``urls``, once each: pip ignores an http index on
+    any host but localhost unless it is named with ``--trusted-host``. An index the user named is taken
+    as meant (every file is pinned by its sha256 in the lock); https indexes are verified as usual."""
+    hosts: list[str] = []
+    for url in urls:
+        parts = urlsplit(url or "")
+        if parts.scheme == "http" and parts.netloc and parts.netloc not in hosts:
+            hosts.append(parts.netloc)
+    return hosts
+
+
 class PackageIndex:
     def __init__(self, url: str = DEFAULT_INDEX, *, cache_dir: Path | None = None,
-                 session: requests.Session | None = None):
+                 session: requests.Session | None = None, ca_bundle: Path | None = None):
+        """``ca_bundle``: the PEM bundle to verify the index's TLS with (the spec's, as builds use it), in
+        place of the default trust store; passed with each request, since requests lets
+        ``REQUESTS_CA_BUNDLE`` win over a session's own ``verify``."""
         self.url = url.rstrip("/")
         self.session = session or requests.Session()
+        self._tls = {"verify": str(ca_bundle)} if ca_bundle is not None else {}
         self.cache_dir = cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "envkit" / "metadata"
         self._projects: dict[str, list[WheelFile]] = {}
         self.bytes_fetched = 0  # response bodies read through this client, for reports
@@ -98,7 +115,7 @@ class PackageIndex:
             return self._projects[project]
         url = f"{self.url}/{project}/"
         try:
-            resp = self.session.get(url, headers={"Accept": JSON_ACCEPT}, timeout=TIMEOUT)
+            resp = self.session.get(url, headers={"Accept": JSON_ACCEPT}, timeout=TIMEOUT, **self._tls)
         except requests.RequestException as exc:
             raise PackageIndexError(f"cannot reach the package index at {url}: {exc}",
                                     hint="check the network or set build.index_url in the spec") from None
@@ -221,7 +238,7 @@ class PackageIndex:
 
     def _get(self, url: str, **headers) -> requests.Response:
         try:
-            resp = self.session.get(url, headers=headers, timeout=TIMEOUT)
+            resp = self.session.get(url, headers=headers, timeout=TIMEOUT, **self._tls)
         except requests.RequestException as exc:
             raise PackageIndexError(f"cannot fetch {url}: {exc}") from None
         self.bytes_fetched += len(resp.content)

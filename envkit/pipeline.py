@@ -5,6 +5,7 @@ One typed function per CLI command; each returns data the CLI formats.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Callable
 from .build import LOCK_LABEL, Outcome, Progress, build_image, require_builder
 from .certify.harness import Verification, expect_from_labels, run_payload
 from .catalog import Catalog, load_catalog
+from .closure import compile_closure
 from .errors import EngineError, EnvkitError, LockError, SpecError, VerificationError
 from .frameworks import require_buildable, require_bundle
 from .index import DEFAULT_INDEX, PackageIndex
@@ -70,8 +72,11 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
             progress(f"{lock_path} is up to date")
             return Resolved(spec, lock, lock_path, True)
     progress(f"resolving {len(spec.images)} image(s) against the catalog and the package index")
-    index = PackageIndex(spec.build.index_url or DEFAULT_INDEX)
-    lock = resolve(spec, catalog, index)
+    # the CA bundle the builds get verifies the resolver's TLS too (a mirror signed by a company CA)
+    ca = spec.ca_bundle_path()
+    index = PackageIndex(spec.build.index_url or DEFAULT_INDEX, ca_bundle=ca)
+    lock = resolve(spec, catalog, index, closure=functools.partial(compile_closure, ca_bundle=ca),
+                   index_for=lambda url: PackageIndex(url, ca_bundle=ca))
     write_lock(lock, lock_path)
     return Resolved(spec, lock, lock_path, False)
 

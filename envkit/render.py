@@ -29,7 +29,7 @@ from . import __version__, devel
 from .certify.harness import PAYLOAD_NAME, payload_files
 from .errors import EnvkitError
 from .frameworks import framework
-from .index import DEFAULT_INDEX
+from .index import DEFAULT_INDEX, trusted_hosts
 from .labels import LOCK_LABEL
 from .lock import Lock, LockedImage, Package, write_atomic
 
@@ -182,10 +182,12 @@ def _pip_flags(image: LockedImage, *, buildkit: bool, wheelhouse: bool) -> str:
 def _index_flags(image: LockedImage) -> str:
     """The indexes the lock's packages come from, as the resolver asked them: the framework's (a non-default
     torch variant's own, or the spec's mirror), then the spec's for the rest. None for pip's default, PyPI,
-    so contexts of images from PyPI are as they were. Hashes pin every file, whichever index serves it."""
+    so contexts of images from PyPI are as they were. Hashes pin every file, whichever index serves it,
+    so a plain-http index is named a trusted host (pip ignores it otherwise)."""
     flags = f" --index-url {_dq(image.index_url)}" if image.index_url != DEFAULT_INDEX else ""
     if image.extra_index_url and image.extra_index_url != image.index_url:
         flags += f" --extra-index-url {_dq(image.extra_index_url)}"
+    flags += "".join(f" --trusted-host {_dq(h)}" for h in trusted_hosts([image.index_url, image.extra_index_url]))
     return flags
 
 

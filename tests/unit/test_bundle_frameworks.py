@@ -87,6 +87,28 @@ def test_the_same_index_is_asked_once(monkeypatch, tmp_path):
     assert "--extra-index-url" not in seen["cmd"]
 
 
+def test_a_plain_http_index_is_a_trusted_host_for_the_download(monkeypatch, tmp_path):
+    seen = _fake_pip(monkeypatch, {"jax-0.12.0.1-py3-none-any.whl": b"j"})
+    image = make_jax_image(index_url="http://mirror.corp.example:8080/simple", extra_index_url="https://pypi.org/simple",
+                           packages=(_locked("jax", "0.12.0.1", b"j"),))
+    download_wheels(image, tmp_path, ca_bundle=None)
+    cmd = seen["cmd"]
+    assert cmd[cmd.index("--trusted-host") + 1] == "mirror.corp.example:8080" and cmd.count("--trusted-host") == 1
+
+
+def test_the_ca_bundle_is_not_overridden_by_the_environment(monkeypatch, tmp_path):
+    """pip's requests lets REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE win over `--cert`: with a bundle they are not passed."""
+    seen = _fake_pip(monkeypatch, {"jax-0.12.0.1-py3-none-any.whl": b"j"})
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
+    monkeypatch.setenv("CURL_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
+    image = make_jax_image(packages=(_locked("jax", "0.12.0.1", b"j"),))
+    download_wheels(image, tmp_path / "a", ca_bundle=tmp_path / "ca.pem")
+    assert seen["cmd"][seen["cmd"].index("--cert") + 1] == str(tmp_path / "ca.pem")
+    assert "REQUESTS_CA_BUNDLE" not in seen["env"] and "CURL_CA_BUNDLE" not in seen["env"]
+    download_wheels(image, tmp_path / "b", ca_bundle=None)
+    assert seen["env"]["REQUESTS_CA_BUNDLE"] == "/etc/ssl/certs/ca-certificates.crt"
+
+
 def test_the_downloads_run_side_by_side_each_package_in_one_of_them(monkeypatch, tmp_path):
     data = {f"pkg{i}": f"wheel {i}".encode() for i in range(10)}
     seen = _fake_pip(monkeypatch, {f"{name}-1.0-py3-none-any.whl": body for name, body in data.items()})

@@ -661,3 +661,50 @@ def test_cached_metadata_is_used_without_contacting_anyone(tmp_path):
                    Version("2.5.1"), frozenset({"cp311-cp311-manylinux_2_28_x86_64"}), False, False)
     idx = PackageIndex("http://127.0.0.1:9/simple", cache_dir=tmp_path)
     assert {r.name: str(r.specifier) for r in idx.requires(wf)} == EXPECTED
+
+
+def test_a_ca_bundle_verifies_every_request_over_the_environments(tmp_path):
+    """requests lets REQUESTS_CA_BUNDLE win over a session's own ``verify``, so the bundle goes with each request."""
+    seen = []
+
+    class Session:
+        def get(self, url, **kwargs):
+            seen.append(kwargs.get("verify"))
+            raise requests.ConnectionError("no network in this test")
+
+    bundle = tmp_path / "ca.pem"
+    with pytest.raises(PackageIndexError):
+        PackageIndex("https://mirror.example/simple", cache_dir=tmp_path, session=Session(), ca_bundle=bundle).versions("x")
+    with pytest.raises(PackageIndexError):
+        PackageIndex("https://mirror.example/simple", cache_dir=tmp_path, session=Session()).versions("x")
+    assert seen == [str(bundle), None]
+
+
+def test_trusted_hosts_are_the_plain_http_indexes_once_each():
+    from envkit.index import trusted_hosts
+
+    assert trusted_hosts(["http://m.example:8080/simple", None, "https://pypi.org/simple", "http://m.example:8080/x",
+                          "http://other.example/simple"]) == ["m.example:8080", "other.example"]
+    assert trusted_hosts([DEFAULT_INDEX]) == []
+
+
+def test_the_closure_is_compiled_with_the_ca_bundle(monkeypatch, tmp_path):
+    import subprocess
+
+    from envkit import closure
+
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen["cmd"] = cmd
+        return subprocess.CompletedProcess(cmd, 0, "six==1.17.0 \\\n    --hash=sha256:" + "a" * 64 + "\n", "")
+
+    monkeypatch.setattr(closure.subprocess, "run", fake_run)
+    pins = closure.compile_closure(["six"], python="3.11", glibc="2.36", index_url="http://m.example:8080/simple",
+                                   ca_bundle=tmp_path / "ca.pem")
+    assert [p.name for p in pins] == ["six"]
+    cmd = seen["cmd"]
+    assert cmd[cmd.index("--cert") + 1] == str(tmp_path / "ca.pem")
+    assert "--allow-insecure-host" not in cmd  # an http index needs nothing (uv asks it as named); TLS is never skipped
+    closure.compile_closure(["six"], python="3.11", glibc="2.36", index_url=DEFAULT_INDEX)
+    assert "--cert" not in seen["cmd"]

@@ -202,6 +202,20 @@ def test_a_spec_mirror_is_where_the_build_installs_from_and_pypi_adds_nothing():
     assert "index-url" not in _dockerfile(make_image())  # PyPI, pip's own default: contexts as before
 
 
+def test_a_plain_http_index_is_named_a_trusted_host_and_https_is_not():
+    """pip ignores an http index on any host but localhost unless it is a --trusted-host; the files are
+    pinned by hash, so the index the user named is taken as meant."""
+    image = make_image(index_url="http://mirror.corp.example:8080/pypi/simple", extra_index_url="https://pypi.org/simple")
+    for buildkit in (False, True):
+        installs = [line for line in _dockerfile(image, buildkit=buildkit).replace(" \\\n", " ").splitlines()
+                    if "/bin/pip " in line]
+        assert installs and all("--trusted-host mirror.corp.example:8080" in line for line in installs)
+    both_http = make_image(index_url="http://a.example/simple", extra_index_url="http://b.example:81/simple")
+    assert "--trusted-host a.example --trusted-host b.example:81" in _dockerfile(both_http)
+    assert "--trusted-host" not in _dockerfile(make_image(index_url="https://mirror.corp.example/pypi/simple"))
+    assert "--trusted-host" not in _dockerfile(image, wheelhouse=True)
+
+
 def test_the_extra_index_is_in_the_lock_only_when_there_is_one():
     plain = make_image()
     assert "extra_index_url" not in plain.model_dump() and plain.hash == plain.content_hash()
