@@ -11,15 +11,22 @@ so a test can say what came from it.
     GET /simple/<project>/            its wheels, each with #sha256= and its metadata's hash
     GET /files/<wheel>[.metadata]     the wheel, or its METADATA
 
-``add_wheel`` fills the directory: ``make_wheel`` writes a tiny pure-Python wheel that no public
-index has (so a build that installs it can only have asked the mirror), ``bundle.download_wheels``
-downloads a lock's own wheels.
+``make_wheel`` writes a tiny pure-Python wheel that no public index has (so a build that installs it
+can only have asked the mirror); ``bundle.download_wheels`` fills the directory with a lock's own wheels.
+
+With ``upstream`` (e.g. PyPI's simple API) it is also a proxy, as company mirrors are (devpi,
+Artifactory, Nexus; this one caches nothing): a project's page lists its own wheels, then upstream's
+files, each URL pointing back at the mirror, whose files (and ``.metadata``, and byte ranges) it fetches
+from upstream on request:
+
+    GET /upstream/<base64 of the upstream URL>/<file>[.metadata]
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import urllib.parse
 import html
 import json
 import re
@@ -30,6 +37,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import requests
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -79,9 +87,11 @@ def make_wheel(directory: Path, name: str = "envkit_mirror_probe", version: str 
 
 
 class PackageIndexServer:
-    def __init__(self, wheels: Path, *, pki=None, host: str = "0.0.0.0"):
+    def __init__(self, wheels: Path, *, pki=None, host: str = "0.0.0.0", upstream: str | None = None):
         self.wheels = wheels
         self.pki = pki
+        self.upstream = upstream.rstrip("/") if upstream else None
+        self._session = requests.Session()  # upstream's connections kept alive, shared by the handler threads
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), _handler(self))
@@ -108,16 +118,18 @@ class PackageIndexServer:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+        self._session.close()
 
     def log(self, request: Request) -> None:
         with self._lock:
             self.requests.append(request)
 
     def fetched(self) -> list[str]:
-        """The file names served whole (status 200), in order: wheels and ``.metadata`` files."""
+        """The file names served whole (status 200), in order: wheels and ``.metadata`` files, its own and
+        relayed from upstream."""
         with self._lock:
-            return [r.path.rsplit("/", 1)[1] for r in self.requests
-                    if r.method == "GET" and r.status == 200 and r.path.startswith("/files/")]
+            return [r.path.rsplit("/", 1)[1] for r in self.requests if r.method == "GET" and r.status == 200
+                    and r.path.startswith(("/files/", "/upstream/"))]
 
     def clear(self) -> None:
         with self._lock:
@@ -139,19 +151,56 @@ class PackageIndexServer:
         return f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n".encode(), "text/html"
 
     def project_page(self, project: str, as_json: bool) -> tuple[bytes, str] | None:
-        wheels = self.projects().get(canonicalize_name(project))
-        if wheels is None:
+        wheels = self.projects().get(canonicalize_name(project), [])
+        files = [{"filename": w.name, "url": f"../../files/{w.name}", "hashes": {"sha256": _sha256(w)},
+                  "core-metadata": {"sha256": hashlib.sha256(wheel_metadata(w)).hexdigest()}} for w in wheels]
+        # upstream's files too, as a mirror that holds some packages and relays the rest (its own copy first)
+        relayed = self._upstream_files(project) if self.upstream is not None else None
+        if not files and relayed is None:
             return None
+        files += [f for f in relayed or () if f["filename"] not in {w.name for w in wheels}]
         if as_json:
-            files = [{"filename": w.name, "url": f"../../files/{w.name}", "hashes": {"sha256": _sha256(w)},
-                      "core-metadata": {"sha256": hashlib.sha256(wheel_metadata(w)).hexdigest()}}
-                     for w in wheels]
             doc = {"meta": {"api-version": "1.1"}, "name": canonicalize_name(project), "files": files}
             return json.dumps(doc).encode(), JSON_TYPE
-        links = "".join(
-            f'<a href="../../files/{html.escape(w.name)}#sha256={_sha256(w)}" data-core-metadata="sha256='
-            f'{hashlib.sha256(wheel_metadata(w)).hexdigest()}">{html.escape(w.name)}</a>\n' for w in wheels)
+        links = ""
+        for f in files:
+            meta = f.get("core-metadata")
+            attr = f' data-core-metadata="sha256={meta["sha256"]}"' if isinstance(meta, dict) and "sha256" in meta else ""
+            links += (f'<a href="{html.escape(f["url"])}#sha256={f["hashes"].get("sha256", "")}"{attr}>'
+                      f'{html.escape(f["filename"])}</a>\n')
         return f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n".encode(), "text/html"
+
+    def _upstream_files(self, project: str) -> list[dict] | None:
+        url = f"{self.upstream}/{canonicalize_name(project)}/"
+        resp = self._session.get(url, headers={"Accept": JSON_TYPE}, timeout=60)
+        if resp.status_code == 404:
+            return None
+        resp.raise_for_status()
+        doc = resp.json()
+        files = []
+        for f in doc.get("files", []):
+            absolute = urllib.parse.urljoin(url, f["url"])
+            token = base64.urlsafe_b64encode(absolute.split("#", 1)[0].encode()).decode()
+            meta = f.get("core-metadata") or f.get("dist-info-metadata")
+            files.append({"filename": f["filename"], "url": f"../../upstream/{token}/{f['filename']}",
+                          "hashes": f.get("hashes", {}), **({"core-metadata": meta} if meta else {}),
+                          **({"requires-python": f["requires-python"]} if f.get("requires-python") else {}),
+                          **({"yanked": f["yanked"]} if f.get("yanked") else {})})
+        return files
+
+    def upstream_file(self, method: str, token: str, name: str,
+                      range_: str | None) -> tuple[int, bytes, dict[str, str]]:
+        """(status, body, headers) of an upstream file (``name`` ending ``.metadata``: its metadata file)."""
+        url = base64.urlsafe_b64decode(token.encode()).decode()
+        if not url.startswith("https://"):  # (only what this mirror's own pages point at)
+            return 404, b"", {}
+        if name.endswith(".metadata"):
+            url += ".metadata"
+        resp = self._session.request(method, url, headers={"Range": range_} if range_ else {}, timeout=120,
+                                     allow_redirects=True)
+        keep = ("content-range", "accept-ranges", *(("content-length",) if method == "HEAD" else ()))
+        headers = {k: v for k, v in resp.headers.items() if k.lower() in keep}
+        return resp.status_code, resp.content if resp.ok else b"", headers
 
     def file(self, name: str) -> bytes | None:
         if "/" in name or name.startswith("."):
@@ -187,12 +236,24 @@ def _handler(server: PackageIndexServer):
             elif path.startswith("/files/"):
                 body = server.file(path[len("/files/"):])
                 found = (body, "application/octet-stream") if body is not None else None
+            elif server.upstream and (m := re.fullmatch(r"/upstream/([A-Za-z0-9_=-]+)/([^/]+)", path)):
+                return self._relay(path, *server.upstream_file(self.command, m.group(1), m.group(2),
+                                                             self.headers.get("Range")),
+                                   head=head)
             status = 200 if found else 404
             body, ctype = found or (b"not found\n", "text/plain")
+            self._send(path, status, body, {"Content-Type": ctype}, head)
+
+        def _relay(self, path: str, status: int, body: bytes, headers: dict[str, str], head: bool) -> None:
+            self._send(path, status, body, {"Content-Type": "application/octet-stream", **headers}, head)
+
+        def _send(self, path: str, status: int, body: bytes, headers: dict[str, str], head: bool) -> None:
             server.log(Request(self.command, path, status, self.client_address[0]))
             self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
+            for key, value in headers.items():
+                self.send_header(key, value)
+            if not any(k.lower() == "content-length" for k in headers):
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if not head:
                 self.wfile.write(body)

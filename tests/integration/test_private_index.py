@@ -13,6 +13,7 @@ seconds.
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from pathlib import Path
 
@@ -49,9 +50,10 @@ def wheels(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module", params=["http", "https"])
 def mirror(request, wheels, gateway, tmp_path_factory):
     """The mirror in one mode, with the CA bundle builds need for it: the proxy's CA (PyPI, the extra
-    index, is reached through it here) and, for https, the mirror's own CA, in one file."""
+    index, is reached through it here) and, for https, the mirror's own CA, in one file. It relays
+    what it does not hold from PyPI, as company mirrors do (only the resolver's test asks it to)."""
     if request.param == "http":
-        with PackageIndexServer(wheels) as server:
+        with PackageIndexServer(wheels, upstream=DEFAULT_INDEX) as server:
             yield server, ca_bundle()
         return
     directory = tmp_path_factory.mktemp("mirror-pki")
@@ -59,7 +61,7 @@ def mirror(request, wheels, gateway, tmp_path_factory):
     bundle = directory / "bundle.pem"
     proxy = ca_bundle()
     bundle.write_bytes((proxy.read_bytes() + b"\n" if proxy else b"") + pki.ca.read_bytes())
-    with PackageIndexServer(wheels, pki=pki) as server:
+    with PackageIndexServer(wheels, pki=pki, upstream=DEFAULT_INDEX) as server:
         yield server, bundle
 
 
@@ -77,7 +79,9 @@ def mirror_lock(server: PackageIndexServer, gateway: str, name: str):
 
 
 def _fetched_wheels(server: PackageIndexServer) -> set[str]:
-    return {name.split("-")[0] for name in server.fetched() if name.endswith(".whl")}
+    """The projects whose wheels the mirror served from its own directory."""
+    return {r.path.rsplit("/", 1)[1].split("-")[0] for r in server.requests
+            if r.method == "GET" and r.status == 200 and r.path.startswith("/files/") and r.path.endswith(".whl")}
 
 
 @pytest.mark.integration
@@ -137,3 +141,46 @@ def test_the_mirror_serves_both_simple_apis(wheels):
         req = urllib.request.Request(server.url() + "/numpy/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
         doc = json.loads(urllib.request.urlopen(req).read())
         assert doc["files"] and all(f["hashes"]["sha256"] and f["core-metadata"] for f in doc["files"])
+
+
+SPEC = """\
+version: 1
+team: mirrored
+fleet:
+  min_driver: "580.65.06"
+  gpus: [H100]
+defaults:
+  base:
+    bootstrap: {{suite: trixie}}
+build:
+  index_url: "{index_url}"
+{ca_line}images:
+  - name: jax
+    framework: "jax[cuda13]>=0.10"
+    pip: ["envkit-mirror-probe"]
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.network
+def test_resolve_asks_only_the_private_index(mirror, gateway, tmp_path):
+    """`envkit resolve` with `build.index_url` = the mirror (at its non-localhost address; https verified with
+    the spec's `build.ca_bundle`): uv reads every package's metadata through it (PyPI's relayed), the lock
+    records it as the image's index, and a package only the mirror has is locked."""
+    from tests.integration.conftest import envkit
+
+    server, bundle = mirror
+    ca_line = f'  ca_bundle: "{bundle}"\n' if server.scheme == "https" else ""
+    spec = tmp_path / "mirrored.yaml"
+    spec.write_text(SPEC.format(index_url=server.url(gateway), ca_line=ca_line))
+    server.clear()
+    envkit("resolve", spec, "--json", check=True, timeout=600)
+    image = json.loads((tmp_path / "mirrored.lock").read_text())["images"][0]
+    assert image["index_url"] == server.url(gateway) and "extra_index_url" not in image
+    names = {p["name"] for p in image["packages"]}
+    assert {"jax", "jaxlib", "envkit-mirror-probe"} <= names
+    asked = {r.path for r in server.requests}
+    assert {"/simple/jax/", "/simple/jaxlib/", "/simple/envkit-mirror-probe/"} <= asked
+    # jaxlib's metadata read through the mirror (uv: HEAD and byte ranges of the relayed wheel), PyPI not asked
+    assert any(r.path.startswith("/upstream/") and "/jaxlib-" in r.path and r.status in (200, 206)
+               for r in server.requests)
