@@ -708,3 +708,29 @@ def test_the_closure_is_compiled_with_the_ca_bundle(monkeypatch, tmp_path):
     assert "--allow-insecure-host" not in cmd  # an http index needs nothing (uv asks it as named); TLS is never skipped
     closure.compile_closure(["six"], python="3.11", glibc="2.36", index_url=DEFAULT_INDEX)
     assert "--cert" not in seen["cmd"]
+
+
+def test_resolve_spec_gives_the_resolver_the_builds_ca_bundle(monkeypatch, tmp_path):
+    """The index client, uv and a variant's own index all verify TLS with the spec's bundle."""
+    from pathlib import Path as P
+
+    from envkit import pipeline
+
+    root = P(__file__).resolve().parents[2]
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    spec = tmp_path / "team.yaml"
+    spec.write_text((root / "examples" / "team.yaml").read_text() + "build:\n  ca_bundle: ca.pem\n")  # (it has no build:)
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_resolve(spec, catalog, index, *, closure, index_for):
+        seen.update(index=index, closure=closure, variant=index_for("https://download.pytorch.org/whl/cu126"))
+        raise Stop
+
+    monkeypatch.setattr(pipeline, "resolve", fake_resolve)
+    with pytest.raises(Stop):
+        pipeline.resolve_spec(spec)
+    assert seen["index"]._tls == seen["variant"]._tls == {"verify": str(tmp_path / "ca.pem")}
+    assert seen["closure"].keywords == {"ca_bundle": tmp_path / "ca.pem"}
