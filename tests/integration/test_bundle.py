@@ -16,7 +16,7 @@ from envkit import bundle as bundle_mod
 from envkit.build import LOCK_LABEL
 from envkit.bundle import (BUNDLE_LABEL, build_from_bundle, check_wheels, make_bundle, manylinux_tags,
                            verify_bundle)
-from envkit.engine import RunOptions
+from envkit.engine import Mount, RunOptions
 from envkit.errors import BuildError
 from envkit.lock import Package, load_lock, write_lock
 from tests.integration.conftest import ROOT, envkit
@@ -110,6 +110,33 @@ def assert_built_offline(calls: list[tuple[str, object]], builder: str) -> None:
         (_, cmd), = [c for c in calls if c[0] == "cli" and "build" in c[1]]
         assert "--network=none" in cmd and "--no-cache" in cmd
         assert cmd[cmd.index("-f") + 1].endswith("buildkit.Dockerfile")
+
+
+FULL_BUNDLE_BUILDS = "ENVKIT_TEST_FULL_BUNDLES"  # =1: also build the framework examples' images from their bundles
+
+
+def assert_pip_installs_from_the_bundle_alone(engine, path, spec_image: str, image, out) -> None:
+    """Inside SPEC_IMAGE's example image (built here when absent, as its own module would) with no network:
+    pip resolves every requirement of the bundle at ``path``, dependencies included and hashes required, from
+    its wheelhouse only, to exactly the lock's pins. What an offline build needs of the wheels, in seconds
+    and without a second multi-GB image (the full offline build: FULL_BUNDLE_BUILDS)."""
+    from packaging.utils import canonicalize_name
+
+    built = envkit("build", "examples/frameworks.yaml", "--image", spec_image, "--no-verify", "--out", out,
+                   "--json", timeout=3600)
+    assert built.returncode == 0, built.stderr[-4000:]
+    [made] = json.loads(built.stdout)["images"]
+    script = ("/opt/venv/bin/pip install --dry-run --ignore-installed --no-index --find-links /bundle/wheelhouse "
+              "--require-hashes --only-binary=:all: --report /tmp/report.json "
+              + " ".join(f"-r /bundle/requirements/{f.name}" for f in sorted((path / "context" / "requirements")
+                                                                           .glob("*.txt")))
+              + " >/dev/null && cat /tmp/report.json")
+    options = RunOptions(timeout=300, network=False, mounts=(Mount(str(path / "context"), "/bundle", read_only=True),))
+    result = engine.run(made["tag"], ["bash", "-c", script], options)
+    assert result.exit_code == 0, (result.stdout + result.stderr)[-4000:]
+    would = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
+             for i in json.loads(result.stdout)["install"]}
+    assert would == {p.name: p.version for p in image.packages}
 
 
 def test_cli_bundle_make_then_build_offline(engine, tmp_path):

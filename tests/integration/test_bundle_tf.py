@@ -11,12 +11,11 @@ import shutil
 import time
 
 import pytest
-from packaging.utils import canonicalize_name
 
 from envkit.bundle import check_wheels, verify_bundle
-from envkit.engine import Mount, RunOptions
 from envkit.lock import load_lock
 from tests.integration.conftest import ROOT, envkit
+from tests.integration.test_bundle import assert_pip_installs_from_the_bundle_alone
 
 pytestmark = [pytest.mark.integration, pytest.mark.network]
 
@@ -48,22 +47,5 @@ def test_the_tf_bundle_holds_every_wheel_of_the_lock_hash_checked(tf_bundle):
 
 
 def test_pip_installs_the_tf_closure_from_the_bundle_alone(engine, tf_bundle):
-    """In the example TensorFlow image (built here when absent, as test_tensorflow would), with no network:
-    pip resolves every requirement of the bundle, dependencies included, from its wheelhouse only."""
-    path, doc, image = tf_bundle
-    out = path.parent / "render"
-    built = envkit("build", "examples/frameworks.yaml", "--image", "tf", "--no-verify", "--out", out, "--json",
-                   timeout=3600)
-    assert built.returncode == 0, built.stderr[-4000:]
-    [tf] = json.loads(built.stdout)["images"]
-    script = ("/opt/venv/bin/pip install --dry-run --ignore-installed --no-index --find-links /bundle/wheelhouse "
-              "--require-hashes --only-binary=:all: --report /tmp/report.json "
-              "-r /bundle/requirements/framework.txt -r /bundle/requirements/extra.txt >/dev/null "
-              "&& cat /tmp/report.json")
-    options = RunOptions(timeout=300, network=False,
-                         mounts=(Mount(str(path / "context"), "/bundle", read_only=True),))
-    result = engine.run(tf["tag"], ["bash", "-c", script], options)
-    assert result.exit_code == 0, (result.stdout + result.stderr)[-4000:]
-    report = json.loads(result.stdout)
-    would = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
-    assert would == {p.name: p.version for p in image.packages}
+    path, _, image = tf_bundle
+    assert_pip_installs_from_the_bundle_alone(engine, path, "tf", image, path.parent / "render")
