@@ -159,6 +159,26 @@ def assert_nvcc_compiles_and_links(engine, tag: str, image, src: Path) -> None:
     assert "COMPILED" in result.stdout and "LINKED" in result.stdout
 
 
+def built_devel_example(engine, example: str, *, verify: bool):
+    """Module fixture body: examples/frameworks.lock's EXAMPLE image built as its devel flavour (as the resolver
+    locks `flavour: devel`, the same lock hash), named EXAMPLE-devel; yields (outcome, image), then removes it."""
+    import time
+
+    lock = load_lock(ROOT / "examples" / "frameworks.lock")
+    image = sealed(devel.as_devel(lock.image(example)).model_copy(update={"name": f"{example}-devel"}))
+    lock = lock.model_copy(update={"images": (image,)})
+    started = time.monotonic()
+    outcome = build_image(engine, lock, image, "examples/frameworks.yaml", ca_bundle=_ca(),
+                          progress=lambda *_: None, verify=verify)
+    print(f"{example} devel (CUDA {image.cuda_major_minor}) build{' + verify' if verify else ''}: "
+          f"{time.monotonic() - started:.1f} s")
+    yield outcome, image
+    try:
+        engine.client.images.remove(outcome.tag, force=True)
+    except Exception:  # noqa: BLE001 - best effort cleanup
+        pass
+
+
 def _options(src: Path, *, timeout: int, env: dict | None = None) -> RunOptions:
     os.chmod(src, 0o755)
     return RunOptions(timeout=timeout, network=False, env=env or {},

@@ -9,34 +9,20 @@ a kernel for sm_90 and links an executable; torch.utils.cpp_extension builds and
 with a __global__ kernel. Nothing runs a kernel.
 """
 
-import time
-
 import pytest
 
 from envkit import devel
-from envkit.build import build_image
 from envkit.lock import load_lock, sealed
 from tests.integration.conftest import ROOT
-from tests.integration.test_devel import EXTENSION, KERNEL, _ca, _options, assert_nvcc_compiles_and_links
+from tests.integration.test_devel import (EXTENSION, KERNEL, _ca, _options, assert_nvcc_compiles_and_links,
+                                         built_devel_example)
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def devel13(engine):
-    lock = load_lock(ROOT / "examples" / "frameworks.lock")
-    image = devel.as_devel(lock.image("torch"))  # as the resolver locks `flavour: devel` (the same lock hash)
-    image = sealed(image.model_copy(update={"name": "torch-devel"}))
-    lock = lock.model_copy(update={"images": (image,)})
-    started = time.monotonic()
-    outcome = build_image(engine, lock, image, "examples/frameworks.yaml", ca_bundle=_ca(),
-                          progress=lambda *_: None, verify=False)
-    print(f"devel (CUDA {image.cuda_major_minor}) build: {time.monotonic() - started:.1f} s")
-    yield outcome, image
-    try:
-        engine.client.images.remove(outcome.tag, force=True)
-    except Exception:  # noqa: BLE001 - best effort cleanup
-        pass
+    yield from built_devel_example(engine, "torch", verify=False)
 
 
 def test_the_lock_pins_the_compiler_of_its_cuda(devel13):

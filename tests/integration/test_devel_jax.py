@@ -11,15 +11,10 @@ XLA's stream, and a CPU handler) compiles with nvcc against jaxlib's FFI headers
 and its CPU handler runs through ``jax.ffi.ffi_call``. Nothing runs a kernel.
 """
 
-import time
-
 import pytest
 
 from envkit import devel
-from envkit.build import build_image
-from envkit.lock import load_lock, sealed
-from tests.integration.conftest import ROOT
-from tests.integration.test_devel import _ca, _options, assert_nvcc_compiles_and_links
+from tests.integration.test_devel import _options, assert_nvcc_compiles_and_links, built_devel_example
 
 pytestmark = pytest.mark.integration
 
@@ -73,19 +68,7 @@ print("FFI-CALLED", np.asarray(y).tolist())
 
 @pytest.fixture(scope="module")
 def jax_devel(engine):
-    lock = load_lock(ROOT / "examples" / "frameworks.lock")
-    image = devel.as_devel(lock.image("jax"))  # as the resolver locks `flavour: devel`
-    image = sealed(image.model_copy(update={"name": "jax-devel"}))
-    lock = lock.model_copy(update={"images": (image,)})
-    started = time.monotonic()
-    outcome = build_image(engine, lock, image, "examples/frameworks.yaml", ca_bundle=_ca(),
-                          progress=lambda *_: None, verify=True)
-    print(f"jax devel (CUDA {image.cuda_major_minor}) build + verify: {time.monotonic() - started:.1f} s")
-    yield outcome, image
-    try:
-        engine.client.images.remove(outcome.tag, force=True)
-    except Exception:  # noqa: BLE001 - best effort cleanup
-        pass
+    yield from built_devel_example(engine, "jax", verify=True)
 
 
 def test_the_compiler_is_the_framework_closures_own(jax_devel):
