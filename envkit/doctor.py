@@ -4,8 +4,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import subprocess
+import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+# The variables Spec.ca_bundle_path reads when the spec names no bundle, in its order; doctor names
+# them to report one that points nowhere (the choice itself skips it quietly).
+CA_ENV = ("ENVKIT_CA_BUNDLE", "PIP_CERT")
+PROBE_PROJECT = "six"  # a small page (~20 kB) that every PyPI mirror holds
+INDEX_TIMEOUT = 10.0  # seconds, to connect and to read
+CA_HINT = "set ENVKIT_CA_BUNDLE or build.ca_bundle to your proxy's CA bundle (PEM)"
+PROXY_HINT = ("behind a proxy, set HTTPS_PROXY (e.g. http://proxy.corp:3128) and NO_PROXY (hosts reached "
+              "directly, e.g. an internal mirror)")
 
 
 @dataclass(frozen=True)
@@ -19,9 +32,25 @@ class Finding:
         return asdict(self)
 
 
-def diagnose(connect, store_url: str | None = None) -> list[Finding]:
-    """``connect`` returns an engine or raises EngineError; ``store_url`` as ``--store`` takes it."""
+@dataclass(frozen=True)
+class Trust:
+    """The CA bundle resolve and build verify TLS with (None: the default trust store), and its finding.
+    ``usable`` is False where resolve stops before asking the index (the spec's own bundle is missing)."""
+
+    finding: Finding
+    bundle: Path | None
+    usable: bool = True
+
+
+def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = None,
+             offline: bool = False) -> list[Finding]:
+    """``connect`` returns an engine or raises EngineError; ``store_url`` as ``--store`` takes it;
+    ``spec_path``: check that spec's index and CA bundle; ``offline``: ask no index."""
     from .errors import EnvkitError
+    from .index import DEFAULT_INDEX
+    from .spec import load_spec
+
+    spec = load_spec(spec_path) if spec_path is not None else None
 
     findings: list[Finding] = []
     engine = None
@@ -49,13 +78,178 @@ def diagnose(connect, store_url: str | None = None) -> list[Finding]:
     deb = shutil.which("debootstrap") or (os.path.exists("/usr/sbin/debootstrap") and "/usr/sbin/debootstrap")
     findings.append(Finding("debootstrap", "ok" if deb else "warn", deb or "not installed",
                             "" if deb else "apt-get install debootstrap, to make `bootstrap:` bases"))
-    ca = os.environ.get("ENVKIT_CA_BUNDLE") or os.environ.get("PIP_CERT")
-    findings.append(Finding("ca_bundle", "ok", ca if ca and os.path.isfile(ca) else "none (direct TLS)"))
+    trust = trust_for(spec)
+    findings.append(trust.finding)
+    index_url = (spec.build.index_url if spec else None) or DEFAULT_INDEX
+    if offline:
+        findings.append(Finding("index", "skip", f"{index_url} not asked (--offline)"))
+    elif not trust.usable:
+        findings.append(Finding("index", "skip", f"{index_url} not asked: resolve stops at the CA bundle",
+                                "fix ca_bundle first"))
+    else:
+        findings.append(index_finding(index_url, trust.bundle))
     if engine is not None:
         findings.append(buildkit_finding(engine))
     findings.append(catalog_finding())
     findings.append(store_finding(store_url))
     return findings
+
+
+# --- trust and the package index --------------------------------------------------------------
+def trust_for(spec=None) -> Trust:
+    """The bundle resolve and build would take (``Spec.ca_bundle_path``: the spec's, else the first of
+    CA_ENV naming a file), whether it holds PEM certificates, and any variable that names nothing."""
+    from .errors import SpecError
+    from .spec import BuildOptions, Spec
+
+    chooser = spec if spec is not None else Spec.model_construct(build=BuildOptions())  # reads build, path
+    try:
+        bundle = chooser.ca_bundle_path()
+    except SpecError as exc:
+        where = f"{exc.location}: " if exc.location else ""
+        return Trust(Finding("ca_bundle", "fail", where + exc.message,
+                             f"{exc.hint}; resolve and build stop here" if exc.hint else ""), None, usable=False)
+    if spec is not None and spec.build.ca_bundle:
+        source = "build.ca_bundle"
+        skipped = []
+    else:
+        source = next((f"${v}" for v in CA_ENV if os.environ.get(v) and Path(os.environ[v]) == bundle), "")
+        consulted = CA_ENV[:CA_ENV.index(source[1:]) + 1] if source else CA_ENV
+        skipped = [v for v in consulted if os.environ.get(v) and not Path(os.environ[v]).is_file()]
+    if skipped:
+        var, value = skipped[0], os.environ[skipped[0]]
+        what = "is not a file" if Path(value).exists() else "does not exist"
+        instead = f"{bundle} from {source}" if bundle else "the default trust store"
+        return Trust(Finding("ca_bundle", "fail", f"${var}={value}: {what}",
+                             f"resolve and build skip it and verify TLS with {instead}; point ${var} at your "
+                             f"proxy's CA bundle (PEM), or unset it"), bundle)
+    if bundle is None:
+        return Trust(Finding("ca_bundle", "ok", "none: TLS verified with the default trust store",
+                             f"behind a TLS-intercepting proxy, {CA_HINT}"), None)
+    return Trust(_bundle_finding(bundle, source), bundle)
+
+
+def _bundle_finding(bundle: Path, source: str) -> Finding:
+    """Load ``bundle`` as TLS verification will, and count its certificates."""
+    try:
+        stats = ssl.create_default_context(cafile=str(bundle)).cert_store_stats()
+    except PermissionError as exc:
+        return Finding("ca_bundle", "fail", f"{bundle} ({source}) is not readable: {exc.strerror}",
+                       f"make it readable by this user (chmod a+r {bundle}), or point {source} at a readable copy")
+    except ssl.SSLError as exc:
+        return Finding("ca_bundle", "fail", f"{bundle} ({source}) holds no PEM certificate ({exc.reason or exc})",
+                       "give a PEM bundle (-----BEGIN CERTIFICATE----- blocks); convert a DER file with "
+                       "`openssl x509 -inform der -in ca.cer -out ca.pem`")
+    except OSError as exc:
+        return Finding("ca_bundle", "fail", f"{bundle} ({source}) cannot be read: {exc.strerror or exc}",
+                       f"point {source} at your proxy's CA bundle (PEM)")
+    n, cas = stats["x509"], stats["x509_ca"]
+    value = f"{bundle} ({source}, {n} certificate{'s' * (n != 1)})"
+    if cas == 0:
+        return Finding("ca_bundle", "warn", value + ", none of them a CA",
+                       "a proxy's bundle holds its root CA certificate (CA:TRUE); ask for that one")
+    return Finding("ca_bundle", "ok", value)
+
+
+def index_finding(index_url: str, bundle: Path | None, *, timeout: float = INDEX_TIMEOUT) -> Finding:
+    """Ask ``index_url`` for one small project's page as the resolver does (PEP 691 JSON, TLS verified
+    with ``bundle`` in place of the default trust store), and say what stands in the way."""
+    import requests
+
+    from .index import JSON_ACCEPT
+
+    probe = f"{index_url.rstrip('/')}/{PROBE_PROJECT}/"
+    proxy = _proxy_for(probe)
+    via = f" via proxy {proxy}" if proxy else ""
+    start = time.monotonic()
+    try:
+        resp = requests.get(probe, headers={"Accept": JSON_ACCEPT}, timeout=timeout,
+                            **({"verify": str(bundle)} if bundle is not None else {}))
+    except (requests.RequestException, OSError) as exc:
+        return _failure(probe, exc, bundle, proxy, timeout)
+    ms = round((time.monotonic() - start) * 1000)
+    answered = f"{probe}{via}: HTTP {resp.status_code} in {ms} ms"
+    host = urlsplit(probe).netloc
+    if resp.status_code in (401, 403):
+        return Finding("index", "fail", f"{answered}: the index needs a login",
+                       f"get credentials for {host} from whoever runs it"
+                       + (f", or the proxy's policy refuses {host}" if proxy else ""))
+    if resp.status_code == 407:
+        return Finding("index", "fail", f"{answered}: the proxy needs a login",
+                       "put the proxy's credentials in HTTPS_PROXY (http://user:password@proxy:port)")
+    if resp.status_code == 404:
+        return Finding("index", "warn", f"{answered}: the index answers but has no {PROBE_PROJECT!r}",
+                       "check that the index URL is a simple API root (PyPI: https://pypi.org/simple)")
+    if not resp.ok:
+        return Finding("index", "fail", f"{answered}", "the index is failing; retry, or ask whoever runs it")
+    if "json" not in resp.headers.get("content-type", ""):
+        return Finding("index", "fail",
+                       f"{answered}, without the simple JSON API ({resp.headers.get('content-type', 'no content-type')})",
+                       f"envkit's resolver reads PEP 691 ({JSON_ACCEPT}); use an index that serves it")
+    return Finding("index", "ok", answered)
+
+
+def _proxy_for(url: str) -> str:
+    """The proxy requests takes for ``url`` from HTTPS_PROXY/ALL_PROXY and NO_PROXY, without its password."""
+    import requests
+
+    from .store.backends import redact
+
+    proxies = requests.utils.get_environ_proxies(url)
+    proxy = proxies.get(urlsplit(url).scheme) or proxies.get("all") or ""
+    return redact(proxy)
+
+
+def _failure(probe: str, exc: Exception, bundle: Path | None, proxy: str, timeout: float) -> Finding:
+    """Name what stopped the request: trust, DNS, connection, proxy or time, and the fix for each."""
+    import requests
+
+    parts = urlsplit(probe)
+    host = parts.hostname or parts.netloc
+    text = str(exc)
+    trusted_by = f"the CA bundle {bundle}" if bundle is not None else "the default trust store"
+    if isinstance(exc, requests.exceptions.SSLError):
+        if "CERTIFICATE_VERIFY_FAILED" in text:
+            if any(s in text for s in ("Hostname mismatch", "IP address mismatch", "doesn't match")):
+                return Finding("index", "fail", f"{probe}: the TLS certificate is not for {host}",
+                               "use the host name the index's certificate names in the index URL")
+            if "expired" in text:
+                return Finding("index", "fail", f"{probe}: the TLS certificate has expired",
+                               "ask whoever runs the index (or the proxy) to renew it")
+            return Finding("index", "fail", f"{probe}: the TLS certificate is not trusted by {trusted_by} "
+                                            f"(unknown issuer: a TLS-intercepting proxy?)", CA_HINT)
+        if "WRONG_VERSION_NUMBER" in text or "record layer failure" in text:
+            return Finding("index", "fail", f"{probe}: {parts.netloc} does not speak TLS",
+                           "an http:// index? give its URL with http://")
+        return Finding("index", "fail", f"{probe}: TLS failed: {_reason(exc)}", CA_HINT)
+    if isinstance(exc, requests.exceptions.ProxyError):
+        if "407" in text:
+            return Finding("index", "fail", f"{probe}: the proxy {proxy} needs a login (HTTP 407)",
+                           "put the proxy's credentials in HTTPS_PROXY (http://user:password@proxy:port)")
+        return Finding("index", "fail", f"{probe}: the proxy {proxy} failed: {_reason(exc)}",
+                       "check HTTPS_PROXY (host and port), or list the index's host in NO_PROXY "
+                       "if it is reached directly")
+    if isinstance(exc, requests.exceptions.Timeout):
+        return Finding("index", "fail", f"{probe}: no answer within {timeout:g} s" + (f" via proxy {proxy}" if proxy else ""),
+                       f"the proxy {proxy} is slow or drops it; check HTTPS_PROXY" if proxy
+                       else f"a firewall may drop direct traffic: {PROXY_HINT}")
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        if any(s in text for s in ("NameResolutionError", "Name or service not known", "not resolve",
+                                   "Temporary failure in name resolution", "nodename nor servname")):
+            return Finding("index", "fail", f"{probe}: cannot resolve {host} (DNS)",
+                           f"this host cannot look up {host}: {PROXY_HINT}")
+        what = "refused the connection" if "refused" in text else f"cannot be reached: {_reason(exc)}"
+        return Finding("index", "fail", f"{probe}: {parts.netloc} {what}", PROXY_HINT)
+    if isinstance(exc, OSError) and bundle is not None and not isinstance(exc, requests.RequestException):
+        return Finding("index", "fail", f"{probe}: TLS cannot use {bundle}: {exc}", "see ca_bundle")
+    return Finding("index", "fail", f"{probe}: {_reason(exc)}", "")
+
+
+def _reason(exc: Exception) -> str:
+    """The innermost reason urllib3 gives (its MaxRetryError wraps it), shortened for a table."""
+    inner = exc.args[0] if exc.args else exc
+    inner = getattr(inner, "reason", None) or inner
+    return str(inner)[:200]
 
 
 def buildkit_finding(engine) -> Finding:

@@ -8,21 +8,26 @@ from pathlib import Path
 
 import click
 
-from .common import STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
+from .common import SPEC, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
 
 
 @click.command("doctor")
 @click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--spec", "spec_path", type=SPEC, default=None,
+              help="Check this team.yaml's package index (build.index_url) and CA bundle (build.ca_bundle), "
+                   "as resolve and build use them (default: PyPI and $ENVKIT_CA_BUNDLE, else $PIP_CERT).")
+@click.option("--offline", is_flag=True, envvar="ENVKIT_OFFLINE",
+              help="Ask no package index (the index check reports skip); also $ENVKIT_OFFLINE=1.")
 @json_option
 @click.pass_context
-def doctor_cmd(click_ctx, store_url, json_out):
-    """Is this host ready? Engine, NVIDIA runtime, GPUs and driver, debootstrap, CA bundle,
-    BuildKit, the catalog in use and the history store (read, never created)."""
+def doctor_cmd(click_ctx, store_url, spec_path, offline, json_out):
+    """Is this host ready? Engine, NVIDIA runtime, GPUs and driver, debootstrap, CA bundle, whether the
+    package index answers through it, BuildKit, the catalog in use and the history store (read, never created)."""
     from ..doctor import diagnose
     from ..engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)
-    findings = run(c, lambda: diagnose(connect, store_url))
+    findings = run(c, lambda: diagnose(connect, store_url, spec_path=spec_path, offline=offline))
     emit(c, {"findings": [f.to_json() for f in findings]},
          lambda: table([[f.name, f.status, f.value, f.hint] for f in findings], ["CHECK", "STATUS", "VALUE", "HINT"]))
     if any(f.status == "fail" for f in findings):
