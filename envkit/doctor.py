@@ -226,7 +226,8 @@ def _failure(probe: str, exc: Exception, bundle: Path | None, proxy: str, timeou
         if "407" in text:
             return Finding("index", "fail", f"{probe}: the proxy {proxy} needs a login (HTTP 407)",
                            "put the proxy's credentials in HTTPS_PROXY (http://user:password@proxy:port)")
-        return Finding("index", "fail", f"{probe}: the proxy {proxy} failed: {_reason(exc)}",
+        what = "refused the connection" if "refused" in text else f"failed: {_reason(exc)}"
+        return Finding("index", "fail", f"{probe}: the proxy {proxy} {what}",
                        "check HTTPS_PROXY (host and port), or list the index's host in NO_PROXY "
                        "if it is reached directly")
     if isinstance(exc, requests.exceptions.Timeout):
