@@ -39,7 +39,7 @@ from .engine import ImageInfo
 from .errors import EngineError
 from .registry_api import (PASSWORD_ENV, USER_ENV, Sleep, _classify, _Failure, _insecure, _Manifest, _RegistryHTTP,
                            _retrying, _strip_tag, split_repository)
-from .registry_auth import UNTRUSTED, AuthFailure, Credentials, TrustFailure, credentials_for, engine_refusal
+from .registry_auth import AuthFailure, Credentials, credentials_for, engine_refusal, engine_tls_failure
 
 CERTIFIED_TAG = "certified"
 
@@ -108,8 +108,8 @@ def _auth_config(registry: str) -> tuple[dict | None, Credentials | None]:
 def _stream(chunks, progress: Progress | None, refused: Callable[[str], AuthFailure] | None = None,
             registry: str | None = None) -> str | None:
     """Consume a push/pull progress stream; return the digest it reports; raise on an error line
-    (``refused(message)`` when the registry refused the credentials; a ``TrustFailure`` when the
-    engine does not trust ``registry``'s certificate)."""
+    (``refused(message)`` when the registry refused the credentials; what ``engine_tls_failure`` makes
+    of the engine's TLS to ``registry``: an untrusted certificate, a client certificate refused or missing)."""
     digest = None
     for chunk in chunks:
         if not isinstance(chunk, dict):
@@ -119,8 +119,9 @@ def _stream(chunks, progress: Progress | None, refused: Callable[[str], AuthFail
             message = " ".join(str(message).split())
             if refused is not None and _REFUSED.search(message):
                 raise refused(message)
-            if registry is not None and UNTRUSTED.search(message):
-                raise TrustFailure(f"the engine does not trust its certificate: {message}", registry)
+            tls = engine_tls_failure(registry, message) if registry is not None else None
+            if tls is not None:
+                raise tls
             raise _Failure(message, _classify(message))
         aux = chunk.get("aux") or {}
         if aux.get("Digest"):
@@ -172,7 +173,7 @@ def push(client, image_ref_local: str, registry_repo: str, tag: str, *, retries:
             raise _Failure("the engine finished the push without reporting a manifest digest", False)
         return digest
 
-    digest = _retrying(attempt, retries=retries, backoff=backoff, sleep=sleep,
+    digest = _retrying(attempt, retries=retries, backoff=backoff, sleep=sleep, registry=registry,
                        fail=lambda f, n: _unpushed(image_ref_local, ref, registry, f, n,
                                                    "http" if _insecure(dc, registry) else "https"))
     return PushResult(ref, digest)
@@ -299,7 +300,7 @@ def pull_by_digest(client, ref_with_digest: str, *, retries: int = 4, backoff: f
                            hint=f"is the registry up, does it still hold that digest, and may you pull from it "
                                 f"(`docker login {registry}` or {USER_ENV}/{PASSWORD_ENV})?")
 
-    _retrying(attempt, retries=retries, backoff=backoff, sleep=sleep, fail=fail)
+    _retrying(attempt, retries=retries, backoff=backoff, sleep=sleep, fail=fail, registry=registry)
     info = DockerEngine(dc).inspect(ref_with_digest)
     if info is None:
         raise EngineError(f"pulled {ref_with_digest} but the engine does not list it")

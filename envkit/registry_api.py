@@ -8,9 +8,11 @@ Credentials, the scheme (https, or the engine's fallbacks for an insecure regist
 (the engine's ``/etc/docker/certs.d``) and answering 401 challenges are ``registry_auth``'s.
 
 Failures are ``_Failure``s, transient (connection errors, 5xx and 429 answers) or permanent
-(denied, unknown image, a bad manifest); ``_retrying`` retries the transient ones with
+(denied, unknown image, a bad manifest, an untrusted certificate, a registry refusing the TLS
+client certificate or its absence); ``_retrying`` retries the transient ones with
 exponential backoff and turns the last one into the caller's ``EngineError`` (a
-``RegistryAuthError`` when the registry refused or lacked credentials).
+``RegistryAuthError`` when the registry refused or lacked credentials, a client certificate
+included).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import urllib3
 
 from .errors import EngineError
 from .registry_auth import PASSWORD_ENV, USER_ENV  # noqa: F401  (publish and remote import them from here)
-from .registry_auth import UNTRUSTED, AuthFailure, Authenticator, RegistryAuthError, TrustFailure, open_session
+from .registry_auth import (UNTRUSTED, AuthFailure, Authenticator, RegistryAuthError, TrustFailure, engine_tls_failure,
+                            open_session, tls_refusal)
 from .registry_auth import Failure as _Failure
 
 MANIFEST_TYPES = (
@@ -117,11 +120,14 @@ def _classify(message: str) -> bool:
     return bool(_TRANSIENT.search(message)) and not _PERMANENT.search(message)
 
 
-def _from_exception(exc: Exception) -> _Failure:
+def _from_exception(exc: Exception, registry: str | None = None) -> _Failure:
     if isinstance(exc, _Failure):
         return exc
     if isinstance(exc, docker.errors.APIError):
         message = str(exc.explanation or exc)
+        tls = engine_tls_failure(registry, message) if registry else None  # the engine's TLS to ``registry``
+        if tls is not None:
+            return tls
         code = exc.status_code or 0
         return _Failure(message, code >= 500 and not _PERMANENT.search(message) or code == 429)
     if isinstance(exc, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)):
@@ -130,15 +136,16 @@ def _from_exception(exc: Exception) -> _Failure:
 
 
 def _retrying(op: Callable[[], T], *, retries: int, backoff: float, sleep: Sleep,
-              fail: Callable[[_Failure, int], EngineError]) -> T:
-    """Run ``op``; retry transient failures ``retries`` times, waiting backoff * 2**n seconds."""
+              fail: Callable[[_Failure, int], EngineError], registry: str | None = None) -> T:
+    """Run ``op``; retry transient failures ``retries`` times, waiting backoff * 2**n seconds.
+    ``registry``: the one an engine call in ``op`` talks to (its TLS refusals are then permanent)."""
     attempt = 0
     while True:
         attempt += 1
         try:
             return op()
         except Exception as exc:  # classified below; anything unexpected propagates
-            failure = _from_exception(exc)
+            failure = _from_exception(exc, registry)
         if not failure.retryable or attempt > retries:
             error = fail(failure, attempt)
             if isinstance(failure, AuthFailure):
@@ -212,10 +219,13 @@ class _RegistryHTTP:
             warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
             try:
                 return self.session.request(method, url, headers=headers, timeout=self.timeout, **kw)
-            except requests.exceptions.SSLError as exc:
-                if UNTRUSTED.search(str(exc)):
+            except requests.ConnectionError as exc:  # SSLError included
+                if isinstance(exc, requests.exceptions.SSLError) and UNTRUSTED.search(str(exc)):
                     raise TrustFailure(f"{url.split('?', 1)[0]}: its TLS certificate is not trusted "
                                        f"(certificate verify failed)", self.registry) from None
+                refused = tls_refusal(self.registry, exc)  # a TLS alert, or a reset in the handshake: not transient
+                if refused is not None:
+                    raise refused from None
                 raise
 
     def _send(self, method: str, url: str, **kw) -> requests.Response:

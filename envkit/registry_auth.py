@@ -9,8 +9,10 @@ Credentials, in this order (never from a spec):
      as such with a token service.
 
 Scheme and trust follow the engine: https, trusting the system's CAs plus every ``*.crt`` in
-``/etc/docker/certs.d/<host:port>/`` (for the registry and its token service, as the engine
-does; ``REQUESTS_CA_BUNDLE`` adds more). For a registry the
+``/etc/docker/certs.d/<host:port>/`` and presenting the client certificate paired there
+(``NAME.cert`` + ``NAME.key``, for registries that require mutual TLS; ``registry_tls`` reads
+that directory as the engine does), for the registry and its token service, as the engine
+does; ``REQUESTS_CA_BUNDLE`` adds more CAs. For a registry the
 engine calls insecure (its insecure-registries setting; without an engine, 127.0.0.0/8), the
 engine's fallbacks: https unverified when the certificate does not verify, then plain http.
 
@@ -21,6 +23,9 @@ challenge's), as the distribution token spec describes, and reused until they ex
 
 Authentication failures are ``AuthFailure``s: permanent, and turned into ``RegistryAuthError``
 (which names the registry, the account and where its credentials came from, never the secret).
+A registry that demands a client certificate envkit or the engine did not present, or refuses the
+one presented (a TLS alert, or the connection closed during the handshake), is a
+``ClientCertFailure``: an ``AuthFailure`` whose hint names the certs.d files that fix it.
 """
 
 from __future__ import annotations
@@ -28,23 +33,22 @@ from __future__ import annotations
 import base64
 import os
 import re
-import ssl
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import docker.auth
 import docker.utils.config
 import requests
-import requests.adapters
 import urllib3
 
 from .errors import EngineError
+from .registry_tls import CERTS_D, UNTRUSTED, engine_cas, trust_hint  # noqa: F401  (imported from here)
+from .registry_tls import (CLIENT_REFUSED, UNPAIRED, TrustAdapter, certs_dir, client_cert_hint, client_pairs,
+                           handshake_cut, tls_context, unpaired_hint)
 
 USER_ENV = "ENVKIT_REGISTRY_USER"
 PASSWORD_ENV = "ENVKIT_REGISTRY_PASSWORD"
-CERTS_D = Path("/etc/docker/certs.d")
 CLIENT_ID = "envkit"
 
 
@@ -70,22 +74,16 @@ class AuthFailure(Failure):
 
 
 class TrustFailure(Failure):
-    """Permanent: the registry's TLS certificate is not trusted (by the engine, or by envkit)."""
+    """Permanent: the registry's TLS certificate is not trusted (by the engine, or by envkit), or the
+    TLS files in certs.d cannot be used (``hint`` says how to fix them)."""
 
-    def __init__(self, message: str, registry: str):
+    def __init__(self, message: str, registry: str, hint: str | None = None):
         super().__init__(message, False)
-        self.hint = trust_hint(registry)
+        self.hint = hint or trust_hint(registry)
 
 
-# What the engine (Go's crypto/x509) and Python's ssl say of a certificate they cannot trust.
-UNTRUSTED = re.compile(r"x509: |certificate signed by unknown authority|CERTIFICATE_VERIFY_FAILED|"
-                       r"certificate is (?:not )?valid for", re.IGNORECASE)
-
-
-def trust_hint(registry: str) -> str:
-    return (f"put the CA that signed {registry}'s certificate in {CERTS_D}/{registry}/ca.crt on the engine's host: "
-            f"the engine and envkit read it at their next call, no restart needed; if the certificate was issued "
-            f"for another name, use that name in the reference")
+class ClientCertFailure(AuthFailure):
+    """Permanent: the registry wants a TLS client certificate that was not presented, or refused the one that was."""
 
 
 def login_hint(registry: str) -> str:
@@ -197,26 +195,47 @@ def parse_challenges(header: str) -> list[Challenge]:
 
 # --- transport: scheme and trust ------------------------------------------------------------------
 
-class _TrustAdapter(requests.adapters.HTTPAdapter):
-    """https verified against the system's CAs plus the engine's per-registry CAs."""
-
-    def __init__(self, cafiles: list[Path]):
-        self._context = ssl.create_default_context()
-        for cafile in cafiles:
-            self._context.load_verify_locations(cafile=str(cafile))
-        super().__init__()
-
-    def init_poolmanager(self, *args, **kwargs):
-        kwargs["ssl_context"] = self._context
-        return super().init_poolmanager(*args, **kwargs)
-
-
-def engine_cas(registry: str) -> list[Path]:
-    """The CA files the engine trusts for ``registry`` (``/etc/docker/certs.d/<host:port>/*.crt``)."""
+def client_refusal(registry: str, detail: str, who: str = "envkit") -> ClientCertFailure:
+    """``registry`` refused ``who``'s TLS client certificate, or wanted one and got none (``detail``: what was said)."""
     try:
-        return sorted(p for p in (CERTS_D / registry).glob("*.crt") if p.is_file())
-    except OSError:
-        return []
+        pairs = client_pairs(registry)
+    except EngineError:
+        pairs = []
+    if not pairs:
+        return ClientCertFailure(f"registry {registry} requires a TLS client certificate and {who} presented none "
+                                 f"(no NAME.cert and NAME.key pair in {certs_dir(registry)}/): {detail}",
+                                 client_cert_hint(registry))
+    return ClientCertFailure(f"registry {registry} refused the TLS client certificate {pairs[0].cert} that {who} "
+                             f"presented: {detail}",
+                             f"is {pairs[0].cert} issued by a CA the registry trusts for clients, for client "
+                             f"authentication, and unexpired? {client_cert_hint(registry)}")
+
+
+def tls_refusal(registry: str, exc: requests.RequestException) -> ClientCertFailure | None:
+    """The ``ClientCertFailure`` that ``exc`` (from envkit's own call) means, or None when it means something else."""
+    text = str(exc)
+    if isinstance(exc, requests.exceptions.SSLError) and CLIENT_REFUSED.search(text):
+        alert = CLIENT_REFUSED.search(text).group(0).replace("_", " ").lower()
+        return client_refusal(registry, f"the TLS handshake ended with the alert {alert!r}")
+    if handshake_cut(exc):
+        return client_refusal(registry, "the registry closed the connection during the TLS handshake")
+    return None
+
+
+def engine_tls_failure(registry: str, message: str) -> Failure | None:
+    """What the engine's words about TLS mean (an untrusted registry, unpaired client files in certs.d, a
+    refused client certificate), as a permanent failure with its fix; None when they are about something else."""
+    if UNTRUSTED.search(message):
+        return TrustFailure(f"the engine does not trust its certificate: {message}", registry)
+    m = UNPAIRED.search(message)
+    if m:
+        key, cert = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+        directory = certs_dir(registry)
+        return TrustFailure(f"the engine cannot use the TLS client files in {directory}: {message}", registry,
+                            hint=unpaired_hint(directory / cert, directory / key))
+    if CLIENT_REFUSED.search(message) and re.search(r"\btls\b", message, re.IGNORECASE):
+        return client_refusal(registry, message, "the engine")
+    return None
 
 
 def open_session(registry: str, host: str, insecure: bool, timeout: float,
@@ -227,9 +246,9 @@ def open_session(registry: str, host: str, insecure: bool, timeout: float,
     without verification, then http (also when nothing answers: the real call then says why).
     """
     session = session or requests.Session()
-    cas = engine_cas(registry)
-    if cas:  # for the registry and its token service, as the engine's transport for this registry does
-        session.mount("https://", _TrustAdapter(cas))
+    cas, pairs = engine_cas(registry), client_pairs(registry)
+    if cas or pairs:  # for the registry and its token service, as the engine's transport for this registry does
+        session.mount("https://", TrustAdapter(tls_context(cas, pairs[0] if pairs else None)))
     if not insecure:
         return session, "https"
     for verify in (True, False):
@@ -237,12 +256,12 @@ def open_session(registry: str, host: str, insecure: bool, timeout: float,
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
                 session.get(f"https://{host}/v2/", timeout=min(timeout, 5.0), verify=verify)
-        except requests.exceptions.SSLError as exc:
-            if verify and "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        except requests.RequestException as exc:
+            if verify and isinstance(exc, requests.exceptions.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(exc):
                 continue  # a certificate we cannot verify: the engine skips verification for insecure registries
-            return session, "http"  # no TLS there (e.g. "wrong version number")
-        except requests.RequestException:
-            return session, "http"
+            if not tls_refusal(registry, exc):
+                return session, "http"  # no TLS there (e.g. "wrong version number"), or nothing answers
+            # else https that wants a client certificate: the real call says so
         session.verify = verify
         return session, "https"
     return session, "http"
