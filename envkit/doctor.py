@@ -1,4 +1,5 @@
-"""`envkit doctor`: is this host ready to build and certify?"""
+"""`envkit doctor`: is this host ready to build and certify, and does the package index answer
+through the CA bundle and proxy that resolve and build will use?"""
 
 from __future__ import annotations
 
@@ -218,6 +219,8 @@ def _failure(probe: str, exc: Exception, bundle: Path | None, proxy: str, timeou
                                "ask whoever runs the index (or the proxy) to renew it")
             return Finding("index", "fail", f"{probe}: the TLS certificate is not trusted by {trusted_by} "
                                             f"(unknown issuer: a TLS-intercepting proxy?)", CA_HINT)
+        if bundle is not None and any(s in text for s in ("NO_CERTIFICATE_OR_CRL_FOUND", "PEM lib", "X509:")):
+            return Finding("index", "fail", f"{probe}: TLS cannot use {bundle}: {_reason(exc)}", "see ca_bundle")
         if "WRONG_VERSION_NUMBER" in text or "record layer failure" in text:
             return Finding("index", "fail", f"{probe}: {parts.netloc} does not speak TLS",
                            "an http:// index? give its URL with http://")

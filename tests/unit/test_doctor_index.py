@@ -246,6 +246,13 @@ def test_a_bundle_without_the_signing_ca_is_named(https_index, tmp_path):
     assert f.status == "fail" and f"not trusted by the CA bundle {certifi.where()}" in f.value
 
 
+def test_a_broken_or_missing_bundle_is_named_as_the_cause(https_index, tmp_path):
+    (tmp_path / "junk.pem").write_text("junk\n")
+    for bundle in (tmp_path / "junk.pem", tmp_path / "missing.pem"):
+        f = index_finding(https_index.url(), bundle, timeout=5)
+        assert f.status == "fail" and f"TLS cannot use {bundle}" in f.value and f.hint == "see ca_bundle"
+
+
 def test_a_certificate_for_another_name(https_index, pki):
     f = index_finding(https_index.url("127.0.0.1"), pki / "ca.pem", timeout=5)
     assert f.status == "fail" and "is not for 127.0.0.1" in f.value
