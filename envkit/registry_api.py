@@ -223,7 +223,7 @@ class _RegistryHTTP:
                 if isinstance(exc, requests.exceptions.SSLError) and UNTRUSTED.search(str(exc)):
                     raise TrustFailure(f"{url.split('?', 1)[0]}: its TLS certificate is not trusted "
                                        f"(certificate verify failed)", self.registry) from None
-                refused = tls_refusal(self.registry, exc)  # a TLS alert, or a reset in the handshake: not transient
+                refused = tls_refusal(self.registry, exc, self.host, self.timeout)  # refused client: not transient
                 if refused is not None:
                     raise refused from None
                 raise

@@ -24,7 +24,7 @@ challenge's), as the distribution token spec describes, and reused until they ex
 Authentication failures are ``AuthFailure``s: permanent, and turned into ``RegistryAuthError``
 (which names the registry, the account and where its credentials came from, never the secret).
 A registry that demands a client certificate envkit or the engine did not present, or refuses the
-one presented (a TLS alert, or the connection closed during the handshake), is a
+one presented (a TLS alert, or a connection cut that a fresh handshake shows to be one), is a
 ``ClientCertFailure``: an ``AuthFailure`` whose hint names the certs.d files that fix it.
 """
 
@@ -44,8 +44,8 @@ import urllib3
 
 from .errors import EngineError
 from .registry_tls import CERTS_D, UNTRUSTED, engine_cas, trust_hint  # noqa: F401  (imported from here)
-from .registry_tls import (CLIENT_REFUSED, UNPAIRED, TrustAdapter, certs_dir, client_cert_hint, client_pairs,
-                           handshake_cut, tls_context, unpaired_hint)
+from .registry_tls import (CLIENT_REFUSED, UNPAIRED, TrustAdapter, alert_name, certs_dir, client_cert_hint,
+                           client_pairs, connection_cut, refuses_client, tls_context, unpaired_hint)
 
 USER_ENV = "ENVKIT_REGISTRY_USER"
 PASSWORD_ENV = "ENVKIT_REGISTRY_PASSWORD"
@@ -211,15 +211,22 @@ def client_refusal(registry: str, detail: str, who: str = "envkit") -> ClientCer
                              f"authentication, and unexpired? {client_cert_hint(registry)}")
 
 
-def tls_refusal(registry: str, exc: requests.RequestException) -> ClientCertFailure | None:
-    """The ``ClientCertFailure`` that ``exc`` (from envkit's own call) means, or None when it means something else."""
-    text = str(exc)
-    if isinstance(exc, requests.exceptions.SSLError) and CLIENT_REFUSED.search(text):
-        alert = CLIENT_REFUSED.search(text).group(0).replace("_", " ").lower()
-        return client_refusal(registry, f"the TLS handshake ended with the alert {alert!r}")
-    if handshake_cut(exc):
-        return client_refusal(registry, "the registry closed the connection during the TLS handshake")
-    return None
+def tls_refusal(registry: str, exc: requests.RequestException, host: str | None = None,
+                timeout: float = 1.5) -> ClientCertFailure | None:
+    """The ``ClientCertFailure`` that ``exc`` (from envkit's own call to ``host``, default ``registry``) means: a
+    TLS alert refusing the client, or a connection cut that a fresh handshake (waiting at most ``timeout`` seconds
+    for the registry's verdict, ``refuses_client``) shows to be one; None when it means something else."""
+    alert = CLIENT_REFUSED.search(str(exc)) if isinstance(exc, requests.exceptions.SSLError) else None
+    if alert:
+        return client_refusal(registry, f"the TLS handshake ended with the alert {alert_name(alert)!r}")
+    if not connection_cut(exc):
+        return None
+    try:
+        pairs = client_pairs(registry)
+    except EngineError:
+        return None
+    how = refuses_client(host or registry, pairs[0] if pairs else None, min(timeout, 1.5))
+    return client_refusal(registry, how) if how else None
 
 
 def engine_tls_failure(registry: str, message: str) -> Failure | None:
@@ -233,7 +240,7 @@ def engine_tls_failure(registry: str, message: str) -> Failure | None:
         directory = certs_dir(registry)
         return TrustFailure(f"the engine cannot use the TLS client files in {directory}: {message}", registry,
                             hint=unpaired_hint(directory / cert, directory / key))
-    if CLIENT_REFUSED.search(message) and re.search(r"\btls\b", message, re.IGNORECASE):
+    if CLIENT_REFUSED.search(message):
         return client_refusal(registry, message, "the engine")
     return None
 
@@ -259,7 +266,7 @@ def open_session(registry: str, host: str, insecure: bool, timeout: float,
         except requests.RequestException as exc:
             if verify and isinstance(exc, requests.exceptions.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(exc):
                 continue  # a certificate we cannot verify: the engine skips verification for insecure registries
-            if not tls_refusal(registry, exc):
+            if not tls_refusal(registry, exc, host, timeout):
                 return session, "http"  # no TLS there (e.g. "wrong version number"), or nothing answers
             # else https that wants a client certificate: the real call says so
         session.verify = verify

@@ -13,10 +13,12 @@ The engine reads the directory at every call, so a change needs no restart; so d
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
+import socket
 import ssl
-import traceback
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +31,16 @@ CERTS_D = Path("/etc/docker/certs.d")
 # What the engine (Go's crypto/x509) and Python's ssl say of a registry certificate they cannot trust.
 UNTRUSTED = re.compile(r"x509: |certificate signed by unknown authority|CERTIFICATE_VERIFY_FAILED|"
                        r"certificate is (?:not )?valid for", re.IGNORECASE)
-# A registry refusing the TLS client (no certificate, or one it does not accept): the TLS alert it sends,
-# as OpenSSL ("SSLV3_ALERT_BAD_CERTIFICATE", "TLSV13_ALERT_CERTIFICATE_REQUIRED", "TLSV1_ALERT_UNKNOWN_CA")
-# and Go ("remote error: tls: bad certificate", "... certificate required") name it.
-CLIENT_REFUSED = re.compile(r"certificate[ _]required|bad[ _]certificate|alert[ _]unknown[ _]ca\b|"
-                            r"remote error: tls: unknown certificate authority", re.IGNORECASE)
+# A registry refusing the TLS client (no certificate, or one it does not accept): the TLS alert it sends, as
+# OpenSSL ("SSLV3_ALERT_BAD_CERTIFICATE", "TLSV13_ALERT_CERTIFICATE_REQUIRED", "TLSV1_ALERT_UNKNOWN_CA"; a
+# certificate from another CA of the same name: "TLSV1_ALERT_DECRYPT_ERROR") and Go ("remote error: tls: bad
+# certificate", "remote error: tls: certificate required") name it. Group 1: the alert.
+CLIENT_REFUSED = re.compile(r"(?:alert[ _]|remote error: tls: )(certificate[ _]required|bad[ _]certificate|"
+                            r"unknown[ _]ca|unknown certificate authority|decrypt[ _]error)\b", re.IGNORECASE)
+
+
+def alert_name(match: re.Match) -> str:
+    return match.group(1).replace("_", " ").lower()
 # The engine's words for a half without the other (moby's registry.ReadCertsDirectory).
 UNPAIRED = re.compile(r"missing key (\S+) for client certificate (\S+?)\.?(?=\s|$)|"
                       r"missing client certificate (\S+) for key (\S+?)\.?(?=\s|$)", re.IGNORECASE)
@@ -137,14 +144,49 @@ class TrustAdapter(requests.adapters.HTTPAdapter):
         return super().init_poolmanager(*args, **kwargs)
 
 
-def handshake_cut(exc: BaseException | None) -> bool:
-    """Was the connection reset or closed during the TLS handshake (as a registry refusing a client may do)?
-    Told from a reset later on (a transient failure) by where it was raised: inside ``do_handshake``."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
+def connection_cut(exc: BaseException | None) -> bool:
+    """Was the connection reset or closed under the call? Looked for through ``exc``'s causes, and the
+    exceptions requests and urllib3 keep in their arguments (``MaxRetryError.reason``, ``SSLError(e)``)."""
+    todo, seen = [exc], set()
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
         seen.add(id(exc))
-        if isinstance(exc, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, ssl.SSLEOFError)) and \
-                any(frame.name == "do_handshake" for frame in traceback.extract_tb(exc.__traceback__)):
+        if isinstance(exc, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, ssl.SSLEOFError,
+                            http.client.RemoteDisconnected)):
             return True
-        exc = exc.__cause__ or exc.__context__
+        todo += [e for e in (exc.__cause__, exc.__context__, getattr(exc, "reason", None), *exc.args)
+                 if isinstance(e, BaseException)]
     return False
+
+
+def refuses_client(host: str, client: ClientPair | None, timeout: float = 1.5) -> str | None:
+    """How ``host`` refuses this TLS client (presenting ``client``), or None when it does not.
+
+    A fresh handshake, then a read before sending anything: with TLS 1.3 a registry checks the
+    client's certificate after the client thinks the handshake is over, so its alert (or its
+    close) comes then; an HTTP server that accepts the client just waits for a request (the read
+    times out). Sending nothing keeps the alert from being lost to a reset, as it can be after
+    a request. The server's own certificate is not checked here: only how it treats the client.
+    """
+    split = urllib.parse.urlsplit(f"//{host}")
+    context = tls_context([], client)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection((split.hostname, split.port or 443), timeout=timeout) as raw:
+            with context.wrap_socket(raw, server_hostname=split.hostname) as tls:
+                try:
+                    tls.recv(1)
+                except (TimeoutError, socket.timeout):
+                    return None  # waiting for a request: this client is accepted
+                return "the registry closed the connection right after the TLS handshake, before any request"
+    except ssl.SSLError as exc:
+        m = CLIENT_REFUSED.search(str(exc))
+        if m:
+            return f"the TLS handshake ended with the alert {alert_name(m)!r}"
+        return "the registry closed the connection during the TLS handshake" if connection_cut(exc) else None
+    except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+        return "the registry closed the connection during the TLS handshake"
+    except (OSError, ValueError, EngineError):
+        return None  # unreachable, or no TLS there: not about the client

@@ -78,6 +78,11 @@ TLS = """\
     key: {key}
 """
 
+CLIENT_CAS = """\
+    clientcas:
+      - {ca}
+"""
+
 
 @dataclass
 class Registry:
@@ -92,6 +97,8 @@ class Registry:
     ca: Path | None = None  # the CA that signed the certificate (clients verify with it)
     auth: str = ""  # an ``auth:`` section for the config (registry_auth.py writes them)
     headers: Callable[[str], dict[str, str]] | None = None  # scope -> Authorization header, for manifest_digest
+    client_ca: Path | None = None  # mutual TLS: only clients with a certificate from this CA are served
+    client: tuple[Path, Path] | None = None  # (certificate, key) this fixture's own requests present
 
     def __post_init__(self) -> None:
         if not self.port:
@@ -123,6 +130,7 @@ class Registry:
         text = CONFIG.format(root=root, address=self.address, port=self.port)
         if self.tls:
             text += TLS.format(cert=self.tls[0], key=self.tls[1])
+            text += CLIENT_CAS.format(ca=self.client_ca) if self.client_ca else ""
         config.write_text(text + self.auth)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([self.binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
@@ -132,7 +140,7 @@ class Registry:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.binary} exited {self.proc.returncode}:\n{self.log.read_text()[-2000:]}")
             try:
-                if requests.get(f"{self.url}/v2/", timeout=1, verify=self.verify).status_code in (
+                if requests.get(f"{self.url}/v2/", timeout=1, verify=self.verify, cert=self.client).status_code in (
                         200, 401 if self.auth else 200):
                     return self
             except requests.RequestException:
@@ -162,8 +170,8 @@ class Registry:
         """What ``name:reference`` points to, read straight from the registry (None: no such tag)."""
         auth = self.headers(f"repository:{name}:pull") if self.headers else {}
         r = requests.get(f"{self.url}/v2/{name}/manifests/{reference}", timeout=10, verify=self.verify,
-                         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json, "
-                                                 "application/vnd.oci.image.manifest.v1+json", **auth})
+                         cert=self.client, headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json, "
+                                                              "application/vnd.oci.image.manifest.v1+json", **auth})
         if r.status_code == 404:
             return None
         r.raise_for_status()

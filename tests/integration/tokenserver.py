@@ -2,7 +2,8 @@
 
 ``make_pki(dir)`` writes a CA, a server certificate for 127.0.0.1 / ::1 / localhost signed by
 it (the registry's and the token server's TLS), and a separate token-signing certificate (the
-registry's ``auth.token.rootcertbundle``).
+registry's ``auth.token.rootcertbundle``); ``clients=("envkit",)`` adds TLS client certificates
+from the same CA (``<name>.cert`` + ``<name>.key``, as certs.d names them), for mutual TLS.
 
 ``TokenServer`` implements the token endpoint of the distribution token authentication spec
 (docs/spec/auth/token.md and jwt.md): ``GET /token?service=...&scope=...`` with optional Basic
@@ -49,6 +50,7 @@ class Pki:
     key: Path
     signer_cert: Path  # the token-signing certificate (the registry's rootcertbundle)
     signer_key: Path
+    clients: dict[str, tuple[Path, Path]] = field(default_factory=dict)  # name -> (client cert, its key)
 
 
 def _name(cn: str) -> x509.Name:
@@ -61,8 +63,9 @@ def _write_key(path: Path, key) -> None:
     path.chmod(0o600)
 
 
-def make_pki(directory: Path, addresses: tuple[str, ...] = ()) -> Pki:
-    """``addresses``: more IP addresses the server certificate names, besides the loopback ones."""
+def make_pki(directory: Path, addresses: tuple[str, ...] = (), clients: tuple[str, ...] = ()) -> Pki:
+    """``addresses``: more IP addresses the server certificate names, besides the loopback ones;
+    ``clients``: names of TLS client certificates to issue (CN = the name, extended key usage clientAuth)."""
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
     later = now + dt.timedelta(days=2)
@@ -89,7 +92,17 @@ def make_pki(directory: Path, addresses: tuple[str, ...] = ()) -> Pki:
               .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(later)
               .sign(signer_key, hashes.SHA256()))
     pki = Pki(directory / "ca.crt", directory / "server.crt", directory / "server.key",
-              directory / "token-signer.crt", directory / "token-signer.key")
+              directory / "token-signer.crt", directory / "token-signer.key",
+              {name: (directory / f"{name}.cert", directory / f"{name}.key") for name in clients})
+    for name, (cert_path, key_path) in pki.clients.items():
+        client_key = ec.generate_private_key(ec.SECP256R1())
+        client = (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(ca.subject)
+                  .public_key(client_key.public_key()).serial_number(x509.random_serial_number())
+                  .not_valid_before(now).not_valid_after(later)
+                  .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                  .sign(ca_key, hashes.SHA256()))
+        cert_path.write_bytes(client.public_bytes(serialization.Encoding.PEM))
+        _write_key(key_path, client_key)
     pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     pki.cert.write_bytes(server.public_bytes(serialization.Encoding.PEM))
     _write_key(pki.key, server_key)
