@@ -21,8 +21,9 @@ from .engine import BuildEvent
 from .engine.buildkit import BuildKitBuilder
 from .errors import BuildError
 from .frameworks import require_buildable
+from .index_login import SECRET_ID, login_refused, netrc_for, refused_index
 from .lock import Lock, LockedImage
-from .render import BUILDERS, context_hash, image_tag, render_files
+from .render import BUILDERS, context_hash, image_tag, index_urls, render_files
 
 Progress = Callable[[str, BuildEvent | str], None]
 
@@ -70,14 +71,19 @@ def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bu
     else:
         base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg))
         labels = dict(identity, **{BASE_LABEL: base.id})
-        with tempfile.TemporaryDirectory(prefix=f"envkit-ctx-{image.name}-") as tmp:
-            # BuildKit gets the CA as a build secret: it is never written into the context
+        with tempfile.TemporaryDirectory(prefix=f"envkit-ctx-{image.name}-") as tmp, \
+                tempfile.TemporaryDirectory(prefix="envkit-secrets-") as secrets:
+            # BuildKit gets the CA and the index logins as build secrets: they are never written into the context
             ctx = stage_context(Path(tmp), files, ca_bundle=None if buildkit else ca_bundle)
+            netrc = _index_netrc(image, Path(secrets)) if buildkit else None
             image_id = ""
-            for event in run_build(engine, ctx, tag, labels, builder=builder, ca_bundle=ca_bundle):
-                if event.kind == "done":
-                    image_id = event.text
-                progress(image.name, event)
+            try:
+                for event in run_build(engine, ctx, tag, labels, builder=builder, ca_bundle=ca_bundle, netrc=netrc):
+                    if event.kind == "done":
+                        image_id = event.text
+                    progress(image.name, event)
+            except BuildError as exc:
+                raise _login_failure(exc, image, builder, netrc is not None) from None
         info = engine.inspect(tag)
         outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
                           time.monotonic() - started)
@@ -85,6 +91,25 @@ def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bu
         progress(image.name, "verifying inside the image")
         outcome.verification = run_payload(engine, tag, image.expect())
     return outcome
+
+
+def _index_netrc(image: LockedImage, directory: Path) -> Path | None:
+    """The netrc lines for the lock's own index hosts (nothing else of the user's file), as a private file."""
+    text = netrc_for(index_urls(image))
+    if text is None:
+        return None
+    path = directory / "netrc"
+    path.touch(mode=0o600)
+    path.write_bytes(text)
+    return path
+
+
+def _login_failure(exc: BuildError, image: LockedImage, builder: str, passed: bool) -> BuildError:
+    """A build whose pip met a 401/403 from one of the lock's indexes, with what to do about it."""
+    url = refused_index(f"{exc.message}\n{exc.hint or ''}", index_urls(image))
+    if url is None:
+        return exc
+    return BuildError(exc.message, hint=login_refused(url, builder=builder, passed=passed) + "\n  " + (exc.hint or ""))
 
 
 def check_builder(builder: str) -> None:
@@ -112,15 +137,15 @@ def stage_context(directory: Path, files: dict[str, bytes], *, ca_bundle: Path |
 
 def run_build(engine, context: Path, tag: str, labels: dict[str, str], *, builder: str = "classic",
               ca_bundle: Path | None = None, dockerfile: str = "Dockerfile", network: bool = True,
-              no_cache: bool = False) -> Iterator[BuildEvent]:
+              no_cache: bool = False, netrc: Path | None = None) -> Iterator[BuildEvent]:
     """Build a staged context with either builder; ``network=False`` cuts RUN steps off the network.
 
     The classic builder reads the CA from the context (``stage_context``); BuildKit gets
-    ``ca_bundle`` as the build secret ``site-ca``.
+    ``ca_bundle`` as the build secret ``site-ca``, and ``netrc`` (the index hosts' logins) as ``index-netrc``.
     """
     require_builder(engine, builder)
     if builder == "buildkit":
-        secrets = {"site-ca": ca_bundle} if ca_bundle is not None else None
+        secrets = {sid: path for sid, path in (("site-ca", ca_bundle), (SECRET_ID, netrc)) if path is not None} or None
         yield from BuildKitBuilder(engine).build(context, tag, labels, secrets=secrets, network=network,
                                                  no_cache=no_cache,
                                                  dockerfile=None if dockerfile == "Dockerfile" else dockerfile)

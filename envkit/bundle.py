@@ -42,6 +42,7 @@ from .certify.harness import run_payload
 from .engine import Mount, RunOptions
 from .errors import BuildError, EngineError, EnvkitError
 from .index import trusted_hosts
+from .index_login import login_hint, refused_index
 from .lock import Lock, LockedImage, Package, load_lock, write_atomic
 from .devel import APT as DEVEL_APT
 from .devel import fetch_toolkit_deb, toolkit_deb
@@ -283,13 +284,17 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None,
             files[-1].write_text("".join(f"{p.name}=={p.version} " + " ".join(f"--hash={h}" for h in p.hashes) + "\n"
                                          for p in packages[n::DOWNLOADS]))
         with ThreadPoolExecutor(len(files) or 1) as pool:
+            # stdin from /dev/null: a 401 makes pip prompt for a login, which must fail, not wait unseen
             procs = list(pool.map(lambda f: subprocess.run([*cmd, "-r", str(f)], capture_output=True, text=True,
-                                                           env=env), files))
+                                                           env=env, stdin=subprocess.DEVNULL), files))
     for proc in procs:
         if proc.returncode != 0:
-            tail = "\n    ".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
+            output = proc.stdout + proc.stderr
+            tail = "\n    ".join(output.strip().splitlines()[-10:])
+            refused = refused_index(output, indexes)
+            hint = login_hint(refused) if refused else f"is {' and '.join(indexes)} reachable (and the CA bundle right)?"
             raise BuildError(f"downloading the wheels of {image.name} failed (pip exit {proc.returncode})",
-                             hint=f"is {' and '.join(indexes)} reachable (and the CA bundle right)?\n    {tail}")
+                             hint=f"{hint}\n    {tail}")
     return check_wheels(packages, dest)
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from .errors import ResolutionError
+from .errors import PackageIndexError, ResolutionError
+from .index_login import login_hint, refused_index
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
 _HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
@@ -74,6 +75,10 @@ def compile_closure(requirements: list[str], *, python: str, glibc: str, index_u
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         detail = proc.stderr.strip().splitlines()
+        refused = refused_index(proc.stderr, (index_url, extra_index_url))
+        if refused is not None:
+            raise PackageIndexError(f"{refused} asks for a login: uv said: " + " ".join(detail[-4:]),
+                                    hint=login_hint(refused))
         raise ResolutionError(
             "the Python closure could not be solved: " + " ".join(detail[-6:]),
             hint=f"requirements were: {', '.join(requirements)}; relax an extra pip package, "

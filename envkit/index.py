@@ -84,6 +84,15 @@ def _manylinux_ok(plat: str, glibc: tuple[int, ...]) -> bool:
     return False
 
 
+def _raise_for_login(resp: requests.Response, url: str) -> None:
+    """A 401/403: the index wants a login (none found in the netrc file, or the one there was refused)."""
+    if resp.status_code in (401, 403):
+        from .index_login import login_hint
+
+        raise PackageIndexError(f"{url} answered {resp.status_code} {resp.reason}: the index asks for a login",
+                                hint=login_hint(url))
+
+
 def trusted_hosts(urls) -> list[str]:
     """The ``host[:port]`` of each plain-http index in ``urls``, once each: pip ignores an http index on
     any host but localhost unless it is named with ``--trusted-host``. An index the user named is taken
@@ -120,6 +129,7 @@ class PackageIndex:
             raise PackageIndexError(f"cannot reach the package index at {url}: {exc}",
                                     hint="check the network or set build.index_url in the spec") from None
         self.bytes_fetched += len(resp.content)
+        _raise_for_login(resp, url)
         if resp.status_code == 404:
             raise PackageIndexError(f"the index {self.url} has no project {project!r}")
         if not resp.ok or "json" not in resp.headers.get("content-type", ""):
@@ -242,6 +252,7 @@ class PackageIndex:
         except requests.RequestException as exc:
             raise PackageIndexError(f"cannot fetch {url}: {exc}") from None
         self.bytes_fetched += len(resp.content)
+        _raise_for_login(resp, url)
         return resp
 
     def _range(self, url: str, start: int, end: int | None = None) -> tuple[bytes, int]:

@@ -18,6 +18,7 @@ from .closure import compile_closure
 from .errors import EngineError, EnvkitError, LockError, SpecError, VerificationError
 from .frameworks import require_buildable, require_bundle
 from .index import DEFAULT_INDEX, PackageIndex
+from .index_login import check_netrc
 from .labels import SHOWN
 from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import Rendered, render
@@ -74,6 +75,8 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
     progress(f"resolving {len(spec.images)} image(s) against the catalog and the package index")
     # the CA bundle the builds get verifies the resolver's TLS too (a mirror signed by a company CA)
     ca = spec.ca_bundle_path()
+    if spec.build.index_url:
+        check_netrc()  # a company index's login: a malformed netrc fails here, with its line, not as a 401
     index = PackageIndex(spec.build.index_url or DEFAULT_INDEX, ca_bundle=ca)
     lock = resolve(spec, catalog, index, closure=functools.partial(compile_closure, ca_bundle=ca),
                    index_for=lambda url: PackageIndex(url, ca_bundle=ca))

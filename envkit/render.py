@@ -29,6 +29,7 @@ from . import __version__, devel
 from .certify.harness import PAYLOAD_NAME, payload_files
 from .errors import EnvkitError
 from .frameworks import framework
+from . import index_login as index_login_
 from .index import DEFAULT_INDEX, trusted_hosts
 from .labels import LOCK_LABEL
 from .lock import Lock, LockedImage, Package, write_atomic
@@ -105,6 +106,9 @@ class RenderContext:
     buildkit: bool = False
     wheelhouse: bool = False
     ca_path: str = CA_PATH
+    index_login: bool = False  # BuildKit, online, from an index other than PyPI: pip RUNs mount its netrc secret
+    netrc_secret: str = index_login_.SECRET_ID
+    netrc_target: str = index_login_.NETRC_TARGET
     wheelhouse_dir: str = WHEELHOUSE
     wheel_cache: str = WHEEL_CACHE
     debs_dir: str = DEBS
@@ -160,6 +164,7 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         labels=tuple(sorted(labels.items())),
         buildkit=buildkit,
         wheelhouse=wheelhouse,
+        index_login=buildkit and not wheelhouse and needs_index_login(image),
         flavour=image.flavour,
         python=image.python,
         **(_devel_fields(image) if image.flavour == "devel" else {}),
@@ -189,6 +194,17 @@ def _index_flags(image: LockedImage) -> str:
         flags += f" --extra-index-url {_dq(image.extra_index_url)}"
     flags += "".join(f" --trusted-host {_dq(h)}" for h in trusted_hosts([image.index_url, image.extra_index_url]))
     return flags
+
+
+def index_urls(image: LockedImage) -> list[str]:
+    """The indexes other than PyPI the lock's packages come from (the ones that may ask for a login)."""
+    return [u for u in dict.fromkeys((image.index_url, image.extra_index_url)) if u and u != DEFAULT_INDEX]
+
+
+def needs_index_login(image: LockedImage) -> bool:
+    """Whether BuildKit's pip RUNs mount the ``index-netrc`` secret: for any index but PyPI (which never
+    asks), so the rendered Dockerfile does not depend on which logins this host happens to hold."""
+    return bool(index_urls(image))
 
 
 def requirements_text(image: LockedImage, group: str) -> str:

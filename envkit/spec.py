@@ -85,7 +85,19 @@ Name = Annotated[str, _grammar(NAME_RE, "name (lowercase letters, digits, '-')")
 PythonVersion = Annotated[str, _grammar(PYTHON_RE, "Python version like '3.11'")]
 DriverVersion = Annotated[str, _grammar(DRIVER_RE, "driver version like '550.54.15'")]
 Suite = Annotated[str, _grammar(SUITE_RE, "Debian suite name")]
-Mirror = Annotated[str, _grammar(MIRROR_RE, "mirror URL")]
+def _no_login(value: str) -> str:
+    """A URL with a login in it: say where the login goes instead (the spec is committed, and the lock and
+    the images' Dockerfiles repeat its URLs)."""
+    netloc = value.partition("://")[2].partition("/")[0]
+    if "@" in netloc:
+        host = netloc.rpartition("@")[2].partition(":")[0]
+        raise ValueError(f"{_short(value.replace(netloc, '***@' + netloc.rpartition('@')[2]))!r}: a login does not "
+                         f"belong in team.yaml; put `machine {host} login USER password TOKEN` in ~/.netrc "
+                         "(or the file $NETRC names) and give the plain URL")
+    return value
+
+
+Mirror = Annotated[str, AfterValidator(_no_login), _grammar(MIRROR_RE, "mirror URL")]
 ImageRef = Annotated[str, _grammar(IMAGE_REF_RE, "image reference")]
 AptPackage = Annotated[str, _grammar(APT_RE, "Debian package (name or name=version)")]
 PipRequirement = Annotated[str, AfterValidator(_requirement)]

@@ -5,7 +5,8 @@ HTML or PEP 691 JSON (by the request's ``Accept``), with each wheel's ``.metadat
 uv and envkit's index client read metadata without range requests), over plain http or, given a
 ``Pki`` (``tokenserver.make_pki``), https. It listens on every address, so build containers reach it
 at the bridge's gateway (``bridge_gateway``), and logs every request (``requests``, ``fetched``)
-so a test can say what came from it.
+so a test can say what came from it. With ``login`` it answers 401 to any request without that
+HTTP Basic login, as a company mirror that needs one does.
 
     GET /simple/                      the projects (HTML or JSON)
     GET /simple/<project>/            its wheels, each with #sha256= and its metadata's hash
@@ -87,8 +88,10 @@ def make_wheel(directory: Path, name: str = "envkit_mirror_probe", version: str 
 
 
 class PackageIndexServer:
-    def __init__(self, wheels: Path, *, pki=None, host: str = "0.0.0.0", upstream: str | None = None):
+    def __init__(self, wheels: Path, *, pki=None, host: str = "0.0.0.0", upstream: str | None = None,
+                 login: tuple[str, str] | None = None):
         self.wheels = wheels
+        self.login = login  # (user, password): every request must carry it as HTTP Basic, else 401
         self.pki = pki
         self.upstream = upstream.rstrip("/") if upstream else None
         self._session = requests.Session()  # upstream's connections kept alive, shared by the handler threads
@@ -102,6 +105,10 @@ class PackageIndexServer:
             self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def basic(self) -> str:
+        user, password = self.login or ("", "")
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
     @property
     def scheme(self) -> str:
@@ -227,6 +234,9 @@ def _handler(server: PackageIndexServer):
 
         def _answer(self, head: bool) -> None:
             path = self.path.split("?", 1)[0]
+            if server.login is not None and self.headers.get("Authorization") != server.basic():
+                return self._send(path, 401, b"login required\n",
+                                  {"Content-Type": "text/plain", "WWW-Authenticate": 'Basic realm="mirror"'}, head)
             as_json = JSON_TYPE in self.headers.get("Accept", "")
             found: tuple[bytes, str] | None = None
             if path in ("/simple", "/simple/"):

@@ -46,8 +46,8 @@ def test_the_offline_render_reaches_no_index(image, buildkit):
 def _fake_pip(monkeypatch, wheels: dict[str, bytes]):
     seen = {}
 
-    def run(cmd, capture_output, text, env):
-        seen.update(cmd=cmd, env=env)
+    def run(cmd, capture_output, text, env, stdin):
+        seen.update(cmd=cmd, env=env, stdin=stdin)
         with open(cmd[cmd.index("-r") + 1]) as fh:
             seen.setdefault("requirements", []).append(fh.read())
         dest = cmd[cmd.index("-d") + 1]

@@ -1,0 +1,140 @@
+"""Logins for package indexes: the netrc lines a build gets, where a 401 is recognized, and what each
+step says to do. (The real mirror that asks for a login: tests/integration/test_index_login.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import requests
+
+from envkit.errors import BuildError, PackageIndexError, SpecError
+from envkit.index import DEFAULT_INDEX, PackageIndex
+from envkit.index_login import (check_netrc, login_hint, login_refused, netrc_for, netrc_path, refused_index)
+from tests.unit.lockfixtures import make_image
+from tests.unit.test_render import _dockerfile
+
+MIRROR = "https://artifactory.corp.example/api/pypi/pypi/simple"
+
+
+@pytest.fixture
+def netrc(tmp_path, monkeypatch):
+    def write(text: str):
+        path = tmp_path / "netrc"
+        path.write_text(text)
+        path.chmod(0o600)
+        monkeypatch.setenv("NETRC", str(path))
+        return path
+    return write
+
+
+def test_a_build_gets_only_the_lines_for_the_locks_index_hosts(netrc):
+    netrc("machine artifactory.corp.example login ci password tok-1\n"
+          "machine github.com login me password personal-token\n")
+    assert netrc_for([MIRROR, DEFAULT_INDEX, None]) == b"machine artifactory.corp.example login ci password tok-1\n"
+    assert netrc_for(["https://other.example/simple"]) is None
+    assert netrc_for([]) is None
+
+
+def test_a_default_entry_serves_the_index_host_as_pip_would_use_it(netrc):
+    netrc("default login ci password tok-2\n")
+    assert netrc_for(["http://10.0.0.5:8080/simple"]) == b"machine 10.0.0.5 login ci password tok-2\n"
+
+
+def test_no_netrc_file_means_no_login(tmp_path, monkeypatch):
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+    assert netrc_path() is None and check_netrc() is None and netrc_for([MIRROR]) is None
+
+
+def test_a_malformed_netrc_fails_with_its_file_and_line(netrc):
+    path = netrc("machine a.example login x password y\nlogin-for a.example\n")
+    with pytest.raises(SpecError) as err:
+        check_netrc()
+    assert str(err.value.location) == f"{path}:2" and "bad follower token" in err.value.message
+    assert "machine HOST login USER password TOKEN" in err.value.hint
+
+
+def test_a_login_a_netrc_line_cannot_carry_is_refused_by_name(netrc):
+    netrc('machine artifactory.corp.example login ci password "two words"\n')
+    with pytest.raises(SpecError, match="artifactory.corp.example"):
+        netrc_for([MIRROR])
+
+
+def test_a_refused_index_is_found_in_what_pip_and_uv_print():
+    uv = "hint: An index URL (https://artifactory.corp.example/api/pypi/pypi/simple) could not be queried (401 Unauthorized)"
+    pip_prompt = "User for artifactory.corp.example: Traceback ...\nEOFError: EOF when reading a line"
+    pip_403 = "ERROR: 403 Client Error: Forbidden for url: https://b.example/simple/x/"
+    assert refused_index(uv, [MIRROR, DEFAULT_INDEX]) == MIRROR
+    assert refused_index(pip_prompt, [DEFAULT_INDEX, MIRROR]) == MIRROR
+    assert refused_index(pip_403, [MIRROR, "https://b.example/simple"]) == "https://b.example/simple"
+    assert refused_index(uv, [DEFAULT_INDEX]) is None  # PyPI never asks
+    assert refused_index("ERROR: No matching distribution found for x", [MIRROR]) is None
+
+
+def test_each_builder_is_told_its_own_way_out(netrc):
+    path = netrc("machine artifactory.corp.example login ci password tok\n")
+    classic = login_refused(MIRROR, builder="classic", passed=False)
+    assert "--builder buildkit" in classic and "envkit bundle make" in classic
+    assert str(path) in login_refused(MIRROR, builder="buildkit", passed=True)
+    assert "machine artifactory.corp.example login USER password TOKEN" in login_hint(MIRROR)
+
+
+def test_buildkit_mounts_the_netrc_secret_only_for_an_index_other_than_pypi():
+    private = make_image(index_url=MIRROR)
+    mount = "--mount=type=secret,id=index-netrc,target=/root/.netrc"
+    assert _dockerfile(private, buildkit=True).count(mount) == 2  # the framework and the extras RUN
+    assert mount not in _dockerfile(private)  # classic: no secrets
+    assert mount not in _dockerfile(private, buildkit=True, wheelhouse=True)  # offline: no index
+    assert mount not in _dockerfile(make_image(), buildkit=True)  # PyPI images render as before
+
+
+def test_the_index_client_says_a_401_is_a_login(tmp_path, monkeypatch):
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+
+    class Session:
+        def get(self, url, **kwargs):
+            resp = requests.Response()
+            resp.status_code, resp.reason, resp._content, resp.url = 401, "Unauthorized", b"", url
+            return resp
+
+    with pytest.raises(PackageIndexError) as err:
+        PackageIndex(MIRROR, cache_dir=tmp_path, session=Session()).versions("torch")
+    assert "asks for a login" in err.value.message
+    assert "machine artifactory.corp.example login USER password TOKEN" in err.value.hint
+
+
+def test_uvs_401_is_reported_as_a_login_not_as_an_unsolvable_closure(monkeypatch):
+    from envkit import closure
+
+    def fake_run(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, 1, "", f"error: An index URL ({MIRROR}) could not be queried due to "
+                                                       "a lack of valid authentication credentials (401 Unauthorized)")
+
+    monkeypatch.setattr(closure.subprocess, "run", fake_run)
+    with pytest.raises(PackageIndexError) as err:
+        closure.compile_closure(["numpy"], python="3.11", glibc="2.36", index_url=MIRROR)
+    assert err.value.message.startswith(f"{MIRROR} asks for a login") and "netrc" in err.value.hint
+
+
+def test_a_build_that_met_a_401_says_how_to_log_in(netrc):
+    from envkit.build import _login_failure
+
+    netrc("machine artifactory.corp.example login ci password tok\n")
+    image = make_image(index_url=MIRROR)
+    failed = BuildError("building x failed", hint="last output:\n    User for artifactory.corp.example: ")
+    assert "--builder buildkit" in _login_failure(failed, image, "classic", False).hint
+    assert "refused the login" in _login_failure(failed, image, "buildkit", True).hint
+    other = BuildError("building x failed", hint="last output:\n    No space left on device")
+    assert _login_failure(other, image, "buildkit", True) is other
+
+
+def test_a_login_in_the_specs_index_url_is_refused_without_echoing_it(write_spec):
+    from envkit.spec import load_spec
+    from tests.conftest import MINIMAL
+
+    path = write_spec(MINIMAL.replace("images:", "build:\n  index_url: \"https://ci:s3cret@artifactory.corp.example/simple\"\n"
+                                               "images:"))
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert str(err.value.location).startswith(f"{path}:7")
+    assert "s3cret" not in str(err.value) and "machine artifactory.corp.example login USER password TOKEN" in str(err.value)
