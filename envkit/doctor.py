@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-# The variables Spec.ca_bundle_path reads when the spec names no bundle, in its order; doctor names
-# them to report one that points nowhere (the choice itself skips it quietly).
-CA_ENV = ("ENVKIT_CA_BUNDLE", "PIP_CERT")
+# the variables a CA bundle comes from when the spec names none, in order: doctor names one that points
+# nowhere (the choice itself skips it quietly)
+from .spec import CA_ENV
+
 PROBE_PROJECT = "six"  # a small page (~20 kB) that every PyPI mirror holds
 INDEX_TIMEOUT = 10.0  # seconds, to connect and to read
 CA_HINT = "set ENVKIT_CA_BUNDLE or build.ca_bundle to your proxy's CA bundle (PEM)"
@@ -101,11 +102,10 @@ def trust_for(spec=None) -> Trust:
     """The bundle resolve and build would take (``Spec.ca_bundle_path``: the spec's, else the first of
     CA_ENV naming a file), whether it holds PEM certificates, and any variable that names nothing."""
     from .errors import SpecError
-    from .spec import BuildOptions, Spec
+    from .spec import env_ca_bundle
 
-    chooser = spec if spec is not None else Spec.model_construct(build=BuildOptions())  # reads build, path
     try:
-        bundle = chooser.ca_bundle_path()
+        bundle = spec.ca_bundle_path() if spec is not None else env_ca_bundle()
     except SpecError as exc:
         where = f"{exc.location}: " if exc.location else ""
         return Trust(Finding("ca_bundle", "fail", where + exc.message,
@@ -172,9 +172,16 @@ def index_finding(index_url: str, bundle: Path | None, *, timeout: float = INDEX
     answered = f"{probe}{via}: HTTP {resp.status_code} in {ms} ms"
     host = urlsplit(probe).netloc
     if resp.status_code in (401, 403):
+        from .errors import SpecError
+        from .index_login import login_hint, netrc_for, netrc_path
+
+        try:
+            hint = (f"the login for {urlsplit(probe).hostname} in {netrc_path()} was refused: check the user and token"
+                    if netrc_for([index_url]) else login_hint(index_url))
+        except SpecError as exc:  # a netrc file that cannot be parsed: requests skipped it
+            hint = f"{exc.location}: {exc.message}; {exc.hint}"
         return Finding("index", "fail", f"{answered}: the index needs a login",
-                       f"get credentials for {host} from whoever runs it"
-                       + (f", or the proxy's policy refuses {host}" if proxy else ""))
+                       hint + (f"; or the proxy's policy refuses {host}" if proxy else ""))
     if resp.status_code == 407:
         return Finding("index", "fail", f"{answered}: the proxy needs a login",
                        "put the proxy's credentials in HTTPS_PROXY (http://user:password@proxy:port)")

@@ -233,11 +233,19 @@ class Spec(Strict):
                     hint="give the path of a PEM bundle, relative to the spec",
                 )
             return p
-        for var in ("ENVKIT_CA_BUNDLE", "PIP_CERT"):
-            value = os.environ.get(var)
-            if value and Path(value).is_file():
-                return Path(value)
-        return None
+        return env_ca_bundle()
+
+
+CA_ENV = ("ENVKIT_CA_BUNDLE", "PIP_CERT")  # where a CA bundle comes from when the spec names none, in order
+
+
+def env_ca_bundle() -> Path | None:
+    """The first of CA_ENV that names a file (one naming nothing is skipped: `envkit doctor` says so)."""
+    for var in CA_ENV:
+        value = os.environ.get(var)
+        if value and Path(value).is_file():
+            return Path(value)
+    return None
 
 
 class Target(BaseModel):

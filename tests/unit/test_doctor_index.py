@@ -364,3 +364,16 @@ def test_doctor_fails_on_a_missing_bundle_and_skips_the_index(no_engine, tmp_pat
     result = _doctor("--spec", spec, "--store", no_engine)
     assert result.exit_code == 6
     assert "'gone.pem' is not a file" in result.output and "resolve stops at the CA bundle" in result.output
+
+
+def test_a_401_says_where_the_login_goes_or_that_the_one_there_was_refused(http_index, tmp_path, monkeypatch):
+    http_index.answer(401, "text/plain")
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+    f = index_finding(http_index.url(), None, timeout=5)
+    assert "machine localhost login USER password TOKEN" in f.hint
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine localhost login ci password wrong\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    f = index_finding(http_index.url(), None, timeout=5)
+    assert f"the login for localhost in {netrc} was refused" in f.hint
