@@ -9,6 +9,11 @@
     pair in name order (the engine offers each pair, in that order, to a registry that asks).
 
 The engine reads the directory at every call, so a change needs no restart; so does envkit.
+
+A registry refusing the client says so with a TLS alert (``CLIENT_REFUSED``), or just cuts the
+connection; with TLS 1.3 it judges the client after the client's handshake is over, so the
+alert is often lost to a reset after the request. ``refuses_client`` then asks once more: a
+fresh handshake and a read before sending anything.
 """
 
 from __future__ import annotations
