@@ -90,6 +90,10 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
                                 "fix ca_bundle first"))
     else:
         findings.append(index_finding(index_url, trust.bundle))
+        for url, images in (framework_indexes(spec) if spec is not None else {}).items():
+            found = index_finding(url, trust.bundle, project="torch")  # a variant index holds its framework
+            findings.append(Finding("framework_index", found.status, f"{found.value} (for {', '.join(images)})",
+                                    found.hint))
     if engine is not None:
         findings.append(buildkit_finding(engine))
     findings.append(catalog_finding())
@@ -98,6 +102,26 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
 
 
 # --- trust and the package index --------------------------------------------------------------
+def framework_indexes(spec) -> dict[str, list[str]]:
+    """The indexes other than the spec's that resolve will ask (a non-default PyTorch variant's own, e.g.
+    download.pytorch.org/whl/cu126), each with the images that need it, from the catalog alone (``plan``).
+    An image the plan refuses is left out: `envkit resolve` says why."""
+    from .catalog import load_catalog
+    from .errors import EnvkitError
+    from .resolve import plan
+
+    catalog = load_catalog()
+    found: dict[str, list[str]] = {}
+    for image in spec.images:
+        try:
+            chosen = plan(spec, catalog, only=[image.name])[0].chosen
+        except EnvkitError:
+            continue
+        if chosen.index and chosen.index != (spec.build.index_url or ""):
+            found.setdefault(chosen.index, []).append(image.name)
+    return found
+
+
 def trust_for(spec=None) -> Trust:
     """The bundle resolve and build would take (``Spec.ca_bundle_path``: the spec's, else the first of
     CA_ENV naming a file), whether it holds PEM certificates, and any variable that names nothing."""
@@ -152,14 +176,15 @@ def _bundle_finding(bundle: Path, source: str) -> Finding:
     return Finding("ca_bundle", "ok", value)
 
 
-def index_finding(index_url: str, bundle: Path | None, *, timeout: float = INDEX_TIMEOUT) -> Finding:
+def index_finding(index_url: str, bundle: Path | None, *, timeout: float = INDEX_TIMEOUT,
+                  project: str = PROBE_PROJECT) -> Finding:
     """Ask ``index_url`` for one small project's page as the resolver does (PEP 691 JSON, TLS verified
     with ``bundle`` in place of the default trust store), and say what stands in the way."""
     import requests
 
     from .index import JSON_ACCEPT
 
-    probe = f"{index_url.rstrip('/')}/{PROBE_PROJECT}/"
+    probe = f"{index_url.rstrip('/')}/{project}/"
     proxy = _proxy_for(probe)
     via = f" via proxy {proxy}" if proxy else ""
     start = time.monotonic()
@@ -186,7 +211,7 @@ def index_finding(index_url: str, bundle: Path | None, *, timeout: float = INDEX
         return Finding("index", "fail", f"{answered}: the proxy needs a login",
                        "put the proxy's credentials in HTTPS_PROXY (http://user:password@proxy:port)")
     if resp.status_code == 404:
-        return Finding("index", "warn", f"{answered}: the index answers but has no {PROBE_PROJECT!r}",
+        return Finding("index", "warn", f"{answered}: the index answers but has no {project!r}",
                        "check that the index URL is a simple API root (PyPI: https://pypi.org/simple)")
     if not resp.ok:
         return Finding("index", "fail", f"{answered}", "the index is failing; retry, or ask whoever runs it")

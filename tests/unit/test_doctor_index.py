@@ -377,3 +377,26 @@ def test_a_401_says_where_the_login_goes_or_that_the_one_there_was_refused(http_
     monkeypatch.setenv("NETRC", str(netrc))
     f = index_finding(http_index.url(), None, timeout=5)
     assert f"the login for localhost in {netrc} was refused" in f.hint
+
+
+def test_doctor_spec_also_asks_each_variant_index_the_resolver_will_ask(no_engine, monkeypatch):
+    """examples/variant.yaml's torch 2.11 comes from download.pytorch.org/whl/cu126 (its V100s): that index
+    is probed for torch, with the image that needs it named; an example wholly from PyPI adds nothing."""
+    from envkit.doctor import framework_indexes
+    from tests.conftest import ROOT
+
+    variant = ROOT / "examples" / "variant.yaml"
+    assert framework_indexes(load_spec(variant)) == {"https://download.pytorch.org/whl/cu126": ["torch211"]}
+    assert framework_indexes(load_spec(ROOT / "examples" / "team.yaml")) == {}
+    asked = []
+
+    def probe(url, bundle, **kw):
+        from envkit.doctor import Finding
+
+        asked.append((url, kw.get("project", PROBE_PROJECT)))
+        return Finding("index", "fail" if "pytorch" in url else "ok", f"{url}/…: cannot resolve", "the hint")
+
+    monkeypatch.setattr("envkit.doctor.index_finding", probe)
+    found = {f["name"]: f for f in json.loads(_doctor("--spec", variant, "--store", no_engine, "--json").stdout)["findings"]}
+    assert asked == [("https://pypi.org/simple", PROBE_PROJECT), ("https://download.pytorch.org/whl/cu126", "torch")]
+    assert found["framework_index"]["status"] == "fail" and found["framework_index"]["value"].endswith("(for torch211)")
