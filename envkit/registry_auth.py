@@ -229,6 +229,9 @@ def tls_refusal(registry: str, exc: requests.RequestException, host: str | None 
     return client_refusal(registry, how) if how else None
 
 
+ENGINE_CUT = re.compile(r"connection reset by peer|broken pipe|: EOF\b", re.I)  # Go's words for a cut connection
+
+
 def engine_tls_failure(registry: str, message: str) -> Failure | None:
     """What the engine's words about TLS mean (an untrusted registry, unpaired client files in certs.d, a
     refused client certificate), as a permanent failure with its fix; None when they are about something else."""
@@ -242,6 +245,13 @@ def engine_tls_failure(registry: str, message: str) -> Failure | None:
                             hint=unpaired_hint(directory / cert, directory / key))
     if CLIENT_REFUSED.search(message):
         return client_refusal(registry, message, "the engine")
+    if ENGINE_CUT.search(message):  # TLS 1.3 often loses the refusal's alert to a reset: ask the registry once
+        try:
+            pairs = client_pairs(registry)
+        except EngineError:
+            return None  # unpaired files: the engine would have said so
+        how = refuses_client(registry, pairs[0] if pairs else None)
+        return client_refusal(registry, f"{how} (the engine said: {message})", "the engine") if how else None
     return None
 
 

@@ -261,3 +261,22 @@ def test_the_engines_words_classified(certs_d, pki):
     for other in ("unauthorized: authentication required", "manifest unknown", "connection refused",
                   "a bad certificate description"):  # no TLS in it: not about the client certificate
         assert engine_tls_failure(REG, other) is None
+
+
+def test_an_engine_reset_is_asked_about_once_and_named_only_when_the_registry_refuses_the_client(mtls, pki, certs_d):
+    """The engine reports a TLS 1.3 refusal it lost to a reset only as the reset: envkit's handshake-and-read
+    asks the registry; a registry that accepts the client (the probe times out) leaves it transient."""
+    host, directory = mtls
+    cut = f'Put "https://{host}/v2/team/img/blobs/uploads/": read tcp 127.0.0.1:5->{host}: read: connection reset by peer'
+    refused = engine_tls_failure(host, cut)
+    assert isinstance(refused, ClientCertFailure)
+    assert f"registry {host} requires a TLS client certificate and the engine presented none" in refused.message
+    assert "connection reset by peer" in refused.message and f"{directory}/client.cert" in refused.hint
+    cert, key = pki.clients["envkit"]
+    place(directory, {"client.cert": cert, "client.key": key})
+    assert engine_tls_failure(host, cut) is None  # accepted now: the reset was something else, retried
+    server = _serve(pki, require_client=False)
+    try:
+        assert engine_tls_failure(f"127.0.0.1:{server.server_address[1]}", cut) is None
+    finally:
+        server.shutdown()
