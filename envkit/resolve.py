@@ -27,6 +27,7 @@ from packaging.version import Version
 from . import __version__, devel
 from .candidates import ALLOWED_EXTRAS, FRAMEWORKS, Candidate, candidates
 from .catalog import Arch, Catalog, OsBase, vtuple
+from .catalog.exclusions import exact_pin
 from .closure import Pin, compile_closure
 from .errors import CatalogError, Location, ResolutionError, SpecError, WheelReadError
 from .lock import BaseImage, Decision, Lock, LockedImage, Package, canonical, sealed
@@ -122,8 +123,37 @@ def covers(arches: tuple[str, ...], cc: str, *, ptx_ok: bool = True) -> bool:
     return False
 
 
+def check_excluded_pin(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet, python: str) -> None:
+    """A spec pinning exactly a release the catalog excludes fails at its framework line."""
+    req = Requirement(target.framework)
+    pinned = exact_pin(req)
+    ex = catalog.excluded(req.name.lower(), pinned) if pinned else None
+    if ex is None:
+        return
+    cuda_spec = SpecifierSet(target.cuda) if target.cuda else None
+    fits = [c.version for c in candidates(req, catalog, ignore_version=True)
+            if reject_reason(c, python, catalog, fleet, cuda_spec) is None]
+    series = Version(pinned).release[:2]
+    near = next((v for v in fits if Version(v).release[:2] == series), None)
+    if near:
+        pick = f"pick another version: {req.name}=={near} (the newest allowed {'.'.join(map(str, series))} release " \
+               f"that fits this image{'' if near == fits[0] else f'; the newest overall is {fits[0]}'})"
+    else:
+        pick = f"pick another version: {req.name}=={fits[0]} (the newest allowed release that fits this image)" \
+            if fits else f"pick another {req.name} version (none the catalog allows fits this image as it is)"
+    raise ResolutionError(
+        f"image {target.name!r} pins {target.framework}, which the catalog leaves out on purpose: {ex.reason} "
+        f"(source: {ex.source_text})",
+        location=spec.locate("images", spec.index_of(target.name), "framework"),
+        hint=f"{pick}; or, if {req.name} {ex.version} is wanted after all, remove the exclusion "
+             f"(its row at {ex.location})")
+
+
 def reject_reason(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec: SpecifierSet | None) -> str | None:
     """Why ``c`` cannot serve this image, or None when it can."""
+    ex = catalog.excluded(c.framework, c.version)
+    if ex is not None:
+        return ex.rejection(listed=catalog.lists_release(c.framework, c.version))
     if not c.python.admits(python):
         return f"supports Python {c.python.min}-{c.python.max}, not {python}"
     if cuda_spec is not None and not cuda_spec.contains(c.cuda, prereleases=True):
@@ -179,6 +209,7 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
                  + "; envkit uses the base's own interpreter")
     decisions.append(Decision(topic="python", choice=python, reason=f"the interpreter of {base.distro} {base.suite}"))
 
+    check_excluded_pin(spec, target, catalog, fleet, python)
     req = Requirement(target.framework)
     cuda_spec = SpecifierSet(target.cuda) if target.cuda else None
     rejected: list[str] = []

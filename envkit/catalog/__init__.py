@@ -20,6 +20,7 @@ from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ..errors import CatalogError
+from .exclusions import FRAMEWORK_FILES, Exclusion, check_rows, pop_rows
 
 Verified = Literal[True, False, "partial"]
 FILES = ("sources", "cuda", "gpus", "os", "pytorch", "jax", "tensorflow")
@@ -185,9 +186,10 @@ def vtuple(text: str) -> tuple[int, ...]:
 class Catalog:
     """Immutable, validated compatibility facts."""
 
-    def __init__(self, files: _Files, digest: str):
+    def __init__(self, files: _Files, digest: str, exclusions: tuple[Exclusion, ...] = ()):
         self._f = files
         self.digest = digest
+        self._excluded = exclusions
 
     # --- CUDA and drivers -----------------------------------------------------------
     def minor_compat_floor(self, major: int) -> str:
@@ -276,6 +278,25 @@ class Catalog:
     def source(self, key: str) -> str:
         return self._f.sources[key]
 
+    # --- releases left out on purpose (catalog/exclusions.py) ----------------------------
+    def exclusions(self, framework: str | None = None) -> tuple[Exclusion, ...]:
+        """Every exclusion, or ``framework``'s ('torch', 'jax', 'tensorflow'), in file order."""
+        return tuple(e for e in self._excluded if framework is None or e.framework == framework)
+
+    def excluded(self, framework: str, version: str) -> Exclusion | None:
+        """The exclusion of ``framework`` ``version`` ('2.6.0' == '2.6.0.0'), if the catalog has one."""
+        return next((e for e in self._excluded if e.framework == framework and e.matches(version)), None)
+
+    def lists_release(self, framework: str, version: str) -> bool:
+        """Whether the catalog also has ``version`` as a release (a patch of a row, or a JAX version)."""
+        if framework == "torch":
+            listed = [p for r in self._f.releases for p in r.patches]
+        elif framework == "jax":
+            listed = list(self._f.jax.versions)
+        else:
+            listed = [p for r in self._f.tensorflow.releases for p in r.patches]
+        return any(Version(p) == Version(version) for p in listed)
+
 
 def _norm(name: str) -> str:
     return "".join(name.lower().replace("nvidia", "").replace("geforce", "").split())
@@ -329,6 +350,7 @@ def export_catalog(dest: str | Path) -> Path:
 def load_catalog(directory: str | Path | None = None) -> Catalog:
     directory = Path(directory) if directory else data_dir()
     merged: dict = {}
+    excluded = []  # each framework file's `excluded:` rows, checked once sources.yaml is known
     h = hashlib.sha256()
     for name in FILES:
         path = directory / f"{name}.yaml"
@@ -344,6 +366,9 @@ def load_catalog(directory: str | Path | None = None) -> Catalog:
         h.update(name.encode() + b"\0" + raw)
         if not isinstance(data, dict) or data.pop("version", None) != 1:
             raise CatalogError(f"{path}: expected a mapping with 'version: 1'")
+        rows = pop_rows(name, path, raw, data)
+        if rows is not None:
+            excluded.append(rows)
         merged.update(data)
     try:
         files = _Files.model_validate(merged)
@@ -357,4 +382,5 @@ def load_catalog(directory: str | Path | None = None) -> Catalog:
     if missing:
         raise CatalogError(f"catalog entries name unknown sources: {', '.join(missing)}",
                            hint="add them to sources.yaml")
-    return Catalog(files, "sha256:" + h.hexdigest())
+    exclusions = tuple(e for rows in excluded for e in check_rows(rows, files.sources))
+    return Catalog(files, "sha256:" + h.hexdigest(), exclusions)

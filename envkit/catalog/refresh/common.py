@@ -26,10 +26,10 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ...errors import CatalogError, PackageIndexError
-from .. import Catalog, load_catalog, vtuple
+from .. import FRAMEWORK_FILES, Catalog, load_catalog, vtuple
 
 SOURCE = "pypi_index"  # the sources.yaml key every refreshed row names
-FILENAMES = {"torch": "pytorch.yaml", "jax": "jax.yaml", "tensorflow": "tensorflow.yaml"}
+FILENAMES = {fw: f"{name}.yaml" for fw, name in FRAMEWORK_FILES.items()}  # torch -> pytorch.yaml
 
 _CP_TAG = re.compile(r"^cp(?P<major>\d)(?P<minor>\d+)$")
 _EXTRA_IN_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
