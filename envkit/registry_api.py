@@ -33,8 +33,9 @@ import urllib3
 
 from .errors import EngineError
 from .registry_auth import PASSWORD_ENV, USER_ENV  # noqa: F401  (publish and remote import them from here)
-from .registry_auth import (UNTRUSTED, AuthFailure, Authenticator, RegistryAuthError, TrustFailure, engine_tls_failure,
-                            open_session, tls_refusal)
+from .registry_auth import (UNTRUSTED, AuthFailure, Authenticator, RegistryAuthError, TrustFailure, client_refusal,
+                            engine_tls_failure, open_session, tls_refusal)
+from .registry_tls import PROXY_REFUSED
 from .registry_auth import Failure as _Failure
 
 MANIFEST_TYPES = (
@@ -233,6 +234,9 @@ class _RegistryHTTP:
         headers = dict(kw.pop("headers", {}))
         sent = self.auth.header(self.scope)
         r = self._request(method, url, {**headers, **sent}, **kw)
+        if r.status_code == 400 and PROXY_REFUSED.search(r.text[:2000]):  # nginx's ssl_verify_client, over HTTP
+            title = PROXY_REFUSED.search(r.text[:2000]).group(0)
+            raise client_refusal(self.registry, f"HTTP 400 {title!r} from {url.split('?', 1)[0]}")
         for _ in range(2):
             if r.status_code != 401:
                 return r

@@ -44,7 +44,7 @@ import urllib3
 
 from .errors import EngineError
 from .registry_tls import CERTS_D, UNTRUSTED, engine_cas, trust_hint  # noqa: F401  (imported from here)
-from .registry_tls import (CLIENT_REFUSED, UNPAIRED, TrustAdapter, alert_name, certs_dir, client_cert_hint,
+from .registry_tls import (CLIENT_REFUSED, PROXY_REFUSED, UNPAIRED, TrustAdapter, alert_name, certs_dir, client_cert_hint,
                            client_pairs, connection_cut, refuses_client, tls_context, unpaired_hint)
 
 USER_ENV = "ENVKIT_REGISTRY_USER"
@@ -243,7 +243,7 @@ def engine_tls_failure(registry: str, message: str) -> Failure | None:
         directory = certs_dir(registry)
         return TrustFailure(f"the engine cannot use the TLS client files in {directory}: {message}", registry,
                             hint=unpaired_hint(directory / cert, directory / key))
-    if CLIENT_REFUSED.search(message):
+    if CLIENT_REFUSED.search(message) or PROXY_REFUSED.search(message):
         return client_refusal(registry, message, "the engine")
     if ENGINE_CUT.search(message):  # TLS 1.3 often loses the refusal's alert to a reset: ask the registry once
         try:

@@ -40,6 +40,10 @@ UNTRUSTED = re.compile(r"x509: |certificate signed by unknown authority|CERTIFIC
 # OpenSSL ("SSLV3_ALERT_BAD_CERTIFICATE", "TLSV13_ALERT_CERTIFICATE_REQUIRED", "TLSV1_ALERT_UNKNOWN_CA"; a
 # certificate from another CA of the same name: "TLSV1_ALERT_DECRYPT_ERROR") and Go ("remote error: tls: bad
 # certificate", "remote error: tls: certificate required") name it. Group 1: the alert.
+# nginx in front of a registry (ssl_verify_client on) answers a missing or refused client certificate with
+# HTTP 400 pages titled so (the TLS handshake itself succeeds)
+PROXY_REFUSED = re.compile(r"No required SSL certificate was sent|The SSL certificate error|"
+                           r"SSL certificate has expired", re.I)
 CLIENT_REFUSED = re.compile(r"(?:alert[ _]|remote error: tls: )(certificate[ _]required|bad[ _]certificate|"
                             r"unknown[ _]ca|unknown certificate authority|decrypt[ _]error)\b", re.IGNORECASE)
 

@@ -280,3 +280,33 @@ def test_an_engine_reset_is_asked_about_once_and_named_only_when_the_registry_re
         assert engine_tls_failure(f"127.0.0.1:{server.server_address[1]}", cut) is None
     finally:
         server.shutdown()
+
+
+class _NginxNoCert(_NotFound):
+    """nginx with `ssl_verify_client on` and no certificate presented: the handshake passes, the answer is a 400 page."""
+
+    def do_GET(self):  # noqa: N802
+        body = (b"<html>\r\n<head><title>400 No required SSL certificate was sent</title></head>\r\n<body>\r\n"
+                b"<center><h1>400 Bad Request</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+        self.send_response(400)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_nginxs_400_for_a_missing_client_certificate_is_named_as_one(pki, certs_d):
+    server = _serve(pki, _NginxNoCert, require_client=False)
+    host = f"127.0.0.1:{server.server_address[1]}"
+    place(certs_d / host, {"ca.crt": pki.ca})
+    try:
+        err, waits = fail_fast(lambda: registry_client(host).get_manifest("v1"))
+    finally:
+        server.shutdown()
+    assert isinstance(err, RegistryAuthError) and waits == []
+    assert f"registry {host} requires a TLS client certificate and envkit presented none" in err.message
+    assert "'No required SSL certificate was sent'" in err.message and f"{certs_d / host}/client.cert" in err.hint
+    engine = engine_tls_failure(host, 'error parsing HTTP 400 response body: invalid character \'<\' looking for '
+                                      'beginning of value: "<html>\\r\\n<head><title>400 No required SSL certificate '
+                                      'was sent</title></head>"')
+    assert isinstance(engine, ClientCertFailure) and "the engine presented none" in engine.message
