@@ -111,6 +111,21 @@ def pop_rows(name: str, path: Path, raw: bytes, data: dict) -> RawRows | None:
     return RawRows(framework, path, raw.decode("utf-8", errors="replace"), data.pop(KEY))
 
 
+def version_problem(text: str) -> tuple[str, str] | None:
+    """(what is wrong, what to write) when ``text`` cannot name one excluded release; None when it can."""
+    try:
+        version = Version(text)
+    except InvalidVersion:
+        return f"{text!r} is not a version", "write a release as the index spells it, e.g. \"2.6.0\""
+    if version.local:
+        return (f"{text!r} names a local version (a build variant)",
+                f"write {version.public!r}: an exclusion leaves out the release in every variant")
+    if len(version.release) < 3:
+        return (f"{text!r} names a series, not a release",
+                f"exclude each release of it ({text}.0, {text}.1, ...) with its own row")
+    return None
+
+
 def check_rows(raw: RawRows, sources: dict[str, str]) -> tuple[Exclusion, ...]:
     """The file's exclusions, or a CatalogError naming the file:line of the first bad row."""
     if raw.rows is None:
@@ -118,7 +133,7 @@ def check_rows(raw: RawRows, sources: dict[str, str]) -> tuple[Exclusion, ...]:
     doc = parse_yaml(raw.text, str(raw.path), error=CatalogError)
 
     def fail(message: str, *at, hint: str = _ROW_HINT):
-        return CatalogError(f"{raw.path.name}: {message}", location=doc.locate((KEY, *at)), hint=hint)
+        return CatalogError(message, location=doc.locate((KEY, *at)), hint=hint)
 
     if not isinstance(raw.rows, list):
         raise fail(f"'{KEY}' must be a list of rows, not {type(raw.rows).__name__}")
@@ -138,16 +153,9 @@ def check_rows(raw: RawRows, sources: dict[str, str]) -> tuple[Exclusion, ...]:
             if err["type"] == "extra_forbidden":
                 raise fail(f"{KEY}[{i}]: unknown key {field!r}", i, *loc) from None
             raise fail(f"{KEY}[{i}].{field}: {err['msg']}", i, *loc) from None
-        try:
-            version = Version(row.version)
-        except InvalidVersion:
-            raise fail(f"{KEY}[{i}].version {row.version!r} is not a version", i, "version") from None
-        if version.local:
-            raise fail(f"{KEY}[{i}].version {row.version!r} names a local version (a build variant)", i, "version",
-                       hint=f"write {version.public!r}: an exclusion leaves out the release in every variant")
-        if len(version.release) < 3:
-            raise fail(f"{KEY}[{i}].version {row.version!r} names a series, not a release", i, "version",
-                       hint=f"exclude each release of it ({row.version}.0, {row.version}.1, ...) with its own row")
+        problem = version_problem(row.version)
+        if problem is not None:
+            raise fail(f"{KEY}[{i}].version {problem[0]}", i, "version", hint=problem[1])
         twin = next((e for e in out if e.matches(row.version)), None)
         if twin is not None:
             raise fail(f"{KEY}[{i}]: {raw.framework} {row.version} is already excluded at {twin.location}", i, "version",
@@ -167,4 +175,4 @@ def check_rows(raw: RawRows, sources: dict[str, str]) -> tuple[Exclusion, ...]:
     return tuple(out)
 
 
-__all__ = ["FRAMEWORK_FILES", "KEY", "Exclusion", "ExclusionRow", "RawRows", "check_rows", "exact_pin", "pop_rows"]
+__all__ = ["FRAMEWORK_FILES", "KEY", "Exclusion", "ExclusionRow", "RawRows", "check_rows", "exact_pin", "pop_rows", "version_problem"]

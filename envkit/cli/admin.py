@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .common import SPEC, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
+from .common import FRAMEWORKS, SPEC, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
 
 
 @click.command("doctor")
@@ -55,11 +55,45 @@ def catalog_refresh_cmd(click_ctx, apply_, frameworks, json_out):
     def human():
         for note in summary["notes"] + summary["warnings"]:
             click.echo(f"note: {note}", err=True)
+        for skip in summary["skipped"]:
+            click.echo(f"skipped: {skip['framework']} {skip['version']}, excluded on purpose ({skip['location']}): "
+                       f"{skip['reason']} (source: {'; '.join(skip['sources'])})", err=True)
         click.echo(summary["diff"] or "the catalog is up to date with the index")
         if summary["changed"] and not apply_:
             click.echo("review the diff, then run `envkit catalog refresh --apply`", err=True)
 
     emit(c, summary, human)
+
+
+@catalog_group.command("exclude")
+@click.argument("framework", type=click.Choice(FRAMEWORKS))
+@click.argument("version")
+@click.option("--reason", required=True, help="Why the release is left out (a bug, a regression, a policy).")
+@click.option("--source", required=True,
+              help="Where the reason comes from: a key of sources.yaml, or a URL/citation (added to sources.yaml "
+                   "as excluded_<framework>_<version>).")
+@json_option
+@click.pass_context
+def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out):
+    """Leave FRAMEWORK VERSION out on purpose: `catalog refresh` stops proposing it and the resolver never
+    picks it. Written into the catalog in use ($ENVKIT_CATALOG, else the packaged one) like `refresh --apply`."""
+    from datetime import date
+
+    from ..catalog.refresh.exclude import exclude_release
+
+    c = _ctx(click_ctx, json_out)
+    done = run(c, lambda: exclude_release(framework, version, reason=reason, source=source,
+                                          today=date.today().isoformat()))
+
+    def human():
+        click.echo(done.diff(), nl=False)
+        click.echo(f"excluded {framework} {version} in {done.data_dir}: refresh will not propose it and the "
+                   "resolver will not pick it; locks resolved before are stale (`envkit lock --check`)", err=True)
+        if done.listed:
+            click.echo(f"note: the catalog also lists {framework} {version} as a release; the exclusion wins",
+                       err=True)
+
+    emit(c, done.to_json(), human)
 
 
 @catalog_group.command("check-arches")

@@ -61,6 +61,7 @@ class CatalogRefresh:
             "files": [s["file"] for s in per.values() if s["changed"]],
             "notes": [f"{fw}: {n}" for fw, s in per.items() for n in s["notes"]],
             "warnings": [f"{fw}: {w}" for fw, s in per.items() for w in s["warnings"]],
+            "skipped": [dict(s, framework=fw) for fw, per_fw in per.items() for s in per_fw["skipped"]],
             "diff": self.diff(),
         }
 

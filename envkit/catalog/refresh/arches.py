@@ -88,7 +88,7 @@ def check_arches(catalog: Catalog, index, *, today: str, frameworks=ARCH_FRAMEWO
         results.append(_torch(catalog, index, directory, today, python, glibc, rows, notes, warnings, sources))
     if "tensorflow" in frameworks:
         results.append(_tensorflow(catalog, index, directory, today, python, glibc, rows, notes, warnings, sources))
-    results.append(_sources(directory, sources))
+    results.append(sources_result(directory, sources))
     return ArchCheck(directory, tuple(results), tuple(rows), tuple(notes), tuple(warnings))
 
 
@@ -214,7 +214,8 @@ def _tf_line(line: str, flags, key: str, today: str) -> str:
 
 
 # --- sources.yaml --------------------------------------------------------------------------
-def _sources(directory: Path, new: dict[str, str]) -> RefreshResult:
+def sources_result(directory: Path, new: dict[str, str]) -> RefreshResult:
+    """sources.yaml with the keys of ``new`` added (a key already there with another text: replaced)."""
     text, raw = read_file(directory, "sources.yaml")
     have = (raw or {}).get("sources") or {}
     add = {k: v for k, v in sorted(new.items()) if have.get(k) != v}

@@ -80,6 +80,15 @@ def not_loaded_from(directory: Path) -> CatalogError:
                         hint="pass data_dir= the directory given to load_catalog")
 
 
+def skip_excluded(catalog: Catalog, framework: str, version: Version, skipped: list[dict]) -> bool:
+    """True (and ``version`` recorded in ``skipped``) when the catalog leaves it out on purpose."""
+    ex = catalog.excluded(framework, str(version))
+    if ex is None:
+        return False
+    skipped.append({**ex.to_json(), "version": str(version)})
+    return True
+
+
 # --- reading the index ---------------------------------------------------------------------
 def published(index: RefreshIndex, project: str) -> list[Version]:
     """Final releases of ``project`` on the index, oldest first (no pre-, dev- or local versions)."""
@@ -237,6 +246,7 @@ class RefreshResult:
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()  # facts to review by hand; never applied
     reads: tuple = field(default=())  # what the index said (objects with to_json())
+    skipped: tuple[dict, ...] = ()  # releases on the index left out on purpose (the file's excluded: rows)
     framework: str = "torch"
     file: str | None = None  # another catalog file than the framework's (check-arches: sources.yaml)
 
@@ -307,6 +317,7 @@ def refresh_summary(result: RefreshResult) -> dict:
         "entries": copy.deepcopy(list(result.entries)),
         "notes": list(result.notes),
         "warnings": list(result.warnings),
+        "skipped": copy.deepcopy(list(result.skipped)),
         "index_reads": [r.to_json() for r in result.reads],
         "diff": result.diff(),
     }

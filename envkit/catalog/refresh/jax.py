@@ -30,7 +30,7 @@ from ...errors import CatalogError
 from .. import Catalog, Jax, data_dir as default_data_dir, vtuple
 from .common import (RefreshIndex, RefreshResult, check_parses_back, check_source, check_today, exact_version,
                      extras_of, floor_version, for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel,
-                     published, py_text, python_tags, q, read_file, spec_text, splice)
+                     published, py_text, python_tags, q, read_file, skip_excluded, spec_text, splice)
 
 FILENAME = "jax.yaml"
 PROJECT = "jax"
@@ -178,7 +178,10 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str 
     older = sum(1 for v in versions if v < oldest)
     if older:
         notes.append(f"ignored {older} jax version(s) older than the catalog's oldest ({oldest})")
+    skipped: list[dict] = []
     for v in (v for v in versions if v >= oldest and v not in known):
+        if skip_excluded(catalog, "jax", v, skipped):
+            continue
         read = _read(index, v, python, glibc)
         if isinstance(read, str):
             warnings.append(read)
@@ -193,7 +196,7 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str 
 
     if not added:
         return RefreshResult(framework="jax", data_dir=directory, current_text=text, proposed_text=text,
-                             notes=tuple(notes), warnings=tuple(warnings), reads=tuple(reads))
+                             notes=tuple(notes), warnings=tuple(warnings), reads=tuple(reads), skipped=tuple(skipped))
     try:
         Jax.model_validate(state)
     except Exception as exc:  # pydantic.ValidationError; a bug here, not bad input
@@ -202,7 +205,7 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str 
     check_parses_back(FILENAME, proposed, {**raw, "jax": state})
     return RefreshResult(framework="jax", data_dir=directory, current_text=text, proposed_text=proposed,
                          entries=(copy.deepcopy(state),), added_patches=tuple(sorted(added, key=Version)),
-                         notes=tuple(notes), warnings=tuple(warnings), reads=tuple(reads))
+                         notes=tuple(notes), warnings=tuple(warnings), reads=tuple(reads), skipped=tuple(skipped))
 
 
 def _propose(state: dict, read: JaxRead, catalog: Catalog, notes: list[str], warnings: list[str],

@@ -25,7 +25,7 @@ from ...errors import CatalogError
 from .. import Catalog, TfRelease, data_dir as default_data_dir
 from .common import (RefreshIndex, RefreshResult, check_parses_back, check_source, check_today, floor_version,
                      for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel, published, py_text,
-                     python_tags, q, read_file, spec_text, splice, wheel_reading)
+                     python_tags, q, read_file, skip_excluded, spec_text, splice, wheel_reading)
 
 FILENAME = "tensorflow.yaml"
 PROJECT = "tensorflow"
@@ -111,10 +111,14 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str 
     reads: list[TfRead] = []
     new: dict[str, list[Version]] = {}
     older = 0
+    skipped: list[dict] = []
     for v in published(index, PROJECT):
         series = f"{v.major}.{v.minor}"
         if Version(series) < oldest:
             older += 1
+        elif (series not in known or str(v) not in known[series].patches) and \
+                skip_excluded(catalog, "tensorflow", v, skipped):
+            continue
         elif series in known and any(Version(p).is_postrelease and Version(p).base_version == str(v)
                                      for p in known[series].patches):
             notes.append(f"{v}: skipped - the {series} row lists its post-release, which replaces it")
@@ -188,7 +192,7 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str 
     return RefreshResult(framework="tensorflow", data_dir=directory, current_text=text, proposed_text=proposed,
                          entries=tuple(updated[s] for s in sorted(updated, key=Version)),
                          added_series=tuple(added_series), added_patches=tuple(sorted(added_patches, key=Version)),
-                         notes=tuple(notes), warnings=tuple(warnings),
+                         notes=tuple(notes), warnings=tuple(warnings), skipped=tuple(skipped),
                          reads=tuple(sorted(reads, key=lambda r: Version(r.version))))
 
 

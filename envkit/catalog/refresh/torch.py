@@ -29,8 +29,8 @@ from ...errors import CatalogError
 from ...resolve import bundled_pins
 from .. import Catalog, TorchRelease, data_dir as default_data_dir, vtuple
 from .common import (SOURCE, RefreshIndex, RefreshResult, check_parses_back, check_source, check_today,
-                     metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file, splice,
-                     wheel_reading)
+                     metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file, skip_excluded,
+                     splice, wheel_reading)
 
 FILENAME = "pytorch.yaml"
 PROJECT = "torch"
@@ -98,10 +98,13 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
     new_series: dict[str, list[Version]] = {}
     new_patches: dict[str, list[Version]] = {}
     older = 0
+    skipped: list[dict] = []
     for v in published(index, PROJECT):
         series = f"{v.major}.{v.minor}"
         if Version(series) < oldest:
             older += 1
+        elif (series not in known or str(v) not in known[series].patches) and skip_excluded(catalog, "torch", v, skipped):
+            continue
         elif series not in known:
             new_series.setdefault(series, []).append(v)
         elif str(v) not in known[series].patches:
@@ -193,7 +196,7 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
     return RefreshResult(
         framework="torch", data_dir=directory, current_text=text, proposed_text=proposed, entries=entries,
         added_series=tuple(added_series), added_patches=tuple(sorted(added_patches, key=Version)),
-        notes=tuple(notes), warnings=tuple(warnings),
+        notes=tuple(notes), warnings=tuple(warnings), skipped=tuple(skipped),
         reads=tuple(sorted(reads, key=lambda r: Version(r.version))),
     )
 
