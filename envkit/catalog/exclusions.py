@@ -146,9 +146,8 @@ def check_rows(raw: RawRows, sources: dict[str, str]) -> tuple[Exclusion, ...]:
             loc = tuple(err["loc"])
             field = ".".join(str(p) for p in loc) or "row"
             if err["type"] == "missing":
-                what = {"reason": "a reason (why the release is left out)",
-                        "sources": "sources (keys of sources.yaml saying where the reason comes from)",
-                        "version": "a version"}.get(field, field)
+                what = {"reason": "reason (why the release is left out)",
+                        "sources": "sources (keys of sources.yaml saying where the reason comes from)"}.get(field, field)
                 raise fail(f"{KEY}[{i}] has no {what}", i) from None
             if err["type"] == "extra_forbidden":
                 raise fail(f"{KEY}[{i}]: unknown key {field!r}", i, *loc) from None
