@@ -79,6 +79,7 @@ def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out)
     picks it. Written into the catalog in use ($ENVKIT_CATALOG, else the packaged one) like `refresh --apply`."""
     from datetime import date
 
+    from ..catalog import CATALOG_ENV, team_dir
     from ..catalog.refresh.exclude import exclude_release
 
     c = _ctx(click_ctx, json_out)
@@ -92,6 +93,9 @@ def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out)
         if done.listed:
             click.echo(f"note: the catalog also lists {framework} {version} as a release; the exclusion wins",
                        err=True)
+        if team_dir() is None:
+            click.echo(f"note: this is the catalog packaged with envkit; a team keeps its own copy "
+                       f"(`envkit catalog export DIR`, then {CATALOG_ENV}=DIR)", err=True)
 
     emit(c, done.to_json(), human)
 
