@@ -88,7 +88,8 @@ def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = N
     doc: dict = {"changed": result.changed, "applied": False, "files": [], "diff": None,
                  "frameworks": {r.framework: {"added_series": list(r.added_series),
                                               "added_patches": list(r.added_patches),
-                                              "warnings": list(r.warnings)} for r in result.results}}
+                                              "warnings": list(r.warnings),
+                                              "skipped": list(r.skipped)} for r in result.results}}
     if not result.changed:
         return doc
     diff_path = Path(reports_dir) / "catalog-refresh.diff"

@@ -379,3 +379,12 @@ def test_cli_exclude_json_into_the_team_catalog(cat_dir, monkeypatch):
     assert "also lists jax 0.12.0 as a release; the exclusion wins" in human.stderr
     missing = CliRunner().invoke(main, ["catalog", "exclude", "torch", "2.16.0", "--reason", "r"])
     assert missing.exit_code == 2 and "--source" in missing.stderr
+
+
+def test_the_nightly_refresh_document_lists_what_it_skipped(cat_dir, monkeypatch, tmp_path):
+    from envkit.nightly import refresh_catalog_step
+
+    exclude(cat_dir, "jax.yaml", row("0.13.0", "needs CUDA 14"))
+    monkeypatch.setenv(CATALOG_ENV, str(cat_dir))
+    doc = refresh_catalog_step(tmp_path / "reports", index=FakeIndex(), today=TODAY, frameworks=("jax",))
+    assert [(s["version"], s["reason"]) for s in doc["frameworks"]["jax"]["skipped"]] == [("0.13.0", "needs CUDA 14")]
