@@ -5,7 +5,7 @@ that satisfies every constraint (the requirement, the base's Python, the CUDA
 constraint, the fleet's oldest driver under the spec's policy, every fleet GPU covered by
 compiled SASS, or by PTX only when the driver can JIT it) and records each choice and
 each rejected alternative with its reason. When nothing fits it names the colliding
-constraints and the nearest ways out.
+constraints and the nearest ways out. The rules themselves are ``rules.py``.
 
 ``resolve`` then locks the plan: it confirms from the wheel's index metadata what a
 PyTorch build bundles, and pins the whole Python closure with hashes. The index and the
@@ -27,11 +27,11 @@ from packaging.version import Version
 from . import __version__, devel
 from .candidates import ALLOWED_EXTRAS, FRAMEWORKS, Candidate, candidates
 from .catalog import Arch, Catalog, OsBase, vtuple
-from .catalog.exclusions import exact_pin
 from .closure import Pin, compile_closure
 from .errors import CatalogError, Location, ResolutionError, SpecError, WheelReadError
 from .lock import BaseImage, Decision, Lock, LockedImage, Package, canonical, sealed
 from .spec import Base, Spec, Target
+from .rules import Fleet, check_excluded_pin, covers, reject_reason, uncovered, ways_out  # noqa: F401  (covers: tests)
 from .wheel_arches import READERS, ArchReading, read_arches, same_arches
 
 IMAGE_SUITES = {"debian": {"12": "bookworm", "13": "trixie"}, "ubuntu": {"22.04": "jammy", "24.04": "noble"}}
@@ -47,13 +47,6 @@ class Index(Protocol):
 Closure = Callable[..., list[Pin]]
 IndexFactory = Callable[[str], Index]
 ArchReader = Callable[[Index, object, str], ArchReading]  # (index, wheel, framework): wheel_arches.read_arches
-
-
-@dataclass(frozen=True)
-class Fleet:
-    min_driver: str
-    policy: str
-    gpus: tuple[Arch, ...]
 
 
 @dataclass
@@ -107,86 +100,6 @@ def check_frameworks(spec: Spec) -> None:
                             location=where, hint=f"allowed extras: {allowed}")
 
 
-# --- rules --------------------------------------------------------------------------
-def covers(arches: tuple[str, ...], cc: str, *, ptx_ok: bool = True) -> bool:
-    """SASS for X.y runs on X.z (z >= y); PTX for X.y JITs on any cc >= X.y, if the driver can."""
-    major, minor = vtuple(cc)
-    for a in arches:
-        kind, _, num = a.partition("_")
-        specific = num.endswith("a")
-        num = re.sub(r"[af]$", "", num)
-        m, n = int(num[:-1]), int(num[-1])
-        if kind == "sm" and m == major and (n == minor if specific else n <= minor):
-            return True
-        if kind == "compute" and ptx_ok and ((m, n) == (major, minor) if specific else (m, n) <= (major, minor)):
-            return True
-    return False
-
-
-def check_excluded_pin(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet, python: str) -> None:
-    """A spec pinning exactly a release the catalog excludes fails at its framework line."""
-    req = Requirement(target.framework)
-    pinned = exact_pin(req)
-    ex = catalog.excluded(req.name.lower(), pinned) if pinned else None
-    if ex is None:
-        return
-    cuda_spec = SpecifierSet(target.cuda) if target.cuda else None
-    fits = [c.version for c in candidates(req, catalog, ignore_version=True)
-            if reject_reason(c, python, catalog, fleet, cuda_spec) is None]
-    series = Version(pinned).release[:2]
-    near = next((v for v in fits if Version(v).release[:2] == series), None)
-    if near:
-        pick = f"pick another version: {req.name}=={near} (the newest allowed {'.'.join(map(str, series))} release " \
-               f"that fits this image{'' if near == fits[0] else f'; the newest overall is {fits[0]}'})"
-    else:
-        pick = f"pick another version: {req.name}=={fits[0]} (the newest allowed release that fits this image)" \
-            if fits else f"pick another {req.name} version (none the catalog allows fits this image as it is)"
-    raise ResolutionError(
-        f"image {target.name!r} pins {target.framework}, which the catalog leaves out on purpose: {ex.reason} "
-        f"(source: {ex.source_text})",
-        location=spec.locate("images", spec.index_of(target.name), "framework"),
-        hint=f"{pick}; or, if {req.name} {ex.version} is wanted after all, remove the exclusion "
-             f"(its row at {ex.location})")
-
-
-def reject_reason(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec: SpecifierSet | None) -> str | None:
-    """Why ``c`` cannot serve this image, or None when it can."""
-    ex = catalog.excluded(c.framework, c.version)
-    if ex is not None:
-        return ex.rejection(listed=catalog.lists_release(c.framework, c.version))
-    if not c.python.admits(python):
-        return f"supports Python {c.python.min}-{c.python.max}, not {python}"
-    if cuda_spec is not None and not cuda_spec.contains(c.cuda, prereleases=True):
-        return f"is a CUDA {c.cuda} build, outside cuda {cuda_spec}"
-    try:
-        floor = catalog.driver_floor_for(c.cuda, fleet.policy)
-    except CatalogError as exc:  # a catalog gap for this CUDA under strict policy
-        return exc.message
-    if vtuple(fleet.min_driver) < vtuple(floor):
-        return f"needs driver >= {floor} for CUDA {c.cuda} (policy {fleet.policy}); the fleet's oldest is {fleet.min_driver}"
-    # PTX JIT needs a driver at least as new as the toolkit; minor-version compatibility is not enough.
-    try:
-        jit_floor = catalog.toolkit_floor(c.cuda)
-    except CatalogError:
-        jit_floor = None  # no known floor: assume the driver cannot JIT this toolkit's PTX
-    ptx_ok = jit_floor is not None and vtuple(fleet.min_driver) >= vtuple(jit_floor)
-    return uncovered(c, fleet, ptx_ok, jit_floor)
-
-
-def uncovered(c: Candidate, fleet: Fleet, ptx_ok: bool, jit_floor: str | None) -> str | None:
-    """Why a fleet GPU is not covered by ``c``'s arch list (or minimum cc), or None when all are."""
-    for gpu in fleet.gpus:
-        if c.min_cc is not None:
-            if vtuple(gpu.cc) < vtuple(c.min_cc):
-                return f"needs compute capability >= {c.min_cc}; {gpu.family} ({', '.join(gpu.models[:2])}) is {gpu.cc}"
-        elif not covers(c.arches, gpu.cc, ptx_ok=ptx_ok):
-            only_ptx = covers(c.arches, gpu.cc, ptx_ok=True)
-            why = (f"only PTX covers {gpu.family} (cc {gpu.cc}) and JIT needs driver >= {jit_floor or 'an unknown floor'}"
-                   if only_ptx else f"has no kernels for {gpu.family} (cc {gpu.cc}); arch list {' '.join(c.arches)}")
-            return why
-    return None
-
-
 # --- plan (pure) ---------------------------------------------------------------------
 def plan(spec: Spec, catalog: Catalog, only: list[str] | None = None) -> list[ImagePlan]:
     check_frameworks(spec)
@@ -223,7 +136,7 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
     if chosen is None:
         raise ResolutionError(
             f"no {req.name} build satisfies image {target.name!r} ({target.framework}) on this fleet",
-            location=where, hint=_ways_out(req, python, catalog, fleet, cuda_spec, rejected))
+            location=where, hint=ways_out(req, python, catalog, fleet, cuda_spec, rejected))
     reason = "newest build that fits every constraint"
     if not chosen.default:
         reason += "; not the index's default build, so it comes from " + (chosen.index or "its own index")
@@ -240,36 +153,6 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
                                       "the arch list " + " ".join(chosen.arches))))
     return ImagePlan(target, base, os_base, python, chosen, floor, catalog.require_cuda_for(chosen.cuda, fleet.policy),
                      fleet.policy, decisions, fleet, where)
-
-
-def _ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
-    """The nearest relaxations that would resolve: another version, driver, GPU list or CUDA."""
-    ways = []
-    other = next((c for c in candidates(req, catalog, ignore_version=True)
-                  if reject_reason(c, python, catalog, fleet, cuda_spec) is None), None)
-    if other:
-        ways.append(f"use {req.name}=={other.version} (its {other.variant} build fits)")
-    relaxed = replace(fleet, min_driver="9999")
-    fits = [c for c in candidates(req, catalog) if reject_reason(c, python, catalog, relaxed, cuda_spec) is None]
-    if fits:
-        need = min((catalog.driver_floor_for(c.cuda, fleet.policy) for c in fits), key=vtuple)
-        if vtuple(need) > vtuple(fleet.min_driver):
-            ways.append(f"raise fleet.min_driver to >= {need}")
-            if fleet.policy == "strict":
-                ways.append("use policy: minor (CUDA minor-version compatibility)")
-    blocking = [g for g in fleet.gpus
-                if any(reject_reason(c, python, catalog, replace(fleet, gpus=tuple(x for x in fleet.gpus if x != g)),
-                                     cuda_spec) is None for c in candidates(req, catalog))]
-    if blocking:
-        ways.append("drop " + ", ".join(sorted({f"{g.models[0]} (cc {g.cc})" for g in blocking}))
-                    + " from fleet.gpus, or serve it with another image")
-    if cuda_spec is not None:
-        ways.append(f"relax the cuda constraint {cuda_spec}")
-    lines = [f"    - {r}" for r in rejected[:4]]
-    if len(rejected) > 4:
-        lines.append(f"    - ... and {len(rejected) - 4} more")
-    text = ("rejected:\n" + "\n".join(lines)) if rejected else "no build matches the requirement"
-    return text + "\n  ways out:\n" + "\n".join(f"    - {w}" for w in ways or ["relax the requirement or the fleet"])
 
 
 def _base(base: Base, catalog: Catalog, decisions: list[Decision], where) -> tuple[BaseImage, OsBase]:

@@ -1,0 +1,136 @@
+"""The resolver's rules: what rejects a candidate build for an image (an excluded release, the Python
+range, the CUDA constraint, the fleet's driver floor under its policy, GPU coverage by SASS, by PTX only
+when the driver can JIT it, or by a minimum compute capability), and, when nothing fits, the nearest ways
+out. Pure functions of a candidate, the catalog and the fleet: ``resolve.plan`` applies them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from .candidates import Candidate, candidates
+from .catalog import Arch, Catalog, vtuple
+from .catalog.exclusions import exact_pin
+from .errors import CatalogError, ResolutionError
+from .spec import Spec, Target
+
+
+@dataclass(frozen=True)
+class Fleet:
+    min_driver: str
+    policy: str
+    gpus: tuple[Arch, ...]
+
+
+def covers(arches: tuple[str, ...], cc: str, *, ptx_ok: bool = True) -> bool:
+    """SASS for X.y runs on X.z (z >= y); PTX for X.y JITs on any cc >= X.y, if the driver can."""
+    major, minor = vtuple(cc)
+    for a in arches:
+        kind, _, num = a.partition("_")
+        specific = num.endswith("a")
+        num = re.sub(r"[af]$", "", num)
+        m, n = int(num[:-1]), int(num[-1])
+        if kind == "sm" and m == major and (n == minor if specific else n <= minor):
+            return True
+        if kind == "compute" and ptx_ok and ((m, n) == (major, minor) if specific else (m, n) <= (major, minor)):
+            return True
+    return False
+
+
+def check_excluded_pin(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet, python: str) -> None:
+    """A spec pinning exactly a release the catalog excludes fails at its framework line."""
+    req = Requirement(target.framework)
+    pinned = exact_pin(req)
+    ex = catalog.excluded(req.name.lower(), pinned) if pinned else None
+    if ex is None:
+        return
+    cuda_spec = SpecifierSet(target.cuda) if target.cuda else None
+    fits = [c.version for c in candidates(req, catalog, ignore_version=True)
+            if reject_reason(c, python, catalog, fleet, cuda_spec) is None]
+    series = Version(pinned).release[:2]
+    near = next((v for v in fits if Version(v).release[:2] == series), None)
+    if near:
+        pick = f"pick another version: {req.name}=={near} (the newest allowed {'.'.join(map(str, series))} release " \
+               f"that fits this image{'' if near == fits[0] else f'; the newest overall is {fits[0]}'})"
+    else:
+        pick = f"pick another version: {req.name}=={fits[0]} (the newest allowed release that fits this image)" \
+            if fits else f"pick another {req.name} version (none the catalog allows fits this image as it is)"
+    raise ResolutionError(
+        f"image {target.name!r} pins {target.framework}, which the catalog leaves out on purpose: {ex.reason} "
+        f"(source: {ex.source_text})",
+        location=spec.locate("images", spec.index_of(target.name), "framework"),
+        hint=f"{pick}; or, if {req.name} {ex.version} is wanted after all, remove the exclusion "
+             f"(its row at {ex.location})")
+
+
+def reject_reason(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec: SpecifierSet | None) -> str | None:
+    """Why ``c`` cannot serve this image, or None when it can."""
+    ex = catalog.excluded(c.framework, c.version)
+    if ex is not None:
+        return ex.rejection(listed=catalog.lists_release(c.framework, c.version))
+    if not c.python.admits(python):
+        return f"supports Python {c.python.min}-{c.python.max}, not {python}"
+    if cuda_spec is not None and not cuda_spec.contains(c.cuda, prereleases=True):
+        return f"is a CUDA {c.cuda} build, outside cuda {cuda_spec}"
+    try:
+        floor = catalog.driver_floor_for(c.cuda, fleet.policy)
+    except CatalogError as exc:  # a catalog gap for this CUDA under strict policy
+        return exc.message
+    if vtuple(fleet.min_driver) < vtuple(floor):
+        return f"needs driver >= {floor} for CUDA {c.cuda} (policy {fleet.policy}); the fleet's oldest is {fleet.min_driver}"
+    # PTX JIT needs a driver at least as new as the toolkit; minor-version compatibility is not enough.
+    try:
+        jit_floor = catalog.toolkit_floor(c.cuda)
+    except CatalogError:
+        jit_floor = None  # no known floor: assume the driver cannot JIT this toolkit's PTX
+    ptx_ok = jit_floor is not None and vtuple(fleet.min_driver) >= vtuple(jit_floor)
+    return uncovered(c, fleet, ptx_ok, jit_floor)
+
+
+def uncovered(c: Candidate, fleet: Fleet, ptx_ok: bool, jit_floor: str | None) -> str | None:
+    """Why a fleet GPU is not covered by ``c``'s arch list (or minimum cc), or None when all are."""
+    for gpu in fleet.gpus:
+        if c.min_cc is not None:
+            if vtuple(gpu.cc) < vtuple(c.min_cc):
+                return f"needs compute capability >= {c.min_cc}; {gpu.family} ({', '.join(gpu.models[:2])}) is {gpu.cc}"
+        elif not covers(c.arches, gpu.cc, ptx_ok=ptx_ok):
+            only_ptx = covers(c.arches, gpu.cc, ptx_ok=True)
+            why = (f"only PTX covers {gpu.family} (cc {gpu.cc}) and JIT needs driver >= {jit_floor or 'an unknown floor'}"
+                   if only_ptx else f"has no kernels for {gpu.family} (cc {gpu.cc}); arch list {' '.join(c.arches)}")
+            return why
+    return None
+
+
+def ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
+    """The nearest relaxations that would resolve: another version, driver, GPU list or CUDA."""
+    ways = []
+    other = next((c for c in candidates(req, catalog, ignore_version=True)
+                  if reject_reason(c, python, catalog, fleet, cuda_spec) is None), None)
+    if other:
+        ways.append(f"use {req.name}=={other.version} (its {other.variant} build fits)")
+    relaxed = replace(fleet, min_driver="9999")
+    fits = [c for c in candidates(req, catalog) if reject_reason(c, python, catalog, relaxed, cuda_spec) is None]
+    if fits:
+        need = min((catalog.driver_floor_for(c.cuda, fleet.policy) for c in fits), key=vtuple)
+        if vtuple(need) > vtuple(fleet.min_driver):
+            ways.append(f"raise fleet.min_driver to >= {need}")
+            if fleet.policy == "strict":
+                ways.append("use policy: minor (CUDA minor-version compatibility)")
+    blocking = [g for g in fleet.gpus
+                if any(reject_reason(c, python, catalog, replace(fleet, gpus=tuple(x for x in fleet.gpus if x != g)),
+                                     cuda_spec) is None for c in candidates(req, catalog))]
+    if blocking:
+        ways.append("drop " + ", ".join(sorted({f"{g.models[0]} (cc {g.cc})" for g in blocking}))
+                    + " from fleet.gpus, or serve it with another image")
+    if cuda_spec is not None:
+        ways.append(f"relax the cuda constraint {cuda_spec}")
+    lines = [f"    - {r}" for r in rejected[:4]]
+    if len(rejected) > 4:
+        lines.append(f"    - ... and {len(rejected) - 4} more")
+    text = ("rejected:\n" + "\n".join(lines)) if rejected else "no build matches the requirement"
+    return text + "\n  ways out:\n" + "\n".join(f"    - {w}" for w in ways or ["relax the requirement or the fleet"])
