@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import ssl
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from urllib.parse import urlsplit
 
 # the variables a CA bundle comes from when the spec names none, in order: doctor names one that points
 # nowhere (the choice itself skips it quietly)
+from .gate import host_gpus
 from .spec import CA_ENV
 
 PROBE_PROJECT = "six"  # a small page (~20 kB) that every PyPI mirror holds
@@ -67,15 +67,13 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
                                 "(nvidia-ctk runtime configure --runtime=docker); builds and verification work without it"))
     except EnvkitError as exc:
         findings.append(Finding("engine", "fail", exc.message, exc.hint or ""))
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        proc = subprocess.run([smi, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
-                              capture_output=True, text=True)
-        gpus = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
-        findings.append(Finding("gpus", "ok" if proc.returncode == 0 and gpus else "fail",
-                                "; ".join(gpus) or proc.stderr.strip()[:200]))
+    gpus, why = host_gpus()
+    if why is None:
+        findings.append(Finding("gpus", "ok", "; ".join(f"{g.name}, {g.driver}, {g.cc}" for g in gpus)))
+    elif shutil.which("nvidia-smi"):
+        findings.append(Finding("gpus", "fail", why))
     else:
-        findings.append(Finding("gpus", "skip", "no nvidia-smi on this host (no NVIDIA driver)",
+        findings.append(Finding("gpus", "skip", why,
                                 "images can be built and verified here; certification needs a GPU host"))
     deb = shutil.which("debootstrap") or (os.path.exists("/usr/sbin/debootstrap") and "/usr/sbin/debootstrap")
     findings.append(Finding("debootstrap", "ok" if deb else "warn", deb or "not installed",

@@ -311,7 +311,6 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
     registry reference also gets the registry's view (under ``registry``).
     """
     from .remote import inspect_remote, parse_ref
-    from .store import Store
 
     info = engine.inspect(ref) if engine is not None else None
     if info is None:
@@ -332,8 +331,11 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
                 "require_cuda": view["require_cuda"], "labels": view["labels"], "certificates": certs,
                 "registry": view}
     labels = {k: v for k, v in sorted(info.labels.items()) if k.startswith(SHOWN)}
-    with Store.open(store_url) as store:
-        certs = [_cert_doc(c) for c in store.certificates_for(info.id)]
+    certs = []
+    store = _existing_store(store_url)  # reading leaves no empty history database behind
+    if store is not None:
+        with store:
+            certs = [_cert_doc(c) for c in store.certificates_for(info.id)]
     doc = {"image": ref, "source": "local", "id": info.id, "size": info.size, "user": info.user,
            "require_cuda": info.env.get("NVIDIA_REQUIRE_CUDA"), "labels": labels, "certificates": certs}
     remote_ref = parse_ref(ref)
@@ -345,10 +347,35 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
     return doc
 
 
-def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str):
+def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None):
+    """Whether ``ref`` was certified for this host's GPUs (``gate.judge``), from the store's certificates and,
+    for a registry reference, the registry's certificate artifacts (unreadable: the store's alone, noted)."""
+    from .gate import host_gpus, judge
+
+    doc = show_image(engine, ref, store_url)
+    registry = doc.get("registry") or {}
+    certs = [*doc["certificates"], *(registry.get("certificates") or [])]
+    gpus, _why = host_gpus() if on_gpus else ([], None)
+    verdict = judge(certs, gpus, on_gpus=on_gpus, image=ref)
+    if registry.get("error") and not verdict.passed:
+        verdict = type(verdict)(False, f"{verdict.message} (the registry's certificates could not be read: "
+                                       f"{registry['error']})", verdict.hint, verdict.certificates)
+    return verdict
+
+
+def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str,
+                 store_url: str | None = None, require_certified: bool = False, warn=lambda _: None):
+    """Run ``command`` in ``ref`` with the flags it needs, after the certification gate: an image not certified
+    for this host runs with ``warn(message)``, or (``require_certified``) is refused (exit 8)."""
     from .engine import RunOptions
 
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
+    verdict = certification_gate(engine, ref, on_gpus=use_gpus, store_url=store_url)
+    if not verdict.passed:
+        if require_certified:
+            raise VerificationError(f"refusing to run it: {verdict.message}", hint=verdict.hint + " (or drop "
+                                    "--require-certified / ENVKIT_REQUIRE_CERTIFIED to run it anyway, with a warning)")
+        warn(f"warning: {verdict.message}\n  hint: {verdict.hint}")
     options = RunOptions(gpus=use_gpus, shm_size=shm_size, timeout=24 * 3600,
                          ulimits={"memlock": -1, "stack": 67108864} if use_gpus else {})
-    return engine.run(ref, command or ["python3", "/opt/envkit/envkit_check"], options)
+    return engine.run(ref, command or ["python3", "/opt/envkit/envkit_check"], options), verdict

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -105,15 +106,30 @@ def show_cmd(click_ctx, image, store_url, json_out):
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--gpus/--no-gpus", default=None, help="Default: when the engine has the NVIDIA runtime.")
 @click.option("--shm-size", default="16g", show_default=True)
+@click.option("--require-certified", is_flag=True, envvar="ENVKIT_REQUIRE_CERTIFIED",
+              help="Refuse (exit 8) an image not certified for this host's GPUs (a CPU run: not verified) "
+                   "instead of running it with a warning. Also $ENVKIT_REQUIRE_CERTIFIED=1.")
+@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@json_option
 @click.pass_context
-def run_cmd(click_ctx, image, command, gpus, shm_size):
-    """Run COMMAND in IMAGE with the GPU, shared-memory and ulimit flags it needs."""
+def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_url, json_out):
+    """Run COMMAND in IMAGE with the GPU, shared-memory and ulimit flags it needs.
+
+    First the certification gate: the image's certificates (store; registry artifacts for a registry
+    reference) must cover every GPU model on this host. With --json: one document with the gate's
+    verdict, the exit code and the command's output."""
     from ..engine.docker_engine import connect
     from ..pipeline import run_in_image
 
-    c = _ctx(click_ctx, False)
+    c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
-    result = run(c, lambda: run_in_image(engine, image, list(command), gpus=gpus, shm_size=shm_size))
-    click.echo(result.stdout, nl=False)
-    click.echo(result.stderr, nl=False, err=True)
+    result, verdict = run(c, lambda: run_in_image(engine, image, list(command), gpus=gpus, shm_size=shm_size,
+                                                  store_url=store_url, require_certified=require_certified,
+                                                  warn=lambda text: click.echo(text, err=True)))
+    if json_out:
+        click.echo(json.dumps({"image": image, "gate": verdict.to_json(), "exit_code": result.exit_code,
+                               "stdout": result.stdout, "stderr": result.stderr}, indent=2))
+    else:
+        click.echo(result.stdout, nl=False)
+        click.echo(result.stderr, nl=False, err=True)
     sys.exit(result.exit_code)

@@ -126,3 +126,26 @@ def test_certify_without_gpu_is_verified_with_gpu_checks_skipped(example_build, 
         assert (tmp_path / "r" / out["reports"][kind].split("/")[-1]).is_file()
     listed = json.loads(envkit("ls", "--store", tmp_path / "h.sqlite", "--json").stdout)["images"]
     assert [(r["tag"], r["certification"]) for r in listed] == [(tag, {"none": "verified"})]
+
+
+def test_run_gates_on_certification_refusing_until_the_image_is_certified_here(example_build, tmp_path):
+    """`envkit run --require-certified` on this GPU-less host: refused (exit 8, nothing run) while the store has
+    no certificate of the image; after `envkit certify` (verified) it runs, and --json carries the verdict.
+    Without the flag an uncertified image runs with a warning."""
+    doc, _ = example_build
+    tag = doc["images"][0]["tag"]
+    store = tmp_path / "h.sqlite"
+    cmd = ["python3", "-c", "print('ran')"]
+    refused = envkit("run", tag, "--no-gpus", "--require-certified", "--store", store, "--", *cmd)
+    assert refused.returncode == 8 and "ran" not in refused.stdout
+    assert f"refusing to run it: {tag} has no certificate that passed" in refused.stderr
+    assert f"envkit certify {tag}" in refused.stderr
+    warned = envkit("run", tag, "--no-gpus", "--store", store, "--", *cmd)
+    assert warned.returncode == 0 and warned.stdout == "ran\n" and "warning: " in warned.stderr
+    envkit("certify", tag, "--no-gpus", "--lock", "examples/team.lock", "--out", tmp_path / "r", "--store", store,
+           check=True)
+    passed = envkit("run", tag, "--no-gpus", "--require-certified", "--store", store, "--json", "--", *cmd)
+    assert passed.returncode == 0, passed.stderr
+    out = json.loads(passed.stdout)
+    assert out["stdout"] == "ran\n" and out["exit_code"] == 0 and out["gate"]["passed"]
+    assert [c["status"] for c in out["gate"]["certificates"]] == ["verified"] and "warning" not in passed.stderr
