@@ -142,8 +142,9 @@ def catalog_export_cmd(click_ctx, dest, json_out):
 
 
 @click.command("schema")
-def schema_cmd():
-    """Print the JSON Schema of team.yaml."""
+@json_option
+def schema_cmd(json_out):
+    """Print the JSON Schema of team.yaml (always JSON; --json is accepted as every command accepts it)."""
     from ..spec import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
