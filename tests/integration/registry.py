@@ -67,7 +67,7 @@ storage:
   filesystem:
     rootdirectory: {root}
   delete:
-    enabled: true
+    enabled: {delete}
 http:
   addr: {address}:{port}
 """
@@ -99,6 +99,7 @@ class Registry:
     headers: Callable[[str], dict[str, str]] | None = None  # scope -> Authorization header, for manifest_digest
     client_ca: Path | None = None  # mutual TLS: only clients with a certificate from this CA are served
     client: tuple[Path, Path] | None = None  # (certificate, key) this fixture's own requests present
+    delete: bool = True  # storage.delete.enabled: False gives a registry that answers DELETE with 405 UNSUPPORTED
 
     def __post_init__(self) -> None:
         if not self.port:
@@ -127,7 +128,7 @@ class Registry:
         root = self.workdir / "data"
         root.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "config.yml"
-        text = CONFIG.format(root=root, address=self.address, port=self.port)
+        text = CONFIG.format(root=root, address=self.address, port=self.port, delete=str(self.delete).lower())
         if self.tls:
             text += TLS.format(cert=self.tls[0], key=self.tls[1])
             text += CLIENT_CAS.format(ca=self.client_ca) if self.client_ca else ""
@@ -179,9 +180,9 @@ class Registry:
 
 
 @contextmanager
-def running_registry(workdir: Path) -> Iterator[Registry]:
-    """Start a registry storing under ``workdir``; stop it on exit."""
-    reg = Registry(Path(workdir), find_binary()).start()
+def running_registry(workdir: Path, *, delete: bool = True) -> Iterator[Registry]:
+    """Start a registry storing under ``workdir``; stop it on exit. ``delete=False``: deletes disabled."""
+    reg = Registry(Path(workdir), find_binary(), delete=delete).start()
     try:
         yield reg
     finally:

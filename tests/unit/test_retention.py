@@ -1,0 +1,391 @@
+"""Registry retention (envkit.retention, `envkit registry prune`): the keep/delete decision on fake
+listings, and the whole prune against a small in-memory registry behind a requests adapter
+(catalog, tags, manifests, blobs, DELETE with distribution's semantics: every tag of the digest goes)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import requests
+from click.testing import CliRunner
+from requests.adapters import BaseAdapter
+
+from envkit import retention
+from envkit.cli import main
+from envkit.errors import EngineError
+from envkit.retention import (Artifact, DeleteDisabledError, Image, Listing, parse_created, plan_repository,
+                              prune_registry)
+
+NOW = datetime(2026, 12, 10, 12, 0, tzinfo=timezone.utc)
+HOST = "127.0.0.1:5999"
+OCI = "application/vnd.oci.image.manifest.v1+json"
+LOCK = "io.envkit.lock-hash"
+
+
+def d(n: int) -> str:
+    return f"sha256:{n:064x}"
+
+
+def ago(days: float) -> str:
+    return (NOW - timedelta(days=days)).isoformat().replace("+00:00", "Z")
+
+
+def listing(images, certified=None, protected=None, artifacts=(), held=()) -> Listing:
+    return Listing("vision/torch25", tuple(images), certified, dict(protected or {}), tuple(artifacts),
+                   frozenset(held))
+
+
+def img(n: int, days: float | None, *tags: str, envkit: bool = True) -> Image:
+    return Image(d(n), tags or (f"s{n}",), None if days is None else ago(days), envkit)
+
+
+def actions(plan) -> dict[str, str]:
+    return {",".join(x.tags): "delete" if x.delete else "keep" for x in plan.images}
+
+
+# --- the decision (pure) ---------------------------------------------------------------------------
+
+def test_keeps_certified_and_the_newest_and_deletes_the_rest():
+    images = [img(1, 50), img(2, 40), img(3, 30), img(4, 20), img(5, 10)]
+    plan = plan_repository(listing(images, certified=d(1)), keep=2, older_than=None, now=NOW)
+    assert actions(plan) == {"s1": "keep", "s2": "delete", "s3": "delete", "s4": "keep", "s5": "keep"}
+    why = {x.tags[0]: x.reasons for x in plan.images}
+    assert why["s1"] == (":certified points at it",)
+    assert why["s5"] == ("one of the 2 newest (#1)",) and why["s4"] == ("one of the 2 newest (#2)",)
+    assert why["s3"] == ("not one of the 2 newest (#3)",)
+
+
+def test_older_than_keeps_recent_images_beyond_keep():
+    images = [img(1, 50), img(2, 40), img(3, 5), img(4, 2), img(5, 1)]
+    plan = plan_repository(listing(images), keep=1, older_than=timedelta(days=30), now=NOW)
+    assert actions(plan) == {"s1": "delete", "s2": "delete", "s3": "keep", "s4": "keep", "s5": "keep"}
+    why = {x.tags[0]: x.reasons for x in plan.images}
+    assert why["s3"] == ("built less than 30 day(s) ago",)
+    assert why["s5"] == ("one of the 1 newest (#1)", "built less than 30 day(s) ago")
+    assert why["s2"] == ("not one of the 1 newest (#4)", "built 40 day(s) ago")
+
+
+def test_keep_zero_deletes_all_but_certified():
+    plan = plan_repository(listing([img(1, 3), img(2, 2), img(3, 1)], certified=d(2)), keep=0, older_than=None,
+                           now=NOW)
+    assert actions(plan) == {"s1": "delete", "s2": "keep", "s3": "delete"}
+
+
+def test_foreign_undated_and_protected_images_are_kept_and_not_counted():
+    images = [img(1, 100, "latest", envkit=False), img(2, None), img(3, 90), img(4, 80), img(5, 1)]
+    plan = plan_repository(listing(images, protected={d(4): "also tagged sha256-ab (a base mirror)"}), keep=1,
+                           older_than=None, now=NOW)
+    assert actions(plan) == {"latest": "keep", "s2": "keep", "s3": "delete", "s4": "keep", "s5": "keep"}
+    why = {x.tags[0]: x.reasons for x in plan.images}
+    assert why["latest"] == (f"not an envkit image (no {LOCK} label)",)
+    assert "build time is unknown" in why["s2"][0]
+    assert why["s4"] == ("also tagged sha256-ab (a base mirror)",)
+    assert why["s3"] == ("not one of the 1 newest (#3)",)  # ranked among the dated envkit images only
+
+
+def test_every_tag_of_a_kept_digest_is_kept_and_an_image_counts_once():
+    images = [img(1, 30, "s1", "s1-alias"), img(2, 20), img(3, 10)]
+    plan = plan_repository(listing(images, certified=d(1)), keep=1, older_than=None, now=NOW)
+    assert actions(plan) == {"s1,s1-alias": "keep", "s2": "delete", "s3": "keep"}
+    plan = plan_repository(listing(images), keep=2, older_than=None, now=NOW)
+    assert actions(plan) == {"s1,s1-alias": "delete", "s2": "keep", "s3": "keep"}
+
+
+def test_certificate_artifacts_follow_their_image():
+    images = [img(1, 30), img(2, 20), img(3, 10)]
+    artifacts = [Artifact("s1.cert-none", d(101), d(1), "s1"), Artifact("s1.cert-nvidia-h200", d(102), d(1), "s1"),
+                 Artifact("s3.cert-none", d(103), d(3), "s3"),
+                 Artifact("s2.cert-none", d(104), None, "s2"),  # no subject: judged by its stack tag's image
+                 Artifact("s0.cert-none", d(105), d(99), "s0"),  # its image is gone (an interrupted prune)
+                 Artifact("s9.cert-none", d(106), d(98), "s9")]  # its image is held under no stack tag: kept
+    plan = plan_repository(listing(images, artifacts=artifacts, held=[d(98)]), keep=1, older_than=None, now=NOW)
+    got = {a.tag: (a.delete, a.reason) for a in plan.artifacts}
+    assert got == {"s1.cert-none": (True, f"certifies {d(1)}, deleted"),
+                   "s1.cert-nvidia-h200": (True, f"certifies {d(1)}, deleted"),
+                   "s3.cert-none": (False, "its image is kept"),
+                   "s2.cert-none": (True, "belongs to s2, deleted"),
+                   "s0.cert-none": (True, f"its image {d(99)} is no longer in the registry"),
+                   "s9.cert-none": (False, "its image is kept")}
+
+
+def test_ties_in_build_time_rank_by_tag_and_created_parses_nanoseconds():
+    assert parse_created("2026-12-01T03:00:00.123456789Z") == datetime(2026, 12, 1, 3, 0, 0, 123456,
+                                                                       tzinfo=timezone.utc)
+    assert parse_created("2026-12-01T03:00:00") == datetime(2026, 12, 1, 3, tzinfo=timezone.utc)
+    assert parse_created("yesterday") is None and parse_created(None) is None
+    plan = plan_repository(listing([img(1, 5, "a"), img(2, 5, "b")]), keep=1, older_than=None, now=NOW)
+    assert actions(plan) == {"a": "delete", "b": "keep"}
+
+
+# --- prune against an in-memory registry ---------------------------------------------------------
+
+class FakeRegistry(BaseAdapter):
+    """Just enough of distribution 2.8: catalog, tags, manifests and blobs by digest, DELETE by digest
+    (removing every tag of it; 405 UNSUPPORTED when deletes are disabled). ``fail``: (method, path part) ->
+    statuses to answer first, one per call."""
+
+    def __init__(self, delete: bool = True):
+        super().__init__()
+        self.delete = delete
+        self.repos: dict[str, dict] = {}
+        self.blobs: dict[str, bytes] = {}
+        self.fail: dict[tuple[str, str], list[int]] = {}
+        self.asked: list[str] = []
+
+    # building the registry's contents
+    def blob(self, data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        self.blobs[digest] = data
+        return digest
+
+    def manifest(self, repo: str, doc: dict, *tags: str) -> str:
+        raw = json.dumps(doc, sort_keys=True).encode()
+        digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+        r = self.repos.setdefault(repo, {"manifests": {}, "tags": {}})
+        r["manifests"][digest] = raw
+        for tag in tags:
+            r["tags"][tag] = digest
+        return digest
+
+    def image(self, repo: str, tag: str, days: float, *, envkit: bool = True, extra_tags=()) -> str:
+        config = self.blob(json.dumps({"created": ago(days), "config": {
+            "Labels": {LOCK: "sha256:" + hashlib.sha256(tag.encode()).hexdigest()} if envkit else {}}}).encode())
+        return self.manifest(repo, {"schemaVersion": 2, "mediaType": OCI, "config": {"digest": config, "size": 1},
+                                    "layers": []}, tag, *extra_tags)
+
+    def certificate(self, repo: str, stack: str, slug: str) -> str:
+        subject = self.repos[repo]["tags"][stack]
+        layer = self.blob(json.dumps({"gpu": slug, "stack": stack}).encode())
+        return self.manifest(repo, {"schemaVersion": 2, "mediaType": OCI, "config": {"digest": self.blob(b"{}")},
+                                    "layers": [{"mediaType": "application/vnd.envkit.certificate.v1+json",
+                                                "digest": layer}],
+                                    "subject": {"mediaType": OCI, "digest": subject}}, f"{stack}.cert-{slug}")
+
+    def promote(self, repo: str, stack: str) -> None:
+        self.repos[repo]["tags"]["certified"] = self.repos[repo]["tags"][stack]
+
+    def tags(self, repo: str) -> dict[str, str]:
+        return dict(self.repos[repo]["tags"])
+
+    # answering
+    def send(self, request, **kw):
+        path = request.path_url.split("?", 1)[0]
+        self.asked.append(f"{request.method} {path}")
+        for (method, part), statuses in self.fail.items():
+            if request.method == method and part in path and statuses:
+                return self._answer(request, statuses.pop(0), {"errors": [{"code": "UNAVAILABLE"}]})
+        if path == "/v2/":
+            return self._answer(request, 200, {})
+        if path == "/v2/_catalog":
+            return self._answer(request, 200, {"repositories": sorted(self.repos)})
+        for sep in ("/tags/list", "/manifests/", "/blobs/"):
+            if sep in path:
+                repo, ref = path[len("/v2/"):].split(sep, 1)
+                break
+        else:
+            return self._answer(request, 404, {})
+        r = self.repos.get(repo)
+        if r is None:
+            return self._answer(request, 404, {"errors": [{"code": "NAME_UNKNOWN"}]})
+        if sep == "/tags/list":
+            return self._answer(request, 200, {"name": repo, "tags": sorted(r["tags"])})
+        if sep == "/blobs/":
+            data = self.blobs.get(ref)
+            return self._answer(request, 200 if data else 404, data or {})
+        digest = ref if ref.startswith("sha256:") else r["tags"].get(ref)
+        if digest not in r["manifests"]:
+            return self._answer(request, 404, {"errors": [{"code": "MANIFEST_UNKNOWN"}]})
+        if request.method == "DELETE":
+            if not self.delete:
+                return self._answer(request, 405, {"errors": [{"code": "UNSUPPORTED",
+                                                               "message": "The operation is unsupported."}]})
+            del r["manifests"][digest]
+            r["tags"] = {t: v for t, v in r["tags"].items() if v != digest}
+            return self._answer(request, 202, b"")
+        return self._answer(request, 200, r["manifests"][digest],
+                            {"Content-Type": OCI, "Docker-Content-Digest": digest})
+
+    @staticmethod
+    def _answer(request, status, body, headers=None):
+        r = requests.Response()
+        r.request, r.url, r.status_code, r.reason = request, request.url, status, "OK" if status < 400 else "Error"
+        r._content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        r.headers.update(headers or {"Content-Type": "application/json"})
+        return r
+
+    def close(self):
+        pass
+
+
+def team(delete: bool = True) -> FakeRegistry:
+    """vision/torch25: six stacks over 60 days, s2 certified, certificates on s1, s2, s6; a base mirror;
+    an image envkit did not build; tools/debian (not envkit's)."""
+    reg = FakeRegistry(delete)
+    for n, days in enumerate((60, 50, 40, 30, 20, 10), 1):
+        reg.image("vision/torch25", f"s{n}", days)
+    reg.image("vision/torch25", "latest", 70, envkit=False)
+    reg.promote("vision/torch25", "s2")
+    for stack in ("s1", "s2", "s6"):
+        reg.certificate("vision/torch25", stack, "none")
+    reg.certificate("vision/torch25", "s1", "nvidia-h200")
+    reg.image("vision/base-debian-bookworm", "sha256-" + "a" * 64, 100, envkit=False)
+    reg.image("tools/debian", "bookworm", 100, envkit=False)
+    return reg
+
+
+def prune(reg: FakeRegistry, where: str = f"{HOST}/vision", sleeps: list | None = None, **kw):
+    session = requests.Session()
+    session.mount("http://", reg)
+    session.mount("https://", reg)
+    return prune_registry(None, where, now=NOW, session=session,
+                          sleep=sleeps.append if sleeps is not None else (lambda s: None), **kw)
+
+
+def deletes(reg: FakeRegistry) -> list[str]:
+    return [a for a in reg.asked if a.startswith("DELETE")]
+
+
+def test_prune_deletes_old_stacks_and_their_certificates_then_is_a_no_op():
+    reg = team()
+    s1, s3 = reg.tags("vision/torch25")["s1"], reg.tags("vision/torch25")["s3"]
+    result = prune(reg, keep=2)
+    assert set(reg.tags("vision/torch25")) == {"s2", "certified", "s2.cert-none", "s5", "s6", "s6.cert-none",
+                                               "latest"}
+    assert set(reg.tags("vision/base-debian-bookworm")) and set(reg.tags("tools/debian"))
+    assert s1 not in reg.repos["vision/torch25"]["manifests"] and s3 not in reg.repos["vision/torch25"]["manifests"]
+    doc = result.to_json()
+    assert doc["summary"] == {"images_kept": 4, "images_deleted": 3, "artifacts_kept": 2, "artifacts_deleted": 2}
+    assert doc["skipped"] == [{"reference": f"{HOST}/vision/base-debian-bookworm", "reason": "base mirror repository"}]
+    assert "registry garbage-collect" in doc["garbage_collection"]
+    assert [r["repository"] for r in doc["repositories"]] == ["vision/torch25"]  # the prefix: not tools/
+    rows = {tuple(i["tags"]): i for i in doc["repositories"][0]["images"]}
+    assert rows[("s1",)]["action"] == "delete" and rows[("s1",)]["result"] == "deleted"
+    assert rows[("s2",)]["reasons"] == [":certified points at it"] and rows[("s2",)]["result"] is None
+    images_first = deletes(reg)
+    assert images_first[0].endswith(s1) and len(images_first) == 5
+
+    reg.asked.clear()
+    again = prune(reg, keep=2).to_json()
+    assert deletes(reg) == [] and again["summary"]["images_deleted"] == again["summary"]["artifacts_deleted"] == 0
+
+
+def test_dry_run_deletes_nothing_and_says_what_would_go():
+    reg = team()
+    before = reg.tags("vision/torch25")
+    result = prune(reg, keep=2, older_than_days=35, dry_run=True)
+    assert deletes(reg) == [] and reg.tags("vision/torch25") == before
+    doc = result.to_json()
+    assert doc["dry_run"] is True and doc["older_than_days"] == 35
+    gone = sorted(t for i in doc["repositories"][0]["images"] if i["action"] == "delete" for t in i["tags"])
+    assert gone == ["s1", "s3"]  # s4 (30 days) is newer than 35 days
+    assert all(i["result"] is None for i in doc["repositories"][0]["images"])
+
+
+def test_a_registry_with_deletes_disabled_names_the_setting_and_garbage_collection():
+    reg = team(delete=False)
+    with pytest.raises(DeleteDisabledError) as err:
+        prune(reg, keep=2)
+    assert "storage.delete.enabled: true" in err.value.message and HOST in err.value.message
+    assert "405" in err.value.message and err.value.exit_code == 6
+    assert "registry garbage-collect" in err.value.hint and "REGISTRY_STORAGE_DELETE_ENABLED" in err.value.hint
+    assert len(deletes(reg)) == 1  # the first refusal ends it: nothing else is asked to go
+    prune(reg, keep=2, dry_run=True)  # a dry run never deletes, so it works there
+
+
+def test_transient_failures_are_retried_and_permanent_ones_name_the_digest():
+    reg, sleeps = team(), []
+    reg.fail[("DELETE", "/manifests/")] = [503, 502]
+    prune(reg, keep=2, sleeps=sleeps)
+    assert sleeps == [0.5, 1.0] and "s1" not in reg.tags("vision/torch25")
+
+    reg = team()
+    reg.fail[("DELETE", "/manifests/")] = [503, 503, 503]
+    with pytest.raises(EngineError, match=r"cannot delete .*vision/torch25@sha256:.* \(after 3 attempts\)") as err:
+        prune(reg, keep=2)
+    assert "picks up where it stopped" in err.value.hint
+
+    reg = team()
+    s3 = reg.tags("vision/torch25")["s3"]
+    reg.fail[("DELETE", s3)] = [403]
+    with pytest.raises(EngineError, match=r"HTTP 403.*\(1 manifest\(s\) were deleted before this\)") as err:
+        prune(reg, keep=2)
+    assert "repository:vision/torch25:delete" in err.value.hint
+
+
+def test_an_interrupted_prune_leaves_artifacts_that_the_next_one_deletes():
+    reg = team()
+    s1 = reg.tags("vision/torch25")["s1"]
+    reg.repos["vision/torch25"]["manifests"].pop(s1)  # the image went, its certificates did not
+    reg.repos["vision/torch25"]["tags"].pop("s1")
+    prune(reg, keep=5)
+    assert not any(t.startswith("s1") for t in reg.tags("vision/torch25"))
+    assert len(deletes(reg)) == 2
+
+
+def test_certified_moving_during_prune_is_respected():
+    reg = team()
+    real = reg.send
+    count = {"certified": 0}
+
+    def send(request, **kw):  # the nightly moves :certified to s1 after prune listed the repository
+        if request.path_url.endswith("/manifests/certified"):
+            count["certified"] += 1
+            if count["certified"] == 2:
+                reg.promote("vision/torch25", "s1")
+        return real(request, **kw)
+
+    reg.send = send
+    prune(reg, keep=2)
+    assert {"s1", "s1.cert-none", "s1.cert-nvidia-h200", "certified"} <= set(reg.tags("vision/torch25"))
+    assert "s2" not in reg.tags("vision/torch25")
+
+
+def test_bad_arguments():
+    with pytest.raises(EngineError, match="bad registry"):
+        prune(team(), where="Bad Host")
+    with pytest.raises(EngineError, match="0 or more"):
+        prune(team(), keep=-1)
+
+
+# --- the CLI ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def cli_registry(monkeypatch):
+    reg = team()
+    real = prune_registry
+
+    def fake(client, where, **kw):
+        session = requests.Session()
+        session.mount("http://", reg)
+        session.mount("https://", reg)
+        return real(None, where, session=session, sleep=lambda s: None, now=NOW, **kw)
+
+    monkeypatch.setattr(retention, "prune_registry", fake)
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: (_ for _ in ()).throw(EngineError("none")))
+    return reg
+
+
+def test_cli_dry_run_human_and_json(cli_registry):
+    out = CliRunner().invoke(main, ["registry", "prune", f"{HOST}/vision", "--keep", "2", "--dry-run"])
+    assert out.exit_code == 0, out.output
+    assert "would delete" in out.output and "s1.cert-nvidia-h200" in out.output
+    assert ":certified points at it" in out.output and "one of the 2 newest (#1)" in out.output
+    assert "3 image(s) and 2 certificate artifact(s) would be deleted; 4 image(s) kept" in out.output
+    assert "registry garbage-collect" in out.output and deletes(cli_registry) == []
+
+    out = CliRunner().invoke(main, ["registry", "prune", f"{HOST}/vision", "--keep", "2", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["summary"]["images_deleted"] == 3 and doc["dry_run"] is False
+    assert len(deletes(cli_registry)) == 5
+
+
+def test_cli_deletes_disabled_is_exit_6_with_the_error_document(cli_registry):
+    cli_registry.delete = False
+    out = CliRunner().invoke(main, ["registry", "prune", HOST, "--json"])
+    assert out.exit_code == 6
+    doc = json.loads(out.stdout.split("\nerror:")[0])
+    assert doc["error"] == "DeleteDisabledError" and "storage.delete.enabled: true" in doc["message"]
