@@ -7,6 +7,7 @@ disabled fails naming the setting."""
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 
 import docker.errors
@@ -75,6 +76,10 @@ def tags(reg, name: str) -> set[str]:
     return set(r.json().get("tags") or [])
 
 
+def blob(reg, digest: str) -> int:
+    return requests.head(f"{reg.url}/v2/{REPO}/blobs/{digest}", timeout=10).status_code
+
+
 def prune(host: str, *args, code: int = 0):
     proc = envkit("registry", "prune", f"{host}/vision", *args, "--json", timeout=300)
     assert proc.returncode == code, proc.stderr
@@ -82,7 +87,7 @@ def prune(host: str, *args, code: int = 0):
     return json.loads(proc.stdout), proc
 
 
-def test_prune_keeps_certified_and_the_newest_and_deletes_the_rest_with_their_artifacts(team, tmp_path):
+def test_prune_keeps_certified_and_the_newest_and_deletes_the_rest_with_their_artifacts(team, local, tmp_path):
     host = team.host
     everything = tags(team, REPO)
     digests = {s: team.manifest_digest(REPO, s) for s in STACKS}
@@ -115,7 +120,18 @@ def test_prune_keeps_certified_and_the_newest_and_deletes_the_rest_with_their_ar
     doc, _ = prune(host, "--keep", "1")
     kept = {STACKS[1], STACKS[3]}
     assert tags(team, REPO) == {*kept, "certified", *(f"{s}.cert-{g}" for s in kept for g in ("nvidia-h200", "none"))}
-    assert team.manifest_digest(REPO, f"sha256:{digests[STACKS[0]][7:]}") is None  # the manifest itself is gone
+
+    # what the note says: the registry's garbage collector (not envkit) reclaims the deleted images' blobs
+    _, ids = local  # an image's id is its config blob's digest
+    assert [blob(team, i) for i in ids] == [200, 200, 200, 200]
+    team.stop()
+    gc = subprocess.run([team.binary, "garbage-collect", str(team.workdir / "config.yml")], capture_output=True,
+                        text=True, timeout=300)
+    assert gc.returncode == 0, gc.stdout + gc.stderr
+    team.start()
+    assert [blob(team, i) for i in ids] == [404, 200, 404, 200]
+    assert tags(team, REPO) >= kept and team.manifest_digest(REPO, "certified") == digests[STACKS[1]]
+    assert team.manifest_digest(REPO, digests[STACKS[0]]) is None  # the manifest itself is gone
     assert team.manifest_digest(REPO, digests[STACKS[2]]) is None
     assert team.manifest_digest(REPO, "certified") == digests[STACKS[1]]
     assert tags(team, "vision/base-debian-bookworm") == mirrors and tags(team, "vision/debian") == foreign
