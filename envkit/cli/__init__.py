@@ -7,6 +7,7 @@ the commands live in modules by audience and are registered here:
 * ``certify``: certify, nightly (the certifying runners)
 * ``researchers``: ls, show, run (what was built and certified; running an image)
 * ``admin``: doctor, schema, catalog (hosts, the spec's schema, the compatibility catalog)
+* ``gc``: gc (a build host's disk: old envkit images)
 * ``registry``: registry prune (retention in the team registry)
 
 The shared helpers (``Ctx``, ``run``, ``emit``, ``table``, the option decorators) are in
@@ -18,7 +19,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import admin, build, certify, registry, researchers
+from . import admin, build, certify, gc, registry, researchers
 from .common import BUILDERS, SPEC, STORE_HELP, Ctx, builder_option, emit, json_option, run, table
 
 __all__ = ["main", "BUILDERS", "SPEC", "STORE_HELP", "Ctx", "builder_option", "emit", "json_option", "run", "table"]
@@ -35,7 +36,7 @@ def main(ctx, debug, verbose):
 
 
 for _command in (build.resolve_cmd, build.lock_cmd, build.explain_cmd, build.render_cmd, build.build_cmd,
-                 build.bundle_group, build.verify_cmd, admin.doctor_cmd, certify.certify_cmd, admin.catalog_group,
+                 build.bundle_group, build.verify_cmd, admin.doctor_cmd, gc.gc_cmd, certify.certify_cmd, admin.catalog_group,
                  certify.nightly_cmd, researchers.ls_cmd, researchers.show_cmd, researchers.run_cmd,
                  admin.schema_cmd, registry.registry_group):
     main.add_command(_command)

@@ -1,0 +1,71 @@
+"""`envkit gc`: reclaim a build host's disk from old envkit images (for whoever runs the build hosts)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .common import STORE_HELP, _ctx, emit, json_option, run, table
+
+
+def _bytes(n: int) -> str:
+    """Decimal units, as `docker system df` prints them."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} GB"
+
+
+@click.command("gc")
+@click.option("--team", default=None, metavar="TEAM",
+              help="Only this team's images (their io.envkit.team label). Default: every envkit team on this host.")
+@click.option("--keep", type=int, default=2, show_default=True,
+              help="Builds to keep per (team, image), newest first by the image's creation time.")
+@click.option("--dry-run", is_flag=True, help="Say what would be kept and removed; remove nothing.")
+@click.option("--store", "store_url", default=None, help=STORE_HELP + " Its certificates and :certified pushes keep images.")
+@json_option
+@click.pass_context
+def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
+    """Remove envkit images this host no longer needs, keeping per (team, image) the --keep newest builds,
+    the newest certified one on each GPU model (the store's certificates), the one each :certified
+    reference points at, and any a container (running or stopped) uses. Only images with envkit's build
+    labels are considered: never a base image (envkit-base/*), another tool's image or the build cache."""
+    from ..engine.docker_engine import connect
+    from ..engine.docker_gc import DockerImageHost
+    from ..errors import EngineError
+    from ..gc import collect_garbage
+
+    c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    result = run(c, lambda: collect_garbage(DockerImageHost(engine.client), store_url, team=team, keep=keep,
+                                            dry_run=dry_run, progress=c.progress))
+
+    def human():
+        failed = {d.image.id: result.removals[d.image.id].error for d in result.failed}
+        rows = []
+        for d in result.decisions:
+            action = "keep" if d.keep else ("would remove" if dry_run else ("FAILED" if d.image.id in failed else "removed"))
+            size = d.image.unique_size if d.image.unique_size is not None else d.image.size
+            why = "; ".join(d.reasons) if d.image.id not in failed else f"not removed: {failed[d.image.id]}"
+            rows.append([action, d.image.name, d.image.created.strftime("%Y-%m-%d %H:%M"), _bytes(size), why])
+        if rows:
+            table(rows, ["ACTION", "IMAGE", "CREATED", "UNIQUE SIZE", "WHY"])
+        scope = f"team {team}" if team else "every envkit team on this host"
+        reclaimed, exact = result.reclaimed()
+        amount = _bytes(reclaimed) + ("" if exact else " at most")
+        if not result.decisions:
+            click.echo(f"no envkit images of {scope} here")
+        elif dry_run:
+            click.echo(f"dry run ({scope}): would remove {len(result.to_remove)} of {len(result.decisions)} image(s), "
+                       f"reclaiming {amount}; nothing was removed")
+        else:
+            click.echo(f"{scope}: removed {len(result.removed)} of {len(result.decisions)} image(s), reclaimed {amount}"
+                       + (f"; {len(result.failed)} could not be removed" if result.failed else ""))
+        for note in result.notes:
+            click.echo(f"note: {note}", err=True)
+
+    emit(c, result.to_json(), human)
+    if result.failed:
+        sys.exit(EngineError.exit_code)

@@ -1,0 +1,121 @@
+"""The engine's side of ``envkit gc`` over docker-py: list envkit's images, who uses them, remove one.
+
+Only top-level images are listed (``docker images``, never ``-a``): the classic builder's step images
+stay out of sight, and the engine is asked for envkit's build labels so nothing else is returned.
+Removal is never forced: every tag and digest reference is untagged, and the engine deletes the
+image (with the step images no other image uses) when the last one goes, as ``docker rmi`` does.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Iterable
+
+import docker.errors
+
+from ..errors import EngineError
+from ..gc import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, TEAM_LABEL, Candidate, Removal, is_candidate
+
+_NONE = ("<none>:<none>", "<none>@<none>")
+
+
+_CREATED = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
+
+
+def parse_created(text: str) -> datetime:
+    """The engine's RFC 3339 time with nanoseconds ("2026-12-03T10:05:42.563498639Z") as an aware UTC datetime."""
+    m = _CREATED.fullmatch(text.strip())
+    if not m:
+        raise EngineError(f"the engine gave an image creation time envkit cannot read: {text!r}",
+                          hint="expected RFC 3339, e.g. 2026-12-03T10:05:42.563498639Z")
+    zone = "+00:00" if m.group(3) == "Z" else m.group(3)
+    when = datetime.fromisoformat(f"{m.group(1)}.{(m.group(2) or '0')[:6].ljust(6, '0')}{zone}")
+    return when.astimezone(timezone.utc)
+
+
+class DockerImageHost:
+    def __init__(self, client):
+        self.client = client
+
+    def _api(self, what: str, call):
+        try:
+            return call()
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot {what}: {exc.explanation}",
+                              hint="is the engine healthy? (`docker info`); nothing was removed by this step") from None
+
+    def _unique_sizes(self) -> dict[str, int]:
+        """Image id -> size minus the layers other top-level images share (the engine's `docker system df -v`)."""
+        try:
+            images = self.client.df().get("Images") or []
+        except docker.errors.APIError:
+            return {}
+        return {i["Id"]: int(i["Size"]) - int(i["SharedSize"]) for i in images
+                if isinstance(i.get("SharedSize"), int) and i["SharedSize"] >= 0}
+
+    def envkit_images(self, team: str | None) -> list[Candidate]:
+        wanted = [f"{TEAM_LABEL}={team}" if team else TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL, CONTEXT_LABEL]
+        summaries = self._api("list images", lambda: self.client.api.images(filters={"label": wanted}))
+        unique = self._unique_sizes() if summaries else {}
+        out = []
+        for s in summaries:
+            tags = tuple(t for t in s.get("RepoTags") or () if t not in _NONE)
+            labels = dict(s.get("Labels") or {})
+            if not is_candidate(labels, tags) or (team and labels.get(TEAM_LABEL) != team):
+                continue
+            try:
+                attrs = self.client.api.inspect_image(s["Id"])
+            except docker.errors.ImageNotFound:
+                continue  # removed meanwhile
+            except docker.errors.APIError as exc:
+                raise EngineError(f"cannot inspect image {s['Id'][:19]}: {exc.explanation}") from None
+            digests = tuple(d for d in attrs.get("RepoDigests") or () if d not in _NONE)
+            out.append(Candidate(id=s["Id"], tags=tags, digests=digests, labels=labels,
+                                 created=parse_created(attrs["Created"]), size=int(attrs.get("Size") or s["Size"]),
+                                 unique_size=unique.get(s["Id"])))
+        return out
+
+    def containers(self) -> dict[str, tuple[str, ...]]:
+        rows = self._api("list containers", lambda: self.client.api.containers(all=True))
+        using: dict[str, list[str]] = {}
+        for r in rows:
+            name = ((r.get("Names") or [r["Id"][:12]])[0]).lstrip("/")
+            using.setdefault(r.get("ImageID") or "", []).append(f"{name} ({r.get('State') or 'unknown'})")
+        return {k: tuple(v) for k, v in using.items() if k}
+
+    def children(self, ids: Iterable[str]) -> dict[str, int]:
+        ids = set(ids)
+        if not ids:
+            return {}
+        counts: dict[str, int] = {}
+        for s in self._api("list images", lambda: self.client.api.images(all=True)):
+            parent = s.get("ParentId") or ""
+            if parent in ids:
+                counts[parent] = counts.get(parent, 0) + 1
+        return counts
+
+    def remove(self, image: Candidate) -> Removal:
+        api = self.client.api
+        untagged: list[str] = []
+        deleted: list[str] = []
+
+        def record(answer) -> None:
+            for item in answer or ():
+                untagged.extend([item["Untagged"]] if "Untagged" in item else [])
+                deleted.extend([item["Deleted"]] if "Deleted" in item else [])
+
+        try:
+            for ref in (*image.tags, *image.digests):
+                try:
+                    record(api.remove_image(ref, force=False, noprune=False))
+                except docker.errors.ImageNotFound:
+                    continue
+            if image.id not in deleted:
+                try:
+                    record(api.remove_image(image.id, force=False, noprune=False))
+                except docker.errors.ImageNotFound:
+                    pass
+        except docker.errors.APIError as exc:
+            return Removal(tuple(untagged), tuple(deleted), error=str(exc.explanation or exc))
+        return Removal(tuple(untagged), tuple(deleted))

@@ -1,0 +1,288 @@
+"""`envkit gc`: give a build host its disk back from the envkit images no one needs any more.
+
+Every lock change leaves the previous multi-GB image behind. The candidates are only the images
+envkit built: the engine's top-level images that carry all four of envkit's build labels (team,
+image, lock hash, context hash). Nothing else is ever looked at: not a base (``envkit-base/*``), not
+an image without those labels (another tool's, a test fixture's), not the classic builder's step
+images (never top-level while used, and the build labels are only on a build's last image), not
+BuildKit's build cache (``docker builder prune`` is the separate, explicit way to reclaim that).
+
+Per (team, image name), by the image's Created time, an image is kept when it is:
+
+* one of the ``keep`` newest builds (default 2);
+* the newest one whose newest certificate on some GPU model is ``certified`` (per model: researchers
+  may still run it; the gate of ``envkit run`` asks exactly that);
+* the image a ``:certified`` reference points at, as the store's pushes say (the newest push of that
+  reference), or one tagged ``...:certified`` here (what the nightly promoted from this host);
+* used by a container, running or stopped (the engine would refuse it anyway: it is never forced);
+* the parent of another image (something was built ``FROM`` it; the engine would refuse it too).
+
+The rest is removed: every tag and digest reference untagged, which removes the image and the step
+images only it used, as ``docker rmi`` does (steps shared with any other image stay, so rebuilds keep
+their cache). Without ``--team`` that is across every envkit team on the host.
+
+``decide`` is pure (tested on fake image lists); the engine's side is ``engine/docker_gc.py``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable, Iterable, Mapping, Protocol
+
+from .errors import EnvkitError
+from .gate import model_key
+from .labels import CONTEXT_LABEL, LOCK_LABEL, PREFIX
+
+TEAM_LABEL = PREFIX + "team"  # written by render.context_for
+IMAGE_LABEL = PREFIX + "image"
+OFFLINE_LABEL = PREFIX + "build"  # "offline" on images built from a bundle (templates/Dockerfile.base.j2)
+IDENTITY = (TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL, CONTEXT_LABEL)  # all four, or the image is not a candidate
+BASE_REPO = "envkit-base/"
+CERTIFIED_TAG = ":certified"
+DEFAULT_KEEP = 2
+BUILDER_PRUNE = ("BuildKit's build cache and the classic builder's step images are left alone (rebuilds need "
+                 "them); `docker builder prune` reclaims BuildKit's cache, separately and explicitly")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One top-level image carrying envkit's build labels, as the engine describes it."""
+
+    id: str
+    tags: tuple[str, ...]
+    digests: tuple[str, ...]  # repo@sha256 references (pushed or pulled)
+    labels: Mapping[str, str]
+    created: datetime
+    size: int
+    unique_size: int | None = None  # size minus the layers other images share; None when the engine does not say
+
+    @property
+    def team(self) -> str:
+        return self.labels[TEAM_LABEL]
+
+    @property
+    def image(self) -> str:
+        return self.labels[IMAGE_LABEL]
+
+    @property
+    def group(self) -> str:
+        return f"{self.team}/{self.image}"
+
+    @property
+    def name(self) -> str:
+        return self.tags[0] if self.tags else f"{self.id[:19]} (untagged)"
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "team": self.team, "image": self.image, "tags": list(self.tags),
+                "digests": list(self.digests), "created": self.created.isoformat(), "size": self.size,
+                "unique_size": self.unique_size, "lock_hash": self.labels[LOCK_LABEL],
+                "offline": self.labels.get(OFFLINE_LABEL) == "offline"}
+
+
+def is_candidate(labels: Mapping[str, str] | None, tags: Iterable[str]) -> bool:
+    """Built by envkit (all four build labels set) and not a base image."""
+    labels = labels or {}
+    return all(labels.get(k) for k in IDENTITY) and not any(t.startswith(BASE_REPO) for t in tags)
+
+
+@dataclass(frozen=True)
+class Protection:
+    """What, besides age, keeps an image (from the store and the engine), by image id."""
+
+    certified: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # GPU models its newest certificate on is certified
+    current_certified: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # :certified refs the store says point at it
+    containers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # containers using it ("name (state)")
+    children: Mapping[str, int] = field(default_factory=dict)  # images built on it
+
+
+@dataclass(frozen=True)
+class Decision:
+    image: Candidate
+    keep: bool
+    reasons: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {**self.image.to_json(), "keep": self.keep, "reasons": list(self.reasons)}
+
+
+def decide(candidates: Iterable[Candidate], protection: Protection, keep: int) -> list[Decision]:
+    """Keep or remove each candidate (pure). Ordered by group, newest first."""
+    check_keep(keep)
+    groups: dict[str, list[Candidate]] = defaultdict(list)
+    for c in candidates:
+        if not is_candidate(c.labels, c.tags):  # a caller's list is not trusted to be filtered
+            raise EnvkitError(f"{c.name} is not an envkit build (labels {', '.join(IDENTITY)}), or is a base image",
+                              hint="gc only ever considers images that carry all of envkit's build labels")
+        groups[c.group].append(c)
+    out = []
+    for group in sorted(groups):
+        images = sorted(groups[group], key=lambda c: (c.created, c.id), reverse=True)
+        newest_certified: dict[str, str] = {}  # model key -> image id (the first, i.e. newest, certified there)
+        for c in images:
+            for model in protection.certified.get(c.id, ()):
+                newest_certified.setdefault(model_key(model), c.id)
+        for rank, c in enumerate(images):
+            why = []
+            if rank < keep:
+                why.append(f"one of the {keep} newest builds of {group}")
+            models = [m for m in protection.certified.get(c.id, ()) if newest_certified.get(model_key(m)) == c.id]
+            if models:
+                why.append(f"the newest image of {group} certified on {', '.join(models)}")
+            why += [f"the store's current {ref}" for ref in protection.current_certified.get(c.id, ())]
+            why += [f"tagged {t} here" for t in c.tags if t.endswith(CERTIFIED_TAG)]
+            why += [f"used by container {name}" for name in protection.containers.get(c.id, ())]
+            if protection.children.get(c.id):
+                why.append(f"{protection.children[c.id]} other image(s) are built on it")
+            if why:
+                out.append(Decision(c, True, tuple(why)))
+            else:
+                out.append(Decision(c, False, (f"older than the {keep} newest builds of {group}; no certificate, "
+                                               f":certified reference or container keeps it",)))
+    return out
+
+
+def check_keep(keep: int) -> None:
+    if not isinstance(keep, int) or keep < 1:
+        raise EnvkitError(f"--keep {keep!r}: gc keeps at least the newest build of each image",
+                          hint=f"use --keep 1 or more (default {DEFAULT_KEEP})")
+
+
+# --- the store's side --------------------------------------------------------------------------
+
+def store_protection(store, ids: Iterable[str]) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """(image id -> GPU models its newest certificate on is ``certified``, image id -> ``:certified``
+    references whose newest push is that image), for ``ids`` (the candidates)."""
+    ids = list(ids)
+    certified = {}
+    for image_id in ids:
+        newest: dict[str, object] = {}
+        for cert in store.certificates_for(image_id):  # oldest first: the last one per model wins
+            newest[model_key(cert.gpu_model)] = cert
+        models = tuple(sorted(c.gpu_model for c in newest.values() if c.status == "certified"))
+        if models:
+            certified[image_id] = models
+    current: dict[str, tuple[str, str]] = {}  # ref -> (pushed_at, image id)
+    for image_id in dict.fromkeys([*ids, *(row[0] for row in store.images())]):
+        for push in store.pushes_for(image_id):
+            if push.tag_kind == "certified" and (push.ref not in current or push.pushed_at >= current[push.ref][0]):
+                current[push.ref] = (push.pushed_at, image_id)
+    refs: dict[str, list[str]] = defaultdict(list)
+    for ref, (_, image_id) in sorted(current.items()):
+        refs[image_id].append(ref)
+    return certified, {k: tuple(v) for k, v in refs.items()}
+
+
+def _open_store(store_url: str | None):
+    """The store when one is named (--store, $ENVKIT_STORE) or the default file exists; None otherwise
+    (gc never leaves an empty history database behind)."""
+    from .store import Store, locate
+
+    target = locate(store_url)
+    if not target.named and not target.path.exists():
+        return None
+    return Store.open(store_url)
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Removal:
+    untagged: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()  # image ids the engine deleted (the image and the step images only it used)
+    error: str | None = None
+
+
+class ImageHost(Protocol):
+    """The engine as gc needs it (``engine/docker_gc.DockerImageHost``)."""
+
+    def envkit_images(self, team: str | None) -> list[Candidate]: ...
+    def containers(self) -> dict[str, tuple[str, ...]]: ...
+    def children(self, ids: Iterable[str]) -> dict[str, int]: ...
+    def remove(self, image: Candidate) -> Removal: ...
+
+
+@dataclass
+class GcResult:
+    team: str | None
+    keep: int
+    dry_run: bool
+    store: str | None
+    decisions: list[Decision]
+    removals: dict[str, Removal] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def to_remove(self) -> list[Decision]:
+        return [d for d in self.decisions if not d.keep]
+
+    @property
+    def removed(self) -> list[Decision]:
+        return [d for d in self.to_remove if d.image.id in self.removals and not self.removals[d.image.id].error]
+
+    @property
+    def failed(self) -> list[Decision]:
+        return [d for d in self.to_remove if d.image.id in self.removals and self.removals[d.image.id].error]
+
+    def reclaimed(self) -> tuple[int, bool]:
+        """(bytes, exact): the removed (dry run: to be removed) images' unique sizes; when the engine gave
+        none for one of them, the sum of their whole sizes instead, an upper bound (exact False)."""
+        done = self.to_remove if self.dry_run else self.removed
+        if all(d.image.unique_size is not None for d in done):
+            return sum(d.image.unique_size or 0 for d in done), True
+        return sum(d.image.size for d in done), False
+
+    def to_json(self) -> dict:
+        reclaimed, exact = self.reclaimed()
+        return {
+            "team": self.team, "keep": self.keep, "dry_run": self.dry_run, "store": self.store,
+            "images": [dict(d.to_json(), **({"removal": _removal_json(self.removals[d.image.id])}
+                                             if d.image.id in self.removals else {}))
+                       for d in self.decisions],
+            "kept": [d.image.id for d in self.decisions if d.keep],
+            "removed": [d.image.id for d in self.removed],
+            "would_remove": [d.image.id for d in self.to_remove] if self.dry_run else [],
+            "failed": [{"id": d.image.id, "error": self.removals[d.image.id].error} for d in self.failed],
+            "reclaimed_bytes": reclaimed,
+            "reclaimed_basis": "unique sizes" if exact else "upper bound (whole image sizes: the engine gave no unique sizes)",
+            "notes": self.notes,
+        }
+
+
+def _removal_json(r: Removal) -> dict:
+    return {"untagged": list(r.untagged), "deleted": list(r.deleted), "error": r.error}
+
+
+def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None = None, keep: int = DEFAULT_KEEP,
+                    dry_run: bool = False, progress: Callable[[str], None] = lambda _: None) -> GcResult:
+    """Decide, and unless ``dry_run`` remove, the envkit images of ``team`` (None: every envkit team here)."""
+    check_keep(keep)
+    if team is not None and not team.strip():
+        raise EnvkitError("--team is empty", hint="name a team (its io.envkit.team label), or leave --team out")
+    candidates = host.envkit_images(team)
+    notes = []
+    store = _open_store(store_url)
+    if store is None:
+        certified, current, where = {}, {}, None
+        notes.append("no history store here (--store, $ENVKIT_STORE or .envkit/history.sqlite): no image is kept for a "
+                     "certificate or a :certified push; name the team's store to keep them")
+    else:
+        with store:
+            certified, current = store_protection(store, [c.id for c in candidates])
+            where = store.where
+    protection = Protection(certified=certified, current_certified=current, containers=host.containers(),
+                            children=host.children([c.id for c in candidates]))
+    result = GcResult(team, keep, dry_run, where, decide(candidates, protection, keep), notes=notes)
+    if any(c.unique_size is None for c in candidates):
+        notes.append("the engine gave no unique size for some images: bytes reclaimed is an upper bound")
+    if not dry_run:
+        for d in result.to_remove:
+            using = host.containers().get(d.image.id)  # again: a container may have started since
+            if using:
+                result.removals[d.image.id] = Removal(error=f"a container started using it meanwhile: {', '.join(using)}")
+                continue
+            progress(f"removing {d.image.name} ({d.image.group})")
+            result.removals[d.image.id] = host.remove(d.image)
+    notes.append(BUILDER_PRUNE)
+    return result
