@@ -1,0 +1,294 @@
+"""`envkit gc`: the keep/remove decision on fake image lists, the run against a fake engine and a real
+(temporary) store, and the CLI. The real engine: tests/integration/test_gc.py."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from click.testing import CliRunner
+
+from envkit import gc
+from envkit.cli import main
+from envkit.engine.docker_gc import parse_created
+from envkit.errors import EnvkitError
+from envkit.gc import Candidate, Protection, Removal, collect_garbage, decide, is_candidate
+from envkit.store import Store
+
+T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+def labels(team="vision", image="torch", lock="l", ctx="c", **extra):
+    return {"io.envkit.team": team, "io.envkit.image": image, "io.envkit.lock-hash": f"sha256:{lock}",
+            "io.envkit.context-hash": f"sha256:{ctx}", **extra}
+
+
+def img(n: int, team="vision", image="torch", tags=None, unique=1000, **kw) -> Candidate:
+    """Image number n of a group: a larger n is newer."""
+    return Candidate(id=f"sha256:{team}-{image}-{n:02d}", tags=tuple(tags if tags is not None else [f"{team}/{image}:v{n}"]),
+                     digests=(), labels=labels(team, image, lock=str(n)), created=T0 + timedelta(hours=n),
+                     size=5_000_000_000, unique_size=unique, **kw)
+
+
+def kept(decisions) -> dict[str, tuple[str, ...]]:
+    return {d.image.id.split(":", 1)[1]: d.reasons for d in decisions if d.keep}
+
+
+def removed(decisions) -> list[str]:
+    return sorted(d.image.id.split(":", 1)[1] for d in decisions if not d.keep)
+
+
+def test_keeps_the_n_newest_per_team_and_image_by_creation_time():
+    images = [img(n) for n in (3, 1, 4, 2)] + [img(1, image="jax"), img(1, team="nlp"), img(2, team="nlp")]
+    d = decide(images, Protection(), keep=2)
+    assert removed(d) == ["vision-torch-01", "vision-torch-02"]
+    assert kept(d)["vision-torch-04"] == ("one of the 2 newest builds of vision/torch",)
+    assert {"vision-jax-01", "nlp-torch-01", "nlp-torch-02"} <= set(kept(d))
+    assert removed(decide(images, Protection(), keep=1)) == ["nlp-torch-01", "vision-torch-01", "vision-torch-02",
+                                                             "vision-torch-03"]
+    assert decide(images, Protection(), keep=10) and not removed(decide(images, Protection(), keep=10))
+
+
+def test_untagged_builds_count_by_age_like_any_other():
+    images = [img(1), img(2, tags=[]), img(3)]
+    d = decide(images, Protection(), keep=2)
+    assert removed(d) == ["vision-torch-01"]
+    assert [x.image.name for x in d][1] == "sha256:vision-torch (untagged)"  # the id's first 19 characters
+
+
+def test_the_newest_certified_image_per_gpu_model_is_kept_not_older_ones():
+    images = [img(n) for n in range(1, 7)]
+    certified = {"sha256:vision-torch-01": ("NVIDIA H200",),  # older than 02 on the same model: not kept for it
+                 "sha256:vision-torch-02": ("nvidia h200", "NVIDIA A100"),
+                 "sha256:vision-torch-03": ("NVIDIA H100",)}
+    d = decide(images, Protection(certified=certified), keep=2)
+    assert removed(d) == ["vision-torch-01", "vision-torch-04"]
+    assert kept(d)["vision-torch-02"] == ("the newest image of vision/torch certified on nvidia h200, NVIDIA A100",)
+    assert kept(d)["vision-torch-03"] == ("the newest image of vision/torch certified on NVIDIA H100",)
+
+
+def test_certified_in_another_group_does_not_keep_this_one():
+    images = [img(1), img(2), img(3), img(1, image="jax")]
+    d = decide(images, Protection(certified={"sha256:vision-jax-01": ("NVIDIA H200",)}), keep=2)
+    assert removed(d) == ["vision-torch-01"]
+
+
+def test_containers_current_certified_refs_local_certified_tags_and_children_keep_images():
+    images = [img(1, tags=["vision/torch:v1", "reg:5000/vision/torch:certified"]), img(2), img(3), img(4), img(5),
+              img(6), img(7)]
+    protection = Protection(current_certified={"sha256:vision-torch-02": ("reg:5000/vision/torch:certified",)},
+                            containers={"sha256:vision-torch-03": ("job (exited)", "x (running)")},
+                            children={"sha256:vision-torch-04": 2})
+    d = decide(images, protection, keep=2)
+    assert removed(d) == ["vision-torch-05"]
+    assert kept(d)["vision-torch-01"] == ("tagged reg:5000/vision/torch:certified here",)
+    assert kept(d)["vision-torch-02"] == ("the store's current reg:5000/vision/torch:certified",)
+    assert kept(d)["vision-torch-03"] == ("used by container job (exited)", "used by container x (running)")
+    assert kept(d)["vision-torch-04"] == ("2 other image(s) are built on it",)
+    [gone] = [x for x in d if not x.keep]
+    assert "older than the 2 newest builds of vision/torch" in gone.reasons[0]
+
+
+@pytest.mark.parametrize("lbl, tags, ok", [
+    (labels(), ["vision/torch:v1"], True),
+    (labels(), [], True),
+    ({k: v for k, v in labels().items() if k != "io.envkit.context-hash"}, ["x/y:1"], False),  # a step image
+    ({k: v for k, v in labels().items() if k != "io.envkit.team"}, ["x/y:1"], False),
+    (dict(labels(), **{"io.envkit.team": ""}), ["x/y:1"], False),
+    ({"io.envkit.base-recipe": "bookworm minbase"}, ["envkit-base/debian:bookworm-minbase-e70052fe766d"], False),
+    (labels(), ["envkit-base/debian:bookworm"], False),  # a base is never a candidate, whatever its labels
+    ({}, ["postgres:16"], False),
+    (None, [], False),
+])
+def test_only_images_with_all_four_build_labels_and_no_base_tag_are_candidates(lbl, tags, ok):
+    assert is_candidate(lbl, tags) is ok
+
+
+def test_decide_refuses_a_list_with_a_foreign_image():
+    foreign = Candidate("sha256:f", ("postgres:16",), (), {}, T0, 1)
+    with pytest.raises(EnvkitError, match="not an envkit build"):
+        decide([img(1), foreign], Protection(), keep=2)
+
+
+@pytest.mark.parametrize("keep", [0, -1])
+def test_keep_below_one_is_refused(keep):
+    with pytest.raises(EnvkitError, match="at least the newest build") as e:
+        decide([img(1)], Protection(), keep=keep)
+    assert "--keep 1 or more" in e.value.hint
+
+
+def test_parse_created_keeps_order_below_the_second():
+    a, b = parse_created("2026-12-03T10:05:42.563498639Z"), parse_created("2026-12-03T10:05:42.5635Z")
+    assert a < b and a.tzinfo is not None
+    assert parse_created("2026-12-03T12:05:42+02:00") == parse_created("2026-12-03T10:05:42Z")
+    with pytest.raises(EnvkitError, match="creation time"):
+        parse_created("yesterday")
+
+
+# --- the run: a fake engine, a real (temporary) store -------------------------------------------
+
+class FakeHost:
+    def __init__(self, images, containers=None, fail=()):
+        self.images = {i.id: i for i in images}
+        self.using = dict(containers or {})
+        self.fail = set(fail)
+        self.removed: list[str] = []
+        self.teams_asked: list[str | None] = []
+
+    def envkit_images(self, team):
+        self.teams_asked.append(team)
+        return [i for i in self.images.values() if team is None or i.team == team]
+
+    def containers(self):
+        return dict(self.using)
+
+    def children(self, ids):
+        return {}
+
+    def remove(self, image):
+        if image.id in self.fail:
+            return Removal(untagged=image.tags[:1], error="conflict: unable to delete (cannot be forced)")
+        self.removed.append(image.id)
+        del self.images[image.id]
+        return Removal(untagged=image.tags, deleted=(image.id,))
+
+
+@pytest.fixture
+def store_path(tmp_path):
+    clock = iter(f"2026-12-0{d}T00:00:00Z" for d in range(1, 10))
+    path = tmp_path / "history.sqlite"
+    with Store.open(path, clock=lambda: next(clock)) as store:
+        store.record_certificate("sha256:vision-torch-01", "NVIDIA H200", "570", status="certified", lock_hash="1",
+                                 document={})  # 12-01
+        store.record_certificate("sha256:vision-torch-02", "NVIDIA H200", "570", status="certified", lock_hash="2",
+                                 document={})  # 12-02
+        store.record_certificate("sha256:vision-torch-02", "NVIDIA H200", "575", status="failed", lock_hash="2",
+                                 document={})  # 12-03: 02's newest on H200 failed, so 01 is the newest certified
+        store.record_push("sha256:vision-torch-03", "reg/vision/torch:certified", "sha256:d3", "certified")  # 12-04
+        store.record_push("sha256:vision-torch-04", "reg/vision/torch:certified", "sha256:d4", "certified")  # 12-05
+        store.record_push("sha256:vision-torch-05", "reg/vision/torch:v5", "sha256:d5", "stack")  # 12-06
+    return path
+
+
+@pytest.fixture
+def empty_store(tmp_path):
+    return str(tmp_path / "empty.sqlite")
+
+
+def test_store_certificates_and_pushes_keep_what_they_should(store_path):
+    host = FakeHost([img(n) for n in range(1, 9)])
+    result = collect_garbage(host, str(store_path), team="vision", keep=2)
+    reasons = {d.image.id[-2:]: d.reasons for d in result.decisions if d.keep}
+    assert reasons["01"] == ("the newest image of vision/torch certified on NVIDIA H200",)
+    assert reasons["04"] == ("the store's current reg/vision/torch:certified",)
+    assert set(reasons) == {"01", "04", "07", "08"}
+    assert sorted(i[-2:] for i in host.removed) == ["02", "03", "05", "06"]
+    assert result.reclaimed() == (4000, True)
+    assert result.store == str(store_path)
+
+
+def test_dry_run_removes_nothing_and_a_second_run_is_a_no_op(store_path):
+    host = FakeHost([img(n) for n in range(1, 5)])
+    plan = collect_garbage(host, str(store_path), keep=2, dry_run=True)
+    assert host.removed == [] and len(plan.to_remove) == 1 and plan.reclaimed() == (1000, True)
+    doc = plan.to_json()
+    assert doc["would_remove"] == ["sha256:vision-torch-02"] and doc["removed"] == []
+    first = collect_garbage(host, str(store_path), keep=2)
+    assert [d.image.id for d in first.removed] == ["sha256:vision-torch-02"]
+    second = collect_garbage(host, str(store_path), keep=2)
+    assert second.to_remove == [] and second.removals == {} and second.reclaimed() == (0, True)
+
+
+def test_the_team_is_passed_to_the_engine_and_other_teams_are_never_removed(store_path):
+    host = FakeHost([img(n) for n in range(1, 5)] + [img(n, team="nlp") for n in range(1, 5)])
+    collect_garbage(host, str(store_path), team="nlp", keep=1)
+    assert host.teams_asked == ["nlp"]
+    assert sorted(host.removed) == ["sha256:nlp-torch-01", "sha256:nlp-torch-02", "sha256:nlp-torch-03"]
+
+
+def test_a_container_started_since_the_listing_stops_that_removal(empty_store):
+    class LateContainer(FakeHost):
+        calls = 0
+
+        def containers(self):
+            self.calls += 1
+            return {} if self.calls == 1 else {"sha256:vision-torch-01": ("late (running)",)}
+
+    host = LateContainer([img(n) for n in range(1, 4)])
+    result = collect_garbage(host, str(empty_store), team="vision", keep=2)
+    assert host.removed == [] and [d.image.id for d in result.failed] == ["sha256:vision-torch-01"]
+    assert "late (running)" in result.removals["sha256:vision-torch-01"].error
+
+
+def test_without_unique_sizes_the_bytes_are_an_upper_bound(empty_store):
+    host = FakeHost([img(1, unique=None), img(2), img(3)])
+    result = collect_garbage(host, str(empty_store), keep=2)
+    assert result.reclaimed() == (5_000_000_000, False)
+    assert result.to_json()["reclaimed_basis"].startswith("upper bound")
+    assert any("upper bound" in n for n in result.notes)
+
+
+def test_no_store_here_is_said_and_none_is_created(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ENVKIT_STORE", raising=False)
+    result = collect_garbage(FakeHost([img(1), img(2), img(3)]), None, keep=2, dry_run=True)
+    assert result.store is None and "no history store here" in result.notes[0]
+    assert any("docker builder prune" in n for n in result.notes)
+    assert not (tmp_path / ".envkit").exists()
+
+
+# --- the CLI ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_engine(monkeypatch):
+    host = FakeHost([img(n) for n in range(1, 5)], fail={"sha256:vision-torch-01"})
+
+    class Engine:
+        client = object()
+
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: Engine())
+    monkeypatch.setattr("envkit.engine.docker_gc.DockerImageHost", lambda client: host)
+    return host
+
+
+def test_cli_json_document_and_failed_removal_exit_code(fake_engine, empty_store):
+    result = CliRunner().invoke(main, ["gc", "--team", "vision", "--store", str(empty_store), "--json"])
+    assert result.exit_code == 6, result.output
+    doc = json.loads(result.stdout)
+    assert doc["removed"] == ["sha256:vision-torch-02"] and doc["failed"][0]["id"] == "sha256:vision-torch-01"
+    assert doc["kept"] == ["sha256:vision-torch-04", "sha256:vision-torch-03"]
+    assert doc["reclaimed_bytes"] == 1000 and doc["reclaimed_basis"] == "unique sizes"
+    assert {i["id"]: i["keep"] for i in doc["images"]}["sha256:vision-torch-02"] is False
+    assert any("docker builder prune" in n for n in doc["notes"])
+
+
+def test_cli_human_dry_run(fake_engine, empty_store):
+    result = CliRunner().invoke(main, ["gc", "--dry-run", "--store", str(empty_store)])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "would remove  vision/torch:v1" in out and "keep          vision/torch:v4" in out
+    assert "dry run (every envkit team on this host): would remove 2 of 4 image(s), reclaiming 2.00 kB" in out
+    assert "docker builder prune" in result.stderr and fake_engine.removed == []
+
+
+def test_cli_bad_keep_exits_with_a_hint(fake_engine):
+    result = CliRunner().invoke(main, ["gc", "--keep", "0", "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["hint"].startswith("use --keep 1 or more")
+
+
+def test_engine_unreachable_is_exit_6(monkeypatch):
+    from envkit.errors import EngineError
+
+    def refuse():
+        raise EngineError("no container engine is reachable: refused", hint="start one")
+
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", refuse)
+    result = CliRunner().invoke(main, ["gc", "--dry-run"])
+    assert result.exit_code == 6 and "no container engine is reachable" in result.stderr
+
+
+def test_module_constants_name_the_labels_render_writes():
+    from envkit.labels import CONTEXT_LABEL, LOCK_LABEL
+    assert gc.IDENTITY == ("io.envkit.team", "io.envkit.image", LOCK_LABEL, CONTEXT_LABEL)
