@@ -163,3 +163,31 @@ def test_a_registry_with_deletes_disabled_fails_naming_the_setting(dc, local, tm
         assert tags(reg, REPO) == set(STACKS[:2])  # nothing went
         dry, _ = prune(reg.host, "--keep", "1", "--dry-run")
         assert dry["summary"]["images_deleted"] == 1
+
+
+def test_token_auth_needs_the_delete_action(dc, local, tmp_path, monkeypatch):
+    """A token service that grants pull and push but not delete: prune is refused before anything goes,
+    naming the scope; an account with `delete` prunes."""
+    from tests.integration.secure_registry import auth_registry
+    from tests.integration.tokenserver import Account
+
+    refs, ids = local
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-login"))
+    with auth_registry(tmp_path / "reg", "token") as reg:
+        monkeypatch.setenv("ENVKIT_REGISTRY_USER", "pusher")
+        monkeypatch.setenv("ENVKIT_REGISTRY_PASSWORD", reg.password("pusher"))
+        try:
+            publish(dc, reg.host, refs[:2], ids[:2], certified=None, certs=False)
+        finally:
+            untag_registry_refs(dc, reg.host)
+        doc, _ = prune(reg.host, "--keep", "1", code=6)
+        assert doc["error"] == "RegistryAuthError" and f"repository:{REPO}:delete" in doc["message"]
+        assert reg.manifest_digest(REPO, STACKS[0]) is not None
+
+        reg.tokens.accounts["pruner"] = Account("pw-pruner", {"repository:*": ("pull", "delete"),
+                                                              "registry:catalog": ("*",)})
+        monkeypatch.setenv("ENVKIT_REGISTRY_USER", "pruner")
+        monkeypatch.setenv("ENVKIT_REGISTRY_PASSWORD", "pw-pruner")
+        doc, _ = prune(reg.host, "--keep", "1")
+        assert doc["summary"]["images_deleted"] == 1
+        assert reg.manifest_digest(REPO, STACKS[0]) is None and reg.manifest_digest(REPO, STACKS[1]) is not None
