@@ -1,7 +1,8 @@
 """The engine's side of ``envkit gc`` over docker-py: list envkit's images, who uses them, remove one.
 
-Only top-level images are listed (``docker images``, never ``-a``): the classic builder's step images
-stay out of sight, and the engine is asked for envkit's build labels so nothing else is returned.
+Candidates come from the top-level images only (``docker images``, not ``-a``), filtered by the engine
+on envkit's build labels, so the classic builder's step images are never among them (all images are
+read only to count the images built on a candidate).
 Removal is never forced: every tag and digest reference is untagged, and the engine deletes the
 image (with the step images no other image uses) when the last one goes, as ``docker rmi`` does.
 """
