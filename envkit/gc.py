@@ -42,8 +42,9 @@ IDENTITY = (TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL, CONTEXT_LABEL)  # all four, or 
 BASE_REPO = "envkit-base/"
 CERTIFIED_TAG = ":certified"
 DEFAULT_KEEP = 2
-BUILDER_PRUNE = ("BuildKit's build cache and the classic builder's step images are left alone (rebuilds need "
-                 "them); `docker builder prune` reclaims BuildKit's cache, separately and explicitly")
+BUILDER_PRUNE = ("BuildKit's build cache and the classic builder's cache (its stage images, and the step images "
+                 "kept images share) are left alone: rebuilds need them; `docker builder prune` reclaims BuildKit's "
+                 "cache, separately and explicitly")
 
 
 @dataclass(frozen=True)
