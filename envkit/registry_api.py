@@ -38,6 +38,13 @@ from .registry_auth import (UNTRUSTED, AuthFailure, Authenticator, RegistryAuthE
 from .registry_tls import PROXY_REFUSED
 from .registry_auth import Failure as _Failure
 
+class DeleteUnsupported(_Failure):
+    """Permanent: the registry does not delete manifests (distribution's ``storage.delete.enabled`` is off)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, False)
+
+
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
     "application/vnd.oci.image.manifest.v1+json",
@@ -315,6 +322,17 @@ class _RegistryHTTP:
             nxt = r.links.get("next", {}).get("url")
             url, params = (requests.compat.urljoin(url, nxt), None) if nxt else ("", None)
         return found
+
+    def delete_manifest(self, digest: str) -> bool:
+        """``DELETE /v2/<repo>/manifests/<digest>`` (every tag on it goes too): True when deleted, False when it
+        was already gone; ``DeleteUnsupported`` when the registry has deletion switched off (HTTP 405)."""
+        r = self._send("DELETE", f"{self.base}/manifests/{digest}")
+        if r.status_code == 404:
+            return False
+        if r.status_code == 405:
+            raise DeleteUnsupported(f"HTTP 405 {r.text.strip()[:200]}")
+        self._raise_for(r, f"deleting {self.registry}/{self.path}@{digest}")
+        return True
 
     def put_manifest(self, tag: str, manifest: _Manifest) -> str:
         r = self._send("PUT", f"{self.base}/manifests/{tag}", data=manifest.raw,

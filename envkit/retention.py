@@ -38,7 +38,7 @@ import requests
 from .errors import EngineError
 from .labels import LOCK_LABEL
 from .publish import CERTIFIED_TAG
-from .registry_api import PASSWORD_ENV, USER_ENV, Sleep, _Failure, _RegistryHTTP, _retrying
+from .registry_api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Sleep, _Failure, _RegistryHTTP, _retrying
 from .remote import INDEX_TYPES, MIRROR_REPO_PREFIX, _Reader
 from .remote_parse import classify_tags, parse_registry
 
@@ -51,11 +51,6 @@ DELETE_SETTING = "storage.delete.enabled: true"
 
 class DeleteDisabledError(EngineError):
     """The registry refuses deletes (HTTP 405 UNSUPPORTED): its ``storage.delete.enabled`` is off."""
-
-
-class _Unsupported(_Failure):
-    def __init__(self, message: str):
-        super().__init__(message, False)
 
 
 # --- what a repository holds, and the decision (pure) ----------------------------------------------
@@ -265,17 +260,6 @@ def _digest(r: _Reader, path: str, tag: str) -> str | None:
     return manifest.digest if manifest else None
 
 
-def delete_manifest(reg: _RegistryHTTP, digest: str) -> bool:
-    """``DELETE /v2/<repo>/manifests/<digest>``: True when deleted, False when it was already gone."""
-    r = reg._send("DELETE", f"{reg.base}/manifests/{digest}")
-    if r.status_code == 404:
-        return False
-    if r.status_code == 405:
-        raise _Unsupported(f"HTTP 405 {r.text.strip()[:200]}")
-    reg._raise_for(r, f"deleting {reg.registry}/{reg.path}@{digest}")
-    return True
-
-
 class _Deleter:
     def __init__(self, r: _Reader, opts: dict):
         self.r, self.opts, self.count = r, opts, 0
@@ -286,7 +270,7 @@ class _Deleter:
 
         def fail(f: _Failure, attempts: int) -> EngineError:
             done = f" ({self.count} manifest(s) were deleted before this)" if self.count else ""
-            if isinstance(f, _Unsupported):
+            if isinstance(f, DeleteUnsupported):
                 return DeleteDisabledError(
                     f"registry {registry} refuses to delete manifests ({f.message}): deletion is disabled in "
                     f"its config, which needs `{DELETE_SETTING}`{done}",
@@ -300,7 +284,7 @@ class _Deleter:
             return EngineError(f"cannot delete {registry}/{path}@{digest}{tries}: {f.message}{done}", hint=hint)
 
         try:
-            gone = _retrying(lambda: delete_manifest(reg, digest), fail=fail, **self.opts)
+            gone = _retrying(lambda: reg.delete_manifest(digest), fail=fail, **self.opts)
         except DeleteDisabledError:
             raise
         except requests.RequestException as exc:
