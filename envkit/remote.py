@@ -162,11 +162,11 @@ def inspect_remote(client, ref: str | RegistryRef, *, retries: int = 2, backoff:
     facts = r.facts(ref.repository, manifest, str(ref))
     sorted_tags = classify_tags(tags)
     certified_digest = (manifest.digest if ref.tag == CERTIFIED_TAG and not ref.digest else
-                        _digest_of(r, ref.repository, CERTIFIED_TAG) if sorted_tags.certified else None)
+                        digest_of(r, ref.repository, CERTIFIED_TAG) if sorted_tags.certified else None)
     if ref.tag in sorted_tags.stacks and not ref.digest:
         stacks = [ref.tag]  # stack tags are immutable, one per stack: no need to ask for the others
     else:  # a digest or :certified: which stack tag(s) hold it?
-        stacks = [t for t in sorted_tags.stacks if _digest_of(r, ref.repository, t) == manifest.digest]
+        stacks = [t for t in sorted_tags.stacks if digest_of(r, ref.repository, t) == manifest.digest]
     pointing = stacks + ([CERTIFIED_TAG] if certified_digest == manifest.digest else [])
     certs = []
     for stack in stacks:
@@ -178,9 +178,24 @@ def inspect_remote(client, ref: str | RegistryRef, *, retries: int = 2, backoff:
                        certified_digest, certs)
 
 
-def _digest_of(r: _Reader, path: str, tag: str) -> str | None:
+def digest_of(r: _Reader, path: str, tag: str) -> str | None:
+    """The digest ``path:tag`` points at; None when there is no such tag."""
     manifest = r.manifest(path, tag)
     return manifest.digest if manifest else None
+
+
+def team_repositories(r: _Reader, registry: str, prefix: str) -> tuple[list[str], list[dict]]:
+    """The repositories under ``prefix`` (the registry's catalog) that hold images, and the base mirror
+    repositories left out (``{"reference", "reason"}``)."""
+    paths, skipped = [], []
+    for path in sorted(r.read(r.reg.catalog, "the catalog (/v2/_catalog)")):
+        if prefix and not (path == prefix or path.startswith(prefix + "/")):
+            continue
+        if path.rsplit("/", 1)[-1].startswith(MIRROR_REPO_PREFIX):
+            skipped.append({"reference": f"{registry}/{path}", "reason": "base mirror repository"})
+            continue
+        paths.append(path)
+    return paths, skipped
 
 
 # --- listing the registry -----------------------------------------------------------------------
@@ -201,16 +216,11 @@ def list_registry(client, where: str, *, retries: int = 2, backoff: float = 0.5,
     """Every envkit image in the registry (under ``path``), with its certification per GPU model."""
     registry, prefix = parse_registry(where)
     r = _Reader(client, registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
-    repos = r.read(r.reg.catalog, "the catalog (/v2/_catalog)")
-    rows, skipped = [], []
-    for path in sorted(repos):
-        if prefix and not (path == prefix or path.startswith(prefix + "/")):
-            continue
-        if path.rsplit("/", 1)[-1].startswith(MIRROR_REPO_PREFIX):
-            skipped.append({"reference": f"{registry}/{path}", "reason": "base mirror repository"})
-            continue
+    paths, skipped = team_repositories(r, registry, prefix)
+    rows = []
+    for path in paths:
         tags = classify_tags(r.tags(path) or [])
-        certified_digest = _digest_of(r, path, CERTIFIED_TAG) if tags.certified else None
+        certified_digest = digest_of(r, path, CERTIFIED_TAG) if tags.certified else None
         for tag in tags.stacks:
             ref = f"{registry}/{path}:{tag}"
             manifest = r.manifest(path, tag)

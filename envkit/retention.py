@@ -38,8 +38,8 @@ import requests
 from .errors import EngineError
 from .labels import LOCK_LABEL
 from .publish import CERTIFIED_TAG
-from .registry_api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Sleep, _Failure, _RegistryHTTP, _retrying
-from .remote import INDEX_TYPES, MIRROR_REPO_PREFIX, _Reader
+from .registry_api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Sleep, _Failure, _retrying
+from .remote import INDEX_TYPES, _Reader, digest_of, team_repositories
 from .remote_parse import classify_tags, parse_registry
 
 DEFAULT_KEEP = 5
@@ -236,10 +236,10 @@ def _listing(r: _Reader, path: str) -> Listing:
                 by_digest[manifest.digest] = ([], facts.created, LOCK_LABEL in facts.labels)
         by_digest[manifest.digest][0].append(tag)
     images = tuple(Image(d, tuple(t), created, envkit) for d, (t, created, envkit) in by_digest.items())
-    certified = _digest(r, path, CERTIFIED_TAG) if tags.certified else None
+    certified = digest_of(r, path, CERTIFIED_TAG) if tags.certified else None
     protected = {}
     for tag in tags.mirrors:
-        digest = _digest(r, path, tag)
+        digest = digest_of(r, path, tag)
         if digest:
             protected[digest] = f"also tagged {tag} (a base mirror)"
     artifacts, held = [], set()
@@ -253,11 +253,6 @@ def _listing(r: _Reader, path: str) -> Listing:
             if subject and subject not in by_digest and stack not in tags.stacks and r.manifest(path, subject):
                 held.add(subject)
     return Listing(path, images, certified, protected, tuple(artifacts), frozenset(held))
-
-
-def _digest(r: _Reader, path: str, tag: str) -> str | None:
-    manifest = r.manifest(path, tag)
-    return manifest.digest if manifest else None
 
 
 class _Deleter:
@@ -308,19 +303,14 @@ def prune_registry(client, where: str, *, keep: int = DEFAULT_KEEP, older_than_d
     older = timedelta(days=older_than_days) if older_than_days is not None else None
     opts = dict(retries=retries, backoff=backoff, sleep=sleep)
     r = _Reader(client, registry, session=session, **opts)
-    repos = r.read(r.reg.catalog, "the catalog (/v2/_catalog)")
+    paths, skipped = team_repositories(r, registry, prefix)
     delete = _Deleter(r, opts)
-    plans, skipped = [], []
-    for path in sorted(repos):
-        if prefix and not (path == prefix or path.startswith(prefix + "/")):
-            continue
-        if path.rsplit("/", 1)[-1].startswith(MIRROR_REPO_PREFIX):
-            skipped.append({"reference": f"{registry}/{path}", "reason": "base mirror repository"})
-            continue
+    plans = []
+    for path in paths:
         listing = _listing(r, path)
         plan = plan_repository(listing, keep=keep, older_than=older, now=now)
         if not dry_run and any(d.delete for d in plan.images + plan.artifacts):
-            certified = _digest(r, path, CERTIFIED_TAG)  # :certified moved since the listing? decide again
+            certified = digest_of(r, path, CERTIFIED_TAG)  # :certified moved since the listing? decide again
             if certified != listing.certified:
                 plan = plan_repository(replace(listing, certified=certified), keep=keep, older_than=older, now=now)
             plan = _carry_out(plan, path, delete, progress)
