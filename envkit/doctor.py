@@ -93,6 +93,7 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
             findings.append(Finding("framework_index", found.status, f"{found.value} (for {', '.join(images)})",
                                     found.hint))
     if engine is not None:
+        findings.append(disk_finding(engine))
         findings.append(buildkit_finding(engine))
     findings.append(catalog_finding())
     findings.append(store_finding(store_url))
@@ -284,6 +285,33 @@ def _reason(exc: Exception) -> str:
     inner = exc.args[0] if exc.args else exc
     inner = getattr(inner, "reason", None) or inner
     return str(inner)[:200]
+
+
+DISK_FAIL, DISK_WARN = 10 << 30, 30 << 30  # a CUDA framework image is 5-7 GB, and its build needs about as much again
+
+
+def disk_finding(engine) -> Finding:
+    """Free space where the engine keeps images (a full disk fails builds midway), and what to reclaim."""
+    try:
+        usage = engine.disk_usage()
+    except Exception as exc:  # noqa: BLE001 - an engine that cannot say is a warning, not a crash
+        return Finding("disk", "warn", f"the engine did not report its disk usage: {exc}")
+    gib = 1 << 30
+    held = f"images {usage['images_bytes'] / gib:.1f} GiB, BuildKit cache {usage['build_cache_bytes'] / gib:.1f} GiB"
+    root = usage.get("root")
+    if not root or not os.path.isdir(root):
+        return Finding("disk", "skip", f"{held}; free space not measured (the engine's {root or 'data root'} is not on "
+                                       "this host)")
+    st = os.statvfs(root)
+    free = st.f_bavail * st.f_frsize
+    value = f"{free / gib:.1f} GiB free on {root} ({held})"
+    if free >= DISK_WARN:
+        return Finding("disk", "ok", value)
+    hint = ("`envkit gc --dry-run` shows old envkit builds it would remove; `docker builder prune` reclaims "
+            f"BuildKit's cache ({usage['build_cache_bytes'] / gib:.1f} GiB)")
+    return Finding("disk", "fail" if free < DISK_FAIL else "warn",
+                   value + (": too little for a CUDA framework build (about 6 GB and as much again to build it)"
+                            if free < DISK_FAIL else ": a few CUDA framework builds will fill it"), hint)
 
 
 def buildkit_finding(engine) -> Finding:

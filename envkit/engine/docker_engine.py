@@ -45,6 +45,13 @@ class DockerEngine:
         info = self.client.info()
         return "nvidia" in (info.get("Runtimes") or {})
 
+    def disk_usage(self) -> dict:
+        """Where the engine keeps its data, and what its images and BuildKit's cache take (bytes)."""
+        df = self.client.df()
+        return {"root": self.client.info().get("DockerRootDir"), "images_bytes": int(df.get("LayersSize") or 0),
+                "build_cache_bytes": sum(int(e.get("Size") or 0) for e in df.get("BuildCache") or []
+                                         if not e.get("Shared"))}
+
     # --- images -------------------------------------------------------------------
     def _info(self, image) -> ImageInfo:
         attrs = image.attrs

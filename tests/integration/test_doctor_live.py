@@ -44,3 +44,14 @@ def test_pypi_with_public_roots_only(pip_cert):
     if f.status == "fail" and ("DNS" in f.value or "refused" in f.value or "no answer" in f.value):
         pytest.skip(f"PyPI unreachable from here: {f.value}")
     assert f.status == "ok" or ("not trusted" in f.value and f.hint == CA_HINT), f
+
+
+@pytest.mark.integration
+def test_doctor_reports_the_engines_disk(engine):
+    """engine.disk_usage over docker-py, and the finding made of it, on the real engine (local: measured)."""
+    from envkit.doctor import disk_finding
+
+    usage = engine.disk_usage()
+    assert usage["root"] and usage["images_bytes"] > 0 and usage["build_cache_bytes"] >= 0
+    f = disk_finding(engine)
+    assert f.status in ("ok", "warn", "fail") and f" GiB free on {usage['root']} (images " in f.value

@@ -1,6 +1,8 @@
-"""envkit doctor's store and catalog findings: where things are, without creating anything."""
+"""envkit doctor's store, catalog and disk findings: where things are, without creating anything."""
 
 import sqlite3
+
+import pytest
 
 from envkit.doctor import catalog_finding, store_finding
 from envkit.store import SCHEMA_VERSION, STORE_ENV, Store
@@ -51,3 +53,35 @@ def test_catalog_finding_names_the_team_copy(tmp_path, monkeypatch):
     assert f.status == "ok" and f"${CATALOG_ENV}" in f.value
     monkeypatch.setenv(CATALOG_ENV, str(tmp_path / "missing"))
     assert catalog_finding().status == "fail"
+
+
+# --- disk ---------------------------------------------------------------------------------------
+
+class _Disk:
+    def __init__(self, root, images=40 << 30, cache=7 << 30):
+        self.usage = {"root": str(root), "images_bytes": images, "build_cache_bytes": cache}
+
+    def disk_usage(self):
+        return self.usage
+
+
+@pytest.mark.parametrize("free_gib, status", [(50, "ok"), (20, "warn"), (5, "fail")])
+def test_disk_space_where_the_engine_keeps_images(tmp_path, monkeypatch, free_gib, status):
+    import os
+    from types import SimpleNamespace
+
+    from envkit.doctor import disk_finding
+
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_bavail=free_gib << 18, f_frsize=4096))
+    f = disk_finding(_Disk(tmp_path))
+    assert f.status == status and f.value.startswith(f"{free_gib:.1f} GiB free on {tmp_path}")
+    assert "images 40.0 GiB, BuildKit cache 7.0 GiB" in f.value
+    if status != "ok":
+        assert "envkit gc --dry-run" in f.hint and "docker builder prune" in f.hint
+
+
+def test_a_remote_engines_disk_is_not_measured_here(tmp_path):
+    from envkit.doctor import disk_finding
+
+    f = disk_finding(_Disk(tmp_path / "elsewhere"))
+    assert f.status == "skip" and "not on this host" in f.value
