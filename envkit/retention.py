@@ -323,18 +323,16 @@ def _carry_out(plan: RepositoryPlan, path: str, delete: _Deleter,
                progress: Callable[[str], None] | None) -> RepositoryPlan:
     """Images first, then their artifacts: an interrupted prune leaves artifacts whose image is gone,
     which the next prune deletes; the other order would leave images without their certificates."""
-    images = []
-    for d in plan.images:
-        if d.delete:
-            d = replace(d, done=delete(path, d.digest))
-            if progress:
-                progress(f"{d.done} {delete.r.registry}/{path}@{d.digest} ({', '.join(d.tags)})")
-        images.append(d)
-    artifacts = []
-    for a in plan.artifacts:
-        if a.delete:
-            a = replace(a, done=delete(path, a.digest))
-            if progress:
-                progress(f"{a.done} {delete.r.registry}/{path}:{a.tag}")
-        artifacts.append(a)
-    return replace(plan, images=tuple(images), artifacts=tuple(artifacts))
+    def carry(items, name):
+        done = []
+        for item in items:
+            if item.delete:
+                item = replace(item, done=delete(path, item.digest))
+                if progress:
+                    progress(f"{item.done} {delete.r.registry}/{path}{name(item)}")
+            done.append(item)
+        return tuple(done)
+
+    images = carry(plan.images, lambda d: f"@{d.digest} ({', '.join(d.tags)})")
+    artifacts = carry(plan.artifacts, lambda a: f":{a.tag}")
+    return replace(plan, images=images, artifacts=artifacts)
