@@ -67,12 +67,14 @@ def judge(certificates: list[dict], gpus: list[HostGpu], *, on_gpus: bool, image
     reasons) on this host's ``gpus``, run with (``on_gpus``) or without them."""
     fix = (f"certify it on this host (`envkit certify {image}`), or run the image your team marks certified "
            f"(its `:certified` tag; `envkit ls` lists them)")
-    if not on_gpus or not gpus:
-        good = [c for c in certificates if c.get("status") in ("certified", "verified")]
+    if not on_gpus or not gpus:  # no GPU, or GPUs whose models nvidia-smi did not give: a GPU run needs certified
+        good = [c for c in certificates if c.get("status") in (("certified",) if on_gpus else ("certified", "verified"))]
         if good:
             newest = max(good, key=_when)
-            return Verdict(True, f"{image}: {newest['status']} ({_on(newest)}); this run uses no GPU", certificates=[newest])
-        return Verdict(False, f"{image} has no certificate that passed{_failed_note(certificates)}", fix,
+            then = "this run uses no GPU" if not on_gpus else "this host's GPU models could not be checked against it"
+            return Verdict(True, f"{image}: {newest['status']} ({_on(newest)}); {then}", certificates=[newest])
+        wanted = "certified certificate (a GPU run needs one)" if on_gpus else "certificate that passed"
+        return Verdict(False, f"{image} has no {wanted}{_failed_note(certificates)}", fix,
                        certificates=list(certificates))
     used, problems = [], []
     for model in dict.fromkeys(g.name for g in gpus):
@@ -104,8 +106,11 @@ def _on(cert: dict) -> str:
 
 
 def _failed_note(certificates: list[dict]) -> str:
+    if not certificates:
+        return " (none at all)"
     failed = [c for c in certificates if c.get("status") == "failed"]
     if not failed:
-        return " (none at all)"
+        newest = max(certificates, key=_when)
+        return f" (its newest is {newest.get('status')} on {_on(newest)})"
     newest = max(failed, key=_when)
     return f" (it failed on {_on(newest)}: {'; '.join(newest.get('reasons') or []) or 'see its report'})"

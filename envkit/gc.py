@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Mapping, Protocol
 from .errors import EnvkitError
 from .gate import model_key
 from .labels import CONTEXT_LABEL, LOCK_LABEL, PREFIX
+from .store import Store
 
 TEAM_LABEL = PREFIX + "team"  # written by render.context_for
 IMAGE_LABEL = PREFIX + "image"
@@ -175,17 +176,6 @@ def store_protection(store, ids: Iterable[str]) -> tuple[dict[str, tuple[str, ..
     return certified, {k: tuple(v) for k, v in refs.items()}
 
 
-def _open_store(store_url: str | None):
-    """The store when one is named (--store, $ENVKIT_STORE) or the default file exists; None otherwise
-    (gc never leaves an empty history database behind)."""
-    from .store import Store, locate
-
-    target = locate(store_url)
-    if not target.named and not target.path.exists():
-        return None
-    return Store.open(store_url)
-
-
 # --- the run -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -263,7 +253,7 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
         raise EnvkitError("--team is empty", hint="name a team (its io.envkit.team label), or leave --team out")
     candidates = host.envkit_images(team)
     notes = []
-    store = _open_store(store_url)
+    store = Store.open_existing(store_url)
     if store is None:
         certified, current, where = {}, {}, None
         notes.append("no history store here (--store, $ENVKIT_STORE or .envkit/history.sqlite): no image is kept for a "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +24,7 @@ from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import Rendered, render
 from .resolve import check_frameworks, check_gpus, plan, resolve, spec_digest
 from .spec import Spec, load_spec
+from .store import Store
 
 
 def lock_path_for(spec_path: Path) -> Path:
@@ -202,7 +203,6 @@ def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_
     from .lock import write_atomic
     from .nightly import perf_metrics
     from .report import write_reports
-    from .store import Store
 
     info, lock_hash, expect = expectations(engine, ref, lock_path)
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
@@ -255,22 +255,8 @@ def _store_images(store) -> dict[str, dict]:
     return out
 
 
-def _existing_store(store_url: str | None):
-    """The store when one is named (--store, $ENVKIT_STORE) or the default one exists; else None.
-
-    Reading the registry must not leave an empty history database behind in a researcher's directory."""
-    from .store import Store, locate
-
-    target = locate(store_url)
-    if not target.named and not target.path.exists():
-        return None
-    return Store.open(store_url)
-
-
 def list_images(store_url: str | None) -> list[dict]:
     """Every image the store knows (built by nightly, or certified), with its certifications."""
-    from .store import Store
-
     with Store.open(store_url) as store:
         images = _store_images(store)
     rows = []
@@ -288,7 +274,7 @@ def list_registry_images(client, registry: str, store_url: str | None, **read) -
     from .remote import list_registry, merge_store
 
     listing = list_registry(client, registry, **read)
-    store = _existing_store(store_url)
+    store = Store.open_existing(store_url)
     if store is None:
         return {**listing.to_json(), "store": None}
     with store:
@@ -322,7 +308,7 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
         remote = inspect_remote(engine, remote_ref, **read)
         view = remote.to_json()
         certs = view["certificates"]
-        store = _existing_store(store_url)
+        store = Store.open_existing(store_url)
         if store is not None:
             with store:
                 certs = certs + [_cert_doc(c) for c in store.certificates_for(remote.facts.config_digest)]
@@ -332,7 +318,7 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
                 "registry": view}
     labels = {k: v for k, v in sorted(info.labels.items()) if k.startswith(SHOWN)}
     certs = []
-    store = _existing_store(store_url)  # reading leaves no empty history database behind
+    store = Store.open_existing(store_url)  # reading leaves no empty history database behind
     if store is not None:
         with store:
             certs = [_cert_doc(c) for c in store.certificates_for(info.id)]
@@ -355,11 +341,13 @@ def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None
     doc = show_image(engine, ref, store_url)
     registry = doc.get("registry") or {}
     certs = [*doc["certificates"], *(registry.get("certificates") or [])]
-    gpus, _why = host_gpus() if on_gpus else ([], None)
+    gpus, unread = host_gpus() if on_gpus else ([], None)
     verdict = judge(certs, gpus, on_gpus=on_gpus, image=ref)
+    notes = [f"this host's GPUs could not be read ({unread}), so a certified certificate on any model counts"] if unread else []
     if registry.get("error") and not verdict.passed:
-        verdict = type(verdict)(False, f"{verdict.message} (the registry's certificates could not be read: "
-                                       f"{registry['error']})", verdict.hint, verdict.certificates)
+        notes.append(f"the registry's certificates could not be read: {registry['error']}")
+    if notes:
+        verdict = replace(verdict, message=f"{verdict.message} ({'; '.join(notes)})")
     return verdict
 
 

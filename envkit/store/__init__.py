@@ -153,6 +153,15 @@ class Store:
             raise
         return cls(backend, clock=clock)
 
+    @classmethod
+    def open_existing(cls, url_or_path: str | Path | None = None) -> "Store | None":
+        """The store when one is named (``url_or_path``, ``ENVKIT_STORE``) or the default file exists; else None.
+        For readers (show, ls, run, gc): reading must not leave an empty history database behind."""
+        target = locate(url_or_path)
+        if not target.named and not target.path.exists():
+            return None
+        return cls.open(url_or_path)
+
     def close(self) -> None:
         self.backend.close()
 

@@ -42,8 +42,9 @@ def test_every_model_on_the_host_must_be_covered():
     assert judge([cert(), cert(model="NVIDIA A100-SXM4-80GB")], [H200, A100], on_gpus=True, image="t/i:1").passed
 
 
-@pytest.mark.parametrize("gpus, on_gpus", [([], True), ([H200], False)])
-def test_a_run_without_gpus_needs_a_certificate_that_passed(gpus, on_gpus):
+@pytest.mark.parametrize("gpus", [[], [H200]])
+def test_a_run_without_gpus_needs_a_certificate_that_passed(gpus):
+    on_gpus = False
     assert judge([cert(status="verified", model="none", driver="none")], gpus, on_gpus=on_gpus, image="t/i:1").passed
     assert judge([cert()], gpus, on_gpus=on_gpus, image="t/i:1").passed
     v = judge([cert(status="failed", reasons=("NCCL differs",))], gpus, on_gpus=on_gpus, image="t/i:1")
@@ -63,3 +64,20 @@ def test_host_gpus_reads_nvidia_smi(tmp_path, monkeypatch):
     assert gpus == [] and "could not communicate" in why
     monkeypatch.setenv("PATH", str(tmp_path / "none"))
     assert host_gpus() == ([], "no nvidia-smi on this host (no NVIDIA driver)")
+
+
+def test_unreadable_gpus_are_said_not_taken_for_a_cpu_run(monkeypatch):
+    """The engine offers GPUs but nvidia-smi answers nothing here: a certified certificate (any model) is needed,
+    and the verdict says the models were not checked."""
+    from envkit import pipeline
+
+    certs = [cert(status="verified", model="none", driver="none")]
+    monkeypatch.setattr(pipeline, "show_image", lambda engine, ref, store_url: {"certificates": certs})
+    monkeypatch.setattr("envkit.gate.host_gpus", lambda: ([], "nvidia-smi did not answer"))
+    v = pipeline.certification_gate(None, "t/i:1", on_gpus=True, store_url=None)
+    assert not v.passed  # verified without a GPU is not enough for a GPU run
+    assert "has no certified certificate (a GPU run needs one) (its newest is verified on no GPU" in v.message
+    assert "this host's GPUs could not be read (nvidia-smi did not answer)" in v.message
+    certs.append(cert())
+    v = pipeline.certification_gate(None, "t/i:1", on_gpus=True, store_url=None)
+    assert v.passed and "this host's GPU models could not be checked against it" in v.message
