@@ -21,31 +21,44 @@ The rest is removed: every tag and digest reference untagged, which removes the 
 images only it used, as ``docker rmi`` does (steps shared with any other image stay, so rebuilds keep
 their cache). Without ``--team`` that is across every envkit team on the host.
 
-``decide`` is pure (tested on fake image lists); the engine's side is ``engine/docker_gc.py``.
+**Stage images.** A classic multi-stage build also leaves the last image of each stage nothing is built
+``FROM`` (``extras``; devel: ``nvcc``, ``nvcc-tools``) as an untagged top-level image: the builder's
+cache, holding the lock's venv (GBs). Those stages end with a label (``labels.STAGE_LABEL``, with the
+team, image and lock hash; ``templates/Dockerfile.base.j2``'s ``stage_end``), so gc knows whose they are.
+A stage image is kept while a build of its (team, image, lock hash) stays on the host after this run,
+while it is younger than ``STAGE_GRACE`` (a build may be between that stage and its final image, or
+have failed a moment ago), or while a container or an image uses it. The rest is removed with the step
+images only it used; the engine keeps every step another image still uses (the framework layer that
+several locks share). Stage images of builds by envkit before these labels carry none: gc cannot tell
+them from anyone else's, so they stay.
+
+``decide`` and ``decide_stages`` are pure (tested on fake image lists); the engine's side is
+``engine/docker_gc.py``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Mapping, Protocol
 
 from .errors import EnvkitError
 from .gate import model_key
-from .labels import CONTEXT_LABEL, LOCK_LABEL, PREFIX
+from .labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, PREFIX, STAGE_LABEL, TEAM_LABEL
 from .store import Store
 
-TEAM_LABEL = PREFIX + "team"  # written by render.context_for
-IMAGE_LABEL = PREFIX + "image"
 OFFLINE_LABEL = PREFIX + "build"  # "offline" on images built from a bundle (templates/Dockerfile.base.j2)
 IDENTITY = (TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL, CONTEXT_LABEL)  # all four, or the image is not a candidate
 BASE_REPO = "envkit-base/"
 CERTIFIED_TAG = ":certified"
 DEFAULT_KEEP = 2
-BUILDER_PRUNE = ("BuildKit's build cache and the classic builder's cache (its stage images, and the step images "
-                 "kept images share) are left alone: rebuilds need them; `docker builder prune` reclaims BuildKit's "
-                 "cache, separately and explicitly")
+STAGE_GRACE = timedelta(hours=1)  # a stage image this young may belong to a build still running
+STAGE_IDENTITY = (STAGE_LABEL, TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL)
+BUILDER_PRUNE = ("BuildKit's build cache is left alone (`docker builder prune` reclaims it, separately and "
+                 "explicitly), and so are the classic builder's stage images without envkit's stage label "
+                 "(from builds by an envkit before it; `docker image prune` removes them, with every other "
+                 "dangling image on the host)")
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,55 @@ def is_candidate(labels: Mapping[str, str] | None, tags: Iterable[str]) -> bool:
 
 
 @dataclass(frozen=True)
+class StageImage:
+    """The last image of a build stage nothing is built FROM (the classic builder's cache), labelled
+    with the stage and its build's team, image and lock hash."""
+
+    id: str
+    labels: Mapping[str, str]
+    created: datetime
+    size: int
+    unique_size: int | None = None
+    tags: tuple[str, ...] = ()  # (none, unless someone tagged it: removal untags them, as for a build)
+    digests: tuple[str, ...] = ()
+
+    @property
+    def stage(self) -> str:
+        return self.labels[STAGE_LABEL]
+
+    @property
+    def team(self) -> str:
+        return self.labels[TEAM_LABEL]
+
+    @property
+    def image(self) -> str:
+        return self.labels[IMAGE_LABEL]
+
+    @property
+    def lock_hash(self) -> str:
+        return self.labels[LOCK_LABEL]
+
+    @property
+    def group(self) -> str:
+        return f"{self.team}/{self.image}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.id[:19]} (stage {self.stage} of {self.group})"
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "team": self.team, "image": self.image, "stage": self.stage, "tags": list(self.tags),
+                "created": self.created.isoformat(), "size": self.size, "unique_size": self.unique_size,
+                "lock_hash": self.lock_hash}
+
+
+def is_stage(labels: Mapping[str, str] | None) -> bool:
+    """A stage image envkit labelled (stage, team, image, lock hash) that is not also a final build."""
+    labels = labels or {}
+    return all(labels.get(k) for k in STAGE_IDENTITY) and not labels.get(CONTEXT_LABEL)
+
+
+@dataclass(frozen=True)
 class Protection:
     """What, besides age, keeps an image (from the store and the engine), by image id."""
 
@@ -101,7 +163,7 @@ class Protection:
 
 @dataclass(frozen=True)
 class Decision:
-    image: Candidate
+    image: Candidate | StageImage
     keep: bool
     reasons: tuple[str, ...]
 
@@ -143,6 +205,35 @@ def decide(candidates: Iterable[Candidate], protection: Protection, keep: int) -
                 out.append(Decision(c, False, (f"older than the {keep} newest builds of {group}; no certificate, "
                                                f":certified reference or container keeps it",)))
     return out
+
+
+def decide_stages(stages: Iterable[StageImage], kept: Iterable[Candidate], protection: Protection,
+                  now: datetime) -> list[Decision]:
+    """Keep or remove each stage image (pure), given the builds that stay on the host (``kept``).
+    Ordered by group, newest first."""
+    staying = {(c.team, c.image, c.labels[LOCK_LABEL]) for c in kept}
+    stages = list(stages)
+    for s in stages:  # a caller's list is not trusted to be filtered
+        if not is_stage(s.labels):
+            raise EnvkitError(f"{s.id[:19]} is not one of envkit's labelled stage images ({', '.join(STAGE_IDENTITY)})",
+                              hint="gc only ever removes stage images that carry envkit's stage labels")
+    out = []
+    for s in sorted(stages, key=lambda s: (s.group, s.created, s.id), reverse=True):
+        why = []
+        if (s.team, s.image, s.lock_hash) in staying:
+            why.append(f"its build of {s.group} (lock {s.lock_hash[:19]}) stays")
+        age = now - s.created
+        if age < STAGE_GRACE:
+            why.append(f"made {max(age.total_seconds(), 0) / 60:.0f} min ago, under {STAGE_GRACE.total_seconds() / 3600:g} h: "
+                       "a build may still be using it")
+        why += [f"tagged {t} here" for t in s.tags]
+        why += [f"used by container {name}" for name in protection.containers.get(s.id, ())]
+        if protection.children.get(s.id):
+            why.append(f"{protection.children[s.id]} other image(s) are built on it")
+        out.append(Decision(s, bool(why), tuple(why) or (
+            f"no build of {s.group} with lock {s.lock_hash[:19]} stays here: the {s.stage} stage's cache is for a "
+            "build that is gone",)))
+    return sorted(out, key=lambda d: d.image.group)
 
 
 def check_keep(keep: int) -> None:
@@ -189,9 +280,11 @@ class ImageHost(Protocol):
     """The engine as gc needs it (``engine/docker_gc.DockerImageHost``)."""
 
     def envkit_images(self, team: str | None) -> list[Candidate]: ...
+    def stage_images(self, team: str | None) -> list[StageImage]: ...
     def containers(self) -> dict[str, tuple[str, ...]]: ...
     def children(self, ids: Iterable[str]) -> dict[str, int]: ...
-    def remove(self, image: Candidate) -> Removal: ...
+    def remove(self, image: Candidate | StageImage) -> Removal: ...
+    def layers_size(self, fresh: bool = True) -> int | None: ...  # every image layer's bytes (`docker system df`)
 
 
 @dataclass
@@ -200,13 +293,16 @@ class GcResult:
     keep: int
     dry_run: bool
     store: str | None
-    decisions: list[Decision]
+    decisions: list[Decision]  # the builds
+    stages: list[Decision] = field(default_factory=list)  # the labelled stage images
     removals: dict[str, Removal] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    layers: tuple[int, int] | None = None  # the engine's image layer bytes before and after the removals (measured)
 
     @property
     def to_remove(self) -> list[Decision]:
-        return [d for d in self.decisions if not d.keep]
+        """Builds first, then stage images (in the order they are removed)."""
+        return [d for d in (*self.decisions, *self.stages) if not d.keep]
 
     @property
     def removed(self) -> list[Decision]:
@@ -228,17 +324,22 @@ class GcResult:
         reclaimed, exact = self.reclaimed()
         return {
             "team": self.team, "keep": self.keep, "dry_run": self.dry_run, "store": self.store,
-            "images": [dict(d.to_json(), **({"removal": _removal_json(self.removals[d.image.id])}
-                                             if d.image.id in self.removals else {}))
-                       for d in self.decisions],
-            "kept": [d.image.id for d in self.decisions if d.keep],
+            "images": [self._decision_json(d) for d in self.decisions],
+            "stages": [self._decision_json(d) for d in self.stages],
+            "kept": [d.image.id for d in (*self.decisions, *self.stages) if d.keep],
             "removed": [d.image.id for d in self.removed],
             "would_remove": [d.image.id for d in self.to_remove] if self.dry_run else [],
             "failed": [{"id": d.image.id, "error": self.removals[d.image.id].error} for d in self.failed],
             "reclaimed_bytes": reclaimed,
             "reclaimed_basis": "unique sizes" if exact else "upper bound (whole image sizes: the engine gave no unique sizes)",
+            "engine_layers_bytes": ({"before": self.layers[0], "after": self.layers[1],
+                                     "freed": self.layers[0] - self.layers[1]} if self.layers else None),
             "notes": self.notes,
         }
+
+    def _decision_json(self, d: Decision) -> dict:
+        removal = self.removals.get(d.image.id)
+        return dict(d.to_json(), **({"removal": _removal_json(removal)} if removal else {}))
 
 
 def _removal_json(r: Removal) -> dict:
@@ -246,12 +347,15 @@ def _removal_json(r: Removal) -> dict:
 
 
 def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None = None, keep: int = DEFAULT_KEEP,
-                    dry_run: bool = False, progress: Callable[[str], None] = lambda _: None) -> GcResult:
-    """Decide, and unless ``dry_run`` remove, the envkit images of ``team`` (None: every envkit team here)."""
+                    dry_run: bool = False, progress: Callable[[str], None] = lambda _: None,
+                    now: datetime | None = None) -> GcResult:
+    """Decide, and unless ``dry_run`` remove, the envkit images of ``team`` (None: every envkit team here):
+    builds first, then the stage images no staying build has (``now``: the clock stage ages are read by)."""
     check_keep(keep)
     if team is not None and not team.strip():
         raise EnvkitError("--team is empty", hint="name a team (its io.envkit.team label), or leave --team out")
     candidates = host.envkit_images(team)
+    stages = host.stage_images(team)
     notes = []
     store = Store.open_existing(store_url)
     if store is None:
@@ -263,17 +367,24 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
             certified, current = store_protection(store, [c.id for c in candidates])
             where = store.where
     protection = Protection(certified=certified, current_certified=current, containers=host.containers(),
-                            children=host.children([c.id for c in candidates]))
-    result = GcResult(team, keep, dry_run, where, decide(candidates, protection, keep), notes=notes)
-    if any(c.unique_size is None for c in candidates):
+                            children=host.children([i.id for i in (*candidates, *stages)]))
+    decisions = decide(candidates, protection, keep)
+    stage_decisions = decide_stages(stages, [d.image for d in decisions if d.keep], protection,
+                                    now or datetime.now(timezone.utc))
+    result = GcResult(team, keep, dry_run, where, decisions, stage_decisions, notes=notes)
+    if any(i.unique_size is None for i in (*candidates, *stages)):
         notes.append("the engine gave no unique size for some images: bytes reclaimed is an upper bound")
-    if not dry_run:
+    if not dry_run and result.to_remove:
+        before = host.layers_size(fresh=False)
         for d in result.to_remove:
             using = host.containers().get(d.image.id)  # again: a container may have started since
             if using:
                 result.removals[d.image.id] = Removal(error=f"a container started using it meanwhile: {', '.join(using)}")
                 continue
-            progress(f"removing {d.image.name} ({d.image.group})")
+            progress(f"removing {d.image.name}" + ("" if isinstance(d.image, StageImage) else f" ({d.image.group})"))
             result.removals[d.image.id] = host.remove(d.image)
+        after = host.layers_size(fresh=True)
+        if before is not None and after is not None:
+            result.layers = (before, after)
     notes.append(BUILDER_PRUNE)
     return result

@@ -9,4 +9,10 @@ PREFIX = "io.envkit."
 LOCK_LABEL = PREFIX + "lock-hash"  # the image's lock hash: what it was built from
 CONTEXT_LABEL = PREFIX + "context-hash"  # the hash of every rendered file of its build context
 BASE_LABEL = PREFIX + "base-id"  # the id of the base image it was built on
+TEAM_LABEL = PREFIX + "team"  # the team and image names of the spec (render.context_for)
+IMAGE_LABEL = PREFIX + "image"
+# On the last image of each build stage nothing else is built FROM (extras; devel: nvcc, nvcc-tools): the
+# stage's name. With the team, image and lock-hash labels it tells `envkit gc` whose the classic builder's
+# leftover stage images are (the final image's build labels are not on them).
+STAGE_LABEL = PREFIX + "stage"
 SHOWN = (PREFIX, "org.opencontainers.")  # the label prefixes `envkit show` reports

@@ -31,7 +31,7 @@ from .errors import EnvkitError
 from .frameworks import framework
 from . import index_login as index_login_
 from .index import DEFAULT_INDEX, trusted_hosts
-from .labels import LOCK_LABEL
+from .labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from .lock import Lock, LockedImage, Package, write_atomic
 
 UID = 1000
@@ -100,6 +100,8 @@ class RenderContext:
     pip_env: str
     require_cuda: str
     labels: tuple[tuple[str, str], ...]
+    stage_labels: tuple[tuple[str, str], ...] = ()  # whose a leaf stage's last image is (labels.STAGE_LABEL)
+    stage_label: str = STAGE_LABEL
     uid: int = UID
     user: str = USER
     # render options (see the module doc)
@@ -133,8 +135,8 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         "org.opencontainers.image.description": f"{image.framework} {image.framework_version} ({image.variant}) on {image.base.distro} {image.base.suite}",
         "org.opencontainers.image.vendor": lock.team,
         "org.opencontainers.image.base.name": image.base.ref,
-        "io.envkit.team": lock.team,
-        "io.envkit.image": image.name,
+        TEAM_LABEL: lock.team,
+        IMAGE_LABEL: image.name,
         LOCK_LABEL: image.hash,
         "io.envkit.framework": f"{image.framework}=={image.framework_version}",
         "io.envkit.variant": image.variant,
@@ -162,6 +164,7 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         pip_env="" if wheelhouse else PIP_ENV,
         require_cuda=image.require_cuda or "cuda>=0.0",
         labels=tuple(sorted(labels.items())),
+        stage_labels=((TEAM_LABEL, lock.team), (IMAGE_LABEL, image.name), (LOCK_LABEL, image.hash)),
         buildkit=buildkit,
         wheelhouse=wheelhouse,
         index_login=buildkit and not wheelhouse and needs_index_login(image),

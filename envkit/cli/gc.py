@@ -30,8 +30,9 @@ def _bytes(n: int) -> str:
 def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
     """Remove envkit images this host no longer needs, keeping per (team, image) the --keep newest builds,
     the newest certified one on each GPU model (the store's certificates), the one each :certified
-    reference points at, and any a container (running or stopped) uses. Only images with envkit's build
-    labels are considered: never a base image (envkit-base/*), another tool's image or the build cache."""
+    reference points at, and any a container (running or stopped) uses. Then the classic builder's stage
+    images (envkit's stage label) of builds that are gone, unless under an hour old. Only images with
+    envkit's labels are considered: never a base image (envkit-base/*), another tool's image or the build cache."""
     from ..engine.docker_engine import connect
     from ..engine.docker_gc import DockerImageHost
     from ..errors import EngineError
@@ -45,7 +46,7 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
     def human():
         failed = {d.image.id: result.removals[d.image.id].error for d in result.failed}
         rows = []
-        for d in result.decisions:
+        for d in (*result.decisions, *result.stages):
             action = "keep" if d.keep else ("would remove" if dry_run else ("FAILED" if d.image.id in failed else "removed"))
             size = d.image.unique_size if d.image.unique_size is not None else d.image.size
             why = "; ".join(d.reasons) if d.image.id not in failed else f"not removed: {failed[d.image.id]}"
@@ -55,14 +56,19 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
         scope = f"team {team}" if team else "every envkit team on this host"
         reclaimed, exact = result.reclaimed()
         amount = _bytes(reclaimed) + ("" if exact else " at most")
-        if not result.decisions:
+        total = len(result.decisions) + len(result.stages)
+        counted = f"{total} image(s) ({len(result.decisions)} build(s), {len(result.stages)} stage image(s))"
+        if not total:
             click.echo(f"no envkit images of {scope} here")
         elif dry_run:
-            click.echo(f"dry run ({scope}): would remove {len(result.to_remove)} of {len(result.decisions)} image(s), "
+            click.echo(f"dry run ({scope}): would remove {len(result.to_remove)} of {counted}, "
                        f"reclaiming {amount}; nothing was removed")
         else:
-            click.echo(f"{scope}: removed {len(result.removed)} of {len(result.decisions)} image(s), reclaimed {amount}"
+            click.echo(f"{scope}: removed {len(result.removed)} of {counted}, reclaimed {amount}"
                        + (f"; {len(result.failed)} could not be removed" if result.failed else ""))
+            if result.layers:
+                before, after = result.layers
+                click.echo(f"the engine's image layers: {_bytes(before)} -> {_bytes(after)} ({_bytes(before - after)} freed)")
         for note in result.notes:
             click.echo(f"note: {note}", err=True)
 

@@ -2,7 +2,8 @@
 
 Candidates come from the top-level images only (``docker images``, not ``-a``), filtered by the engine
 on envkit's build labels, so the classic builder's step images are never among them (all images are
-read only to count the images built on a candidate).
+read only to count the images built on a candidate). Stage images likewise: top-level images with
+envkit's stage label (the last image of a stage nothing is built FROM has no child).
 Removal is never forced: every tag and digest reference is untagged, and the engine deletes the
 image (with the step images no other image uses) when the last one goes, as ``docker rmi`` does.
 """
@@ -16,7 +17,8 @@ from typing import Iterable
 import docker.errors
 
 from ..errors import EngineError
-from ..gc import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, TEAM_LABEL, Candidate, Removal, is_candidate
+from ..gc import (CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL, Candidate, Removal, StageImage,
+                  is_candidate, is_stage)
 
 _NONE = ("<none>:<none>", "<none>@<none>")
 
@@ -38,6 +40,7 @@ def parse_created(text: str) -> datetime:
 class DockerImageHost:
     def __init__(self, client):
         self.client = client
+        self._usage: dict | None = None
 
     def _api(self, what: str, call):
         try:
@@ -46,24 +49,31 @@ class DockerImageHost:
             raise EngineError(f"cannot {what}: {exc.explanation}",
                               hint="is the engine healthy? (`docker info`); nothing was removed by this step") from None
 
+    def _df(self, fresh: bool) -> dict:
+        """The engine's `docker system df -v`: read now, or (not ``fresh``) the last one read, if any."""
+        if fresh or self._usage is None:
+            try:
+                self._usage = self.client.df() or {}
+            except docker.errors.APIError:
+                self._usage = {}
+        return self._usage
+
     def _unique_sizes(self) -> dict[str, int]:
         """Image id -> size minus the layers other top-level images share (the engine's `docker system df -v`)."""
-        try:
-            images = self.client.df().get("Images") or []
-        except docker.errors.APIError:
-            return {}
-        return {i["Id"]: int(i["Size"]) - int(i["SharedSize"]) for i in images
+        return {i["Id"]: int(i["Size"]) - int(i["SharedSize"]) for i in self._df(fresh=True).get("Images") or []
                 if isinstance(i.get("SharedSize"), int) and i["SharedSize"] >= 0}
 
-    def envkit_images(self, team: str | None) -> list[Candidate]:
-        wanted = [f"{TEAM_LABEL}={team}" if team else TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL, CONTEXT_LABEL]
+    def _top_level(self, labels: list[str], team: str | None, accept) -> list[dict]:
+        """The top-level images with all of ``labels`` (and ``team``'s) that ``accept(labels, tags)`` takes:
+        each as the fields a Candidate or StageImage is made of."""
+        wanted = [f"{TEAM_LABEL}={team}" if team else TEAM_LABEL, *labels]
         summaries = self._api("list images", lambda: self.client.api.images(filters={"label": wanted}))
         unique = self._unique_sizes() if summaries else {}
         out = []
         for s in summaries:
             tags = tuple(t for t in s.get("RepoTags") or () if t not in _NONE)
-            labels = dict(s.get("Labels") or {})
-            if not is_candidate(labels, tags) or (team and labels.get(TEAM_LABEL) != team):
+            found = dict(s.get("Labels") or {})
+            if not accept(found, tags) or (team and found.get(TEAM_LABEL) != team):
                 continue
             try:
                 attrs = self.client.api.inspect_image(s["Id"])
@@ -72,10 +82,23 @@ class DockerImageHost:
             except docker.errors.APIError as exc:
                 raise EngineError(f"cannot inspect image {s['Id'][:19]}: {exc.explanation}") from None
             digests = tuple(d for d in attrs.get("RepoDigests") or () if d not in _NONE)
-            out.append(Candidate(id=s["Id"], tags=tags, digests=digests, labels=labels,
-                                 created=parse_created(attrs["Created"]), size=int(attrs.get("Size") or s["Size"]),
-                                 unique_size=unique.get(s["Id"])))
+            out.append(dict(id=s["Id"], tags=tags, digests=digests, labels=found,
+                            created=parse_created(attrs["Created"]), size=int(attrs.get("Size") or s["Size"]),
+                            unique_size=unique.get(s["Id"])))
         return out
+
+    def envkit_images(self, team: str | None) -> list[Candidate]:
+        return [Candidate(**f) for f in self._top_level([IMAGE_LABEL, LOCK_LABEL, CONTEXT_LABEL], team, is_candidate)]
+
+    def stage_images(self, team: str | None) -> list[StageImage]:
+        return [StageImage(**f) for f in self._top_level([STAGE_LABEL, IMAGE_LABEL, LOCK_LABEL], team,
+                                                         lambda labels, _tags: is_stage(labels))]
+
+    def layers_size(self, fresh: bool = True) -> int | None:
+        """The bytes of every image layer the engine holds (`docker system df`'s Images SIZE), or None;
+        not ``fresh``: as the last listing read them (gc's "before", without another slow `df`)."""
+        size = self._df(fresh).get("LayersSize")
+        return int(size) if isinstance(size, int) else None
 
     def containers(self) -> dict[str, tuple[str, ...]]:
         rows = self._api("list containers", lambda: self.client.api.containers(all=True))
@@ -96,7 +119,7 @@ class DockerImageHost:
                 counts[parent] = counts.get(parent, 0) + 1
         return counts
 
-    def remove(self, image: Candidate) -> Removal:
+    def remove(self, image: Candidate | StageImage) -> Removal:
         api = self.client.api
         untagged: list[str] = []
         deleted: list[str] = []

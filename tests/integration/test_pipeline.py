@@ -52,6 +52,17 @@ def test_image_carries_pins_lock_hash_and_driver_floor(example_build, engine):
         assert uid == "1000"
 
 
+def test_the_classic_builders_extras_stage_image_carries_the_stage_labels_gc_reads(example_build, engine):
+    """The real template through the real classic builder: the untagged extras stage image it leaves
+    says whose it is (envkit gc removes it once no build of its lock stays: test_gc_stages.py)."""
+    from envkit.engine.docker_gc import DockerImageHost
+
+    lock = load_lock(ROOT / "examples" / "team.lock")
+    stages = {(s.image, s.lock_hash, s.stage) for s in DockerImageHost(engine.client).stage_images(lock.team)}
+    for image in lock.images:
+        assert (image.name, image.hash, "extras") in stages
+
+
 def test_second_build_rebuilds_nothing(example_build):
     proc = envkit("build", "examples/team.yaml", "--json", check=True)
     doc = json.loads(proc.stdout)

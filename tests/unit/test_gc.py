@@ -13,7 +13,8 @@ from envkit import gc
 from envkit.cli import main
 from envkit.engine.docker_gc import parse_created
 from envkit.errors import EnvkitError
-from envkit.gc import Candidate, Protection, Removal, collect_garbage, decide, is_candidate
+from envkit.gc import (STAGE_GRACE, Candidate, Protection, Removal, StageImage, collect_garbage, decide, decide_stages,
+                       is_candidate, is_stage)
 from envkit.store import Store
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -129,8 +130,10 @@ def test_parse_created_keeps_order_below_the_second():
 # --- the run: a fake engine, a real (temporary) store -------------------------------------------
 
 class FakeHost:
-    def __init__(self, images, containers=None, fail=()):
-        self.images = {i.id: i for i in images}
+    """The engine as gc sees it; its layer total is the sum of its images' unique sizes."""
+
+    def __init__(self, images, containers=None, fail=(), stages=()):
+        self.images = {i.id: i for i in (*images, *stages)}
         self.using = dict(containers or {})
         self.fail = set(fail)
         self.removed: list[str] = []
@@ -138,7 +141,13 @@ class FakeHost:
 
     def envkit_images(self, team):
         self.teams_asked.append(team)
-        return [i for i in self.images.values() if team is None or i.team == team]
+        return [i for i in self.images.values() if isinstance(i, Candidate) and (team is None or i.team == team)]
+
+    def stage_images(self, team):
+        return [i for i in self.images.values() if isinstance(i, StageImage) and (team is None or i.team == team)]
+
+    def layers_size(self, fresh=True):
+        return sum(i.unique_size or 0 for i in self.images.values())
 
     def containers(self):
         return dict(self.using)
@@ -238,6 +247,85 @@ def test_no_store_here_is_said_and_none_is_created(tmp_path, monkeypatch):
     assert not (tmp_path / ".envkit").exists()
 
 
+# --- stage images ---------------------------------------------------------------------------------
+
+NOW = T0 + timedelta(days=2)
+
+
+def stage(n: int, name="extras", team="vision", image="torch", age=timedelta(days=1), unique=7000, **kw) -> StageImage:
+    """The `name` stage image of build n of a group (the lock of img(n))."""
+    lbl = {"io.envkit.stage": name, "io.envkit.team": team, "io.envkit.image": image,
+           "io.envkit.lock-hash": f"sha256:{n}"}
+    return StageImage(id=f"sha256:stage-{name}-{team}-{image}-{n:02d}", labels=lbl, created=NOW - age,
+                      size=9_000_000_000, unique_size=unique, **kw)
+
+
+def test_a_stage_image_stays_with_a_staying_build_of_its_lock_and_goes_with_the_last_one():
+    builds = [img(n) for n in range(1, 5)]
+    kept_builds = [d.image for d in decide(builds, Protection(), keep=2) if d.keep]  # 03, 04
+    stages = [stage(n) for n in range(1, 5)] + [stage(4, "nvcc"), stage(9)]  # 9: a build that never finished
+    d = {x.image.id.split(":")[1]: x for x in decide_stages(stages, kept_builds, Protection(), NOW)}
+    assert {k for k, x in d.items() if x.keep} == {"stage-extras-vision-torch-03", "stage-extras-vision-torch-04",
+                                                    "stage-nvcc-vision-torch-04"}
+    assert d["stage-extras-vision-torch-04"].reasons == ("its build of vision/torch (lock sha256:4) stays",)
+    assert "no build of vision/torch with lock sha256:9 stays here" in d["stage-extras-vision-torch-09"].reasons[0]
+
+
+def test_the_same_lock_in_another_team_or_image_does_not_keep_a_stage():
+    kept_builds = [img(1, team="nlp"), img(1, image="jax")]
+    decisions = decide_stages([stage(1)], kept_builds, Protection(), NOW)
+    assert [x.keep for x in decisions] == [False]
+
+
+def test_a_young_stage_a_tagged_one_and_one_in_use_stay():
+    young = stage(1, age=STAGE_GRACE - timedelta(minutes=5))
+    tagged = stage(2, tags=("mine:debug",))
+    used, parent = stage(3), stage(4)
+    protection = Protection(containers={used.id: ("dbg (exited)",)}, children={parent.id: 1})
+    d = {x.image.id: x for x in decide_stages([young, tagged, used, parent, stage(5)], [], protection, NOW)}
+    assert d[young.id].keep and "made 55 min ago, under 1 h: a build may still be using it" in d[young.id].reasons
+    assert d[tagged.id].reasons == ("tagged mine:debug here",)
+    assert d[used.id].reasons == ("used by container dbg (exited)",)
+    assert d[parent.id].reasons == ("1 other image(s) are built on it",)
+    assert [x.keep for x in d.values()].count(False) == 1
+
+
+def test_only_labelled_stages_that_are_not_builds_are_stages():
+    assert is_stage(stage(1).labels)
+    assert not is_stage({**stage(1).labels, "io.envkit.context-hash": "sha256:c"})  # a final image: never a stage
+    assert not is_stage({k: v for k, v in stage(1).labels.items() if k != "io.envkit.lock-hash"})
+    assert not is_candidate(stage(1).labels, ())
+    with pytest.raises(EnvkitError, match="stage labels"):
+        decide_stages([StageImage(id="sha256:x", labels={}, created=NOW, size=1)], [], Protection(), NOW)
+
+
+def test_gc_removes_old_builds_then_their_stages_and_measures_the_engine(empty_store):
+    host = FakeHost([img(n) for n in range(1, 4)], stages=[stage(n) for n in range(1, 4)] + [stage(7, age=timedelta(0))])
+    result = collect_garbage(host, empty_store, keep=2, now=NOW)
+    assert host.removed == ["sha256:vision-torch-01", "sha256:stage-extras-vision-torch-01"]  # the build first
+    assert result.reclaimed() == (8000, True)
+    doc = result.to_json()
+    assert doc["removed"] == host.removed
+    assert [s["id"] for s in doc["stages"] if not s["keep"]] == ["sha256:stage-extras-vision-torch-01"]
+    assert doc["stages"][0]["stage"] == "extras" and doc["stages"][0]["lock_hash"].startswith("sha256:")
+    assert doc["engine_layers_bytes"] == {"before": 31000, "after": 23000, "freed": 8000}
+    again = collect_garbage(host, empty_store, keep=2, now=NOW)
+    assert again.to_remove == [] and again.layers is None
+
+
+def test_cli_human_lists_stage_images_and_the_measured_layers(monkeypatch, empty_store):
+    host = FakeHost([img(1), img(2)], stages=[stage(1), stage(2)])
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: type("E", (), {"client": object()})())
+    monkeypatch.setattr("envkit.engine.docker_gc.DockerImageHost", lambda client: host)
+    result = CliRunner().invoke(main, ["gc", "--keep", "1", "--store", empty_store])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "removed  sha256:stage-extras (stage extras of vision/torch)  2026-12-02 00:00  7.00 kB" in out
+    assert ("every envkit team on this host: removed 2 of 4 image(s) (2 build(s), 2 stage image(s)), "
+            "reclaimed 8.00 kB") in out
+    assert "the engine's image layers: 16.00 kB -> 8.00 kB (8.00 kB freed)" in out
+
+
 # --- the CLI ---------------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -268,7 +356,8 @@ def test_cli_human_dry_run(fake_engine, empty_store):
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "would remove  vision/torch:v1" in out and "keep          vision/torch:v4" in out
-    assert "dry run (every envkit team on this host): would remove 2 of 4 image(s), reclaiming 2.00 kB" in out
+    assert ("dry run (every envkit team on this host): would remove 2 of 4 image(s) (4 build(s), 0 stage image(s)), "
+            "reclaiming 2.00 kB") in out
     assert "docker builder prune" in result.stderr and fake_engine.removed == []
 
 

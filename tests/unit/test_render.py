@@ -222,3 +222,37 @@ def test_the_extra_index_is_in_the_lock_only_when_there_is_one():
     variant = make_image(index_url="https://download.pytorch.org/whl/cu126", extra_index_url="https://pypi.org/simple")
     assert variant.model_dump()["extra_index_url"] == "https://pypi.org/simple"
     assert variant.content_hash() != make_image(index_url="https://download.pytorch.org/whl/cu126").content_hash()
+
+
+def _stages(text: str) -> list[tuple[str, str, list[str]]]:
+    """(name, parent, instructions) per FROM of a rendered Dockerfile, comments and blank lines left out."""
+    out: list[tuple[str, str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("FROM "):
+            parent, _, name = line[5:].partition(" AS ")
+            out.append((name, parent, []))
+        elif out and line and not line.startswith(("#", " ")):
+            out[-1][2].append(line)
+    return out
+
+
+@pytest.mark.parametrize("options", [{}, {"buildkit": True}, {"wheelhouse": True}, {"buildkit": True, "wheelhouse": True}])
+@pytest.mark.parametrize("kind", ["runtime", "devel-12.4", "devel-13.0"])
+def test_every_stage_nothing_is_built_from_ends_with_the_stage_label_gc_reads(kind, options):
+    from envkit.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
+    from tests.unit.lockfixtures import make_devel_image
+
+    image = make_image() if kind == "runtime" else make_devel_image(kind.split("-")[1])
+    lock = make_lock(image)
+    stages = _stages(render_files(lock, image, "team.yaml", **options)["Dockerfile"].decode())
+    parents = {parent for _, parent, _ in stages}
+    leaves = [name for name, _, _ in stages[:-1] if name not in parents]
+    assert "extras" in leaves and (kind == "runtime" or "nvcc-tools" in leaves or "nvcc" in leaves)
+    for name, _, instructions in stages:
+        labelled = [i for i in instructions if f'{STAGE_LABEL}="' in i]
+        if name in leaves:  # its last instruction, so the stage's last image carries it
+            assert labelled == [instructions[-1]]
+            assert instructions[-1] == (f'LABEL {STAGE_LABEL}="{name}" {TEAM_LABEL}="{lock.team}" '
+                                        f'{IMAGE_LABEL}="{image.name}" {LOCK_LABEL}="{image.hash}"')
+        else:  # a stage others are built FROM would pass the label on; the final image has its own labels
+            assert labelled == []
