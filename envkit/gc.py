@@ -62,8 +62,8 @@ BUILDER_PRUNE = ("BuildKit's build cache is left alone (`docker builder prune` r
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """One top-level image carrying envkit's build labels, as the engine describes it."""
+class EngineImage:
+    """A top-level image as the engine describes it, labelled with the team and image it belongs to."""
 
     id: str
     tags: tuple[str, ...]
@@ -82,8 +82,16 @@ class Candidate:
         return self.labels[IMAGE_LABEL]
 
     @property
+    def lock_hash(self) -> str:
+        return self.labels[LOCK_LABEL]
+
+    @property
     def group(self) -> str:
         return f"{self.team}/{self.image}"
+
+
+class Candidate(EngineImage):
+    """One top-level image carrying envkit's build labels: a build."""
 
     @property
     def name(self) -> str:
@@ -92,7 +100,7 @@ class Candidate:
     def to_json(self) -> dict:
         return {"id": self.id, "team": self.team, "image": self.image, "tags": list(self.tags),
                 "digests": list(self.digests), "created": self.created.isoformat(), "size": self.size,
-                "unique_size": self.unique_size, "lock_hash": self.labels[LOCK_LABEL],
+                "unique_size": self.unique_size, "lock_hash": self.lock_hash,
                 "offline": self.labels.get(OFFLINE_LABEL) == "offline"}
 
 
@@ -102,38 +110,13 @@ def is_candidate(labels: Mapping[str, str] | None, tags: Iterable[str]) -> bool:
     return all(labels.get(k) for k in IDENTITY) and not any(t.startswith(BASE_REPO) for t in tags)
 
 
-@dataclass(frozen=True)
-class StageImage:
+class StageImage(EngineImage):
     """The last image of a build stage nothing is built FROM (the classic builder's cache), labelled
-    with the stage and its build's team, image and lock hash."""
-
-    id: str
-    labels: Mapping[str, str]
-    created: datetime
-    size: int
-    unique_size: int | None = None
-    tags: tuple[str, ...] = ()  # (none, unless someone tagged it: removal untags them, as for a build)
-    digests: tuple[str, ...] = ()
+    with the stage and its build's team, image and lock hash; untagged, unless someone tagged it."""
 
     @property
     def stage(self) -> str:
         return self.labels[STAGE_LABEL]
-
-    @property
-    def team(self) -> str:
-        return self.labels[TEAM_LABEL]
-
-    @property
-    def image(self) -> str:
-        return self.labels[IMAGE_LABEL]
-
-    @property
-    def lock_hash(self) -> str:
-        return self.labels[LOCK_LABEL]
-
-    @property
-    def group(self) -> str:
-        return f"{self.team}/{self.image}"
 
     @property
     def name(self) -> str:

@@ -256,8 +256,8 @@ def stage(n: int, name="extras", team="vision", image="torch", age=timedelta(day
     """The `name` stage image of build n of a group (the lock of img(n))."""
     lbl = {"io.envkit.stage": name, "io.envkit.team": team, "io.envkit.image": image,
            "io.envkit.lock-hash": f"sha256:{n}"}
-    return StageImage(id=f"sha256:stage-{name}-{team}-{image}-{n:02d}", labels=lbl, created=NOW - age,
-                      size=9_000_000_000, unique_size=unique, **kw)
+    return StageImage(id=f"sha256:stage-{name}-{team}-{image}-{n:02d}", tags=kw.pop("tags", ()), digests=(),
+                      labels=lbl, created=NOW - age, size=9_000_000_000, unique_size=unique, **kw)
 
 
 def test_a_stage_image_stays_with_a_staying_build_of_its_lock_and_goes_with_the_last_one():
@@ -296,7 +296,7 @@ def test_only_labelled_stages_that_are_not_builds_are_stages():
     assert not is_stage({k: v for k, v in stage(1).labels.items() if k != "io.envkit.lock-hash"})
     assert not is_candidate(stage(1).labels, ())
     with pytest.raises(EnvkitError, match="stage labels"):
-        decide_stages([StageImage(id="sha256:x", labels={}, created=NOW, size=1)], [], Protection(), NOW)
+        decide_stages([StageImage("sha256:x", (), (), {}, NOW, 1)], [], Protection(), NOW)
 
 
 def test_gc_removes_old_builds_then_their_stages_and_measures_the_engine(empty_store):
