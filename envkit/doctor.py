@@ -307,8 +307,8 @@ def disk_finding(engine) -> Finding:
     value = f"{free / gib:.1f} GiB free on {root} ({held})"
     if free >= DISK_WARN:
         return Finding("disk", "ok", value)
-    hint = ("`envkit gc --dry-run` shows old envkit builds it would remove; `docker builder prune` reclaims "
-            f"BuildKit's cache ({usage['build_cache_bytes'] / gib:.1f} GiB)")
+    hint = ("`envkit gc --dry-run` shows the old envkit builds and stage images it would remove; "
+            f"`docker builder prune` reclaims BuildKit's cache ({usage['build_cache_bytes'] / gib:.1f} GiB)")
     return Finding("disk", "fail" if free < DISK_FAIL else "warn",
                    value + (": too little for a CUDA framework build (about 6 GB and as much again to build it)"
                             if free < DISK_FAIL else ": a few CUDA framework builds will fill it"), hint)
