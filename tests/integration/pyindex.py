@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import urllib.parse
 import html
 import json
@@ -55,7 +56,12 @@ class Request:
 def bridge_gateway(engine) -> str:
     """The host's address on the engine's default bridge, where build containers find the host."""
     net = engine.client.networks.get("bridge")
-    return net.attrs["IPAM"]["Config"][0]["Gateway"]
+    config = net.attrs["IPAM"]["Config"][0]
+    if config.get("Gateway"):
+        return config["Gateway"]
+    # Some engines (Debian's 20.10 on a fresh host) list only the subnet: the engine gives the bridge
+    # its first address (172.17.0.1 by default)
+    return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
 
 
 def _sha256(path: Path) -> str:
