@@ -4,6 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # The host's CPU build of torch, used to test the payload outside images (a local wheel here).
 TORCH_TEST ?= torch==2.13.0
+# Two workers; tests sharing an image stay on one (tests/conftest.py). XDIST= runs in one process.
+XDIST ?= -n 2 --dist loadgroup
 
 .PHONY: venv engine demo test unit integration lint clean schema
 
@@ -25,13 +27,13 @@ demo: venv engine
 
 test: venv engine
 	./scripts/ensure-browser.sh || echo "note: no chromium; the HTML report browser test will be skipped"
-	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q tests
+	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q $(XDIST) --durations=25 tests
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
 
 integration: venv engine
-	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q tests/integration
+	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q $(XDIST) --durations=25 tests/integration
 
 schema: venv
 	$(BIN)/envkit schema > schema/team.schema.json

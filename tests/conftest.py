@@ -5,6 +5,35 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`): cold, most of its time is
+# a handful of multi-GB image builds, each waiting on downloads as much as on the CPU, so two at a time
+# overlap. Integration tests that share an image stay on one worker, so each image is built once:
+# "frameworks" holds every test of examples/frameworks.yaml's images (jax, tf, and the torch 2.14 image the
+# CUDA 13 devel build reuses); "torch25" the rest of the integration tests (examples/team.yaml's image,
+# registries, bundles of small locks). Unit tests go to whichever worker is free.
+FRAMEWORK_MODULES = {"test_bundle_jax", "test_bundle_tf", "test_jax", "test_tensorflow", "test_devel_jax",
+                     "test_devel_cuda13"}
+
+
+def xdist_group(item) -> str | None:
+    """The worker group of a collected test (None: any worker)."""
+    path = Path(str(item.fspath))
+    if path.parent.name != "integration":
+        return None
+    if path.stem in FRAMEWORK_MODULES:
+        return "frameworks"
+    spec = getattr(getattr(item, "callspec", None), "params", {}).get("spec")
+    if spec is not None and Path(spec).stem == "frameworks":  # test_examples, per example image
+        return "frameworks"
+    return "torch25"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture
 def write_spec(tmp_path):
