@@ -28,6 +28,7 @@ def xdist_group(item) -> str | None:
     return "torch25"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks into the test ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         group = xdist_group(item)
