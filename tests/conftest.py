@@ -28,12 +28,12 @@ def xdist_group(item) -> str | None:
     return "torch25"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks into the test ids
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        group = xdist_group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_itemcollected(item):
+    # (as each test is collected: xdist's pytest_collection_modifyitems turns the marks into the "@group"
+    # test ids loadgroup schedules by, and a modifyitems hook here ran after it, even marked tryfirst)
+    group = xdist_group(item)
+    if group:
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture
