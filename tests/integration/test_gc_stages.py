@@ -28,7 +28,11 @@ from tests.integration.conftest import envkit
 pytestmark = pytest.mark.integration
 
 TEAM = f"gcstage-{uuid.uuid4().hex[:10]}"
-LATER = datetime.now(timezone.utc) + STAGE_GRACE + timedelta(minutes=5)  # past the grace of every stage built here
+
+
+def later() -> datetime:
+    """A clock past the grace of every stage built so far (read when asked: collection may be long before)."""
+    return datetime.now(timezone.utc) + STAGE_GRACE + timedelta(minutes=5)
 
 
 def _lock(n: int) -> str:
@@ -110,14 +114,14 @@ def test_stage_images_are_listed_with_their_build_and_kept_while_young(builds, d
 
 def test_a_stage_goes_once_no_build_of_its_lock_stays_and_the_shared_layer_with_the_last(builds, dc):
     host = DockerImageHost(dc)
-    first = collect_garbage(host, None, team=TEAM, keep=1, now=LATER)
+    first = collect_garbage(host, None, team=TEAM, keep=1, now=later())
     assert [d.image.id for d in first.removed] == [builds["stage1"]] and first.failed == []
     assert not _exists(dc, builds["stage1"]) and not _exists(dc, builds["extras1"])  # its own 1 MB went with it
     assert _exists(dc, builds["venv"]) and _exists(dc, builds["stage2"])  # still used by build 2's stage
     assert first.reclaimed()[0] >= 1_000_000
 
     dc.api.remove_image(f"{TEAM}/staged:2")  # build 2 gone too (as a --keep 1 gc would once build 3 exists)
-    second = collect_garbage(host, None, team=TEAM, keep=1, now=LATER)
+    second = collect_garbage(host, None, team=TEAM, keep=1, now=later())
     assert [d.image.id for d in second.removed] == [builds["stage2"]]
     assert not _exists(dc, builds["extras2"]) and not _exists(dc, builds["venv"])  # the shared layer, last
     before, after = second.layers
