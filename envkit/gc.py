@@ -194,7 +194,7 @@ def decide_stages(stages: Iterable[StageImage], kept: Iterable[Candidate], prote
                   now: datetime) -> list[Decision]:
     """Keep or remove each stage image (pure), given the builds that stay on the host (``kept``).
     Ordered by group, newest first."""
-    staying = {(c.team, c.image, c.labels[LOCK_LABEL]) for c in kept}
+    staying = {(c.team, c.image, c.lock_hash) for c in kept}
     stages = list(stages)
     for s in stages:  # a caller's list is not trusted to be filtered
         if not is_stage(s.labels):
