@@ -89,6 +89,11 @@ class EngineImage:
     def group(self) -> str:
         return f"{self.team}/{self.image}"
 
+    def to_json(self) -> dict:
+        return {"id": self.id, "team": self.team, "image": self.image, "tags": list(self.tags),
+                "created": self.created.isoformat(), "size": self.size, "unique_size": self.unique_size,
+                "lock_hash": self.lock_hash}
+
 
 class Candidate(EngineImage):
     """One top-level image carrying envkit's build labels: a build."""
@@ -98,9 +103,7 @@ class Candidate(EngineImage):
         return self.tags[0] if self.tags else f"{self.id[:19]} (untagged)"
 
     def to_json(self) -> dict:
-        return {"id": self.id, "team": self.team, "image": self.image, "tags": list(self.tags),
-                "digests": list(self.digests), "created": self.created.isoformat(), "size": self.size,
-                "unique_size": self.unique_size, "lock_hash": self.lock_hash,
+        return {**super().to_json(), "digests": list(self.digests),
                 "offline": self.labels.get(OFFLINE_LABEL) == "offline"}
 
 
@@ -123,9 +126,7 @@ class StageImage(EngineImage):
         return f"{self.id[:19]} (stage {self.stage} of {self.group})"
 
     def to_json(self) -> dict:
-        return {"id": self.id, "team": self.team, "image": self.image, "stage": self.stage, "tags": list(self.tags),
-                "created": self.created.isoformat(), "size": self.size, "unique_size": self.unique_size,
-                "lock_hash": self.lock_hash}
+        return {**super().to_json(), "stage": self.stage}
 
 
 def is_stage(labels: Mapping[str, str] | None) -> bool:

@@ -63,9 +63,9 @@ class DockerImageHost:
         return {i["Id"]: int(i["Size"]) - int(i["SharedSize"]) for i in self._df(fresh=True).get("Images") or []
                 if isinstance(i.get("SharedSize"), int) and i["SharedSize"] >= 0}
 
-    def _top_level(self, labels: list[str], team: str | None, accept) -> list[dict]:
-        """The top-level images with all of ``labels`` (and ``team``'s) that ``accept(labels, tags)`` takes:
-        each as the fields a Candidate or StageImage is made of."""
+    def _top_level(self, kind, labels: list[str], team: str | None, accept) -> list:
+        """The top-level images with all of ``labels`` (and ``team``'s) that ``accept(labels, tags)`` takes,
+        each as a ``kind`` (Candidate or StageImage)."""
         wanted = [f"{TEAM_LABEL}={team}" if team else TEAM_LABEL, *labels]
         summaries = self._api("list images", lambda: self.client.api.images(filters={"label": wanted}))
         unique = self._unique_sizes() if summaries else {}
@@ -82,17 +82,17 @@ class DockerImageHost:
             except docker.errors.APIError as exc:
                 raise EngineError(f"cannot inspect image {s['Id'][:19]}: {exc.explanation}") from None
             digests = tuple(d for d in attrs.get("RepoDigests") or () if d not in _NONE)
-            out.append(dict(id=s["Id"], tags=tags, digests=digests, labels=found,
+            out.append(kind(id=s["Id"], tags=tags, digests=digests, labels=found,
                             created=parse_created(attrs["Created"]), size=int(attrs.get("Size") or s["Size"]),
                             unique_size=unique.get(s["Id"])))
         return out
 
     def envkit_images(self, team: str | None) -> list[Candidate]:
-        return [Candidate(**f) for f in self._top_level([IMAGE_LABEL, LOCK_LABEL, CONTEXT_LABEL], team, is_candidate)]
+        return self._top_level(Candidate, [IMAGE_LABEL, LOCK_LABEL, CONTEXT_LABEL], team, is_candidate)
 
     def stage_images(self, team: str | None) -> list[StageImage]:
-        return [StageImage(**f) for f in self._top_level([STAGE_LABEL, IMAGE_LABEL, LOCK_LABEL], team,
-                                                         lambda labels, _tags: is_stage(labels))]
+        return self._top_level(StageImage, [STAGE_LABEL, IMAGE_LABEL, LOCK_LABEL], team,
+                               lambda labels, _tags: is_stage(labels))
 
     def layers_size(self, fresh: bool = True) -> int | None:
         """The bytes of every image layer the engine holds (`docker system df`'s Images SIZE), or None;
