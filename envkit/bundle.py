@@ -348,7 +348,7 @@ def fetch_debs(engine, lock: Lock, image: LockedImage, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     env = {"OS_PACKAGES": " ".join(ctx.os_packages), "BUILDER_PACKAGES": " ".join(ctx.builder_packages),
            "DEVEL_PACKAGES": " ".join(DEVEL_APT) if image.flavour == "devel" else ""}
-    options = RunOptions(timeout=900, network=True, env=env, user="0",
+    options = RunOptions(timeout=900, network=True, env=env, user="0", role="fetch-debs",
                          mounts=(Mount(str(dest.resolve()), "/out", read_only=False),))
     result = engine.run(image.base.ref, ["bash", "-c", _FETCH_DEBS], options)
     if result.exit_code != 0:

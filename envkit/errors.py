@@ -5,6 +5,7 @@ Every message names the bad value, what is allowed, and what to do next.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 
 
@@ -113,3 +114,28 @@ class RunInProgressError(StoreError):
     """Another run holds the lock this one needs (e.g. the same team's nightly)."""
 
     exit_code = 15
+
+
+class Interrupted(BaseException):
+    """A signal stopped the run: SIGINT (Ctrl-C), SIGTERM (a CI job cancelled, a pod stopped) or SIGHUP
+    (the terminal closed). A BaseException, like KeyboardInterrupt: no ``except Exception`` (nor one for
+    EnvkitError) records it as a build or certification failure, while every ``with`` and ``finally``
+    on the way out still runs: the build context and its secrets are deleted, a BuildKit build and a
+    certification container are stopped, an atomic write leaves no half-written file, a nightly run
+    stays unfinished for the next one to resume. Only ``envkit.cli`` raises it (from its signal handler)."""
+
+    hint = ("envkit stopped what it was running and removed its temporary files; run the same command again "
+            "(finished build steps come from the cache, and `envkit nightly` resumes its run)")
+
+    def __init__(self, signum: int):
+        self.signum = int(signum)
+        self.signal = signal.Signals(self.signum).name
+        self.exit_code = 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+        super().__init__(f"interrupted by {self.signal}")
+
+    def __str__(self) -> str:
+        return f"{self.args[0]}\n  hint: {self.hint}"
+
+    def to_json(self) -> dict:
+        return {"error": "Interrupted", "signal": self.signal, "message": self.args[0], "hint": self.hint,
+                "location": None}

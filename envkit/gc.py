@@ -32,7 +32,14 @@ images only it used; the engine keeps every step another image still uses (the f
 several locks share). Stage images of builds by envkit before these labels carry none: gc cannot tell
 them from anyone else's, so they stay.
 
-``decide`` and ``decide_stages`` are pure (tested on fake image lists); the engine's side is
+**Leftover containers.** envkit labels every container it starts (``labels.CONTAINER_LABEL``: certify,
+fetch-debs, run) and removes it when it ends; one still here, stopped, was left by an envkit that was
+killed (SIGKILL, a lost runner) and would keep its image "used by a container" for ever. gc removes
+those once they have been stopped for ``CONTAINER_GRACE`` (the envkit that ran one may still be reading
+its output), before it decides on the images. A running container is never touched (a killed
+``envkit run`` leaves its training job running), nor any container envkit did not start.
+
+``decide``, ``decide_stages`` and ``decide_containers`` are pure (tested on fake image lists); the engine's side is
 ``engine/docker_gc.py``.
 """
 
@@ -55,6 +62,7 @@ CERTIFIED_TAG = ":certified"
 DEFAULT_KEEP = 2
 STAGE_GRACE = timedelta(hours=1)  # a stage image this young may belong to a build still running
 STAGE_IDENTITY = (STAGE_LABEL, TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL)
+CONTAINER_GRACE = timedelta(minutes=10)  # a container stopped this recently may still be read by its envkit
 BUILDER_PRUNE = ("BuildKit's build cache is left alone (`docker builder prune` reclaims it, separately and "
                  "explicitly), and so are the classic builder's stage images without envkit's stage label "
                  "(from builds by an envkit before it; `docker image prune` removes them, with every other "
@@ -220,6 +228,52 @@ def decide_stages(stages: Iterable[StageImage], kept: Iterable[Candidate], prote
     return sorted(out, key=lambda d: d.image.group)
 
 
+@dataclass(frozen=True)
+class LeftContainer:
+    """A stopped container envkit started (``labels.CONTAINER_LABEL``): left by an envkit that was killed."""
+
+    id: str
+    name: str
+    role: str  # certify, fetch-debs, run
+    state: str  # created, exited or dead: never running, paused or restarting
+    image: str  # the reference it was started from
+    image_id: str
+    ended: datetime  # when it stopped (one never started: when it was created)
+    team: str | None = None  # its image's team label (a container carries its image's labels)
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "name": self.name, "role": self.role, "state": self.state, "image": self.image,
+                "image_id": self.image_id, "ended": self.ended.isoformat(), "team": self.team}
+
+
+@dataclass(frozen=True)
+class ContainerDecision:
+    container: LeftContainer
+    keep: bool
+    reasons: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {**self.container.to_json(), "keep": self.keep, "reasons": list(self.reasons)}
+
+
+def decide_containers(containers: Iterable[LeftContainer], now: datetime) -> list[ContainerDecision]:
+    """Keep or remove each stopped envkit container (pure), oldest first."""
+    out = []
+    for c in sorted(containers, key=lambda c: (c.ended, c.id)):
+        if c.state not in ("created", "exited", "dead"):  # a caller's list is not trusted to be filtered
+            raise EnvkitError(f"container {c.name} is {c.state}", hint="gc only ever removes stopped containers")
+        age = now - c.ended
+        if age < CONTAINER_GRACE:
+            out.append(ContainerDecision(c, True, (
+                f"stopped {max(age.total_seconds(), 0) / 60:.0f} min ago, under {CONTAINER_GRACE.total_seconds() / 60:g} "
+                "min: the envkit that started it may still be reading its output",)))
+        else:
+            out.append(ContainerDecision(c, False, (
+                f"the {c.role} container of {c.image}, {c.state}: envkit removes its containers when they end, "
+                "so the envkit that started this one was stopped before it could",)))
+    return out
+
+
 def check_keep(keep: int) -> None:
     if not isinstance(keep, int) or keep < 1:
         raise EnvkitError(f"--keep {keep!r}: gc keeps at least the newest build of each image",
@@ -265,9 +319,11 @@ class ImageHost(Protocol):
 
     def envkit_images(self, team: str | None) -> list[Candidate]: ...
     def stage_images(self, team: str | None) -> list[StageImage]: ...
-    def containers(self) -> dict[str, tuple[str, ...]]: ...
+    def containers(self, skip: Iterable[str] = ()) -> dict[str, tuple[str, ...]]: ...  # image id -> "name (state)"
+    def leftover_containers(self, team: str | None) -> list[LeftContainer]: ...
     def children(self, ids: Iterable[str]) -> dict[str, int]: ...
     def remove(self, image: Candidate | StageImage) -> Removal: ...
+    def remove_container(self, container: LeftContainer) -> str | None: ...  # the engine's error, if any
     def layers_size(self, fresh: bool = True) -> int | None: ...  # every image layer's bytes (`docker system df`)
 
 
@@ -282,6 +338,21 @@ class GcResult:
     removals: dict[str, Removal] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     layers: tuple[int, int] | None = None  # the engine's image layer bytes before and after the removals (measured)
+    containers: list[ContainerDecision] = field(default_factory=list)  # the stopped containers envkit left
+    container_removals: dict[str, str | None] = field(default_factory=dict)  # container id -> error (None: removed)
+
+    @property
+    def containers_to_remove(self) -> list[ContainerDecision]:
+        return [d for d in self.containers if not d.keep]
+
+    @property
+    def removed_containers(self) -> list[ContainerDecision]:
+        return [d for d in self.containers_to_remove
+                if d.container.id in self.container_removals and not self.container_removals[d.container.id]]
+
+    @property
+    def failed_containers(self) -> list[ContainerDecision]:
+        return [d for d in self.containers_to_remove if self.container_removals.get(d.container.id)]
 
     @property
     def to_remove(self) -> list[Decision]:
@@ -314,6 +385,14 @@ class GcResult:
             "removed": [d.image.id for d in self.removed],
             "would_remove": [d.image.id for d in self.to_remove] if self.dry_run else [],
             "failed": [{"id": d.image.id, "error": self.removals[d.image.id].error} for d in self.failed],
+            "containers": [dict(d.to_json(), **({"removed": not self.container_removals[d.container.id],
+                                                 "error": self.container_removals[d.container.id]}
+                                                if d.container.id in self.container_removals else {}))
+                           for d in self.containers],
+            "removed_containers": [d.container.id for d in self.removed_containers],
+            "would_remove_containers": [d.container.id for d in self.containers_to_remove] if self.dry_run else [],
+            "failed_containers": [{"id": d.container.id, "error": self.container_removals[d.container.id]}
+                                  for d in self.failed_containers],
             "reclaimed_bytes": reclaimed,
             "reclaimed_basis": "unique sizes" if exact else "upper bound (whole image sizes: the engine gave no unique sizes)",
             "engine_layers_bytes": ({"before": self.layers[0], "after": self.layers[1],
@@ -334,10 +413,14 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
                     dry_run: bool = False, progress: Callable[[str], None] = lambda _: None,
                     now: datetime | None = None) -> GcResult:
     """Decide, and unless ``dry_run`` remove, the envkit images of ``team`` (None: every envkit team here):
-    builds first, then the stage images no staying build has (``now``: the clock stage ages are read by)."""
+    the stopped containers envkit left first, then builds, then the stage images no staying build has
+    (``now``: the clock stage and container ages are read by)."""
     check_keep(keep)
     if team is not None and not team.strip():
         raise EnvkitError("--team is empty", hint="name a team (its io.envkit.team label), or leave --team out")
+    now = now or datetime.now(timezone.utc)
+    containers = decide_containers(host.leftover_containers(team), now)
+    going = {d.container.id for d in containers if not d.keep}
     candidates = host.envkit_images(team)
     stages = host.stage_images(team)
     notes = []
@@ -350,14 +433,18 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
         with store:
             certified, current = store_protection(store, [c.id for c in candidates])
             where = store.where
-    protection = Protection(certified=certified, current_certified=current, containers=host.containers(),
+    # the containers this run removes keep no image (a dry run plans as if they were gone)
+    protection = Protection(certified=certified, current_certified=current, containers=host.containers(skip=going),
                             children=host.children([i.id for i in (*candidates, *stages)]))
     decisions = decide(candidates, protection, keep)
-    stage_decisions = decide_stages(stages, [d.image for d in decisions if d.keep], protection,
-                                    now or datetime.now(timezone.utc))
-    result = GcResult(team, keep, dry_run, where, decisions, stage_decisions, notes=notes)
+    stage_decisions = decide_stages(stages, [d.image for d in decisions if d.keep], protection, now)
+    result = GcResult(team, keep, dry_run, where, decisions, stage_decisions, notes=notes, containers=containers)
     if any(i.unique_size is None for i in (*candidates, *stages)):
         notes.append("the engine gave no unique size for some images: bytes reclaimed is an upper bound")
+    if not dry_run:
+        for d in result.containers_to_remove:
+            progress(f"removing the stopped {d.container.role} container {d.container.name} of {d.container.image}")
+            result.container_removals[d.container.id] = host.remove_container(d.container)
     if not dry_run and result.to_remove:
         before = host.layers_size(fresh=False)
         for d in result.to_remove:

@@ -15,4 +15,7 @@ IMAGE_LABEL = PREFIX + "image"
 # stage's name. With the team, image and lock-hash labels it tells `envkit gc` whose the classic builder's
 # leftover stage images are (the final image's build labels are not on them).
 STAGE_LABEL = PREFIX + "stage"
+# On every container envkit starts (engine.run): what for (RunOptions.role: certify, fetch-debs, run). envkit
+# removes its containers when they end; one it left (the process was killed) is `envkit gc`'s to remove.
+CONTAINER_LABEL = PREFIX + "container"
 SHOWN = (PREFIX, "org.opencontainers.")  # the label prefixes `envkit show` reports

@@ -64,7 +64,7 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
             p.chmod(0o755)
         for p in [*payload.iterdir(), tmpdir / "expect.json"]:
             p.chmod(0o644)
-        options = RunOptions(gpus=gpus, timeout=timeout, mounts=(Mount(str(tmpdir), MOUNT),),
+        options = RunOptions(gpus=gpus, timeout=timeout, mounts=(Mount(str(tmpdir), MOUNT),), role="certify",
                              # NCCL needs unlimited locked memory and a large stack on GPU hosts
                              ulimits={"memlock": -1, "stack": 67108864} if gpus else {})
         result = engine.run(ref, ["python3", f"{MOUNT}/{PAYLOAD_NAME}", "--expect", f"{MOUNT}/expect.json",

@@ -20,12 +20,12 @@ import click
 
 from .. import __version__
 from . import admin, build, certify, gc, registry, researchers
-from .common import BUILDERS, SPEC, STORE_HELP, Ctx, builder_option, emit, json_option, run, table
+from .common import BUILDERS, SPEC, STORE_HELP, Ctx, EnvkitGroup, builder_option, emit, json_option, run, table
 
 __all__ = ["main", "BUILDERS", "SPEC", "STORE_HELP", "Ctx", "builder_option", "emit", "json_option", "run", "table"]
 
 
-@click.group()
+@click.group(cls=EnvkitGroup)
 @click.version_option(__version__, prog_name="envkit")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.option("-v", "--verbose", is_flag=True, help="Show every build log line.")

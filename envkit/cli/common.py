@@ -8,13 +8,16 @@ so the package has no import cycle.
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
-from ..errors import EnvkitError
+from ..errors import EnvkitError, Interrupted
 
 SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
 BUILDERS = ("classic", "buildkit")  # envkit.render.BUILDERS (not imported here: the CLI starts without jinja2)
@@ -82,7 +85,63 @@ def table(rows: list[list[str]], header: list[str]) -> None:
 
 
 def _ctx(click_ctx, json_out) -> Ctx:
+    click_ctx.obj["json"] = json_out  # for EnvkitGroup: how to report an interruption
     return Ctx(json_out, click_ctx.obj["debug"], click_ctx.obj["verbose"])
+
+
+# SIGINT already raises KeyboardInterrupt; these would end the process without any clean-up.
+UNWIND = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def signals_unwind():
+    """While a command runs, SIGTERM and SIGHUP unwind it as Ctrl-C does (``Interrupted``), so its
+    ``with`` and ``finally`` blocks clean up. The first signal restores the default actions: a second
+    one during that clean-up ends the process at once, as a user pressing twice expects. A signal the
+    process was started ignoring (``nohup`` ignores SIGHUP) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (*UNWIND, signal.SIGINT)}
+    mine = [s for s in UNWIND if previous[s] is not signal.SIG_IGN]
+
+    def unwind(signum, _frame):
+        for s in (*mine, signal.SIGINT):
+            signal.signal(s, signal.SIG_DFL)
+        raise Interrupted(signum)
+
+    for s in mine:
+        signal.signal(s, unwind)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class EnvkitGroup(click.Group):
+    """The ``envkit`` group: every command runs under ``signals_unwind``; an interruption ends with
+    the shell's exit code (128 + the signal: 130 for Ctrl-C, 143 for SIGTERM), one line saying what
+    happened and what to do, and with ``--json`` an error document, instead of click's "Aborted!"."""
+
+    def invoke(self, ctx):
+        with signals_unwind():
+            try:
+                return super().invoke(ctx)
+            except KeyboardInterrupt:
+                signum = signal.SIGINT
+            except Interrupted as exc:
+                signum = exc.signum
+        # Only the number is kept: the exception's traceback would keep the unwound frames (and any
+        # generator suspended in them) alive until exit.
+        report_interrupted(ctx.obj or {}, Interrupted(signum))
+
+
+def report_interrupted(obj: dict, exc: Interrupted):
+    if obj.get("json"):
+        click.echo(json.dumps(exc.to_json(), indent=2))
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(exc.exit_code)
 
 
 def _short(value) -> str:

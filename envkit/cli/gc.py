@@ -31,7 +31,8 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
     """Remove envkit images this host no longer needs, keeping per (team, image) the --keep newest builds,
     the newest certified one on each GPU model (the store's certificates), the one each :certified
     reference points at, and any a container (running or stopped) uses. Then the classic builder's stage
-    images (envkit's stage label) of builds that are gone, unless under an hour old. Only images with
+    images (envkit's stage label) of builds that are gone, unless under an hour old. First, the stopped
+    containers a killed envkit left (its container label; stopped over 10 minutes ago). Only images with
     envkit's labels are considered: never a base image (envkit-base/*), another tool's image or the build cache."""
     from ..engine.docker_engine import connect
     from ..engine.docker_gc import DockerImageHost
@@ -46,6 +47,12 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
     def human():
         failed = {d.image.id: result.removals[d.image.id].error for d in result.failed}
         rows = []
+        for d in result.containers:
+            error = result.container_removals.get(d.container.id)
+            action = "keep" if d.keep else ("would remove" if dry_run else ("FAILED" if error else "removed"))
+            rows.append([action, f"container {d.container.name} ({d.container.role}, {d.container.state})",
+                         d.container.ended.strftime("%Y-%m-%d %H:%M"), "-",
+                         f"not removed: {error}" if error else "; ".join(d.reasons)])
         for d in (*result.decisions, *result.stages):
             action = "keep" if d.keep else ("would remove" if dry_run else ("FAILED" if d.image.id in failed else "removed"))
             size = d.image.unique_size if d.image.unique_size is not None else d.image.size
@@ -58,6 +65,10 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
         amount = _bytes(reclaimed) + ("" if exact else " at most")
         total = len(result.decisions) + len(result.stages)
         counted = f"{total} image(s) ({len(result.decisions)} build(s), {len(result.stages)} stage image(s))"
+        if result.containers_to_remove:
+            done = (len(result.containers_to_remove) if dry_run else len(result.removed_containers))
+            click.echo(f"{'would remove' if dry_run else 'removed'} {done} stopped container(s) a killed envkit left"
+                       + (f"; {len(result.failed_containers)} could not be removed" if result.failed_containers else ""))
         if not total:
             click.echo(f"no envkit images of {scope} here")
         elif dry_run:
@@ -73,5 +84,5 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
             click.echo(f"note: {note}", err=True)
 
     emit(c, result.to_json(), human)
-    if result.failed:
+    if result.failed or result.failed_containers:
         sys.exit(EngineError.exit_code)

@@ -56,6 +56,7 @@ class RunOptions:
     user: str | None = None
     # NCCL wants unlimited locked memory and a large stack; set on GPU hosts (certify).
     ulimits: dict[str, int] = field(default_factory=dict)
+    role: str = "run"  # the container's labels.CONTAINER_LABEL: certify, fetch-debs, run
 
 
 class Engine(Protocol):

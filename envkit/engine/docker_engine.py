@@ -13,9 +13,11 @@ import docker.types
 import requests
 
 from ..errors import BuildError, EngineError
+from ..labels import CONTAINER_LABEL
 from . import BuildEvent, ImageInfo, RunOptions, RunResult
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+_RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")  # the container of the RUN step under way
 
 
 def connect(base_url: str | None = None) -> "DockerEngine":
@@ -82,10 +84,15 @@ class DockerEngine:
               network: bool = True, no_cache: bool = False) -> Iterator[BuildEvent]:
         """Build with the classic builder, yielding progress; raises BuildError on failure.
 
-        ``network=False`` cuts RUN steps off the network (offline bundle builds)."""
+        ``network=False`` cuts RUN steps off the network (offline bundle builds). Stopped early (an
+        interruption, or the consumer closing the generator), it kills the container of the RUN step
+        under way, so the build fails there and ``forcerm`` removes the container. The engine usually
+        cancels a classic build whose client went away, but not always: once here (Docker 20.10.24) a
+        killed client's RUN step ran on and the engine tagged the image."""
         api = self.client.api
         last: list[str] = []
         image_id = None
+        running: str | None = None
         try:
             stream = api.build(path=str(context), tag=tag, labels=labels, rm=True, forcerm=True,
                                decode=True, pull=False, dockerfile=dockerfile, nocache=no_cache,
@@ -105,12 +112,27 @@ class DockerEngine:
                     last.append(line)
                     m = _STEP.match(line)
                     if m:
+                        running = None  # the previous step is done
                         yield BuildEvent("step", m.group(3), int(m.group(1)), int(m.group(2)))
-                    else:
-                        yield BuildEvent("log", line)
+                        continue
+                    started = _RUNNING.match(line)
+                    running = started.group(1) if started else running
+                    yield BuildEvent("log", line)
         except docker.errors.APIError as exc:
             raise BuildError(f"building {tag} failed: {exc.explanation}") from None
+        except BuildError:
+            raise
+        except BaseException:  # an interruption, or the consumer closing the generator (GeneratorExit)
+            if running:
+                self._stop_step(running)
+            raise
         yield BuildEvent("done", image_id or tag)
+
+    def _stop_step(self, container: str) -> None:
+        try:
+            self.client.api.kill(container)
+        except docker.errors.APIError:
+            pass  # the step ended meanwhile
 
     def import_rootfs(self, tarball: Path, ref: str, labels: dict[str, str]) -> ImageInfo:
         repo, _, tag = ref.rpartition(":")
@@ -129,6 +151,7 @@ class DockerEngine:
     def run(self, ref: str, command: list[str], options: RunOptions) -> RunResult:
         kwargs: dict = dict(
             image=ref, command=command, detach=True, shm_size=options.shm_size,
+            labels={CONTAINER_LABEL: options.role},
             environment=options.env, network_disabled=not options.network,
             ulimits=[docker.types.Ulimit(name=k, soft=v, hard=v) for k, v in options.ulimits.items()],
             volumes={m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in options.mounts},

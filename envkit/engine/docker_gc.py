@@ -4,7 +4,8 @@ Candidates come from the top-level images only (``docker images``, not ``-a``), 
 on envkit's build labels, so the classic builder's step images are never among them (all images are
 read only to count the images built on a candidate). Stage images likewise: top-level images with
 envkit's stage label (the last image of a stage nothing is built FROM has no child).
-Removal is never forced: every tag and digest reference is untagged, and the engine deletes the
+Containers: the stopped ones envkit started (its container label; state created, exited or dead) are
+listed for gc to remove, unforced, with their anonymous volumes. Removal of an image is never forced: every tag and digest reference is untagged, and the engine deletes the
 image (with the step images no other image uses) when the last one goes, as ``docker rmi`` does.
 """
 
@@ -17,10 +18,12 @@ from typing import Iterable
 import docker.errors
 
 from ..errors import EngineError
-from ..gc import (CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL, Candidate, Removal, StageImage,
-                  is_candidate, is_stage)
+from ..gc import (CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL, Candidate, LeftContainer, Removal,
+                  StageImage, is_candidate, is_stage)
+from ..labels import CONTAINER_LABEL
 
 _NONE = ("<none>:<none>", "<none>@<none>")
+STOPPED = ("created", "exited", "dead")
 
 
 _CREATED = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
@@ -49,6 +52,15 @@ class DockerImageHost:
             raise EngineError(f"cannot {what}: {exc.explanation}",
                               hint="is the engine healthy? (`docker info`); nothing was removed by this step") from None
 
+    def _inspect(self, what: str, call) -> dict | None:
+        """``call()``'s answer, or None when the object was removed meanwhile."""
+        try:
+            return call()
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot inspect {what}: {exc.explanation}") from None
+
     def _df(self, fresh: bool) -> dict:
         """The engine's `docker system df -v`: read now, or (not ``fresh``) the last one read, if any."""
         if fresh or self._usage is None:
@@ -75,12 +87,9 @@ class DockerImageHost:
             found = dict(s.get("Labels") or {})
             if not accept(found, tags) or (team and found.get(TEAM_LABEL) != team):
                 continue
-            try:
-                attrs = self.client.api.inspect_image(s["Id"])
-            except docker.errors.ImageNotFound:
-                continue  # removed meanwhile
-            except docker.errors.APIError as exc:
-                raise EngineError(f"cannot inspect image {s['Id'][:19]}: {exc.explanation}") from None
+            attrs = self._inspect(f"image {s['Id'][:19]}", lambda: self.client.api.inspect_image(s["Id"]))
+            if attrs is None:
+                continue
             digests = tuple(d for d in attrs.get("RepoDigests") or () if d not in _NONE)
             out.append(kind(id=s["Id"], tags=tags, digests=digests, labels=found,
                             created=parse_created(attrs["Created"]), size=int(attrs.get("Size") or s["Size"]),
@@ -100,13 +109,46 @@ class DockerImageHost:
         size = self._df(fresh).get("LayersSize")
         return int(size) if isinstance(size, int) else None
 
-    def containers(self) -> dict[str, tuple[str, ...]]:
+    def containers(self, skip: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
+        """Image id -> the containers (all, stopped too) using it, as "name (state)"; but not those in ``skip``."""
+        skip = set(skip)
         rows = self._api("list containers", lambda: self.client.api.containers(all=True))
         using: dict[str, list[str]] = {}
         for r in rows:
+            if r["Id"] in skip:
+                continue
             name = ((r.get("Names") or [r["Id"][:12]])[0]).lstrip("/")
             using.setdefault(r.get("ImageID") or "", []).append(f"{name} ({r.get('State') or 'unknown'})")
         return {k: tuple(v) for k, v in using.items() if k}
+
+    def leftover_containers(self, team: str | None) -> list[LeftContainer]:
+        """The stopped containers envkit started (of ``team``'s images; None: all of them)."""
+        rows = self._api("list containers",
+                         lambda: self.client.api.containers(all=True, filters={"label": CONTAINER_LABEL}))
+        out = []
+        for r in rows:
+            labels = r.get("Labels") or {}
+            if r.get("State") not in STOPPED or (team and labels.get(TEAM_LABEL) != team):
+                continue
+            attrs = self._inspect(f"container {r['Id'][:12]}", lambda: self.client.api.inspect_container(r["Id"]))
+            if attrs is None:
+                continue
+            finished = (attrs.get("State") or {}).get("FinishedAt") or ""
+            never_ran = not finished or finished.startswith("0001-")  # the engine's zero time
+            out.append(LeftContainer(
+                id=r["Id"], name=((r.get("Names") or [r["Id"][:12]])[0]).lstrip("/"), role=labels[CONTAINER_LABEL],
+                state=r["State"], image=r.get("Image") or "", image_id=r.get("ImageID") or "",
+                ended=parse_created(attrs["Created"] if never_ran else finished), team=labels.get(TEAM_LABEL)))
+        return out
+
+    def remove_container(self, container: LeftContainer) -> str | None:
+        try:
+            self.client.api.remove_container(container.id, v=True, force=False)
+        except docker.errors.NotFound:
+            return None  # gone meanwhile: what gc wanted
+        except docker.errors.APIError as exc:
+            return str(exc.explanation or exc)
+        return None
 
     def children(self, ids: Iterable[str]) -> dict[str, int]:
         ids = set(ids)

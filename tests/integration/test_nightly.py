@@ -19,6 +19,7 @@ import pytest
 
 from envkit.catalog import load_catalog
 from envkit.closure import Pin, compile_closure
+from envkit.labels import CONTAINER_LABEL, TEAM_LABEL
 from envkit.lock import Package, load_lock, sealed, write_lock
 from envkit.render import image_tag
 from envkit.resolve import spec_digest
@@ -48,7 +49,7 @@ images:
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, example_build):
+def workspace(tmp_path_factory, example_build, engine):
     """A spec + a current lock for it (the example's framework closure, numpy 2.0)."""
     root = tmp_path_factory.mktemp("nightly")
     spec_path = root / "team.yaml"
@@ -65,7 +66,10 @@ def workspace(tmp_path_factory, example_build):
         "team": "nightly", "spec_digest": spec_digest(spec), "catalog_digest": load_catalog().digest,
         "images": (image,)})
     write_lock(lock, root / "team.lock")
-    return root, image_tag("nightly", image)
+    yield root, image_tag("nightly", image)
+    # the certification containers the SIGKILL tests' runs left (`envkit gc` would remove them once stopped)
+    for c in engine.client.containers.list(all=True, filters={"label": [CONTAINER_LABEL, f"{TEAM_LABEL}=nightly"]}):
+        c.remove(force=True)
 
 
 def nightly(root: Path, store: str, *extra, check_code=None, background=False):
@@ -75,8 +79,10 @@ def nightly(root: Path, store: str, *extra, check_code=None, background=False):
     args = [sys.executable, "-m", "envkit.cli", "nightly", str(root / "team.yaml"), "--locked", "--no-gpus",
             "--store", where, "--reports", str(reports), "--out", str(root / "out"),
             "--json", *map(str, extra)]
-    if background:
-        return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if background:  # killed: its temporary directories (no clean-up runs) stay under root, not in /tmp
+        (root / "tmp").mkdir(exist_ok=True)
+        return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, TMPDIR=str(root / "tmp")))
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     if check_code is not None:
         assert proc.returncode == check_code, proc.stderr[-3000:]

@@ -13,8 +13,8 @@ from envkit import gc
 from envkit.cli import main
 from envkit.engine.docker_gc import parse_created
 from envkit.errors import EnvkitError
-from envkit.gc import (STAGE_GRACE, Candidate, Protection, Removal, StageImage, collect_garbage, decide, decide_stages,
-                       is_candidate, is_stage)
+from envkit.gc import (CONTAINER_GRACE, STAGE_GRACE, Candidate, LeftContainer, Protection, Removal, StageImage,
+                       collect_garbage, decide, decide_containers, decide_stages, is_candidate, is_stage)
 from envkit.store import Store
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -132,9 +132,10 @@ def test_parse_created_keeps_order_below_the_second():
 class FakeHost:
     """The engine as gc sees it; its layer total is the sum of its images' unique sizes."""
 
-    def __init__(self, images, containers=None, fail=(), stages=()):
+    def __init__(self, images, containers=None, fail=(), stages=(), left=()):
         self.images = {i.id: i for i in (*images, *stages)}
         self.using = dict(containers or {})
+        self.left = {c.id: c for c in left}  # stopped envkit containers; each also uses its image
         self.fail = set(fail)
         self.removed: list[str] = []
         self.teams_asked: list[str | None] = []
@@ -149,8 +150,21 @@ class FakeHost:
     def layers_size(self, fresh=True):
         return sum(i.unique_size or 0 for i in self.images.values())
 
-    def containers(self):
-        return dict(self.using)
+    def containers(self, skip=()):
+        using = {k: list(v) for k, v in self.using.items()}
+        for c in self.left.values():
+            if c.id not in skip:
+                using.setdefault(c.image_id, []).append(f"{c.name} ({c.state})")
+        return {k: tuple(v) for k, v in using.items()}
+
+    def leftover_containers(self, team):
+        return [c for c in self.left.values() if team is None or c.team == team]
+
+    def remove_container(self, container):
+        if container.id in self.fail:
+            return "conflict: container is running"
+        del self.left[container.id]
+        return None
 
     def children(self, ids):
         return {}
@@ -220,7 +234,7 @@ def test_a_container_started_since_the_listing_stops_that_removal(empty_store):
     class LateContainer(FakeHost):
         calls = 0
 
-        def containers(self):
+        def containers(self, skip=()):
             self.calls += 1
             return {} if self.calls == 1 else {"sha256:vision-torch-01": ("late (running)",)}
 
@@ -381,3 +395,75 @@ def test_engine_unreachable_is_exit_6(monkeypatch):
 def test_module_constants_name_the_labels_render_writes():
     from envkit.labels import CONTEXT_LABEL, LOCK_LABEL
     assert gc.IDENTITY == ("io.envkit.team", "io.envkit.image", LOCK_LABEL, CONTEXT_LABEL)
+
+
+# --- the stopped containers a killed envkit left -------------------------------------------------
+
+def left(n: int, image: Candidate, ended: datetime, state="exited", role="certify") -> LeftContainer:
+    return LeftContainer(id=f"c{n:02d}", name=f"box{n}", role=role, state=state, image=image.tags[0],
+                         image_id=image.id, ended=ended, team=image.team)
+
+
+def test_a_stopped_envkit_container_goes_after_the_grace_a_recent_one_stays():
+    now = T0 + timedelta(days=1)
+    old, recent = left(1, img(1), now - CONTAINER_GRACE - timedelta(seconds=1)), left(2, img(1), now - timedelta(minutes=3))
+    d = {x.container.id: x for x in decide_containers([recent, old], now)}
+    assert not d["c01"].keep and "was stopped before it could" in d["c01"].reasons[0]
+    assert d["c02"].keep and d["c02"].reasons == ("stopped 3 min ago, under 10 min: the envkit that started it may "
+                                                  "still be reading its output",)
+    with pytest.raises(EnvkitError, match="box1 is running"):
+        decide_containers([left(1, img(1), now, state="running")], now)
+
+
+def test_gc_removes_leftover_containers_first_so_their_images_are_no_longer_kept(empty_store):
+    now = T0 + timedelta(days=1)
+    images = [img(n) for n in (1, 2, 3)]
+    host = FakeHost(images, left=[left(1, images[0], now - timedelta(hours=2)),  # goes, and frees image 1
+                                  left(2, images[0], now - timedelta(minutes=1), state="created")])  # stays
+    planned = collect_garbage(host, str(empty_store), keep=2, dry_run=True, now=now)
+    # a dry run plans as if the old container were gone: image 1 is held only by the recent one
+    assert kept(planned.decisions)["vision-torch-01"] == ("used by container box2 (created)",)
+    assert planned.to_json()["would_remove_containers"] == ["c01"] and set(host.left) == {"c01", "c02"}
+
+    host.left["c02"] = left(2, images[0], now - timedelta(hours=1), state="created")
+    result = collect_garbage(host, str(empty_store), keep=2, now=now)
+    assert host.left == {} and host.removed == ["sha256:vision-torch-01"]
+    doc = result.to_json()
+    assert doc["removed_containers"] == ["c01", "c02"] and doc["failed_containers"] == []
+    assert doc["containers"][0] | {"reasons": None} == {
+        "id": "c01", "name": "box1", "role": "certify", "state": "exited", "image": "vision/torch:v1",
+        "image_id": "sha256:vision-torch-01", "ended": (now - timedelta(hours=2)).isoformat(), "team": "vision",
+        "keep": False, "reasons": None, "removed": True, "error": None}
+
+
+def test_a_container_that_cannot_be_removed_keeps_its_image_and_fails_the_run(empty_store, monkeypatch):
+    now = T0 + timedelta(days=1)
+    images = [img(n) for n in (1, 2, 3)]
+    host = FakeHost(images, fail={"c01"}, left=[left(1, images[0], now - timedelta(hours=2))])
+    result = collect_garbage(host, str(empty_store), keep=2, now=now)
+    assert [d.container.id for d in result.failed_containers] == ["c01"] and host.removed == []
+    assert "box1 (exited)" in result.removals["sha256:vision-torch-01"].error  # the re-check saw it still there
+
+
+def test_team_scopes_the_containers_too(empty_store):
+    now = T0 + timedelta(days=1)
+    mine, theirs = img(1), img(1, team="nlp")
+    host = FakeHost([mine, theirs], left=[left(1, mine, now - timedelta(hours=2)), left(2, theirs, now - timedelta(hours=2))])
+    collect_garbage(host, str(empty_store), team="nlp", keep=2, now=now)
+    assert set(host.left) == {"c01"}
+
+
+def test_cli_reports_removed_containers_and_exits_6_when_one_fails(monkeypatch, empty_store):
+    now = datetime.now(timezone.utc)
+    images = [img(n) for n in (1, 2, 3)]
+    host = FakeHost(images, fail={"c02"}, left=[left(1, images[0], now - timedelta(hours=2)),
+                                                left(2, images[1], now - timedelta(hours=3), role="fetch-debs")])
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: type("E", (), {"client": None})())
+    monkeypatch.setattr("envkit.engine.docker_gc.DockerImageHost", lambda client: host)
+    out = CliRunner().invoke(main, ["gc", "--store", str(empty_store)])
+    assert out.exit_code == 6, out.output
+    rows = [" ".join(line.split()) for line in out.stdout.splitlines() if " container box" in line]
+    assert rows[0].startswith("FAILED container box2 (fetch-debs, exited) ")  # the oldest first
+    assert rows[0].endswith("- not removed: conflict: container is running")
+    assert rows[1].startswith("removed container box1 (certify, exited) ")
+    assert "removed 1 stopped container(s) a killed envkit left; 1 could not be removed" in out.output

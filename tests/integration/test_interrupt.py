@@ -1,0 +1,163 @@
+"""Stopping envkit while it certifies, on the real engine.
+
+SIGTERM (a cancelled CI job) unwinds `envkit certify`: the certification container is removed, the
+payload's temporary directory deleted, nothing is reported or recorded, and it exits 143 with an error
+document. SIGKILL leaves the (labelled) container behind, stopped once its payload ends; `envkit gc`
+removes it. The image certified is the example's build relabelled for a team made for this run, so gc
+here touches nothing of any other test's; it is removed at the end.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import docker.errors
+import pytest
+
+from envkit.engine.docker_gc import DockerImageHost
+from envkit.gc import CONTAINER_GRACE, collect_garbage
+from envkit.labels import CONTAINER_LABEL, TEAM_LABEL
+from tests.integration.conftest import ENVKIT, ROOT
+
+pytestmark = pytest.mark.integration
+
+TEAM = f"interrupt-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def image(example_build, dc):
+    """The example's image with this run's team label (a LABEL step: no layer of its own)."""
+    doc, _ = example_build
+    tag = f"{TEAM}/torch25:test"
+    dc.images.build(fileobj=io.BytesIO(f'FROM {doc["images"][0]["tag"]}\nLABEL {TEAM_LABEL}="{TEAM}"\n'.encode()),
+                    tag=tag, rm=True)
+    yield tag
+    for c in dc.containers.list(all=True, filters={"label": f"{TEAM_LABEL}={TEAM}"}):
+        c.remove(force=True)
+    try:
+        dc.images.remove(tag)
+    except docker.errors.ImageNotFound:
+        pass
+
+
+def certify(tmp_path: Path, tag: str) -> tuple[subprocess.Popen, Path]:
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.Popen([*ENVKIT, "certify", tag, "--no-gpus", "--lock", "examples/team.lock", "--out",
+                             str(tmp_path / "r"), "--store", str(tmp_path / "h.sqlite"), "--json"], cwd=ROOT,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, TMPDIR=str(tmpdir)))
+    return proc, tmpdir
+
+
+def payload_container(dc, tmpdir: Path, proc, timeout=120):
+    """The certification container whose payload is mounted from ``tmpdir`` (this test's), once it runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        for c in dc.containers.list(filters={"label": f"{CONTAINER_LABEL}=certify"}):
+            if any(m.get("Source", "").startswith(str(tmpdir)) for m in c.attrs.get("Mounts") or ()):
+                return c
+        time.sleep(0.2)
+    raise AssertionError("the certification container never ran")
+
+
+def test_sigterm_during_certification_removes_the_container_and_the_payload_directory(image, dc, tmp_path):
+    proc, tmpdir = certify(tmp_path, image)
+    container = payload_container(dc, tmpdir, proc)
+    assert container.labels[CONTAINER_LABEL] == "certify" and container.labels[TEAM_LABEL] == TEAM
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert json.loads(out)["error"] == "Interrupted" and "error: interrupted by SIGTERM" in err
+    with pytest.raises(docker.errors.NotFound):
+        dc.containers.get(container.id)
+    assert list(tmpdir.iterdir()) == []  # the payload's copy and expect.json are gone
+    assert not (tmp_path / "r").exists() or list((tmp_path / "r").iterdir()) == []  # no report of a run cut short
+
+
+def test_a_container_left_by_a_killed_envkit_is_removed_by_gc(image, dc, tmp_path):
+    proc, tmpdir = certify(tmp_path, image)
+    container = payload_container(dc, tmpdir, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 300
+    while container.status == "running":  # the payload runs to its end, its container stays
+        assert time.monotonic() < deadline, "the orphaned payload never ended"
+        time.sleep(1)
+        container.reload()
+    assert container.status == "exited"
+    host = DockerImageHost(dc)
+    now = datetime.now(timezone.utc)
+    soon = collect_garbage(host, str(tmp_path / "h.sqlite"), team=TEAM, dry_run=True, now=now)
+    assert [(d.container.id, d.keep) for d in soon.containers] == [(container.id, True)]  # in its grace
+    assert soon.decisions[0].reasons[-1].startswith(f"used by container {container.name} (exited)")
+
+    result = collect_garbage(host, str(tmp_path / "h.sqlite"), team=TEAM, now=now + CONTAINER_GRACE + timedelta(minutes=1))
+    doc = result.to_json()
+    assert doc["removed_containers"] == [container.id] and doc["failed_containers"] == []
+    assert doc["containers"][0]["role"] == "certify" and doc["containers"][0]["image"] == image
+    with pytest.raises(docker.errors.NotFound):
+        dc.containers.get(container.id)
+    assert [d.keep for d in result.decisions] == [True]  # the image itself: the newest build of its group
+
+
+CLASSIC = """
+import sys
+from pathlib import Path
+import click
+from envkit.cli import main
+
+@main.command("classic")
+@click.argument("context")
+@click.argument("tag")
+def classic(context, tag):
+    from envkit.engine.docker_engine import connect
+    for event in connect().build(Path(context), tag, {}):
+        print(event.kind, event.text, flush=True)
+
+main()
+"""
+
+
+def test_sigterm_during_a_classic_build_stops_its_running_step(dc, base, tmp_path):
+    """SIGTERM mid-RUN: the step's container goes and no image is made. (envkit kills the step itself;
+    the engine usually cancels a classic build whose client went away too, but once here it did not.)"""
+    marker = uuid.uuid4().hex
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {base}\nRUN echo {marker} && sleep 120\n")
+    (tmp_path / "classic.py").write_text(CLASSIC)
+    tag = f"{TEAM}/classic:{marker[:8]}"
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "classic.py"), "classic", str(tmp_path / "ctx"), tag],
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    step = None
+    for line in proc.stdout:
+        if line.startswith("log  ---> Running in "):
+            step = line.split()[-1]
+        if line.strip() == f"log {marker}":  # the RUN step is under way
+            break
+    assert step, proc.communicate()[1][-2000:]
+    assert dc.containers.get(step).status == "running"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    deadline = time.monotonic() + 30
+    while True:  # killed, then removed by the builder (forcerm)
+        try:
+            dc.containers.get(step)
+        except docker.errors.NotFound:
+            break
+        assert time.monotonic() < deadline, "the build's RUN step is still there"
+        time.sleep(0.2)
+    with pytest.raises(docker.errors.ImageNotFound):
+        dc.images.get(tag)  # the build stopped at that step: no image
