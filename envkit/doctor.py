@@ -7,6 +7,7 @@ import os
 import shutil
 import ssl
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -95,6 +96,9 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
     if engine is not None:
         findings.append(disk_finding(engine))
         findings.append(buildkit_finding(engine))
+        from .engine.docker_gc import DockerImageHost
+
+        findings.append(containers_finding(DockerImageHost(engine.client)))
     findings.append(catalog_finding())
     findings.append(store_finding(store_url))
     return findings
@@ -312,6 +316,23 @@ def disk_finding(engine) -> Finding:
     return Finding("disk", "fail" if free < DISK_FAIL else "warn",
                    value + (": too little for a CUDA framework build (about 6 GB and as much again to build it)"
                             if free < DISK_FAIL else ": a few CUDA framework builds will fill it"), hint)
+
+
+def containers_finding(host) -> Finding:
+    """The stopped containers a killed envkit left (``host``: gc's view of the engine): each keeps its
+    multi-GB image from `envkit gc` until it is removed."""
+    from .gc import CONTAINER_GRACE
+
+    try:
+        left = host.leftover_containers(None)
+    except Exception as exc:  # noqa: BLE001 - an engine that cannot say is a warning, not a crash
+        return Finding("containers", "warn", f"the engine did not list envkit's containers: {exc}")
+    if not left:
+        return Finding("containers", "ok", "no stopped container left by a killed envkit")
+    roles = ", ".join(f"{n} {role}" for role, n in sorted(Counter(c.role for c in left).items()))
+    return Finding("containers", "warn", f"{len(left)} stopped container(s) left by a killed envkit ({roles})",
+                   f"`envkit gc` removes them once stopped {CONTAINER_GRACE.total_seconds() / 60:g} min, and then "
+                   "judges the images they kept")
 
 
 def buildkit_finding(engine) -> Finding:

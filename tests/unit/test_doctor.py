@@ -85,3 +85,28 @@ def test_a_remote_engines_disk_is_not_measured_here(tmp_path):
 
     f = disk_finding(_Disk(tmp_path / "elsewhere"))
     assert f.status == "skip" and "not on this host" in f.value
+
+
+# --- containers a killed envkit left ------------------------------------------------------------
+
+def test_stopped_containers_a_killed_envkit_left_are_a_warning_naming_gc():
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from envkit.doctor import containers_finding
+    from envkit.gc import LeftContainer
+
+    def host(*roles):
+        when = datetime(2026, 12, 3, tzinfo=timezone.utc)
+        left = [LeftContainer(f"c{i}", f"n{i}", r, "exited", "t/i:1", "sha256:i", when) for i, r in enumerate(roles)]
+        return SimpleNamespace(leftover_containers=lambda team: left)
+
+    assert containers_finding(host()).status == "ok"
+    f = containers_finding(host("certify", "fetch-debs", "certify"))
+    assert (f.status, f.value) == ("warn", "3 stopped container(s) left by a killed envkit (2 certify, 1 fetch-debs)")
+    assert f.hint.startswith("`envkit gc` removes them once stopped 10 min")
+
+    def refuse(team):
+        raise OSError("socket closed")
+
+    assert containers_finding(SimpleNamespace(leftover_containers=refuse)).status == "warn"
