@@ -24,18 +24,16 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import __version__
+from . import __version__, procs
 from .base import ensure_base
 from .build import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, require_builder, run_build
 from .certify.harness import run_payload
@@ -283,11 +281,9 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None,
             files.append(Path(tmp) / f"requirements-{n}.txt")
             files[-1].write_text("".join(f"{p.name}=={p.version} " + " ".join(f"--hash={h}" for h in p.hashes) + "\n"
                                          for p in packages[n::DOWNLOADS]))
-        with ThreadPoolExecutor(len(files) or 1) as pool:
-            # stdin from /dev/null: a 401 makes pip prompt for a login, which must fail, not wait unseen
-            procs = list(pool.map(lambda f: subprocess.run([*cmd, "-r", str(f)], capture_output=True, text=True,
-                                                           env=env, stdin=subprocess.DEVNULL), files))
-    for proc in procs:
+        # stdin from /dev/null (run_all): a 401 makes pip prompt for a login, which must fail, not wait unseen
+        done = procs.run_all([[*cmd, "-r", str(f)] for f in files], env=env)
+    for proc in done:
         if proc.returncode != 0:
             output = proc.stdout + proc.stderr
             tail = "\n    ".join(output.strip().splitlines()[-10:])

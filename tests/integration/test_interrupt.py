@@ -161,3 +161,49 @@ def test_sigterm_during_a_classic_build_stops_its_running_step(dc, base, tmp_pat
         time.sleep(0.2)
     with pytest.raises(docker.errors.ImageNotFound):
         dc.images.get(tag)  # the build stopped at that step: no image
+
+
+BOOTSTRAP = """
+import sys
+from envkit.base import bootstrap
+from envkit.cli import main
+from envkit.engine.docker_engine import connect
+from envkit.lock import BaseImage
+
+@main.command("bootstrap")
+def run():
+    recipe = {"suite": "bookworm", "variant": "minbase", "mirror": "http://deb.debian.org/debian"}
+    bootstrap(connect(), BaseImage(ref="envkit-test/interrupted:never", digest=None, distro="debian",
+                                   suite="bookworm", bootstrap=recipe), print)
+
+main()
+"""
+
+
+@pytest.mark.network
+def test_sigterm_while_debootstrap_has_proc_mounted_in_its_target_leaves_no_mount(engine, tmp_path):
+    """debootstrap's second stage mounts /proc and /sys in the target. Stopped with SIGTERM (not
+    subprocess.run's SIGKILL) it unmounts them; envkit then deletes its directory, never through a mount."""
+    from envkit.base import mounts_under
+
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    (tmp_path / "bootstrap.py").write_text(BOOTSTRAP)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "bootstrap.py"), "bootstrap"], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmpdir)))
+    try:
+        deadline = time.monotonic() + 600
+        while not any(m.endswith("/rootfs/proc") for m in mounts_under(tmpdir)):
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "debootstrap never mounted /proc in its target"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert mounts_under(tmpdir) == [] and list(tmpdir.iterdir()) == []
+    with pytest.raises(docker.errors.ImageNotFound):
+        engine.client.images.get("envkit-test/interrupted:never")

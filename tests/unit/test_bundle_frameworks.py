@@ -46,17 +46,20 @@ def test_the_offline_render_reaches_no_index(image, buildkit):
 def _fake_pip(monkeypatch, wheels: dict[str, bytes]):
     seen = {}
 
-    def run(cmd, capture_output, text, env, stdin):
-        seen.update(cmd=cmd, env=env, stdin=stdin)
-        with open(cmd[cmd.index("-r") + 1]) as fh:
-            seen.setdefault("requirements", []).append(fh.read())
-        dest = cmd[cmd.index("-d") + 1]
-        for name, data in wheels.items():
-            with open(f"{dest}/{name}", "wb") as fh:
-                fh.write(data)
-        return subprocess.CompletedProcess(cmd, 0, "", "")
+    def run_all(cmds, env):
+        done = []
+        for cmd in cmds:
+            seen.update(cmd=cmd, env=env)
+            with open(cmd[cmd.index("-r") + 1]) as fh:
+                seen.setdefault("requirements", []).append(fh.read())
+            dest = cmd[cmd.index("-d") + 1]
+            for name, data in wheels.items():
+                with open(f"{dest}/{name}", "wb") as fh:
+                    fh.write(data)
+            done.append(subprocess.CompletedProcess(cmd, 0, "", ""))
+        return done
 
-    monkeypatch.setattr(bundle_mod.subprocess, "run", run)
+    monkeypatch.setattr(bundle_mod.procs, "run_all", run_all)
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://elsewhere.example/simple")
     return seen
 

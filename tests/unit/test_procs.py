@@ -1,0 +1,143 @@
+"""Child processes stopped gently (envkit/procs.py) and the bootstrap directory never deleted through a
+mount (envkit/base.py). Real processes, signals and (as root) mounts; no engine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from envkit import procs
+from envkit.base import _remove_rootfs, mounts_under
+from envkit.errors import EngineError
+from tests.conftest import ROOT
+
+
+def test_run_all_runs_at_once_and_keeps_each_output_apart():
+    started = time.monotonic()
+    big = "python3 -c 'import sys; sys.stdout.write(\"x\" * 2_000_000); sys.stderr.write(\"e\")'"
+    done = procs.run_all([["sh", "-c", f"sleep 1; {big}"], ["sh", "-c", "sleep 1; echo two; exit 3"]])
+    assert time.monotonic() - started < 1.9  # side by side, not one after the other
+    assert [d.returncode for d in done] == [0, 3]
+    assert (len(done[0].stdout), done[0].stderr) == (2_000_000, "e")  # no pipe to fill
+    assert done[1].stdout == "two\n"
+
+
+def test_a_child_reads_no_stdin():
+    assert procs.run(["sh", "-c", "read line || echo no-input"]).stdout == "no-input\n"
+
+
+def test_a_command_that_cannot_start_raises_oserror():
+    with pytest.raises(OSError):
+        procs.run(["/nonexistent/envkit-no-such-tool"])
+
+
+CHILDREN = """
+import sys, click
+from envkit import procs
+from envkit.cli import main
+
+@main.command("children")
+@click.argument("script")
+@click.argument("grace", type=float)
+def children(script, grace):
+    procs.run_all([["sh", script, "1"], ["sh", script, "2"]], grace=grace)
+
+main()
+"""
+
+
+def _children(tmp_path: Path, trap: str, grace: float) -> tuple[subprocess.Popen, Path]:
+    """envkit running two shell children; each writes its pid, then waits with ``trap`` set on SIGTERM."""
+    (tmp_path / "child.sh").write_text(f"{trap}\necho $$ > {tmp_path}/pid-$1\nwhile :; do sleep 0.1; done\n")
+    (tmp_path / "main.py").write_text(CHILDREN)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "main.py"), "children", str(tmp_path / "child.sh"),
+                             str(grace)], cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    deadline = time.monotonic() + 30
+    while not all((tmp_path / f"pid-{n}").is_file() and (tmp_path / f"pid-{n}").read_text().strip() for n in (1, 2)):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    return proc, tmp_path
+
+
+def _gone(pid_file: Path) -> bool:
+    return not Path(f"/proc/{pid_file.read_text().strip()}").exists()
+
+
+def test_an_interrupted_envkit_stops_its_children_with_sigterm_so_they_clean_up(tmp_path):
+    """subprocess.run would SIGKILL them: debootstrap's trap (unmount the target's /proc) would never run."""
+    proc, d = _children(tmp_path, f'trap "touch {tmp_path}/cleaned-$1; exit 143" TERM', grace=30)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert (d / "cleaned-1").exists() and (d / "cleaned-2").exists()
+    assert _gone(d / "pid-1") and _gone(d / "pid-2")
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    proc, d = _children(tmp_path, 'trap "" TERM', grace=1)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 143 and time.monotonic() - started < 10  # one grace for both, not one each
+    assert _gone(d / "pid-1") and _gone(d / "pid-2")
+
+
+# --- the bootstrap directory and mounts ----------------------------------------------------------
+
+MOUNTINFO = r"""22 1 0:21 / /proc rw - proc proc rw
+30 22 0:5 / /tmp/envkit-rootfs-x/rootfs/proc rw - proc proc rw
+31 22 0:6 / /tmp/envkit-rootfs-x/rootfs/sys rw - sysfs sysfs rw
+32 30 0:7 / /tmp/envkit-rootfs-x/rootfs/proc/sys/fs/binfmt_misc rw - binfmt_misc x rw
+33 22 0:8 / /tmp/envkit-rootfs-x\040y/a rw - tmpfs x rw
+34 22 0:9 / /tmp/envkit-rootfs-xy rw - tmpfs x rw
+"""
+
+
+def test_mounts_under_a_path_deepest_first_with_escaped_spaces():
+    assert mounts_under(Path("/tmp/envkit-rootfs-x"), MOUNTINFO) == [
+        "/tmp/envkit-rootfs-x/rootfs/proc/sys/fs/binfmt_misc", "/tmp/envkit-rootfs-x/rootfs/proc",
+        "/tmp/envkit-rootfs-x/rootfs/sys"]
+    assert mounts_under(Path("/tmp/envkit-rootfs-x y"), MOUNTINFO) == ["/tmp/envkit-rootfs-x y/a"]
+    assert mounts_under(Path("/tmp/elsewhere"), MOUNTINFO) == []
+
+
+def _mount_proc(target: Path) -> None:
+    target.mkdir(parents=True)
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "proc", "proc", str(target)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting needs root (and a host that allows it)")
+
+
+def test_a_proc_left_mounted_in_the_rootfs_is_unmounted_before_the_directory_goes(tmp_path):
+    """What a SIGKILLed debootstrap leaves: the host's /proc mounted in its target. Deleting through it
+    would chmod and unlink the host's files; envkit unmounts first."""
+    tmp = tmp_path / "envkit-rootfs-t"
+    _mount_proc(tmp / "rootfs" / "proc")
+    (tmp / "rootfs" / "etc").mkdir()
+    assert mounts_under(tmp) == [str(tmp / "rootfs" / "proc")]
+    _remove_rootfs(tmp)
+    assert not tmp.exists() and mounts_under(tmp_path) == []
+
+
+def test_a_mount_that_will_not_go_keeps_the_directory_and_says_what_to_do(tmp_path, monkeypatch):
+    tmp = tmp_path / "envkit-rootfs-t"
+    _mount_proc(tmp / "rootfs" / "proc")
+    real_run = subprocess.run
+    monkeypatch.setattr("envkit.base.subprocess.run", lambda *a, **k: subprocess.CompletedProcess(a, 32, "", "busy"))
+    try:
+        with pytest.raises(EngineError) as err:
+            _remove_rootfs(tmp)
+        assert f"{tmp}/rootfs/proc is still mounted" in err.value.message
+        assert err.value.hint == f"umount {tmp}/rootfs/proc, then rm -rf {tmp}"
+        assert (tmp / "rootfs" / "proc" / "self").exists()  # nothing was deleted through it
+        _remove_rootfs(tmp, strict=False)  # an interruption on its way: no second error
+        assert tmp.exists()
+    finally:
+        real_run(["umount", "--lazy", str(tmp / "rootfs" / "proc")], capture_output=True)
