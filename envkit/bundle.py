@@ -19,11 +19,13 @@ and builds with the network cut off inside the build.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -94,7 +96,10 @@ def make_bundle(engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle
     lock = lock.model_copy(update={"images": (image,)})
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
+        for stale in stale_staging(out_dir):
+            progress(f"removing {stale.name}, left by an envkit that was killed while making this bundle")
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=_staging_prefix(out_dir)))
     except OSError as exc:
         raise EnvkitError(f"cannot create the bundle beside {out_dir}: {exc}",
                           hint="choose an --out whose parent directory is writable") from None
@@ -137,6 +142,34 @@ def make_bundle(engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle
     return out_dir
 
 
+def _staging_prefix(out_dir: Path, pid: int | None = None) -> str:
+    """``.<bundle>.envkit-<host>-<pid>-``: a staging directory says whose it is, so that a later run can tell
+    one whose maker was killed (SIGKILL, a lost runner: no clean-up ran, GBs of wheels stay) from one
+    another run on this or another host is still filling."""
+    return f".{out_dir.name}.envkit-{socket.gethostname()}-{os.getpid() if pid is None else pid}-"
+
+
+def stale_staging(out_dir: Path) -> list[Path]:
+    """The staging directories beside ``out_dir`` made on this host by an envkit no longer running."""
+    mine = re.compile(re.escape(f".{out_dir.name}.envkit-{socket.gethostname()}-") + r"(\d+)-[^/]+")
+    stale = []
+    for path in sorted(out_dir.parent.glob(f".{glob.escape(out_dir.name)}.envkit-*")):
+        m = mine.fullmatch(path.name)
+        if m and path.is_dir() and not path.is_symlink() and not _running(int(m.group(1))):
+            stale.append(path)
+    return stale
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
 def check_replaceable(out_dir: Path) -> None:
     """``out_dir`` may be (re)written: absent, an empty directory, or an envkit bundle."""
     if not out_dir.exists() and not out_dir.is_symlink():
@@ -167,7 +200,7 @@ def _replace_dir(new: Path, target: Path) -> None:
     if not target.exists():
         new.rename(target)
         return
-    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old.")) / target.name
+    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=_staging_prefix(target) + "old-")) / target.name
     target.rename(old)
     try:
         new.rename(target)

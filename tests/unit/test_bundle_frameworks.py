@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 
 import pytest
@@ -176,3 +177,29 @@ def test_a_bundle_holds_one_wheel_per_locked_package_and_the_lock_cut_to_its_ima
     assert ("context/requirements/devel.txt" in manifest["files"]) == (image.flavour == "devel")
     assert any(f.startswith("context/debs/devel/") for f in manifest["files"]) == (image.flavour == "devel")
     assert not any(f.startswith("context/debs/nvcc/") for f in manifest["files"])
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True)
+    return int(proc.stdout)  # exited and reaped
+
+
+def test_staging_left_by_a_killed_maker_on_this_host_goes_before_the_next_bundle(offline_parts, tmp_path):
+    """A SIGKILLed `bundle make` leaves its staging directory (GBs of wheels) beside --out; the next run on
+    this host removes it, but never one whose maker still runs, nor one another host is making."""
+    import socket
+
+    out = tmp_path / "b"
+    dead = tmp_path / f"{bundle_mod._staging_prefix(out, _dead_pid())}abc123"
+    replaced = tmp_path / f"{bundle_mod._staging_prefix(out, _dead_pid())}old-xyz"  # killed while replacing
+    alive = tmp_path / f"{bundle_mod._staging_prefix(out, os.getpid())}live"
+    elsewhere = tmp_path / f".b.envkit-{socket.gethostname()}x-{_dead_pid()}-abc"
+    other_bundle = tmp_path / f"{bundle_mod._staging_prefix(tmp_path / 'b2', _dead_pid())}abc"
+    for d in (dead, replaced, alive, elsewhere, other_bundle):
+        (d / "context").mkdir(parents=True)
+    assert bundle_mod.stale_staging(out) == sorted([dead, replaced])
+    said = []
+    make_bundle(object(), make_lock(make_jax_image()), make_jax_image().name, out, ca_bundle=None, progress=said.append)
+    assert not dead.exists() and not replaced.exists() and alive.exists() and elsewhere.exists() and other_bundle.exists()
+    assert f"removing {dead.name}, left by an envkit that was killed while making this bundle" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["b", alive.name, elsewhere.name, other_bundle.name])
