@@ -238,6 +238,33 @@ def test_sigkill_during_build_and_certification_then_rerun_matches_uninterrupted
     assert _normalized(db) == _normalized(root / "ref.sqlite")
 
 
+def test_sigterm_during_certification_exits_143_and_the_next_run_resumes(workspace, engine):
+    """A cancelled CI job (SIGTERM): the nightly unwinds (its certification container removed, no
+    certificate recorded), exits 143 with an error document, and the next run finishes its work."""
+    root, tag = workspace
+    nightly(root, "term.sqlite", check_code=0)  # built and certified once: the image is here
+    remove_image(engine, tag)
+    db = root / "term2.sqlite"
+    proc = nightly(root, "term2.sqlite", background=True)
+    _wait_for_step(db, "certify", proc)
+    deadline = time.monotonic() + 120
+    while not engine.client.containers.list(filters={"label": [CONTAINER_LABEL, f"{TEAM_LABEL}=nightly"]}):
+        assert time.monotonic() < deadline and proc.poll() is None, "the certification container never ran"
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert json.loads(out)["signal"] == "SIGTERM"
+    assert engine.client.containers.list(all=True, filters={"label": [CONTAINER_LABEL, f"{TEAM_LABEL}=nightly"]}) == []
+    assert list((root / "tmp").iterdir()) == []  # its payload directory went with it
+    with Store.open(db) as store:
+        snap = store.snapshot()
+    assert snap["certificates"] == [] and [r["status"] for r in snap["runs"]] == ["running"]  # unfinished
+    final = nightly(root, "term2.sqlite", check_code=0)
+    doc = json.loads(final.stdout)
+    assert doc["resumed"] is True and doc["images"][0]["status"] == "verified"
+
+
 def _wait_for_pg_step(url: str, step: str, proc, timeout=900):
     import psycopg
 
