@@ -7,15 +7,12 @@ so a rebuild reuses it.
 
 from __future__ import annotations
 
-import re
 import shutil
-import subprocess
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Callable
 
-from . import procs
+from . import procs, scratch
 from .engine import ImageInfo
 from .errors import EngineError
 from .lock import BaseImage
@@ -41,13 +38,13 @@ def bootstrap(engine, base: BaseImage, progress: Progress) -> ImageInfo:
     if debootstrap is None:
         raise EngineError("debootstrap is not installed, so envkit cannot make the base image",
                           hint="apt-get install -y debootstrap (as root), or give an image base")
-    tmp = Path(tempfile.mkdtemp(prefix="envkit-rootfs-"))
+    tmp = scratch.make("rootfs")
     try:
         info = _bootstrap_in(tmp, engine, base, recipe, debootstrap, progress)
     except BaseException:
-        _remove_rootfs(tmp, strict=False)  # the exception on its way says what went wrong
+        scratch.remove(tmp, strict=False)  # the exception on its way says what went wrong
         raise
-    _remove_rootfs(tmp)
+    scratch.remove(tmp)  # never through a mount: a killed debootstrap leaves /proc mounted in its target
     return info
 
 
@@ -71,41 +68,3 @@ def _bootstrap_in(tmp: Path, engine, base: BaseImage, recipe: dict, debootstrap:
         tar.add(root, arcname=".")
     labels = {"io.envkit.base-recipe": f"{recipe['suite']} {recipe['variant']} {recipe['mirror']}"}
     return engine.import_rootfs(tarball, base.ref, labels)
-
-
-def mounts_under(path: Path, mountinfo: str | None = None) -> list[str]:
-    """The mount points at or below ``path`` (``/proc/self/mountinfo``, or the text given), deepest first."""
-    if mountinfo is None:
-        try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
-        except OSError:
-            return []
-    top = str(Path(path).resolve())
-    found = []
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if len(fields) < 5:
-            continue
-        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # "\040" is a space
-        if point == top or point.startswith(top + "/"):
-            found.append(point)
-    return sorted(found, key=lambda p: p.count("/"), reverse=True)
-
-
-def _remove_rootfs(tmp: Path, strict: bool = True) -> None:
-    """Delete the bootstrap's directory, never through a mount: a debootstrap that was killed can leave
-    the host's /proc and /sys mounted in its target, and deleting into those would touch the host's
-    files. What is mounted there is unmounted first; what stays mounted keeps the directory in place
-    (an EngineError saying so, when ``strict``)."""
-    for point in mounts_under(tmp):
-        try:
-            subprocess.run(["umount", "--lazy", point], capture_output=True)
-        except OSError:
-            break  # no umount here: what is left is said below
-    left = mounts_under(tmp)
-    if not left:
-        shutil.rmtree(tmp, ignore_errors=True)
-    elif strict:
-        raise EngineError(f"{', '.join(left)} is still mounted inside the base's bootstrap directory {tmp}, "
-                          "which envkit left in place rather than delete through a mount",
-                          hint=f"umount {' '.join(left)}, then rm -rf {tmp}")

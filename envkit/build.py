@@ -9,12 +9,12 @@ Dockerfile, so the context hash differs and switching builders rebuilds.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from . import scratch
 from .base import ensure_base
 from .certify.harness import Verification, run_payload
 from .engine import BuildEvent
@@ -71,8 +71,8 @@ def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bu
     else:
         base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg))
         labels = dict(identity, **{BASE_LABEL: base.id})
-        with tempfile.TemporaryDirectory(prefix=f"envkit-ctx-{image.name}-") as tmp, \
-                tempfile.TemporaryDirectory(prefix="envkit-secrets-") as secrets:
+        with scratch.directory(f"ctx-{image.name}") as tmp, \
+                scratch.directory("secrets") as secrets:
             # BuildKit gets the CA and the index logins as build secrets: they are never written into the context
             ctx = stage_context(Path(tmp), files, ca_bundle=None if buildkit else ca_bundle)
             netrc = _index_netrc(image, Path(secrets)) if buildkit else None
@@ -98,6 +98,7 @@ def _index_netrc(image: LockedImage, directory: Path) -> Path | None:
     text = netrc_for(index_urls(image))
     if text is None:
         return None
+    scratch.sweep_secrets()
     path = directory / "netrc"
     path.touch(mode=0o600)
     path.write_bytes(text)

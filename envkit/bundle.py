@@ -35,7 +35,7 @@ from typing import Callable
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import __version__, procs
+from . import __version__, procs, scratch
 from .base import ensure_base
 from .build import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, require_builder, run_build
 from .certify.harness import run_payload
@@ -155,19 +155,9 @@ def stale_staging(out_dir: Path) -> list[Path]:
     stale = []
     for path in sorted(out_dir.parent.glob(f".{glob.escape(out_dir.name)}.envkit-*")):
         m = mine.fullmatch(path.name)
-        if m and path.is_dir() and not path.is_symlink() and not _running(int(m.group(1))):
+        if m and path.is_dir() and not path.is_symlink() and not scratch.running(int(m.group(1))):
             stale.append(path)
     return stale
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
 
 
 def check_replaceable(out_dir: Path) -> None:
@@ -308,7 +298,7 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None,
     dropped = CA_ENV if ca_bundle is not None else ()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k not in dropped} \
         | {"PIP_CONFIG_FILE": os.devnull}
-    with tempfile.TemporaryDirectory(prefix="envkit-wheels-") as tmp:
+    with scratch.directory("wheels") as tmp:
         files = []
         for n in range(min(DOWNLOADS, len(packages))):
             files.append(Path(tmp) / f"requirements-{n}.txt")

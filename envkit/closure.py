@@ -13,12 +13,12 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from . import scratch
 from .errors import PackageIndexError, ResolutionError
 from .index_login import login_hint, refused_index
 
@@ -54,7 +54,7 @@ def compile_closure(requirements: list[str], *, python: str, glibc: str, index_u
     ``ca_bundle``: the PEM bundle uv verifies TLS with (``--cert``: in place of the system store, as
     pip's ``--cert`` in the build). A plain-http index needs nothing more (uv asks it as named)."""
     platform = f"{machine}-manylinux_{_uv_glibc(glibc).replace('.', '_')}"
-    with tempfile.TemporaryDirectory(prefix="envkit-closure-") as tmp:
+    with scratch.directory("closure") as tmp:
         req_in = Path(tmp) / "requirements.in"
         req_in.write_text("\n".join(requirements) + "\n")
         cmd = [uv_binary(), "pip", "compile", str(req_in), "--quiet", "--no-header",

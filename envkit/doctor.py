@@ -99,6 +99,7 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
         from .engine.docker_gc import DockerImageHost
 
         findings.append(containers_finding(DockerImageHost(engine.client)))
+    findings.append(scratch_finding())
     findings.append(catalog_finding())
     findings.append(store_finding(store_url))
     return findings
@@ -333,6 +334,22 @@ def containers_finding(host) -> Finding:
     return Finding("containers", "warn", f"{len(left)} stopped container(s) left by a killed envkit ({roles})",
                    f"`envkit gc` removes them once stopped {CONTAINER_GRACE.total_seconds() / 60:g} min, and then "
                    "judges the images they kept")
+
+
+def scratch_finding(root=None) -> Finding:
+    """The scratch directories a killed envkit left under the temporary directory (``scratch.py``): build
+    contexts and rootfs trees of hundreds of MB, and the build secrets' netrc, a credential on disk."""
+    from . import scratch
+
+    left = scratch.leftovers(root)
+    if not left:
+        return Finding("scratch", "ok", "no scratch directory left by a killed envkit")
+    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(Counter(d.kind.split("-")[0] for d in left).items()))
+    mounted = sum(1 for d in left if d.mounts)
+    return Finding("scratch", "warn", f"{len(left)} scratch director(ies) left by a killed envkit ({kinds}; "
+                   f"{sum(d.bytes for d in left) / 1e6:.1f} MB" + (f"; {mounted} with a mount still in it" if mounted else "")
+                   + f") in {left[0].path.parent}",
+                   "`envkit gc` removes them (unmounting first what a killed debootstrap left mounted; as root)")
 
 
 def buildkit_finding(engine) -> Finding:

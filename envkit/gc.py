@@ -39,6 +39,12 @@ those once they have been stopped for ``CONTAINER_GRACE`` (the envkit that ran o
 its output), before it decides on the images. A running container is never touched (a killed
 ``envkit run`` leaves its training job running), nor any container envkit did not start.
 
+**Scratch directories.** A killed envkit also leaves its scratch directories under the temporary
+directory (a build context, the build secrets' netrc, a payload, a debootstrap target with /proc maybe
+still mounted in it): ``envkit-<kind>-<host>-<pid>-...`` (``scratch.py``). gc removes the ones made on
+this host by this user whose process is gone, whatever ``--team`` says (they name no team), never
+through a mount.
+
 ``decide``, ``decide_stages`` and ``decide_containers`` are pure (tested on fake image lists); the engine's side is
 ``engine/docker_gc.py``.
 """
@@ -48,9 +54,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Callable, Iterable, Mapping, Protocol
 
 from .errors import EnvkitError
+from . import scratch
+from .scratch import Leftover
 from .gate import model_key
 from .labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, PREFIX, STAGE_LABEL, TEAM_LABEL
 from .store import Store
@@ -340,6 +349,16 @@ class GcResult:
     layers: tuple[int, int] | None = None  # the engine's image layer bytes before and after the removals (measured)
     containers: list[ContainerDecision] = field(default_factory=list)  # the stopped containers envkit left
     container_removals: dict[str, str | None] = field(default_factory=dict)  # container id -> error (None: removed)
+    scratch: list[Leftover] = field(default_factory=list)  # the scratch directories a killed envkit left
+    scratch_removals: dict[str, str | None] = field(default_factory=dict)  # path -> error (None: removed)
+
+    @property
+    def removed_scratch(self) -> list[Leftover]:
+        return [d for d in self.scratch if str(d.path) in self.scratch_removals and not self.scratch_removals[str(d.path)]]
+
+    @property
+    def failed_scratch(self) -> list[Leftover]:
+        return [d for d in self.scratch if self.scratch_removals.get(str(d.path))]
 
     @property
     def containers_to_remove(self) -> list[ContainerDecision]:
@@ -393,6 +412,14 @@ class GcResult:
             "would_remove_containers": [d.container.id for d in self.containers_to_remove] if self.dry_run else [],
             "failed_containers": [{"id": d.container.id, "error": self.container_removals[d.container.id]}
                                   for d in self.failed_containers],
+            "scratch": [dict(d.to_json(), **({"removed": not self.scratch_removals[str(d.path)],
+                                              "error": self.scratch_removals[str(d.path)]}
+                                             if str(d.path) in self.scratch_removals else {}))
+                        for d in self.scratch],
+            "removed_scratch": [str(d.path) for d in self.removed_scratch],
+            "would_remove_scratch": [str(d.path) for d in self.scratch] if self.dry_run else [],
+            "failed_scratch": [{"path": str(d.path), "error": self.scratch_removals[str(d.path)]}
+                               for d in self.failed_scratch],
             "reclaimed_bytes": reclaimed,
             "reclaimed_basis": "unique sizes" if exact else "upper bound (whole image sizes: the engine gave no unique sizes)",
             "engine_layers_bytes": ({"before": self.layers[0], "after": self.layers[1],
@@ -411,14 +438,26 @@ def _removal_json(r: Removal) -> dict:
 
 def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None = None, keep: int = DEFAULT_KEEP,
                     dry_run: bool = False, progress: Callable[[str], None] = lambda _: None,
-                    now: datetime | None = None) -> GcResult:
+                    now: datetime | None = None, scratch_root: Path | None = None) -> GcResult:
     """Decide, and unless ``dry_run`` remove, the envkit images of ``team`` (None: every envkit team here):
     the stopped containers envkit left first, then builds, then the stage images no staying build has
-    (``now``: the clock stage and container ages are read by)."""
+    (``now``: the clock stage and container ages are read by). Before all that, the scratch directories
+    killed envkits left in ``scratch_root`` (default: the temporary directory)."""
     check_keep(keep)
     if team is not None and not team.strip():
         raise EnvkitError("--team is empty", hint="name a team (its io.envkit.team label), or leave --team out")
     now = now or datetime.now(timezone.utc)
+    left_dirs = scratch.leftovers(scratch_root)
+    scratch_removals: dict[str, str | None] = {}
+    if not dry_run:
+        for d in left_dirs:
+            progress(f"removing {d.path} ({d.kind}), left by envkit process {d.pid}")
+            try:
+                scratch.remove(d.path)
+                error = None
+            except EnvkitError as exc:
+                error = f"{exc.message} ({exc.hint})" if exc.hint else exc.message
+            scratch_removals[str(d.path)] = error
     containers = decide_containers(host.leftover_containers(team), now)
     going = {d.container.id for d in containers if not d.keep}
     candidates = host.envkit_images(team)
@@ -438,7 +477,8 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
                             children=host.children([i.id for i in (*candidates, *stages)]))
     decisions = decide(candidates, protection, keep)
     stage_decisions = decide_stages(stages, [d.image for d in decisions if d.keep], protection, now)
-    result = GcResult(team, keep, dry_run, where, decisions, stage_decisions, notes=notes, containers=containers)
+    result = GcResult(team, keep, dry_run, where, decisions, stage_decisions, notes=notes, containers=containers,
+                      scratch=left_dirs, scratch_removals=scratch_removals)
     if any(i.unique_size is None for i in (*candidates, *stages)):
         notes.append("the engine gave no unique size for some images: bytes reclaimed is an upper bound")
     if not dry_run:

@@ -9,11 +9,10 @@ GPU the outcome is at best ``verified``.
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import frameworks
+from .. import frameworks, scratch
 from ..engine import Mount, RunOptions
 from ..errors import VerificationError
 from .payload.envkit_check import envkit_check_core as payload_identity
@@ -53,7 +52,7 @@ class Verification:
 
 def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: int = 600,
                 mode: str = "auto") -> Verification:
-    with tempfile.TemporaryDirectory(prefix="envkit-verify-") as tmp:
+    with scratch.directory("verify") as tmp:
         tmpdir = Path(tmp)
         payload = tmpdir / PAYLOAD_NAME
         payload.mkdir()

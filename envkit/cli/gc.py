@@ -32,7 +32,8 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
     the newest certified one on each GPU model (the store's certificates), the one each :certified
     reference points at, and any a container (running or stopped) uses. Then the classic builder's stage
     images (envkit's stage label) of builds that are gone, unless under an hour old. First, the stopped
-    containers a killed envkit left (its container label; stopped over 10 minutes ago). Only images with
+    containers a killed envkit left (its container label; stopped over 10 minutes ago), and its scratch
+    directories under $TMPDIR (this host's, whose process is gone). Only images with
     envkit's labels are considered: never a base image (envkit-base/*), another tool's image or the build cache."""
     from ..engine.docker_engine import connect
     from ..engine.docker_gc import DockerImageHost
@@ -47,6 +48,11 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
     def human():
         failed = {d.image.id: result.removals[d.image.id].error for d in result.failed}
         rows = []
+        for d in result.scratch:
+            error = result.scratch_removals.get(str(d.path))
+            action = "would remove" if dry_run else ("FAILED" if error else "removed")
+            what = f"left by envkit process {d.pid}, which is gone" + (f"; mounted: {', '.join(d.mounts)}" if d.mounts else "")
+            rows.append([action, f"directory {d.path}", "-", _bytes(d.bytes), f"not removed: {error}" if error else what])
         for d in result.containers:
             error = result.container_removals.get(d.container.id)
             action = "keep" if d.keep else ("would remove" if dry_run else ("FAILED" if error else "removed"))
@@ -65,6 +71,11 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
         amount = _bytes(reclaimed) + ("" if exact else " at most")
         total = len(result.decisions) + len(result.stages)
         counted = f"{total} image(s) ({len(result.decisions)} build(s), {len(result.stages)} stage image(s))"
+        if result.scratch:
+            done = len(result.scratch) if dry_run else len(result.removed_scratch)
+            click.echo(f"{'would remove' if dry_run else 'removed'} {done} scratch director(ies) a killed envkit left "
+                       f"({_bytes(sum(d.bytes for d in result.scratch))})"
+                       + (f"; {len(result.failed_scratch)} could not be removed" if result.failed_scratch else ""))
         if result.containers_to_remove:
             done = (len(result.containers_to_remove) if dry_run else len(result.removed_containers))
             click.echo(f"{'would remove' if dry_run else 'removed'} {done} stopped container(s) a killed envkit left"
@@ -84,5 +95,5 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
             click.echo(f"note: {note}", err=True)
 
     emit(c, result.to_json(), human)
-    if result.failed or result.failed_containers:
+    if result.failed or result.failed_containers or result.failed_scratch:
         sys.exit(EngineError.exit_code)

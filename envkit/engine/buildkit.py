@@ -14,11 +14,11 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections import deque
 from pathlib import Path
 from typing import Iterator
 
+from .. import scratch
 from ..errors import BuildError
 from . import BuildEvent
 
@@ -147,7 +147,7 @@ class BuildKitBuilder:
     def build(self, context: Path, tag: str, labels: dict[str, str], *, secrets: dict[str, Path] | None = None,
               dockerfile: str | None = None, network: bool = True, no_cache: bool = False) -> Iterator[BuildEvent]:
         """Build ``context`` as ``tag``, yielding progress; raises BuildError (with the log's tail) on failure."""
-        with tempfile.TemporaryDirectory(prefix="envkit-buildkit-") as tmp:
+        with scratch.directory("buildkit") as tmp:
             iidfile = Path(tmp) / "iid"
             cmd = self.command(context, tag, labels, secrets=secrets, dockerfile=dockerfile, network=network,
                                no_cache=no_cache, iidfile=iidfile)

@@ -2,8 +2,8 @@
 
 SIGTERM (a cancelled CI job) unwinds `envkit certify`: the certification container is removed, the
 payload's temporary directory deleted, nothing is reported or recorded, and it exits 143 with an error
-document. SIGKILL leaves the (labelled) container behind, stopped once its payload ends; `envkit gc`
-removes it. The image certified is the example's build relabelled for a team made for this run, so gc
+document. SIGKILL leaves the (labelled) container behind, stopped once its payload ends, and the payload's
+scratch directory; `envkit gc` removes both. The image certified is the example's build relabelled for a team made for this run, so gc
 here touches nothing of any other test's; it is removed at the end.
 """
 
@@ -13,6 +13,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -96,15 +97,20 @@ def test_a_container_left_by_a_killed_envkit_is_removed_by_gc(image, dc, tmp_pat
         time.sleep(1)
         container.reload()
     assert container.status == "exited"
+    [payload_dir] = tmpdir.iterdir()  # the killed envkit's scratch directory, named for its process
+    assert payload_dir.name.startswith(f"envkit-verify-{socket.gethostname()}-{proc.pid}-")
     host = DockerImageHost(dc)
     now = datetime.now(timezone.utc)
-    soon = collect_garbage(host, str(tmp_path / "h.sqlite"), team=TEAM, dry_run=True, now=now)
+    soon = collect_garbage(host, str(tmp_path / "h.sqlite"), team=TEAM, dry_run=True, now=now, scratch_root=tmpdir)
     assert [(d.container.id, d.keep) for d in soon.containers] == [(container.id, True)]  # in its grace
     assert soon.decisions[0].reasons[-1].startswith(f"used by container {container.name} (exited)")
+    assert soon.to_json()["would_remove_scratch"] == [str(payload_dir)] and payload_dir.exists()
 
-    result = collect_garbage(host, str(tmp_path / "h.sqlite"), team=TEAM, now=now + CONTAINER_GRACE + timedelta(minutes=1))
+    result = collect_garbage(host, str(tmp_path / "h.sqlite"), team=TEAM, now=now + CONTAINER_GRACE + timedelta(minutes=1),
+                             scratch_root=tmpdir)
     doc = result.to_json()
     assert doc["removed_containers"] == [container.id] and doc["failed_containers"] == []
+    assert doc["removed_scratch"] == [str(payload_dir)] and list(tmpdir.iterdir()) == []
     assert doc["containers"][0]["role"] == "certify" and doc["containers"][0]["image"] == image
     with pytest.raises(docker.errors.NotFound):
         dc.containers.get(container.id)
@@ -184,7 +190,7 @@ main()
 def test_sigterm_while_debootstrap_has_proc_mounted_in_its_target_leaves_no_mount(engine, tmp_path):
     """debootstrap's second stage mounts /proc and /sys in the target. Stopped with SIGTERM (not
     subprocess.run's SIGKILL) it unmounts them; envkit then deletes its directory, never through a mount."""
-    from envkit.base import mounts_under
+    from envkit.scratch import mounts_under
 
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()

@@ -110,3 +110,26 @@ def test_stopped_containers_a_killed_envkit_left_are_a_warning_naming_gc():
         raise OSError("socket closed")
 
     assert containers_finding(SimpleNamespace(leftover_containers=refuse)).status == "warn"
+
+
+# --- scratch directories a killed envkit left ---------------------------------------------------
+
+def test_scratch_directories_a_killed_envkit_left_are_a_warning_naming_gc(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from envkit.doctor import scratch_finding
+
+    assert scratch_finding(tmp_path).status == "ok"
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    for kind, size in (("ctx-train", 1_500_000), ("ctx-jax", 0), ("secrets", 100)):
+        path = tmp_path / f"envkit-{kind}-{socket.gethostname()}-{proc.pid}-abc"
+        path.mkdir()
+        (path / "f").write_bytes(b"0" * size)
+    f = scratch_finding(tmp_path)
+    assert (f.status, f.value) == ("warn", f"3 scratch director(ies) left by a killed envkit (2 ctx, 1 secrets; "
+                                           f"1.5 MB) in {tmp_path}")
+    assert f.hint.startswith("`envkit gc` removes them")
+

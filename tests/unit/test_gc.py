@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -12,12 +16,21 @@ from click.testing import CliRunner
 from envkit import gc
 from envkit.cli import main
 from envkit.engine.docker_gc import parse_created
-from envkit.errors import EnvkitError
+from envkit.errors import EngineError, EnvkitError
 from envkit.gc import (CONTAINER_GRACE, STAGE_GRACE, Candidate, LeftContainer, Protection, Removal, StageImage,
                        collect_garbage, decide, decide_containers, decide_stages, is_candidate, is_stage)
 from envkit.store import Store
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture(autouse=True)
+def scratch_dir(tmp_path, monkeypatch):
+    """gc also sweeps the temporary directory: here, a private one (never the host's /tmp)."""
+    path = tmp_path / "tmp"
+    path.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(path))
+    return path
 
 
 def labels(team="vision", image="torch", lock="l", ctx="c", **extra):
@@ -467,3 +480,55 @@ def test_cli_reports_removed_containers_and_exits_6_when_one_fails(monkeypatch, 
     assert rows[0].endswith("- not removed: conflict: container is running")
     assert rows[1].startswith("removed container box1 (certify, exited) ")
     assert "removed 1 stopped container(s) a killed envkit left; 1 could not be removed" in out.output
+
+
+# --- the scratch directories a killed envkit left -------------------------------------------------
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _scratch(root, kind, pid, size=0):
+    path = root / f"envkit-{kind}-{socket.gethostname()}-{pid}-x1y2z3"
+    path.mkdir()
+    (path / "data").write_bytes(b"0" * size)
+    return path
+
+
+def test_gc_removes_the_scratch_directories_of_envkits_that_are_gone_whatever_the_team(scratch_dir, empty_store):
+    dead = _dead_pid()
+    ctx, secrets = _scratch(scratch_dir, "ctx-train", dead, 5000), _scratch(scratch_dir, "secrets", dead, 40)
+    live = _scratch(scratch_dir, "verify", os.getpid())  # this process is running: in use
+    planned = collect_garbage(FakeHost([]), empty_store, team="nlp", dry_run=True)
+    assert planned.to_json()["would_remove_scratch"] == sorted([str(ctx), str(secrets)])
+    assert ctx.exists() and secrets.exists()
+
+    result = collect_garbage(FakeHost([]), empty_store, team="nlp")
+    assert sorted(scratch_dir.iterdir()) == [live]
+    doc = result.to_json()
+    assert doc["removed_scratch"] == sorted([str(ctx), str(secrets)]) and doc["failed_scratch"] == []
+    assert {d["kind"]: (d["bytes"], d["removed"]) for d in doc["scratch"]} == {"ctx-train": (5000, True),
+                                                                               "secrets": (40, True)}
+
+
+def test_a_scratch_directory_that_cannot_go_is_reported_and_fails_the_cli(scratch_dir, empty_store, monkeypatch):
+    rootfs = _scratch(scratch_dir, "rootfs", _dead_pid(), 10)
+
+    def still_mounted(path, strict=True):
+        raise EngineError(f"{path}/rootfs/proc is still mounted inside envkit's scratch directory {path}",
+                          hint=f"umount {path}/rootfs/proc, then rm -rf {path}")
+
+    monkeypatch.setattr("envkit.scratch.remove", still_mounted)
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: type("E", (), {"client": None})())
+    monkeypatch.setattr("envkit.engine.docker_gc.DockerImageHost", lambda client: FakeHost([]))
+    out = CliRunner().invoke(main, ["gc", "--store", empty_store])
+    assert out.exit_code == 6, out.output
+    row = " ".join(next(line for line in out.stdout.splitlines() if "directory" in line).split())
+    assert row.startswith(f"FAILED directory {rootfs} - 10 B not removed: {rootfs}/rootfs/proc is still mounted")
+    assert "removed 0 scratch director(ies) a killed envkit left (10 B); 1 could not be removed" in out.output
+    doc = json.loads(CliRunner().invoke(main, ["gc", "--store", empty_store, "--json"]).stdout)
+    assert doc["failed_scratch"] == [{"path": str(rootfs), "error": f"{rootfs}/rootfs/proc is still mounted inside "
+                                      f"envkit's scratch directory {rootfs} (umount {rootfs}/rootfs/proc, then rm -rf {rootfs})"}]
+

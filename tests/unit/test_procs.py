@@ -1,5 +1,4 @@
-"""Child processes stopped gently (envkit/procs.py) and the bootstrap directory never deleted through a
-mount (envkit/base.py). Real processes, signals and (as root) mounts; no engine."""
+"""Child processes stopped gently (envkit/procs.py). Real processes and signals; no engine."""
 
 from __future__ import annotations
 
@@ -13,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from envkit import procs
-from envkit.base import _remove_rootfs, mounts_under
-from envkit.errors import EngineError
 from tests.conftest import ROOT
 
 
@@ -90,54 +87,3 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
 
 
 # --- the bootstrap directory and mounts ----------------------------------------------------------
-
-MOUNTINFO = r"""22 1 0:21 / /proc rw - proc proc rw
-30 22 0:5 / /tmp/envkit-rootfs-x/rootfs/proc rw - proc proc rw
-31 22 0:6 / /tmp/envkit-rootfs-x/rootfs/sys rw - sysfs sysfs rw
-32 30 0:7 / /tmp/envkit-rootfs-x/rootfs/proc/sys/fs/binfmt_misc rw - binfmt_misc x rw
-33 22 0:8 / /tmp/envkit-rootfs-x\040y/a rw - tmpfs x rw
-34 22 0:9 / /tmp/envkit-rootfs-xy rw - tmpfs x rw
-"""
-
-
-def test_mounts_under_a_path_deepest_first_with_escaped_spaces():
-    assert mounts_under(Path("/tmp/envkit-rootfs-x"), MOUNTINFO) == [
-        "/tmp/envkit-rootfs-x/rootfs/proc/sys/fs/binfmt_misc", "/tmp/envkit-rootfs-x/rootfs/proc",
-        "/tmp/envkit-rootfs-x/rootfs/sys"]
-    assert mounts_under(Path("/tmp/envkit-rootfs-x y"), MOUNTINFO) == ["/tmp/envkit-rootfs-x y/a"]
-    assert mounts_under(Path("/tmp/elsewhere"), MOUNTINFO) == []
-
-
-def _mount_proc(target: Path) -> None:
-    target.mkdir(parents=True)
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "proc", "proc", str(target)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting needs root (and a host that allows it)")
-
-
-def test_a_proc_left_mounted_in_the_rootfs_is_unmounted_before_the_directory_goes(tmp_path):
-    """What a SIGKILLed debootstrap leaves: the host's /proc mounted in its target. Deleting through it
-    would chmod and unlink the host's files; envkit unmounts first."""
-    tmp = tmp_path / "envkit-rootfs-t"
-    _mount_proc(tmp / "rootfs" / "proc")
-    (tmp / "rootfs" / "etc").mkdir()
-    assert mounts_under(tmp) == [str(tmp / "rootfs" / "proc")]
-    _remove_rootfs(tmp)
-    assert not tmp.exists() and mounts_under(tmp_path) == []
-
-
-def test_a_mount_that_will_not_go_keeps_the_directory_and_says_what_to_do(tmp_path, monkeypatch):
-    tmp = tmp_path / "envkit-rootfs-t"
-    _mount_proc(tmp / "rootfs" / "proc")
-    real_run = subprocess.run
-    monkeypatch.setattr("envkit.base.subprocess.run", lambda *a, **k: subprocess.CompletedProcess(a, 32, "", "busy"))
-    try:
-        with pytest.raises(EngineError) as err:
-            _remove_rootfs(tmp)
-        assert f"{tmp}/rootfs/proc is still mounted" in err.value.message
-        assert err.value.hint == f"umount {tmp}/rootfs/proc, then rm -rf {tmp}"
-        assert (tmp / "rootfs" / "proc" / "self").exists()  # nothing was deleted through it
-        _remove_rootfs(tmp, strict=False)  # an interruption on its way: no second error
-        assert tmp.exists()
-    finally:
-        real_run(["umount", "--lazy", str(tmp / "rootfs" / "proc")], capture_output=True)

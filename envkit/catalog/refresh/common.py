@@ -14,7 +14,6 @@ import difflib
 import json
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from ... import scratch
 from ...errors import CatalogError, PackageIndexError
 from .. import FRAMEWORK_FILES, Catalog, load_catalog, vtuple
 
@@ -298,7 +298,7 @@ def apply_texts(directory: Path, results) -> list[Path]:
 
 def validate_in_copy(directory: Path, proposed: dict[str, str]) -> None:
     """load_catalog on a copy of ``directory`` with the proposed files, or raise."""
-    with tempfile.TemporaryDirectory(prefix="envkit-refresh-") as tmp:
+    with scratch.directory("refresh") as tmp:
         for src in directory.glob("*.yaml"):
             shutil.copyfile(src, Path(tmp) / src.name)
         for name, text in proposed.items():
