@@ -73,8 +73,15 @@ class DockerEngine:
 
     def find_image(self, labels: dict[str, str]) -> ImageInfo | None:
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-        images = self.client.images.list(filters=filters)
-        return self._info(images[0]) if images else None
+        try:
+            summaries = self.client.api.images(filters=filters)  # one call: `images.list` inspects each one it
+        except docker.errors.APIError as exc:                     # lists, and fails on one removed meanwhile
+            raise EngineError(f"cannot list images: {exc.explanation}") from None
+        for summary in summaries:
+            info = self.inspect(summary["Id"])  # None: removed since the listing (gc, another build)
+            if info is not None:
+                return info
+        return None
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")

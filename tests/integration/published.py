@@ -85,9 +85,11 @@ def publish_team(dc, base: str, host: str) -> Team:
 
 
 def untag_registry_refs(dc, host: str) -> None:
-    """Remove every local tag and digest reference into ``host`` (the images stay under their own tags)."""
-    for image in dc.images.list():
-        for ref in [*image.tags, *(image.attrs.get("RepoDigests") or ())]:
+    """Remove every local tag and digest reference into ``host`` (the images stay under their own tags).
+    One listing call (`docker images`), not `dc.images.list()`, which inspects each image it listed and
+    fails on one the other test worker removed in between."""
+    for summary in dc.api.images():
+        for ref in [*(summary.get("RepoTags") or ()), *(summary.get("RepoDigests") or ())]:
             if ref.startswith(host + "/"):
                 try:
                     dc.images.remove(ref)

@@ -28,6 +28,7 @@ from envkit.spec import load_spec
 from envkit.publish import read_certificate
 from envkit.store import Store
 from tests.integration.conftest import ROOT
+from tests.integration.published import untag_registry_refs
 from tests.integration.registry import registry  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.integration
@@ -163,8 +164,7 @@ def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine,
         _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None)
         assert report.pushed == []  # already published: nothing to do
     engine.client.images.remove(local)
-    for leftover in [t for i in engine.client.images.list() for t in i.tags if t.startswith(registry.host + "/")]:
-        engine.client.images.remove(leftover)
+    untag_registry_refs(engine.client, registry.host)
 
 
 def test_stopped_registry_fails_clearly_and_records_no_push(workspace, engine, registry):  # noqa: F811

@@ -11,6 +11,7 @@ from envkit.errors import EngineError
 from envkit.publish import (CERTIFIED_TAG, PushResult, _classify, mirror_base, promote, pull_by_digest, push,
                             remote_digest, split_repository)
 from envkit.store import Store
+from tests.integration.published import untag_registry_refs
 from tests.integration.registry import registry, running_registry  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.integration
@@ -33,17 +34,10 @@ def other(dc, base):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def untag_registry_refs(dc, registry):
+def untag_afterwards(dc, registry):
     """Remove every local tag and digest reference into the test registry afterwards."""
     yield
-    for image in dc.images.list():
-        refs = [*image.tags, *(image.attrs.get("RepoDigests") or ())]
-        for ref in refs:
-            if ref.startswith(registry.host + "/"):
-                try:
-                    dc.images.remove(ref)
-                except docker.errors.APIError:
-                    pass
+    untag_registry_refs(dc, registry.host)
 
 
 def image_id(dc, ref) -> str:
