@@ -10,7 +10,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # (cold: 41.5 min serially, 31.3 on two workers; docs/architecture.md, Tests). Integration tests that share an image stay on one worker, so each image is built once:
 # "frameworks" holds every test of examples/frameworks.yaml's images (jax, tf, and the torch 2.14 image the
 # CUDA 13 devel build reuses); "torch25" the rest of the integration tests (examples/team.yaml's image,
-# registries, bundles of small locks). Unit tests go to whichever worker is free.
+# registries, bundles of small locks). Unit tests go to whichever worker is free. Not finer, nor on three
+# workers: measured cold, one group per framework image on `-n 3` took 33.3 min of pytest against 29.9, every
+# build slower beside two others on 2 cores, and the JAX and torch CUDA 13 devel images, on different
+# workers, each built the CUDA 13 compiler stage they share (465 s against 51 s on one worker).
 FRAMEWORK_MODULES = {"test_bundle_jax", "test_bundle_tf", "test_jax", "test_tensorflow", "test_devel_jax",
                      "test_devel_cuda13"}
 
