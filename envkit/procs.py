@@ -6,17 +6,54 @@ killed in its second stage leaves the host's /proc and /sys mounted inside the t
 temporary directory about to be deleted. Here the child gets SIGTERM first, and SIGKILL only if it
 is still running ``grace`` seconds later. ``run_all`` runs several at once (the bundle's parallel
 wheel downloads) without threads: an interruption stops them all, rather than waiting for each.
+
+An envkit that is killed outright (SIGKILL, the OOM killer) runs no clean-up at all; on Linux its children
+are then sent SIGTERM by the kernel (``popen``: ``PR_SET_PDEATHSIG``), so they still clean up after
+themselves (debootstrap unmounts the /proc it mounted in its target, BuildKit's ``docker build`` cancels
+the build) instead of running on as orphans.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 
 GRACE = 30.0  # seconds a child has to finish after SIGTERM (debootstrap unmounts after its dpkg step ends)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _sigterm_when_parent_dies():
+    """A ``preexec_fn`` for Linux: the child is sent SIGTERM when the thread that started it ends, however
+    envkit ends (a child started from a thread must be waited for on that thread, as everything here is).
+    None where prctl is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent, sigterm = os.getpid(), int(signal.SIGTERM)
+
+    def set_deathsig() -> None:  # runs in the child between fork and exec: nothing that may take a lock
+        prctl(_PR_SET_PDEATHSIG, sigterm)
+        if os.getppid() != parent:  # envkit died before the prctl took effect: no one would send it
+            os.kill(os.getpid(), sigterm)
+
+    return set_deathsig
+
+
+def popen(cmd: Sequence[str], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` whose child gets SIGTERM if envkit dies first, even by SIGKILL (Linux)."""
+    return subprocess.Popen(list(cmd), preexec_fn=_sigterm_when_parent_dies(), **kwargs)
 
 
 def stop(procs: Sequence[subprocess.Popen], grace: float = GRACE) -> None:
@@ -51,8 +88,8 @@ def run_all(cmds: Sequence[Sequence[str]], *, env: Mapping[str, str] | None = No
             for cmd in cmds:
                 out, err = (files.enter_context(tempfile.TemporaryFile("w+", errors="replace")) for _ in range(2))
                 outputs.append((out, err))
-                procs.append(subprocess.Popen(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                              text=True, env=None if env is None else dict(env)))
+                procs.append(popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True,
+                                   env=None if env is None else dict(env)))
             done = []
             for proc, (out, err), cmd in zip(procs, outputs, cmds):
                 code = proc.wait()

@@ -18,7 +18,7 @@ from collections import deque
 from pathlib import Path
 from typing import Iterator
 
-from .. import scratch
+from .. import procs, scratch
 from ..errors import BuildError
 from . import BuildEvent
 
@@ -154,8 +154,8 @@ class BuildKitBuilder:
             env = dict(os.environ, DOCKER_BUILDKIT="1")
             parser, tail = PlainProgress(), deque(maxlen=TAIL)
             try:
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        errors="replace", env=env)
+                proc = procs.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,  # SIGKILLed:
+                                   errors="replace", env=env)  # the CLI still gets SIGTERM and cancels the build
             except OSError as exc:
                 raise BuildError(f"cannot run {self.cli}: {exc}", hint="install Docker's CLI (docker.io)") from None
             try:

@@ -3,8 +3,10 @@
 SIGTERM (a cancelled CI job) unwinds `envkit certify`: the certification container is removed, the
 payload's temporary directory deleted, nothing is reported or recorded, and it exits 143 with an error
 document. SIGKILL leaves the (labelled) container behind, stopped once its payload ends, and the payload's
-scratch directory; `envkit gc` removes both. The image certified is the example's build relabelled for a team made for this run, so gc
-here touches nothing of any other test's; it is removed at the end.
+scratch directory; `envkit gc` removes both. envkit's own children still get SIGTERM from the kernel when
+it is SIGKILLed (`procs.popen`): BuildKit's `docker build` cancels its build, debootstrap unmounts. The
+image certified is the example's build relabelled for a team made for this run, so gc here touches nothing
+of any other test's; it is removed at the end.
 """
 
 from __future__ import annotations
@@ -169,6 +171,58 @@ def test_sigterm_during_a_classic_build_stops_its_running_step(dc, base, tmp_pat
         dc.images.get(tag)  # the build stopped at that step: no image
 
 
+BUILDKIT = """
+import sys
+from pathlib import Path
+from envkit.engine.buildkit import BuildKitBuilder
+from envkit.engine.docker_engine import connect
+
+for event in BuildKitBuilder(connect()).build(Path(sys.argv[1]), sys.argv[2], {}):
+    print(event.kind, event.text, flush=True)
+"""
+
+
+def test_a_buildkit_build_of_an_envkit_killed_outright_is_cancelled(dc, base, tmp_path):
+    """SIGKILL runs no clean-up in envkit, but the kernel sends its `docker build` SIGTERM
+    (PR_SET_PDEATHSIG): the CLI cancels the build instead of finishing it as an orphan and tagging it."""
+    from envkit.engine.buildkit import BuildKitBuilder
+    from envkit.engine.docker_engine import connect
+
+    if BuildKitBuilder(connect()).unavailable() is not None:
+        pytest.skip("no BuildKit-capable docker CLI here")
+    marker = uuid.uuid4().hex
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {base}\nRUN echo {marker} && sleep 20\n")
+    (tmp_path / "bk.py").write_text(BUILDKIT)
+    tag = f"{TEAM}/buildkit:{marker[:8]}"
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "bk.py"), str(tmp_path / "ctx"), tag], cwd=ROOT,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        for line in proc.stdout:
+            if marker in line and "echo" not in line:  # the RUN step is under way
+                break
+        else:
+            raise AssertionError(proc.communicate()[1][-2000:])
+        assert _commands_under(tmp_path / "ctx"), "no docker build is running"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 15
+        while _commands_under(tmp_path / "ctx"):  # the orphaned CLI got SIGTERM and stopped
+            assert time.monotonic() < deadline, f"still running: {_commands_under(tmp_path / 'ctx')}"
+            time.sleep(0.2)
+        time.sleep(25)  # past the step's end: an orphaned build would have tagged its image by now
+        with pytest.raises(docker.errors.ImageNotFound):
+            dc.images.get(tag)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            dc.images.remove(tag, force=True)  # only there when the test failed
+        except docker.errors.ImageNotFound:
+            pass
+
+
 BOOTSTRAP = """
 import sys
 from envkit.base import bootstrap
@@ -187,9 +241,14 @@ main()
 
 
 @pytest.mark.network
-def test_sigterm_while_debootstrap_has_proc_mounted_in_its_target_leaves_no_mount(engine, tmp_path):
-    """debootstrap's second stage mounts /proc and /sys in the target. Stopped with SIGTERM (not
-    subprocess.run's SIGKILL) it unmounts them; envkit then deletes its directory, never through a mount."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_signal_while_debootstrap_has_proc_mounted_in_its_target_leaves_no_mount(engine, tmp_path, sig):
+    """debootstrap's second stage mounts /proc and /sys in the target. envkit stopped with SIGTERM stops
+    debootstrap with SIGTERM too (not subprocess.run's SIGKILL), so it unmounts them; envkit then deletes its
+    directory, never through a mount. envkit SIGKILLed runs no clean-up, but the kernel still sends
+    debootstrap SIGTERM (PR_SET_PDEATHSIG): it unmounts, and what stays is an unmounted scratch directory
+    `envkit gc` removes."""
+    from envkit import scratch
     from envkit.scratch import mounts_under
 
     tmpdir = tmp_path / "tmp"
@@ -204,12 +263,42 @@ def test_sigterm_while_debootstrap_has_proc_mounted_in_its_target_leaves_no_moun
             assert proc.poll() is None, proc.communicate()[1][-2000:]
             assert time.monotonic() < deadline, "debootstrap never mounted /proc in its target"
             time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 143, err
-    assert mounts_under(tmpdir) == [] and list(tmpdir.iterdir()) == []
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143, err
+        assert mounts_under(tmpdir) == [] and list(tmpdir.iterdir()) == []
+    else:
+        assert proc.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 120  # the orphaned debootstrap unmounts once its dpkg step ends
+        while mounts_under(tmpdir):
+            assert time.monotonic() < deadline, f"still mounted: {mounts_under(tmpdir)}"
+            time.sleep(0.2)
+        while _commands_under(tmpdir):  # debootstrap's trap, then its exit
+            assert time.monotonic() < deadline, f"still running: {_commands_under(tmpdir)}"
+            time.sleep(0.2)
+        [left] = scratch.leftovers(tmpdir)
+        assert left.kind == "rootfs" and left.pid == proc.pid and left.mounts == ()
+        # stopped, not finished: debootstrap deletes its own directory in the target only when it completes
+        assert (left.path / "rootfs" / "debootstrap").is_dir()
+        scratch.remove(left.path)
+        assert list(tmpdir.iterdir()) == []
     with pytest.raises(docker.errors.ImageNotFound):
         engine.client.images.get("envkit-test/interrupted:never")
+
+
+def _commands_under(directory: Path) -> list[str]:
+    """The command lines of running processes that name a path under ``directory``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.startswith(str(directory).encode()) for a in args):
+            found.append(" ".join(a.decode(errors="replace") for a in args))
+    return found
+

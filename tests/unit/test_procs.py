@@ -86,4 +86,36 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     assert _gone(d / "pid-1") and _gone(d / "pid-2")
 
 
-# --- the bootstrap directory and mounts ----------------------------------------------------------
+KILLED = """
+import sys
+from envkit import procs
+procs.run(["sh", sys.argv[1]])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_of_an_envkit_killed_outright_still_gets_sigterm(tmp_path):
+    """SIGKILL runs no clean-up in envkit; the kernel sends its children SIGTERM (PR_SET_PDEATHSIG), so
+    debootstrap's trap still unmounts and BuildKit's CLI still cancels its build."""
+    (tmp_path / "child.sh").write_text(f'trap "touch {tmp_path}/cleaned; exit 143" TERM\n'
+                                       f"echo $$ > {tmp_path}/pid\nwhile :; do sleep 0.1; done\n")
+    (tmp_path / "main.py").write_text(KILLED)
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "main.py"), str(tmp_path / "child.sh")], cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    deadline = time.monotonic() + 30
+    while not ((tmp_path / "pid").is_file() and (tmp_path / "pid").read_text().strip()):
+        assert time.monotonic() < deadline and parent.poll() is None
+        time.sleep(0.05)
+    parent.kill()
+    parent.wait()
+    try:
+        while not (tmp_path / "cleaned").exists():
+            assert time.monotonic() < deadline + 10, "the orphaned child never got SIGTERM"
+            time.sleep(0.05)
+        while not _gone(tmp_path / "pid"):
+            assert time.monotonic() < deadline + 10
+            time.sleep(0.05)
+    finally:
+        if not _gone(tmp_path / "pid"):  # the test failed: no orphan left running
+            os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
+
