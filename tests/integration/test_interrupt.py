@@ -185,6 +185,7 @@ for event in BuildKitBuilder(connect()).build(Path(sys.argv[1]), sys.argv[2], {}
 def test_a_buildkit_build_of_an_envkit_killed_outright_is_cancelled(dc, base, tmp_path):
     """SIGKILL runs no clean-up in envkit, but the kernel sends its `docker build` SIGTERM
     (PR_SET_PDEATHSIG): the CLI cancels the build instead of finishing it as an orphan and tagging it."""
+    from envkit import scratch
     from envkit.engine.buildkit import BuildKitBuilder
     from envkit.engine.docker_engine import connect
 
@@ -195,9 +196,11 @@ def test_a_buildkit_build_of_an_envkit_killed_outright_is_cancelled(dc, base, tm
     (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {base}\nRUN echo {marker} && sleep 20\n")
     (tmp_path / "bk.py").write_text(BUILDKIT)
     tag = f"{TEAM}/buildkit:{marker[:8]}"
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
     proc = subprocess.Popen([sys.executable, str(tmp_path / "bk.py"), str(tmp_path / "ctx"), tag], cwd=ROOT,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmpdir)))
     try:
         for line in proc.stdout:
             if marker in line and "echo" not in line:  # the RUN step is under way
@@ -214,6 +217,9 @@ def test_a_buildkit_build_of_an_envkit_killed_outright_is_cancelled(dc, base, tm
         time.sleep(25)  # past the step's end: an orphaned build would have tagged its image by now
         with pytest.raises(docker.errors.ImageNotFound):
             dc.images.get(tag)
+        [left] = scratch.leftovers(tmpdir)  # the CLI's image-id directory: no clean-up ran in envkit
+        assert left.kind == "buildkit" and left.pid == proc.pid
+        scratch.remove(left.path)
     finally:
         if proc.poll() is None:
             proc.kill()
