@@ -146,7 +146,7 @@ def _staging_prefix(out_dir: Path, pid: int | None = None) -> str:
     """``.<bundle>.envkit-<host>-<pid>-``: a staging directory says whose it is, so that a later run can tell
     one whose maker was killed (SIGKILL, a lost runner: no clean-up ran, GBs of wheels stay) from one
     another run on this or another host is still filling."""
-    return f".{out_dir.name}.envkit-{socket.gethostname()}-{os.getpid() if pid is None else pid}-"
+    return f".{out_dir.name}.envkit-{scratch.owner(pid)}"
 
 
 def stale_staging(out_dir: Path) -> list[Path]:

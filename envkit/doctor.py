@@ -349,7 +349,8 @@ def scratch_finding(root=None) -> Finding:
     return Finding("scratch", "warn", f"{len(left)} scratch director(ies) left by a killed envkit ({kinds}; "
                    f"{sum(d.bytes for d in left) / 1e6:.1f} MB" + (f"; {mounted} with a mount still in it" if mounted else "")
                    + f") in {left[0].path.parent}",
-                   "`envkit gc` removes them (unmounting first what a killed debootstrap left mounted; as root)")
+                   "`envkit gc` removes them" + (" (it unmounts first what a killed debootstrap left mounted: run it as root)"
+                                                 if mounted else ""))
 
 
 def buildkit_finding(engine) -> Finding:

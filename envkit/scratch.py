@@ -33,13 +33,14 @@ from .errors import EngineError
 PREFIX = "envkit-"
 
 
-def _owner(pid: int | None = None) -> str:
+def owner(pid: int | None = None) -> str:
+    """``<host>-<pid>-``: whose a scratch directory is (this process's, or ``pid``'s on this host)."""
     return f"{socket.gethostname()}-{os.getpid() if pid is None else pid}-"
 
 
 def make(kind: str, parent: Path | None = None) -> Path:
     """A new private (0700) directory ``envkit-<kind>-<host>-<pid>-XXXXXXXX``; the caller removes it."""
-    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-{_owner()}", dir=parent))
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-{owner()}", dir=parent))
 
 
 @contextlib.contextmanager
