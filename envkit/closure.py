@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from . import scratch
+from . import procs, scratch
 from .errors import PackageIndexError, ResolutionError
 from .index_login import login_hint, refused_index
 
@@ -72,7 +71,7 @@ def compile_closure(requirements: list[str], *, python: str, glibc: str, index_u
             cmd += ["--cert", str(ca_bundle)]
         env = dict(os.environ)
         env.setdefault("UV_NATIVE_TLS", "1")  # trust the system store (and a proxy's CA in it)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = procs.run(cmd, env=env)  # interrupted or killed, envkit stops uv with SIGTERM (procs)
     if proc.returncode != 0:
         detail = proc.stderr.strip().splitlines()
         refused = refused_index(proc.stderr, (index_url, extra_index_url))

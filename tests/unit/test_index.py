@@ -699,7 +699,7 @@ def test_the_closure_is_compiled_with_the_ca_bundle(monkeypatch, tmp_path):
         seen["cmd"] = cmd
         return subprocess.CompletedProcess(cmd, 0, "six==1.17.0 \\\n    --hash=sha256:" + "a" * 64 + "\n", "")
 
-    monkeypatch.setattr(closure.subprocess, "run", fake_run)
+    monkeypatch.setattr(closure.procs, "run", fake_run)
     pins = closure.compile_closure(["six"], python="3.11", glibc="2.36", index_url="http://m.example:8080/simple",
                                    ca_bundle=tmp_path / "ca.pem")
     assert [p.name for p in pins] == ["six"]

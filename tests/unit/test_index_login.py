@@ -110,7 +110,7 @@ def test_uvs_401_is_reported_as_a_login_not_as_an_unsolvable_closure(monkeypatch
         return subprocess.CompletedProcess(cmd, 1, "", f"error: An index URL ({MIRROR}) could not be queried due to "
                                                        "a lack of valid authentication credentials (401 Unauthorized)")
 
-    monkeypatch.setattr(closure.subprocess, "run", fake_run)
+    monkeypatch.setattr(closure.procs, "run", fake_run)
     with pytest.raises(PackageIndexError) as err:
         closure.compile_closure(["numpy"], python="3.11", glibc="2.36", index_url=MIRROR)
     assert err.value.message.startswith(f"{MIRROR} asks for a login") and "netrc" in err.value.hint
