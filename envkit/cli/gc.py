@@ -65,7 +65,7 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
             why = "; ".join(d.reasons) if d.image.id not in failed else f"not removed: {failed[d.image.id]}"
             rows.append([action, d.image.name, d.image.created.strftime("%Y-%m-%d %H:%M"), _bytes(size), why])
         if rows:
-            table(rows, ["ACTION", "IMAGE", "CREATED", "UNIQUE SIZE", "WHY"])
+            table(rows, ["ACTION", "ITEM", "CREATED", "UNIQUE SIZE", "WHY"])  # images, containers, directories
         scope = f"team {team}" if team else "every envkit team on this host"
         reclaimed, exact = result.reclaimed()
         amount = _bytes(reclaimed) + ("" if exact else " at most")
