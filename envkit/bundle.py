@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -151,11 +150,11 @@ def _staging_prefix(out_dir: Path, pid: int | None = None) -> str:
 
 def stale_staging(out_dir: Path) -> list[Path]:
     """The staging directories beside ``out_dir`` made on this host by an envkit no longer running."""
-    mine = re.compile(re.escape(f".{out_dir.name}.envkit-{socket.gethostname()}-") + r"(\d+)-[^/]+")
+    mine = re.compile(re.escape(f".{out_dir.name}.envkit-") + scratch.owner_pattern() + r"[^/]+")
     stale = []
     for path in sorted(out_dir.parent.glob(f".{glob.escape(out_dir.name)}.envkit-*")):
         m = mine.fullmatch(path.name)
-        if m and path.is_dir() and not path.is_symlink() and not scratch.running(int(m.group(1))):
+        if m and path.is_dir() and not path.is_symlink() and not scratch.running(int(m.group("pid"))):
             stale.append(path)
     return stale
 

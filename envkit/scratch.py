@@ -38,6 +38,11 @@ def owner(pid: int | None = None) -> str:
     return f"{socket.gethostname()}-{os.getpid() if pid is None else pid}-"
 
 
+def owner_pattern() -> str:
+    """A regular expression for ``owner()`` of any process on this host, the pid in group ``pid``."""
+    return re.escape(socket.gethostname()) + r"-(?P<pid>\d+)-"
+
+
 def make(kind: str, parent: Path | None = None) -> Path:
     """A new private (0700) directory ``envkit-<kind>-<host>-<pid>-XXXXXXXX``; the caller removes it."""
     return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-{owner()}", dir=parent))
@@ -83,8 +88,7 @@ def leftovers(root: Path | None = None, kinds: Collection[str] | None = None) ->
     """The scratch directories in ``root`` (default: the temporary directory) made on this host, owned by
     this user, by a process that is no longer running (only those of ``kinds``, when given); oldest first."""
     root = Path(root or tempfile.gettempdir())
-    mine = re.compile(re.escape(PREFIX) + r"(?P<kind>.+)-" + re.escape(socket.gethostname())
-                      + r"-(?P<pid>\d+)-[a-z0-9_]+")
+    mine = re.compile(re.escape(PREFIX) + r"(?P<kind>.+)-" + owner_pattern() + r"[a-z0-9_]+")
     found = []
     try:
         entries = list(os.scandir(root))
