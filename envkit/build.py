@@ -18,6 +18,7 @@ from . import scratch
 from .base import ensure_base
 from .certify.harness import Verification, run_payload
 from .engine import BuildEvent
+from .engine.space import low_space
 from .engine.buildkit import BuildKitBuilder
 from .errors import BuildError
 from .frameworks import require_buildable
@@ -69,6 +70,8 @@ def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bu
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); skipping")
         outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size)
     else:
+        if (warning := low_space(engine)) is not None:
+            progress(image.name, warning)
         base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg))
         labels = dict(identity, **{BASE_LABEL: base.id})
         with scratch.directory(f"ctx-{image.name}") as tmp, \

@@ -39,6 +39,7 @@ from .base import ensure_base
 from .build import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, require_builder, run_build
 from .certify.harness import run_payload
 from .engine import Mount, RunOptions
+from .engine.space import engine_out_of_space, free_bytes, host_out_of_space, low_space, says_no_space, size
 from .errors import BuildError, EngineError, EnvkitError
 from .index import trusted_hosts
 from .index_login import login_hint, refused_index
@@ -132,6 +133,10 @@ def make_bundle(engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle
         _replace_dir(staging, out_dir)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        full = host_out_of_space(exc, f"making the bundle {out_dir} failed", measure=out_dir.parent,
+                                 hint=f"nothing was written to {out_dir}; ")
+        if full is not None:
+            raise full from None
         raise EnvkitError(f"making the bundle {out_dir} failed: {exc}",
                           hint=f"nothing was written to {out_dir}; check the free space and permissions of "
                                f"{out_dir.parent}") from None
@@ -214,8 +219,10 @@ def build_from_bundle(engine, bundle_dir: Path, *, builder: str = "classic", ver
     if image.hash != manifest["lock_hash"]:
         raise BuildError(f"{bundle_dir}: the lock's image hash differs from the manifest's")
     started = time.monotonic()
+    if (warning := low_space(engine)) is not None:
+        progress(warning)
     progress(f"loading {manifest['base']['ref']} from {BASE_ARCHIVE}")
-    load_image(engine, bundle_dir / BASE_ARCHIVE, manifest["base"]["id"])
+    load_image(engine, bundle_dir / BASE_ARCHIVE, manifest["base"]["id"], manifest["base"]["ref"])
     context = bundle_dir / CONTEXT
     dockerfile = manifest["dockerfiles"][builder]
     labels = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash(_rendered(context, dockerfile)),
@@ -309,6 +316,12 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None,
         if proc.returncode != 0:
             output = proc.stdout + proc.stderr
             tail = "\n    ".join(output.strip().splitlines()[-10:])
+            if says_no_space(output):
+                free = free_bytes(dest)
+                raise BuildError(f"downloading the wheels of {image.name} failed: this host ran out of disk space in "
+                                 f"{dest}" + (f" ({size(free)} free there now)" if free is not None else ""),
+                                 hint=f"a framework's wheels take 2-4 GB: free space there, or give --out a larger "
+                                      f"disk\n    {tail}")
             refused = refused_index(output, indexes)
             hint = login_hint(refused) if refused else f"is {' and '.join(indexes)} reachable (and the CA bundle right)?"
             raise BuildError(f"downloading the wheels of {image.name} failed (pip exit {proc.returncode})",
@@ -384,19 +397,26 @@ def save_image(engine, ref: str, path: Path) -> None:
         with open(path, "wb") as fh:
             for chunk in engine.client.api.get_image(ref):
                 fh.write(chunk)
+    except OSError as exc:  # a write's error names no file: say which (a full disk is this host's)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     except docker.errors.APIError as exc:
-        raise EngineError(f"cannot save {ref}: {exc.explanation}") from None
+        raise engine_out_of_space(EngineError(f"cannot save {ref}: {exc.explanation}"), engine) from None
 
 
-def load_image(engine, path: Path, expected_id: str) -> None:
-    """``docker load`` ``path``; the loaded image must be ``expected_id``."""
+def load_image(engine, path: Path, expected_id: str, ref: str | None = None) -> None:
+    """``docker load`` ``path``; the loaded image must be ``expected_id``. Nothing to do when ``ref``
+    already names that image (a load writes the whole archive to the engine's disk first, even then)."""
     import docker.errors
 
+    if ref is not None and (here := engine.inspect(ref)) is not None and here.id == expected_id:
+        return
     try:
         with open(path, "rb") as fh:
             loaded = engine.client.images.load(fh)
     except docker.errors.APIError as exc:
-        raise EngineError(f"cannot load {path}: {exc.explanation}") from None
+        raise engine_out_of_space(EngineError(f"cannot load {path}: {exc.explanation}"), engine) from None
+    except docker.errors.ImageLoadError as exc:  # the engine's own error in the load's stream
+        raise engine_out_of_space(EngineError(f"cannot load {path}: {exc}"), engine) from None
     if expected_id not in {i.id for i in loaded}:
         raise BuildError(f"{path} holds {', '.join(i.id[:19] for i in loaded) or 'no image'}, "
                          f"not the base {expected_id[:19]} the manifest names")

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 # the variables a CA bundle comes from when the spec names none, in order: doctor names one that points
 # nowhere (the choice itself skips it quietly)
+from .engine.space import DISK_FAIL, DISK_WARN, free_bytes, reclaim_hint
 from .gate import host_gpus
 from .spec import CA_ENV
 
@@ -292,7 +293,6 @@ def _reason(exc: Exception) -> str:
     return str(inner)[:200]
 
 
-DISK_FAIL, DISK_WARN = 10 << 30, 30 << 30  # a CUDA framework image is 5-7 GB, and its build needs about as much again
 
 
 def disk_finding(engine) -> Finding:
@@ -304,16 +304,14 @@ def disk_finding(engine) -> Finding:
     gib = 1 << 30
     held = f"images {usage['images_bytes'] / gib:.1f} GiB, BuildKit cache {usage['build_cache_bytes'] / gib:.1f} GiB"
     root = usage.get("root")
-    if not root or not os.path.isdir(root):
+    free = free_bytes(root)
+    if free is None:
         return Finding("disk", "skip", f"{held}; free space not measured (the engine's {root or 'data root'} is not on "
                                        "this host)")
-    st = os.statvfs(root)
-    free = st.f_bavail * st.f_frsize
     value = f"{free / gib:.1f} GiB free on {root} ({held})"
     if free >= DISK_WARN:
         return Finding("disk", "ok", value)
-    hint = ("`envkit gc --dry-run` shows the old envkit builds and stage images it would remove; "
-            f"`docker builder prune` reclaims BuildKit's cache ({usage['build_cache_bytes'] / gib:.1f} GiB)")
+    hint = reclaim_hint(usage)
     return Finding("disk", "fail" if free < DISK_FAIL else "warn",
                    value + (": too little for a CUDA framework build (about 6 GB and as much again to build it)"
                             if free < DISK_FAIL else ": a few CUDA framework builds will fill it"), hint)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from ..engine.space import host_out_of_space
 from ..errors import EnvkitError, Interrupted
 
 SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
@@ -63,12 +64,22 @@ def run(ctx_obj: Ctx, fn):
     try:
         return fn()
     except EnvkitError as exc:
-        if ctx_obj.debug:
-            traceback.print_exc()
-        if ctx_obj.json:
-            click.echo(json.dumps(exc.to_json(), indent=2))
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        fail(ctx_obj, exc)
+    except OSError as exc:  # a full disk on this host is the user's to fix, not a crash
+        command = " ".join(["envkit", *click.get_current_context().command_path.split()[1:]])  # "envkit bundle make"
+        error = host_out_of_space(exc, command)
+        if error is None:
+            raise
+        fail(ctx_obj, error)
+
+
+def fail(ctx_obj: Ctx, exc: EnvkitError):
+    if ctx_obj.debug:
+        traceback.print_exc()
+    if ctx_obj.json:
+        click.echo(json.dumps(exc.to_json(), indent=2))
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(exc.exit_code)
 
 
 def emit(ctx_obj: Ctx, doc, human) -> None:

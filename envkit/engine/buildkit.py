@@ -21,6 +21,7 @@ from typing import Iterator
 from .. import procs, scratch
 from ..errors import BuildError
 from . import BuildEvent
+from .space import engine_out_of_space
 
 DOCKER_CLI = "/usr/bin/docker"  # Debian's 20.10 CLI: BuildKit built in (newer CLIs need the buildx plugin)
 MIN_API = (1, 39)  # the engine API that has BuildKit sessions (Docker 18.09)
@@ -170,8 +171,9 @@ class BuildKitBuilder:
             if code != 0:
                 reason = parser.errors[-1] if parser.errors else (next((t for t in reversed(tail) if t), "") or
                                                                    f"exit code {code}")
-                raise BuildError(f"building {tag} with BuildKit failed: {reason}",
-                                 hint="last output:\n    " + "\n    ".join(tail))
+                error = BuildError(f"building {tag} with BuildKit failed: {reason}",
+                                   hint="last output:\n    " + "\n    ".join(tail))
+                raise engine_out_of_space(error, self.engine) if self.engine is not None else error
             image_id = iidfile.read_text().strip() if iidfile.is_file() else tag
         yield BuildEvent("done", image_id)
 

@@ -15,6 +15,7 @@ import requests
 from ..errors import BuildError, EngineError
 from ..labels import CONTAINER_LABEL
 from . import BuildEvent, ImageInfo, RunOptions, RunResult
+from .space import engine_out_of_space
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 _RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")  # the container of the RUN step under way
@@ -46,6 +47,10 @@ class DockerEngine:
     def nvidia_runtime(self) -> bool:
         info = self.client.info()
         return "nvidia" in (info.get("Runtimes") or {})
+
+    def data_root(self) -> str | None:
+        """Where the engine keeps images and build layers (a path on the engine's host)."""
+        return self.client.info().get("DockerRootDir")
 
     def disk_usage(self) -> dict:
         """Where the engine keeps its data, and what its images and BuildKit's cache take (bytes)."""
@@ -107,8 +112,8 @@ class DockerEngine:
             for chunk in stream:
                 if "error" in chunk:
                     detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
-                    raise BuildError(f"building {tag} failed: {detail.strip()}",
-                                     hint="last output:\n    " + "\n    ".join(last[-15:]))
+                    raise engine_out_of_space(BuildError(f"building {tag} failed: {detail.strip()}",
+                                                         hint="last output:\n    " + "\n    ".join(last[-15:])), self)
                 text = chunk.get("stream") or chunk.get("status") or ""
                 if "aux" in chunk and "ID" in chunk["aux"]:
                     image_id = chunk["aux"]["ID"]
@@ -126,7 +131,7 @@ class DockerEngine:
                     running = started.group(1) if started else running
                     yield BuildEvent("log", line)
         except docker.errors.APIError as exc:
-            raise BuildError(f"building {tag} failed: {exc.explanation}") from None
+            raise engine_out_of_space(BuildError(f"building {tag} failed: {exc.explanation}"), self) from None
         except BuildError:
             raise
         except BaseException:  # an interruption, or the consumer closing the generator (GeneratorExit)
@@ -148,7 +153,7 @@ class DockerEngine:
             with open(tarball, "rb") as fh:
                 self.client.api.import_image_from_data(fh, repository=repo, tag=tag, changes=changes)
         except docker.errors.APIError as exc:
-            raise EngineError(f"cannot import {tarball} as {ref}: {exc.explanation}") from None
+            raise engine_out_of_space(EngineError(f"cannot import {tarball} as {ref}: {exc.explanation}"), self) from None
         info = self.inspect(ref)
         if info is None:
             raise EngineError(f"imported {ref} but the engine does not list it")

@@ -1,6 +1,7 @@
 """The CLI's contract for bad input: clear message, non-zero exit, nothing written."""
 
 import contextlib
+import errno
 import json
 from pathlib import Path
 
@@ -235,6 +236,42 @@ def test_bundle_make_replaces_an_old_bundle_only_when_the_new_one_is_whole(engin
     assert not (out / "context" / "wheelhouse" / "stray.whl").exists()  # replaced as a whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["torch25.bundle"]
 
+
+
+def test_a_full_disk_on_this_host_is_an_error_not_a_traceback(engine, example_resolved, offline_parts, tmp_path,
+                                                              monkeypatch):
+    def save_image(engine, ref, path):  # what bundle.save_image raises when a write fills the disk
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(bundle_mod, "save_image", save_image)
+    result = invoke("bundle", "make", "examples/team.yaml", "--out", tmp_path / "torch25.bundle", "--json")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    doc = json.loads(result.stdout)
+    assert doc["error"] == "EnvkitError" and "/base.tar (" in doc["message"]
+    assert doc["message"].endswith(" free there now)")
+    assert doc["message"].startswith(f"making the bundle {tmp_path / 'torch25.bundle'} failed: this host ran out "
+                                     "of disk space writing ")
+    assert doc["hint"].startswith(f"nothing was written to {tmp_path / 'torch25.bundle'}; free space on that disk")
+    assert list(tmp_path.iterdir()) == []  # the staging directory went with the failure
+
+
+def test_a_full_disk_anywhere_else_is_an_error_not_a_traceback(engine, example_resolved, monkeypatch):
+    def build_image(*args, **kwargs):  # e.g. the base's rootfs archive, written under TMPDIR
+        raise OSError(errno.ENOSPC, "No space left on device", "/tmp/envkit-rootfs-vm-1-x/rootfs.tar")
+
+    monkeypatch.setattr("envkit.pipeline.build_image", build_image)
+    result = invoke("build", "examples/team.yaml", "--no-verify")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert ("error: envkit build: this host ran out of disk space writing /tmp/envkit-rootfs-vm-1-x/rootfs.tar"
+            in result.stderr)
+    assert "point --out or TMPDIR" in result.stderr
+
+    def broken(*args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr("envkit.pipeline.build_image", broken)
+    with pytest.raises(OSError):  # any other OSError is a bug to see whole
+        CliRunner().invoke(main, ["build", "examples/team.yaml", "--no-verify"], catch_exceptions=False)
 
 def test_bundle_make_refuses_to_replace_what_is_not_a_bundle(engine, example_resolved, tmp_path):
     out = tmp_path / "results"

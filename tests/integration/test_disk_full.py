@@ -1,0 +1,169 @@
+"""A build host whose disk fills up: a second, real engine whose data root is a 400 MB filesystem.
+
+The engine is Debian's dockerd, started here on a loop-mounted ext4 file with a bridge of its own (a
+second daemon on the default bridge would take docker0 from the first: `--bridge=none` deletes it).
+It has no way out (no NAT), which suits offline bundles: a small bundle is built on it with its disk
+nearly full, and envkit must say the engine's disk is full, how much is free, what to reclaim, with
+the exit code of the step that failed and nothing tagged or left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from envkit.bundle import make_bundle
+from envkit.engine.buildkit import BuildKitBuilder
+from envkit.engine.docker_engine import connect
+from envkit.errors import EngineError
+from tests.integration.conftest import ROOT
+from tests.integration.test_buildkit import ca_bundle, small_lock
+
+pytestmark = [pytest.mark.integration, pytest.mark.network]
+
+SIZE = "400M"
+TOOLS = ("dockerd", "mkfs.ext4", "mount", "umount", "ip", "fallocate")
+
+
+def _sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+
+
+class SmallEngine:
+    """dockerd on a loop-mounted filesystem of SIZE, its own bridge, its own socket."""
+
+    def __init__(self, root: Path):
+        self.root, self.mnt = root, root / "mnt"
+        self.socket = root / "docker.sock"
+        self.bridge = f"ekdf{os.getpid() % 100000}"
+        self.proc: subprocess.Popen | None = None
+        self.engine = None
+
+    @property
+    def data(self) -> Path:
+        return self.mnt / "data"
+
+    @property
+    def env(self) -> dict:
+        return dict(os.environ, DOCKER_HOST=f"unix://{self.socket}")
+
+    def start(self) -> "SmallEngine":
+        disk = self.root / "disk.img"
+        self.mnt.mkdir()
+        _sh("truncate", "-s", SIZE, str(disk))
+        _sh("mkfs.ext4", "-q", "-m", "0", "-O", "^has_journal", str(disk))
+        _sh("mount", "-o", "loop", str(disk), str(self.mnt))
+        _sh("ip", "link", "add", self.bridge, "type", "bridge")
+        _sh("ip", "addr", "add", "172.31.231.1/24", "dev", self.bridge)
+        _sh("ip", "link", "set", self.bridge, "up")
+        log = open(self.root / "dockerd.log", "wb")
+        self.proc = subprocess.Popen(
+            ["dockerd", "--data-root", str(self.data), "--exec-root", str(self.root / "exec"),
+             "--pidfile", str(self.root / "docker.pid"), "-H", f"unix://{self.socket}", f"--bridge={self.bridge}",
+             "--iptables=false", "--ip-masq=false"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.engine = connect(f"unix://{self.socket}")
+                return self
+            except EngineError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise AssertionError("the small engine did not start:\n"
+                                         + (self.root / "dockerd.log").read_text()[-3000:]) from None
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        subprocess.run(["umount", str(self.mnt)], capture_output=True)
+        if os.path.ismount(self.mnt):
+            subprocess.run(["umount", "--lazy", str(self.mnt)], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+    def leave_free(self, nbytes: int) -> None:
+        """Fill the filesystem until ``nbytes`` are left (a file of zeros, allocated at once)."""
+        filler = self.mnt / "filler"
+        filler.unlink(missing_ok=True)
+        st = os.statvfs(self.mnt)
+        _sh("fallocate", "-l", str(st.f_bavail * st.f_frsize - nbytes), str(filler))
+
+
+@pytest.fixture(scope="module")
+def small_engine():
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in TOOLS):
+        pytest.skip(f"needs root and {', '.join(TOOLS)} (a second engine on a small loop-mounted disk)")
+    root = Path(tempfile.mkdtemp(prefix="ekdf-", dir="/tmp"))  # short: containerd's socket paths live under it
+    small = SmallEngine(root)
+    try:
+        small.start()
+        yield small
+    finally:
+        small.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def small_bundle(engine, tmp_path_factory):
+    """The bundle of a small lock (numpy's closure; its base archive is 123 MB), made on the main engine."""
+    lock, image = small_lock("diskfull")
+    out = tmp_path_factory.mktemp("diskfull") / "diskfull.bundle"
+    return make_bundle(engine, lock, image.name, out, ca_bundle=ca_bundle())
+
+
+def bundle_build(small: SmallEngine, bundle: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "envkit.cli", "bundle", "build", str(bundle), "--no-verify", *args],
+                          cwd=ROOT, env=small.env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_second_engine_leaves_the_first_ones_bridge_alone(engine, small_engine):
+    assert subprocess.run(["ip", "link", "show", "docker0"], capture_output=True).returncode == 0
+    assert small_engine.engine.data_root() == str(small_engine.data)
+
+
+def test_a_base_that_does_not_fit_is_an_error_that_says_whose_disk(small_engine, small_bundle):
+    small_engine.leave_free(60 << 20)  # less than the base archive
+    proc = bundle_build(small_engine, small_bundle, "--json")
+    assert proc.returncode == 6, proc.stderr  # EngineError
+    doc = json.loads(proc.stdout)
+    assert doc["message"].startswith(f"cannot load {small_bundle / 'base.tar'}: the engine ran out of disk space (")
+    assert f" free on {small_engine.data} now; its images hold " in doc["message"]
+    assert doc["hint"].startswith("`envkit gc --dry-run` lists") and "no space left on device" in doc["hint"]
+    assert "warning: only " in proc.stderr and "Traceback" not in proc.stderr
+    assert small_engine.engine.client.images.list() == []
+
+
+@pytest.mark.parametrize("builder", ["classic", "buildkit"])
+def test_a_build_that_fills_the_engines_disk_says_so_and_tags_nothing(small_engine, small_bundle, builder):
+    if builder == "buildkit" and not BuildKitBuilder(small_engine.engine).available():
+        pytest.skip("BuildKit is not available")
+    (small_engine.mnt / "filler").unlink(missing_ok=True)  # a load needs room for the archive and the layer
+    base = json.loads((small_bundle / "manifest.json").read_text())["base"]
+    with open(small_bundle / "base.tar", "rb") as fh:
+        small_engine.engine.client.images.load(fh)  # loaded here, so the build skips the load
+    small_engine.leave_free(40 << 20)  # the Debian packages (about 25 MB) and their install do not fit
+    proc = bundle_build(small_engine, small_bundle, "--builder", builder)
+    assert proc.returncode == 7, proc.stderr  # BuildError
+    error = next(line for line in proc.stderr.splitlines() if line.startswith("error: "))
+    with_what = " with BuildKit" if builder == "buildkit" else ""
+    assert error.startswith("error: building vision/diskfull:") and error.endswith(")")
+    assert f"{with_what} failed: the engine ran out of disk space (" in error
+    assert f" free on {small_engine.data} now;" in error
+    # (the load was skipped: the base is here already, and loading its archive needs 123 MB of the 40)
+    assert "`docker builder prune` reclaims BuildKit's cache" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    tags = [t for i in small_engine.engine.client.images.list() for t in i.tags]
+    assert tags == [base["ref"]]  # nothing tagged but the base
+    assert small_engine.engine.client.containers.list(all=True) == []
