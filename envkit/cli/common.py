@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from ..engine.space import host_out_of_space
-from ..errors import EnvkitError, Interrupted
+from ..errors import EngineError, EnvkitError, Interrupted
 
 SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
 BUILDERS = ("classic", "buildkit")  # envkit.render.BUILDERS (not imported here: the CLI starts without jinja2)
@@ -65,12 +65,32 @@ def run(ctx_obj: Ctx, fn):
         return fn()
     except EnvkitError as exc:
         fail(ctx_obj, exc)
-    except OSError as exc:  # a full disk on this host is the user's to fix, not a crash
-        command = " ".join(["envkit", *click.get_current_context().command_path.split()[1:]])  # "envkit bundle make"
-        error = host_out_of_space(exc, command)
+    except Exception as exc:  # noqa: BLE001 - two kinds are the user's to fix, not crashes; the rest re-raise
+        error = _engine_gone(exc) or (host_out_of_space(exc, _command()) if isinstance(exc, OSError) else None)
         if error is None:
             raise
         fail(ctx_obj, error)
+
+
+def _command() -> str:
+    return " ".join(["envkit", *click.get_current_context().command_path.split()[1:]])  # "envkit bundle make"
+
+
+def _engine_gone(exc: Exception) -> EngineError | None:
+    """An error for the engine stopping while envkit talked to it (requests' or urllib3's errors, from a
+    docker-py call no step of envkit expected to fail), or for docker-py's own errors; None for others."""
+    if type(exc).__module__.split(".")[0] not in ("docker", "requests", "urllib3"):
+        return None  # (docker-py is imported only when a command talks to the engine)
+    from ..engine.docker_engine import ENGINE_GONE, GONE_HINT, reason_of
+
+    if isinstance(exc, ENGINE_GONE):
+        return EngineError(f"{_command()}: the engine stopped answering ({reason_of(exc)})", hint=GONE_HINT)
+    import docker.errors
+
+    if isinstance(exc, docker.errors.DockerException):
+        return EngineError(f"{_command()}: the engine refused: {reason_of(exc)}",
+                           hint="`docker info` and the engine's log say more; run with --debug for where")
+    return None
 
 
 def fail(ctx_obj: Ctx, exc: EnvkitError):

@@ -11,6 +11,7 @@ import docker
 import docker.errors
 import docker.types
 import requests
+import urllib3.exceptions
 
 from ..errors import BuildError, EngineError
 from ..labels import CONTAINER_LABEL
@@ -19,6 +20,17 @@ from .space import engine_out_of_space
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 _RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")  # the container of the RUN step under way
+
+
+# What a request or a stream raises when the engine goes away (stopped, restarted, killed) while envkit
+# talks to it: requests wraps most; a build's event stream, read raw, raises urllib3's own.
+ENGINE_GONE = (requests.RequestException, urllib3.exceptions.HTTPError)
+GONE_HINT = ("is the engine still running (`docker info`; `make engine` starts it)? Its log says why it stopped; "
+             "then run the command again (a rebuild reuses the steps that finished)")
+
+
+def reason_of(exc: BaseException) -> str:
+    return str(exc.args[0] if exc.args else exc)[:200]
 
 
 def connect(base_url: str | None = None) -> "DockerEngine":
@@ -134,6 +146,9 @@ class DockerEngine:
             raise engine_out_of_space(BuildError(f"building {tag} failed: {exc.explanation}"), self) from None
         except BuildError:
             raise
+        except ENGINE_GONE as exc:  # the stream broke: the engine stopped or restarted mid-build
+            raise BuildError(f"building {tag} failed: the engine stopped answering ({reason_of(exc)})",
+                             hint=f"{GONE_HINT}\n  last output:\n    " + "\n    ".join(last[-15:])) from None
         except BaseException:  # an interruption, or the consumer closing the generator (GeneratorExit)
             if running:
                 self._stop_step(running)
@@ -143,8 +158,8 @@ class DockerEngine:
     def _stop_step(self, container: str) -> None:
         try:
             self.client.api.kill(container)
-        except docker.errors.APIError:
-            pass  # the step ended meanwhile
+        except (docker.errors.APIError, *ENGINE_GONE):
+            pass  # the step ended meanwhile, or the engine is gone (and the step with it)
 
     def import_rootfs(self, tarball: Path, ref: str, labels: dict[str, str]) -> ImageInfo:
         repo, _, tag = ref.rpartition(":")

@@ -273,6 +273,33 @@ def test_a_full_disk_anywhere_else_is_an_error_not_a_traceback(engine, example_r
     with pytest.raises(OSError):  # any other OSError is a bug to see whole
         CliRunner().invoke(main, ["build", "examples/team.yaml", "--no-verify"], catch_exceptions=False)
 
+
+@pytest.mark.parametrize("raised, said", [
+    ("requests", "envkit build: the engine stopped answering (('Connection aborted.', ConnectionRefusedError(111, "
+                 "'Connection refused')))"),
+    ("urllib3", "envkit build: the engine stopped answering (Connection broken: IncompleteRead(0 bytes read))"),
+    ("docker", "envkit build: the engine refused: Error processing tar file(exit status 1): unexpected EOF")])
+def test_an_engine_that_goes_away_is_an_error_not_a_traceback(engine, example_resolved, monkeypatch, raised, said):
+    import docker.errors
+    import requests
+    import urllib3.exceptions
+
+    errors = {"requests": requests.exceptions.ConnectionError(("Connection aborted.", ConnectionRefusedError(
+                  111, "Connection refused"))),
+              "urllib3": urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead(0 bytes read)"),
+              "docker": docker.errors.ImageLoadError("Error processing tar file(exit status 1): unexpected EOF")}
+
+    def build_image(*args, **kwargs):  # what a docker-py call raises when the engine stops mid-command
+        raise errors[raised]
+
+    monkeypatch.setattr("envkit.pipeline.build_image", build_image)
+    result = invoke("build", "examples/team.yaml", "--no-verify", "--json")
+    assert result.exit_code == 6 and "Traceback" not in result.output  # EngineError
+    doc = json.loads(result.stdout)
+    assert (doc["error"], doc["message"]) == ("EngineError", said)
+    if raised != "docker":
+        assert doc["hint"].startswith("is the engine still running (`docker info`; `make engine` starts it)?")
+
 def test_bundle_make_refuses_to_replace_what_is_not_a_bundle(engine, example_resolved, tmp_path):
     out = tmp_path / "results"
     out.mkdir()

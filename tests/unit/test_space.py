@@ -1,7 +1,7 @@
 """A full disk, said plainly (envkit/engine/space.py): which texts mean one, and the errors made of them.
 
 The texts are what a real engine and its builds printed when their disk filled up (a 400 MB data root
-here, tests/integration/test_disk_full.py); the engine is faked for its disk usage only.
+here, tests/integration/test_build_host_failures.py); the engine is faked for its disk usage only.
 """
 
 from __future__ import annotations

@@ -1,14 +1,17 @@
-"""A build host whose disk fills up: a second, real engine whose data root is a 400 MB filesystem.
+"""A build host that fails under a build: its disk fills up, its engine dies. A second, real engine
+whose data root is a 400 MB filesystem.
 
 The engine is Debian's dockerd, started here on a loop-mounted ext4 file with a bridge of its own (a
 second daemon on the default bridge would take docker0 from the first: `--bridge=none` deletes it).
 It has no way out (no NAT), which suits offline bundles: a small bundle is built on it with its disk
 nearly full, and envkit must say the engine's disk is full, how much is free, what to reclaim, with
-the exit code of the step that failed and nothing tagged or left running.
+the exit code of the step that failed and nothing tagged or left running. Then its dockerd is killed
+in the middle of a RUN step: envkit must say the engine stopped answering, not print a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -40,10 +43,13 @@ def _sh(*cmd: str) -> None:
 class SmallEngine:
     """dockerd on a loop-mounted filesystem of SIZE, its own bridge, its own socket."""
 
+    made = 0
+
     def __init__(self, root: Path):
         self.root, self.mnt = root, root / "mnt"
         self.socket = root / "docker.sock"
-        self.bridge = f"ekdf{os.getpid() % 100000}"
+        SmallEngine.made += 1  # several at once (a module's and a test's own): a bridge and a subnet each
+        self.bridge, self.subnet = f"ekdf{os.getpid() % 100000}-{self.made}", f"172.31.{230 + self.made % 20}.1/24"
         self.proc: subprocess.Popen | None = None
         self.engine = None
 
@@ -62,9 +68,12 @@ class SmallEngine:
         _sh("mkfs.ext4", "-q", "-m", "0", "-O", "^has_journal", str(disk))
         _sh("mount", "-o", "loop", str(disk), str(self.mnt))
         _sh("ip", "link", "add", self.bridge, "type", "bridge")
-        _sh("ip", "addr", "add", "172.31.231.1/24", "dev", self.bridge)
+        _sh("ip", "addr", "add", self.subnet, "dev", self.bridge)
         _sh("ip", "link", "set", self.bridge, "up")
-        log = open(self.root / "dockerd.log", "wb")
+        return self.start_daemon()
+
+    def start_daemon(self) -> "SmallEngine":
+        log = open(self.root / "dockerd.log", "ab")
         self.proc = subprocess.Popen(
             ["dockerd", "--data-root", str(self.data), "--exec-root", str(self.root / "exec"),
              "--pidfile", str(self.root / "docker.pid"), "-H", f"unix://{self.socket}", f"--bridge={self.bridge}",
@@ -88,9 +97,18 @@ class SmallEngine:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        subprocess.run(["umount", str(self.mnt)], capture_output=True)
-        if os.path.ismount(self.mnt):
-            subprocess.run(["umount", "--lazy", str(self.mnt)], capture_output=True)
+        # A killed dockerd takes its containerd along but leaves each running container's shim: kill the
+        # container (its init, and with it its pid namespace), then the shim.
+        shims = subprocess.run(["pgrep", "-f", f"containerd-shim.* -address {self.root}/"], capture_output=True,
+                               text=True).stdout.split()
+        for pid in shims:
+            subprocess.run(["pkill", "-KILL", "-P", pid], capture_output=True)
+            subprocess.run(["kill", "-KILL", pid], capture_output=True)
+        # then whatever is still mounted below (network namespaces, container layers), deepest first
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+                  if line.split()[1].startswith(f"{self.root}/")]
+        for mount in sorted(mounts, key=len, reverse=True):
+            subprocess.run(["umount", "--lazy", mount], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
     def leave_free(self, nbytes: int) -> None:
@@ -101,18 +119,23 @@ class SmallEngine:
         _sh("fallocate", "-l", str(st.f_bavail * st.f_frsize - nbytes), str(filler))
 
 
-@pytest.fixture(scope="module")
-def small_engine():
+@contextlib.contextmanager
+def started_small_engine():
     if os.geteuid() != 0 or not all(shutil.which(t) for t in TOOLS):
         pytest.skip(f"needs root and {', '.join(TOOLS)} (a second engine on a small loop-mounted disk)")
     root = Path(tempfile.mkdtemp(prefix="ekdf-", dir="/tmp"))  # short: containerd's socket paths live under it
     small = SmallEngine(root)
     try:
-        small.start()
-        yield small
+        yield small.start()
     finally:
         small.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def small_engine():
+    with started_small_engine() as small:
+        yield small
 
 
 @pytest.fixture(scope="module")
@@ -167,3 +190,32 @@ def test_a_build_that_fills_the_engines_disk_says_so_and_tags_nothing(small_engi
     tags = [t for i in small_engine.engine.client.images.list() for t in i.tags]
     assert tags == [base["ref"]]  # nothing tagged but the base
     assert small_engine.engine.client.containers.list(all=True) == []
+
+
+@pytest.fixture
+def doomed_engine():
+    """A small engine of its own: the test kills its daemon."""
+    with started_small_engine() as small:
+        yield small
+
+
+def test_an_engine_killed_in_the_middle_of_a_build_is_said_to_have_stopped(doomed_engine, small_bundle):
+    with open(small_bundle / "base.tar", "rb") as fh:
+        doomed_engine.engine.client.images.load(fh)
+    build = subprocess.Popen([sys.executable, "-m", "envkit.cli", "bundle", "build", str(small_bundle), "--no-verify",
+                              "--no-cache"], cwd=ROOT, env=doomed_engine.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in build.stderr:  # the RUN step that installs the Debian packages: a container is running
+        lines.append(line)
+        if line.startswith("envkit: step 6/"):
+            break
+    time.sleep(1)
+    doomed_engine.proc.kill()  # SIGKILL: no clean-up, the build's event stream breaks
+    doomed_engine.proc.wait()
+    rest = build.stderr.read()
+    assert build.wait(60) == 7, "".join(lines) + rest  # BuildError
+    error = next(line for line in rest.splitlines() if line.startswith("error: "))
+    assert error.startswith("error: building vision/diskfull:") and " failed: the engine stopped answering (" in error
+    assert "hint: is the engine still running (`docker info`; `make engine` starts it)?" in rest
+    assert "Traceback" not in rest
