@@ -160,6 +160,7 @@ class Protection:
     current_certified: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # :certified refs the store says point at it
     containers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # containers using it ("name (state)")
     children: Mapping[str, int] = field(default_factory=dict)  # images built on it
+    caller: Mapping[str, str] = field(default_factory=dict)  # what the caller still needs, and why (nightly's current builds)
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,8 @@ def decide(candidates: Iterable[Candidate], protection: Protection, keep: int) -
             why += [f"used by container {name}" for name in protection.containers.get(c.id, ())]
             if protection.children.get(c.id):
                 why.append(f"{protection.children[c.id]} other image(s) are built on it")
+            if c.id in protection.caller:
+                why.append(protection.caller[c.id])
             if why:
                 out.append(Decision(c, True, tuple(why)))
             else:
@@ -438,11 +441,13 @@ def _removal_json(r: Removal) -> dict:
 
 def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None = None, keep: int = DEFAULT_KEEP,
                     dry_run: bool = False, progress: Callable[[str], None] = lambda _: None,
-                    now: datetime | None = None, scratch_root: Path | None = None) -> GcResult:
+                    now: datetime | None = None, scratch_root: Path | None = None,
+                    needed: Mapping[str, str] | None = None) -> GcResult:
     """Decide, and unless ``dry_run`` remove, the envkit images of ``team`` (None: every envkit team here):
     the stopped containers envkit left first, then builds, then the stage images no staying build has
     (``now``: the clock stage and container ages are read by). Before all that, the scratch directories
-    killed envkits left in ``scratch_root`` (default: the temporary directory)."""
+    killed envkits left in ``scratch_root`` (default: the temporary directory). ``needed``: image ids the
+    caller keeps whatever their age, with the reason (``envkit nightly --gc``: the lock's current builds)."""
     check_keep(keep)
     if team is not None and not team.strip():
         raise EnvkitError("--team is empty", hint="name a team (its io.envkit.team label), or leave --team out")
@@ -474,7 +479,7 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
             where = store.where
     # the containers this run removes keep no image (a dry run plans as if they were gone)
     protection = Protection(certified=certified, current_certified=current, containers=host.containers(skip=going),
-                            children=host.children([i.id for i in (*candidates, *stages)]))
+                            children=host.children([i.id for i in (*candidates, *stages)]), caller=dict(needed or {}))
     decisions = decide(candidates, protection, keep)
     stage_decisions = decide_stages(stages, [d.image for d in decisions if d.keep], protection, now)
     result = GcResult(team, keep, dry_run, where, decisions, stage_decisions, notes=notes, containers=containers,

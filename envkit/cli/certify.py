@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from .common import (SPEC, STORE_HELP, _ctx, _short, builder_option, emit, json_option, refresh_framework_option,
                      run, table)
@@ -59,10 +60,14 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
               help="First read new PyTorch, JAX and TensorFlow releases from the index: applied to "
                    "$ENVKIT_CATALOG (a team copy), else proposed as a diff beside the reports.")
 @refresh_framework_option("--refresh-framework")
+@click.option("--gc", "gc", is_flag=True,
+              help="Then reclaim this runner's disk as `envkit gc --team TEAM --keep N` does, never removing the "
+                   "builds of the lock just run.")
+@click.option("--keep", type=int, default=2, show_default=True, help="With --gc: builds to keep per image, newest first.")
 @json_option
 @click.pass_context
 def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, reports_dir, out_root, builder,
-                refresh_catalog, frameworks, json_out):
+                refresh_catalog, frameworks, gc, keep, json_out):
     """Re-resolve, rebuild what changed, certify, promote and remember.
 
     Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure,
@@ -75,7 +80,13 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
 
     if frameworks and not refresh_catalog:
         raise click.UsageError("--refresh-framework chooses what --refresh-catalog reads; give --refresh-catalog too")
+    if click_ctx.get_parameter_source("keep") is not ParameterSource.DEFAULT and not gc:
+        raise click.UsageError("--keep says what --gc keeps; give --gc too")
     c = _ctx(click_ctx, json_out)
+    if gc:
+        from ..gc import check_keep
+
+        run(c, lambda: check_keep(keep))  # before the nightly, not after it
     engine = run(c, connect)
     store = run(c, lambda: Store.open(store_url))
     with store:
@@ -83,6 +94,10 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
                                             registry=registry, locked=locked, gpus=gpus, threshold=threshold,
                                             builder=builder, refresh_catalog=refresh_catalog,
                                             refresh_frameworks=frameworks, progress=c.progress))
+    doc = result.to_json()
+    swept = _nightly_gc(c, engine, spec, result, store_url, keep) if gc else None
+    if swept is not None:
+        doc["gc"] = swept
 
     def human():
         rows = [[r.name, r.tag, r.build, r.status, ", ".join(r.pushed) or "-", "; ".join(r.changes)[:50] or "-"]
@@ -99,5 +114,32 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
             click.echo(f"catalog refresh: {done}; diff in {result.catalog['diff']}", err=True)
         click.echo(f"nightly run {result.run_id}: {EXIT_NAMES[result.exit_code]} in {result.seconds:.1f}s")
 
-    emit(c, result.to_json(), human)
+    emit(c, doc, human)
     sys.exit(result.exit_code)
+
+
+def _nightly_gc(c, engine, spec, result, store_url, keep) -> dict:
+    """`envkit gc --team TEAM --keep N` after a nightly, keeping the builds of the lock it ran. Its failure is
+    reported (stderr, and the JSON's ``gc.error``), not the nightly's exit code: the images are already judged."""
+    from ..engine.docker_gc import DockerImageHost
+    from ..errors import EnvkitError
+    from ..gc import collect_garbage
+    from ..pipeline import load
+
+    try:
+        team = load(spec)[0].team
+        needed = {}
+        for r in result.images:
+            info = engine.inspect(r.tag) if r.build != "failed" else None
+            if info is not None:
+                needed[info.id] = f"the build of the lock this nightly ran ({r.tag})"
+        swept = collect_garbage(DockerImageHost(engine.client), store_url, team=team, keep=keep, needed=needed,
+                                progress=c.progress)
+    except EnvkitError as exc:
+        c.progress(f"gc after the nightly failed: {exc}")
+        return {"error": exc.to_json()}
+    reclaimed, exact = swept.reclaimed()
+    removed = len(swept.to_remove) - len(swept.failed)
+    c.progress(f"gc: removed {removed} image(s) of team {team}, {reclaimed / 1e9:.2f} GB"
+               + ("" if exact else " at most") + (f"; {len(swept.failed)} could not be removed" if swept.failed else ""))
+    return swept.to_json()

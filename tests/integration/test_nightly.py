@@ -8,6 +8,7 @@ with the example image and builds in a fraction of a cold build.
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -130,6 +131,47 @@ def test_nightly_builds_verifies_and_then_has_nothing_to_do(workspace, engine):
         snap = store.snapshot()
     assert len(snap["builds"]) == 1 and len(snap["certificates"]) == 1 and snap["pushes"] == []
 
+
+
+def test_nightly_gc_reclaims_older_builds_of_the_team_and_never_the_lock_it_ran(workspace, engine, tmp_path):
+    """`--gc --keep 1`: two older builds of team nightly's image (small stand-ins with envkit's build labels,
+    made after the real one, so newer by creation time) are judged as `envkit gc` judges them, except that
+    the build of the lock the nightly just ran is kept whatever its age."""
+    from envkit.labels import IMAGE_LABEL, LOCK_LABEL
+
+    root, tag = workspace
+    nightly(root, "gc.sqlite")  # the lock's build exists (built here if no earlier test left it), before the others
+    client = engine.client
+    base = next(t for i in client.images.list(name="envkit-base/debian") for t in i.tags)
+    stand_ins = []
+    for n in (1, 2):
+        ctx = tmp_path / f"old-{n}"
+        ctx.mkdir()
+        (ctx / "Dockerfile").write_text(f"FROM {base}\nRUN echo nightly-gc-{n}-{time.time_ns()} > /id\n")
+        labels = {TEAM_LABEL: "nightly", IMAGE_LABEL: "torch25", LOCK_LABEL: f"sha256:{n:064x}",
+                  CONTEXT_LABEL: f"sha256:{n + 1000:064x}"}
+        for _ in engine.build(ctx, f"nightly/torch25:gc-stand-in-{n}", labels):
+            pass
+        stand_ins.append(engine.inspect(f"nightly/torch25:gc-stand-in-{n}").id)
+        time.sleep(1.1)  # creation times a second apart: the second is the newest build
+    try:
+        proc = nightly(root, "gc.sqlite", "--gc", "--keep", "1")
+        assert proc.returncode in (0, 10), proc.stderr[-3000:]
+        doc = json.loads(proc.stdout)
+        current = engine.inspect(tag)
+        assert current is not None  # the lock's build: kept although two builds are newer
+        kept = {d["id"]: d["reasons"] for d in doc["gc"]["images"] if d["keep"]}
+        assert f"the build of the lock this nightly ran ({tag})" in kept[current.id]
+        assert kept[stand_ins[1]][0].startswith("one of the 1 newest builds of ")
+        assert stand_ins[0] in doc["gc"]["removed"] and engine.inspect(stand_ins[0]) is None
+        # (with any untagged build of team nightly an earlier run left: gc's rules, on this engine)
+        assert re.search(r"gc: removed [1-9]\d* image\(s\) of team nightly, [\d.]+ GB", proc.stderr), proc.stderr
+    finally:
+        for ref in stand_ins:
+            try:
+                client.images.remove(ref, force=True)
+            except docker.errors.ImageNotFound:
+                pass
 
 def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine, registry):  # noqa: F811
     """nightly's publish step against the real registry, on the small base image (a CUDA

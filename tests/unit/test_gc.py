@@ -64,6 +64,13 @@ def test_keeps_the_n_newest_per_team_and_image_by_creation_time():
     assert decide(images, Protection(), keep=10) and not removed(decide(images, Protection(), keep=10))
 
 
+
+def test_what_the_caller_needs_stays_whatever_its_age():  # envkit nightly --gc: the lock it ran
+    images = [img(n) for n in (1, 2, 3)]
+    d = decide(images, Protection(caller={"sha256:vision-torch-01": "the build of the lock this nightly ran"}), keep=1)
+    assert removed(d) == ["vision-torch-02"]
+    assert kept(d)["vision-torch-01"] == ("the build of the lock this nightly ran",)
+
 def test_untagged_builds_count_by_age_like_any_other():
     images = [img(1), img(2, tags=[]), img(3)]
     d = decide(images, Protection(), keep=2)
