@@ -155,6 +155,13 @@ class DockerEngine:
             raise
         yield BuildEvent("done", image_id or tag)
 
+    @staticmethod
+    def _remove(container) -> None:
+        try:
+            container.remove(force=True)
+        except (docker.errors.APIError, *ENGINE_GONE):
+            pass  # gone already, or the engine is (`envkit gc` removes what its label marks)
+
     def _stop_step(self, container: str) -> None:
         try:
             self.client.api.kill(container)
@@ -187,9 +194,13 @@ class DockerEngine:
             kwargs["user"] = options.user
         if options.gpus:
             kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        try:
-            container = self.client.containers.run(**kwargs)
+        container = None
+        try:  # create, then start: a container that cannot start (no GPU runtime, no network) is removed
+            container = self.client.containers.create(**kwargs)
+            container.start()
         except docker.errors.APIError as exc:
+            if container is not None:
+                self._remove(container)
             hint = "for GPUs the NVIDIA Container Toolkit must be installed" if options.gpus else None
             raise EngineError(f"cannot start {ref}: {exc.explanation}", hint=hint) from None
         timed_out = False

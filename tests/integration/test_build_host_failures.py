@@ -24,9 +24,11 @@ from pathlib import Path
 import pytest
 
 from envkit.bundle import make_bundle
+from envkit.engine import RunOptions
 from envkit.engine.buildkit import BuildKitBuilder
 from envkit.engine.docker_engine import connect
 from envkit.errors import EngineError
+from envkit.labels import CONTAINER_LABEL
 from tests.integration.conftest import ROOT
 from tests.integration.test_buildkit import ca_bundle, small_lock
 
@@ -219,3 +221,17 @@ def test_an_engine_killed_in_the_middle_of_a_build_is_said_to_have_stopped(doome
     assert error.startswith("error: building vision/diskfull:") and " failed: the engine stopped answering (" in error
     assert "hint: is the engine still running (`docker info`; `make engine` starts it)?" in rest
     assert "Traceback" not in rest
+
+
+def test_a_container_that_cannot_start_is_not_left_behind(engine, small_bundle):
+    """Asked for GPUs on an engine without the NVIDIA runtime, the start fails: envkit says why and removes
+    the container it created (docker-py's `containers.run` left one per attempt, in state Created)."""
+    if engine.nvidia_runtime():
+        pytest.skip("this engine has the NVIDIA runtime: a GPU container starts here")
+    base = json.loads((small_bundle / "manifest.json").read_text())["base"]["ref"]
+    mine = {"label": f"{CONTAINER_LABEL}=no-start-probe"}
+    with pytest.raises(EngineError) as caught:
+        engine.run(base, ["true"], RunOptions(gpus=True, timeout=30, role="no-start-probe"))
+    assert caught.value.message.startswith(f"cannot start {base}: could not select device driver")
+    assert caught.value.hint == "for GPUs the NVIDIA Container Toolkit must be installed"
+    assert engine.client.containers.list(all=True, filters=mine) == []
