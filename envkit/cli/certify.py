@@ -125,6 +125,7 @@ def _nightly_gc(c, engine, spec, result, store_url, keep) -> dict:
     from ..errors import EnvkitError
     from ..gc import collect_garbage
     from ..pipeline import load
+    from .gc import _bytes
 
     try:
         team = load(spec)[0].team
@@ -140,6 +141,6 @@ def _nightly_gc(c, engine, spec, result, store_url, keep) -> dict:
         return {"error": exc.to_json()}
     reclaimed, exact = swept.reclaimed()
     removed = len(swept.to_remove) - len(swept.failed)
-    c.progress(f"gc: removed {removed} image(s) of team {team}, {reclaimed / 1e9:.2f} GB"
+    c.progress(f"gc: removed {removed} image(s) of team {team}, {_bytes(reclaimed)}"
                + ("" if exact else " at most") + (f"; {len(swept.failed)} could not be removed" if swept.failed else ""))
     return swept.to_json()
