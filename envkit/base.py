@@ -14,7 +14,7 @@ from typing import Callable
 
 from . import procs, scratch
 from .engine import ImageInfo
-from .engine.space import free_bytes, says_no_space, size
+from .engine.space import host_full, says_no_space
 from .errors import EngineError
 from .lock import BaseImage
 
@@ -57,11 +57,9 @@ def _bootstrap_in(tmp: Path, engine, base: BaseImage, recipe: dict, debootstrap:
     if proc.returncode != 0:
         tail = "\n    ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
         if says_no_space(tail):
-            free = free_bytes(tmp)
-            raise EngineError(f"debootstrap of {recipe['suite']} failed: this host ran out of disk space in {tmp}"
-                              + (f" ({size(free)} free there now)" if free is not None else ""),
-                              hint="the rootfs and its archive need about 350 MB there: free space, or point TMPDIR "
-                                   f"at a larger disk\n    {tail}")
+            raise host_full(f"debootstrap of {recipe['suite']} failed", tmp, kind=EngineError,
+                            hint="the rootfs and its archive need about 350 MB there: free space, or point TMPDIR "
+                                 f"at a larger disk\n    {tail}")
         raise EngineError(f"debootstrap of {recipe['suite']} failed (exit {proc.returncode})",
                           hint=f"is the mirror reachable and are you root?\n    {tail}")
     # Drop apt lists and caches: the images' own apt-get update refreshes them.

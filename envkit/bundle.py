@@ -39,7 +39,7 @@ from .base import ensure_base
 from .build import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, require_builder, run_build
 from .certify.harness import run_payload
 from .engine import Mount, RunOptions
-from .engine.space import engine_out_of_space, free_bytes, host_out_of_space, low_space, says_no_space, size
+from .engine.space import engine_out_of_space, host_full, host_out_of_space, low_space, says_no_space
 from .errors import BuildError, EngineError, EnvkitError
 from .index import trusted_hosts
 from .index_login import login_hint, refused_index
@@ -317,11 +317,9 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None,
             output = proc.stdout + proc.stderr
             tail = "\n    ".join(output.strip().splitlines()[-10:])
             if says_no_space(output):
-                free = free_bytes(dest)
-                raise BuildError(f"downloading the wheels of {image.name} failed: this host ran out of disk space in "
-                                 f"{dest}" + (f" ({size(free)} free there now)" if free is not None else ""),
-                                 hint=f"a framework's wheels take 2-4 GB: free space there, or give --out a larger "
-                                      f"disk\n    {tail}")
+                raise host_full(f"downloading the wheels of {image.name} failed", dest, kind=BuildError,
+                                hint="a CUDA framework's wheels take GBs (TensorFlow 2.20's: 3.66 GB): free space "
+                                     f"there, or give --out a larger disk\n    {tail}")
             refused = refused_index(output, indexes)
             hint = login_hint(refused) if refused else f"is {' and '.join(indexes)} reachable (and the CA bundle right)?"
             raise BuildError(f"downloading the wheels of {image.name} failed (pip exit {proc.returncode})",
@@ -403,12 +401,12 @@ def save_image(engine, ref: str, path: Path) -> None:
         raise engine_out_of_space(EngineError(f"cannot save {ref}: {exc.explanation}"), engine) from None
 
 
-def load_image(engine, path: Path, expected_id: str, ref: str | None = None) -> None:
+def load_image(engine, path: Path, expected_id: str, ref: str) -> None:
     """``docker load`` ``path``; the loaded image must be ``expected_id``. Nothing to do when ``ref``
     already names that image (a load writes the whole archive to the engine's disk first, even then)."""
     import docker.errors
 
-    if ref is not None and (here := engine.inspect(ref)) is not None and here.id == expected_id:
+    if (here := engine.inspect(ref)) is not None and here.id == expected_id:
         return
     try:
         with open(path, "rb") as fh:

@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-# the variables a CA bundle comes from when the spec names none, in order: doctor names one that points
-# nowhere (the choice itself skips it quietly)
 from .engine.space import DISK_FAIL, DISK_WARN, free_bytes, reclaim_hint
 from .gate import host_gpus
+# the variables a CA bundle comes from when the spec names none, in order: doctor names one that points
+# nowhere (the choice itself skips it quietly)
 from .spec import CA_ENV
 
 PROBE_PROJECT = "six"  # a small page (~20 kB) that every PyPI mirror holds
@@ -291,8 +291,6 @@ def _reason(exc: Exception) -> str:
     inner = exc.args[0] if exc.args else exc
     inner = getattr(inner, "reason", None) or inner
     return str(inner)[:200]
-
-
 
 
 def disk_finding(engine) -> Finding:

@@ -199,8 +199,10 @@ def bundle_build_cmd(click_ctx, bundle_dir, no_verify, no_cache, builder, json_o
     c = _ctx(click_ctx, json_out)
 
     def progress(text: str) -> None:
-        if text.startswith("step ") or text.startswith("warning: "):
-            c.progress(text if text.startswith("warning: ") else text[:120])
+        if text.startswith("warning: "):
+            c.progress(text)
+        elif text.startswith("step "):
+            c.progress(text[:120])
         elif c.verbose:
             click.echo(f"  {text}", err=True)
 

@@ -140,7 +140,6 @@ def _nightly_gc(c, engine, spec, result, store_url, keep) -> dict:
         c.progress(f"gc after the nightly failed: {exc}")
         return {"error": exc.to_json()}
     reclaimed, exact = swept.reclaimed()
-    removed = len(swept.to_remove) - len(swept.failed)
-    c.progress(f"gc: removed {removed} image(s) of team {team}, {_bytes(reclaimed)}"
+    c.progress(f"gc: removed {len(swept.removed)} image(s) of team {team}, {_bytes(reclaimed)}"
                + ("" if exact else " at most") + (f"; {len(swept.failed)} could not be removed" if swept.failed else ""))
     return swept.to_json()

@@ -80,6 +80,16 @@ def engine_out_of_space(exc: EnvkitError, engine) -> EnvkitError:
     return error
 
 
+def host_full(what: str, where: str | os.PathLike | None, hint: str, *, writing: str | None = None,
+              kind: type[EnvkitError] = EnvkitError) -> EnvkitError:
+    """The error for a disk of this host that filled up: ``what`` failed, in ``where`` (or ``writing`` a file),
+    with the free space there now; ``kind``: the error class of the step that failed."""
+    free = free_bytes(where)
+    place = f" writing {writing}" if writing else (f" in {where}" if where else "")
+    return kind(f"{what}: this host ran out of disk space{place}" + (f" ({size(free)} free there now)" if free is not None
+                                                                     else ""), hint=hint)
+
+
 def host_out_of_space(exc: OSError, what: str, *, measure: str | os.PathLike | None = None,
                       hint: str = "") -> EnvkitError | None:
     """An error for an OSError that is a full disk on this host (None when it is another error); the free
@@ -87,12 +97,11 @@ def host_out_of_space(exc: OSError, what: str, *, measure: str | os.PathLike | N
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None
     path = exc.filename
-    free = free_bytes(measure or (os.path.dirname(path) if path else None))
-    where = f" ({size(free)} free there now)" if free is not None else ""
-    return EnvkitError(f"{what}: this host ran out of disk space{f' writing {path}' if path else ''}{where}",
-                       hint=hint + "free space on that disk (`df -h` shows which is full), or point --out or "
-                                   "TMPDIR (envkit's working directories) at a larger one, then run it again")
+    return host_full(what, measure or (os.path.dirname(path) if path else None),
+                     hint + "free space on that disk (`df -h` shows which is full), or point --out or TMPDIR "
+                            "(envkit's working directories) at a larger one, then run it again", writing=path)
 
 
-__all__ = ["DISK_FAIL", "DISK_WARN", "GIB", "NO_SPACE", "engine_out_of_space", "free_bytes", "host_out_of_space",
+__all__ = ["DISK_FAIL", "DISK_WARN", "GIB", "NO_SPACE", "engine_out_of_space", "free_bytes", "host_full",
+           "host_out_of_space",
            "low_space", "reclaim_hint", "says_no_space", "size"]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from envkit import scratch
 from envkit.bundle import make_bundle
 from envkit.engine import RunOptions
 from envkit.engine.buildkit import BuildKitBuilder
@@ -106,11 +107,9 @@ class SmallEngine:
         for pid in shims:
             subprocess.run(["pkill", "-KILL", "-P", pid], capture_output=True)
             subprocess.run(["kill", "-KILL", pid], capture_output=True)
-        # then whatever is still mounted below (network namespaces, container layers), deepest first
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
-                  if line.split()[1].startswith(f"{self.root}/")]
-        for mount in sorted(mounts, key=len, reverse=True):
-            subprocess.run(["umount", "--lazy", mount], capture_output=True)
+        # then the whole directory, unmounting first what is mounted below (the data root's filesystem, and
+        # a killed engine's network namespaces and container layers), as envkit removes its own scratch
+        scratch.remove(self.root, strict=False)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
     def leave_free(self, nbytes: int) -> None:
@@ -131,7 +130,6 @@ def started_small_engine():
         yield small.start()
     finally:
         small.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +184,8 @@ def test_a_build_that_fills_the_engines_disk_says_so_and_tags_nothing(small_engi
     assert error.startswith("error: building vision/diskfull:") and error.endswith(")")
     assert f"{with_what} failed: the engine ran out of disk space (" in error
     assert f" free on {small_engine.data} now;" in error
-    # (the load was skipped: the base is here already, and loading its archive needs 123 MB of the 40)
+    # exit 7 and "building": the load was skipped (the base is here; loading its 123 MB archive into 40 MB
+    # would have failed first, with exit 6)
     assert "`docker builder prune` reclaims BuildKit's cache" in proc.stderr
     assert "Traceback" not in proc.stderr
     tags = [t for i in small_engine.engine.client.images.list() for t in i.tags]
@@ -223,12 +222,11 @@ def test_an_engine_killed_in_the_middle_of_a_build_is_said_to_have_stopped(doome
     assert "Traceback" not in rest
 
 
-def test_a_container_that_cannot_start_is_not_left_behind(engine, small_bundle):
+def test_a_container_that_cannot_start_is_not_left_behind(engine, base):
     """Asked for GPUs on an engine without the NVIDIA runtime, the start fails: envkit says why and removes
     the container it created (docker-py's `containers.run` left one per attempt, in state Created)."""
     if engine.nvidia_runtime():
         pytest.skip("this engine has the NVIDIA runtime: a GPU container starts here")
-    base = json.loads((small_bundle / "manifest.json").read_text())["base"]["ref"]
     mine = {"label": f"{CONTAINER_LABEL}=no-start-probe"}
     with pytest.raises(EngineError) as caught:
         engine.run(base, ["true"], RunOptions(gpus=True, timeout=30, role="no-start-probe"))
