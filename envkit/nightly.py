@@ -17,6 +17,7 @@ from typing import Callable
 from . import __version__
 from .build import CONTEXT_LABEL, build_image, require_builder
 from .certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now
+from .engine.space import engine_full
 from .errors import BuildError, EngineError, EnvkitError, LockError, VerificationError
 from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import image_tag
@@ -36,12 +37,13 @@ class ImageReport:
     name: str
     tag: str
     changes: list[str] = field(default_factory=list)
-    build: str = "pending"  # built | skipped | failed
+    build: str = "pending"  # built | skipped | failed | not built (the engine's disk was full)
     status: str = "pending"  # certified | verified | failed | (pending)
     reasons: list[str] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)
     pushed: list[str] = field(default_factory=list)
     publish_error: str | None = None
+    notes: list[str] = field(default_factory=list)  # what the run did about it that was not asked (a gc to make room)
     worked: bool = False  # anything was done for it in this run
 
     def to_json(self) -> dict:
@@ -57,11 +59,32 @@ class NightlyResult:
     seconds: float
     resumed: bool
     catalog: dict | None = None  # what --refresh-catalog found and did
+    reclaimed: dict | None = None  # the gc run when a build filled the engine's disk (``reclaim``)
 
     def to_json(self) -> dict:
         return {"run_id": self.run_id, "exit_code": self.exit_code, "outcome": EXIT_NAMES[self.exit_code],
                 "resumed": self.resumed, "seconds": round(self.seconds, 2), "reports": self.reports,
-                "catalog": self.catalog, "images": [i.to_json() for i in self.images]}
+                "catalog": self.catalog, "reclaimed": self.reclaimed, "images": [i.to_json() for i in self.images]}
+
+
+@dataclass
+class Disk:
+    """The engine's disk through one run. The first build that fills it may be tried once more after
+    ``reclaim`` (``nightly --gc``: gc for the team, given the tags it must keep) removed something;
+    once it is full for good, no further build is tried: each would download gigabytes to fail the
+    same way. Images already built are still certified and published."""
+
+    reclaim: Callable[[list[str]], dict] | None = None
+    reclaimed: dict | None = None  # reclaim's result: gc's JSON, or {"error": ...}
+    full: str | None = None  # the image whose build found it full for good
+
+    def try_reclaim(self, tags: list[str], progress: Progress) -> bool:
+        """Reclaim once per run; True when something was removed (the build is worth trying again)."""
+        if self.reclaim is None or self.reclaimed is not None:
+            return False
+        progress("the engine's disk is full: running gc for the team now, then building it again")
+        self.reclaimed = self.reclaim(tags)
+        return bool(self.reclaimed.get("removed") or self.reclaimed.get("removed_containers"))
 
 
 def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = None, frameworks=(),
@@ -132,8 +155,11 @@ def lock_changes(old: Lock | None, new: Lock) -> dict[str, list[str]]:
 def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, reports_dir: Path,
                 registry: str | None = None, locked: bool = False, gpus: bool | None = None,
                 threshold: float = 0.10, builder: str = "classic", refresh_catalog: bool = False,
-                refresh_frameworks=(), progress: Progress = lambda _: None) -> NightlyResult:
-    """``builder`` builds what changed; an image whose build is already recorded is kept as it is."""
+                refresh_frameworks=(), reclaim: Callable[[list[str]], dict] | None = None,
+                progress: Progress = lambda _: None) -> NightlyResult:
+    """``builder`` builds what changed; an image whose build is already recorded is kept as it is.
+    ``reclaim``: frees the engine's disk when a build fills it, never removing the images tagged as
+    given (``Disk``); without it the first full disk ends the run's building."""
     from .pipeline import load, lock_path_for, render_spec, resolve_spec
 
     require_builder(engine, builder)
@@ -173,10 +199,12 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
         ca = spec.ca_bundle_path()
         reports: list[ImageReport] = []
         certificates: list[Certificate] = []
+        disk = Disk(reclaim)
+        tags = [image_tag(lock.team, i) for i in lock.images]
         for image in lock.images:
             report = ImageReport(image.name, image_tag(lock.team, image), changes.get(image.name, []))
             reports.append(report)
-            info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress, builder)
+            info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress, builder, disk, tags)
             if info is None:
                 continue
             cert = _certify(engine, store, run_id, image, report, info, use_gpus, threshold, progress)
@@ -194,11 +222,13 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
         if not locked:
             write_lock(lock, lock_path)
         result = NightlyResult(run_id, code, reports, written, time.monotonic() - started, bool(resumed),
-                               catalog_doc)
+                               catalog_doc, disk.reclaimed)
     return result
 
 
-def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, report, progress, builder="classic"):
+def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, report, progress, builder="classic",
+           disk: Disk | None = None, tags: list[str] = ()):
+    disk = disk or Disk()
     tag = report.tag
     info = engine.inspect(tag)
     ctx = info.labels.get(CONTEXT_LABEL, "") if info else ""
@@ -206,17 +236,33 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
     if known is not None and known.image_id == info.id:
         report.build = "skipped"
         return info
+    if disk.full is not None:
+        report.build, report.status = "not built", "failed"
+        report.reasons.append(f"not built: the engine's disk filled up building {disk.full} in this run"
+                              + (" and gc could not make room" if disk.reclaimed is not None else "")
+                              + "; free space on it (`envkit gc --dry-run` shows what gc would remove; "
+                              "`envkit nightly --gc` runs it) and run the nightly again: it rebuilds only what is missing")
+        report.worked = True
+        return None
     started_here = "build" in store.steps(run_id, image.name)
     store.mark_step(run_id, image.name, "build", "started", image.hash)
     restore_base(engine, store, image, progress)
-    try:
-        outcome = build_image(engine, lock, image, str(spec_path), ca_bundle=ca, verify=False, builder=builder,
-                              progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]))
-    except (BuildError, EngineError) as exc:
-        report.build, report.status = "failed", "failed"
-        report.reasons.append(exc.message)
-        report.worked = True
-        return None
+    while True:
+        try:
+            outcome = build_image(engine, lock, image, str(spec_path), ca_bundle=ca, verify=False, builder=builder,
+                                  progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]))
+            break
+        except (BuildError, EngineError) as exc:
+            if engine_full(exc) and disk.try_reclaim(list(tags), lambda msg: progress(f"[{image.name}] {msg}")):
+                report.notes.append(f"the engine's disk filled up ({exc.message}); gc removed "
+                                    f"{len(disk.reclaimed.get('removed', []))} image(s), and the build was tried again")
+                continue
+            if engine_full(exc):
+                disk.full = image.name
+            report.build, report.status = "failed", "failed"
+            report.reasons.append(exc.message)
+            report.worked = True
+            return None
     info = engine.inspect(tag)
     # A build this run started (or an earlier killed attempt of it) counts as built.
     action = "built" if outcome.action == "built" or started_here else "skipped"
@@ -343,7 +389,7 @@ def _mirror_base(engine, store, lock, image, registry, report) -> None:
 
 
 def _exit_code(reports: list[ImageReport]) -> int:
-    if any(r.build == "failed" for r in reports):
+    if any(r.build in ("failed", "not built") for r in reports):
         return BUILD_FAILED
     if any(r.status == "failed" for r in reports):
         return CERT_FAILED

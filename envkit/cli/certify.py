@@ -62,7 +62,8 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
 @refresh_framework_option("--refresh-framework")
 @click.option("--gc", "gc", is_flag=True,
               help="Then reclaim this runner's disk as `envkit gc --team TEAM --keep N` does, never removing the "
-                   "builds of the lock just run.")
+                   "builds of the lock just run; also once during the run when a build fills the engine's disk, "
+                   "and then try that build again.")
 @click.option("--keep", type=int, default=2, show_default=True, help="With --gc: builds to keep per image, newest first.")
 @json_option
 @click.pass_context
@@ -89,13 +90,16 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
         run(c, lambda: check_keep(keep))  # before the nightly, not after it
     engine = run(c, connect)
     store = run(c, lambda: Store.open(store_url))
+    # with --gc, also when a build fills the engine's disk: then the build is tried once more
+    reclaim = (lambda tags: _nightly_gc(c, engine, spec, tags, store_url, keep)) if gc else None
     with store:
         result = run(c, lambda: run_nightly(spec, engine, store, out_root=out_root, reports_dir=reports_dir,
                                             registry=registry, locked=locked, gpus=gpus, threshold=threshold,
                                             builder=builder, refresh_catalog=refresh_catalog,
-                                            refresh_frameworks=frameworks, progress=c.progress))
+                                            refresh_frameworks=frameworks, reclaim=reclaim, progress=c.progress))
     doc = result.to_json()
-    swept = _nightly_gc(c, engine, spec, result, store_url, keep) if gc else None
+    swept = _nightly_gc(c, engine, spec, [r.tag for r in result.images if r.build in ("built", "skipped")],
+                        store_url, keep) if gc else None
     if swept is not None:
         doc["gc"] = swept
 
@@ -104,7 +108,7 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
                 for r in result.images]
         table(rows, ["IMAGE", "TAG", "BUILD", "STATUS", "PUSHED", "CHANGES"])
         for r in result.images:
-            for line in r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
+            for line in r.notes + r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
                 click.echo(f"  {r.name}: {line}", err=True)
         from ..nightly import EXIT_NAMES
 
@@ -118,9 +122,10 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     sys.exit(result.exit_code)
 
 
-def _nightly_gc(c, engine, spec, result, store_url, keep) -> dict:
-    """`envkit gc --team TEAM --keep N` after a nightly, keeping the builds of the lock it ran. Its failure is
-    reported (stderr, and the JSON's ``gc.error``), not the nightly's exit code: the images are already judged."""
+def _nightly_gc(c, engine, spec, tags, store_url, keep) -> dict:
+    """`envkit gc --team TEAM --keep N` for a nightly (after it, or when a build filled the disk), never removing
+    the images ``tags`` name (the builds of the lock it runs). Its failure is reported (stderr, and the JSON's
+    ``gc.error``), not the nightly's exit code: the images are already judged."""
     from ..engine.docker_gc import DockerImageHost
     from ..errors import EnvkitError
     from ..gc import collect_garbage
@@ -130,14 +135,14 @@ def _nightly_gc(c, engine, spec, result, store_url, keep) -> dict:
     try:
         team = load(spec)[0].team
         needed = {}
-        for r in result.images:
-            info = engine.inspect(r.tag) if r.build != "failed" else None
+        for tag in tags:
+            info = engine.inspect(tag)
             if info is not None:
-                needed[info.id] = f"the build of the lock this nightly ran ({r.tag})"
+                needed[info.id] = f"the build of the lock this nightly ran ({tag})"
         swept = collect_garbage(DockerImageHost(engine.client), store_url, team=team, keep=keep, needed=needed,
                                 progress=c.progress)
     except EnvkitError as exc:
-        c.progress(f"gc after the nightly failed: {exc}")
+        c.progress(f"gc for the nightly failed: {exc}")
         return {"error": exc.to_json()}
     reclaimed, exact = swept.reclaimed()
     c.progress(f"gc: removed {len(swept.removed)} image(s) of team {team}, {_bytes(reclaimed)}"

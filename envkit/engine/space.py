@@ -77,7 +77,14 @@ def engine_out_of_space(exc: EnvkitError, engine) -> EnvkitError:
     error = type(exc)(f"{action}: the engine ran out of disk space ({where}{held})",
                       hint=f"{reclaim_hint(usage)}, then run it again\n  {first}\n  {exc.hint or ''}".rstrip())
     error.location = exc.location
+    error.engine_full = True
     return error
+
+
+def engine_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is an ``engine_out_of_space`` error: the engine's disk filled up (the nightly stops
+    building then, after reclaiming once when it may)."""
+    return getattr(exc, "engine_full", False) is True
 
 
 def host_full(what: str, where: str | os.PathLike | None, hint: str, *, writing: str | None = None,
@@ -102,6 +109,6 @@ def host_out_of_space(exc: OSError, what: str, *, measure: str | os.PathLike | N
                             "(envkit's working directories) at a larger one, then run it again", writing=path)
 
 
-__all__ = ["DISK_FAIL", "DISK_WARN", "GIB", "NO_SPACE", "engine_out_of_space", "free_bytes", "host_full",
+__all__ = ["DISK_FAIL", "DISK_WARN", "GIB", "NO_SPACE", "engine_full", "engine_out_of_space", "free_bytes", "host_full",
            "host_out_of_space",
            "low_space", "reclaim_hint", "says_no_space", "size"]

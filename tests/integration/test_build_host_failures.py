@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -24,18 +25,23 @@ from pathlib import Path
 import pytest
 
 from envkit import scratch
+from envkit.base import ensure_base
 from envkit.bundle import make_bundle
+from envkit.catalog import load_catalog
 from envkit.engine import RunOptions
 from envkit.engine.buildkit import BuildKitBuilder
 from envkit.engine.docker_engine import connect
 from envkit.errors import EngineError
-from envkit.labels import CONTAINER_LABEL
+from envkit.labels import CONTAINER_LABEL, CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, TEAM_LABEL
+from envkit.lock import write_lock
+from envkit.resolve import spec_digest
+from envkit.spec import load_spec
 from tests.integration.conftest import ROOT
 from tests.integration.test_buildkit import ca_bundle, small_lock
 
 pytestmark = [pytest.mark.integration, pytest.mark.network]
 
-SIZE = "400M"
+SIZE = "400M"  # the default: a module's engine; a test may want its own size
 TOOLS = ("dockerd", "mkfs.ext4", "mount", "umount", "ip", "fallocate")
 
 
@@ -48,8 +54,8 @@ class SmallEngine:
 
     made = 0
 
-    def __init__(self, root: Path):
-        self.root, self.mnt = root, root / "mnt"
+    def __init__(self, root: Path, size: str = SIZE):
+        self.root, self.mnt, self.size = root, root / "mnt", size
         self.socket = root / "docker.sock"
         SmallEngine.made += 1  # several at once (a module's and a test's own): a bridge and a subnet each
         self.bridge, self.subnet = f"ekdf{os.getpid() % 100000}-{self.made}", f"172.31.{230 + self.made % 20}.1/24"
@@ -67,7 +73,7 @@ class SmallEngine:
     def start(self) -> "SmallEngine":
         disk = self.root / "disk.img"
         self.mnt.mkdir()
-        _sh("truncate", "-s", SIZE, str(disk))
+        _sh("truncate", "-s", self.size, str(disk))
         _sh("mkfs.ext4", "-q", "-m", "0", "-O", "^has_journal", str(disk))
         _sh("mount", "-o", "loop", str(disk), str(self.mnt))
         _sh("ip", "link", "add", self.bridge, "type", "bridge")
@@ -112,6 +118,29 @@ class SmallEngine:
         scratch.remove(self.root, strict=False)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
+    @contextlib.contextmanager
+    def routed_out(self):
+        """Its containers reach the network, as the main engine's do (NAT through this host): the engine was
+        started with --iptables=false so as not to touch the main engine's chains, so the rules are added here."""
+        net = self.subnet.rsplit(".", 1)[0] + ".0/24"
+        rules = [["-t", "nat", "-A", "POSTROUTING", "-s", net, "!", "-o", self.bridge, "-j", "MASQUERADE"],
+                 ["-I", "FORWARD", "-i", self.bridge, "!", "-o", self.bridge, "-j", "ACCEPT"],
+                 ["-I", "FORWARD", "-o", self.bridge, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
+                  "-j", "ACCEPT"]]
+        added = []
+        try:
+            for rule in rules:
+                _sh("iptables", *rule)
+                added.append(rule)
+            yield self
+        finally:
+            for rule in added:
+                subprocess.run(["iptables", *("-D" if x in ("-A", "-I") else x for x in rule)], capture_output=True)
+
+    def free(self) -> int:
+        st = os.statvfs(self.mnt)
+        return st.f_bavail * st.f_frsize
+
     def leave_free(self, nbytes: int) -> None:
         """Fill the filesystem until ``nbytes`` are left (a file of zeros, allocated at once)."""
         filler = self.mnt / "filler"
@@ -121,11 +150,11 @@ class SmallEngine:
 
 
 @contextlib.contextmanager
-def started_small_engine():
+def started_small_engine(size: str = SIZE):
     if os.geteuid() != 0 or not all(shutil.which(t) for t in TOOLS):
         pytest.skip(f"needs root and {', '.join(TOOLS)} (a second engine on a small loop-mounted disk)")
     root = Path(tempfile.mkdtemp(prefix="ekdf-", dir="/tmp"))  # short: containerd's socket paths live under it
-    small = SmallEngine(root)
+    small = SmallEngine(root, size)
     try:
         yield small.start()
     finally:
@@ -233,3 +262,89 @@ def test_a_container_that_cannot_start_is_not_left_behind(engine, base):
     assert caught.value.message.startswith(f"cannot start {base}: could not select device driver")
     assert caught.value.hint == "for GPUs the NVIDIA Container Toolkit must be installed"
     assert engine.client.containers.list(all=True, filters=mine) == []
+
+
+NIGHTLY_SPEC = """\
+version: 1
+team: diskfull
+fleet: {min_driver: "550.54.15", gpus: [A100, H100, L40S], policy: minor}
+defaults:
+  base:
+    bootstrap: {suite: bookworm, mirror: "http://deb.debian.org/debian"}
+images:
+  - {name: a, framework: "torch==2.5.*"}
+  - {name: b, framework: "torch==2.5.*"}
+"""
+
+
+def old_build(small: SmallEngine, tmp: Path, n: int, nbytes: int) -> str:  # its image id
+    """An earlier build of image a, as gc sees one (envkit's build labels, an older lock), holding ``nbytes``."""
+    blob = tmp / f"old{n}.tar"
+    with tarfile.open(blob, "w") as tar:
+        info = tarfile.TarInfo(f"blob{n}")  # a name of its own: a layer of its own (same content, one layer)
+        info.size = nbytes
+        with open("/dev/zero", "rb") as zeros:
+            tar.addfile(info, zeros)
+    labels = {TEAM_LABEL: "diskfull", IMAGE_LABEL: "a", LOCK_LABEL: f"sha256:old{n}", CONTEXT_LABEL: f"sha256:old{n}"}
+    small.engine.client.api.import_image(src=str(blob), repository="diskfull/a", tag=f"old{n}",
+                                         changes=[f'LABEL "{k}"="{v}"' for k, v in labels.items()])
+    blob.unlink()
+    return small.engine.client.images.get(f"diskfull/a:old{n}").id
+
+
+@pytest.mark.skipif(not shutil.which("iptables"), reason="needs iptables (the second engine's way out)")
+def test_a_nightly_that_fills_the_disk_stops_building_and_with_gc_reclaims_and_builds_again(engine, tmp_path):
+    """Two images; the disk has room for neither. Without --gc: a fails saying the disk is full and b is not
+    tried (it would download as much to fail the same way). With --gc: gc removes an old build of a, a is
+    built again and b after it."""
+    root = tmp_path / "team"
+    root.mkdir()
+    (root / "team.yaml").write_text(NIGHTLY_SPEC)
+    images = tuple(small_lock(name)[1] for name in ("a", "b"))
+    lock = small_lock("a")[0].model_copy(update={
+        "team": "diskfull", "spec_digest": spec_digest(load_spec(root / "team.yaml")),
+        "catalog_digest": load_catalog().digest, "images": images})
+    write_lock(lock, root / "team.lock")
+    ensure_base(engine, images[0].base, lambda _: None)
+
+    def nightly(small, *extra):
+        proc = subprocess.run(
+            [sys.executable, "-m", "envkit.cli", "nightly", str(root / "team.yaml"), "--locked", "--no-gpus",
+             "--store", str(root / "history.sqlite"), "--reports", str(root / "reports"), "--out", str(root / "out"),
+             "--json", *extra], cwd=ROOT, env=small.env, capture_output=True, text=True, timeout=900)
+        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        return proc, json.loads(proc.stdout)
+
+    with started_small_engine("3G") as small, small.routed_out():
+        saved = subprocess.Popen(["docker", "save", images[0].base.ref], stdout=subprocess.PIPE)
+        small.engine.client.images.load(saved.stdout)  # the base, as a runner that built before has it
+        assert saved.wait() == 0
+        old = [old_build(small, tmp_path, n, 600 << 20) for n in (1, 2)]
+        # a's build needs about 510 MiB at its peak (measured: 413 MiB stay); gc can give 600 back
+        small.leave_free(100 << 20)
+
+        proc, doc = nightly(small)
+        assert proc.returncode == 11, proc.stderr[-3000:]  # build failure
+        a, b = doc["images"]
+        assert (a["build"], b["build"]) == ("failed", "not built")
+        assert a["reasons"][0].startswith(f"building {a['tag']} failed: the engine ran out of disk space (")
+        assert b["reasons"] == ["not built: the engine's disk filled up building a in this run; free space on it "
+                                "(`envkit gc --dry-run` shows what gc would remove; `envkit nightly --gc` runs it) "
+                                "and run the nightly again: it rebuilds only what is missing"]
+        assert "[b] step" not in proc.stderr  # b was never tried
+        assert doc["reclaimed"] is None and "gc" not in doc
+
+        small.leave_free(100 << 20)  # again: the failed build's steps take some
+        proc, doc = nightly(small, "--gc", "--keep", "1")
+        a, b = doc["images"]
+        assert (a["build"], b["build"]) == ("built", "built"), proc.stderr[-3000:]
+        assert a["notes"][0].startswith(f"the engine's disk filled up (building {a['tag']} failed: the engine ran "
+                                        "out of disk space (")
+        assert a["notes"][0].endswith("; gc removed 1 image(s), and the build was tried again")
+        assert "[a] the engine's disk is full: running gc for the team now, then building it again" in proc.stderr
+        assert doc["reclaimed"]["removed"] == [old[0]]  # the newer old build stays (--keep 1) while a is missing
+        # the small images hold numpy, not torch: verification fails, which is not what this test is about
+        assert proc.returncode == 12 and doc["outcome"] == "certification failure", proc.stderr[-3000:]
+        assert doc["gc"]["removed"] == [old[1]]  # after the run: older than a's new build
+        left = {i.id: i.tags for i in small.engine.client.images.list()}
+        assert not set(old) & set(left) and {a["tag"], b["tag"]} <= {t for tags in left.values() for t in tags}

@@ -152,6 +152,29 @@ def test_nightly_passes_the_builder_through(engine, monkeypatch, tmp_path):
     assert json.loads(result.stdout)["outcome"] == "nothing to do"
 
 
+def test_nightly_gc_also_reclaims_when_a_build_fills_the_disk(engine, monkeypatch):
+    """--gc hands the run a reclaim step (gc for the team, keeping the tags it is given); without --gc, none."""
+    from envkit.nightly import NightlyResult
+
+    seen, swept = {}, []
+
+    def run_nightly(spec, eng, store, **kwargs):
+        seen.update(kwargs)
+        return NightlyResult(1, 10, [], {}, 0.1, False)
+
+    monkeypatch.setattr("envkit.nightly.run_nightly", run_nightly)
+    monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr("envkit.cli.certify._nightly_gc", lambda c, eng, spec, tags, store_url, keep:
+                        swept.append((tags, keep)) or {"removed": []})
+    assert invoke("nightly", "team.yaml", "--json").exit_code == 10
+    assert seen["reclaim"] is None and swept == []
+    result = invoke("nightly", "team.yaml", "--gc", "--keep", "1", "--json")
+    assert result.exit_code == 10, result.output
+    assert seen["reclaim"](["vision/a:1"]) == {"removed": []}
+    assert swept == [([], 1), (["vision/a:1"], 1)]  # after the run (no image), then the reclaim called here
+    assert json.loads(result.stdout)["reclaimed"] is None
+
+
 def test_nightly_with_buildkit_missing_fails_before_the_run(engine, no_buildkit_cli, monkeypatch):
     monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
     monkeypatch.setattr("envkit.pipeline.load", lambda *_: pytest.fail("the spec was loaded"))
