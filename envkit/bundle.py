@@ -42,7 +42,7 @@ from .engine import Mount, RunOptions
 from .engine.space import engine_out_of_space, host_full, host_out_of_space, low_space, says_no_space
 from .errors import BuildError, EngineError, EnvkitError
 from .index import trusted_hosts
-from .index_login import login_hint, refused_index
+from .index_login import keyring_logins, login_hint, refused_index
 from .lock import Lock, LockedImage, Package, load_lock, write_atomic
 from .devel import APT as DEVEL_APT
 from .devel import fetch_toolkit_deb, toolkit_deb
@@ -302,9 +302,9 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None,
     # Only the lock's indexes: no pip.conf, no PIP_* (find-links, extra indexes, constraints) from here. And
     # with a CA bundle, no REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE: pip's requests lets them win over `--cert`.
     dropped = CA_ENV if ca_bundle is not None else ()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k not in dropped} \
-        | {"PIP_CONFIG_FILE": os.devnull}
-    with scratch.directory("wheels") as tmp:
+    with keyring_logins(indexes), scratch.directory("wheels") as tmp:  # $NETRC: a login only the keyring holds
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k not in dropped} \
+            | {"PIP_CONFIG_FILE": os.devnull}
         files = []
         for n in range(min(DOWNLOADS, len(packages))):
             files.append(Path(tmp) / f"requirements-{n}.txt")

@@ -192,22 +192,26 @@ def index_finding(index_url: str, bundle: Path | None, *, timeout: float = INDEX
     probe = f"{index_url.rstrip('/')}/{project}/"
     proxy = _proxy_for(probe)
     via = f" via proxy {proxy}" if proxy else ""
+    from .errors import SpecError
+    from .index_login import keyring_logins, login_hint, login_source
+
     start = time.monotonic()
     try:
-        resp = requests.get(probe, headers={"Accept": JSON_ACCEPT}, timeout=timeout,
-                            **({"verify": str(bundle)} if bundle is not None else {}))
+        with keyring_logins([index_url]):  # as the resolver logs in: netrc, else the keyring
+            resp = requests.get(probe, headers={"Accept": JSON_ACCEPT}, timeout=timeout,
+                                **({"verify": str(bundle)} if bundle is not None else {}))
     except (requests.RequestException, OSError) as exc:
         return _failure(probe, exc, bundle, proxy, timeout)
+    except SpecError as exc:  # a netrc file that cannot be parsed
+        return Finding("index", "fail", f"{probe}: {exc.message}", f"{exc.location}: {exc.hint}")
     ms = round((time.monotonic() - start) * 1000)
     answered = f"{probe}{via}: HTTP {resp.status_code} in {ms} ms"
     host = urlsplit(probe).netloc
     if resp.status_code in (401, 403):
-        from .errors import SpecError
-        from .index_login import login_hint, netrc_for, netrc_path
-
         try:
-            hint = (f"the login for {urlsplit(probe).hostname} in {netrc_path()} was refused: check the user and token"
-                    if netrc_for([index_url]) else login_hint(index_url))
+            source = login_source(index_url)
+            hint = (f"the login for {urlsplit(probe).hostname} in {source} was refused: check the user and token"
+                    if source else login_hint(index_url))
         except SpecError as exc:  # a netrc file that cannot be parsed: requests skipped it
             hint = f"{exc.location}: {exc.message}; {exc.hint}"
         return Finding("index", "fail", f"{answered}: the index needs a login",

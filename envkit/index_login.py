@@ -2,7 +2,9 @@
 
 Credentials never go into team.yaml, the lock or an image: the spec names the index by its plain
 URL, and the login comes from the netrc file every Python packaging tool already reads (``$NETRC``,
-else ``~/.netrc``; one ``machine HOST login USER password TOKEN`` line per index host). With it:
+else ``~/.netrc``; one ``machine HOST login USER password TOKEN`` line per index host), else from the
+system keyring, as pip's ``--keyring-provider import`` asks it (the ``keyring`` package, with whatever
+backend the user set up: Secret Service, ``artifacts-keyring``, Google's or AWS's plugins). With it:
 
 * ``envkit resolve``: envkit's index client (requests) and uv read that file themselves;
 * ``envkit bundle make``: the host's pip reads it too;
@@ -11,18 +13,25 @@ else ``~/.netrc``; one ``machine HOST login USER password TOKEN`` line per index
   at ``/root/.netrc``. It never lands in a layer (the classic builder cannot mount secrets: its
   builds of a login index fail with pip's 401, and ``login_refused`` says what to do instead).
 
+A keyring login reaches the same tools through ``keyring_logins``: while it is open, ``$NETRC`` names a
+private copy of the user's netrc with the keyring's lines added (a build-secrets scratch directory,
+removed after, swept if a killed envkit left it).
+
 The file is checked before use: a malformed line fails with its file and line (requests and pip
 would silently ignore the whole file and then meet a 401).
 """
 
 from __future__ import annotations
 
+import contextlib
 import netrc
 import os
 import re
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import urlsplit
 
+from . import scratch
 from .errors import Location, SpecError
 from .index import DEFAULT_INDEX
 
@@ -67,25 +76,104 @@ def check_netrc() -> Path | None:
     return path
 
 
+def keyring_login(url: str) -> tuple[str, str] | None:
+    """The login the system keyring holds for the index ``url``, asked as pip asks it: for the URL, then
+    its ``host:port``, then its host. None when the ``keyring`` package is not installed, no backend
+    answers (a backend that fails counts as none: the index's 401 then says where to put a login), or it
+    holds nothing. PyPI is never asked: it needs no login, and some backends prompt."""
+    if not url or url.rstrip("/") == DEFAULT_INDEX.rstrip("/") or host_of(url) == "pypi.org":
+        return None
+    try:
+        import keyring
+    except ImportError:
+        return None
+    parts = urlsplit(url)
+    for service in dict.fromkeys((url, parts.netloc.rsplit("@", 1)[-1], parts.hostname)):
+        try:
+            found = keyring.get_credential(service, None)
+        except Exception:  # noqa: BLE001 - any backend's failure (locked, no D-Bus, a plugin's own) is "no login"
+            return None
+        if found is not None and found.username and found.password:
+            return found.username, found.password
+    return None
+
+
+def _line(host: str, login: str, password: str, where: str) -> str:
+    if any(c.isspace() or c == '"' for c in f"{login}{password}"):
+        raise SpecError(f"{where}: the login for {host} holds a space or a quote, which a netrc line cannot carry "
+                        "to the build", hint="use a token without spaces (most mirrors issue API tokens)")
+    return f"machine {host} login {login} password {password}\n"
+
+
+def _keyring_lines(urls, parsed: netrc.netrc | None) -> dict[str, str]:
+    """Per host of ``urls`` that the netrc file has no entry for, the keyring's login as a netrc line."""
+    lines: dict[str, str] = {}
+    for url in dict.fromkeys(u for u in urls if u):
+        host = host_of(url)
+        if not host or host in lines or (parsed is not None and parsed.authenticators(host) is not None):
+            continue
+        if (found := keyring_login(url)) is not None:
+            lines[host] = _line(host, *found, where="the system keyring")
+    return lines
+
+
 def netrc_for(urls) -> bytes | None:
     """A netrc holding only the entries (``default`` applied as the tools apply it) for the hosts of
-    ``urls`` (None entries skipped); None when no host has one or there is no netrc file."""
+    ``urls`` (None entries skipped), from the netrc file, else from the system keyring; None when
+    no host has one."""
     path = netrc_path()
     hosts = sorted({h for h in map(host_of, urls) if h})
-    if path is None or not hosts:
+    if not hosts:
         return None
-    parsed = _parsed(path)
+    parsed = _parsed(path) if path is not None else None
     lines = []
     for host in hosts:
-        entry = parsed.authenticators(host)
-        if entry is None:
-            continue
-        login, _account, password = entry
-        if any(c.isspace() or c == '"' for c in f"{login}{password}"):
-            raise SpecError(f"{path}: the login for {host} holds a space or a quote, which a netrc line cannot carry "
-                            "to the build", hint="use a token without spaces (most mirrors issue API tokens)")
-        lines.append(f"machine {host} login {login} password {password}\n")
+        entry = parsed.authenticators(host) if parsed is not None else None
+        if entry is not None:
+            login, _account, password = entry
+            lines.append(_line(host, login, password, where=str(path)))
+    lines += _keyring_lines(urls, parsed).values()
     return "".join(lines).encode() if lines else None
+
+
+def login_source(url: str | None) -> str | None:
+    """Where the login for ``url``'s host comes from: the netrc file's path, "the system keyring", or None."""
+    host = host_of(url)
+    if not host:
+        return None
+    path = netrc_path()
+    parsed = _parsed(path) if path is not None else None
+    if parsed is not None and parsed.authenticators(host) is not None:
+        return str(path)
+    return "the system keyring" if _keyring_lines([url], parsed) else None
+
+
+@contextlib.contextmanager
+def keyring_logins(urls) -> Iterator[list[str]]:
+    """While open, the system keyring's logins for the hosts of ``urls`` that the netrc file lacks are where
+    requests, uv and pip look: ``$NETRC`` names a private file (0600, in a build-secrets scratch directory)
+    holding the user's netrc and then those lines. Yields those hosts (none: nothing changes)."""
+    path = netrc_path()
+    parsed = _parsed(path) if path is not None else None
+    extra = _keyring_lines(urls, parsed)
+    if not extra:
+        yield []
+        return
+    scratch.sweep_secrets()
+    before = os.environ.get("NETRC")
+    with scratch.directory("secrets") as directory:
+        merged = Path(directory) / "netrc"
+        merged.touch(mode=0o600)
+        own = path.read_text() if path is not None else ""
+        merged.write_text(own + ("\n" if own and not own.endswith("\n") else "") + "".join(extra.values()))
+        os.environ["NETRC"] = str(merged)
+        try:
+            yield sorted(extra)
+        finally:
+            if before is None:
+                os.environ.pop("NETRC", None)
+            else:
+                os.environ["NETRC"] = before
 
 
 def refused_index(output: str, urls) -> str | None:
@@ -100,8 +188,9 @@ def refused_index(output: str, urls) -> str | None:
 def login_hint(url: str | None) -> str:
     host = host_of(url) or "HOST"
     return (f"add `machine {host} login USER password TOKEN` to {netrc_path() or '~/.netrc'} (or the file $NETRC "
-            "names; chmod 600). envkit, uv and pip read it on this host, and BuildKit builds get that line alone "
-            "as a build secret; never put credentials in team.yaml")
+            "names; chmod 600), or store it in the system keyring (`keyring set URL USER`, with the keyring package "
+            "installed beside envkit). envkit, uv and pip read either on this host, and BuildKit builds get that "
+            "login alone as a build secret; never put credentials in team.yaml")
 
 
 def login_refused(url: str | None, *, builder: str, passed: bool) -> str:
@@ -112,5 +201,5 @@ def login_refused(url: str | None, *, builder: str, passed: bool) -> str:
                 f"build with `--builder buildkit` (the netrc line for {host} goes in as a build secret), or make an "
                 f"offline bundle (`envkit bundle make` logs in from this host) and build from it")
     if passed:
-        return f"{host} refused the login from {netrc_path()}: check the user and token there"
+        return f"{host} refused the login from {login_source(url) or netrc_path()}: check the user and token there"
     return login_hint(url)

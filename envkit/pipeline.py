@@ -18,7 +18,7 @@ from .closure import compile_closure
 from .errors import EngineError, EnvkitError, LockError, SpecError, VerificationError
 from .frameworks import require_buildable, require_bundle
 from .index import DEFAULT_INDEX, PackageIndex
-from .index_login import check_netrc
+from .index_login import check_netrc, keyring_logins
 from .labels import SHOWN
 from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import Rendered, render
@@ -79,8 +79,9 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
     if spec.build.index_url:
         check_netrc()  # a company index's login: a malformed netrc fails here, with its line, not as a 401
     index = PackageIndex(spec.build.index_url or DEFAULT_INDEX, ca_bundle=ca)
-    lock = resolve(spec, catalog, index, closure=functools.partial(compile_closure, ca_bundle=ca),
-                   index_for=lambda url: PackageIndex(url, ca_bundle=ca))
+    with keyring_logins([spec.build.index_url]):  # a login only the keyring holds, for envkit's requests and uv
+        lock = resolve(spec, catalog, index, closure=functools.partial(compile_closure, ca_bundle=ca),
+                       index_for=lambda url: PackageIndex(url, ca_bundle=ca))
     write_lock(lock, lock_path)
     return Resolved(spec, lock, lock_path, False)
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -185,3 +187,60 @@ def test_a_malformed_netrc_fails_resolve_with_its_line(tmp_path, monkeypatch):
     proc = envkit("resolve", spec)
     assert proc.returncode == 2, proc.stderr
     assert f"{bad}:2: cannot read the netrc file: bad follower token 'login-for'" in proc.stderr, proc.stderr
+
+
+# --- the same mirror, its login in the system keyring (tests/keyringfake.py), no netrc ------------------------
+
+@pytest.fixture
+def keyring_login(tmp_path, monkeypatch, mirror, gateway):  # noqa: F811
+    """The mirror's login in a keyring backend, for this process and for envkit subprocesses; no netrc."""
+    import keyring
+
+    from tests.keyringfake import ENV, FileKeyring
+
+    path = tmp_path / "keyring.json"
+    path.write_text(json.dumps({mirror.url(gateway): [USER, TOKEN]}))
+    monkeypatch.setenv(ENV, str(path))
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "tests.keyringfake.FileKeyring")
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+    before = keyring.get_keyring()
+    keyring.set_keyring(FileKeyring())
+    yield
+    keyring.set_keyring(before)
+
+
+@pytest.mark.integration
+@pytest.mark.network
+def test_resolve_logs_in_from_the_keyring(mirror, gateway, keyring_login, tmp_path):  # noqa: F811
+    from tests.integration.conftest import envkit
+
+    spec = tmp_path / "mirrored.yaml"
+    spec.write_text(SPEC.format(index_url=mirror.url(gateway), ca_line=""))
+    mirror.clear()
+    envkit("resolve", spec, "--json", check=True, timeout=600)
+    text = (tmp_path / "mirrored.lock").read_text()
+    assert TOKEN not in text and "envkit-mirror-probe" in text
+    ok = [r for r in mirror.requests if r.status in (200, 206)]
+    assert any(r.path == "/simple/envkit-mirror-probe/" for r in ok)  # uv, with the keyring's login
+    assert any(r.path == "/simple/jax/" for r in ok)  # envkit's own index client
+    assert not [p for p in Path(tempfile.gettempdir()).glob("envkit-secrets-*")]  # the merged netrc is gone
+
+
+@pytest.mark.integration
+@pytest.mark.network
+def test_buildkit_and_a_bundle_log_in_from_the_keyring(engine, mirror, gateway, keyring_login, tmp_path):  # noqa: F811
+    _buildkit(engine)
+    lock, image = mirror_lock(mirror, gateway, "login-keyring")
+    mirror.clear()
+    built = None
+    try:
+        built = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), progress=lambda *_: None,
+                            verify=False, builder="buildkit")
+        assert PROBE in _fetched_wheels(mirror) and all(r.client != "127.0.0.1" for r in mirror.requests)
+        assert not _image_bytes_hold(engine, built.tag, TOKEN.encode())
+    finally:
+        if built is not None:
+            remove_images(engine, built.tag)
+    mirror.clear()
+    files = download_wheels(image, tmp_path / "wheels", ca_bundle=ca_bundle())  # the host's pip
+    assert PROBE in {f.name.split("-")[0] for f in files} and PROBE in _fetched_wheels(mirror)

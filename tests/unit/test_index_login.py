@@ -3,14 +3,20 @@ step says to do. (The real mirror that asks for a login: tests/integration/test_
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import requests
 
 from envkit.errors import BuildError, PackageIndexError, SpecError
 from envkit.index import DEFAULT_INDEX, PackageIndex
-from envkit.index_login import (check_netrc, login_hint, login_refused, netrc_for, netrc_path, refused_index)
+from envkit.index_login import (check_netrc, keyring_login, keyring_logins, login_hint, login_refused, login_source,
+                                netrc_for, netrc_path, refused_index)
 from tests.unit.lockfixtures import make_image
 from tests.unit.test_render import _dockerfile
 
@@ -138,3 +144,99 @@ def test_a_login_in_the_specs_index_url_is_refused_without_echoing_it(write_spec
         load_spec(path)
     assert str(err.value.location).startswith(f"{path}:7")
     assert "s3cret" not in str(err.value) and "machine artifactory.corp.example login USER password TOKEN" in str(err.value)
+
+
+# --- logins from the system keyring (the keyring package; a file-backed test backend) ------------------------
+
+@pytest.fixture
+def keyring_holds(tmp_path, monkeypatch):
+    """The keyring backend of tests/keyringfake.py, holding the logins given ({service: (user, password)})."""
+    import keyring
+
+    from tests.keyringfake import ENV, FileKeyring
+
+    path = tmp_path / "keyring.json"
+    monkeypatch.setenv(ENV, str(path))
+    before = keyring.get_keyring()
+    keyring.set_keyring(FileKeyring())
+
+    def hold(logins: dict):
+        path.write_text(json.dumps(logins))
+    yield hold
+    keyring.set_keyring(before)
+
+
+def test_the_keyring_serves_a_host_the_netrc_file_lacks(netrc, keyring_holds):
+    netrc("machine other.example login a password b\n")
+    keyring_holds({MIRROR: ["ci", "from-keyring"]})
+    assert netrc_for([MIRROR, DEFAULT_INDEX]) == b"machine artifactory.corp.example login ci password from-keyring\n"
+    assert login_source(MIRROR) == "the system keyring"
+
+
+def test_the_netrc_file_wins_over_the_keyring(netrc, keyring_holds):
+    path = netrc("machine artifactory.corp.example login ci password from-netrc\n")
+    keyring_holds({MIRROR: ["ci", "from-keyring"]})
+    assert netrc_for([MIRROR]) == b"machine artifactory.corp.example login ci password from-netrc\n"
+    assert login_source(MIRROR) == str(path)
+
+
+def test_the_keyring_is_asked_for_the_url_then_host_and_port_then_host(tmp_path, monkeypatch, keyring_holds):
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+    for service in ("mirror.corp:8443", "mirror.corp"):
+        keyring_holds({service: ["u", "p"]})
+        assert keyring_login("https://mirror.corp:8443/simple") == ("u", "p")
+    keyring_holds({"https://mirror.corp:8443/simple": ["u", "p"]})
+    assert keyring_login("https://mirror.corp:8443/simple") == ("u", "p")
+    assert keyring_login("https://elsewhere.corp/simple") is None
+
+
+def test_pypi_is_never_asked_and_a_failing_backend_is_no_login(tmp_path, monkeypatch, keyring_holds):
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+    keyring_holds({DEFAULT_INDEX: ["u", "p"], "pypi.org": ["u", "p"]})
+    assert keyring_login(DEFAULT_INDEX) is None and keyring_login("https://pypi.org/simple/") is None
+    keyring_holds({"broken": ["-", "-"]})
+    assert keyring_login(MIRROR) is None and netrc_for([MIRROR]) is None
+
+
+def test_without_the_keyring_package_only_the_netrc_counts(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "keyring", None)  # import keyring fails
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+    assert keyring_login(MIRROR) is None and netrc_for([MIRROR]) is None
+
+
+def test_a_keyring_login_a_netrc_line_cannot_carry_is_refused_by_name(tmp_path, monkeypatch, keyring_holds):
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+    keyring_holds({MIRROR: ["ci", "two words"]})
+    with pytest.raises(SpecError) as err:
+        netrc_for([MIRROR])
+    assert err.value.message.startswith("the system keyring: the login for artifactory.corp.example holds a space")
+
+
+def test_keyring_logins_point_netrc_at_a_private_merged_file_while_open(netrc, keyring_holds):
+    """requests, uv and pip read $NETRC: the user's file, then the keyring's lines; afterwards all as it was."""
+    own = netrc("machine other.example login a password b")  # no final newline
+    keyring_holds({MIRROR: ["ci", "from-keyring"]})
+    with keyring_logins([MIRROR, None]) as hosts:
+        merged = Path(os.environ["NETRC"])
+        assert hosts == ["artifactory.corp.example"] and merged != own
+        assert merged.read_text() == ("machine other.example login a password b\n"
+                                      "machine artifactory.corp.example login ci password from-keyring\n")
+        assert stat.S_IMODE(merged.stat().st_mode) == 0o600
+        assert requests.utils.get_netrc_auth(MIRROR + "/numpy/") == ("ci", "from-keyring")
+    assert os.environ["NETRC"] == str(own) and not merged.exists()
+
+
+def test_keyring_logins_change_nothing_when_the_keyring_has_none(tmp_path, monkeypatch, keyring_holds):
+    monkeypatch.delenv("NETRC", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    keyring_holds({})
+    with keyring_logins([MIRROR]) as hosts:
+        assert hosts == [] and "NETRC" not in os.environ
+
+
+def test_a_refused_keyring_login_is_named_as_such(tmp_path, monkeypatch, keyring_holds):
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+    keyring_holds({MIRROR: ["ci", "stale"]})
+    assert login_refused(MIRROR, builder="buildkit", passed=True) == (
+        "artifactory.corp.example refused the login from the system keyring: check the user and token there")
+    assert "or store it in the system keyring (`keyring set URL USER`" in login_hint(MIRROR)
