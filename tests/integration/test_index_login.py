@@ -12,9 +12,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-import tempfile
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -146,9 +144,12 @@ def test_a_bundle_logs_in_from_the_hosts_netrc(mirror, gateway, netrc, tmp_path)
 
 @pytest.mark.integration
 @pytest.mark.network
-def test_resolve_logs_in_from_the_netrc_and_the_lock_keeps_no_token(mirror, gateway, netrc, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("source", ["netrc", "keyring_login"])
+def test_resolve_logs_in_and_the_lock_keeps_no_token(mirror, gateway, source, request, tmp_path):  # noqa: F811
+    """The login in the netrc file, or only in the keyring (tests/keyringfake.py, as a user's backend)."""
     from tests.integration.conftest import envkit
 
+    request.getfixturevalue(source)
     spec = tmp_path / "mirrored.yaml"
     spec.write_text(SPEC.format(index_url=mirror.url(gateway), ca_line=""))
     mirror.clear()
@@ -157,7 +158,7 @@ def test_resolve_logs_in_from_the_netrc_and_the_lock_keeps_no_token(mirror, gate
     assert TOKEN not in text and "envkit-mirror-probe" in text
     ok = [r for r in mirror.requests if r.status in (200, 206)]
     assert any(r.path == "/simple/envkit-mirror-probe/" for r in ok)  # uv, with the login
-    assert any(r.path == "/simple/jax/" for r in ok)
+    assert any(r.path == "/simple/jax/" for r in ok)  # envkit's own index client
 
 
 @pytest.mark.integration
@@ -207,23 +208,6 @@ def keyring_login(tmp_path, monkeypatch, mirror, gateway):  # noqa: F811
     keyring.set_keyring(FileKeyring())
     yield
     keyring.set_keyring(before)
-
-
-@pytest.mark.integration
-@pytest.mark.network
-def test_resolve_logs_in_from_the_keyring(mirror, gateway, keyring_login, tmp_path):  # noqa: F811
-    from tests.integration.conftest import envkit
-
-    spec = tmp_path / "mirrored.yaml"
-    spec.write_text(SPEC.format(index_url=mirror.url(gateway), ca_line=""))
-    mirror.clear()
-    envkit("resolve", spec, "--json", check=True, timeout=600)
-    text = (tmp_path / "mirrored.lock").read_text()
-    assert TOKEN not in text and "envkit-mirror-probe" in text
-    ok = [r for r in mirror.requests if r.status in (200, 206)]
-    assert any(r.path == "/simple/envkit-mirror-probe/" for r in ok)  # uv, with the keyring's login
-    assert any(r.path == "/simple/jax/" for r in ok)  # envkit's own index client
-    assert not [p for p in Path(tempfile.gettempdir()).glob("envkit-secrets-*")]  # the merged netrc is gone
 
 
 @pytest.mark.integration
