@@ -562,23 +562,30 @@ class FakeAllocator:
     def empty_cache(self):
         self.cached = 0
 
+    def reset_peak(self, device=None):
+        self.peak = self.in_use
+
     def torch(self):
         from types import SimpleNamespace
         cuda = SimpleNamespace(OutOfMemoryError=FakeOutOfMemoryError, synchronize=lambda *a: None,
                                get_device_properties=lambda d: SimpleNamespace(total_memory=self.total),
                                memory_allocated=lambda d=None: self.in_use,
                                memory_reserved=lambda d=None: self.in_use + self.cached,
-                               max_memory_allocated=lambda d=None: self.peak, empty_cache=self.empty_cache)
+                               max_memory_allocated=lambda d=None: self.peak, empty_cache=self.empty_cache,
+                               reset_peak_memory_stats=self.reset_peak)
         return SimpleNamespace(cuda=cuda, device=lambda *a: a, uint8="uint8", empty=self.empty)
 
 
 def test_memory_check_ooms_then_fits_and_leaves_nothing_cached():
     gib = 2**30
     alloc = FakeAllocator(total=141 * gib, context=gib)
+    alloc.peak = 300 * 2**20  # the train step's, before the check
     result = tcuda.check_memory(gpu_ctx(alloc.torch()))
     assert result.status == "passed", result.message
     assert result.value["oom_raised"] is True
     assert result.value["fitted_mib"] == 141 * 1024 / 2  # 2x and 1x failed, the half fitted
+    assert result.value["peak_mib"] == 300 and result.value["batch_peak_mib"] == 141 * 1024 / 2
+    assert result.message.endswith("batch succeeded (the train step's peak: 300.0 MiB)")
     assert alloc.in_use == 0 and alloc.cached == 0  # later probes get the whole device back
 
 
@@ -735,3 +742,84 @@ def test_nvidia_smi_query_retries_without_compute_cap(monkeypatch):
     assert len(calls) == 2 and calls[0][2] == "--format=csv,noheader,nounits"
     assert gpus == [{"index": str(i), "name": "NVIDIA H200", "driver_version": "570.86.15", "memory.total": "143771"}
                     for i in (0, 1)]
+
+
+# --- what the first GPU run needs to get right (a review before the H200 run) --------------------------------
+
+def test_a_slow_first_warmup_window_does_not_end_the_warmup():
+    """Lazy kernel loading can make one window take longer than the whole 0.3 s budget: 5 windows still run."""
+    calls: List[float] = []
+
+    def window() -> float:
+        calls.append(1.0)
+        return 1.0 if len(calls) == 1 else 0.001
+    core.matmul_rate(window, n=1024, iters=10, windows=5, warmup_s=0.3)
+    assert len(calls) == 5 + 5
+
+
+def test_allreduce_timeout_stays_inside_the_watchdog():
+    assert tcuda.allreduce_timeout(8, None) == 180 and tcuda.allreduce_timeout(1, None) == 45
+    assert tcuda.allreduce_timeout(1, deadline=130.0, now=100.0) == 20  # 10 s left for the checks after it
+    assert tcuda.allreduce_timeout(8, deadline=200.0, now=100.0) == 90
+    assert tcuda.allreduce_timeout(2, deadline=101.0, now=100.0) == 5  # never below 5 s
+
+
+def test_the_allreduce_gets_the_bounded_timeout(monkeypatch):
+    import time
+    from types import SimpleNamespace
+    import torch.distributed as dist
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    seen = {}
+    monkeypatch.setattr(tcuda, "run_allreduce", lambda world, backend, numel, iters, timeout=180: seen.update(
+        timeout=timeout) or [{"rank": 0, "correct": True, "seconds": 0.01}])
+    ctx = gpu_ctx(SimpleNamespace(cuda=SimpleNamespace(device_count=lambda: 1)))
+    ctx.deadline = time.monotonic() + 40
+    assert tcuda.check_nccl_allreduce(ctx).status == "passed"
+    assert 25 < seen["timeout"] <= 30
+
+
+def test_the_allreduce_runs_after_the_probes():
+    """It starts processes and may hang: the matmul and copy probes report first."""
+    names = [name for name, _, _ in tmod.REGISTRY]
+    assert names.index("nccl_allreduce") > max(names.index("matmul_tflops"), names.index("h2d_d2h_bandwidth"))
+    assert names[-1] == "telemetry"
+
+
+class NoTemperatureNvmlLib(FakeNvmlLib):
+    """A driver whose library lacks one function (NVIDIA deprecates nvmlDeviceGetTemperature for ...V)."""
+
+    nvmlDeviceGetTemperature = None
+
+
+def test_a_missing_nvml_function_loses_that_reading_only():
+    sample = nvml.Nvml(NoTemperatureNvmlLib()).sample(0, 0.0)
+    assert sample["temp_c"] is None and sample["power_w"] == 512.3 and sample["util_pct"] == 97
+
+
+FAKE_NCCL = "int ncclGetVersion(int *version) { *version = 22105; return 0; }\n"
+
+
+def test_the_nccl_version_is_the_loaded_librarys_not_torchs_build(tmp_path):
+    """torch.cuda.nccl.version() is the NCCL torch was compiled against; the payload asks the libnccl.so.2 this
+    process mapped (a stand-in built here answering 2.21.5) and uses torch's number only when none is mapped."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a stand-in libnccl.so.2")
+    (tmp_path / "nccl.c").write_text(FAKE_NCCL)
+    lib = tmp_path / "libnccl.so.2"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "nccl.c")], check=True, timeout=60)
+    code = f"""
+import ctypes, sys, types
+sys.path.insert(0, {str(PAYLOAD_DIR)!r})
+import envkit_check_torch as t
+torch = types.SimpleNamespace(backends=types.SimpleNamespace(cudnn=types.SimpleNamespace(version=lambda: None)),
+                              cuda=types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (2, 20, 5)),
+                                                         get_arch_list=lambda: []),
+                              _C=types.SimpleNamespace())
+print(t.read_library_versions(torch)["nccl"], t.loaded_nccl_version())
+ctypes.CDLL({str(lib)!r}, mode=ctypes.RTLD_GLOBAL)  # as torch's libtorch_cuda.so loads it
+print(t.read_library_versions(torch)["nccl"], t.loaded_library("libnccl.so") == {str(lib)!r})
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["2.20.5 None", "2.21.5 True"]

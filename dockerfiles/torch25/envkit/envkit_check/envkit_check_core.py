@@ -64,6 +64,8 @@ class Context:
     cuda_ok: bool = False
     facts: Dict[str, Any] = dataclasses.field(default_factory=dict)
     sampler: Any = None  # envkit_check_nvml.Sampler, in certify mode when NVML loads
+    deadline: Optional[float] = None  # time.monotonic() when the watchdog fires (--timeout): checks with their own
+                                      # timeouts stay inside it, so a hang fails that check, not the whole run
     results: List[Check] = dataclasses.field(default_factory=list)
     current: str = ""
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -147,10 +149,11 @@ def finite(x: Any, digits: int = 6) -> Optional[float]:
 
 def matmul_rate(window: Callable[[], float], n: int, iters: int, windows: int, warmup_s: float) -> float:
     """TFLOP/s of `iters` dense n x n matmuls (2*n^3 flops each) per `window()` (which returns its seconds):
-    windows run as warm-up until `warmup_s` of them have passed (clocks up from idle; at most 100), then
-    the median of `windows` timed ones."""
+    windows run as warm-up until `warmup_s` of them have passed and at least 5 ran (clocks up from idle, and
+    a slow first window, e.g. kernels loaded lazily, does not end it; at most 100), then the median of
+    `windows` timed ones."""
     spent, rounds = 0.0, 0
-    while spent < warmup_s and rounds < 100:
+    while (spent < warmup_s or rounds < 5) and rounds < 100:
         spent, rounds = spent + window(), rounds + 1
     times = sorted(window() for _ in range(windows))
     return 2 * n**3 * iters / times[len(times) // 2] / 1e12

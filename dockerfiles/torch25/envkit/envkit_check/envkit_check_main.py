@@ -180,6 +180,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ctx = Context(expect=expect, mode="verify" if args.mode == "auto" else args.mode, t0=time.monotonic(),
                   steps=args.steps, framework=framework, facts=initial_facts(framework), current=f"import {framework}")
     watchdog = start_watchdog(ctx, out, args.json, args.timeout)
+    ctx.deadline = ctx.t0 + args.timeout
     try:
         if framework not in FRAMEWORKS:
             raise ValueError(f"this payload checks torch, jax and tensorflow images; the expect file names {framework!r}")

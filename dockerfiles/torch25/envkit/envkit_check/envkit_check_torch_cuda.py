@@ -191,6 +191,7 @@ def check_memory(ctx: Context) -> Check:
                              "peak_mib": round(torch.cuda.max_memory_allocated(dev) / mib, 1),
                              "total_mib": round(total / mib, 1), "oversized_request_mib": round(2 * total / mib, 1)}
     size, oom_raised, fitted = 2 * total, False, None
+    torch.cuda.reset_peak_memory_stats(dev)  # peak_mib above is the train step's; this one is the fitted batch's
     while size >= mib and fitted is None:  # 2x total must OOM; then halve until a batch fits
         try:
             batch = torch.empty(size, dtype=torch.uint8, device=dev)
@@ -204,11 +205,13 @@ def check_memory(ctx: Context) -> Check:
             oom_raised = oom_raised or size == 2 * total
             torch.cuda.empty_cache()
             size //= 2
+    value["batch_peak_mib"] = round(torch.cuda.max_memory_allocated(dev) / mib, 1)
     torch.cuda.empty_cache()
     value.update(oom_raised=oom_raised, fitted_mib=round(fitted / mib, 1) if fitted else None)
     if oom_raised and fitted:
         return Check("passed", value, None, f"a 2x-memory request raised OutOfMemoryError, was caught, then a halved "
-                                            f"{value['fitted_mib']:.0f} MiB batch succeeded (peak {value['peak_mib']} MiB)")
+                                            f"{value['fitted_mib']:.0f} MiB batch succeeded (the train step's peak: "
+                                            f"{value['peak_mib']} MiB)")
     return Check("failed", value, None, "no halved batch fitted after the OutOfMemoryError" if oom_raised
                  else "a 2x-memory allocation did not raise OutOfMemoryError")
 
@@ -247,6 +250,15 @@ def allreduce_worker(rank: int, world: int, port: int, backend: str, numel: int,
         json.dump({"rank": rank, "correct": correct, "seconds": seconds}, f)
 
 
+def allreduce_timeout(world: int, deadline: Optional[float], now: Optional[float] = None) -> float:
+    """Seconds the all-reduce may take: 180 over several GPUs, 45 on one (a process start, NCCL's init and one
+    small all-reduce), and never past the run's watchdog (less 10 s, so the checks after it still report)."""
+    limit = 180.0 if world > 1 else 45.0
+    if deadline is not None:
+        limit = min(limit, deadline - (time.monotonic() if now is None else now) - 10.0)
+    return max(limit, 5.0)
+
+
 def run_allreduce(world: int, backend: str, numel: int, iters: int, timeout: float = 180) -> List[Dict[str, Any]]:
     """Spawn `world` ranks of allreduce_worker; return each rank's report."""
     import torch.multiprocessing as mp
@@ -272,7 +284,7 @@ def check_nccl_allreduce(ctx: Context) -> Check:
         return Check("failed", None, None, "torch.distributed has no NCCL backend in this build")
     world = ctx.torch.cuda.device_count()
     numel, iters = allreduce_plan(world)  # 256 MiB of fp32 for bandwidth
-    reports = run_allreduce(world, "nccl", numel, iters)
+    reports = run_allreduce(world, "nccl", numel, iters, allreduce_timeout(world, ctx.deadline))
     value: Dict[str, Any] = {"world_size": world, "nccl": ctx.facts["nccl"], "NCCL_ALGO": os.environ.get("NCCL_ALGO")}
     if not all(r["correct"] for r in reports):
         return Check("failed", value, None, f"NCCL all-reduce over {world} rank(s) returned a wrong sum")
@@ -295,6 +307,8 @@ def matmul_tflops(torch: Any, dtype: Any, n: int = 8192, iters: int = 10, window
     def step() -> None:
         torch.matmul(a, b, out=c)
 
+    step()  # untimed first: cuBLAS(Lt) loads its kernels and picks one on the host, outside any timed window
+    torch.cuda.synchronize(dev)
     # warm-up: clocks up from idle, cuBLAS heuristics and workspace settled
     return matmul_rate(lambda: device_seconds(torch, step, iters), n, iters, windows, warmup_s)
 

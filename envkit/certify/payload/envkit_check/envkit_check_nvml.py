@@ -55,19 +55,27 @@ class Nvml:
         n = ctypes.c_uint(0)
         return n.value if self.lib.nvmlDeviceGetCount_v2(ctypes.byref(n)) == 0 else 0
 
+    def ok(self, *names: str, args: tuple = ()) -> bool:
+        """Whether the first of `names` this driver's library exports returned NVML_SUCCESS (False when none is
+        exported: a function a driver dropped loses that one reading, not the sample)."""
+        fn = next((f for f in (getattr(self.lib, n, None) for n in names) if f is not None), None)
+        return fn is not None and fn(*args) == 0
+
     def sample(self, index: int, t: float) -> Optional[Dict[str, Any]]:
-        lib, h, ref = self.lib, ctypes.c_void_p(), ctypes.byref
-        if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ref(h)) != 0:
+        h, ref = ctypes.c_void_p(), ctypes.byref
+        if not self.ok("nvmlDeviceGetHandleByIndex_v2", args=(ctypes.c_uint(index), ref(h))):
             return None
         util, mem, power, temp, mask = _Utilization(), _Memory(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
-        reasons = (getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)  # driver 535+
-                   or getattr(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
-        readings = {"util_pct": util.gpu if lib.nvmlDeviceGetUtilizationRates(h, ref(util)) == 0 else None,
-                    "mem_used_mib": round(mem.used / 2**20, 1) if lib.nvmlDeviceGetMemoryInfo(h, ref(mem)) == 0 else None,
-                    "power_w": power.value / 1000.0 if lib.nvmlDeviceGetPowerUsage(h, ref(power)) == 0 else None,  # mW
-                    "temp_c": temp.value if lib.nvmlDeviceGetTemperature(h, ctypes.c_int(0), ref(temp)) == 0 else None,
+        readings = {"util_pct": util.gpu if self.ok("nvmlDeviceGetUtilizationRates", args=(h, ref(util))) else None,
+                    "mem_used_mib": round(mem.used / 2**20, 1) if self.ok("nvmlDeviceGetMemoryInfo", args=(h, ref(mem)))
+                    else None,
+                    "power_w": power.value / 1000.0 if self.ok("nvmlDeviceGetPowerUsage", args=(h, ref(power)))
+                    else None,  # mW
+                    "temp_c": temp.value if self.ok("nvmlDeviceGetTemperature", args=(h, ctypes.c_int(0), ref(temp)))
+                    else None,
                     "clock_event_reasons": decode_clock_reasons(mask.value)
-                    if reasons is not None and reasons(h, ref(mask)) == 0 else None}
+                    if self.ok("nvmlDeviceGetCurrentClocksEventReasons",  # driver 535+
+                               "nvmlDeviceGetCurrentClocksThrottleReasons", args=(h, ref(mask))) else None}
         if all(v is None for v in readings.values()):
             return None  # a handle but no readable metric (e.g. no permission): not a sample
         return dict({"t": round(t, 3), "gpu": index}, **readings)

@@ -6,6 +6,8 @@ Standard library + torch (2.0 to 2.15; Python 3.9+). Reference: docs/payload.md,
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import platform
 from typing import Any, Dict, Optional
 
@@ -33,6 +35,35 @@ def nccl_version_str(v: Any) -> Optional[str]:
     return ".".join(str(x) for x in v[:3]) if isinstance(v, (tuple, list)) else decode_version_int(v)
 
 
+def loaded_library(prefix: str, maps: str = "/proc/self/maps") -> Optional[str]:
+    """The path of a library this process has mapped whose file name starts with `prefix` (None: none)."""
+    try:
+        with open(maps) as f:
+            for line in f:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith(prefix):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    return None
+
+
+def loaded_nccl_version(maps: str = "/proc/self/maps") -> Optional[str]:
+    """What the libnccl torch loaded says it is (``ncclGetVersion``): the library that runs, where
+    ``torch.cuda.nccl.version()`` is the one torch was compiled against. None when no libnccl is mapped
+    (a CPU build, or NCCL linked into torch: then torch's number is the library's)."""
+    path = loaded_library("libnccl.so", maps)
+    if path is None:
+        return None
+    try:
+        code = ctypes.c_int(0)
+        if ctypes.CDLL(path).ncclGetVersion(ctypes.byref(code)) != 0 or code.value <= 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return decode_version_int(code.value)
+
+
 def read_library_versions(torch: Any) -> Dict[str, Any]:
     """cuDNN, NCCL and compiled archs, all readable without a GPU (None/[] when absent)."""
     found: Dict[str, Any] = {"cudnn": None, "nccl": None, "arch_list": []}
@@ -42,7 +73,7 @@ def read_library_versions(torch: Any) -> Dict[str, Any]:
     except Exception:
         pass
     try:
-        found["nccl"] = nccl_version_str(torch.cuda.nccl.version())
+        found["nccl"] = loaded_nccl_version() or nccl_version_str(torch.cuda.nccl.version())
     except Exception:
         pass
     try:
@@ -167,9 +198,9 @@ REGISTRY: Registry = [
     ("cuda_train_step", check_cuda_train, True),
     ("memory", check_memory, True),
     ("dataloader", check_dataloader, True),
-    ("nccl_allreduce", check_nccl_allreduce, True),
     ("matmul_tflops", check_matmul, True),
     ("h2d_d2h_bandwidth", check_bandwidth, True),
+    ("nccl_allreduce", check_nccl_allreduce, True),  # after the probes: it starts processes, and may hang
     ("telemetry", check_telemetry, True),
 ]
 CHECKS = {name: fn for name, fn, _ in REGISTRY}
