@@ -86,7 +86,7 @@ TORCH = Framework(
     pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime", 2), Pin("cudnn", "cuDNN", 3),
           Pin("nccl", "NCCL", 3), Pin("torch", "torch", public=True)),
     gpu_checks=("nvidia_smi", "cuda_available", "arch_covered", "cuda_train_step", "memory", "dataloader",
-                "nccl_allreduce", "matmul_tflops", "h2d_d2h_bandwidth", "telemetry"),
+                "matmul_tflops", "h2d_d2h_bandwidth", "nccl_allreduce", "telemetry"),
     required_gpu_checks=("cuda_available", "arch_covered", "cuda_train_step"),
     deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
     expect=_torch_expect, labels=_arch_labels, expect_from_labels=_torch_from_labels)
