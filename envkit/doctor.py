@@ -202,6 +202,9 @@ def index_finding(index_url: str, bundle: Path | None, *, timeout: float = INDEX
                                 **({"verify": str(bundle)} if bundle is not None else {}))
     except (requests.RequestException, OSError) as exc:
         return _failure(probe, exc, bundle, proxy, timeout)
+    except UnicodeDecodeError as exc:  # requests reads the netrc file for every request
+        return Finding("index", "fail", f"{probe}: the netrc file {os.environ.get('NETRC') or '~/.netrc'} is not text "
+                                        f"({exc.reason})", "fix or move it, or point $NETRC at the right file")
     except SpecError as exc:  # a netrc file that cannot be parsed
         return Finding("index", "fail", f"{probe}: {exc.message}", f"{exc.location}: {exc.hint}")
     ms = round((time.monotonic() - start) * 1000)

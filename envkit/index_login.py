@@ -62,10 +62,30 @@ def _parsed(path: Path) -> netrc.netrc:
                         hint="each entry reads `machine HOST login USER password TOKEN`; pip, uv and requests "
                              "silently skip a file they cannot parse, so fix or move it",
                         location=Location(str(exc.filename or path), exc.lineno or None)) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"cannot read the netrc file: it is not text ({exc.reason} at byte {exc.start})",
+                        hint="a netrc file holds lines `machine HOST login USER password TOKEN`: fix or move it, "
+                             "or point $NETRC at the right file", location=Location(str(path))) from None
     except OSError as exc:
         raise SpecError(f"cannot read the netrc file: {exc.strerror}",
                         hint="make it readable by this user (chmod 600), or point $NETRC elsewhere",
                         location=Location(str(path))) from None
+
+
+def check_netrc_text() -> None:
+    """Fail when the netrc file is not text: requests reads it for every request (PyPI's too) and would raise
+    UnicodeDecodeError from deep inside; a text file it cannot parse it skips, and so does this."""
+    path = netrc_path()
+    if path is None:
+        return
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"cannot read the netrc file: it is not text ({exc.reason} at byte {exc.start})",
+                        hint="a netrc file holds lines `machine HOST login USER password TOKEN`: fix or move it, "
+                             "or point $NETRC at the right file", location=Location(str(path))) from None
+    except OSError:
+        pass  # requests skips a file it cannot open
 
 
 def check_netrc() -> Path | None:
@@ -76,12 +96,17 @@ def check_netrc() -> Path | None:
     return path
 
 
+def _may_ask(url: str | None) -> bool:
+    """Whether the keyring may be asked about ``url``: an index other than PyPI."""
+    return bool(url) and url.rstrip("/") != DEFAULT_INDEX.rstrip("/") and host_of(url) not in (None, "pypi.org")
+
+
 def keyring_login(url: str) -> tuple[str, str] | None:
     """The login the system keyring holds for the index ``url``, asked as pip asks it: for the URL, then
     its ``host:port``, then its host. None when the ``keyring`` package is not installed, no backend
     answers (a backend that fails counts as none: the index's 401 then says where to put a login), or it
     holds nothing. PyPI is never asked: it needs no login, and some backends prompt."""
-    if not url or url.rstrip("/") == DEFAULT_INDEX.rstrip("/") or host_of(url) == "pypi.org":
+    if not _may_ask(url):
         return None
     try:
         import keyring
@@ -153,9 +178,10 @@ def keyring_logins(urls) -> Iterator[list[str]]:
     """While open, the system keyring's logins for the hosts of ``urls`` that the netrc file lacks are where
     requests, uv and pip look: ``$NETRC`` names a private file (0600, in a build-secrets scratch directory)
     holding the user's netrc and then those lines. Yields those hosts (none: nothing changes)."""
-    path = netrc_path()
+    urls = [u for u in urls if _may_ask(u)]
+    path = netrc_path() if urls else None
     parsed = _parsed(path) if path is not None else None
-    extra = _keyring_lines(urls, parsed)
+    extra = _keyring_lines(urls, parsed) if urls else {}
     if not extra:
         yield []
         return

@@ -18,9 +18,9 @@ from .closure import compile_closure
 from .errors import EngineError, EnvkitError, LockError, SpecError, VerificationError
 from .frameworks import require_buildable, require_bundle
 from .index import DEFAULT_INDEX, PackageIndex
-from .index_login import check_netrc, keyring_logins
+from .index_login import check_netrc, check_netrc_text, keyring_logins
 from .labels import SHOWN
-from .lock import Lock, LockedImage, load_lock, write_lock
+from .lock import Lock, LockedImage, check_writable, load_lock, write_lock
 from .render import Rendered, render
 from .resolve import check_frameworks, check_gpus, plan, resolve, spec_digest
 from .spec import Spec, load_spec
@@ -55,6 +55,8 @@ def drift(spec: Spec, catalog: Catalog, lock: Lock) -> list[str]:
         reasons.append("the spec changed since the lock was written")
     if lock.catalog_digest != catalog.digest:
         reasons.append("the catalog changed since the lock was written")
+    if lock.team != spec.team:
+        reasons.append(f"the lock is for team {lock.team!r}, the spec for {spec.team!r}")
     if {i.name for i in lock.images} != {i.name for i in spec.images}:
         reasons.append("the lock's images differ from the spec's")
     return reasons
@@ -66,18 +68,24 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
     spec, catalog = load(spec_path)
     lock_path = lock_path or lock_path_for(spec_path)
     if reuse and lock_path.exists():
+        # a lock that cannot be read (corrupt, edited by hand) is an error, never silently replaced: `envkit resolve`
+        # rewrites it on purpose; a readable lock that no longer matches (drift) is re-resolved, as asked
         try:
             lock = load_lock(lock_path)
-        except LockError:
-            lock = None
-        if lock is not None and not drift(spec, catalog, lock):
+        except LockError as exc:
+            raise LockError(exc.message, hint=f"`envkit resolve {spec_path}` writes a new one; envkit does not "
+                                              "overwrite a lock it cannot read on its own") from None
+        if not drift(spec, catalog, lock):
             progress(f"{lock_path} is up to date")
             return Resolved(spec, lock, lock_path, True)
+    check_writable(lock_path)  # before minutes of resolving, not after
     progress(f"resolving {len(spec.images)} image(s) against the catalog and the package index")
     # the CA bundle the builds get verifies the resolver's TLS too (a mirror signed by a company CA)
     ca = spec.ca_bundle_path()
     if spec.build.index_url:
         check_netrc()  # a company index's login: a malformed netrc fails here, with its line, not as a 401
+    else:
+        check_netrc_text()  # requests reads it even for PyPI
     index = PackageIndex(spec.build.index_url or DEFAULT_INDEX, ca_bundle=ca)
     with keyring_logins([spec.build.index_url]):  # a login only the keyring holds, for envkit's requests and uv
         lock = resolve(spec, catalog, index, closure=functools.partial(compile_closure, ca_bundle=ca),

@@ -91,7 +91,7 @@ def _docker(client) -> docker.DockerClient:
 
 
 def _check_tag(tag: str) -> None:
-    if not _TAG.match(tag or ""):
+    if not _TAG.fullmatch(tag or ""):
         raise EngineError(f"bad tag {tag!r}: tags are 1-128 of [A-Za-z0-9_.-], not starting with . or -")
 
 
@@ -266,7 +266,7 @@ def mirror_base(client, base_ref: str, registry_repo: str, *, tag: str | None = 
     upstream. ``tag`` defaults to the base's own tag (``sha256-<hex>`` for a digest reference).
     """
     if tag is None:
-        m = _PINNED.match(base_ref)
+        m = _PINNED.fullmatch(base_ref)
         if m:
             tag = m.group("digest").replace(":", "-")
         else:
@@ -282,7 +282,7 @@ def pull_by_digest(client, ref_with_digest: str, *, retries: int = 4, backoff: f
     """Pull ``registry/repo@sha256:...`` into the engine and return what the engine now holds."""
     from .engine.docker_engine import DockerEngine
 
-    m = _PINNED.match(ref_with_digest or "")
+    m = _PINNED.fullmatch(ref_with_digest or "")
     if not m:
         raise EngineError(f"{ref_with_digest!r} is not pinned by digest",
                           hint="give REGISTRY/REPO@sha256:<64 hex digits>")

@@ -60,17 +60,17 @@ def parse_ref(ref: str) -> RegistryRef | None:
     digest = None
     if "@" in rest:
         rest, digest = rest.split("@", 1)
-        if not _DIGEST.match(digest):
+        if not _DIGEST.fullmatch(digest):
             raise EngineError(f"bad registry reference {ref!r}: {digest!r} is not a sha256 digest", hint=REF_HINT)
     head, _, last = rest.rpartition("/")
     tag = None
     if ":" in last:
         last, tag = last.rsplit(":", 1)
-        if not _TAG.match(tag):
+        if not _TAG.fullmatch(tag):
             raise EngineError(f"bad registry reference {ref!r}: tag {tag!r} is not 1-128 of [A-Za-z0-9_.-]",
                               hint=REF_HINT)
     repository = f"{head}/{last}" if head else last
-    if not _HOST.match(first) or not all(_COMPONENT.match(c) for c in repository.split("/")):
+    if not _HOST.fullmatch(first) or not all(_COMPONENT.fullmatch(c) for c in repository.split("/")):
         raise EngineError(f"bad registry reference {ref!r}: registry {first!r}, repository {repository!r}",
                           hint=REF_HINT + " (repository names are lower case)")
     return RegistryRef(first, repository, tag if tag or digest else "latest", digest)
@@ -79,7 +79,7 @@ def parse_ref(ref: str) -> RegistryRef | None:
 def parse_registry(where: str) -> tuple[str, str]:
     """``HOST[:PORT][/path]`` -> (host[:port], path prefix without slashes)."""
     first, _, prefix = (where or "").strip().rstrip("/").partition("/")
-    if not first or not _HOST.match(first) or (prefix and not all(_COMPONENT.match(c) for c in prefix.split("/"))):
+    if not first or not _HOST.fullmatch(first) or (prefix and not all(_COMPONENT.fullmatch(c) for c in prefix.split("/"))):
         raise EngineError(f"bad registry {where!r}: give HOST[:PORT][/path]",
                           hint="e.g. --registry 127.0.0.1:5000 or --registry registry.example.com/vision")
     return first, prefix
@@ -164,7 +164,7 @@ def classify_tags(tags: list[str]) -> Tags:
     for tag in sorted(set(tags)):
         if CERT_TAG_INFIX in tag:
             certs.setdefault(tag.split(CERT_TAG_INFIX, 1)[0], []).append(tag)
-        elif _MIRROR_TAG.match(tag):
+        elif _MIRROR_TAG.fullmatch(tag):
             mirrors.append(tag)
         elif tag != CERTIFIED_TAG:
             stacks.append(tag)

@@ -13,6 +13,7 @@ offline build from a bundle: Debian packages and wheels from the context, no ind
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -62,7 +63,7 @@ def templates_dir() -> Path:
 
 def _dq(value: object) -> str:
     text = str(value)
-    if not SAFE.match(text):
+    if not SAFE.fullmatch(text):
         raise EnvkitError(f"refusing to render unsafe value {text[:60]!r}",
                           hint="values reaching a Dockerfile must be plain versions, names or references")
     return text
@@ -301,6 +302,12 @@ def render(lock: Lock, out_root: Path, spec_name: str, only: list[str] | None = 
     # Render everything in memory first: a template error leaves no file touched.
     trees = {i.name: render_files(lock, i, spec_name) for i in lock.images if not only or i.name in only}
     compose = render_compose(lock, spec_name)
+    # Then make sure every file can go where it goes before writing any: a file in the way of compose/ or an
+    # unwritable directory must not leave new Dockerfiles beside an old compose file.
+    for directory in (out_root / "dockerfiles", out_root / "compose"):
+        directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(directory))
     result = Rendered()
     for name, files in trees.items():
         directory = out_root / "dockerfiles" / name

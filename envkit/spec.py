@@ -54,7 +54,7 @@ def _short(value: str) -> str:
 
 def _grammar(regex: re.Pattern, what: str):
     def check(value: str) -> str:
-        if len(value) > MAX_VALUE or not regex.match(value):
+        if len(value) > MAX_VALUE or not regex.fullmatch(value):
             raise ValueError(f"{_short(value)!r} is not a valid {what}")
         return value
 

@@ -86,7 +86,7 @@ def tf_flags(source: bytes, where: str = "build_info.py") -> tuple[str, ...]:
     if len(caps) != 1 or not isinstance(caps[0], (list, tuple)) or not caps[0]:
         raise WheelReadError(f"{where}: build_info has no one non-empty cuda_compute_capabilities list")
     flags = tuple(str(c) for c in caps[0])
-    bad = [f for f in flags if not _FLAG.match(f)]
+    bad = [f for f in flags if not _FLAG.fullmatch(f)]
     if bad:
         raise WheelReadError(f"{where}: cuda_compute_capabilities holds {bad[0]!r}, not sm_XY/compute_XY")
     return flags

@@ -39,24 +39,42 @@ class Document:
 def load_yaml(path: str | Path, *, error: type[SpecError] = SpecError) -> Document:
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)  # never more: /dev/zero is a path too
     except OSError as exc:
         raise error(f"cannot read {p}: {exc.strerror}", hint="check the path") from None
     if len(raw) > MAX_BYTES:
-        raise error(f"{p} is {len(raw)} bytes; the limit is {MAX_BYTES}", location=Location(str(p)))
-    return parse_yaml(raw.decode("utf-8", errors="replace"), str(p), error=error)
+        raise error(f"over the limit of {MAX_BYTES} bytes", hint="is this the spec? team.yaml files are a few KB",
+                    location=Location(str(p)))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise error(f"not UTF-8 text: byte 0x{raw[exc.start]:02x} cannot be decoded",
+                    hint="save the file as UTF-8 (YAML files are UTF-8 text)", location=Location(str(p), line)) from None
+    return parse_yaml(text, str(p), error=error)
 
 
 def parse_yaml(text: str, name: str, *, error: type[SpecError] = SpecError) -> Document:
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # its reader refuses characters YAML does not allow, here already
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         loc = Location(name, mark.line + 1, mark.column + 1) if mark else Location(name)
         raise error(f"not valid YAML: {exc.problem or exc}", location=loc) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (a NUL, a terminal escape)
+        before = text[:exc.position]
+        loc = Location(name, before.count("\n") + 1, len(before) - before.rfind("\n"))
+        raise error(f"not valid YAML: character U+{exc.character:04X} is not allowed in a YAML file",
+                    hint="remove it (control characters, such as a pasted terminal colour code, cannot appear)",
+                    location=loc) from None
+    except yaml.YAMLError as exc:
+        raise error(f"not valid YAML: {exc}", location=Location(name)) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     positions: dict[Path_, tuple[int, int]] = {}
     if node is None:
         return Document(name, None, positions)

@@ -7,6 +7,7 @@ so the package has no import cycle.
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
 import sys
@@ -66,10 +67,30 @@ def run(ctx_obj: Ctx, fn):
     except EnvkitError as exc:
         fail(ctx_obj, exc)
     except Exception as exc:  # noqa: BLE001 - two kinds are the user's to fix, not crashes; the rest re-raise
-        error = _engine_gone(exc) or (host_out_of_space(exc, _command()) if isinstance(exc, OSError) else None)
+        error = _engine_gone(exc) or (host_out_of_space(exc, _command()) or _path_error(exc)
+                                      if isinstance(exc, OSError) else None)
         if error is None:
             raise
         fail(ctx_obj, error)
+
+
+PATH_HINTS = {
+    errno.EACCES: "this user may not write there: check the owner and mode, or choose another path",
+    errno.EPERM: "the file or directory refuses the change (owner, or an immutable attribute): choose another path",
+    errno.EROFS: "that filesystem is read-only: choose a path on a writable one",
+    errno.ENOTDIR: "a part of that path is a file, not a directory: move the file, or choose another path",
+    errno.EEXIST: "a file is where a directory is needed: move it, or choose another path",
+    errno.EISDIR: "a directory is where a file is needed: move it, or choose another path",
+}
+
+
+def _path_error(exc: OSError) -> EnvkitError | None:
+    """A file envkit could not write or read because of the path itself (permissions, a file in the way, a
+    read-only filesystem): the command, the path and what to do, not a traceback. None for other errors."""
+    if exc.errno not in PATH_HINTS or not exc.filename:
+        return None
+    return EnvkitError(f"{_command()}: cannot use {exc.filename}: {exc.strerror}", hint=PATH_HINTS[exc.errno],
+                       location=None)
 
 
 def _command() -> str:

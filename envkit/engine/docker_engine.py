@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Iterator
@@ -39,12 +40,28 @@ def connect(base_url: str | None = None) -> "DockerEngine":
         client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
         client.ping()
     except (docker.errors.DockerException, requests.RequestException) as exc:
+        if "codec can't decode" in str(exc):  # docker-py wraps the UnicodeDecodeError below as it fetches the API version
+            raise _netrc_not_text(str(exc)) from None
         raise EngineError(
             f"no container engine is reachable: {exc}",
             hint="start one (on Debian as root: `make engine`, or apt-get install docker.io && dockerd &), "
                  "or set DOCKER_HOST",
         ) from None
+    except UnicodeDecodeError as exc:  # requests reads the netrc file for every request, the engine's too
+        raise _netrc_not_text(exc.reason) from None
+    except ValueError as exc:  # docker-py parsing the address: tcp://[bad, a scheme it does not know
+        address = base_url or os.environ.get("DOCKER_HOST", "")
+        raise EngineError(f"DOCKER_HOST {address!r} is not an engine address: {exc}",
+                          hint="e.g. unix:///var/run/docker.sock, tcp://HOST:2376 or ssh://USER@HOST; unset it for "
+                               "the local engine") from None
     return DockerEngine(client)
+
+
+def _netrc_not_text(reason: str) -> EngineError:
+    netrc = os.environ.get("NETRC") or "~/.netrc"
+    return EngineError(f"cannot talk to the engine: the netrc file {netrc} is not text ({reason})",
+                       hint="requests (under docker-py) reads it for every connection, even to the engine's socket: "
+                            "fix or move it, or point $NETRC at the right file")
 
 
 class DockerEngine:

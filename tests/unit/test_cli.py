@@ -427,3 +427,63 @@ def test_catalog_export_writes_a_copy_and_refuses_to_overwrite(tmp_path):
     assert doc["env"] == {"ENVKIT_CATALOG": str(dest.resolve())} and (dest / "pytorch.yaml").is_file()
     again = CliRunner().invoke(main, ["catalog", "export", str(dest)])
     assert again.exit_code == 2 and "not an empty directory" in again.output
+
+
+# --- paths and environments that are the user's to fix: an error, never a traceback ----------------------------
+
+@pytest.fixture
+def example_copy(tmp_path):
+    """The example spec and its current lock (render needs no index)."""
+    import shutil
+    for name in ("team.yaml", "team.lock"):
+        shutil.copy(ROOT / "examples" / name, tmp_path / name)
+    return tmp_path / "team.yaml"
+
+
+@pytest.mark.parametrize("layout, where, why", [
+    ("under-a-file", "out/sub/dockerfiles", "Not a directory"),
+    ("compose-is-a-file", "out/compose", "File exists"),
+])
+def test_render_where_a_file_is_in_the_way_is_an_error_and_writes_nothing(example_copy, tmp_path, layout, where, why):
+    out = tmp_path / "out"
+    if layout == "under-a-file":
+        out.write_text("a file")
+        target = out / "sub"
+    else:
+        out.mkdir()
+        (out / "compose").write_text("a file")
+        target = out
+    result = invoke("render", example_copy, "--out", target, "--json")
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert doc["message"] == f"envkit render: cannot use {tmp_path / where}: {why}"
+    assert "Traceback" not in result.output
+    assert not list(tmp_path.rglob("Dockerfile"))  # nothing half-written
+
+
+def test_resolve_into_a_path_it_cannot_write_fails_before_resolving(example_copy, tmp_path, monkeypatch):
+    (tmp_path / "blocker").write_text("a file")
+    monkeypatch.setattr("envkit.pipeline.resolve", lambda *a, **k: pytest.fail("resolved before checking the path"))
+    result = invoke("resolve", example_copy, "--lock", tmp_path / "blocker" / "team.lock")
+    assert result.exit_code == 1
+    assert f"cannot use {tmp_path / 'blocker'}: File exists" in result.stderr
+
+
+def test_a_docker_host_that_is_no_address_is_named(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "tcp://[bad")
+    result = invoke("show", "vision/torch25:x", "--json")
+    assert result.exit_code == 6, result.output
+    doc = json.loads(result.stdout)
+    assert doc["message"] == "DOCKER_HOST 'tcp://[bad' is not an engine address: Invalid IPv6 URL"
+
+
+def test_a_netrc_that_is_not_text_fails_resolve_with_its_name(example_copy, tmp_path, monkeypatch):
+    """requests reads it on every request (PyPI's too) and would raise UnicodeDecodeError from deep inside."""
+    netrc = tmp_path / "netrc"
+    netrc.write_bytes(bytes(range(128, 256)))
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setattr("envkit.pipeline.resolve", lambda *a, **k: pytest.fail("resolved with a binary netrc"))
+    result = invoke("resolve", example_copy, "--json")
+    assert result.exit_code == 2, result.output
+    doc = json.loads(result.stdout)
+    assert doc["message"].startswith("cannot read the netrc file: it is not text") and doc["location"] == str(netrc)

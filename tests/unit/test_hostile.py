@@ -84,8 +84,62 @@ def test_billion_laughs_is_refused_fast(tmp_path):
 def test_huge_file_is_refused(tmp_path):
     path = tmp_path / "team.yaml"
     path.write_text("# " + "x" * (2 << 20) + "\n")
-    with pytest.raises(SpecError, match="the limit is"):
+    with pytest.raises(SpecError, match="over the limit of 1048576 bytes"):
         load_spec(path)
+
+
+def test_an_endless_file_is_read_no_further_than_the_limit():
+    with pytest.raises(SpecError, match="over the limit"):
+        load_spec("/dev/zero")
+
+
+@pytest.mark.parametrize("raw, line, col, what", [
+    (b'version: 1\nteam: "vi\x1b[0m"\n', 2, 10, "character U+001B is not allowed"),  # a pasted colour code
+    (b"version: 1\nteam: a\x00b\n", 2, 8, "character U+0000 is not allowed"),
+])
+def test_a_character_yaml_forbids_is_named_with_its_line(tmp_path, raw, line, col, what):
+    path = tmp_path / "team.yaml"
+    path.write_bytes(raw)
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert what in err.value.message and (err.value.location.line, err.value.location.column) == (line, col)
+
+
+@pytest.mark.parametrize("raw, line", [(b"version: 1\nteam: \xff\n", 2), ("team: x\n".encode("utf-16"), 1)])
+def test_a_file_that_is_not_utf8_is_refused_with_its_line(tmp_path, raw, line):
+    """Not silently decoded with replacement characters into a spec nobody wrote."""
+    path = tmp_path / "team.yaml"
+    path.write_bytes(raw)
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert err.value.message.startswith("not UTF-8 text") and err.value.location.line == line
+
+
+@pytest.mark.parametrize("field, value", [("team", "vision\n"), ("python", "3.11\n"), ("min_driver", "550.54.15\n")])
+def test_a_trailing_newline_is_not_part_of_a_valid_value(tmp_path, field, value):
+    """`$` matches before a final newline: the grammars must match the whole value, or it reaches a Dockerfile."""
+    import yaml
+    doc = {"version": 1, "team": "vision", "fleet": {"min_driver": "550.54.15", "gpus": ["A100"]},
+           "images": [{"name": "t", "framework": "torch==2.5.*"}]}
+    if field == "python":
+        doc["images"][0]["python"] = value
+    elif field == "min_driver":
+        doc["fleet"]["min_driver"] = value
+    else:
+        doc[field] = value
+    path = tmp_path / "team.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match="is not a valid"):
+        load_spec(path)
+
+
+def test_an_apt_package_with_a_newline_never_reaches_a_dockerfile(tmp_path):
+    path = tmp_path / "team.yaml"
+    path.write_text('version: 1\nteam: vision\nfleet: {min_driver: "550.54.15", gpus: [A100]}\n'
+                    'images:\n  - {name: t, framework: "torch==2.5.*", apt: ["curl\\n"]}\n')
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert "is not a valid" in err.value.message and err.value.location.line == 5
 
 
 def test_valid_pep508_marker_is_accepted_and_stays_out_of_run_lines(tmp_path):

@@ -60,3 +60,74 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
         write_atomic(path, b"new")
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+@pytest.mark.parametrize("field, value, where", [
+    ("team", "../../../../tmp/PWNED", "team"),  # it becomes a file name (compose/<team>.yaml) and an image tag
+    ("team", "vision\n", "team"),
+    ("spec_digest", "sha256:nothex", "spec_digest"),
+])
+def test_top_level_fields_are_checked_not_only_image_hashes(tmp_path, field, value, where):
+    doc = json.loads(make_lock().to_bytes())
+    doc[field] = value
+    path = tmp_path / "team.lock"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(LockError) as err:
+        load_lock(path)
+    assert err.value.message.startswith(f"{path} is malformed: {where}: ")
+
+
+def test_a_malformed_image_field_is_named(tmp_path):
+    doc = json.loads(make_lock().to_bytes())
+    del doc["images"][0]["python"]
+    path = tmp_path / "team.lock"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(LockError, match=r"is malformed: images\.0\.python: Field required"):
+        load_lock(path)
+
+
+@pytest.mark.parametrize("raw", [bytes(range(256)), "{}".encode("utf-16")])
+def test_a_binary_lock_is_an_error_not_a_traceback(tmp_path, raw):
+    path = tmp_path / "team.lock"
+    path.write_bytes(raw)
+    with pytest.raises(LockError, match="cannot read lock"):
+        load_lock(path)
+
+
+def test_atomic_writes_keep_the_files_mode_or_give_a_plain_files(tmp_path):
+    """mkstemp's 0600 must not replace a shared lock's 0644 (the team could no longer read it)."""
+    import os
+    import stat
+    new = tmp_path / "new.lock"
+    umask = os.umask(0o022)
+    try:
+        write_atomic(new, b"x")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(new.stat().st_mode) == 0o644
+    old = tmp_path / "old.lock"
+    old.write_bytes(b"x")
+    old.chmod(0o664)
+    write_atomic(old, b"y")
+    assert stat.S_IMODE(old.stat().st_mode) == 0o664 and old.read_bytes() == b"y"
+
+
+def test_a_lock_that_cannot_be_read_is_never_replaced_behind_the_users_back(tmp_path, monkeypatch):
+    """render/build/bundle reuse a current lock and re-resolve a stale one; a corrupt or hand-edited one is an
+    error (exit 5), left as it is: re-resolving would silently re-pin what CI was meant to build."""
+    import shutil
+    from pathlib import Path
+
+    from envkit import pipeline
+
+    root = Path(__file__).resolve().parents[2]
+    spec = tmp_path / "team.yaml"
+    shutil.copy(root / "examples" / "team.yaml", spec)
+    lock = tmp_path / "team.lock"
+    lock.write_text('{"garbage": tru')
+    monkeypatch.setattr(pipeline, "resolve", lambda *a, **k: pytest.fail("re-resolved over an unreadable lock"))
+    with pytest.raises(LockError) as err:
+        pipeline.resolve_spec(spec, reuse=True)
+    assert err.value.message.startswith(f"cannot read lock {lock}")
+    assert err.value.hint.startswith(f"`envkit resolve {spec}` writes a new one")
+    assert lock.read_text() == '{"garbage": tru'
