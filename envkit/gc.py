@@ -468,7 +468,7 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
     candidates = host.envkit_images(team)
     stages = host.stage_images(team)
     notes = []
-    store = Store.open_existing(store_url)
+    store = Store.open_existing(store_url, must_exist=True)
     if store is None:
         certified, current, where = {}, {}, None
         notes.append("no history store here (--store, $ENVKIT_STORE or .envkit/history.sqlite): no image is kept for a "

@@ -64,7 +64,7 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
               help="Then reclaim this runner's disk as `envkit gc --team TEAM --keep N` does, never removing the "
                    "builds of the lock just run; also once during the run when a build fills the engine's disk, "
                    "and then try that build again.")
-@click.option("--keep", type=int, default=2, show_default=True, help="With --gc: builds to keep per image, newest first.")
+@click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True, help="With --gc: builds to keep per image, newest first.")
 @json_option
 @click.pass_context
 def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, reports_dir, out_root, builder,
@@ -84,10 +84,6 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     if click_ctx.get_parameter_source("keep") is not ParameterSource.DEFAULT and not gc:
         raise click.UsageError("--keep says what --gc keeps; give --gc too")
     c = _ctx(click_ctx, json_out)
-    if gc:
-        from ..gc import check_keep
-
-        run(c, lambda: check_keep(keep))  # before the nightly, not after it
     engine = run(c, connect)
     store = run(c, lambda: Store.open(store_url))
     # with --gc, also when a build fills the engine's disk: then the build is tried once more

@@ -177,9 +177,14 @@ class EnvkitGroup(click.Group):
     happened and what to do, and with ``--json`` an error document, instead of click's "Aborted!"."""
 
     def invoke(self, ctx):
+        wants_json = "--json" in ctx.args  # what is left for the subcommand (its name is held apart by click)
         with signals_unwind():
             try:
                 return super().invoke(ctx)
+            except click.UsageError as exc:
+                if not wants_json:
+                    raise
+                report_usage(exc)
             except KeyboardInterrupt:
                 signum = signal.SIGINT
             except Interrupted as exc:
@@ -187,6 +192,17 @@ class EnvkitGroup(click.Group):
         # Only the number is kept: the exception's traceback would keep the unwound frames (and any
         # generator suspended in them) alive until exit.
         report_interrupted(ctx.obj or {}, Interrupted(signum))
+
+
+def report_usage(exc: click.UsageError):
+    """A usage error (a missing argument, an unknown option, a path that is not a file) under ``--json``: the error
+    document on stdout, as every other error, and click's own text on stderr; exit 2."""
+    where = exc.ctx.command_path if exc.ctx is not None else "envkit"
+    doc = {"error": "UsageError", "message": exc.format_message(), "hint": f"`{where} --help` lists its arguments "
+                                                                            "and options", "location": None}
+    click.echo(json.dumps(doc, indent=2))
+    exc.show()
+    sys.exit(exc.exit_code)
 
 
 def report_interrupted(obj: dict, exc: Interrupted):

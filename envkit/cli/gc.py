@@ -21,7 +21,7 @@ def _bytes(n: int) -> str:
 @click.command("gc")
 @click.option("--team", default=None, metavar="TEAM",
               help="Only this team's images (their io.envkit.team label). Default: every envkit team on this host.")
-@click.option("--keep", type=int, default=2, show_default=True,
+@click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True,
               help="Builds to keep per (team, image), newest first by the image's creation time.")
 @click.option("--dry-run", is_flag=True, help="Say what would be kept and removed; remove nothing.")
 @click.option("--store", "store_url", default=None, help=STORE_HELP + " Its certificates and :certified pushes keep images.")

@@ -154,12 +154,19 @@ class Store:
         return cls(backend, clock=clock)
 
     @classmethod
-    def open_existing(cls, url_or_path: str | Path | None = None) -> "Store | None":
+    def open_existing(cls, url_or_path: str | Path | None = None, *, must_exist: bool = False) -> "Store | None":
         """The store when one is named (``url_or_path``, ``ENVKIT_STORE``) or the default file exists; else None.
-        For readers (show, ls, run, gc): reading must not leave an empty history database behind."""
+        For readers (show, ls, run, gc): reading must not leave an empty history database behind. ``must_exist``
+        (gc): a named SQLite file that does not exist is an error, as a mistyped path must not read as a history
+        with no certificates in it when images are removed by what it holds."""
         target = locate(url_or_path)
-        if not target.named and not target.path.exists():
-            return None
+        if target.path is not None and not target.path.exists():
+            if not (target.named and must_exist):
+                return None
+            # a named file that is not there may be a typo: gc would then protect nothing the real one records
+            raise StoreError(f"no history store at {target.path}",
+                             hint="check --store or $ENVKIT_STORE (build, certify and nightly create the store; commands "
+                                  "that only read it never do)")
         return cls.open(url_or_path)
 
     def close(self) -> None:

@@ -99,7 +99,10 @@ def builds(engine, dc, base, tmp_path_factory):
 
 def test_stage_images_are_listed_with_their_build_and_kept_while_young(builds, dc, tmp_path):
     """The CLI, now: build 1 goes (--keep 1), its stage image is too young to go."""
-    proc = envkit("gc", "--team", TEAM, "--keep", "1", "--store", str(tmp_path / "none.sqlite"), "--json")
+    from envkit.store import Store
+
+    Store.open(tmp_path / "empty.sqlite").close()  # a store with no history: nothing is protected by it
+    proc = envkit("gc", "--team", TEAM, "--keep", "1", "--store", str(tmp_path / "empty.sqlite"), "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["removed"] == [builds["build1"]]

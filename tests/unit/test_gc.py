@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from envkit import gc
 from envkit.cli import main
 from envkit.engine.docker_gc import parse_created
-from envkit.errors import EngineError, EnvkitError
+from envkit.errors import EngineError, EnvkitError, StoreError
 from envkit.gc import (CONTAINER_GRACE, STAGE_GRACE, Candidate, LeftContainer, Protection, Removal, StageImage,
                        collect_garbage, decide, decide_containers, decide_stages, is_candidate, is_stage)
 from envkit.store import Store
@@ -216,7 +216,19 @@ def store_path(tmp_path):
 
 @pytest.fixture
 def empty_store(tmp_path):
-    return str(tmp_path / "empty.sqlite")
+    """A history store with nothing in it (a named store must exist: gc refuses a mistyped path)."""
+    path = tmp_path / "empty.sqlite"
+    Store.open(path).close()
+    return str(path)
+
+
+def test_a_named_store_that_does_not_exist_is_refused_not_read_as_empty(tmp_path):
+    """A typo in --store must not make gc forget every certificate it protects."""
+    host = FakeHost([img(n) for n in range(1, 9)])
+    with pytest.raises(StoreError) as err:
+        collect_garbage(host, str(tmp_path / "typo.sqlite"), team="vision", keep=2)
+    assert err.value.message == f"no history store at {tmp_path / 'typo.sqlite'}"
+    assert not (tmp_path / "typo.sqlite").exists() and host.removed == []
 
 
 def test_store_certificates_and_pushes_keep_what_they_should(store_path):
@@ -397,8 +409,9 @@ def test_cli_human_dry_run(fake_engine, empty_store):
 
 def test_cli_bad_keep_exits_with_a_hint(fake_engine):
     result = CliRunner().invoke(main, ["gc", "--keep", "0", "--json"])
-    assert result.exit_code == 1
-    assert json.loads(result.stdout)["hint"].startswith("use --keep 1 or more")
+    assert result.exit_code == 2  # a usage error, as every other bad argument
+    doc = json.loads(result.stdout)
+    assert doc["error"] == "UsageError" and doc["message"] == "Invalid value for '--keep': 0 is not in the range x>=1."
 
 
 def test_engine_unreachable_is_exit_6(monkeypatch):
