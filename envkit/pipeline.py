@@ -266,7 +266,10 @@ def _store_images(store) -> dict[str, dict]:
 
 def list_images(store_url: str | None) -> list[dict]:
     """Every image the store knows (built by nightly, or certified), with its certifications."""
-    with Store.open(store_url) as store:
+    store = Store.open_existing(store_url)  # reading creates no history database (none: nothing known)
+    if store is None:
+        return []
+    with store:
         images = _store_images(store)
     rows = []
     for image_id, known in sorted(images.items(), key=lambda kv: kv[1]["tag"]):

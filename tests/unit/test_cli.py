@@ -487,3 +487,23 @@ def test_a_netrc_that_is_not_text_fails_resolve_with_its_name(example_copy, tmp_
     assert result.exit_code == 2, result.output
     doc = json.loads(result.stdout)
     assert doc["message"].startswith("cannot read the netrc file: it is not text") and doc["location"] == str(netrc)
+
+
+def test_ls_never_creates_a_history_store(tmp_path, monkeypatch):
+    """A mistyped $ENVKIT_STORE (or a fresh directory) reads as nothing known, and leaves no database behind."""
+    monkeypatch.setenv("ENVKIT_STORE", str(tmp_path / "no" / "such" / "history.sqlite"))
+    result = invoke("ls", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout) == {"images": []}
+    assert not (tmp_path / "no").exists()
+
+
+def test_usage_errors_under_json_are_json_documents(tmp_path):
+    result = invoke("render", tmp_path, "--json")  # a directory where the spec goes
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert doc["error"] == "UsageError" and "is a directory" in doc["message"]
+    assert doc["hint"].endswith(" render --help` lists its arguments and options")  # "envkit" (CliRunner: "main")
+    nested = invoke("catalog", "refresh", "--framework", "nope", "--json")
+    assert nested.exit_code == 2 and json.loads(nested.stdout)["error"] == "UsageError"
+    plain = invoke("render", tmp_path)
+    assert plain.exit_code == 2 and not plain.stdout and "is a directory" in plain.stderr
