@@ -19,7 +19,8 @@ import yaml
 from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from ..errors import CatalogError
+from ..errors import CatalogError, Location
+from ..yamlsource import parse_yaml
 from .exclusions import FRAMEWORK_FILES, Exclusion, check_rows, pop_rows
 
 Verified = Literal[True, False, "partial"]
@@ -347,10 +348,22 @@ def export_catalog(dest: str | Path) -> Path:
     return dest
 
 
+def _locate(path: Path | None, loc: tuple, directory: Path) -> Location:
+    """Where a validation error's value is: its file, line and column (the file is read again, on this error path
+    only), or just the file when that cannot be told (a file using YAML anchors, which the spec parser refuses)."""
+    if path is None:
+        return Location(str(directory))
+    try:
+        return parse_yaml(path.read_text(), str(path), error=CatalogError).locate(loc)
+    except (CatalogError, OSError, ValueError):
+        return Location(str(path))
+
+
 def load_catalog(directory: str | Path | None = None) -> Catalog:
     directory = Path(directory) if directory else data_dir()
     merged: dict = {}
     excluded = []  # each framework file's `excluded:` rows, checked once sources.yaml is known
+    files_of: dict[str, Path] = {}  # top-level key -> the file holding it (to locate a validation error)
     h = hashlib.sha256()
     for name in FILES:
         path = directory / f"{name}.yaml"
@@ -370,10 +383,19 @@ def load_catalog(directory: str | Path | None = None) -> Catalog:
         if rows is not None:
             excluded.append(rows)
         merged.update(data)
+        files_of.update(dict.fromkeys(data, path))
     try:
         files = _Files.model_validate(merged)
     except ValidationError as exc:
-        raise CatalogError(f"catalog in {directory} is invalid: {exc}") from None
+        errors = exc.errors()
+        first = errors[0]
+        where = ".".join(str(p) for p in first["loc"])
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise CatalogError(f"catalog entry {where}: {first['msg']}{more}",
+                           hint="fix the entry (`docs/catalog.md` describes each file's fields), or unset "
+                                f"{CATALOG_ENV} to use the packaged catalog",
+                           location=_locate(files_of.get(first["loc"][0]) if first["loc"] else None, first["loc"],
+                                            directory)) from None
     missing = sorted(
         {s for group in (files.minor_version_compat, files.toolkits, files.architectures, files.bases, files.releases,
                          (files.jax, files.tensorflow))

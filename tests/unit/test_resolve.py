@@ -927,8 +927,24 @@ def test_fake_catalog_without_version_is_a_catalog_error(tmp_path):
 def test_fake_catalog_unknown_key_is_a_catalog_error(tmp_path):
     d = write_catalog(tmp_path)
     (d / "os.yaml").write_text((d / "os.yaml").read_text().replace("glibc:", "libc:"))
-    with pytest.raises(CatalogError, match="is invalid"):
+    with pytest.raises(CatalogError) as err:
         load_catalog(d)
+    assert err.value.message.startswith("catalog entry bases.0.glibc: Field required")
+    assert err.value.location.path == str(d / "os.yaml")  # the file (a fake catalog with anchors: no line)
+
+
+def test_a_catalog_entry_error_names_its_file_line_and_field(tmp_path):
+    """A team's exported catalog, hand-edited: the error says where, not pydantic's dump of every model."""
+    from envkit.catalog import export_catalog
+
+    d = export_catalog(tmp_path / "team-catalog")
+    text = (d / "gpus.yaml").read_text()
+    (d / "gpus.yaml").write_text(text.replace("family:", "famly:", 1))
+    with pytest.raises(CatalogError) as err:
+        load_catalog(d)
+    line = text[:text.index("family:")].count("\n") + 1
+    assert err.value.message == "catalog entry architectures.0.family: Field required (and 1 more)"
+    assert (err.value.location.path, err.value.location.line) == (str(d / "gpus.yaml"), line)
 
 
 def test_fake_catalog_release_absent_from_the_catalog(tmp_path):
