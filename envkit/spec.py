@@ -232,8 +232,29 @@ class Spec(Strict):
                     location=self.locate("build", "ca_bundle"),
                     hint="give the path of a PEM bundle, relative to the spec",
                 )
-            return p
-        return env_ca_bundle()
+            return check_pem(p, f"build.ca_bundle {self.build.ca_bundle!r}", self.locate("build", "ca_bundle"))
+        found = env_ca_bundle()
+        if found is not None:
+            var = next(v for v in CA_ENV if os.environ.get(v) and Path(os.environ[v]) == found)
+            check_pem(found, f"${var} ({found})", None)
+        return found
+
+
+def check_pem(path: Path, what: str, location: Location | None) -> Path:
+    """``path`` when TLS can load it as CA certificates; else the error that says so, where it was named (a file
+    holding no certificate otherwise surfaces as "cannot reach the package index", blamed on the network)."""
+    import ssl
+
+    try:
+        ssl.create_default_context(cafile=str(path))
+    except ssl.SSLError as exc:
+        raise SpecError(f"{what} holds no PEM certificate ({exc.reason or exc})", location=location,
+                        hint="give a PEM bundle (-----BEGIN CERTIFICATE----- blocks); convert a DER file with "
+                             "`openssl x509 -inform der -in ca.cer -out ca.pem`") from None
+    except OSError as exc:
+        raise SpecError(f"{what} cannot be read: {exc.strerror or exc}", location=location,
+                        hint="make it readable by this user, or name another bundle") from None
+    return path
 
 
 CA_ENV = ("ENVKIT_CA_BUNDLE", "PIP_CERT")  # where a CA bundle comes from when the spec names none, in order

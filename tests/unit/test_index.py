@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import shutil
 import socket
 import struct
 import threading
@@ -23,6 +24,7 @@ from pathlib import Path
 from unittest import mock
 from urllib.parse import urlsplit
 
+import certifi
 import pytest
 import requests
 from packaging.version import Version
@@ -717,7 +719,7 @@ def test_resolve_spec_gives_the_resolver_the_builds_ca_bundle(monkeypatch, tmp_p
     from envkit import pipeline
 
     root = P(__file__).resolve().parents[2]
-    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    shutil.copyfile(certifi.where(), tmp_path / "ca.pem")  # real certificates: envkit loads the bundle
     spec = tmp_path / "team.yaml"
     spec.write_text((root / "examples" / "team.yaml").read_text() + "build:\n  ca_bundle: ca.pem\n")  # (it has no build:)
     seen = {}

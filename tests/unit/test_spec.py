@@ -1,5 +1,8 @@
 """team.yaml loading: strict keys, grammars, positions, defaults."""
 
+import shutil
+
+import certifi
 import pytest
 
 from envkit.catalog import load_catalog
@@ -141,9 +144,24 @@ def test_ca_bundle_from_spec_must_exist(write_spec, monkeypatch):
 
 def test_ca_bundle_from_environment(write_spec, monkeypatch, tmp_path):
     pem = tmp_path / "proxy.pem"
-    pem.write_text("-----BEGIN CERTIFICATE-----\n")
+    shutil.copyfile(certifi.where(), pem)  # real certificates: envkit loads the bundle
     monkeypatch.delenv("PIP_CERT", raising=False)
     monkeypatch.setenv("ENVKIT_CA_BUNDLE", str(pem))
     assert load_spec(write_spec(MINIMAL)).ca_bundle_path() == pem
     monkeypatch.delenv("ENVKIT_CA_BUNDLE")
     assert load_spec(write_spec(MINIMAL)).ca_bundle_path() is None
+
+
+def test_a_ca_bundle_without_certificates_is_named_where_it_was_given(write_spec, monkeypatch, tmp_path):
+    """Else resolve reports "cannot reach the package index" and blames the network."""
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    spec = write_spec(MINIMAL + f"build:\n  ca_bundle: {junk}\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(spec).ca_bundle_path()
+    assert err.value.message.startswith(f"build.ca_bundle {str(junk)!r} holds no PEM certificate")
+    assert err.value.location.line == MINIMAL.lstrip().count("\n") + 2
+    monkeypatch.delenv("ENVKIT_CA_BUNDLE", raising=False)
+    monkeypatch.setenv("PIP_CERT", str(junk))
+    with pytest.raises(SpecError, match=r"^\$PIP_CERT \(.*junk.pem\) holds no PEM certificate"):
+        load_spec(write_spec(MINIMAL)).ca_bundle_path()
