@@ -11,7 +11,9 @@ from __future__ import annotations
 import copy
 import datetime
 import difflib
+import errno
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -277,7 +279,7 @@ class RefreshResult:
 
 def apply_texts(directory: Path, results) -> list[Path]:
     """Check every changed file is as read, validate all proposals together, then write each atomically."""
-    from ...lock import write_atomic
+    from ...lock import check_writable, write_atomic
 
     changed = [r for r in results if r.changed]
     for r in changed:
@@ -291,6 +293,11 @@ def apply_texts(directory: Path, results) -> list[Path]:
     if not changed:
         return []
     validate_in_copy(directory, {r.filename: r.proposed_text for r in changed})
+    for r in changed:  # every file can be replaced, before any is: half an exclusion (its source, no row) is no catalog
+        target = directory / r.filename
+        check_writable(target)
+        if not os.access(target, os.W_OK):  # an immutable file refuses even root, and its replacement
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(target))
     for r in changed:
         write_atomic(directory / r.filename, r.proposed_text.encode())
     return [directory / r.filename for r in changed]
