@@ -178,15 +178,6 @@ class Spec(Strict):
 
     _doc: Document | None = PrivateAttr(None)
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> "Spec":
-        seen: set[str] = set()
-        for image in self.images:
-            if image.name in seen:
-                raise ValueError(f"image name {image.name!r} is used twice")
-            seen.add(image.name)
-        return self
-
     # --- questions ------------------------------------------------------------------
     def locate(self, *path: str | int) -> Location | None:
         return self._doc.locate(path) if self._doc else None
@@ -295,7 +286,7 @@ def spec_from_document(doc: Document) -> Spec:
         raise SpecError("a spec must be a mapping with 'version', 'team', 'fleet' and 'images'",
                         location=Location(doc.path, 1, 1))
     version = doc.data.get("version")
-    if version != SPEC_VERSION:
+    if type(version) is not int or version != SPEC_VERSION:  # (True == 1 in Python)
         raise SpecError(
             f"unsupported spec version {version!r}",
             location=doc.locate(("version",)),
@@ -305,6 +296,12 @@ def spec_from_document(doc: Document) -> Spec:
         spec = Spec.model_validate(doc.data)
     except ValidationError as exc:
         raise _spec_error(exc, doc) from None
+    first: dict[str, int] = {}
+    for i, image in enumerate(spec.images):  # the second use is the error, at its own line
+        if image.name in first:
+            raise SpecError(f"image name {image.name!r} is used twice (images {first[image.name]} and {i})",
+                            location=doc.locate(("images", i, "name")), hint="each image needs a name of its own")
+        first[image.name] = i
     spec._doc = doc
     return spec
 
@@ -333,7 +330,13 @@ def _spec_error(exc: ValidationError, doc: Document) -> SpecError:
     msg = err["msg"].removeprefix("Value error, ")
     if kind in ("string_type", "int_type", "list_type", "model_type", "dict_type"):
         msg = f"{dotted}: {msg}, got {_short(repr(value))}"
-        return SpecError(msg, location=where, hint="quote versions in YAML, e.g. python: \"3.11\"")
+        if kind == "string_type" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            hint = "quote versions in YAML, e.g. python: \"3.11\" (unquoted, 3.10 is the number 3.1)"
+        else:
+            hint = {"list_type": "give a list, e.g. pip: [\"numpy==2.1.*\"]",
+                    "model_type": "give a mapping of keys (see `envkit schema`)",
+                    "dict_type": "give a mapping of keys (see `envkit schema`)"}.get(kind)
+        return SpecError(msg, location=where, hint=hint)
     if kind == "literal_error":
         return SpecError(f"{dotted}: {_short(repr(value))} is not allowed; {msg.lower()}", location=where)
     return SpecError(f"{dotted}: {msg}", location=where)

@@ -147,3 +147,32 @@ def test_valid_pep508_marker_is_accepted_and_stays_out_of_run_lines(tmp_path):
     path.write_text(spec_text("pip", "numpy>=2; python_version >= '3.10'"))
     spec = load_spec(path)
     assert list(spec.images[0].pip) == ["numpy>=2; python_version >= '3.10'"]
+
+
+def test_a_duplicate_image_name_is_reported_at_its_second_use(tmp_path):
+    path = tmp_path / "team.yaml"
+    path.write_text('version: 1\nteam: vision\nfleet: {min_driver: "550.54.15", gpus: [A100]}\nimages:\n'
+                    '  - {name: t, framework: "torch==2.5.*"}\n  - {name: t, framework: "torch==2.5.*"}\n')
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert err.value.message == "image name 't' is used twice (images 0 and 1)" and err.value.location.line == 6
+
+
+def test_version_true_is_not_version_1(tmp_path):
+    path = tmp_path / "team.yaml"
+    path.write_text('version: true\nteam: vision\nfleet: {min_driver: "550.54.15", gpus: [A100]}\n'
+                    'images: [{name: t, framework: "torch==2.5.*"}]\n')
+    with pytest.raises(SpecError, match="unsupported spec version True"):
+        load_spec(path)
+
+
+@pytest.mark.parametrize("images, hint", [
+    ('[{name: t, framework: "torch==2.5.*", python: 3.10}]', 'quote versions in YAML'),
+    ('[{name: t, framework: "torch==2.5.*", pip: numpy}]', 'give a list'),
+])
+def test_a_type_error_gets_the_hint_for_its_kind(tmp_path, images, hint):
+    path = tmp_path / "team.yaml"
+    path.write_text(f'version: 1\nteam: vision\nfleet: {{min_driver: "550.54.15", gpus: [A100]}}\nimages: {images}\n')
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert err.value.hint.startswith(hint)
