@@ -29,6 +29,7 @@ import pytest
 from envkit.engine.docker_gc import DockerImageHost
 from envkit.gc import CONTAINER_GRACE, collect_garbage
 from envkit.labels import CONTAINER_LABEL, TEAM_LABEL
+from envkit.store import Store
 from tests.integration.conftest import ENVKIT, ROOT
 
 pytestmark = pytest.mark.integration
@@ -103,6 +104,7 @@ def test_a_container_left_by_a_killed_envkit_is_removed_by_gc(image, dc, tmp_pat
     assert payload_dir.name.startswith(f"envkit-verify-{socket.gethostname()}-{proc.pid}-")
     host = DockerImageHost(dc)
     now = datetime.now(timezone.utc)
+    Store.open(tmp_path / "h.sqlite").close()  # the team's (empty) history: gc refuses a named store that is not there
     soon = collect_garbage(host, str(tmp_path / "h.sqlite"), team=TEAM, dry_run=True, now=now, scratch_root=tmpdir)
     assert [(d.container.id, d.keep) for d in soon.containers] == [(container.id, True)]  # in its grace
     assert soon.decisions[0].reasons[-1].startswith(f"used by container {container.name} (exited)")
