@@ -51,6 +51,7 @@ through a mount.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -451,6 +452,9 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
     check_keep(keep)
     if team is not None and not team.strip():
         raise EnvkitError("--team is empty", hint="name a team (its io.envkit.team label), or leave --team out")
+    if team is not None and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", team):
+        raise EnvkitError(f"--team {team[:60]!r} is not a team name (lowercase letters, digits, '-', as in team.yaml)",
+                          hint="name a team as its spec's `team:` does, or leave --team out")
     now = now or datetime.now(timezone.utc)
     left_dirs = scratch.leftovers(scratch_root)
     scratch_removals: dict[str, str | None] = {}

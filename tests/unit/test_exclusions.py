@@ -342,6 +342,9 @@ def test_exclude_refuses_bad_input_and_writes_nothing(cat_dir, args, message):
         exclude_release("torch", "2.16.0", reason=" ", source="pypi_index", today=TODAY, data_dir=cat_dir)
     with pytest.raises(CatalogError, match="needs a source"):
         exclude_release("torch", "2.16.0", reason="r", source="", today=TODAY, data_dir=cat_dir)
+    for reason in ("two\nlines", "a \x1b[31mcolour\x1b[0m", "x" * 501):  # it is echoed, and a catalog line
+        with pytest.raises(CatalogError, match="one line of at most 500 characters"):
+            exclude_release("torch", "2.16.0", reason=reason, source="pypi_index", today=TODAY, data_dir=cat_dir)
     assert snapshot(cat_dir) == before
 
 

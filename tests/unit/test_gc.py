@@ -552,3 +552,9 @@ def test_a_scratch_directory_that_cannot_go_is_reported_and_fails_the_cli(scratc
     assert doc["failed_scratch"] == [{"path": str(rootfs), "error": f"{rootfs}/rootfs/proc is still mounted inside "
                                       f"envkit's scratch directory {rootfs} (umount {rootfs}/rootfs/proc, then rm -rf {rootfs})"}]
 
+
+
+@pytest.mark.parametrize("team", ["BAD TEAM/../x", "Vision", "a/b"])
+def test_a_team_that_is_no_team_name_is_refused_not_an_empty_success(empty_store, team):
+    with pytest.raises(EnvkitError, match="is not a team name"):
+        collect_garbage(FakeHost([]), empty_store, team=team, dry_run=True)

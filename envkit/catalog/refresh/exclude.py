@@ -64,6 +64,9 @@ def exclude_release(framework: str, version: str, *, reason: str, source: str, t
     reason, source = reason.strip(), source.strip()
     if not reason:
         raise CatalogError("an exclusion needs a reason", hint="say why with --reason (a bug, a regression, a policy)")
+    if len(reason) > 500 or any(ord(c) < 32 or ord(c) == 127 for c in reason):
+        raise CatalogError("--reason must be one line of at most 500 characters, without control characters",
+                           hint="say why in a sentence and put the detail behind --source (a URL)")
     if not source:
         raise CatalogError("an exclusion needs a source", hint="give --source a URL or a key of sources.yaml")
     directory = Path(data_dir) if data_dir is not None else default_data_dir()
