@@ -131,7 +131,7 @@ def trust_for(spec=None) -> Trust:
     """The bundle resolve and build would take (``Spec.ca_bundle_path``: the spec's, else the first of
     CA_ENV naming a file), whether it holds PEM certificates, and any variable that names nothing."""
     from .errors import SpecError
-    from .spec import env_ca_bundle
+    from .spec import env_ca_bundle, env_ca_source
 
     try:
         bundle = spec.ca_bundle_path() if spec is not None else env_ca_bundle()
@@ -143,7 +143,8 @@ def trust_for(spec=None) -> Trust:
         source = "build.ca_bundle"
         skipped = []
     else:
-        source = next((f"${v}" for v in CA_ENV if os.environ.get(v) and Path(os.environ[v]) == bundle), "")
+        found = env_ca_source()
+        source = f"${found[0]}" if found else ""
         consulted = CA_ENV[:CA_ENV.index(source[1:]) + 1] if source else CA_ENV
         skipped = [v for v in consulted if os.environ.get(v) and not Path(os.environ[v]).is_file()]
     if skipped:
@@ -167,9 +168,10 @@ def _bundle_finding(bundle: Path, source: str) -> Finding:
         return Finding("ca_bundle", "fail", f"{bundle} ({source}) is not readable: {exc.strerror}",
                        f"make it readable by this user (chmod a+r {bundle}), or point {source} at a readable copy")
     except ssl.SSLError as exc:
+        from .spec import PEM_HINT
+
         return Finding("ca_bundle", "fail", f"{bundle} ({source}) holds no PEM certificate ({exc.reason or exc})",
-                       "give a PEM bundle (-----BEGIN CERTIFICATE----- blocks); convert a DER file with "
-                       "`openssl x509 -inform der -in ca.cer -out ca.pem`")
+                       PEM_HINT)
     except OSError as exc:
         return Finding("ca_bundle", "fail", f"{bundle} ({source}) cannot be read: {exc.strerror or exc}",
                        f"point {source} at your proxy's CA bundle (PEM)")
@@ -193,19 +195,17 @@ def index_finding(index_url: str, bundle: Path | None, *, timeout: float = INDEX
     proxy = _proxy_for(probe)
     via = f" via proxy {proxy}" if proxy else ""
     from .errors import SpecError
-    from .index_login import keyring_logins, login_hint, login_source
+    from .index_login import check_netrc_text, keyring_logins, login_hint, login_source
 
     start = time.monotonic()
     try:
+        check_netrc_text()  # requests reads it for every request
         with keyring_logins([index_url]):  # as the resolver logs in: netrc, else the keyring
             resp = requests.get(probe, headers={"Accept": JSON_ACCEPT}, timeout=timeout,
                                 **({"verify": str(bundle)} if bundle is not None else {}))
     except (requests.RequestException, OSError) as exc:
         return _failure(probe, exc, bundle, proxy, timeout)
-    except UnicodeDecodeError as exc:  # requests reads the netrc file for every request
-        return Finding("index", "fail", f"{probe}: the netrc file {os.environ.get('NETRC') or '~/.netrc'} is not text "
-                                        f"({exc.reason})", "fix or move it, or point $NETRC at the right file")
-    except SpecError as exc:  # a netrc file that cannot be parsed
+    except SpecError as exc:  # a netrc file that is not text, or cannot be parsed
         return Finding("index", "fail", f"{probe}: {exc.message}", f"{exc.location}: {exc.hint}")
     ms = round((time.monotonic() - start) * 1000)
     answered = f"{probe}{via}: HTTP {resp.status_code} in {ms} ms"

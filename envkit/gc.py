@@ -51,7 +51,6 @@ through a mount.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -63,6 +62,7 @@ from . import scratch
 from .scratch import Leftover
 from .gate import model_key
 from .labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, PREFIX, STAGE_LABEL, TEAM_LABEL
+from .spec import NAME_RE
 from .store import Store
 
 OFFLINE_LABEL = PREFIX + "build"  # "offline" on images built from a bundle (templates/Dockerfile.base.j2)
@@ -452,7 +452,7 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
     check_keep(keep)
     if team is not None and not team.strip():
         raise EnvkitError("--team is empty", hint="name a team (its io.envkit.team label), or leave --team out")
-    if team is not None and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", team):
+    if team is not None and not NAME_RE.fullmatch(team):
         raise EnvkitError(f"--team {team[:60]!r} is not a team name (lowercase letters, digits, '-', as in team.yaml)",
                           hint="name a team as its spec's `team:` does, or leave --team out")
     now = now or datetime.now(timezone.utc)

@@ -63,27 +63,30 @@ def _parsed(path: Path) -> netrc.netrc:
                              "silently skip a file they cannot parse, so fix or move it",
                         location=Location(str(exc.filename or path), exc.lineno or None)) from None
     except UnicodeDecodeError as exc:
-        raise SpecError(f"cannot read the netrc file: it is not text ({exc.reason} at byte {exc.start})",
-                        hint="a netrc file holds lines `machine HOST login USER password TOKEN`: fix or move it, "
-                             "or point $NETRC at the right file", location=Location(str(path))) from None
+        raise netrc_not_text(path, exc) from None
     except OSError as exc:
         raise SpecError(f"cannot read the netrc file: {exc.strerror}",
                         hint="make it readable by this user (chmod 600), or point $NETRC elsewhere",
                         location=Location(str(path))) from None
 
 
+def netrc_not_text(path: Path | str, exc: UnicodeDecodeError) -> SpecError:
+    """The error for a netrc file that is not text (requests, reading it for every request, raises from deep inside)."""
+    return SpecError(f"cannot read the netrc file: it is not text ({exc.reason} at byte {exc.start})",
+                     hint="a netrc file holds lines `machine HOST login USER password TOKEN`: fix or move it, "
+                          "or point $NETRC at the right file", location=Location(str(path)))
+
+
 def check_netrc_text() -> None:
-    """Fail when the netrc file is not text: requests reads it for every request (PyPI's too) and would raise
-    UnicodeDecodeError from deep inside; a text file it cannot parse it skips, and so does this."""
+    """Fail when the netrc file is not text: requests reads it for every request (PyPI's too, and the engine's
+    socket's) and would raise UnicodeDecodeError; a text file it cannot parse it skips, and so does this."""
     path = netrc_path()
     if path is None:
         return
     try:
         path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError(f"cannot read the netrc file: it is not text ({exc.reason} at byte {exc.start})",
-                        hint="a netrc file holds lines `machine HOST login USER password TOKEN`: fix or move it, "
-                             "or point $NETRC at the right file", location=Location(str(path))) from None
+        raise netrc_not_text(path, exc) from None
     except OSError:
         pass  # requests skips a file it cannot open
 
@@ -142,15 +145,20 @@ def _keyring_lines(urls, parsed: netrc.netrc | None) -> dict[str, str]:
     return lines
 
 
+def _netrc() -> tuple[Path | None, netrc.netrc | None]:
+    """The netrc file and its entries (None, None: there is none)."""
+    path = netrc_path()
+    return path, (_parsed(path) if path is not None else None)
+
+
 def netrc_for(urls) -> bytes | None:
     """A netrc holding only the entries (``default`` applied as the tools apply it) for the hosts of
     ``urls`` (None entries skipped), from the netrc file, else from the system keyring; None when
     no host has one."""
-    path = netrc_path()
     hosts = sorted({h for h in map(host_of, urls) if h})
     if not hosts:
         return None
-    parsed = _parsed(path) if path is not None else None
+    path, parsed = _netrc()
     lines = []
     for host in hosts:
         entry = parsed.authenticators(host) if parsed is not None else None
@@ -166,8 +174,7 @@ def login_source(url: str | None) -> str | None:
     host = host_of(url)
     if not host:
         return None
-    path = netrc_path()
-    parsed = _parsed(path) if path is not None else None
+    path, parsed = _netrc()
     if parsed is not None and parsed.authenticators(host) is not None:
         return str(path)
     return "the system keyring" if _keyring_lines([url], parsed) else None
@@ -179,9 +186,8 @@ def keyring_logins(urls) -> Iterator[list[str]]:
     requests, uv and pip look: ``$NETRC`` names a private file (0600, in a build-secrets scratch directory)
     holding the user's netrc and then those lines. Yields those hosts (none: nothing changes)."""
     urls = [u for u in urls if _may_ask(u)]
-    path = netrc_path() if urls else None
-    parsed = _parsed(path) if path is not None else None
-    extra = _keyring_lines(urls, parsed) if urls else {}
+    path, parsed = _netrc() if urls else (None, None)
+    extra = _keyring_lines(urls, parsed)
     if not extra:
         yield []
         return

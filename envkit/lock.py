@@ -7,6 +7,7 @@ or the catalog drifted since it was written.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
 from .errors import LockError
+from .spec import NAME_RE
 from .frameworks import framework
 
 LOCK_VERSION = 1
@@ -30,7 +32,7 @@ class Frozen(BaseModel):
 
 def _name(value: str) -> str:
     """Team and image names, as the spec allows them: they become image tags and file names."""
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", value):
+    if not NAME_RE.fullmatch(value):
         raise ValueError(f"{value[:60]!r} is not a team or image name (lowercase letters, digits, '-')")
     return value
 
@@ -43,7 +45,7 @@ def _digest(value: str) -> str:
 
 Name = Annotated[str, AfterValidator(_name)]
 Digest = Annotated[str, AfterValidator(_digest)]
-MAX_LOCK = 64 << 20  # a lock of hundreds of images is a few MB; a bigger file is not a lock
+MAX_LOCK = 64 << 20  # examples/team.lock (1 image) is 30 KB, frameworks.lock (3) 154 KB: 64 MiB is no lock
 
 
 class Package(Frozen):
@@ -168,17 +170,23 @@ def write_atomic(path: str | Path, data: bytes) -> None:
 
 
 def check_writable(path: str | Path) -> None:
-    """Raise the OSError writing ``path`` would meet (its directory missing and not creatable, unwritable, read-only
-    or immutable), naming that directory, before work whose result goes there is done. A real probe (a temporary
-    file made and removed), so it holds for root and for attributes permissions do not show."""
-    parent = Path(path).parent
+    """Raise the OSError writing ``path`` (as ``write_atomic`` does) would meet: its directory missing and not
+    creatable, unwritable, read-only or immutable, naming that directory; or, for root, the file itself immutable.
+    Called before work whose result goes there, or before the first of several files is replaced. The directory
+    is probed for real (a temporary file made and removed): permissions do not show what refuses root."""
+    path = Path(path)
+    parent = path.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{Path(path).name}.", suffix=".probe")
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(parent)) from None
+    # the rename over an existing file needs only the directory, but an immutable file refuses it; to root,
+    # access() says no only for such a file (for others a read-only mode says no too, and is no obstacle)
+    if os.geteuid() == 0 and path.is_file() and not os.access(path, os.W_OK):
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(path))
 
 
 def write_lock(lock: Lock, path: str | Path) -> None:

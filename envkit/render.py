@@ -13,7 +13,6 @@ offline build from a bundle: Debian packages and wheels from the context, no ind
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -33,7 +32,7 @@ from .frameworks import framework
 from . import index_login as index_login_
 from .index import DEFAULT_INDEX, trusted_hosts
 from .labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
-from .lock import Lock, LockedImage, Package, write_atomic
+from .lock import Lock, LockedImage, Package, check_writable, write_atomic
 
 UID = 1000
 USER = "envkit"
@@ -304,10 +303,8 @@ def render(lock: Lock, out_root: Path, spec_name: str, only: list[str] | None = 
     compose = render_compose(lock, spec_name)
     # Then make sure every file can go where it goes before writing any: a file in the way of compose/ or an
     # unwritable directory must not leave new Dockerfiles beside an old compose file.
-    for directory in (out_root / "dockerfiles", out_root / "compose"):
-        directory.mkdir(parents=True, exist_ok=True)
-        if not os.access(directory, os.W_OK):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(directory))
+    for target in (*(out_root / "dockerfiles" / name for name in trees), out_root / "compose" / f"{lock.team}.yaml"):
+        check_writable(target)
     result = Rendered()
     for name, files in trees.items():
         directory = out_root / "dockerfiles" / name

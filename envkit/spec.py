@@ -8,6 +8,7 @@ reach a rendered file is validated here against the grammar it belongs to.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from pathlib import Path
@@ -224,40 +225,63 @@ class Spec(Strict):
                     hint="give the path of a PEM bundle, relative to the spec",
                 )
             return check_pem(p, f"build.ca_bundle {self.build.ca_bundle!r}", self.locate("build", "ca_bundle"))
-        found = env_ca_bundle()
-        if found is not None:
-            var = next(v for v in CA_ENV if os.environ.get(v) and Path(os.environ[v]) == found)
-            check_pem(found, f"${var} ({found})", None)
-        return found
+        found = env_ca_source()
+        if found is None:
+            return None
+        var, path = found
+        return check_pem(path, f"${var} ({path})", None)
+
+
+PEM_HINT = ("give a PEM bundle (-----BEGIN CERTIFICATE----- blocks); convert a DER file with "
+            "`openssl x509 -inform der -in ca.cer -out ca.pem`")
 
 
 def check_pem(path: Path, what: str, location: Location | None) -> Path:
     """``path`` when TLS can load it as CA certificates; else the error that says so, where it was named (a file
     holding no certificate otherwise surfaces as "cannot reach the package index", blamed on the network)."""
+    try:
+        st = path.stat()
+        problem = _pem_problem(str(path), st.st_mtime_ns, st.st_size)
+    except OSError as exc:
+        problem = ("cannot be read", exc.strerror or str(exc))
+    if problem is None:
+        return path
+    if problem[0] == "cannot be read":
+        raise SpecError(f"{what} cannot be read: {problem[1]}", location=location,
+                        hint="make it readable by this user, or name another bundle")
+    raise SpecError(f"{what} holds no PEM certificate ({problem[1]})", location=location, hint=PEM_HINT)
+
+
+@functools.lru_cache(maxsize=8)
+def _pem_problem(path: str, _mtime_ns: int, _size: int) -> tuple[str, str] | None:
+    """Load the bundle as TLS will (37 ms for Debian's 144 certificates), once per file version and process."""
     import ssl
 
     try:
-        ssl.create_default_context(cafile=str(path))
+        ssl.create_default_context(cafile=path)
     except ssl.SSLError as exc:
-        raise SpecError(f"{what} holds no PEM certificate ({exc.reason or exc})", location=location,
-                        hint="give a PEM bundle (-----BEGIN CERTIFICATE----- blocks); convert a DER file with "
-                             "`openssl x509 -inform der -in ca.cer -out ca.pem`") from None
+        return "no certificate", str(exc.reason or exc)
     except OSError as exc:
-        raise SpecError(f"{what} cannot be read: {exc.strerror or exc}", location=location,
-                        hint="make it readable by this user, or name another bundle") from None
-    return path
+        return "cannot be read", exc.strerror or str(exc)
+    return None
 
 
 CA_ENV = ("ENVKIT_CA_BUNDLE", "PIP_CERT")  # where a CA bundle comes from when the spec names none, in order
 
 
-def env_ca_bundle() -> Path | None:
-    """The first of CA_ENV that names a file (one naming nothing is skipped: `envkit doctor` says so)."""
+def env_ca_source() -> tuple[str, Path] | None:
+    """The first of CA_ENV that names a file, and the file (one naming nothing is skipped: `envkit doctor` says so)."""
     for var in CA_ENV:
         value = os.environ.get(var)
         if value and Path(value).is_file():
-            return Path(value)
+            return var, Path(value)
     return None
+
+
+def env_ca_bundle() -> Path | None:
+    """The file of ``env_ca_source``."""
+    found = env_ca_source()
+    return found[1] if found else None
 
 
 class Target(BaseModel):

@@ -40,15 +40,16 @@ def connect(base_url: str | None = None) -> "DockerEngine":
         client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
         client.ping()
     except (docker.errors.DockerException, requests.RequestException) as exc:
-        if "codec can't decode" in str(exc):  # docker-py wraps the UnicodeDecodeError below as it fetches the API version
-            raise _netrc_not_text(str(exc)) from None
+        cause = _cause(exc, UnicodeDecodeError)  # docker-py wraps it as it fetches the API version
+        if cause is not None:
+            raise _netrc_not_text(cause) from None
         raise EngineError(
             f"no container engine is reachable: {exc}",
             hint="start one (on Debian as root: `make engine`, or apt-get install docker.io && dockerd &), "
                  "or set DOCKER_HOST",
         ) from None
     except UnicodeDecodeError as exc:  # requests reads the netrc file for every request, the engine's too
-        raise _netrc_not_text(exc.reason) from None
+        raise _netrc_not_text(exc) from None
     except ValueError as exc:  # docker-py parsing the address: tcp://[bad, a scheme it does not know
         address = base_url or os.environ.get("DOCKER_HOST", "")
         raise EngineError(f"DOCKER_HOST {address!r} is not an engine address: {exc}",
@@ -57,11 +58,20 @@ def connect(base_url: str | None = None) -> "DockerEngine":
     return DockerEngine(client)
 
 
-def _netrc_not_text(reason: str) -> EngineError:
-    netrc = os.environ.get("NETRC") or "~/.netrc"
-    return EngineError(f"cannot talk to the engine: the netrc file {netrc} is not text ({reason})",
-                       hint="requests (under docker-py) reads it for every connection, even to the engine's socket: "
-                            "fix or move it, or point $NETRC at the right file")
+def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of ``kind`` in ``exc``'s chain of causes and contexts."""
+    while exc is not None and not isinstance(exc, kind):
+        exc = exc.__cause__ or exc.__context__
+    return exc
+
+
+def _netrc_not_text(exc: UnicodeDecodeError) -> EngineError:
+    from ..index_login import netrc_not_text, netrc_path
+
+    error = netrc_not_text(netrc_path() or os.environ.get("NETRC") or "~/.netrc", exc)
+    return EngineError(f"cannot talk to the engine: {error.message} ({error.location})",
+                       hint=f"requests (under docker-py) reads it for every connection, even to the engine's socket; "
+                            f"{error.hint}")
 
 
 class DockerEngine:

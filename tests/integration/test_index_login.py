@@ -27,6 +27,7 @@ from tests.integration.test_private_index import PROBE, SPEC, _fetched_wheels, g
 
 USER = "ci-robot"
 TOKEN = f"tok-{uuid.uuid4().hex}"  # unique, so finding it in an image's bytes means it leaked
+SOURCE_NAMES = {"netrc": "file", "keyring_login": "keyring"}  # image names: "netrc" in a tag would read as a leak
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,25 @@ def netrc(tmp_path, monkeypatch, gateway):  # noqa: F811
 @pytest.fixture
 def no_netrc(tmp_path, monkeypatch):
     monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+
+
+@pytest.fixture
+def keyring_login(tmp_path, monkeypatch, mirror, gateway):  # noqa: F811
+    """The mirror's login only in a keyring backend (tests/keyringfake.py), for this process and for envkit
+    subprocesses, as a user's backend is chosen; no netrc."""
+    import keyring
+
+    from tests.keyringfake import ENV, FileKeyring
+
+    path = tmp_path / "keyring.json"
+    path.write_text(json.dumps({mirror.url(gateway): [USER, TOKEN]}))
+    monkeypatch.setenv(ENV, str(path))
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "tests.keyringfake.FileKeyring")
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
+    before = keyring.get_keyring()
+    keyring.set_keyring(FileKeyring())
+    yield
+    keyring.set_keyring(before)
 
 
 def _buildkit(engine):
@@ -77,9 +97,13 @@ def _image_bytes_hold(engine, ref: str, needle: bytes) -> bool:
 
 @pytest.mark.integration
 @pytest.mark.network
-def test_buildkit_logs_in_from_the_netrc_and_the_image_keeps_no_token(engine, mirror, gateway, netrc):  # noqa: F811
+@pytest.mark.parametrize("source", ["netrc", "keyring_login"])
+def test_buildkit_logs_in_and_the_image_keeps_no_token(engine, mirror, gateway, source, request):  # noqa: F811
+    """The login in the netrc file (with an unrelated host's line, which must not reach the build), or only in
+    the keyring: either way it goes in as the build secret and no layer keeps it."""
+    request.getfixturevalue(source)
     _buildkit(engine)
-    lock, image = mirror_lock(mirror, gateway, "login-buildkit")
+    lock, image = mirror_lock(mirror, gateway, f"login-buildkit-{SOURCE_NAMES[source]}")
     mirror.clear()
     built = None
     try:
@@ -135,8 +159,10 @@ def test_a_bundle_without_a_login_says_where_to_put_one(mirror, gateway, no_netr
 
 @pytest.mark.integration
 @pytest.mark.network
-def test_a_bundle_logs_in_from_the_hosts_netrc(mirror, gateway, netrc, tmp_path):  # noqa: F811
-    _, image = mirror_lock(mirror, gateway, "login-bundle")
+@pytest.mark.parametrize("source", ["netrc", "keyring_login"])
+def test_a_bundle_logs_in_from_this_host(mirror, gateway, source, request, tmp_path):  # noqa: F811
+    request.getfixturevalue(source)
+    _, image = mirror_lock(mirror, gateway, f"login-bundle-{SOURCE_NAMES[source]}")
     mirror.clear()
     files = download_wheels(image, tmp_path / "wheels", ca_bundle=ca_bundle())
     assert PROBE in {f.name.split("-")[0] for f in files} and PROBE in _fetched_wheels(mirror)
@@ -188,43 +214,3 @@ def test_a_malformed_netrc_fails_resolve_with_its_line(tmp_path, monkeypatch):
     proc = envkit("resolve", spec)
     assert proc.returncode == 2, proc.stderr
     assert f"{bad}:2: cannot read the netrc file: bad follower token 'login-for'" in proc.stderr, proc.stderr
-
-
-# --- the same mirror, its login in the system keyring (tests/keyringfake.py), no netrc ------------------------
-
-@pytest.fixture
-def keyring_login(tmp_path, monkeypatch, mirror, gateway):  # noqa: F811
-    """The mirror's login in a keyring backend, for this process and for envkit subprocesses; no netrc."""
-    import keyring
-
-    from tests.keyringfake import ENV, FileKeyring
-
-    path = tmp_path / "keyring.json"
-    path.write_text(json.dumps({mirror.url(gateway): [USER, TOKEN]}))
-    monkeypatch.setenv(ENV, str(path))
-    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "tests.keyringfake.FileKeyring")
-    monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
-    before = keyring.get_keyring()
-    keyring.set_keyring(FileKeyring())
-    yield
-    keyring.set_keyring(before)
-
-
-@pytest.mark.integration
-@pytest.mark.network
-def test_buildkit_and_a_bundle_log_in_from_the_keyring(engine, mirror, gateway, keyring_login, tmp_path):  # noqa: F811
-    _buildkit(engine)
-    lock, image = mirror_lock(mirror, gateway, "login-keyring")
-    mirror.clear()
-    built = None
-    try:
-        built = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), progress=lambda *_: None,
-                            verify=False, builder="buildkit")
-        assert PROBE in _fetched_wheels(mirror) and all(r.client != "127.0.0.1" for r in mirror.requests)
-        assert not _image_bytes_hold(engine, built.tag, TOKEN.encode())
-    finally:
-        if built is not None:
-            remove_images(engine, built.tag)
-    mirror.clear()
-    files = download_wheels(image, tmp_path / "wheels", ca_bundle=ca_bundle())  # the host's pip
-    assert PROBE in {f.name.split("-")[0] for f in files} and PROBE in _fetched_wheels(mirror)

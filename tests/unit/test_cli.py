@@ -507,3 +507,17 @@ def test_usage_errors_under_json_are_json_documents(tmp_path):
     assert nested.exit_code == 2 and json.loads(nested.stdout)["error"] == "UsageError"
     plain = invoke("render", tmp_path)
     assert plain.exit_code == 2 and not plain.stdout and "is a directory" in plain.stderr
+
+
+def test_a_netrc_that_is_not_text_is_named_when_connecting_to_the_engine(tmp_path, monkeypatch):
+    """requests reads it before any connection, the engine's socket's too: no engine is needed to see this."""
+    from envkit.engine.docker_engine import connect
+    from envkit.errors import EngineError
+
+    netrc = tmp_path / "netrc"
+    netrc.write_bytes(bytes(range(128, 256)))
+    monkeypatch.setenv("NETRC", str(netrc))
+    with pytest.raises(EngineError) as err:
+        connect(f"unix://{tmp_path / 'no-engine.sock'}")
+    assert err.value.message.startswith("cannot talk to the engine: cannot read the netrc file: it is not text")
+    assert str(netrc) in err.value.message

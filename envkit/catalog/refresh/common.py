@@ -11,9 +11,7 @@ from __future__ import annotations
 import copy
 import datetime
 import difflib
-import errno
 import json
-import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -294,10 +292,7 @@ def apply_texts(directory: Path, results) -> list[Path]:
         return []
     validate_in_copy(directory, {r.filename: r.proposed_text for r in changed})
     for r in changed:  # every file can be replaced, before any is: half an exclusion (its source, no row) is no catalog
-        target = directory / r.filename
-        check_writable(target)
-        if not os.access(target, os.W_OK):  # an immutable file refuses even root, and its replacement
-            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(target))
+        check_writable(directory / r.filename)
     for r in changed:
         write_atomic(directory / r.filename, r.proposed_text.encode())
     return [directory / r.filename for r in changed]
