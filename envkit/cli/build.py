@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..engine import BuildEvent
-from .common import SPEC, Ctx, _ctx, _short, builder_option, emit, json_option, run, table
+from .common import IMAGE, SPEC, Ctx, _ctx, _short, builder_option, emit, json_option, run, table
 
 
 def _image_row(i) -> list[str]:
@@ -217,7 +217,7 @@ def bundle_build_cmd(click_ctx, bundle_dir, no_verify, no_cache, builder, json_o
 
 
 @click.command("verify")
-@click.argument("image")
+@click.argument("image", type=IMAGE)
 @click.option("--lock", "lock_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Also require the image to match this lock.")
 @json_option

@@ -8,12 +8,12 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from .common import (SPEC, STORE_HELP, _ctx, _short, builder_option, emit, json_option, refresh_framework_option,
+from .common import (IMAGE, REGISTRY, SPEC, STORE_HELP, _ctx, _short, builder_option, emit, json_option, refresh_framework_option,
                      run, table)
 
 
 @click.command("certify")
-@click.argument("image")
+@click.argument("image", type=IMAGE)
 @click.option("--lock", "lock_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Expect what this lock says (default: the image's own pin labels).")
 @click.option("--gpus/--no-gpus", default=None, help="Certify on the GPUs (default: when the engine has the NVIDIA runtime).")
@@ -47,7 +47,7 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
 
 @click.command("nightly")
 @click.argument("spec", type=SPEC)
-@click.option("--registry", default=None, help="Team registry to push to (host[:port][/path]).")
+@click.option("--registry", type=REGISTRY, default=None, help="Team registry to push to (host[:port][/path]).")
 @click.option("--locked", is_flag=True, help="Use the lock as it is (e.g. on a GPU runner after a CPU build job).")
 @click.option("--gpus/--no-gpus", default=None, help="Certify on GPUs (default: when the engine has the NVIDIA runtime).")
 @click.option("--threshold", default=0.10, show_default=True, help="Regression: a probe dropping more than this fraction.")

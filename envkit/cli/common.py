@@ -26,6 +26,42 @@ BUILDERS = ("classic", "buildkit")  # envkit.render.BUILDERS (not imported here:
 FRAMEWORKS = ("torch", "jax", "tensorflow")  # envkit.candidates.FRAMEWORKS (not imported here: nor the catalog)
 
 
+class Checked(click.ParamType):
+    """A string parameter that ``check`` (an envkit parser raising an EnvkitError) accepts when the command line
+    is read: a malformed value is a usage error (exit 2) before any work, not a failure found later (a typo in
+    ``nightly --registry`` used to surface only at the push, after every build). The value passes on unchanged."""
+
+    def __init__(self, name: str, check):
+        self.name = name
+        self.check = check
+
+    def convert(self, value, param, ctx):
+        try:
+            self.check(value)
+        except EnvkitError as exc:
+            self.fail(f"{exc.message}; {exc.hint}" if exc.hint else exc.message, param, ctx)
+        return value
+
+
+def _registry(value: str) -> None:
+    from ..remote_parse import parse_registry
+
+    parse_registry(value)
+
+
+def _image(value: str) -> None:
+    from ..remote_parse import parse_ref
+
+    if not value.strip():
+        raise EnvkitError("an image is needed, and this one is empty",
+                          hint="give a local image (name:tag, an id) or host[:port]/repository:tag")
+    parse_ref(value)
+
+
+REGISTRY = Checked("registry", _registry)  # HOST[:PORT][/PATH]
+IMAGE = Checked("image", _image)  # a local image, or a registry reference (then well formed)
+
+
 class Ctx:
     def __init__(self, json_out: bool, debug: bool, verbose: bool):
         self.json = json_out

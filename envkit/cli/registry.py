@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import _ctx, emit, json_option, run, table
+from .common import REGISTRY, _ctx, emit, json_option, run, table
 
 DEFAULT_KEEP = 5  # envkit.retention.DEFAULT_KEEP (not imported here: the CLI starts without requests)
 
@@ -15,7 +15,7 @@ def registry_group():
 
 
 @registry_group.command("prune")
-@click.argument("where", metavar="REGISTRY[/PATH]")
+@click.argument("where", type=REGISTRY, metavar="REGISTRY[/PATH]")
 @click.option("--keep", type=click.IntRange(min=0), default=DEFAULT_KEEP, show_default=True,
               help="Per repository, keep this many newest envkit images (by the time each was built).")
 @click.option("--older-than", "older_than", type=click.IntRange(min=0), default=None, metavar="DAYS",

@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..errors import EnvkitError
-from .common import STORE_HELP, Ctx, _ctx, emit, json_option, run, table
+from .common import IMAGE, REGISTRY, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
 
 
 def _engine_for_registry(c: Ctx, needed: bool):
@@ -27,7 +27,7 @@ def _engine_for_registry(c: Ctx, needed: bool):
 
 @click.command("ls")
 @click.option("--store", "store_url", default=None, help=STORE_HELP)
-@click.option("--registry", default=None, metavar="HOST[:PORT][/PATH]",
+@click.option("--registry", type=REGISTRY, default=None, metavar="HOST[:PORT][/PATH]",
               help="List the images in this registry (under PATH) with their certificate artifacts, joined with "
                    "the store's rows for the same images; read over the registry's HTTP API, nothing is pulled.")
 @json_option
@@ -59,7 +59,7 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
 
 
 @click.command("show")
-@click.argument("image")
+@click.argument("image", type=IMAGE)
 @click.option("--store", "store_url", default=None, help=STORE_HELP)
 @json_option
 @click.pass_context
@@ -102,7 +102,7 @@ def show_cmd(click_ctx, image, store_url, json_out):
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True})
-@click.argument("image")
+@click.argument("image", type=IMAGE)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--gpus/--no-gpus", default=None, help="Default: when the engine has the NVIDIA runtime.")
 @click.option("--shm-size", default="16g", show_default=True)

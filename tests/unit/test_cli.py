@@ -521,3 +521,34 @@ def test_a_netrc_that_is_not_text_is_named_when_connecting_to_the_engine(tmp_pat
         connect(f"unix://{tmp_path / 'no-engine.sock'}")
     assert err.value.message.startswith("cannot talk to the engine: cannot read the netrc file: it is not text")
     assert str(netrc) in err.value.message
+
+
+@pytest.mark.parametrize("args, said", [
+    (["show", ""], "an image is needed, and this one is empty"),
+    (["certify", " "], "an image is needed, and this one is empty"),
+    (["verify", ""], "an image is needed, and this one is empty"),
+    (["run", ""], "an image is needed, and this one is empty"),
+    (["show", "127.0.0.1:5000/Vision:x"], "bad registry reference '127.0.0.1:5000/Vision:x'"),
+    (["ls", "--registry", "not a host"], "bad registry 'not a host'"),
+    (["registry", "prune", "a b"], "bad registry 'a b'"),
+    (["nightly", "team.yaml", "--registry", "bad host"], "bad registry 'bad host'"),
+])
+def test_a_malformed_image_or_registry_is_a_usage_error_before_any_work(args, said, monkeypatch):
+    def no_engine():
+        raise AssertionError("a usage error must come before the engine is asked")
+
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", no_engine)
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert said in result.output
+    as_json = invoke(*args, "--json")
+    assert as_json.exit_code == 2
+    assert said in json.loads(as_json.stdout)["message"]
+
+
+@pytest.mark.parametrize("image", ["vision/torch25:latest", "sha256:" + "0" * 64, "127.0.0.1:5000/vision/torch25:certified",
+                                   "localhost/x@sha256:" + "a" * 64])
+def test_well_formed_images_pass_the_check_unchanged(image):
+    from envkit.cli.common import IMAGE
+
+    assert IMAGE.convert(image, None, None) == image

@@ -54,7 +54,9 @@ def start(tmp_path: Path, *args: str) -> subprocess.Popen:
     script = tmp_path / "hold.py"
     script.write_text(HOLD)
     return subprocess.Popen([sys.executable, str(script), *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path)))
+                            stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path)),
+                            # as from a shell: a test run under nohup would hand SIGHUP on ignored, and it stays so
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
