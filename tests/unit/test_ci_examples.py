@@ -26,7 +26,8 @@ def scripts(doc) -> list[str]:
 
 
 def envkit_argv(line: str) -> list[str] | None:
-    line = re.sub(r"\$\{\{[^}]*\}\}", "VALUE", line)  # GitHub expressions stand for one value
+    # GitHub expressions and shell variables stand for one value, one every parameter type accepts
+    line = re.sub(r"\$\{\{[^}]*\}\}|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", "value", line)
     words = shlex.split(line.split("||")[0].split(">")[0])
     return words[1:] if words and words[0] == "envkit" else None
 
