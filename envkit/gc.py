@@ -2,10 +2,10 @@
 
 Every lock change leaves the previous multi-GB image behind. The candidates are only the images
 envkit built: the engine's top-level images that carry all four of envkit's build labels (team,
-image, lock hash, context hash). Nothing else is ever looked at: not a base (``envkit-base/*``), not
+image, lock hash, context hash). No other image is ever looked at: not a base (``envkit-base/*``), not
 an image without those labels (another tool's, a test fixture's), not the classic builder's step
-images (never top-level while used, and the build labels are only on a build's last image), not
-BuildKit's build cache (``docker builder prune`` is the separate, explicit way to reclaim that).
+images (never top-level while used, and the build labels are only on a build's last image). BuildKit's
+build cache only when asked (below).
 
 Per (team, image name), by the image's Created time, an image is kept when it is:
 
@@ -45,7 +45,15 @@ still mounted in it): ``envkit-<kind>-<host>-<pid>-...`` (``scratch.py``). gc re
 this host by this user whose process is gone, whatever ``--team`` says (they name no team), never
 through a mount.
 
-``decide``, ``decide_stages`` and ``decide_containers`` are pure (tested on fake image lists); the engine's side is
+**BuildKit's build cache** (``--build-cache HOURS``, asked for; ``envkit nightly --gc`` asks when a BuildKit
+build fills the disk). Removing a BuildKit build's image frees little: the cache's records hold the same
+layers, the pip cache mounts and the contexts. After the images, gc prunes the records not used since the
+cutoff, as the engine's own prune does (``docker builder prune --filter until=``): never a record a build
+is using, one holding a layer of an image still here ("shared"), or BuildKit's internal and frontend ones.
+The cache is the engine's, not a team's: ``--team`` does not narrow it. ``decide_build_cache`` is the
+plan (what a dry run shows); what the engine deleted is what the report says was removed.
+
+``decide``, ``decide_stages``, ``decide_containers`` and ``decide_build_cache`` are pure (tested on fake image lists); the engine's side is
 ``engine/docker_gc.py``.
 """
 
@@ -73,10 +81,12 @@ DEFAULT_KEEP = 2
 STAGE_GRACE = timedelta(hours=1)  # a stage image this young may belong to a build still running
 STAGE_IDENTITY = (STAGE_LABEL, TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL)
 CONTAINER_GRACE = timedelta(minutes=10)  # a container stopped this recently may still be read by its envkit
-BUILDER_PRUNE = ("BuildKit's build cache is left alone (`docker builder prune` reclaims it, separately and "
-                 "explicitly), and so are the classic builder's stage images without envkit's stage label "
-                 "(from builds by an envkit before it; `docker image prune` removes them, with every other "
-                 "dangling image on the host)")
+BUILD_CACHE_NOTE = ("BuildKit's build cache is left alone (`envkit gc --build-cache HOURS` prunes what was not used "
+                    "in that time; so does `docker builder prune`)")
+UNLABELLED_STAGES_NOTE = ("the classic builder's stage images without envkit's stage label (from builds by an envkit "
+                          "before it) are left alone; `docker image prune` removes them, with every other dangling "
+                          "image on the host")
+BUILDKIT_OWN = ("internal", "frontend")  # record types the engine's prune keeps unless told --all
 
 
 @dataclass(frozen=True)
@@ -287,6 +297,64 @@ def decide_containers(containers: Iterable[LeftContainer], now: datetime) -> lis
     return out
 
 
+@dataclass(frozen=True)
+class CacheRecord:
+    """One record of BuildKit's build cache, as the engine lists it (`docker system df -v`)."""
+
+    id: str
+    kind: str  # regular (a layer), exec.cachemount (a RUN --mount=type=cache), source.local (a context), ...
+    description: str
+    size: int
+    in_use: bool  # a build holds it now
+    shared: bool  # its layer is also an image's: pruning it frees nothing while that image is here
+    last_used: datetime | None  # None: never used since it was made
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "type": self.kind, "description": self.description, "size": self.size,
+                "in_use": self.in_use, "shared": self.shared,
+                "last_used": self.last_used.isoformat() if self.last_used else None}
+
+
+@dataclass(frozen=True)
+class CacheCutoff:
+    """Prune the build cache records last used before ``since``; ``what`` names that instant in the reasons
+    ("24 h ago", "this nightly run started")."""
+
+    since: datetime
+    what: str
+
+
+@dataclass(frozen=True)
+class CacheDecision:
+    record: CacheRecord
+    keep: bool
+    reasons: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {**self.record.to_json(), "keep": self.keep, "reasons": list(self.reasons)}
+
+
+def decide_build_cache(records: Iterable[CacheRecord], unused_since: datetime, since_what: str) -> list[CacheDecision]:
+    """Keep or prune each build cache record (pure), by the rule of the engine's prune with an ``until`` filter:
+    prune what no build uses, no image shares, is not BuildKit's own, and was last used before ``unused_since``
+    (``since_what`` says what that instant is, for the reasons). Largest first."""
+    out = []
+    for r in sorted(records, key=lambda r: (-r.size, r.id)):
+        why = []
+        if r.in_use:
+            why.append("a build is using it now")
+        if r.shared:
+            why.append("it holds a layer of an image still here (pruning it would free nothing)")
+        if r.kind in BUILDKIT_OWN:
+            why.append(f"BuildKit's own ({r.kind})")
+        if r.last_used is not None and r.last_used >= unused_since:
+            why.append(f"used since {since_what}")
+        used = f"last used {r.last_used.strftime('%Y-%m-%d %H:%M')}" if r.last_used else "never used"
+        out.append(CacheDecision(r, bool(why), tuple(why) or (
+            f"{used}, before {since_what}; no build uses it and no image shares it",)))
+    return out
+
+
 def check_keep(keep: int) -> None:
     if not isinstance(keep, int) or keep < 1:
         raise EnvkitError(f"--keep {keep!r}: gc keeps at least the newest build of each image",
@@ -338,6 +406,8 @@ class ImageHost(Protocol):
     def remove(self, image: Candidate | StageImage) -> Removal: ...
     def remove_container(self, container: LeftContainer) -> str | None: ...  # the engine's error, if any
     def layers_size(self, fresh: bool = True) -> int | None: ...  # every image layer's bytes (`docker system df`)
+    def build_cache(self) -> list[CacheRecord]: ...  # read now (shared flags change as images go)
+    def prune_build_cache(self, unused_since: datetime) -> tuple[tuple[str, ...], int]: ...  # (ids deleted, bytes)
 
 
 @dataclass
@@ -355,6 +425,25 @@ class GcResult:
     container_removals: dict[str, str | None] = field(default_factory=dict)  # container id -> error (None: removed)
     scratch: list[Leftover] = field(default_factory=list)  # the scratch directories a killed envkit left
     scratch_removals: dict[str, str | None] = field(default_factory=dict)  # path -> error (None: removed)
+    cache_cutoff: CacheCutoff | None = None  # the build cache was asked for (None: left alone)
+    cache: list[CacheDecision] = field(default_factory=list)  # BuildKit's records, as read after the images went
+    cache_pruned: tuple[tuple[str, ...], int] | None = None  # (record ids the engine deleted, bytes it freed)
+    cache_error: str | None = None  # the engine refused the prune
+
+    @property
+    def cache_to_prune(self) -> list[CacheDecision]:
+        return [d for d in self.cache if not d.keep]
+
+    def cache_json(self) -> dict | None:
+        if self.cache_cutoff is None:
+            return None
+        deleted, freed = self.cache_pruned or ((), 0)
+        plan = self.cache_to_prune
+        return {"unused_since": self.cache_cutoff.since.isoformat(), "since": self.cache_cutoff.what,
+                "records": [d.to_json() for d in self.cache], "kept": sum(d.keep for d in self.cache),
+                "would_prune": [d.record.id for d in plan] if self.dry_run else [],
+                "would_free_bytes": sum(d.record.size for d in plan) if self.dry_run else 0,
+                "pruned": list(deleted), "freed_bytes": freed, "error": self.cache_error}
 
     @property
     def removed_scratch(self) -> list[Leftover]:
@@ -428,6 +517,7 @@ class GcResult:
             "reclaimed_basis": "unique sizes" if exact else "upper bound (whole image sizes: the engine gave no unique sizes)",
             "engine_layers_bytes": ({"before": self.layers[0], "after": self.layers[1],
                                      "freed": self.layers[0] - self.layers[1]} if self.layers else None),
+            "build_cache": self.cache_json(),
             "notes": self.notes,
         }
 
@@ -443,12 +533,13 @@ def _removal_json(r: Removal) -> dict:
 def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None = None, keep: int = DEFAULT_KEEP,
                     dry_run: bool = False, progress: Callable[[str], None] = lambda _: None,
                     now: datetime | None = None, scratch_root: Path | None = None,
-                    needed: Mapping[str, str] | None = None) -> GcResult:
+                    needed: Mapping[str, str] | None = None, build_cache: CacheCutoff | None = None) -> GcResult:
     """Decide, and unless ``dry_run`` remove, the envkit images of ``team`` (None: every envkit team here):
     the stopped containers envkit left first, then builds, then the stage images no staying build has
     (``now``: the clock stage and container ages are read by). Before all that, the scratch directories
     killed envkits left in ``scratch_root`` (default: the temporary directory). ``needed``: image ids the
-    caller keeps whatever their age, with the reason (``envkit nightly --gc``: the lock's current builds)."""
+    caller keeps whatever their age, with the reason (``envkit nightly --gc``: the lock's current builds).
+    ``build_cache``: then prune BuildKit's records not used since its cutoff (None: the cache is left alone)."""
     check_keep(keep)
     if team is not None and not team.strip():
         raise EnvkitError("--team is empty", hint="name a team (its io.envkit.team label), or leave --team out")
@@ -506,5 +597,28 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
         after = host.layers_size(fresh=True)
         if before is not None and after is not None:
             result.layers = (before, after)
-    notes.append(BUILDER_PRUNE)
+    if build_cache is None:
+        notes.append(BUILD_CACHE_NOTE)
+    else:
+        _prune_build_cache(host, result, build_cache, progress)
+    notes.append(UNLABELLED_STAGES_NOTE)
     return result
+
+
+def _prune_build_cache(host: ImageHost, result: GcResult, cutoff: CacheCutoff, progress) -> None:
+    """Read the cache after the images went (their layers are no longer shared), plan, and prune by the cutoff."""
+    result.cache_cutoff = cutoff
+    result.cache = decide_build_cache(host.build_cache(), cutoff.since, cutoff.what)
+    if result.dry_run:
+        if result.to_remove:
+            result.notes.append("the build cache is read as it is now: records holding layers of the images this run "
+                                "would remove are still shared, so the real run may prune more")
+        return
+    plan = result.cache_to_prune
+    if not plan:
+        return
+    progress(f"pruning BuildKit's build cache: {len(plan)} record(s) not used since {cutoff.what}")
+    try:
+        result.cache_pruned = host.prune_build_cache(cutoff.since)
+    except EnvkitError as exc:
+        result.cache_error = f"{exc.message} ({exc.hint})" if exc.hint else exc.message

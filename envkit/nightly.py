@@ -70,7 +70,8 @@ class NightlyResult:
 @dataclass
 class Disk:
     """The engine's disk through one run. The first build that fills it may be tried once more after
-    ``reclaim`` (``nightly --gc``: gc for the team, given the tags it must keep) removed something;
+    ``reclaim`` (``nightly --gc``: gc for the team, given the tags it must keep; with BuildKit, also the build
+    cache this run has not used) removed something;
     once it is full for good, no further build is tried: each would download gigabytes to fail the
     same way. Images already built are still certified and published."""
 
@@ -84,7 +85,15 @@ class Disk:
             return False
         progress("the engine's disk is full: running gc for the team now, then building it again")
         self.reclaimed = self.reclaim(tags)
-        return bool(self.reclaimed.get("removed") or self.reclaimed.get("removed_containers"))
+        cache = self.reclaimed.get("build_cache") or {}
+        return bool(self.reclaimed.get("removed") or self.reclaimed.get("removed_containers") or cache.get("freed_bytes"))
+
+    def said(self) -> str:
+        """What the reclaim removed, for the image's notes."""
+        cache = (self.reclaimed or {}).get("build_cache") or {}
+        return (f"gc removed {len((self.reclaimed or {}).get('removed', []))} image(s)"
+                + (f" and {len(cache['pruned'])} build cache record(s) ({cache['freed_bytes'] / 1e6:.0f} MB)"
+                   if cache.get("pruned") else ""))
 
 
 def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = None, frameworks=(),
@@ -254,8 +263,8 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
             break
         except (BuildError, EngineError) as exc:
             if engine_full(exc) and disk.try_reclaim(list(tags), lambda msg: progress(f"[{image.name}] {msg}")):
-                report.notes.append(f"the engine's disk filled up ({exc.message}); gc removed "
-                                    f"{len(disk.reclaimed.get('removed', []))} image(s), and the build was tried again")
+                report.notes.append(f"the engine's disk filled up ({exc.message}); {disk.said()}, and the build was "
+                                    "tried again")
                 continue
             if engine_full(exc):
                 disk.full = image.name

@@ -63,7 +63,8 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
 @click.option("--gc", "gc", is_flag=True,
               help="Then reclaim this runner's disk as `envkit gc --team TEAM --keep N` does, never removing the "
                    "builds of the lock just run; also once during the run when a build fills the engine's disk, "
-                   "and then try that build again.")
+                   "and then try that build again (with --builder buildkit, pruning too the build cache records "
+                   "this run has not used).")
 @click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True, help="With --gc: builds to keep per image, newest first.")
 @json_option
 @click.pass_context
@@ -86,8 +87,14 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
     store = run(c, lambda: Store.open(store_url))
-    # with --gc, also when a build fills the engine's disk: then the build is tried once more
-    reclaim = (lambda tags: _nightly_gc(c, engine, spec, tags, store_url, keep)) if gc else None
+    # with --gc, also when a build fills the engine's disk: then the build is tried once more; BuildKit's
+    # cache holds the layers of the images gc removes, so with BuildKit what this run has not used goes too
+    from datetime import datetime, timezone
+
+    from ..gc import CacheCutoff
+
+    cutoff = CacheCutoff(datetime.now(timezone.utc), "this nightly run started") if builder == "buildkit" else None
+    reclaim = (lambda tags: _nightly_gc(c, engine, spec, tags, store_url, keep, cutoff)) if gc else None
     with store:
         result = run(c, lambda: run_nightly(spec, engine, store, out_root=out_root, reports_dir=reports_dir,
                                             registry=registry, locked=locked, gpus=gpus, threshold=threshold,
@@ -118,10 +125,11 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     sys.exit(result.exit_code)
 
 
-def _nightly_gc(c, engine, spec, tags, store_url, keep) -> dict:
+def _nightly_gc(c, engine, spec, tags, store_url, keep, build_cache=None) -> dict:
     """`envkit gc --team TEAM --keep N` for a nightly (after it, or when a build filled the disk), never removing
-    the images ``tags`` name (the builds of the lock it runs). Its failure is reported (stderr, and the JSON's
-    ``gc.error``), not the nightly's exit code: the images are already judged."""
+    the images ``tags`` name (the builds of the lock it runs); ``build_cache``: also prune BuildKit's records not
+    used since that cutoff. Its failure is reported (stderr, and the JSON's ``gc.error``), not the nightly's exit
+    code: the images are already judged."""
     from ..engine.docker_gc import DockerImageHost
     from ..errors import EnvkitError
     from ..gc import collect_garbage
@@ -136,11 +144,16 @@ def _nightly_gc(c, engine, spec, tags, store_url, keep) -> dict:
             if info is not None:
                 needed[info.id] = f"the build of the lock this nightly ran ({tag})"
         swept = collect_garbage(DockerImageHost(engine.client), store_url, team=team, keep=keep, needed=needed,
-                                progress=c.progress)
+                                progress=c.progress, build_cache=build_cache)
     except EnvkitError as exc:
         c.progress(f"gc for the nightly failed: {exc}")
         return {"error": exc.to_json()}
     reclaimed, exact = swept.reclaimed()
     c.progress(f"gc: removed {len(swept.removed)} image(s) of team {team}, {_bytes(reclaimed)}"
                + ("" if exact else " at most") + (f"; {len(swept.failed)} could not be removed" if swept.failed else ""))
+    cache = swept.cache_json()
+    if cache is not None:
+        c.progress(f"gc: the prune of BuildKit's build cache failed: {cache['error']}" if cache["error"] else
+                   f"gc: pruned {len(cache['pruned'])} record(s) of BuildKit's build cache not used since "
+                   f"{cache['since']}, {_bytes(cache['freed_bytes'])}")
     return swept.to_json()

@@ -25,25 +25,35 @@ def _bytes(n: int) -> str:
               help="Builds to keep per (team, image), newest first by the image's creation time.")
 @click.option("--dry-run", is_flag=True, help="Say what would be kept and removed; remove nothing.")
 @click.option("--store", "store_url", default=None, help=STORE_HELP + " Its certificates and :certified pushes keep images.")
+@click.option("--build-cache", "cache_hours", type=click.IntRange(min=0), default=None, metavar="HOURS",
+              help="Then prune BuildKit's build cache records not used in the last HOURS hours (0: every one no "
+                   "build is using), as `docker builder prune --filter until=HOURSh` does: never one an image still "
+                   "here shares, nor BuildKit's own. The cache is the engine's, not a team's: --team does not narrow it.")
 @json_option
 @click.pass_context
-def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
+def gc_cmd(click_ctx, team, keep, dry_run, store_url, cache_hours, json_out):
     """Remove envkit images this host no longer needs, keeping per (team, image) the --keep newest builds,
     the newest certified one on each GPU model (the store's certificates), the one each :certified
     reference points at, and any a container (running or stopped) uses. Then the classic builder's stage
     images (envkit's stage label) of builds that are gone, unless under an hour old. First, the stopped
     containers a killed envkit left (its container label; stopped over 10 minutes ago), and its scratch
     directories under $TMPDIR (this host's, whose process is gone). Only images with
-    envkit's labels are considered: never a base image (envkit-base/*), another tool's image or the build cache."""
+    envkit's labels are considered: never a base image (envkit-base/*) or another tool's image; BuildKit's
+    build cache only with --build-cache."""
+    from datetime import datetime, timedelta, timezone
+
     from ..engine.docker_engine import connect
     from ..engine.docker_gc import DockerImageHost
     from ..errors import EngineError
-    from ..gc import collect_garbage
+    from ..gc import CacheCutoff, collect_garbage
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
+    cutoff = None if cache_hours is None else CacheCutoff(
+        datetime.now(timezone.utc) - timedelta(hours=cache_hours),
+        f"{cache_hours} h ago (--build-cache {cache_hours})" if cache_hours else "now (--build-cache 0)")
     result = run(c, lambda: collect_garbage(DockerImageHost(engine.client), store_url, team=team, keep=keep,
-                                            dry_run=dry_run, progress=c.progress))
+                                            dry_run=dry_run, progress=c.progress, build_cache=cutoff))
 
     def human():
         failed = {d.image.id: result.removals[d.image.id].error for d in result.failed}
@@ -91,9 +101,21 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, json_out):
             if result.layers:
                 before, after = result.layers
                 click.echo(f"the engine's image layers: {_bytes(before)} -> {_bytes(after)} ({_bytes(before - after)} freed)")
+        cache = result.cache_json()
+        if cache is not None:
+            prune = result.cache_to_prune
+            held = f"{len(result.cache)} record(s), {_bytes(sum(d.record.size for d in result.cache))}"
+            if cache["error"]:
+                click.echo(f"BuildKit's build cache ({held}): the prune failed: {cache['error']}")
+            elif dry_run:
+                click.echo(f"BuildKit's build cache ({held}): would prune {len(prune)} record(s) not used since "
+                           f"{cache['since']}, {_bytes(cache['would_free_bytes'])}")
+            else:
+                click.echo(f"BuildKit's build cache ({held} before): pruned {len(cache['pruned'])} record(s) not used "
+                           f"since {cache['since']}, {_bytes(cache['freed_bytes'])} freed")
         for note in result.notes:
             click.echo(f"note: {note}", err=True)
 
     emit(c, result.to_json(), human)
-    if result.failed or result.failed_containers or result.failed_scratch:
+    if result.failed or result.failed_containers or result.failed_scratch or result.cache_error:
         sys.exit(EngineError.exit_code)

@@ -1,4 +1,5 @@
-"""The engine's side of ``envkit gc`` over docker-py: list envkit's images, who uses them, remove one.
+"""The engine's side of ``envkit gc`` over docker-py: list envkit's images, who uses them, remove one;
+read and prune BuildKit's build cache.
 
 Candidates come from the top-level images only (``docker images``, not ``-a``), filtered by the engine
 on envkit's build labels, so the classic builder's step images are never among them (all images are
@@ -7,10 +8,13 @@ envkit's stage label (the last image of a stage nothing is built FROM has no chi
 Containers: the stopped ones envkit started (its container label; state created, exited or dead) are
 listed for gc to remove, unforced, with their anonymous volumes. Removal of an image is never forced: every tag and digest reference is untagged, and the engine deletes the
 image (with the step images no other image uses) when the last one goes, as ``docker rmi`` does.
+The build cache's records come from ``docker system df -v``; the prune is the engine's own (``POST
+/build/prune`` with an ``until`` filter, never ``all``), so it decides, by the rule gc's plan mirrors.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timezone
 from typing import Iterable
@@ -18,8 +22,8 @@ from typing import Iterable
 import docker.errors
 
 from ..errors import EngineError
-from ..gc import (CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL, Candidate, LeftContainer, Removal,
-                  StageImage, is_candidate, is_stage)
+from ..gc import (CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL, CacheRecord, Candidate,
+                  LeftContainer, Removal, StageImage, is_candidate, is_stage)
 from ..labels import CONTAINER_LABEL
 
 _NONE = ("<none>:<none>", "<none>@<none>")
@@ -108,6 +112,23 @@ class DockerImageHost:
         not ``fresh``: as the last listing read them (gc's "before", without another slow `df`)."""
         size = self._df(fresh).get("LayersSize")
         return int(size) if isinstance(size, int) else None
+
+    def build_cache(self) -> list[CacheRecord]:
+        """BuildKit's build cache records, read now (an engine without BuildKit has none)."""
+        self._usage = self._api("read the engine's disk usage", self.client.df) or {}
+        return [CacheRecord(id=r["ID"], kind=r.get("Type") or "regular", description=r.get("Description") or "",
+                            size=int(r.get("Size") or 0), in_use=bool(r.get("InUse")), shared=bool(r.get("Shared")),
+                            last_used=parse_created(r["LastUsedAt"]) if r.get("LastUsedAt") else None)
+                for r in self._usage.get("BuildCache") or []]
+
+    def prune_build_cache(self, unused_since: datetime) -> tuple[tuple[str, ...], int]:
+        """The engine prunes the records not used since ``unused_since``; (ids it deleted, bytes it freed). Its
+        ``until`` is a duration back from its own now: in milliseconds, rounded up (whole seconds kept records
+        used up to a second before the instant: an earlier build just before a nightly started)."""
+        back = max(0, math.ceil((datetime.now(timezone.utc) - unused_since).total_seconds() * 1000))
+        answer = self._api("prune BuildKit's build cache",
+                           lambda: self.client.api.prune_builds(filters={"until": f"{back}ms"})) or {}
+        return tuple(answer.get("CachesDeleted") or ()), int(answer.get("SpaceReclaimed") or 0)
 
     def containers(self, skip: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
         """Image id -> the containers (all, stopped too) using it, as "name (state)"; but not those in ``skip``."""

@@ -39,8 +39,9 @@ def free_bytes(path: str | os.PathLike | None) -> int | None:
 def reclaim_hint(usage: dict) -> str:
     """What frees an engine's disk, with what BuildKit's cache holds (``usage``: Engine.disk_usage())."""
     return ("`envkit gc --dry-run` lists the old envkit builds, stage images and leftovers it would remove "
-            "(`envkit gc` removes them); `docker builder prune` reclaims BuildKit's cache "
-            f"({size(usage.get('build_cache_bytes', 0))}); or move the engine's data-root to a larger disk")
+            "(`envkit gc` removes them); `envkit gc --build-cache 24` also prunes BuildKit's cache "
+            f"({size(usage.get('build_cache_bytes', 0))}) not used in a day; or move the engine's data-root to a "
+            "larger disk")
 
 
 def low_space(engine) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from envkit.base import ensure_base
 from envkit.bundle import make_bundle
 from envkit.catalog import load_catalog
 from envkit.engine import RunOptions
-from envkit.engine.buildkit import BuildKitBuilder
+from envkit.engine.buildkit import DOCKER_CLI, BuildKitBuilder
 from envkit.engine.docker_engine import connect
 from envkit.errors import EngineError
 from envkit.labels import CONTAINER_LABEL, CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, TEAM_LABEL
@@ -215,7 +216,7 @@ def test_a_build_that_fills_the_engines_disk_says_so_and_tags_nothing(small_engi
     assert f" free on {small_engine.data} now;" in error
     # exit 7 and "building": the load was skipped (the base is here; loading its 123 MB archive into 40 MB
     # would have failed first, with exit 6)
-    assert "`docker builder prune` reclaims BuildKit's cache" in proc.stderr
+    assert "`envkit gc --build-cache 24` also prunes BuildKit's cache" in proc.stderr
     assert "Traceback" not in proc.stderr
     tags = [t for i in small_engine.engine.client.images.list() for t in i.tags]
     assert tags == [base["ref"]]  # nothing tagged but the base
@@ -292,12 +293,8 @@ def old_build(small: SmallEngine, tmp: Path, n: int, nbytes: int) -> str:  # its
     return small.engine.client.images.get(f"diskfull/a:old{n}").id
 
 
-@pytest.mark.skipif(not shutil.which("iptables"), reason="needs iptables (the second engine's way out)")
-def test_a_nightly_that_fills_the_disk_stops_building_and_with_gc_reclaims_and_builds_again(engine, tmp_path):
-    """Two images; the disk has room for neither. Without --gc: a fails saying the disk is full and b is not
-    tried (it would download as much to fail the same way). With --gc: gc removes an old build of a, a is
-    built again and b after it."""
-    root = tmp_path / "team"
+def nightly_team(engine, root: Path):
+    """A team of two small images (a, b) locked in ``root``, their base in the main engine; the images."""
     root.mkdir()
     (root / "team.yaml").write_text(NIGHTLY_SPEC)
     images = tuple(small_lock(name)[1] for name in ("a", "b"))
@@ -306,24 +303,114 @@ def test_a_nightly_that_fills_the_disk_stops_building_and_with_gc_reclaims_and_b
         "catalog_digest": load_catalog().digest, "images": images})
     write_lock(lock, root / "team.lock")
     ensure_base(engine, images[0].base, lambda _: None)
+    return images
 
-    def nightly(small, *extra):
-        proc = subprocess.run(
-            [sys.executable, "-m", "envkit.cli", "nightly", str(root / "team.yaml"), "--locked", "--no-gpus",
-             "--store", str(root / "history.sqlite"), "--reports", str(root / "reports"), "--out", str(root / "out"),
-             "--json", *extra], cwd=ROOT, env=small.env, capture_output=True, text=True, timeout=900)
-        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-        return proc, json.loads(proc.stdout)
+
+def nightly(small: SmallEngine, root: Path, *extra: str):
+    proc = subprocess.run(
+        [sys.executable, "-m", "envkit.cli", "nightly", str(root / "team.yaml"), "--locked", "--no-gpus",
+         "--store", str(root / "history.sqlite"), "--reports", str(root / "reports"), "--out", str(root / "out"),
+         "--json", *extra], cwd=ROOT, env=small.env, capture_output=True, text=True, timeout=900)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc, json.loads(proc.stdout)
+
+
+def copy_base(small: SmallEngine, ref: str) -> None:
+    """The base, as a runner that built before has it."""
+    saved = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE)
+    small.engine.client.images.load(saved.stdout)
+    assert saved.wait() == 0
+
+
+def buildkit_build(small: SmallEngine, tmp: Path, tag: str, nbytes: int, labels: dict | None = None) -> str:
+    """Build ``tag`` with BuildKit on ``small``: one layer of ``nbytes`` (its own content), copied FROM scratch
+    (nothing to pull). Its image id."""
+    context = tmp / f"ctx-{tag.replace('/', '-').replace(':', '-')}"
+    context.mkdir()
+    with open(context / "blob", "wb") as fh:
+        fh.write(tag.encode())  # content of its own: a layer (and a cache record) of its own
+        fh.truncate(nbytes)
+    (context / "Dockerfile").write_text("FROM scratch\nCOPY blob /blob\n"
+                                        + "".join(f'LABEL "{k}"="{v}"\n' for k, v in (labels or {}).items()))
+    subprocess.run([DOCKER_CLI, "build", "-q", "-t", tag, str(context)], env=dict(small.env, DOCKER_BUILDKIT="1"), check=True,
+                   capture_output=True, timeout=300)
+    shutil.rmtree(context)
+    return small.engine.client.images.get(tag).id
+
+
+def build_cache_bytes(small: SmallEngine) -> int:
+    return sum(int(r.get("Size") or 0) for r in small.engine.client.df().get("BuildCache") or [])
+
+
+def gc_on(small: SmallEngine, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = subprocess.run([sys.executable, "-m", "envkit.cli", "gc", "--json", *args], cwd=ROOT, env=small.env,
+                          capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc, json.loads(proc.stdout)
+
+
+def test_gc_prunes_the_buildkit_cache_an_image_it_removed_held(tmp_path):
+    """Removing a BuildKit build's image frees nothing while the cache keeps its layer: gc --build-cache reads
+    the cache after the images went and has the engine prune what nothing uses (or shares) any more."""
+    with started_small_engine("1G") as small:  # its own: the module's engine is kept nearly full by other tests
+        if not BuildKitBuilder(small.engine).available():
+            pytest.skip("BuildKit is not available")
+        cache_gc_on(small, tmp_path)
+
+
+def cache_gc_on(small_engine: SmallEngine, tmp_path: Path) -> None:
+    """Two BuildKit builds of an envkit image; gc --keep 1 --build-cache 0, planned and then done."""
+
+    def labelled(n):
+        return {TEAM_LABEL: "cachegc", IMAGE_LABEL: "a", LOCK_LABEL: f"sha256:lock{n}", CONTEXT_LABEL: f"sha256:ctx{n}"}
+
+    old = buildkit_build(small_engine, tmp_path, "cachegc/a:old", 60 << 20, labelled(1))
+    time.sleep(1.1)  # a newer Created time (seconds) for the new build
+    new = buildkit_build(small_engine, tmp_path, "cachegc/a:new", 60 << 20, labelled(2))
+    store = tmp_path / "h.sqlite"
+    subprocess.run([sys.executable, "-c", f"from envkit.store import Store; Store.open({str(store)!r}).close()"],
+                   cwd=ROOT, check=True)
+    proc, plan = gc_on(small_engine, "--team", "cachegc", "--keep", "1", "--store", str(store), "--build-cache",
+                       "0", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert plan["would_remove"] == [old]
+    cache = plan["build_cache"]
+    shared = [r for r in cache["records"] if r["shared"] and r["size"] >= 60 << 20]
+    assert len(shared) == 2 and all(r["keep"] for r in shared)  # both images are still here
+    assert "the real run may prune more" in " ".join(plan["notes"])
+    before, free_before = build_cache_bytes(small_engine), small_engine.free()
+
+    proc, done = gc_on(small_engine, "--team", "cachegc", "--keep", "1", "--store", str(store), "--build-cache", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert done["removed"] == [old]
+    cache = done["build_cache"]
+    assert cache["error"] is None and cache["freed_bytes"] >= 60 << 20, cache
+    assert before - build_cache_bytes(small_engine) >= 60 << 20
+    assert small_engine.free() - free_before >= 55 << 20  # the disk got it back (ext4 rounds)
+    still = [r for r in cache["records"] if r["shared"] and r["size"] >= 60 << 20]
+    assert len(still) == 1 and still[0]["keep"] and still[0]["id"] not in cache["pruned"]  # the new build's
+    assert small_engine.engine.client.images.get("cachegc/a:new").id == new
+
+    # without --build-cache the cache is never read, and the note says how
+    proc, again = gc_on(small_engine, "--team", "cachegc", "--keep", "1", "--store", str(store))
+    assert again["build_cache"] is None and any("--build-cache HOURS" in n for n in again["notes"])
+
+
+@pytest.mark.skipif(not shutil.which("iptables"), reason="needs iptables (the second engine's way out)")
+def test_a_nightly_that_fills_the_disk_stops_building_and_with_gc_reclaims_and_builds_again(engine, tmp_path):
+    """Two images; the disk has room for neither. Without --gc: a fails saying the disk is full and b is not
+    tried (it would download as much to fail the same way). With --gc: gc removes an old build of a, a is
+    built again and b after it."""
+    root = tmp_path / "team"
+    images = nightly_team(engine, root)
 
     with started_small_engine("3G") as small, small.routed_out():
-        saved = subprocess.Popen(["docker", "save", images[0].base.ref], stdout=subprocess.PIPE)
-        small.engine.client.images.load(saved.stdout)  # the base, as a runner that built before has it
-        assert saved.wait() == 0
+        copy_base(small, images[0].base.ref)
         old = [old_build(small, tmp_path, n, 600 << 20) for n in (1, 2)]
         # a's build needs about 510 MiB at its peak (measured: 413 MiB stay); gc can give 600 back
         small.leave_free(100 << 20)
 
-        proc, doc = nightly(small)
+        proc, doc = nightly(small, root)
         assert proc.returncode == 11, proc.stderr[-3000:]  # build failure
         a, b = doc["images"]
         assert (a["build"], b["build"]) == ("failed", "not built")
@@ -335,7 +422,7 @@ def test_a_nightly_that_fills_the_disk_stops_building_and_with_gc_reclaims_and_b
         assert doc["reclaimed"] is None and "gc" not in doc
 
         small.leave_free(100 << 20)  # again: the failed build's steps take some
-        proc, doc = nightly(small, "--gc", "--keep", "1")
+        proc, doc = nightly(small, root, "--gc", "--keep", "1")
         a, b = doc["images"]
         assert (a["build"], b["build"]) == ("built", "built"), proc.stderr[-3000:]
         assert a["notes"][0].startswith(f"the engine's disk filled up (building {a['tag']} failed: the engine ran "
@@ -348,3 +435,36 @@ def test_a_nightly_that_fills_the_disk_stops_building_and_with_gc_reclaims_and_b
         assert doc["gc"]["removed"] == [old[1]]  # after the run: older than a's new build
         left = {i.id: i.tags for i in small.engine.client.images.list()}
         assert not set(old) & set(left) and {a["tag"], b["tag"]} <= {t for tags in left.values() for t in tags}
+
+
+@pytest.mark.skipif(not shutil.which("iptables"), reason="needs iptables (the second engine's way out)")
+def test_a_buildkit_nightly_that_fills_the_disk_prunes_the_cache_it_did_not_use_and_builds_again(engine, tmp_path):
+    """With BuildKit, old builds' space is in the build cache, not in images gc can remove: the reclaim prunes
+    the records this run has not used (older builds' layers), keeps the ones it has, and the build goes through."""
+    root = tmp_path / "team"
+    images = nightly_team(engine, root)
+    with started_small_engine("3G") as small, small.routed_out():
+        if not BuildKitBuilder(small.engine).available():
+            pytest.skip("BuildKit is not available")
+        copy_base(small, images[0].base.ref)
+        # an earlier BuildKit build whose image is gone: its 1.2 GB layer stays in the cache, shared with nothing
+        # (and so does its context: BuildKit keeps what it was sent)
+        buildkit_build(small, tmp_path, "other/old:1", 1200 << 20)
+        small.engine.client.images.remove("other/old:1")
+        assert build_cache_bytes(small) >= 1200 << 20
+        small.leave_free(100 << 20)
+
+        proc, doc = nightly(small, root, "--builder", "buildkit", "--gc", "--keep", "1")
+        a, b = doc["images"]
+        assert (a["build"], b["build"]) == ("built", "built"), proc.stderr[-3000:]
+        assert a["notes"][0].startswith(f"the engine's disk filled up (building {a['tag']} with BuildKit failed: the "
+                                        "engine ran out of disk space (")
+        assert re.search(r"; gc removed 0 image\(s\) and [1-9]\d* build cache record\(s\) \(\d+ MB\), and the "
+                         r"build was tried again$", a["notes"][0]), a["notes"][0]
+        cache = doc["reclaimed"]["build_cache"]
+        assert cache["since"] == "this nightly run started" and cache["freed_bytes"] >= 1200 << 20
+        kept = [r for r in cache["records"] if r["keep"]]
+        assert kept and all("used since this nightly run started" in r["reasons"] or r["shared"] or r["in_use"]
+                            for r in kept)  # what a's first try made (its base, the pip cache) stayed for the retry
+        assert doc["gc"]["build_cache"] is None  # the gc after the run leaves the cache for tomorrow's builds
+        assert proc.returncode == 12, proc.stderr[-3000:]  # numpy images fail verification, as above

@@ -3,6 +3,7 @@
 import contextlib
 import errno
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -164,15 +165,26 @@ def test_nightly_gc_also_reclaims_when_a_build_fills_the_disk(engine, monkeypatc
 
     monkeypatch.setattr("envkit.nightly.run_nightly", run_nightly)
     monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
-    monkeypatch.setattr("envkit.cli.certify._nightly_gc", lambda c, eng, spec, tags, store_url, keep:
-                        swept.append((tags, keep)) or {"removed": []})
+    monkeypatch.setattr("envkit.cli.certify._nightly_gc", lambda c, eng, spec, tags, store_url, keep, cache=None:
+                        swept.append((tags, keep, cache)) or {"removed": []})
     assert invoke("nightly", "team.yaml", "--json").exit_code == 10
     assert seen["reclaim"] is None and swept == []
     result = invoke("nightly", "team.yaml", "--gc", "--keep", "1", "--json")
     assert result.exit_code == 10, result.output
     assert seen["reclaim"](["vision/a:1"]) == {"removed": []}
-    assert swept == [([], 1), (["vision/a:1"], 1)]  # after the run (no image), then the reclaim called here
+    assert swept == [([], 1, None), (["vision/a:1"], 1, None)]  # after the run (no image), then the reclaim called here
     assert json.loads(result.stdout)["reclaimed"] is None
+
+    # with BuildKit the reclaim also prunes the build cache this run has not used; the gc after the run does not
+    swept.clear()
+    monkeypatch.setattr("envkit.build.require_builder", lambda *a: None)
+    monkeypatch.setattr("envkit.engine.buildkit.BuildKitBuilder.require", lambda self: None)
+    before = datetime.now(timezone.utc)
+    assert invoke("nightly", "team.yaml", "--gc", "--builder", "buildkit", "--json").exit_code == 10
+    seen["reclaim"](["vision/a:1"])
+    (_, _, after_run), (_, _, reclaim) = swept
+    assert after_run is None
+    assert reclaim.what == "this nightly run started" and before <= reclaim.since <= datetime.now(timezone.utc)
 
 
 def test_nightly_with_buildkit_missing_fails_before_the_run(engine, no_buildkit_cli, monkeypatch):

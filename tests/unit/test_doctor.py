@@ -77,7 +77,7 @@ def test_disk_space_where_the_engine_keeps_images(tmp_path, monkeypatch, free_gi
     assert f.status == status and f.value.startswith(f"{free_gib:.1f} GiB free on {tmp_path}")
     assert "images 40.0 GiB, BuildKit cache 7.0 GiB" in f.value
     if status != "ok":
-        assert "envkit gc --dry-run" in f.hint and "docker builder prune" in f.hint
+        assert "envkit gc --dry-run" in f.hint and "envkit gc --build-cache 24" in f.hint
 
 
 def test_a_remote_engines_disk_is_not_measured_here(tmp_path):

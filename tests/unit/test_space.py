@@ -78,7 +78,7 @@ def test_a_build_that_filled_the_engines_disk_says_so_where_and_what_to_reclaim(
     assert error.message == (f"building vision/x:1 failed: the engine ran out of disk space (39 MiB free on "
                              f"{tmp_path} now; its images hold 121 MiB)")
     assert error.hint.startswith("`envkit gc --dry-run` lists the old envkit builds")
-    assert "`docker builder prune` reclaims BuildKit's cache (39 MiB)" in error.hint
+    assert "`envkit gc --build-cache 24` also prunes BuildKit's cache (39 MiB) not used in a day" in error.hint
     assert error.hint.endswith(f"then run it again\n  {exc.message}\n  {tail}")  # the engine's words kept
 
 
