@@ -43,7 +43,8 @@ from .engine.space import engine_out_of_space, host_full, host_out_of_space, low
 from .errors import BuildError, EngineError, EnvkitError
 from .index import trusted_hosts
 from .index_login import keyring_logins, login_hint, refused_index
-from .lock import Lock, LockedImage, Package, load_lock, write_atomic
+from .atomic import write_atomic
+from .lock import Lock, LockedImage, Package, load_lock
 from .devel import APT as DEVEL_APT
 from .devel import fetch_toolkit_deb, toolkit_deb
 from .render import context_for, context_hash, image_tag, install_packages, render_files

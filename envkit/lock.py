@@ -7,17 +7,15 @@ or the catalog drifted since it was written.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
+from .atomic import write_atomic
 from .errors import LockError
 from .spec import NAME_RE
 from .frameworks import framework
@@ -143,50 +141,6 @@ def canonical(obj) -> bytes:
 
 def sealed(image: LockedImage) -> LockedImage:
     return image.model_copy(update={"hash": image.content_hash()})
-
-
-def write_atomic(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the new one, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        # mkstemp makes the file 0600: give it the mode the file had, else what a plain open() would give
-        try:
-            mode = path.stat().st_mode & 0o777
-        except OSError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def check_writable(path: str | Path) -> None:
-    """Raise the OSError writing ``path`` (as ``write_atomic`` does) would meet: its directory missing and not
-    creatable, unwritable, read-only or immutable, naming that directory; or, for root, the file itself immutable.
-    Called before work whose result goes there, or before the first of several files is replaced. The directory
-    is probed for real (a temporary file made and removed): permissions do not show what refuses root."""
-    path = Path(path)
-    parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(parent)) from None
-    # the rename over an existing file needs only the directory, but an immutable file refuses it; to root,
-    # access() says no only for such a file (for others a read-only mode says no too, and is no obstacle)
-    if os.geteuid() == 0 and path.is_file() and not os.access(path, os.W_OK):
-        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(path))
 
 
 def write_lock(lock: Lock, path: str | Path) -> None:

@@ -111,7 +111,7 @@ def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = N
     from .catalog import CATALOG_ENV, load_catalog, team_dir
     from .catalog.refresh import parse_frameworks, refresh_catalog
     from .index import PackageIndex
-    from .lock import write_atomic
+    from .atomic import write_atomic
 
     chosen = parse_frameworks(frameworks)
     progress(f"refreshing the catalog ({', '.join(chosen)}) from the package index")

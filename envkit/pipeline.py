@@ -20,7 +20,8 @@ from .frameworks import require_buildable, require_bundle
 from .index import DEFAULT_INDEX, PackageIndex
 from .index_login import check_netrc, check_netrc_text, keyring_logins
 from .labels import SHOWN
-from .lock import Lock, LockedImage, check_writable, load_lock, write_lock
+from .atomic import check_writable
+from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import Rendered, render
 from .resolve import check_frameworks, check_gpus, plan, resolve, spec_digest
 from .spec import Spec, load_spec
@@ -209,7 +210,7 @@ def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_
             store_url: str | None, timeout: int = 600):
     """Certify ``ref``, record the certificate in the store, write the reports."""
     from .certify.certificate import certify_image, slug
-    from .lock import write_atomic
+    from .atomic import write_atomic
     from .nightly import perf_metrics
     from .report import write_reports
 

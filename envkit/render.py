@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -32,7 +29,8 @@ from .frameworks import framework
 from . import index_login as index_login_
 from .index import DEFAULT_INDEX, trusted_hosts
 from .labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
-from .lock import Lock, LockedImage, Package, check_writable, write_atomic
+from .atomic import check_writable, replace_all
+from .lock import Lock, LockedImage, Package
 
 UID = 1000
 USER = "envkit"
@@ -275,28 +273,6 @@ class Rendered:
     compose: Path | None = None
 
 
-def write_tree(directory: Path, files: dict[str, bytes]) -> None:
-    """Replace ``directory`` with exactly ``files``, atomically (rename of a finished tree)."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
-    try:
-        for name, data in files.items():
-            target = staging / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        os.chmod(staging, 0o755)
-        old = None
-        if directory.exists():
-            old = directory.with_name(f".{directory.name}.old{os.getpid()}")
-            directory.rename(old)
-        staging.rename(directory)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
 def render(lock: Lock, out_root: Path, spec_name: str, only: list[str] | None = None) -> Rendered:
     # Render everything in memory first: a template error leaves no file touched.
     trees = {i.name: render_files(lock, i, spec_name) for i in lock.images if not only or i.name in only}
@@ -305,11 +281,9 @@ def render(lock: Lock, out_root: Path, spec_name: str, only: list[str] | None = 
     # unwritable directory must not leave new Dockerfiles beside an old compose file.
     for target in (*(out_root / "dockerfiles" / name for name in trees), out_root / "compose" / f"{lock.team}.yaml"):
         check_writable(target)
-    result = Rendered()
-    for name, files in trees.items():
-        directory = out_root / "dockerfiles" / name
-        write_tree(directory, files)
-        result.contexts[name] = directory
-    result.compose = out_root / "compose" / f"{lock.team}.yaml"
-    write_atomic(result.compose, compose)
+    # Then write it all beside where it goes, and only then rename it into place: a disk that fills up on the
+    # second image leaves every tree and the compose file as they were.
+    result = Rendered(contexts={name: out_root / "dockerfiles" / name for name in trees},
+                      compose=out_root / "compose" / f"{lock.team}.yaml")
+    replace_all({result.contexts[name]: files for name, files in trees.items()}, {result.compose: compose})
     return result

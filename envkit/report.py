@@ -19,7 +19,7 @@ import jinja2
 
 from . import __version__
 from .certify.certificate import Certificate, utc_now
-from .lock import write_atomic
+from .atomic import write_atomic
 from .render import templates_dir
 
 REPORT_SCHEMA = "envkit.report/1"

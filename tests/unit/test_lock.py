@@ -3,7 +3,8 @@ import json
 import pytest
 
 from envkit.errors import LockError
-from envkit.lock import load_lock, write_atomic, write_lock
+from envkit.atomic import write_atomic
+from envkit.lock import load_lock, write_lock
 from tests.unit.lockfixtures import make_image, make_lock
 
 

@@ -15,12 +15,17 @@ from envkit import procs
 from tests.conftest import ROOT
 
 
-def test_run_all_runs_at_once_and_keeps_each_output_apart():
-    started = time.monotonic()
+def test_run_all_runs_at_once_and_keeps_each_output_apart(tmp_path):
+    """Side by side, not one after the other: each child waits (up to 30 s) for the other to have started,
+    which a one-after-the-other run never lets happen (a rendezvous, not a stopwatch)."""
+
+    def meet(me: str, other: str) -> str:
+        return (f"touch {tmp_path}/{me}; n=0; while [ ! -e {tmp_path}/{other} ] && [ $n -lt 300 ]; do sleep 0.1; "
+                f"n=$((n+1)); done; [ -e {tmp_path}/{other} ] || exit 9")
+
     big = "python3 -c 'import sys; sys.stdout.write(\"x\" * 2_000_000); sys.stderr.write(\"e\")'"
-    done = procs.run_all([["sh", "-c", f"sleep 1; {big}"], ["sh", "-c", "sleep 1; echo two; exit 3"]])
-    assert time.monotonic() - started < 1.9  # side by side, not one after the other
-    assert [d.returncode for d in done] == [0, 3]
+    done = procs.run_all([["sh", "-c", f"{meet('a', 'b')}; {big}"], ["sh", "-c", f"{meet('b', 'a')}; echo two; exit 3"]])
+    assert [d.returncode for d in done] == [0, 3]  # 9: one never saw the other running
     assert (len(done[0].stdout), done[0].stderr) == (2_000_000, "e")  # no pipe to fill
     assert done[1].stdout == "two\n"
 

@@ -89,6 +89,64 @@ def test_render_writes_trees_and_replaces_stale_files(tmp_path):
     assert not [p for p in (tmp_path / "dockerfiles").iterdir() if p.name.startswith(".")]
 
 
+def _snapshot(root) -> dict[str, bytes]:
+    """Every file under ``root`` (hidden ones included) with its bytes."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _two_images_rendered(tmp_path):
+    """A lock of two images rendered once, and the same images changed (a newer torch): the second render's lock."""
+    first = make_lock(make_image(), make_image(name="torch25b"))
+    render(first, tmp_path, "team.yaml")
+    newer = make_lock(make_image(framework_version="2.5.2"), make_image(name="torch25b", framework_version="2.5.2"))
+    return newer
+
+
+def test_a_disk_that_fills_on_the_second_image_leaves_every_file_as_it_was(tmp_path, monkeypatch):
+    """Everything is written beside its target before anything is replaced: ENOSPC while the second tree is
+    written leaves the first tree, the second and the compose file as they were, and nothing hidden behind."""
+    import errno
+    from pathlib import Path
+
+    newer = _two_images_rendered(tmp_path)
+    before = _snapshot(tmp_path)
+    write_bytes = Path.write_bytes
+
+    def full(self, data):
+        if self.parent.name.startswith(".torch25b.") or any(p.name.startswith(".torch25b.") for p in self.parents):
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return write_bytes(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(OSError) as err:
+        render(newer, tmp_path, "team.yaml")
+    assert err.value.errno == errno.ENOSPC
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_rename_that_fails_puts_back_what_it_had_replaced(tmp_path, monkeypatch):
+    """The compose file is replaced last; when that fails, both trees are put back as they were."""
+    import errno
+    import os
+
+    newer = _two_images_rendered(tmp_path)
+    before = _snapshot(tmp_path)
+    replace = os.replace
+
+    def refused(src, dst, *a, **k):
+        if str(dst).endswith("vision.yaml"):
+            raise OSError(errno.EIO, "Input/output error", str(dst))
+        return replace(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(OSError):
+        render(newer, tmp_path, "team.yaml")
+    assert _snapshot(tmp_path) == before
+    monkeypatch.setattr(os, "replace", replace)
+    render(newer, tmp_path, "team.yaml")  # and then it goes through
+    assert _snapshot(tmp_path) != before and "2.5.2" in (tmp_path / "dockerfiles" / "torch25b" / "Dockerfile").read_text()
+
+
 # --- render options: BuildKit, wheelhouse (offline bundles) -------------------------------------
 
 def _dockerfile(image=None, **options) -> str:
