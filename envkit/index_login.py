@@ -217,9 +217,24 @@ def refused_index(output: str, urls) -> str | None:
     return next((u for u in private if host_of(u) in output), private[0])
 
 
+def netrc_named_amiss() -> str | None:
+    """What is wrong with the file ``$NETRC`` names when it is not a file (None: unset, or a file). pip, uv,
+    requests and envkit then read no netrc at all, not even ~/.netrc, and say nothing."""
+    named = os.environ.get("NETRC")
+    if not named:
+        return None
+    path = Path(named).expanduser()
+    if path.is_file():
+        return None
+    what = "a directory" if path.is_dir() else ("not a regular file" if path.exists() else "missing")
+    return f"$NETRC names {path}, which is {what}, so no netrc file is read (not even ~/.netrc)"
+
+
 def login_hint(url: str | None) -> str:
     host = host_of(url) or "HOST"
-    return (f"add `machine {host} login USER password TOKEN` to {netrc_path() or '~/.netrc'} (or the file $NETRC "
+    amiss = netrc_named_amiss()
+    return ((f"{amiss}: point $NETRC at the netrc file, or unset it; then " if amiss else "")
+            + f"add `machine {host} login USER password TOKEN` to {netrc_path() or '~/.netrc'} (or the file $NETRC "
             "names; chmod 600), or store it in the system keyring (`keyring set URL USER`, with the keyring package "
             "installed beside envkit). envkit, uv and pip read either on this host, and BuildKit builds get that "
             "login alone as a build secret; never put credentials in team.yaml")

@@ -85,6 +85,22 @@ def test_each_builder_is_told_its_own_way_out(netrc):
     assert "machine artifactory.corp.example login USER password TOKEN" in login_hint(MIRROR)
 
 
+@pytest.mark.parametrize("make, what", [(lambda p: None, "missing"), (lambda p: p.mkdir(), "a directory")])
+def test_a_netrc_variable_naming_no_file_is_said_in_the_login_hint(tmp_path, monkeypatch, make, what):
+    """pip, uv and requests read no netrc at all then, and say nothing: the 401's hint must."""
+    named = tmp_path / "netrc"
+    make(named)
+    monkeypatch.setenv("NETRC", str(named))
+    hint = login_hint(MIRROR)
+    assert hint.startswith(f"$NETRC names {named}, which is {what}, so no netrc file is read (not even ~/.netrc): "
+                           "point $NETRC at the netrc file, or unset it; then add `machine artifactory.corp.example")
+    named.parent.joinpath("real").write_text("machine x login a password b\n")
+    monkeypatch.setenv("NETRC", str(named.parent / "real"))
+    assert login_hint(MIRROR).startswith("add `machine artifactory.corp.example")
+    monkeypatch.delenv("NETRC")
+    assert login_hint(MIRROR).startswith("add `machine artifactory.corp.example")
+
+
 def test_buildkit_mounts_the_netrc_secret_only_for_an_index_other_than_pypi():
     private = make_image(index_url=MIRROR)
     mount = "--mount=type=secret,id=index-netrc,target=/root/.netrc"
