@@ -55,8 +55,14 @@ def start(tmp_path: Path, *args: str) -> subprocess.Popen:
     script.write_text(HOLD)
     return subprocess.Popen([sys.executable, str(script), *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path)),
-                            # as from a shell: a test run under nohup would hand SIGHUP on ignored, and it stays so
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+                            preexec_fn=_as_from_a_shell)
+
+
+def _as_from_a_shell() -> None:
+    """A test run under nohup hands SIGHUP on ignored, one started in the background by a script SIGINT, and an
+    ignored signal stays ignored (as envkit keeps it): the processes here start as a terminal's would."""
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
