@@ -324,6 +324,13 @@ class CacheCutoff:
     what: str
 
 
+def unused_for(hours: int, now: datetime | None = None) -> CacheCutoff:
+    """``--build-cache HOURS``: the records not used in the last ``hours`` hours (0: none kept for its age)."""
+    now = now or datetime.now(timezone.utc)
+    return CacheCutoff(now - timedelta(hours=hours),
+                       f"{hours} h ago (--build-cache {hours})" if hours else "now (--build-cache 0)")
+
+
 @dataclass(frozen=True)
 class CacheDecision:
     record: CacheRecord

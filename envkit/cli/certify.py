@@ -66,10 +66,14 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
                    "and then try that build again (with --builder buildkit, pruning too the build cache records "
                    "this run has not used).")
 @click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True, help="With --gc: builds to keep per image, newest first.")
+@click.option("--build-cache", "cache_hours", type=click.IntRange(min=0), default=None, metavar="HOURS",
+              help="With --gc: the gc after the run also prunes BuildKit's build cache records not used in the last "
+                   "HOURS hours, as `envkit gc --build-cache HOURS` does (engine-wide). Without it that gc leaves "
+                   "the cache for the next rebuild, and only a disk-full reclaim prunes it.")
 @json_option
 @click.pass_context
 def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, reports_dir, out_root, builder,
-                refresh_catalog, frameworks, gc, keep, json_out):
+                refresh_catalog, frameworks, gc, keep, cache_hours, json_out):
     """Re-resolve, rebuild what changed, certify, promote and remember.
 
     Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure,
@@ -84,6 +88,8 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
         raise click.UsageError("--refresh-framework chooses what --refresh-catalog reads; give --refresh-catalog too")
     if click_ctx.get_parameter_source("keep") is not ParameterSource.DEFAULT and not gc:
         raise click.UsageError("--keep says what --gc keeps; give --gc too")
+    if cache_hours is not None and not gc:
+        raise click.UsageError("--build-cache says what the gc after the run prunes; give --gc too")
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
     store = run(c, lambda: Store.open(store_url))
@@ -91,7 +97,7 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     # cache holds the layers of the images gc removes, so with BuildKit what this run has not used goes too
     from datetime import datetime, timezone
 
-    from ..gc import CacheCutoff
+    from ..gc import CacheCutoff, unused_for
 
     cutoff = CacheCutoff(datetime.now(timezone.utc), "this nightly run started") if builder == "buildkit" else None
     reclaim = (lambda tags: _nightly_gc(c, engine, spec, tags, store_url, keep, cutoff)) if gc else None
@@ -101,8 +107,9 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
                                             builder=builder, refresh_catalog=refresh_catalog,
                                             refresh_frameworks=frameworks, reclaim=reclaim, progress=c.progress))
     doc = result.to_json()
+    after = None if cache_hours is None else unused_for(cache_hours)
     swept = _nightly_gc(c, engine, spec, [r.tag for r in result.images if r.build in ("built", "skipped")],
-                        store_url, keep) if gc else None
+                        store_url, keep, after) if gc else None
     if swept is not None:
         doc["gc"] = swept
 

@@ -40,18 +40,14 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, cache_hours, json_out):
     directories under $TMPDIR (this host's, whose process is gone). Only images with
     envkit's labels are considered: never a base image (envkit-base/*) or another tool's image; BuildKit's
     build cache only with --build-cache."""
-    from datetime import datetime, timedelta, timezone
-
     from ..engine.docker_engine import connect
     from ..engine.docker_gc import DockerImageHost
     from ..errors import EngineError
-    from ..gc import CacheCutoff, collect_garbage
+    from ..gc import collect_garbage, unused_for
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
-    cutoff = None if cache_hours is None else CacheCutoff(
-        datetime.now(timezone.utc) - timedelta(hours=cache_hours),
-        f"{cache_hours} h ago (--build-cache {cache_hours})" if cache_hours else "now (--build-cache 0)")
+    cutoff = None if cache_hours is None else unused_for(cache_hours)
     result = run(c, lambda: collect_garbage(DockerImageHost(engine.client), store_url, team=team, keep=keep,
                                             dry_run=dry_run, progress=c.progress, build_cache=cutoff))
 

@@ -186,6 +186,15 @@ def test_nightly_gc_also_reclaims_when_a_build_fills_the_disk(engine, monkeypatc
     assert after_run is None
     assert reclaim.what == "this nightly run started" and before <= reclaim.since <= datetime.now(timezone.utc)
 
+    # --build-cache HOURS: the gc after the run prunes the cache too, by age; it needs --gc
+    swept.clear()
+    assert invoke("nightly", "team.yaml", "--gc", "--build-cache", "48", "--json").exit_code == 10
+    (_, _, after_run), = swept
+    assert after_run.what == "48 h ago (--build-cache 48)"
+    assert abs((datetime.now(timezone.utc) - after_run.since).total_seconds() - 48 * 3600) < 60
+    refused = invoke("nightly", "team.yaml", "--build-cache", "48")
+    assert refused.exit_code == 2 and "--build-cache says what the gc after the run prunes; give --gc too" in refused.output
+
 
 def test_nightly_with_buildkit_missing_fails_before_the_run(engine, no_buildkit_cli, monkeypatch):
     monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
