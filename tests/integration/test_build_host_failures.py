@@ -454,7 +454,7 @@ def test_a_buildkit_nightly_that_fills_the_disk_prunes_the_cache_it_did_not_use_
         assert build_cache_bytes(small) >= 1200 << 20
         small.leave_free(100 << 20)
 
-        proc, doc = nightly(small, root, "--builder", "buildkit", "--gc", "--keep", "1")
+        proc, doc = nightly(small, root, "--builder", "buildkit", "--gc", "--keep", "1", "--build-cache", "1")
         a, b = doc["images"]
         assert (a["build"], b["build"]) == ("built", "built"), proc.stderr[-3000:]
         assert a["notes"][0].startswith(f"the engine's disk filled up (building {a['tag']} with BuildKit failed: the "
@@ -466,5 +466,8 @@ def test_a_buildkit_nightly_that_fills_the_disk_prunes_the_cache_it_did_not_use_
         kept = [r for r in cache["records"] if r["keep"]]
         assert kept and all("used since this nightly run started" in r["reasons"] or r["shared"] or r["in_use"]
                             for r in kept)  # what a's first try made (its base, the pip cache) stayed for the retry
-        assert doc["gc"]["build_cache"] is None  # the gc after the run leaves the cache for tomorrow's builds
+        # the gc after the run (--build-cache 1) reads the cache again: all of it was used within the hour
+        after = doc["gc"]["build_cache"]
+        assert after["since"] == "1 h ago (--build-cache 1)" and after["pruned"] == [] and after["records"]
+        assert all(r["keep"] for r in after["records"])
         assert proc.returncode == 12, proc.stderr[-3000:]  # numpy images fail verification, as above
