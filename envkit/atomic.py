@@ -8,12 +8,14 @@ finds what would refuse a write before the work whose result it is.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from .errors import EnvkitError
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:
@@ -88,48 +90,97 @@ def stage_tree(directory: Path, files: dict[str, bytes]) -> Path:
         raise
 
 
+@dataclass
+class _Swap:
+    """One target of ``replace_all``: its new content staged beside it, and a private directory beside it (unique:
+    no leftover of a killed run is in the way) that takes the old tree or a link to the old file as ``was``."""
+
+    target: Path
+    tree: bool
+    aside: Path
+    staging: Path | None = None
+    had_old: bool = False
+    moved_old: bool = False  # a tree: the old one is in aside/was
+    placed: bool = False  # the new one is at target
+    keep_aside: bool = False  # putting back failed: the old one stays in aside for the user
+
+
+def _keep_copy(path: Path, dest: Path) -> None:
+    """``dest`` holds ``path``'s bytes for a put-back: a hard link (free), else a copy."""
+    try:
+        os.link(path, dest)
+    except OSError:
+        shutil.copy2(path, dest)
+
+
 def replace_all(trees: dict[Path, dict[str, bytes]], files: dict[Path, bytes]) -> None:
     """Replace each directory of ``trees`` with exactly its files and each file of ``files`` with its bytes, all
-    or nothing as far as one filesystem allows. Everything is written beside its target first, so a full disk,
-    a quota or a refusal fails with nothing replaced; then renames put each in place (a directory's old tree is
-    renamed aside, then removed), the files last, by ``os.replace``, so readers never see half a file. A rename
-    that fails puts back what was already replaced. Readers may see some directories new and others old only
-    for the moment between renames."""
-    staged: list[tuple[Path, Path]] = []  # (staging, target): the trees, then the files
-    swapped: list[tuple[Path, Path | None]] = []  # (directory, its old tree renamed aside, or None)
+    or nothing as far as one filesystem allows. Everything is written beside its target first, with a link to (or
+    copy of) each old file, so a full disk, a quota or a refusal fails with nothing replaced; then renames put each
+    in place (a directory's old tree is renamed aside, then removed), the files last, by ``os.replace``, so readers
+    never see half a file. A rename that fails puts back every tree and file already replaced; when putting back
+    fails too, the error says where the old ones are. Readers may see some targets new and others old for the
+    moment between renames; two runs replacing the same targets at once are not kept apart."""
+    swaps: list[_Swap] = []
     try:
-        for directory, content in trees.items():
-            staged.append((stage_tree(directory, content), directory))
-        for path, data in files.items():
-            staged.append((stage_file(path, data), path))
-        try:
-            for staging, target in staged:
-                if target in trees:
-                    old = None
-                    if target.exists():
-                        old = target.with_name(f".{target.name}.old{os.getpid()}")
-                        target.rename(old)
-                    swapped.append((target, old))
-                    staging.rename(target)
-                else:
-                    os.replace(staging, target)
-        except BaseException:
-            for directory, old in reversed(swapped):  # put the old trees back
-                if directory.is_dir() and not directory.is_symlink() and (old is None or old.exists()):
-                    aside = directory.with_name(f".{directory.name}.failed{os.getpid()}")
-                    with contextlib.suppress(OSError):
-                        directory.rename(aside)
-                        shutil.rmtree(aside, ignore_errors=True)
-                if old is not None:
-                    with contextlib.suppress(OSError):
-                        old.rename(directory)
-            raise
-        for _, old in swapped:
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-    finally:
-        for staging, _ in staged:
-            if staging.is_dir():
-                shutil.rmtree(staging, ignore_errors=True)
+        for target, content in [*((d, c) for d, c in trees.items()), *((f, b) for f, b in files.items())]:
+            tree = target in trees
+            target.parent.mkdir(parents=True, exist_ok=True)
+            swap = _Swap(target, tree, Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old.")))
+            swaps.append(swap)
+            swap.had_old = target.exists() or target.is_symlink()
+            if tree:
+                swap.staging = stage_tree(target, content)
             else:
-                staging.unlink(missing_ok=True)
+                swap.staging = stage_file(target, content)
+                if swap.had_old:
+                    _keep_copy(target, swap.aside / "was")
+        try:
+            for swap in swaps:
+                if swap.tree:
+                    if swap.had_old:
+                        swap.target.rename(swap.aside / "was")
+                        swap.moved_old = True
+                    swap.staging.rename(swap.target)
+                else:
+                    os.replace(swap.staging, swap.target)
+                swap.placed = True
+        except BaseException as exc:
+            _put_back(swaps, exc)
+            raise
+    finally:
+        for swap in swaps:
+            if swap.staging is not None and not swap.placed:
+                if swap.tree:
+                    shutil.rmtree(swap.staging, ignore_errors=True)
+                else:
+                    swap.staging.unlink(missing_ok=True)
+            if not swap.keep_aside:
+                shutil.rmtree(swap.aside, ignore_errors=True)
+
+
+def _put_back(swaps: list[_Swap], exc: BaseException) -> None:
+    """Undo the renames done, newest first; raise an error naming what could not be put back, and where it is."""
+    failures = []
+    for swap in reversed(swaps):
+        try:
+            if swap.tree:
+                if swap.placed:
+                    swap.target.rename(swap.aside / "new")  # removed with the aside
+                    swap.placed = False
+                if swap.moved_old:
+                    (swap.aside / "was").rename(swap.target)
+            elif swap.placed:
+                if swap.had_old:
+                    os.replace(swap.aside / "was", swap.target)
+                else:
+                    swap.target.unlink()
+                swap.placed = False
+        except OSError as err:
+            swap.keep_aside = True
+            failures.append(f"{swap.target} ({err.strerror}; the old one is {swap.aside / 'was'})"
+                            if swap.had_old else f"{swap.target} ({err.strerror}; there was none before)")
+    if failures:
+        raise EnvkitError(f"replacing {len(swaps)} file(s) and tree(s) failed ({exc}), and putting back what was "
+                          f"already replaced failed too: {'; '.join(failures)}",
+                          hint="move the old ones back by hand, then run the command again") from exc

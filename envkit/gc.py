@@ -344,7 +344,9 @@ class CacheDecision:
 def decide_build_cache(records: Iterable[CacheRecord], unused_since: datetime, since_what: str) -> list[CacheDecision]:
     """Keep or prune each build cache record (pure), by the rule of the engine's prune with an ``until`` filter:
     prune what no build uses, no image shares, is not BuildKit's own, and was last used before ``unused_since``
-    (``since_what`` says what that instant is, for the reasons). Largest first."""
+    (``since_what`` says what that instant is, for the reasons). Largest first. The engine draws its line from its
+    own clock when asked (``prune_build_cache``): a record used within that request's latency of the instant may
+    fall the other way."""
     out = []
     for r in sorted(records, key=lambda r: (-r.size, r.id)):
         why = []
@@ -615,7 +617,12 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
 def _prune_build_cache(host: ImageHost, result: GcResult, cutoff: CacheCutoff, progress) -> None:
     """Read the cache after the images went (their layers are no longer shared), plan, and prune by the cutoff."""
     result.cache_cutoff = cutoff
-    result.cache = decide_build_cache(host.build_cache(), cutoff.since, cutoff.what)
+    try:
+        records = host.build_cache()
+    except EnvkitError as exc:  # the images' removal stands and is reported; the cache is left as it is
+        result.cache_error = f"{exc.message} ({exc.hint})" if exc.hint else exc.message
+        return
+    result.cache = decide_build_cache(records, cutoff.since, cutoff.what)
     if result.dry_run:
         if result.to_remove:
             result.notes.append("the build cache is read as it is now: records holding layers of the images this run "

@@ -43,9 +43,12 @@ UNAUTHORIZED = re.compile(r"\b(Unauthorized|Forbidden)\b|User for \S+:")
 
 
 def netrc_path() -> Path | None:
-    """The netrc file pip, uv and requests read: ``$NETRC``, else ``~/.netrc``; None when there is none."""
+    """The netrc file pip, uv and requests read: ``$NETRC`` when set (even empty: then none), else ``~/.netrc``;
+    None when there is none."""
     named = os.environ.get("NETRC")
-    path = Path(named).expanduser() if named else Path.home() / ".netrc"
+    if named == "":
+        return None
+    path = Path(named).expanduser() if named is not None else Path.home() / ".netrc"
     return path if path.is_file() else None
 
 
@@ -218,11 +221,13 @@ def refused_index(output: str, urls) -> str | None:
 
 
 def netrc_named_amiss() -> str | None:
-    """What is wrong with the file ``$NETRC`` names when it is not a file (None: unset, or a file). pip, uv,
-    requests and envkit then read no netrc at all, not even ~/.netrc, and say nothing."""
+    """What is wrong with ``$NETRC`` when it names no file: empty, missing, a directory (None: unset, or a file).
+    pip, uv, requests and envkit then read no netrc at all, not even ~/.netrc, and say nothing."""
     named = os.environ.get("NETRC")
-    if not named:
+    if named is None:
         return None
+    if named == "":
+        return "$NETRC is set but empty, so no netrc file is read (not even ~/.netrc)"
     path = Path(named).expanduser()
     if path.is_file():
         return None

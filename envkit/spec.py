@@ -241,7 +241,9 @@ def check_pem(path: Path, what: str, location: Location | None) -> Path:
     holding no certificate otherwise surfaces as "cannot reach the package index", blamed on the network)."""
     try:
         st = path.stat()
-        problem = _pem_problem(str(path), st.st_mtime_ns, st.st_size)
+        problem = _pem_problem(str(path), (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size))
+        if problem is not None and problem[0] == "cannot be read":
+            _pem_problem.cache_clear()  # a permission may be fixed any moment: never remembered
     except OSError as exc:
         problem = ("cannot be read", exc.strerror or str(exc))
     if problem is None:
@@ -253,8 +255,10 @@ def check_pem(path: Path, what: str, location: Location | None) -> Path:
 
 
 @functools.lru_cache(maxsize=8)
-def _pem_problem(path: str, _mtime_ns: int, _size: int) -> tuple[str, str] | None:
-    """Load the bundle as TLS will (37 ms for Debian's 144 certificates), once per file version and process."""
+def _pem_problem(path: str, _version: tuple[int, ...]) -> tuple[str, str] | None:
+    """Load the bundle as TLS will (37 ms for Debian's 144 certificates), once per file version and process: the
+    version is its device, inode, mtime, ctime and size (a copy that keeps the mtime, a rename over it, a chmod:
+    each changes one)."""
     import ssl
 
     try:

@@ -29,7 +29,8 @@ FRAMEWORKS = ("torch", "jax", "tensorflow")  # envkit.candidates.FRAMEWORKS (not
 class Checked(click.ParamType):
     """A string parameter that ``check`` (an envkit parser raising an EnvkitError) accepts when the command line
     is read: a malformed value is a usage error (exit 2) before any work, not a failure found later (a typo in
-    ``nightly --registry`` used to surface only at the push, after every build). The value passes on unchanged."""
+    ``nightly --registry`` used to surface only at the push, after every build). The value passes on as ``check``
+    returns it (normalised), or unchanged when it returns None."""
 
     def __init__(self, name: str, check):
         self.name = name
@@ -37,16 +38,18 @@ class Checked(click.ParamType):
 
     def convert(self, value, param, ctx):
         try:
-            self.check(value)
+            normal = self.check(value)
         except EnvkitError as exc:
             self.fail(f"{exc.message}; {exc.hint}" if exc.hint else exc.message, param, ctx)
-        return value
+        return value if normal is None else normal
 
 
-def _registry(value: str) -> None:
+def _registry(value: str) -> str:
+    """HOST[:PORT][/PATH] as it is used: without the spaces and trailing slashes parse_registry forgives."""
     from ..remote_parse import parse_registry
 
-    parse_registry(value)
+    host, prefix = parse_registry(value)
+    return f"{host}/{prefix}" if prefix else host
 
 
 def _image(value: str) -> None:

@@ -573,3 +573,12 @@ def test_well_formed_images_pass_the_check_unchanged(image):
     from envkit.cli.common import IMAGE
 
     assert IMAGE.convert(image, None, None) == image
+
+
+@pytest.mark.parametrize("given, used", [("reg:5000", "reg:5000"), ("reg:5000 ", "reg:5000"), ("reg:5000/team/", "reg:5000/team"),
+                                         ("[::1]:5000/a/b", "[::1]:5000/a/b")])
+def test_a_registry_is_passed_on_as_it_will_be_used(given, used):
+    """A trailing space the check forgave would otherwise reach the push: "reg:5000 /team/img"."""
+    from envkit.cli.common import REGISTRY
+
+    assert REGISTRY.convert(given, None, None) == used

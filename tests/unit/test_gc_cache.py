@@ -53,6 +53,7 @@ class CacheHost(FakeHost):
         self.records = {r.id: r for r in records}
         self.layer_of = {}  # image id -> the record holding its layer
         self.fail_prune = fail_prune
+        self.fail_read = False
         self.pruned_since: list[datetime] = []
         self.reads = 0
 
@@ -61,6 +62,8 @@ class CacheHost(FakeHost):
         self.records[record.id] = record
 
     def build_cache(self):
+        if self.fail_read:
+            raise EngineError("cannot read the engine's disk usage: 500 Server Error", hint="is the engine healthy?")
         self.reads += 1
         here = {self.layer_of[i] for i in self.images if i in self.layer_of}
         return [CacheRecord(**{**r.__dict__, "shared": r.shared or r.id in here}) for r in self.records.values()]
@@ -154,3 +157,13 @@ def test_a_refused_prune_fails_the_command(cli_host):
 
 def test_negative_hours_are_a_usage_error():
     assert CliRunner().invoke(main, ["gc", "--build-cache", "-1"]).exit_code == 2
+
+
+def test_a_cache_that_cannot_be_read_keeps_the_images_removal_and_says_so(empty_store):
+    """The images are gone by then: the result must still say so (and a nightly's reclaim still counts them)."""
+    host = hosts()
+    host.fail_read = True
+    result = collect_garbage(host, empty_store, keep=2, build_cache=CUTOFF, now=NOW)
+    doc = result.to_json()
+    assert doc["removed"] == ["sha256:vision-torch-01"] and host.pruned_since == []
+    assert doc["build_cache"]["error"] == "cannot read the engine's disk usage: 500 Server Error (is the engine healthy?)"

@@ -97,6 +97,8 @@ def test_a_netrc_variable_naming_no_file_is_said_in_the_login_hint(tmp_path, mon
     named.parent.joinpath("real").write_text("machine x login a password b\n")
     monkeypatch.setenv("NETRC", str(named.parent / "real"))
     assert login_hint(MIRROR).startswith("add `machine artifactory.corp.example")
+    monkeypatch.setenv("NETRC", "")  # requests, pip and uv then read none either
+    assert login_hint(MIRROR).startswith("$NETRC is set but empty, so no netrc file is read (not even ~/.netrc): ")
     monkeypatch.delenv("NETRC")
     assert login_hint(MIRROR).startswith("add `machine artifactory.corp.example")
 

@@ -1,0 +1,113 @@
+"""envkit/atomic.py: several trees and files replaced all or nothing, on a real filesystem; failures injected
+where a filesystem would fail (a full disk, a refused rename)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from envkit.atomic import replace_all
+from envkit.errors import EnvkitError
+
+
+def snapshot(root: Path) -> dict[str, bytes | str]:
+    """Every entry under ``root``, hidden ones included: a file's bytes, a link's target, a directory as "dir"."""
+    out: dict[str, bytes | str] = {}
+    for p in sorted(root.rglob("*")):
+        key = str(p.relative_to(root))
+        out[key] = f"-> {os.readlink(p)}" if p.is_symlink() else ("dir" if p.is_dir() else p.read_bytes())
+    return out
+
+
+@pytest.fixture
+def old(tmp_path):
+    """Two trees and two files as an earlier run left them."""
+    for name in ("a", "b"):
+        (tmp_path / "trees" / name).mkdir(parents=True)
+        (tmp_path / "trees" / name / "Dockerfile").write_text(f"old {name}\n")
+        (tmp_path / f"{name}.yaml").write_text(f"old {name}\n")
+    return tmp_path
+
+
+def new_content(root: Path):
+    return ({root / "trees" / n: {"Dockerfile": f"new {n}\n".encode()} for n in ("a", "b")},
+            {root / f"{n}.yaml": f"new {n}\n".encode() for n in ("a", "b")})
+
+
+def test_everything_is_replaced_and_nothing_hidden_is_left(old):
+    replace_all(*new_content(old))
+    assert snapshot(old) == {"a.yaml": b"new a\n", "b.yaml": b"new b\n", "trees": "dir", "trees/a": "dir",
+                             "trees/a/Dockerfile": b"new a\n", "trees/b": "dir", "trees/b/Dockerfile": b"new b\n"}
+
+
+def test_a_refused_rename_of_the_last_file_puts_back_every_tree_and_file(old, monkeypatch):
+    before = snapshot(old)
+    replace = os.replace
+
+    def refused(src, dst, *a, **k):
+        if str(dst).endswith("b.yaml"):
+            raise OSError(errno.EIO, "Input/output error", str(dst))
+        return replace(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(OSError) as err:
+        replace_all(*new_content(old))
+    assert err.value.errno == errno.EIO
+    assert snapshot(old) == before  # a.yaml, replaced before b.yaml failed, is the old file again
+
+
+def test_a_file_that_did_not_exist_is_removed_again(old, monkeypatch):
+    (old / "a.yaml").unlink()
+    before = snapshot(old)
+    replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda s, d, *a, **k: (_ for _ in ()).throw(OSError(errno.EIO, "EIO", str(d)))
+                        if str(d).endswith("b.yaml") else replace(s, d, *a, **k))
+    with pytest.raises(OSError):
+        replace_all(*new_content(old))
+    assert snapshot(old) == before and not (old / "a.yaml").exists()
+
+
+def test_leftovers_of_a_killed_run_with_this_pid_are_not_in_the_way(old):
+    """A name made from the pid collides in a container, whose pid is the same every run."""
+    pid = os.getpid()
+    (old / "trees" / f".a.old{pid}").mkdir()
+    (old / "trees" / f".a.old{pid}" / "Dockerfile").write_text("left\n")
+    (old / "trees" / f".a.failed{pid}").write_text("left\n")
+    replace_all(*new_content(old))
+    assert (old / "trees" / "a" / "Dockerfile").read_text() == "new a\n"
+
+
+def test_a_symlink_where_a_tree_goes_is_replaced_and_what_it_pointed_at_is_untouched(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine\n")
+    (tmp_path / "trees").mkdir()
+    (tmp_path / "trees" / "a").symlink_to(elsewhere)
+    replace_all({tmp_path / "trees" / "a": {"Dockerfile": b"new\n"}}, {})
+    assert not (tmp_path / "trees" / "a").is_symlink() and (tmp_path / "trees" / "a" / "Dockerfile").read_bytes() == b"new\n"
+    assert (elsewhere / "keep.txt").read_text() == "mine\n" and os.listdir(tmp_path / "trees") == ["a"]
+
+
+def test_when_putting_back_fails_too_the_error_says_where_the_old_tree_is(old, monkeypatch):
+    replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda s, d, *a, **k: (_ for _ in ()).throw(OSError(errno.EIO, "EIO", str(d)))
+                        if str(d).endswith("b.yaml") else replace(s, d, *a, **k))
+    rename = Path.rename
+
+    def no_way_back(self, target):
+        if self.name == "was":
+            raise OSError(errno.EIO, "Input/output error", str(self))
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", no_way_back)
+    with pytest.raises(EnvkitError) as err:
+        replace_all(*new_content(old))
+    message = err.value.message
+    assert message.startswith("replacing 4 file(s) and tree(s) failed (")
+    assert f"{old / 'trees' / 'a'} (Input/output error; the old one is {old / 'trees'}/.a.old." in message
+    kept = next((old / "trees").glob(".a.old.*")) / "was" / "Dockerfile"
+    assert kept.read_text() == "old a\n"  # kept for the user, not removed with the rest
+    assert err.value.hint == "move the old ones back by hand, then run the command again"
