@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +56,8 @@ def stage_file(path: str | Path, data: bytes) -> Path:
 
 def check_writable(path: str | Path) -> None:
     """Raise the OSError writing ``path`` (as ``write_atomic`` does) would meet: its directory missing and not
-    creatable, unwritable, read-only or immutable, naming that directory; or, for root, the file itself immutable.
+    creatable, unwritable, read-only or immutable, naming that directory; or the file itself: immutable (as seen by
+    root; others meet that at the rename, and ``replace_all`` puts back), or another user's in a sticky directory.
     Called before work whose result goes there, or before the first of several files is replaced. The directory
     is probed for real (a temporary file made and removed): permissions do not show what refuses root."""
     path = Path(path)
@@ -69,8 +71,18 @@ def check_writable(path: str | Path) -> None:
         raise OSError(exc.errno, exc.strerror, str(parent)) from None
     # the rename over an existing file needs only the directory, but an immutable file refuses it; to root,
     # access() says no only for such a file (for others a read-only mode says no too, and is no obstacle)
-    if os.geteuid() == 0 and path.is_file() and not os.access(path, os.W_OK):
+    euid = os.geteuid()
+    if euid == 0 and path.is_file() and not os.access(path, os.W_OK):
         raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(path))
+    # in a sticky directory (/tmp, a shared team directory) only the owner of a file, or of the directory, may
+    # rename over it: the probe above passes and the rename would not
+    try:
+        held, here = path.lstat(), parent.stat()
+    except OSError:
+        return
+    if euid != 0 and here.st_mode & stat.S_ISVTX and euid not in (held.st_uid, here.st_uid):
+        raise PermissionError(errno.EPERM, f"{os.strerror(errno.EPERM)} (another user's file in a sticky directory)",
+                              str(path))
 
 
 def stage_tree(directory: Path, files: dict[str, bytes]) -> Path:

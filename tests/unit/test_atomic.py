@@ -111,3 +111,24 @@ def test_when_putting_back_fails_too_the_error_says_where_the_old_tree_is(old, m
     kept = next((old / "trees").glob(".a.old.*")) / "was" / "Dockerfile"
     assert kept.read_text() == "old a\n"  # kept for the user, not removed with the rest
     assert err.value.hint == "move the old ones back by hand, then run the command again"
+
+
+def test_another_users_file_in_a_sticky_directory_is_refused_before_anything(tmp_path, monkeypatch):
+    """The probe file can be made there, but the rename over someone else's file cannot."""
+    from envkit.atomic import check_writable
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    theirs = shared / "team.yaml"
+    theirs.write_text("x\n")
+    os.chown(theirs, 2000, 2000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(PermissionError) as err:
+        check_writable(theirs)
+    assert err.value.filename == str(theirs) and "another user's file in a sticky directory" in err.value.strerror
+    os.chown(theirs, 1000, 1000)  # one's own file there is fine
+    check_writable(theirs)
+    os.chmod(shared, 0o777)  # and anyone's, without the sticky bit
+    os.chown(theirs, 2000, 2000)
+    check_writable(theirs)
