@@ -58,7 +58,7 @@ def check_writable(path: str | Path) -> None:
     """Raise the OSError writing ``path`` (as ``write_atomic`` does) would meet: its directory missing and not
     creatable, unwritable, read-only or immutable, naming that directory; or the file itself: immutable (as seen by
     root; others meet that at the rename, and ``replace_all`` puts back), or another user's in a sticky directory.
-    Called before work whose result goes there, or before the first of several files is replaced. The directory
+    Called before work whose result goes there (resolve, before its lock; ``replace_all`` guards itself). The directory
     is probed for real (a temporary file made and removed): permissions do not show what refuses root."""
     path = Path(path)
     parent = path.parent
@@ -157,6 +157,9 @@ def replace_all(trees: dict[Path, dict[str, bytes]], files: dict[Path, bytes]) -
                 else:
                     os.replace(swap.staging, swap.target)
                 swap.placed = True
+        except OSError as exc:  # named by its target, not by the staged file beside it
+            _put_back(swaps, exc)
+            raise OSError(exc.errno, exc.strerror, str(swap.target)) from exc
         except BaseException as exc:
             _put_back(swaps, exc)
             raise

@@ -437,7 +437,7 @@ class GcResult:
     cache_cutoff: CacheCutoff | None = None  # the build cache was asked for (None: left alone)
     cache: list[CacheDecision] = field(default_factory=list)  # BuildKit's records, as read after the images went
     cache_pruned: tuple[tuple[str, ...], int] | None = None  # (record ids the engine deleted, bytes it freed)
-    cache_error: str | None = None  # the engine refused the prune
+    cache_error: str | None = None  # the engine would not list the cache, or refused the prune
 
     @property
     def cache_to_prune(self) -> list[CacheDecision]:

@@ -29,7 +29,7 @@ from .frameworks import framework
 from . import index_login as index_login_
 from .index import DEFAULT_INDEX, trusted_hosts
 from .labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
-from .atomic import check_writable, replace_all
+from .atomic import replace_all
 from .lock import Lock, LockedImage, Package
 
 UID = 1000
@@ -277,12 +277,8 @@ def render(lock: Lock, out_root: Path, spec_name: str, only: list[str] | None = 
     # Render everything in memory first: a template error leaves no file touched.
     trees = {i.name: render_files(lock, i, spec_name) for i in lock.images if not only or i.name in only}
     compose = render_compose(lock, spec_name)
-    # Then make sure every file can go where it goes before writing any: a file in the way of compose/ or an
-    # unwritable directory must not leave new Dockerfiles beside an old compose file.
-    for target in (*(out_root / "dockerfiles" / name for name in trees), out_root / "compose" / f"{lock.team}.yaml"):
-        check_writable(target)
-    # Then write it all beside where it goes, and only then rename it into place: a disk that fills up on the
-    # second image leaves every tree and the compose file as they were.
+    # Then write it all beside where it goes, and only then rename it into place: a file in the way, an unwritable
+    # or immutable target, a disk that fills up on the second image leave every tree and the compose file as they were.
     result = Rendered(contexts={name: out_root / "dockerfiles" / name for name in trees},
                       compose=out_root / "compose" / f"{lock.team}.yaml")
     replace_all({result.contexts[name]: files for name, files in trees.items()}, {result.compose: compose})

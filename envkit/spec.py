@@ -242,9 +242,7 @@ def check_pem(path: Path, what: str, location: Location | None) -> Path:
     try:
         st = path.stat()
         problem = _pem_problem(str(path), (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size))
-        if problem is not None and problem[0] == "cannot be read":
-            _pem_problem.cache_clear()  # a permission may be fixed any moment: never remembered
-    except OSError as exc:
+    except OSError as exc:  # raised, so never cached: a permission may be fixed any moment
         problem = ("cannot be read", exc.strerror or str(exc))
     if problem is None:
         return path
@@ -263,10 +261,8 @@ def _pem_problem(path: str, _version: tuple[int, ...]) -> tuple[str, str] | None
 
     try:
         ssl.create_default_context(cafile=path)
-    except ssl.SSLError as exc:
+    except ssl.SSLError as exc:  # a subclass of OSError: the bundle was read and holds no certificate
         return "no certificate", str(exc.reason or exc)
-    except OSError as exc:
-        return "cannot be read", exc.strerror or str(exc)
     return None
 
 

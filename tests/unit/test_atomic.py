@@ -55,7 +55,7 @@ def test_a_refused_rename_of_the_last_file_puts_back_every_tree_and_file(old, mo
     monkeypatch.setattr(os, "replace", refused)
     with pytest.raises(OSError) as err:
         replace_all(*new_content(old))
-    assert err.value.errno == errno.EIO
+    assert err.value.errno == errno.EIO and err.value.filename == str(old / "b.yaml")  # the target, not its stage
     assert snapshot(old) == before  # a.yaml, replaced before b.yaml failed, is the old file again
 
 

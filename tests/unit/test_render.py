@@ -124,29 +124,6 @@ def test_a_disk_that_fills_on_the_second_image_leaves_every_file_as_it_was(tmp_p
     assert _snapshot(tmp_path) == before
 
 
-def test_a_rename_that_fails_puts_back_what_it_had_replaced(tmp_path, monkeypatch):
-    """The compose file is replaced last; when that fails, both trees are put back as they were."""
-    import errno
-    import os
-
-    newer = _two_images_rendered(tmp_path)
-    before = _snapshot(tmp_path)
-    replace = os.replace
-
-    def refused(src, dst, *a, **k):
-        if str(dst).endswith("vision.yaml"):
-            raise OSError(errno.EIO, "Input/output error", str(dst))
-        return replace(src, dst, *a, **k)
-
-    monkeypatch.setattr(os, "replace", refused)
-    with pytest.raises(OSError):
-        render(newer, tmp_path, "team.yaml")
-    assert _snapshot(tmp_path) == before
-    monkeypatch.setattr(os, "replace", replace)
-    render(newer, tmp_path, "team.yaml")  # and then it goes through
-    assert _snapshot(tmp_path) != before and "2.5.2" in (tmp_path / "dockerfiles" / "torch25b" / "Dockerfile").read_text()
-
-
 # --- render options: BuildKit, wheelhouse (offline bundles) -------------------------------------
 
 def _dockerfile(image=None, **options) -> str:

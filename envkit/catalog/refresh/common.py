@@ -277,7 +277,7 @@ class RefreshResult:
 
 def apply_texts(directory: Path, results) -> list[Path]:
     """Check every changed file is as read, validate all proposals together, then write each atomically."""
-    from ...atomic import check_writable, replace_all
+    from ...atomic import replace_all
 
     changed = [r for r in results if r.changed]
     for r in changed:
@@ -291,9 +291,8 @@ def apply_texts(directory: Path, results) -> list[Path]:
     if not changed:
         return []
     validate_in_copy(directory, {r.filename: r.proposed_text for r in changed})
-    for r in changed:  # every file can be replaced, before any is: half an exclusion (its source, no row) is no catalog
-        check_writable(directory / r.filename)
-    replace_all({}, {directory / r.filename: r.proposed_text.encode() for r in changed})  # and all or none are
+    # all or none: half an exclusion (its source, no row) is no catalog
+    replace_all({}, {directory / r.filename: r.proposed_text.encode() for r in changed})
     return [directory / r.filename for r in changed]
 
 
