@@ -19,6 +19,7 @@ from envkit.build import CONTEXT_LABEL, build_image, run_build, stage_context
 from envkit.engine import BuildEvent, RunOptions
 from envkit.engine.buildkit import BuildKitBuilder, PlainProgress
 from envkit.errors import BuildError
+from envkit.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from envkit.lock import Package, load_lock, sealed
 from envkit.render import render_files
 from tests.integration.conftest import ROOT
@@ -122,13 +123,24 @@ def collect_created(made: list[str]):
 
 def remove_images(engine, *refs, created: tuple[str, ...] | list[str] = ()):
     """Remove ``refs`` (forced: they are tags or ids of images a test made), then ``created``
-    intermediate images, newest first, unforced: one still in use by another image stays."""
+    intermediate images, newest first, and the classic builder's stage images of the removed
+    builds (same team, image and lock hash labels), unforced: one still in use by another image
+    stays. A lock whose hash changes every run (a test server's random port) would otherwise
+    leave its stage images behind on every run."""
+    stages: list[str] = []
     for ref in refs:
+        try:
+            labels = engine.client.images.get(ref).labels or {}
+            if all(labels.get(k) for k in (TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL)):
+                stages += [i.id for i in engine.client.images.list(filters={"label": [
+                    STAGE_LABEL, *(f"{k}={labels[k]}" for k in (TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL))]})]
+        except Exception:  # noqa: BLE001 - best effort cleanup
+            pass
         try:
             engine.client.images.remove(ref, force=True)
         except Exception:  # noqa: BLE001 - best effort cleanup
             pass
-    for ref in reversed(list(created)):
+    for ref in [*reversed(list(created)), *stages]:
         try:
             engine.client.images.remove(ref)
         except Exception:  # noqa: BLE001 - best effort cleanup
