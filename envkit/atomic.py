@@ -2,17 +2,22 @@
 
 One file: written beside its target, synced, then renamed over it (``write_atomic``). Several files and
 directories (a render's trees and compose file, a catalog refresh's files): all written beside their
-targets first, then renamed into place, and put back if a rename fails (``replace_all``). ``check_writable``
-finds what would refuse a write before the work whose result it is.
+targets first, then renamed into place, and put back if a rename fails (``replace_all``); two runs replacing
+the same targets take turns (an exclusive ``flock`` on each target's directory). ``check_writable`` finds what
+would refuse a write before the work whose result it is.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import stat
 import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,7 +137,52 @@ def replace_all(trees: dict[Path, dict[str, bytes]], files: dict[Path, bytes]) -
     in place (a directory's old tree is renamed aside, then removed), the files last, by ``os.replace``, so readers
     never see half a file. A rename that fails puts back every tree and file already replaced; when putting back
     fails too, the error says where the old ones are. Readers may see some targets new and others old for the
-    moment between renames; two runs replacing the same targets at once are not kept apart."""
+    moment between renames. Two runs replacing the same targets at once take turns (``directories_locked``), so
+    neither fails on the other's renames and the targets end as one run wrote them, not half of each."""
+    targets = [*trees, *files]
+    for target in targets:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    with directories_locked(t.parent for t in targets):
+        _replace_all(trees, files)
+
+
+LOCK_WAIT = 120.0  # seconds to wait for another run writing the same directories (a render takes milliseconds)
+
+
+@contextmanager
+def directories_locked(directories: Iterable[Path], wait: float = LOCK_WAIT) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on each directory (on the directory itself: no lock file is left in a user's
+    tree), taken in one order so two holders of overlapping sets never deadlock; the kernel drops it with the
+    process. Waits up to ``wait`` seconds for another holder, then raises naming the directory. A filesystem
+    without ``flock`` (some network mounts) is written without it."""
+    fds: list[int] = []
+    try:
+        for directory in sorted({os.path.realpath(d) for d in directories}):
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            fds.append(fd)
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise EnvkitError(
+                            f"another process has been writing to {directory} for over {wait:.0f} s "
+                            "(an envkit render, build or catalog refresh of the same outputs)",
+                            hint="wait for it to finish, or find it with `fuser -v` on that directory") from None
+                    time.sleep(0.02)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                        break  # no locks on this filesystem: write as before
+                    raise
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _replace_all(trees: dict[Path, dict[str, bytes]], files: dict[Path, bytes]) -> None:
     swaps: list[_Swap] = []
     try:
         for target, content in [*((d, c) for d, c in trees.items()), *((f, b) for f, b in files.items())]:
