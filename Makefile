@@ -35,6 +35,11 @@ unit: venv
 integration: venv engine
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q $(XDIST) --durations=25 tests/integration
 
+# hadolint (with .hadolint.yaml's reasons) over the committed Dockerfiles and freshly rendered ones.
+lint: venv
+	$(BIN)/hadolint --config .hadolint.yaml dockerfiles/*/Dockerfile
+	$(BIN)/python -m pytest -q tests/unit/test_lint.py
+
 schema: venv
 	$(BIN)/envkit schema > schema/team.schema.json
 
