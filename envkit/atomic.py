@@ -154,11 +154,15 @@ def directories_locked(directories: Iterable[Path], wait: float = LOCK_WAIT) -> 
     """Hold an exclusive ``flock`` on each directory (on the directory itself: no lock file is left in a user's
     tree), taken in one order so two holders of overlapping sets never deadlock; the kernel drops it with the
     process. Waits up to ``wait`` seconds for another holder, then raises naming the directory. A filesystem
-    without ``flock`` (some network mounts) is written without it."""
+    without ``flock`` (some network mounts), or a directory this user may write but not read, is written
+    without it."""
     fds: list[int] = []
     try:
         for directory in sorted({os.path.realpath(d) for d in directories}):
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            except PermissionError:
+                continue  # writable but not readable (mode -wx): written without the lock, as before
             fds.append(fd)
             deadline = time.monotonic() + wait
             while True:
