@@ -1,6 +1,8 @@
 """The stages joined: spec -> lock -> rendered contexts -> built and verified images.
 
-One typed function per CLI command; each returns data the CLI formats.
+One typed function per pipeline command (resolve, lock, explain, render, build, bundle make, verify, certify,
+catalog refresh, ls, show, run); each returns data the CLI formats. Commands that are one module's job (nightly,
+doctor, gc, registry prune, catalog exclude/export, schema, bundle build) call that module directly.
 """
 
 from __future__ import annotations
