@@ -72,8 +72,8 @@ def check_writable(path: str | Path) -> None:
         fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
         os.close(fd)
         os.unlink(probe)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(parent)) from None
+    except OSError as exc:  # the directory refused, except a name too long: the file's own
+        raise OSError(exc.errno, exc.strerror, str(path if exc.errno == errno.ENAMETOOLONG else parent)) from None
     # the rename over an existing file needs only the directory, but an immutable file refuses it; to root,
     # access() says no only for such a file (for others a read-only mode says no too, and is no obstacle)
     euid = os.geteuid()

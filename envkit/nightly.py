@@ -177,23 +177,18 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
                         hint="refresh on the CPU build job; the GPU job certifies its lock with --locked")
     started = time.monotonic()
     spec, catalog = load(spec_path)
+    lock_path = lock_path_for(spec_path)
     # One nightly per team at a time against this store (two CI runners, or a run that overlaps
     # the next): the lock goes with the process, so a killed run never blocks its own resume.
     with store.run_lock(f"nightly:{spec.team}", f"the nightly run of team {spec.team!r}"):
         catalog_doc = (refresh_catalog_step(reports_dir, frameworks=refresh_frameworks, progress=progress)
                        if refresh_catalog else None)
-        lock_path = lock_path_for(spec_path)
         try:
             old = load_lock(lock_path) if lock_path.exists() else None
         except LockError:
             old = None
-        if locked:
-            if old is None:
-                raise LockError(f"--locked needs a lock at {lock_path}", hint=f"run `envkit resolve {spec_path}` first")
-            resolved, _ = render_spec(spec_path, out_root, progress=progress)
-            if not resolved.reused:
-                raise LockError(f"{lock_path} is stale for {spec_path}", hint="re-resolve, or drop --locked")
-            lock = resolved.lock
+        if locked:  # a missing or stale lock fails (exit 5), never rewritten
+            lock = render_spec(spec_path, out_root, locked=True, progress=progress)[0].lock
         else:
             progress("re-resolving against the catalog and the package index")
             lock = resolve_spec(spec_path, progress=progress).lock

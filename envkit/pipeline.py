@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -30,9 +31,24 @@ from .spec import Spec, load_spec
 from .store import Store
 
 
-def lock_path_for(spec_path: Path) -> Path:
-    """team.yaml -> team.lock, beside it."""
-    return spec_path.with_suffix(".lock")
+def lock_path_for(spec_path: Path, lock_path: Path | None = None) -> Path:
+    """The lock of ``spec_path``: ``lock_path`` when given (``--lock``), else team.yaml -> team.lock beside it.
+    Never the spec itself (``--lock`` naming it, or a spec named ``*.lock``): writing the lock would replace it."""
+    path = lock_path or spec_path.with_suffix(".lock")
+    if os.path.realpath(path) == os.path.realpath(spec_path) or _same_file(path, spec_path):
+        given = f"--lock {lock_path}" if lock_path else "a spec named *.lock"
+        raise SpecError(f"{spec_path} would be its own lock ({given}): writing the lock would replace the spec",
+                        hint="give --lock another path, or name the spec *.yaml (its lock is then *.lock beside it)",
+                        location=None)
+    return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Both name one existing file (a hard link too)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 @dataclass
@@ -65,11 +81,14 @@ def drift(spec: Spec, catalog: Catalog, lock: Lock) -> list[str]:
     return reasons
 
 
-def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool = False,
+def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool = False, locked: bool = False,
                  progress: Callable[[str], None] = lambda _: None) -> Resolved:
-    """Resolve the spec and write its lock (or reuse a lock that still matches)."""
+    """Resolve the spec and write its lock (or reuse a lock that still matches). ``locked``: use the lock as it
+    is, never writing it; a missing or stale one is a ``LockError`` (exit 5) saying why."""
     spec, catalog = load(spec_path)
-    lock_path = lock_path or lock_path_for(spec_path)
+    lock_path = lock_path_for(spec_path, lock_path)
+    if locked:
+        return _locked(spec_path, spec, catalog, lock_path, progress)
     if reuse and lock_path.exists():
         # a lock that cannot be read (corrupt, edited by hand) is an error, never silently replaced: `envkit resolve`
         # rewrites it on purpose; a readable lock that no longer matches (drift) is re-resolved, as asked
@@ -97,6 +116,19 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
     return Resolved(spec, lock, lock_path, False)
 
 
+def _locked(spec_path: Path, spec: Spec, catalog: Catalog, lock_path: Path, progress) -> Resolved:
+    if not lock_path.exists():
+        raise LockError(f"--locked needs a lock at {lock_path}, and there is none",
+                        hint=f"run `envkit resolve {spec_path}` first (and commit the lock), or drop --locked")
+    lock = load_lock(lock_path)
+    reasons = drift(spec, catalog, lock)
+    if reasons:
+        raise LockError(f"{lock_path} is stale for {spec_path} and --locked uses it as it is: {'; '.join(reasons)}",
+                        hint=f"`envkit resolve {spec_path}` re-resolves it (commit the new lock), or drop --locked")
+    progress(f"{lock_path} is up to date")
+    return Resolved(spec, lock, lock_path, True)
+
+
 def explain(spec_path: Path, image: str):
     """The plan for one image: every choice and rejected alternative (catalog only, no network)."""
     spec, catalog = load(spec_path)
@@ -106,24 +138,25 @@ def explain(spec_path: Path, image: str):
 
 def check_lock(spec_path: Path, lock_path: Path | None = None) -> list[str]:
     spec, catalog = load(spec_path)
-    lock = load_lock(lock_path or lock_path_for(spec_path))
+    lock = load_lock(lock_path_for(spec_path, lock_path))
     return drift(spec, catalog, lock)
 
 
-def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = None,
+def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = None, locked: bool = False,
                 only: list[str] | None = None, progress=lambda _: None) -> tuple[Resolved, Rendered]:
-    resolved = resolve_spec(spec_path, lock_path=lock_path, reuse=True, progress=progress)
+    """Render the lock's images; a missing or stale lock is re-resolved and written first, unless ``locked``."""
+    resolved = resolve_spec(spec_path, lock_path=lock_path, reuse=True, locked=locked, progress=progress)
     for name in only or ():
         resolved.spec.image(name)
     rendered = render(resolved.lock, out_root, _display(spec_path), only)
     return resolved, rendered
 
 
-def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | None = None,
+def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | None = None, locked: bool = False,
                only: list[str] | None = None, verify: bool = True, builder: str = "classic",
                progress: Progress = lambda *_: None) -> tuple[Resolved, list[Outcome]]:
     require_builder(engine, builder)  # before resolving: BuildKit without its CLI fails at once
-    resolved, _ = render_spec(spec_path, out_root, lock_path=lock_path, only=only,
+    resolved, _ = render_spec(spec_path, out_root, lock_path=lock_path, locked=locked, only=only,
                               progress=lambda msg: progress("*", msg))
     ca = resolved.spec.ca_bundle_path()
     for image in resolved.lock.images:  # refuse before building any

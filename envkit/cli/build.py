@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..engine import BuildEvent
-from .common import IMAGE, SPEC, Ctx, _ctx, _short, builder_option, emit, json_option, run, table
+from .common import IMAGE, SPEC, Ctx, _ctx, _short, builder_option, emit, json_option, locked_option, run, table
 
 
 def _image_row(i) -> list[str]:
@@ -84,16 +84,24 @@ def explain_cmd(click_ctx, spec, image, json_out):
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Where dockerfiles/ and compose/ are written.")
 @click.option("--image", "images", multiple=True, help="Only this image (repeatable).")
+@locked_option
 @json_option
 @click.pass_context
-def render_cmd(click_ctx, spec, out_root, images, json_out):
-    """Write build contexts (dockerfiles/<image>/) and compose/<team>.yaml."""
+def render_cmd(click_ctx, spec, out_root, images, locked, json_out):
+    """Write build contexts (dockerfiles/<image>/) and compose/<team>.yaml from SPEC's lock.
+
+    A missing or stale lock (the spec or the catalog changed) is re-resolved and written first, and said so;
+    with --locked it fails instead."""
     from ..pipeline import render_spec
 
     c = _ctx(click_ctx, json_out)
-    _, rendered = run(c, lambda: render_spec(spec, out_root, only=list(images) or None, progress=c.progress))
-    doc = {"contexts": {k: str(v) for k, v in rendered.contexts.items()}, "compose": str(rendered.compose)}
-    emit(c, doc, lambda: [click.echo(f"wrote {p}") for p in [*rendered.contexts.values(), rendered.compose]])
+    resolved, rendered = run(c, lambda: render_spec(spec, out_root, only=list(images) or None, locked=locked,
+                                                    progress=c.progress))
+    doc = {"lock": str(resolved.lock_path), "lock_reused": resolved.reused,
+           "contexts": {k: str(v) for k, v in rendered.contexts.items()}, "compose": str(rendered.compose)}
+    written = [*([] if resolved.reused else [f"{resolved.lock_path} (re-resolved)"]),
+               *rendered.contexts.values(), rendered.compose]
+    emit(c, doc, lambda: [click.echo(f"wrote {p}") for p in written])
 
 
 @click.command("build")
@@ -102,22 +110,28 @@ def render_cmd(click_ctx, spec, out_root, images, json_out):
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
 @click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
 @builder_option
+@locked_option
 @json_option
 @click.pass_context
-def build_cmd(click_ctx, spec, images, out_root, no_verify, builder, json_out):
-    """Resolve, render, build and verify SPEC's images."""
+def build_cmd(click_ctx, spec, images, out_root, no_verify, builder, locked, json_out):
+    """Resolve, render, build and verify SPEC's images.
+
+    The lock is reused while it matches the spec and the catalog; a missing or stale one is re-resolved and
+    written first, and said so; with --locked it fails instead."""
     from ..engine.docker_engine import connect
     from ..pipeline import build_spec
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
     resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
-                                                   verify=not no_verify, builder=builder,
+                                                   verify=not no_verify, builder=builder, locked=locked,
                                                    progress=_build_progress(c)))
     doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
            "builder": builder, "images": [o.to_json() for o in outcomes]}
 
     def human():
+        if not resolved.reused:
+            click.echo(f"wrote {resolved.lock_path} (re-resolved)")
         _outcomes_table(outcomes)
         if all(o.action == "skipped" for o in outcomes):
             click.echo("nothing to rebuild: every image matches its lock")

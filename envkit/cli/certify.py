@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from .common import (IMAGE, REGISTRY, SPEC, STORE_HELP, _ctx, _short, builder_option, emit, json_option, refresh_framework_option,
-                     run, table)
+from .common import (IMAGE, REGISTRY, SPEC, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
+                     refresh_framework_option, run, table)
 
 
 @click.command("certify")
@@ -48,7 +48,7 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
 @click.command("nightly")
 @click.argument("spec", type=SPEC)
 @click.option("--registry", type=REGISTRY, default=None, help="Team registry to push to (host[:port][/path]).")
-@click.option("--locked", is_flag=True, help="Use the lock as it is (e.g. on a GPU runner after a CPU build job).")
+@locked_option
 @click.option("--gpus/--no-gpus", default=None, help="Certify on GPUs (default: when the engine has the NVIDIA runtime).")
 @click.option("--threshold", default=0.10, show_default=True, help="Regression: a probe dropping more than this fraction.")
 @click.option("--store", "store_url", default=None, help=STORE_HELP)

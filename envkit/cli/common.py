@@ -87,6 +87,13 @@ def builder_option(f):
              "(pip cache mounts, the CA as a build secret; needs Debian's docker.io CLI).")(f)
 
 
+def locked_option(f):
+    return click.option(
+        "--locked", is_flag=True,
+        help="Use the lock as it is, never re-resolving or writing it: a missing or stale lock fails (exit 5). "
+             "For CI building a committed lock, or a GPU runner after a CPU build job.")(f)
+
+
 def refresh_framework_option(name: str):
     """The framework(s) a catalog refresh reads (``catalog refresh --framework``, ``nightly --refresh-framework``)."""
     return click.option(
@@ -120,6 +127,11 @@ PATH_HINTS = {
     errno.ENOTDIR: "a part of that path is a file, not a directory: move the file, or choose another path",
     errno.EEXIST: "a file is where a directory is needed: move it, or choose another path",
     errno.EISDIR: "a directory is where a file is needed: move it, or choose another path",
+    errno.ENOENT: "that directory does not exist or cannot hold files (a virtual filesystem such as /proc or /sys): "
+                  "choose another path",
+    errno.ENAMETOOLONG: "a name in that path is too long for the filesystem (envkit also writes a temporary file "
+                        "beside it, named after it): choose a shorter one",
+    errno.ELOOP: "that path goes round a loop of symbolic links: fix the links, or choose another path",
 }
 
 

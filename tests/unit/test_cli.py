@@ -57,6 +57,81 @@ def test_missing_spec_file(tmp_path):
     assert "cannot read" in result.output
 
 
+@pytest.mark.parametrize("how", ["--lock the spec", "a spec named *.lock", "--lock a hard link to it"])
+def test_the_lock_never_replaces_the_spec(write_spec, tmp_path, how):
+    """Before anything is resolved or written: the spec is the user's source, the lock is envkit's output."""
+    spec = write_spec(MINIMAL, name="team.lock" if how == "a spec named *.lock" else "team.yaml")
+    args = ["resolve", spec, "--json"]
+    if how == "--lock the spec":
+        args += ["--lock", spec]
+    elif how == "--lock a hard link to it":
+        (tmp_path / "linked.lock").hardlink_to(spec)
+        args += ["--lock", tmp_path / "linked.lock"]
+    before = sorted(tmp_path.iterdir())
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    doc = json.loads(result.stdout)
+    assert doc["error"] == "SpecError" and f"{spec} would be its own lock" in doc["message"]
+    assert "give --lock another path" in doc["hint"]
+    assert spec.read_text() == MINIMAL.lstrip() and sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("lock, reason", [("/proc/x.lock", "cannot hold files"), ("a" * 250 + ".lock", "too long")])
+def test_a_lock_path_the_kernel_refuses_is_named_not_a_traceback(write_spec, monkeypatch, tmp_path, lock, reason):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("resolve", write_spec(MINIMAL), "--lock", lock)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception  # not a crash
+    assert "cannot use" in result.output and reason in result.output
+
+
+@pytest.fixture
+def example_copy(tmp_path):
+    """examples/team.yaml and its committed lock, copied: the lock matches (no index is asked)."""
+    for name in ("team.yaml", "team.lock"):
+        (tmp_path / name).write_bytes((ROOT / "examples" / name).read_bytes())
+    return tmp_path / "team.yaml"
+
+
+@pytest.mark.parametrize("command", [["render"], ["build", "--no-verify"], ["nightly", "--no-gpus"]])
+@pytest.mark.parametrize("lock_state", ["stale", "missing"])
+def test_locked_never_resolves_nor_writes_the_lock(engine, example_copy, tmp_path, command, lock_state):
+    """--locked: a stale or missing lock fails with exit 5 before anything is resolved, rendered or written (a
+    nightly --locked used to re-resolve and rewrite a stale lock, then fail)."""
+    lock = example_copy.with_suffix(".lock")
+    if lock_state == "stale":
+        example_copy.write_text(example_copy.read_text().replace('"numpy==2.1.*"', '"numpy==2.0.*"'))
+    else:
+        lock.unlink()
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    out = tmp_path / "out"
+    result = invoke(command[0], example_copy, *command[1:], "--locked", "--out", out, "--json",
+                    *(["--store", out / "h.sqlite", "--reports", out / "reports"] if command[0] == "nightly" else []))
+    assert result.exit_code == 5, result.output
+    doc = json.loads(result.stdout)
+    assert doc["error"] == "LockError"
+    assert ("is stale for" in doc["message"] and "the spec changed since the lock was written" in doc["message"]
+            if lock_state == "stale" else "--locked needs a lock at" in doc["message"])
+    assert "resolving" not in result.stderr
+    assert {p: p.read_bytes() for p in tmp_path.iterdir() if p != out} == before
+    assert not (out / "dockerfiles").exists() and not (out / "compose").exists()
+
+
+def test_render_says_when_it_re_resolved_the_lock(example_copy, tmp_path, monkeypatch):
+    from envkit import pipeline
+
+    out = tmp_path / "out"
+    result = invoke("render", example_copy, "--out", out, "--locked", "--json")  # a matching lock: used as it is
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["lock_reused"] is True and doc["lock"] == str(example_copy.with_suffix(".lock"))
+    example_copy.write_text(example_copy.read_text().replace('"numpy==2.1.*"', '"numpy==2.0.*"'))
+    resolved = load_lock(example_copy.with_suffix(".lock"))
+    monkeypatch.setattr(pipeline, "resolve", lambda *a, **k: resolved)  # no index: "re-resolved" to the same pins
+    result = invoke("render", example_copy, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == f"wrote {example_copy.with_suffix('.lock')} (re-resolved)"
+
+
 def test_schema_command_prints_json_schema():
     result = invoke("schema")
     assert result.exit_code == 0
