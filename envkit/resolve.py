@@ -28,7 +28,7 @@ from . import __version__, devel
 from .candidates import ALLOWED_EXTRAS, FRAMEWORKS, Candidate, candidates
 from .catalog import Arch, Catalog, OsBase, vtuple
 from .closure import Pin, compile_closure
-from .errors import CatalogError, Location, ResolutionError, SpecError, WheelReadError
+from .errors import CatalogError, Location, PackageIndexError, ResolutionError, SpecError, WheelReadError
 from .lock import BaseImage, Decision, Lock, LockedImage, Package, canonical, sealed
 from .spec import Base, Spec, Target
 from .rules import Fleet, check_excluded_pin, covers, reject_reason, uncovered, ways_out  # noqa: F401  (covers: tests)
@@ -98,6 +98,19 @@ def check_frameworks(spec: Spec) -> None:
             allowed = ", ".join(sorted(ALLOWED_EXTRAS[name])) or "none"
             raise SpecError(f"unknown extra {sorted(bad)[0]!r} for {name} in images[{i}].framework",
                             location=where, hint=f"allowed extras: {allowed}")
+        # the framework in pip: too would be a second, conflicting pin, found only by the closure (exit 4)
+        listed = [((f"images[{i}].pip[{j}]", ("images", i, "pip", j)), r) for j, r in enumerate(image.pip)]
+        listed += [((f"defaults.pip[{j}]", ("defaults", "pip", j)), r) for j, r in enumerate(spec.defaults.pip)]
+        for (shown, path), entry in listed:
+            req_pip = Requirement(str(entry))
+            if canonicalize_name(req_pip.name) == canonicalize_name(name):
+                extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+                wanted = f"{req.name}{extras}{req_pip.specifier}"
+                raise SpecError(f"{shown}: {str(entry)!r} names the framework, which "
+                                f"images[{i}].framework ({image.framework!r}) already pins",
+                                location=spec.locate(*path),
+                                hint=f"pin the framework in framework: alone (e.g. framework: {wanted!r}); "
+                                     "pip: is for extra packages")
 
 
 # --- plan (pure) ---------------------------------------------------------------------
@@ -192,10 +205,19 @@ def resolve(spec: Spec, catalog: Catalog, index: Index, *, closure: Closure = co
     """Plan, then lock each image: confirm bundled pins and the compiled arch list from the wheel,
     compile the closure with hashes."""
     plans = plan(spec, catalog, only)
-    images = tuple(lock_image(p, index, catalog, closure, index_for, spec.fleet.min_driver, arch_reader)
-                   for p in plans)
+    images = []
+    for p in plans:
+        try:
+            images.append(lock_image(p, index, catalog, closure, index_for, spec.fleet.min_driver, arch_reader))
+        except (ResolutionError, PackageIndexError) as exc:  # which image, and where the spec gives it
+            if exc.location is None:
+                i = spec.index_of(p.target.name)
+                exc.message = f"image {p.target.name!r}: {exc.message}"
+                exc.location = (spec.locate("images", i, "pip") if p.target.pip and "closure" in exc.message
+                                else None) or spec.locate("images", i, "name")
+            raise
     return Lock(team=spec.team, spec_digest=spec_digest(spec), catalog_digest=catalog.digest,
-                envkit_version=__version__, images=images)
+                envkit_version=__version__, images=tuple(images))
 
 
 def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,

@@ -401,6 +401,33 @@ def test_resolution_error_points_at_the_image(catalog):
     assert (loc.path, loc.line, loc.column) == ("team.yaml", 10, 5)  # the '- name: img' item
 
 
+
+def test_a_closure_that_cannot_be_solved_names_the_image_and_its_pip_line(catalog):
+    """uv's refusal comes from the image's extra packages: the error says which image, at its pip: line."""
+    def refusing(requirements, **kw):
+        if len(requirements) > 1:
+            raise ResolutionError("the Python closure could not be solved: sympy==1.12 conflicts",
+                                  hint="requirements were: ...")
+        return FakeClosure()(requirements, **kw)
+
+    with pytest.raises(ResolutionError) as exc:
+        run(catalog, closure=refusing, pip=["numpy"])
+    assert exc.value.message.startswith("image 'img': the Python closure could not be solved")
+    loc = exc.value.location
+    assert (loc.line, loc.column) == (12, 5), loc  # the image's pip: key
+
+
+@pytest.mark.parametrize("where", ["image", "defaults"])
+def test_the_framework_in_pip_is_refused_at_its_line(catalog, where):
+    """A second pin of the framework would only fail in the closure (exit 4), after the network; name it first."""
+    kw = {"pip": ["numpy", "Torch==2.4.0"]} if where == "image" else {"defaults_pip": ["torch"]}
+    with pytest.raises(SpecError) as exc:
+        run(catalog, framework="torch==2.5.*", **kw)
+    shown = "images[0].pip[1]: 'Torch==2.4.0'" if where == "image" else "defaults.pip[0]: 'torch'"
+    assert exc.value.message.startswith(shown) and "names the framework" in exc.value.message
+    assert exc.value.location.line == (12 if where == "image" else 11)
+    assert "framework: 'torch==2.4.0'" in exc.value.hint if where == "image" else "framework: 'torch'" in exc.value.hint
+
 # --- JAX and TensorFlow (other candidate shapes: min_cc, range pins, PTX) ----------------
 OTHER = [
     ("jax-newest-for-3.11", {"framework": "jax"}, ("jax", "0.10.2", "cuda13")),  # 0.11+ needs Python 3.12
