@@ -65,8 +65,9 @@ def _major(cuda_mm: str) -> int:
     return int(cuda_mm.split(".")[0])
 
 
-def check_cuda(name: str, cuda_mm: str | None) -> None:
-    """Refuse, with the way out, a CUDA release envkit has no compiler for."""
+def check_cuda(name: str, cuda_mm: str | None, requirement: str | None = None) -> None:
+    """Refuse, with the way out, a CUDA release envkit has no compiler for (``requirement``: the image's framework
+    requirement, whose extra may hold it to CUDA 12)."""
     if not cuda_mm:
         raise ResolutionError(f"image {name!r} has no CUDA runtime, so a devel flavour has no nvcc to match",
                               hint="use flavour: runtime for CPU-only images")
@@ -76,8 +77,21 @@ def check_cuda(name: str, cuda_mm: str | None) -> None:
             f"envkit knows no CUDA compiler for CUDA {cuda_mm} (image {name!r}): the CUDA 12 nvcc wheels "
             f"hold no nvcc driver, and Debian has a toolkit only for {', '.join(DEBIAN_TOOLKITS)}; "
             f"the devel flavour needs CUDA {known}",
-            hint="pick a framework build with one of those CUDA versions (a `cuda:` constraint, e.g. \">=13\"), "
-                 "or use flavour: runtime")
+            hint=_cuda12_extra_hint(requirement) or "pick a framework build with one of those CUDA versions (a "
+                 "`cuda:` constraint, e.g. \">=13\"), or use flavour: runtime")
+
+
+def _cuda12_extra_hint(requirement: str | None) -> str | None:
+    """The way out for a framework whose extra installs CUDA 12 wheels only (``jax[cuda12]``): no ``cuda:``
+    constraint can take it to CUDA 13."""
+    from packaging.requirements import Requirement
+
+    req = Requirement(requirement) if requirement else None
+    if req is None or "cuda12" not in req.extras:
+        return None
+    other = f"{req.name}[{','.join(sorted((req.extras - {'cuda12'}) | {'cuda13'}))}]{req.specifier}"
+    return (f"{req.name}[cuda12] installs CUDA 12 wheels only: for flavour: devel use framework: {other!r} (its "
+            "closure holds the CUDA 13 compiler), or use flavour: runtime")
 
 
 def compiler_names(cuda_mm: str) -> tuple[str, ...]:
@@ -123,11 +137,12 @@ def check_framework(name: str, framework_name: str) -> None:
         raise ResolutionError(devel_refusal(name, fw) + chosen, hint=fw.devel_refusal[1])
 
 
-def lock_packages(name: str, cuda_mm: str | None, locked: Sequence[Pin], *, python: str, glibc: str,
+def lock_packages(name: str, cuda_mm: str | None, locked: Sequence[Pin], *, requirement: str | None = None,
+                  python: str, glibc: str,
                   index_url: str, extra_index_url: str | None = None,
                   closure: Closure = compile_closure) -> list[Package]:
     """The devel group: the compiler's closure, constrained by ``locked``, less what ``locked`` holds."""
-    check_cuda(name, cuda_mm)
+    check_cuda(name, cuda_mm, requirement)
     pins = closure(requirements(cuda_mm, locked), python=python, glibc=glibc, index_url=index_url,
                    extra_index_url=extra_index_url, constraints=list(locked))
     nvcc = next((p for p in pins if p.name == compiler_names(cuda_mm)[0]), None)

@@ -200,7 +200,7 @@ TENSORFLOW = Framework(
         # the catalog's releases: 2.15-2.17 pin CUDA 12.2/12.3 exactly, 2.18 on ask for >= 12.5 (2.20 locks 12.9)
         "no tensorflow[and-cuda] release installs CUDA 12.4 (up to 2.17 it pins 12.2 or 12.3, from 2.18 on it "
         "asks for 12.5 or newer), and the only CUDA 12 compiler envkit can lock is Debian's 12.4 toolkit (the "
-        "cu12 nvcc wheels hold no nvcc driver; see envkit/devel.py)",
+        "cu12 nvcc wheels hold no nvcc driver; see docs/images.md, the devel flavour)",
         "use flavour: runtime, and compile custom ops with a CUDA toolkit of the runtime's release on top of it; "
         "for kernels envkit can compile, use a PyTorch or JAX image with CUDA 13 and flavour: devel"))
 

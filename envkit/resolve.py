@@ -131,7 +131,8 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
         raise ResolutionError(
             f"image {target.name!r} asks for Python {python} but its base ({base.distro} {base.suite}) ships {os_base.python}",
             location=where,
-            hint=(f"use a {' or '.join(suites)} base" if suites else f"use python: \"{os_base.python}\"")
+            hint=(f"use a base that ships it: {' or '.join(_base_for(catalog, s) for s in suites)}" if suites
+                  else f"use python: \"{os_base.python}\"")
                  + "; envkit uses the base's own interpreter")
     decisions.append(Decision(topic="python", choice=python, reason=f"the interpreter of {base.distro} {base.suite}"))
 
@@ -159,6 +160,8 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
         topic="driver_floor", choice=floor,
         reason=f"CUDA {chosen.cuda} under policy '{fleet.policy}' " + (
             "(minor-version compatibility within the major)" if fleet.policy == "minor" else "(the toolkit's own floor)")))
+    if target.flavour == "devel":
+        decisions.append(_devel_plan(spec, target, chosen))
     if fleet.gpus:
         decisions.append(Decision(topic="gpus", choice=" ".join(sorted({g.cc for g in fleet.gpus}, key=vtuple)),
                                   reason="every fleet GPU is covered by " + (
@@ -166,6 +169,34 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
                                       "the arch list " + " ".join(chosen.arches))))
     return ImagePlan(target, base, os_base, python, chosen, floor, catalog.require_cuda_for(chosen.cuda, fleet.policy),
                      fleet.policy, decisions, fleet, where)
+
+
+def _base_for(catalog: Catalog, suite: str) -> str:
+    """How a spec asks for ``suite``: Debian's are bootstrapped here; others are images (pin them by digest)."""
+    distro = catalog.os_base(suite).distro
+    if distro == "debian":
+        return f"base: {{bootstrap: {{suite: {suite}}}}}"
+    return f'base: {{image: "{distro}:{suite}@sha256:..."}}'
+
+
+def _devel_plan(spec: Spec, target: Target, c) -> Decision:
+    """The devel flavour, judged when planning (explain, and resolve before the network) where the catalog
+    knows enough: a framework envkit makes no devel image of, or an exactly pinned CUDA it has no compiler for,
+    is refused at the image's flavour: line, as is a CUDA 12 range starting above Debian's toolkits (jax[cuda12]:
+    12.9 on). Any other range-pinned CUDA is judged on what the closure locks."""
+    where = spec.locate("images", spec.index_of(target.name), "flavour")
+    try:
+        devel.check_framework(target.name, c.framework)
+        newest_toolkit = max(vtuple(t) for t in devel.DEBIAN_TOOLKITS)
+        if c.exact_pins or (c.cuda and vtuple(c.cuda)[0] < devel.WHEELS_ONLY_FROM and vtuple(c.cuda) > newest_toolkit):
+            devel.check_cuda(target.name, c.cuda, target.framework)  # a range from above every CUDA 12 compiler
+    except ResolutionError as exc:
+        exc.location = exc.location or where
+        raise
+    return Decision(topic="flavour", choice=f"devel: the CUDA {c.cuda} compiler" if c.exact_pins else
+                    f"devel: the compiler of the CUDA release the closure locks (CUDA {c.cuda} or newer)",
+                    reason=devel.source(c.cuda) if c.exact_pins else
+                    "locked at resolve, constrained by the framework's closure (see docs/images.md, the devel flavour)")
 
 
 def _base(base: Base, catalog: Catalog, decisions: list[Decision], where) -> tuple[BaseImage, OsBase]:
@@ -268,7 +299,8 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
     if p.target.flavour == "devel":  # the CUDA compiler, constrained by everything above (envkit/devel.py)
         devel.check_framework(p.target.name, c.framework)
         locked = [Pin(x.name, x.version, x.hashes) for x in packages]
-        added = devel.lock_packages(p.target.name, cuda_mm, locked, python=p.python, glibc=p.os.glibc,
+        added = devel.lock_packages(p.target.name, cuda_mm, locked, requirement=p.target.framework,
+                                    python=p.python, glibc=p.os.glibc,
                                     index_url=fw_index.url, extra_index_url=extra_index, closure=closure)
         packages += added
         decisions.append(Decision(topic="devel", choice=", ".join(f"{x.name} {x.version}" for x in added),

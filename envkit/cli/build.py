@@ -67,15 +67,23 @@ def explain_cmd(click_ctx, spec, image, json_out):
     ch = p.chosen
 
     def human():
-        click.echo(f"{image}: {ch.label}, CUDA {ch.cuda}, cuDNN {ch.cudnn}, NCCL {ch.nccl or '-'}, "
-                   f"Python {p.python}, driver >= {p.driver_floor} ({p.require_cuda})")
+        if ch.exact_pins:  # the wheel pins its CUDA libraries: the catalog knows them
+            libs = f"CUDA {ch.cuda}, cuDNN {ch.cudnn}, NCCL {ch.nccl or '-'}"
+        else:  # ranges: the catalog holds their lower bounds; the closure picks at resolve (`envkit resolve`)
+            def bound(v: str) -> str:  # a catalog range is a version (its lower bound) or a specifier
+                return v if v[0] in "<>=!~" else f">= {v}"
+
+            libs = ", ".join(f"{what} {bound(v)}" for what, v in (("CUDA", ch.cuda), ("cuDNN", ch.cudnn),
+                                                                    ("NCCL", ch.nccl)) if v)
+            libs += " (the closure picks the versions at resolve)"
+        click.echo(f"{image}: {ch.label}, {libs}, Python {p.python}, driver >= {p.driver_floor} ({p.require_cuda})")
         for d in p.decisions:
             click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")
             for rej in d.rejected:
                 click.echo(f"    rejected {rej}")
 
     emit(c, {"image": image, "framework": ch.framework, "version": ch.version, "variant": ch.variant,
-             "cuda": ch.cuda, "python": p.python, "driver_floor": p.driver_floor, "require_cuda": p.require_cuda,
+             "cuda": ch.cuda, "cuda_pinned": "exact" if ch.exact_pins else "lower bound", "python": p.python, "driver_floor": p.driver_floor, "require_cuda": p.require_cuda,
              "index": ch.index, "decisions": [d.model_dump() for d in p.decisions]}, human)
 
 

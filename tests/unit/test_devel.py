@@ -247,9 +247,13 @@ def test_resolve_refuses_a_framework_nvcc_of_another_cuda_release():
 
 def test_resolve_refuses_a_jax_cuda12_devel_image_naming_its_cuda_and_the_way_out(catalog):  # noqa: F811
     spec = _devel_spec(framework="jax[cuda12]>=0.10", cuda="==12.9.*")
+    closure = JaxDevelClosure()
     with pytest.raises(ResolutionError, match="no CUDA compiler for CUDA 12.9") as err:
-        run(catalog, closure=JaxDevelClosure(), spec=spec)
-    assert '">=13"' in err.value.hint
+        run(catalog, closure=closure, spec=spec)
+    # no cuda: constraint takes jax[cuda12] to CUDA 13: the way out is the other extra
+    assert "jax[cuda12] installs CUDA 12 wheels only" in err.value.hint and "'jax[cuda13]>=0.10'" in err.value.hint
+    assert '">=13"' not in err.value.hint
+    assert closure.calls == [] and err.value.location.line == 11  # refused when planned, at its flavour: line
 
 
 def test_resolve_refuses_a_tensorflow_devel_image_before_compiling_anything(catalog):  # noqa: F811
@@ -257,5 +261,6 @@ def test_resolve_refuses_a_tensorflow_devel_image_before_compiling_anything(cata
     spec = _devel_spec(framework="tensorflow[and-cuda]>=2.16")
     with pytest.raises(ResolutionError, match="makes only for PyTorch and JAX images: no tensorflow") as err:
         run(catalog, closure=closure, spec=spec)
-    assert "flavour: runtime" in err.value.hint
-    assert len(closure.calls) == 1  # the framework closure, not the compiler's
+    assert "flavour: runtime" in err.value.hint and "see docs/images.md" in err.value.message
+    assert closure.calls == []  # refused when planned (explain too), before any closure
+    assert err.value.location.line == 11  # its flavour: line

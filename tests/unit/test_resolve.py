@@ -338,7 +338,7 @@ def test_chosen_torch_build(catalog, overrides, expected):
 FAILS = [
     # id, spec overrides, error class, [substrings of message + hint]
     ("python-not-on-base", {"python": "3.13"}, ResolutionError,
-     ["asks for Python 3.13", "ships 3.11", "use a trixie base"]),
+     ["asks for Python 3.13", "ships 3.11", "use a base that ships it: base: {bootstrap: {suite: trixie}}"]),
     ("python-on-no-base", {"python": "3.9"}, ResolutionError, ["asks for Python 3.9", 'use python: "3.11"']),
     ("release-python-range", {"base": "debian:trixie", "framework": "torch==2.5.*"}, ResolutionError,
      ["torch 2.5.1 (cu124): supports Python 3.9-3.12, not 3.13", "and 2 more", "use torch==2.15.0 (its cu132 build fits)"]),
