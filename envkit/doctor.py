@@ -36,6 +36,17 @@ class Finding:
         return asdict(self)
 
 
+# A failing check exits with its area's code (README's table); every other check is the engine's or this host's (6).
+EXIT_CODES = {"ca_bundle": 2, "catalog": 2, "index": 3, "framework_index": 3, "store": 9}
+
+
+def exit_code(findings: list[Finding]) -> int:
+    """0 when no check fails; else the first failing check's code (engine and host 6, CA bundle and catalog 2,
+    package index 3, history store 9), in the order doctor checks."""
+    failed = [f for f in findings if f.status == "fail"]
+    return EXIT_CODES.get(failed[0].name, 6) if failed else 0
+
+
 @dataclass(frozen=True)
 class Trust:
     """The CA bundle resolve and build verify TLS with (None: the default trust store), and its finding.
@@ -385,7 +396,7 @@ def store_finding(store_url: str | None) -> Finding:
 
     from .errors import EnvkitError
     from .store import SCHEMA_VERSION, locate
-    from .store.backends import PostgresBackend
+    from .store.backends import NOT_A_STORE_HINT, PostgresBackend
 
     try:
         target = locate(store_url)
@@ -411,7 +422,7 @@ def store_finding(store_url: str | None) -> Finding:
             version = db.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.Error as exc:
         return Finding("store", "fail", f"{path} is not readable as a history database: {exc}",
-                       "move it aside; envkit creates a fresh one on the next run")
+                       NOT_A_STORE_HINT)
     return _schema_finding(f"{path} (SQLite)", version, SCHEMA_VERSION)
 
 

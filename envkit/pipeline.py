@@ -302,7 +302,7 @@ def _store_images(store) -> dict[str, dict]:
 
 def list_images(store_url: str | None) -> list[dict]:
     """Every image the store knows (built by nightly, or certified), with its certifications."""
-    store = Store.open_existing(store_url)  # reading creates no history database (none: nothing known)
+    store = Store.open_existing(store_url, must_exist=True)  # creates none; a named one must be there
     if store is None:
         return []
     with store:
@@ -322,7 +322,7 @@ def list_registry_images(client, registry: str, store_url: str | None, **read) -
     from .remote import list_registry, merge_store
 
     listing = list_registry(client, registry, **read)
-    store = Store.open_existing(store_url)
+    store = Store.open_existing(store_url)  # the registry is the source; a store only adds to it
     if store is None:
         return {**listing.to_json(), "store": None}
     with store:

@@ -22,16 +22,20 @@ from .common import FRAMEWORKS, SPEC, STORE_HELP, _ctx, emit, json_option, refre
 @click.pass_context
 def doctor_cmd(click_ctx, store_url, spec_path, offline, json_out):
     """Is this host ready? Engine, NVIDIA runtime, GPUs and driver, debootstrap, CA bundle, whether the
-    package index answers through it, BuildKit, the catalog in use and the history store (read, never created)."""
-    from ..doctor import diagnose
+    package index answers through it, BuildKit, the catalog in use and the history store (read, never created).
+
+    Every check runs. Exit 0 when none fails; else the first failing check's code: 6 the engine or this host
+    (engine, GPUs, disk, BuildKit, ...), 2 the CA bundle or the catalog, 3 the package index, 9 the history store."""
+    from ..doctor import diagnose, exit_code
     from ..engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)
     findings = run(c, lambda: diagnose(connect, store_url, spec_path=spec_path, offline=offline))
-    emit(c, {"findings": [f.to_json() for f in findings]},
+    code = exit_code(findings)
+    emit(c, {"findings": [f.to_json() for f in findings], "exit_code": code},
          lambda: table([[f.name, f.status, f.value, f.hint] for f in findings], ["CHECK", "STATUS", "VALUE", "HINT"]))
-    if any(f.status == "fail" for f in findings):
-        sys.exit(6)
+    if code:
+        sys.exit(code)
 
 
 @click.group("catalog")

@@ -39,9 +39,16 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
     c = _ctx(click_ctx, json_out)
     if registry is None:
         rows = run(c, lambda: list_images(store_url))
-        emit(c, {"images": rows}, lambda: table(
-            [[r["tag"], r["stack"], ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-", r["date"]]
-             for r in rows], ["IMAGE", "STACK", "CERTIFICATION", "DATE"]))
+
+        def human():
+            table([[r["tag"], r["stack"], ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-",
+                    r["date"]] for r in rows], ["IMAGE", "STACK", "CERTIFICATION", "DATE"])
+            if not rows:
+                click.echo("(no image in the history store: nightly and certify record them there, and build's "
+                           "images show with `envkit show IMAGE`; --store or $ENVKIT_STORE names another store)",
+                           err=True)
+
+        emit(c, {"images": rows}, human)
         return
     engine = _engine_for_registry(c, needed=False)
     doc = run(c, lambda: list_registry_images(engine, registry, store_url))

@@ -157,15 +157,17 @@ class Store:
     def open_existing(cls, url_or_path: str | Path | None = None, *, must_exist: bool = False) -> "Store | None":
         """The store when one is named (``url_or_path``, ``ENVKIT_STORE``) or the default file exists; else None.
         For readers (show, ls, run, gc): reading must not leave an empty history database behind. ``must_exist``
-        (gc): a named SQLite file that does not exist is an error, as a mistyped path must not read as a history
-        with no certificates in it when images are removed by what it holds."""
+        (gc, and ls without --registry: the store is all they read): a named SQLite file that does not exist is an
+        error, as a mistyped path must not read as a history with no certificates in it (gc would remove images
+        by what it holds; ls would list nothing). For show and ls --registry the store only adds to what the
+        engine or the registry says."""
         target = locate(url_or_path)
         if target.path is not None and not target.path.exists():
             if not (target.named and must_exist):
                 return None
             # a named file that is not there may be a typo: gc would then protect nothing the real one records
             raise StoreError(f"no history store at {target.path}",
-                             hint="check --store or $ENVKIT_STORE (build, certify and nightly create the store; commands "
+                             hint="check --store or $ENVKIT_STORE (certify and nightly create the store; commands "
                                   "that only read it never do)")
         return cls.open(url_or_path)
 

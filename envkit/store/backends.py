@@ -59,7 +59,7 @@ class SQLiteBackend:
         except sqlite3.DatabaseError as exc:
             db.close()
             raise StoreError(f"{path} is not an envkit history database: {exc}",
-                             hint="move it aside; envkit creates a fresh one on the next run") from None
+                             hint=NOT_A_STORE_HINT) from None
         return cls(path, db)
 
     def migrate(self, migrations: Sequence[Migration], clock: Clock) -> list[str]:
@@ -67,7 +67,7 @@ class SQLiteBackend:
             return migrate(self.db, migrations, where=self.where, clock=clock)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path} is not an envkit history database: {exc}",
-                             hint="move it aside; envkit creates a fresh one on the next run") from None
+                             hint=NOT_A_STORE_HINT) from None
 
     def schema_version(self) -> int:
         return self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -110,6 +110,11 @@ class SQLiteBackend:
 
     def close(self) -> None:
         self.db.close()
+
+
+# for a file that is not an envkit history: a mistyped path is the likelier cause than a damaged store
+NOT_A_STORE_HINT = ("check the path (--store, else $ENVKIT_STORE, else .envkit/history.sqlite); if it is the "
+                    "store and it is damaged, move it aside and envkit creates a fresh one on the next run")
 
 
 def redact(url: str) -> str:

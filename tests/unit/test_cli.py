@@ -586,11 +586,19 @@ def test_a_netrc_that_is_not_text_fails_resolve_with_its_name(example_copy, tmp_
 
 
 def test_ls_never_creates_a_history_store(tmp_path, monkeypatch):
-    """A mistyped $ENVKIT_STORE (or a fresh directory) reads as nothing known, and leaves no database behind."""
-    monkeypatch.setenv("ENVKIT_STORE", str(tmp_path / "no" / "such" / "history.sqlite"))
+    """A fresh directory reads as nothing known, saying so; a mistyped $ENVKIT_STORE or --store is refused (exit 9),
+    not listed as an empty history; neither leaves a database behind."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ENVKIT_STORE", raising=False)
     result = invoke("ls", "--json")
     assert result.exit_code == 0 and json.loads(result.stdout) == {"images": []}
-    assert not (tmp_path / "no").exists()
+    assert "no image in the history store" in invoke("ls").stderr
+    named = tmp_path / "no" / "such" / "history.sqlite"
+    monkeypatch.setenv("ENVKIT_STORE", str(named))
+    for args in ([], ["--store", named]):
+        result = invoke("ls", *args, "--json")
+        assert result.exit_code == 9 and json.loads(result.stdout)["message"] == f"no history store at {named}"
+    assert not (tmp_path / "no").exists() and not (tmp_path / ".envkit").exists()
 
 
 def test_usage_errors_under_json_are_json_documents(tmp_path):
