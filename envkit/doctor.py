@@ -16,7 +16,6 @@ from .engine.space import DISK_FAIL, DISK_WARN, free_bytes, reclaim_hint
 from .gate import host_gpus
 # the variables a CA bundle comes from when the spec names none, in order: doctor names one that points
 # nowhere (the choice itself skips it quietly)
-from .spec import CA_ENV
 
 PROBE_PROJECT = "six"  # a small page (~20 kB) that every PyPI mirror holds
 INDEX_TIMEOUT = 10.0  # seconds, to connect and to read
@@ -142,7 +141,7 @@ def trust_for(spec=None) -> Trust:
     """The bundle resolve and build would take (``Spec.ca_bundle_path``: the spec's, else the first of
     CA_ENV naming a file), whether it holds PEM certificates, and any variable that names nothing."""
     from .errors import SpecError
-    from .spec import env_ca_bundle, env_ca_source
+    from .spec import env_ca_bundle, env_ca_skipped, env_ca_source
 
     try:
         bundle = spec.ca_bundle_path() if spec is not None else env_ca_bundle()
@@ -156,10 +155,9 @@ def trust_for(spec=None) -> Trust:
     else:
         found = env_ca_source()
         source = f"${found[0]}" if found else ""
-        consulted = CA_ENV[:CA_ENV.index(source[1:]) + 1] if source else CA_ENV
-        skipped = [v for v in consulted if os.environ.get(v) and not Path(os.environ[v]).is_file()]
+        skipped = env_ca_skipped()
     if skipped:
-        var, value = skipped[0], os.environ[skipped[0]]
+        var, value = skipped[0]
         what = "is not a file" if Path(value).exists() else "does not exist"
         instead = f"{bundle} from {source}" if bundle else "the default trust store"
         return Trust(Finding("ca_bundle", "fail", f"${var}={value}: {what}",

@@ -27,7 +27,7 @@ from .atomic import check_writable
 from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import Rendered, render
 from .resolve import check_frameworks, check_gpus, plan, resolve, spec_digest
-from .spec import Spec, load_spec
+from .spec import Spec, env_ca_skip_note, load_spec
 from .store import Store
 
 
@@ -101,6 +101,8 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
             progress(f"{lock_path} is up to date")
             return Resolved(spec, lock, lock_path, True)
     check_writable(lock_path)  # before minutes of resolving, not after
+    if note := env_ca_skip_note(spec):
+        progress(note)
     progress(f"resolving {len(spec.images)} image(s) against the catalog and the package index")
     # the CA bundle the builds get verifies the resolver's TLS too (a mirror signed by a company CA)
     ca = spec.ca_bundle_path()
@@ -159,6 +161,8 @@ def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | Non
     resolved, _ = render_spec(spec_path, out_root, lock_path=lock_path, locked=locked, only=only,
                               progress=lambda msg: progress("*", msg))
     ca = resolved.spec.ca_bundle_path()
+    if resolved.reused and (note := env_ca_skip_note(resolved.spec)):  # (a resolve said so already)
+        progress("*", note)
     for image in resolved.lock.images:  # refuse before building any
         if not only or image.name in only:
             require_buildable(image)

@@ -278,6 +278,27 @@ def env_ca_source() -> tuple[str, Path] | None:
     return None
 
 
+def env_ca_skipped() -> list[tuple[str, str]]:
+    """The CA variables consulted before the one ``env_ca_source`` takes (all, when none names a file) that are set
+    but name no file: (variable, value). Resolve and build skip them; doctor fails on them, the others warn."""
+    found = env_ca_source()
+    consulted = CA_ENV[:CA_ENV.index(found[0]) + 1] if found else CA_ENV
+    return [(v, os.environ[v]) for v in consulted if os.environ.get(v) and not Path(os.environ[v]).is_file()]
+
+
+def env_ca_skip_note(spec: "Spec | None" = None) -> str | None:
+    """A warning for a CA variable that names no file, unless the spec names its own bundle (then none is read)."""
+    if spec is not None and spec.build.ca_bundle:
+        return None
+    skipped = env_ca_skipped()
+    if not skipped:
+        return None
+    var, value = skipped[0]
+    found = env_ca_source()
+    instead = f"${found[0]} ({found[1]})" if found else "the default trust store"
+    return f"warning: ${var}={value} names no file, so it is skipped: TLS is verified with {instead}"
+
+
 def env_ca_bundle() -> Path | None:
     """The file of ``env_ca_source``."""
     found = env_ca_source()

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envkit.doctor import CA_ENV, CA_HINT, PROBE_PROJECT, index_finding, trust_for
+from envkit.doctor import CA_HINT, PROBE_PROJECT, index_finding, trust_for
+from envkit.spec import CA_ENV
 from envkit.spec import load_spec
 from tests.conftest import MINIMAL
 
@@ -400,3 +401,18 @@ def test_doctor_spec_also_asks_each_variant_index_the_resolver_will_ask(no_engin
     found = {f["name"]: f for f in json.loads(_doctor("--spec", variant, "--store", no_engine, "--json").stdout)["findings"]}
     assert asked == [("https://pypi.org/simple", PROBE_PROJECT), ("https://download.pytorch.org/whl/cu126", "torch")]
     assert found["framework_index"]["status"] == "fail" and found["framework_index"]["value"].endswith("(for torch211)")
+
+
+def test_resolve_and_build_warn_of_a_ca_variable_that_names_no_file(pki, tmp_path, monkeypatch):
+    """What doctor fails on, resolve and build say as they skip it (not silently, as before)."""
+    from envkit.spec import env_ca_skip_note
+
+    missing = tmp_path / "nope.pem"
+    monkeypatch.setenv("ENVKIT_CA_BUNDLE", str(missing))
+    monkeypatch.delenv("PIP_CERT", raising=False)
+    assert env_ca_skip_note() == (f"warning: $ENVKIT_CA_BUNDLE={missing} names no file, so it is skipped: TLS is "
+                                  "verified with the default trust store")
+    monkeypatch.setenv("PIP_CERT", str(pki / "ca.pem"))
+    assert env_ca_skip_note().endswith(f"verified with $PIP_CERT ({pki / 'ca.pem'})")
+    monkeypatch.setenv("ENVKIT_CA_BUNDLE", str(pki / "ca.pem"))
+    assert env_ca_skip_note() is None  # the first one names a file: PIP_CERT is not consulted
