@@ -539,6 +539,15 @@ def _removal_json(r: Removal) -> dict:
     return {"untagged": list(r.untagged), "deleted": list(r.deleted), "error": r.error}
 
 
+def check_team(team: str) -> None:
+    """A team name as team.yaml's ``team:`` gives it (``--team``: the CLI checks it as it reads the command line)."""
+    if not team.strip():
+        raise EnvkitError("the team is empty", hint="name a team (its io.envkit.team label), or leave --team out")
+    if not NAME_RE.fullmatch(team):
+        raise EnvkitError(f"{team[:60]!r} is not a team name (lowercase letters, digits, '-', as in team.yaml)",
+                          hint="name a team as its spec's `team:` does, or leave --team out")
+
+
 def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None = None, keep: int = DEFAULT_KEEP,
                     dry_run: bool = False, progress: Callable[[str], None] = lambda _: None,
                     now: datetime | None = None, scratch_root: Path | None = None,
@@ -550,11 +559,8 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
     caller keeps whatever their age, with the reason (``envkit nightly --gc``: the lock's current builds).
     ``build_cache``: then prune BuildKit's records not used since its cutoff (None: the cache is left alone)."""
     check_keep(keep)
-    if team is not None and not team.strip():
-        raise EnvkitError("--team is empty", hint="name a team (its io.envkit.team label), or leave --team out")
-    if team is not None and not NAME_RE.fullmatch(team):
-        raise EnvkitError(f"--team {team[:60]!r} is not a team name (lowercase letters, digits, '-', as in team.yaml)",
-                          hint="name a team as its spec's `team:` does, or leave --team out")
+    if team is not None:
+        check_team(team)
     now = now or datetime.now(timezone.utc)
     left_dirs = scratch.leftovers(scratch_root)
     scratch_removals: dict[str, str | None] = {}

@@ -35,12 +35,13 @@ def resolve_cmd(click_ctx, spec, lock_path, json_out):
 
 @click.command("lock")
 @click.argument("spec", type=SPEC)
-@click.option("--check", is_flag=True, required=True, help="Fail when the spec or catalog drifted from the lock.")
-@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--check", is_flag=True, help="Check (what `envkit lock` does; accepted for scripts that say so).")
+@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock).")
 @json_option
 @click.pass_context
 def lock_cmd(click_ctx, spec, check, lock_path, json_out):
-    """Check that SPEC's lock is current."""
+    """Check that SPEC's lock is current: exit 5 when the spec or the catalog changed since it was written
+    (`envkit resolve SPEC` writes a new one). Writes nothing."""
     from ..pipeline import check_lock
 
     c = _ctx(click_ctx, json_out)

@@ -61,7 +61,14 @@ def _image(value: str) -> None:
     parse_ref(value)
 
 
+def _team(value: str) -> None:
+    from ..gc import check_team
+
+    check_team(value)
+
+
 REGISTRY = Checked("registry", _registry)  # HOST[:PORT][/PATH]
+TEAM = Checked("team", _team)  # a team name, as team.yaml's team:
 IMAGE = Checked("image", _image)  # a local image, or a registry reference (then well formed)
 
 

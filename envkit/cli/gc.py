@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .common import STORE_HELP, _ctx, emit, json_option, run, table
+from .common import STORE_HELP, TEAM, _ctx, emit, json_option, run, table
 
 
 def _bytes(n: int) -> str:
@@ -19,7 +19,7 @@ def _bytes(n: int) -> str:
 
 
 @click.command("gc")
-@click.option("--team", default=None, metavar="TEAM",
+@click.option("--team", type=TEAM, default=None, metavar="TEAM",
               help="Only this team's images (their io.envkit.team label). Default: every envkit team on this host.")
 @click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True,
               help="Builds to keep per (team, image), newest first by the image's creation time.")

@@ -558,3 +558,11 @@ def test_a_scratch_directory_that_cannot_go_is_reported_and_fails_the_cli(scratc
 def test_a_team_that_is_no_team_name_is_refused_not_an_empty_success(empty_store, team):
     with pytest.raises(EnvkitError, match="is not a team name"):
         collect_garbage(FakeHost([]), empty_store, team=team, dry_run=True)
+
+
+@pytest.mark.parametrize("team, why", [("Bad Team", "is not a team name"), ("", "the team is empty")])
+def test_gc_team_is_checked_as_the_command_line_is_read(team, why):
+    result = CliRunner().invoke(main, ["gc", "--dry-run", "--team", team, "--json"])
+    assert result.exit_code == 2  # a usage error, before the engine is asked
+    doc = json.loads(result.stdout)
+    assert doc["error"] == "UsageError" and why in doc["message"]
