@@ -190,17 +190,10 @@ def _replace_all(trees: dict[Path, dict[str, bytes]], files: dict[Path, bytes]) 
     swaps: list[_Swap] = []
     try:
         for target, content in [*((d, c) for d, c in trees.items()), *((f, b) for f, b in files.items())]:
-            tree = target in trees
-            target.parent.mkdir(parents=True, exist_ok=True)
-            swap = _Swap(target, tree, Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old.")))
-            swaps.append(swap)
-            swap.had_old = target.exists() or target.is_symlink()
-            if tree:
-                swap.staging = stage_tree(target, content)
-            else:
-                swap.staging = stage_file(target, content)
-                if swap.had_old:
-                    _keep_copy(target, swap.aside / "was")
+            try:
+                _stage(swaps, target, content, target in trees)
+            except OSError as exc:  # named by its target, not by the private names staged beside it
+                raise OSError(exc.errno, exc.strerror, str(target)) from exc
         try:
             for swap in swaps:
                 if swap.tree:
@@ -226,6 +219,20 @@ def _replace_all(trees: dict[Path, dict[str, bytes]], files: dict[Path, bytes]) 
                     swap.staging.unlink(missing_ok=True)
             if not swap.keep_aside:
                 shutil.rmtree(swap.aside, ignore_errors=True)
+
+
+def _stage(swaps: list[_Swap], target: Path, content, tree: bool) -> None:
+    """Write ``target``'s new content beside it, and keep a link to (or copy of) an old file, as a new swap."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    swap = _Swap(target, tree, Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old.")))
+    swaps.append(swap)
+    swap.had_old = target.exists() or target.is_symlink()
+    if tree:
+        swap.staging = stage_tree(target, content)
+    else:
+        swap.staging = stage_file(target, content)
+        if swap.had_old:
+            _keep_copy(target, swap.aside / "was")
 
 
 def _put_back(swaps: list[_Swap], exc: BaseException) -> None:

@@ -334,8 +334,11 @@ def export_catalog(dest: str | Path) -> Path:
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise CatalogError(f"{dest} exists and is not an empty directory",
                            hint="choose a new directory; envkit does not overwrite a catalog")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    except OSError as exc:  # named by the directory asked for, not the temporary one beside it
+        raise OSError(exc.errno, exc.strerror, str(dest)) from exc
     try:
         for name in FILES:
             shutil.copyfile(source / f"{name}.yaml", tmp / f"{name}.yaml")

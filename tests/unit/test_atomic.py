@@ -189,3 +189,18 @@ def test_a_holder_that_does_not_finish_is_named_after_the_wait(old):
         os.close(fd)
     with directories_locked([old / "trees"], wait=0.1):  # released with the descriptor
         pass
+
+
+def test_a_refusal_while_staging_names_the_target_not_the_private_names_beside_it(old, monkeypatch):
+    import tempfile
+
+    before = snapshot(old)
+
+    def refused(*a, dir=None, prefix="", **k):
+        raise OSError(errno.EROFS, "Read-only file system", f"{dir}/{prefix}x1y2z3")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
+    with pytest.raises(OSError) as err:
+        replace_all(*new_content(old))
+    assert err.value.errno == errno.EROFS and err.value.filename == str(old / "trees" / "a")
+    assert snapshot(old) == before
