@@ -97,6 +97,10 @@ def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out)
         if done.listed:
             click.echo(f"note: the catalog also lists {framework} {version} as a release; the exclusion wins",
                        err=True)
+        else:  # ahead of a refresh, or a typo: say which, since either is written without complaint
+            click.echo(f"note: the catalog lists no {framework} {version} yet: the exclusion keeps a refresh from "
+                       f"proposing it; if you meant a listed release, remove this row from "
+                       f"{done.data_dir / done.results[-1].filename} and exclude that one", err=True)
         if team_dir() is None:
             click.echo(f"note: this is the catalog packaged with envkit; a team keeps its own copy "
                        f"(`envkit catalog export DIR`, then {CATALOG_ENV}=DIR)", err=True)

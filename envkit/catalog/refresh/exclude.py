@@ -60,7 +60,7 @@ def exclude_release(framework: str, version: str, *, reason: str, source: str, t
         raise CatalogError(f"no catalog file for framework {framework!r}", hint=f"choose from {', '.join(FRAMEWORK_FILES)}")
     problem = version_problem(version)
     if problem is not None:
-        raise CatalogError(f"cannot exclude {framework} {problem[0]}", hint=problem[1])
+        raise CatalogError(f"cannot exclude {framework}: {problem[0]}", hint=problem[1])
     reason, source = reason.strip(), source.strip()
     if not reason:
         raise CatalogError("an exclusion needs a reason", hint="say why with --reason (a bug, a regression, a policy)")
