@@ -82,9 +82,11 @@ def _specifier(value: str) -> str:
     return value
 
 
-Name = Annotated[str, _grammar(NAME_RE, "name (lowercase letters, digits, '-')")]
+Name = Annotated[str, _grammar(NAME_RE, "name (1 to 63 lowercase letters, digits and '-', starting with a letter "
+                                        "or digit: it becomes part of an image tag)")]
 PythonVersion = Annotated[str, _grammar(PYTHON_RE, "Python version like '3.11'")]
-DriverVersion = Annotated[str, _grammar(DRIVER_RE, "driver version like '550.54.15'")]
+DriverVersion = Annotated[str, _grammar(DRIVER_RE, "driver version like '550.54.15' (a three-digit branch, then up to "
+                                                   "two dotted parts, as nvidia-smi prints it)")]
 Suite = Annotated[str, _grammar(SUITE_RE, "Debian suite name")]
 def _no_login(value: str) -> str:
     """A URL with a login in it: say where the login goes instead (the spec is committed, and the lock and
@@ -357,7 +359,7 @@ def _spec_error(exc: ValidationError, doc: Document) -> SpecError:
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     where = doc.locate(loc)
-    dotted = ".".join(str(p) for p in loc) or "(top level)"
+    dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
         key = loc[-1]
