@@ -167,6 +167,10 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
                                   reason="every fleet GPU is covered by " + (
                                       f"compute capability >= {chosen.min_cc}" if chosen.min_cc else
                                       "the arch list " + " ".join(chosen.arches))))
+    else:
+        decisions.append(Decision(topic="gpus", choice="not checked",
+                                  reason="fleet.gpus lists no GPU, so no compute capability was checked against the "
+                                         "build's arch list; list the fleet's models to have it checked"))
     return ImagePlan(target, base, os_base, python, chosen, floor, catalog.require_cuda_for(chosen.cuda, fleet.policy),
                      fleet.policy, decisions, fleet, where)
 
