@@ -31,7 +31,7 @@ from .closure import Pin, compile_closure
 from .errors import CatalogError, Location, PackageIndexError, ResolutionError, SpecError, WheelReadError
 from .lock import BaseImage, Decision, Lock, LockedImage, Package, canonical, sealed
 from .spec import Base, Spec, Target
-from .rules import Fleet, check_excluded_pin, covers, reject_reason, uncovered, ways_out  # noqa: F401  (covers: tests)
+from .rules import Fleet, base_for, check_excluded_pin, covers, reject_reason, uncovered, ways_out  # noqa: F401  (covers: tests)
 from .wheel_arches import READERS, ArchReading, read_arches, same_arches
 
 IMAGE_SUITES = {"debian": {"12": "bookworm", "13": "trixie"}, "ubuntu": {"22.04": "jammy", "24.04": "noble"}}
@@ -131,7 +131,7 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
         raise ResolutionError(
             f"image {target.name!r} asks for Python {python} but its base ({base.distro} {base.suite}) ships {os_base.python}",
             location=where,
-            hint=(f"use a base that ships it: {' or '.join(_base_for(catalog, s) for s in suites)}" if suites
+            hint=(f"use a base that ships it: {' or '.join(base_for(catalog, s) for s in suites)}" if suites
                   else f"use python: \"{os_base.python}\"")
                  + "; envkit uses the base's own interpreter")
     decisions.append(Decision(topic="python", choice=python, reason=f"the interpreter of {base.distro} {base.suite}"))
@@ -173,14 +173,6 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
                                          "build's arch list; list the fleet's models to have it checked"))
     return ImagePlan(target, base, os_base, python, chosen, floor, catalog.require_cuda_for(chosen.cuda, fleet.policy),
                      fleet.policy, decisions, fleet, where)
-
-
-def _base_for(catalog: Catalog, suite: str) -> str:
-    """How a spec asks for ``suite``: Debian's are bootstrapped here; others are images (pin them by digest)."""
-    distro = catalog.os_base(suite).distro
-    if distro == "debian":
-        return f"base: {{bootstrap: {{suite: {suite}}}}}"
-    return f'base: {{image: "{distro}:{suite}@sha256:..."}}'
 
 
 def _devel_plan(spec: Spec, target: Target, c) -> Decision:

@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .candidates import Candidate, candidates
+from .candidates import ALLOWED_EXTRAS, Candidate, candidates
 from .catalog import Arch, Catalog, vtuple
 from .catalog.exclusions import exact_pin
 from .errors import CatalogError, ResolutionError
@@ -113,6 +113,7 @@ def ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
                   if reject_reason(c, python, catalog, fleet, cuda_spec) is None), None)
     if other:
         ways.append(f"use {req.name}=={other.version} (its {other.variant} build fits)")
+    ways += _other_extra(req, python, catalog, fleet, cuda_spec)
     relaxed = replace(fleet, min_driver="9999")
     fits = [c for c in candidates(req, catalog) if reject_reason(c, python, catalog, relaxed, cuda_spec) is None]
     if fits:
@@ -121,16 +122,76 @@ def ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
             ways.append(f"raise fleet.min_driver to >= {need}")
             if fleet.policy == "strict":
                 ways.append("use policy: minor (CUDA minor-version compatibility)")
+    def without(g: Arch, f: Fleet) -> Fleet:
+        return replace(f, gpus=tuple(x for x in f.gpus if x != g))
+
     blocking = [g for g in fleet.gpus
-                if any(reject_reason(c, python, catalog, replace(fleet, gpus=tuple(x for x in fleet.gpus if x != g)),
-                                     cuda_spec) is None for c in candidates(req, catalog))]
+                if any(reject_reason(c, python, catalog, without(g, fleet), cuda_spec) is None
+                       for c in candidates(req, catalog))]
     if blocking:
         ways.append("drop " + ", ".join(sorted({f"{g.models[0]} (cc {g.cc})" for g in blocking}))
                     + " from fleet.gpus, or serve it with another image")
+    elif not fits:  # neither alone: a newer driver and a GPU list without one model, together
+        both = [g for g in fleet.gpus
+                if any(reject_reason(c, python, catalog, without(g, relaxed), cuda_spec) is None
+                       for c in candidates(req, catalog))]
+        if both:
+            need = min((catalog.driver_floor_for(c.cuda, fleet.policy) for g in both for c in candidates(req, catalog)
+                        if reject_reason(c, python, catalog, without(g, relaxed), cuda_spec) is None), key=vtuple)
+            ways.append("drop " + ", ".join(sorted({f"{g.models[0]} (cc {g.cc})" for g in both}))
+                        + f" from fleet.gpus (serve it with another image) and raise fleet.min_driver to >= {need}")
+    ways += _other_python(req, python, catalog, fleet, cuda_spec)
     if cuda_spec is not None:
         ways.append(f"relax the cuda constraint {cuda_spec}")
-    lines = [f"    - {r}" for r in rejected[:4]]
-    if len(rejected) > 4:
-        lines.append(f"    - ... and {len(rejected) - 4} more")
-    text = ("rejected:\n" + "\n".join(lines)) if rejected else "no build matches the requirement"
-    return text + "\n  ways out:\n" + "\n".join(f"    - {w}" for w in ways or ["relax the requirement or the fleet"])
+    return rejections(rejected) + "\n  ways out:\n" + "\n".join(
+        f"    - {w}" for w in ways or ["relax the requirement or the fleet"])
+
+
+def _other_extra(req, python, catalog, fleet, cuda_spec) -> list[str]:
+    """The same framework with another CUDA extra (jax[cuda12] for jax[cuda13]), when one of its builds fits."""
+    name = req.name.lower()
+    out = []
+    for extra in sorted(ALLOWED_EXTRAS.get(name, set()) - set(req.extras)):
+        if not extra.startswith("cuda"):
+            continue
+        alt = Requirement(f"{name}[{extra}]{req.specifier}")
+        fit = next((c for c in candidates(alt, catalog) if reject_reason(c, python, catalog, fleet, cuda_spec) is None),
+                   None)
+        if fit is not None:
+            out.append(f"use {alt} ({fit.label} fits)")
+    return out
+
+
+def _other_python(req, python, catalog, fleet, cuda_spec) -> list[str]:
+    """Another Python a catalog base ships, with which a build of ``req`` fits the fleet as it is (the
+    newest build first, the nearest Python for it)."""
+    shipped = sorted({catalog.os_base(s).python for s in catalog.suites()} - {python}, key=vtuple)
+    for c in candidates(req, catalog):
+        for other in sorted(shipped, key=lambda p: abs(vtuple(p)[1] - vtuple(python)[1])):
+            if reject_reason(c, other, catalog, fleet, cuda_spec) is None:
+                bases = " or ".join(base_for(catalog, s) for s in catalog.python_suites(other))
+                return [f'use python: "{other}" with a base that ships it ({bases}): {c.label} fits']
+    return []
+
+
+def rejections(rejected: list[str], shown: int = 4) -> str:
+    """The rejected builds, those with one reason on one line, so the reasons that differ all show."""
+    by_reason: dict[str, list[str]] = {}
+    for r in rejected:
+        label, _, why = r.partition(": ")
+        by_reason.setdefault(why, []).append(label)
+    lines = []
+    for why, labels in list(by_reason.items())[:shown]:
+        named = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+        lines.append(f"    - {named}: {why}")
+    if len(by_reason) > shown:
+        lines.append(f"    - ... and {sum(len(v) for v in list(by_reason.values())[shown:])} more")
+    return ("rejected:\n" + "\n".join(lines)) if rejected else "no build matches the requirement"
+
+
+def base_for(catalog: Catalog, suite: str) -> str:
+    """How a spec asks for ``suite``: Debian's are bootstrapped here; others are images (pin them by digest)."""
+    distro = catalog.os_base(suite).distro
+    if distro == "debian":
+        return f"base: {{bootstrap: {{suite: {suite}}}}}"
+    return f'base: {{image: "{distro}:{suite}@sha256:..."}}'
