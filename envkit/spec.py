@@ -53,13 +53,28 @@ def _short(value: str) -> str:
     return value if len(value) <= 60 else value[:57] + "..."
 
 
-def _grammar(regex: re.Pattern, what: str):
-    def check(value: str) -> str:
-        if len(value) > MAX_VALUE or not regex.fullmatch(value):
-            raise ValueError(f"{_short(value)!r} is not a valid {what}")
+class _grammar:
+    """A string grammar: checked after the type (a ValueError naming what was expected) and published in the JSON
+    Schema as its pattern and length, so an editor validating team.yaml with `envkit schema` refuses what the
+    loader refuses."""
+
+    def __init__(self, regex: re.Pattern, what: str):
+        self.regex, self.what = regex, what
+
+    def check(self, value: str) -> str:
+        if len(value) > MAX_VALUE or not self.regex.fullmatch(value):
+            raise ValueError(f"{_short(value)!r} is not a valid {self.what}")
         return value
 
-    return AfterValidator(check)
+    def __get_pydantic_core_schema__(self, source, handler):
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema, handler):
+        out = handler(schema)
+        out.update(pattern=self.regex.pattern, maxLength=MAX_VALUE)
+        return out
 
 
 def _requirement(value: str) -> str:
