@@ -63,7 +63,11 @@ def parse_yaml(text: str, name: str, *, error: type[SpecError] = SpecError) -> D
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         loc = Location(name, mark.line + 1, mark.column + 1) if mark else Location(name)
-        raise error(f"not valid YAML: {exc.problem or exc}", location=loc) from None
+        started = ""  # where the construct began: an unclosed bracket or quote is found only lines later
+        if exc.context and exc.context_mark and exc.problem_mark and exc.context_mark.line != exc.problem_mark.line:
+            started = (f" ({exc.context}, which starts at line {exc.context_mark.line + 1}, column "
+                       f"{exc.context_mark.column + 1}: is a bracket or quote there left open?)")
+        raise error(f"not valid YAML: {exc.problem or exc}{started}", location=loc) from None
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow (a NUL, a terminal escape)
         before = text[:exc.position]
         loc = Location(name, before.count("\n") + 1, len(before) - before.rfind("\n"))

@@ -165,3 +165,16 @@ def test_a_ca_bundle_without_certificates_is_named_where_it_was_given(write_spec
     monkeypatch.setenv("PIP_CERT", str(junk))
     with pytest.raises(SpecError, match=r"^\$PIP_CERT \(.*junk.pem\) holds no PEM certificate"):
         load_spec(write_spec(MINIMAL)).ca_bundle_path()
+
+
+@pytest.mark.parametrize("text, at, started", [
+    ('version: 1\nteam: vision\nfleet:\n  gpus: [A100, H100\n  min_driver: "550.54.15"\n', "5:13", "line 4, column 9"),
+    ('version: 1\nteam: "vision\nfleet: {}\n', "4:1", "line 2, column 7"),
+])
+def test_an_unclosed_bracket_or_quote_says_where_it_opened(write_spec, text, at, started):
+    """YAML finds the problem lines later; the error also names where the construct began."""
+    spec = write_spec(text)
+    with pytest.raises(SpecError) as exc:
+        load_spec(spec)
+    assert str(exc.value.location) == f"{spec}:{at}"
+    assert f"which starts at {started}: is a bracket or quote there left open?" in exc.value.message
