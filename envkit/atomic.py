@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -149,16 +150,30 @@ def replace_all(trees: dict[Path, dict[str, bytes]], files: dict[Path, bytes]) -
 LOCK_WAIT = 120.0  # seconds to wait for another run writing the same directories (a render takes milliseconds)
 
 
+# (pid, realpath) -> how many holders in this process (flock is per open file, so not re-entrant by itself; the
+# pid keeps a forked child from taking its parent's count for a lock the child does not hold)
+_held: dict[tuple[int, str], int] = {}
+_held_guard = threading.Lock()
+
+
 @contextmanager
 def directories_locked(directories: Iterable[Path], wait: float = LOCK_WAIT) -> Iterator[None]:
     """Hold an exclusive ``flock`` on each directory (on the directory itself: no lock file is left in a user's
     tree), taken in one order so two holders of overlapping sets never deadlock; the kernel drops it with the
-    process. Waits up to ``wait`` seconds for another holder, then raises naming the directory. A filesystem
-    without ``flock`` (some network mounts), or a directory this user may write but not read, is written
-    without it."""
+    process. Re-entrant within a process (a catalog exclude holds its directory from reading the file to
+    replacing it, and ``replace_all`` inside asks again). Waits up to ``wait`` seconds for another process,
+    then raises naming the directory. A filesystem without ``flock`` (some network mounts), or a directory this
+    user may write but not read, is written without it."""
     fds: list[int] = []
+    counted: list[tuple[int, str]] = []
     try:
         for directory in sorted({os.path.realpath(d) for d in directories}):
+            key = (os.getpid(), directory)
+            with _held_guard:
+                if _held.get(key):
+                    _held[key] += 1
+                    counted.append(key)
+                    continue
             try:
                 fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
             except PermissionError:
@@ -173,15 +188,23 @@ def directories_locked(directories: Iterable[Path], wait: float = LOCK_WAIT) -> 
                     if time.monotonic() >= deadline:
                         raise EnvkitError(
                             f"another process has been writing to {directory} for over {wait:.0f} s "
-                            "(an envkit render, build or catalog refresh of the same outputs)",
+                            "(an envkit render, build, catalog refresh or exclude of the same outputs)",
                             hint="wait for it to finish, or find it with `fuser -v` on that directory") from None
                     time.sleep(0.02)
                 except OSError as exc:
                     if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                         break  # no locks on this filesystem: write as before
                     raise
+            with _held_guard:
+                _held[key] = 1
+            counted.append(key)
         yield
     finally:
+        with _held_guard:
+            for key in counted:
+                _held[key] -= 1
+                if not _held[key]:
+                    del _held[key]
         for fd in fds:
             os.close(fd)
 

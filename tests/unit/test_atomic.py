@@ -204,3 +204,31 @@ def test_a_refusal_while_staging_names_the_target_not_the_private_names_beside_i
         replace_all(*new_content(old))
     assert err.value.errno == errno.EROFS and err.value.filename == str(old / "trees" / "a")
     assert snapshot(old) == before
+
+
+def test_the_lock_is_re_entrant_in_one_process_and_not_shared_with_a_forked_child(old):
+    """A catalog exclude holds its directory and replace_all asks again: no wait on itself; another process (a
+    fork, which copies the count) still takes its turn."""
+    import multiprocessing
+
+    from envkit.atomic import directories_locked
+
+    with directories_locked([old], wait=0.1):
+        with directories_locked([old / "."], wait=0.1):  # the same directory, spelt otherwise
+            replace_all(*new_content(old))
+        ctx = multiprocessing.get_context("fork")
+        report = ctx.Queue()
+
+        def child():
+            try:
+                with directories_locked([old], wait=0.2):
+                    report.put("took it")
+            except EnvkitError as exc:
+                report.put(exc.message)
+
+        proc = ctx.Process(target=child)
+        proc.start()
+        assert "another process has been writing to" in report.get(timeout=30)
+        proc.join(timeout=30)
+    with directories_locked([old], wait=0.1):  # released when the outer one ended
+        pass

@@ -391,3 +391,32 @@ def test_the_nightly_refresh_document_lists_what_it_skipped(cat_dir, monkeypatch
     monkeypatch.setenv(CATALOG_ENV, str(cat_dir))
     doc = refresh_catalog_step(tmp_path / "reports", index=FakeIndex(), today=TODAY, frameworks=("jax",))
     assert [(s["version"], s["reason"]) for s in doc["frameworks"]["jax"]["skipped"]] == [("0.13.0", "needs CUDA 14")]
+
+
+def _exclude_after(start, report, directory: str, version: str) -> None:
+    """Child process: once both have started, exclude ``version``; report None or the error."""
+    start.wait(timeout=60)
+    try:
+        exclude_release("torch", version, reason="race", source=f"https://example.com/{version}", today=TODAY,
+                        data_dir=directory)
+        report.put((version, None))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        report.put((version, repr(exc)))
+
+
+def test_two_excludes_at_once_keep_both_rows(cat_dir):
+    """Each reads, proposes and writes under the directory's lock: the second adds to the first's file (both used
+    to succeed, and the second's write dropped the first's row)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    start, report = ctx.Barrier(2), ctx.Queue()
+    children = [ctx.Process(target=_exclude_after, args=(start, report, str(cat_dir), v)) for v in ("2.98.0", "2.97.0")]
+    for child in children:
+        child.start()
+    results = dict(report.get(timeout=120) for _ in children)
+    for child in children:
+        child.join(timeout=30)
+    assert results == {"2.98.0": None, "2.97.0": None}
+    catalog = load_catalog(cat_dir)
+    assert catalog.excluded("torch", "2.98.0") is not None and catalog.excluded("torch", "2.97.0") is not None

@@ -276,7 +276,15 @@ class RefreshResult:
 
 
 def apply_texts(directory: Path, results) -> list[Path]:
-    """Check every changed file is as read, validate all proposals together, then write each atomically."""
+    """Check every changed file is as read, validate all proposals together, then write them all or none, holding
+    the directory's lock throughout (another run's write in between is then seen as a change, not lost)."""
+    from ...atomic import directories_locked
+
+    with directories_locked([directory]):
+        return _apply_texts(directory, results)
+
+
+def _apply_texts(directory: Path, results) -> list[Path]:
     from ...atomic import replace_all
 
     changed = [r for r in results if r.changed]

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...atomic import directories_locked
 from ...errors import CatalogError
 from .. import data_dir as default_data_dir, load_catalog
 from ..exclusions import FRAMEWORK_FILES, KEY, version_problem
@@ -70,38 +71,41 @@ def exclude_release(framework: str, version: str, *, reason: str, source: str, t
     if not source:
         raise CatalogError("an exclusion needs a source", hint="give --source a URL or a key of sources.yaml")
     directory = Path(data_dir) if data_dir is not None else default_data_dir()
-    catalog = load_catalog(directory)
-    twin = catalog.excluded(framework, version)
-    if twin is not None:
-        raise CatalogError(f"{framework} {twin.version} is already excluded at {twin.location}: {twin.reason}",
-                           hint="edit that row to change its reason or source")
-    try:
-        key, new_sources = source, {}
-        text = catalog.source(source)
-    except KeyError:
-        key, text = source_key(framework, version), source
+    # read, propose and write under the directory's lock: a second exclude at once waits, then adds its row to
+    # this one's file instead of writing over it
+    with directories_locked([directory]):
+        catalog = load_catalog(directory)
+        twin = catalog.excluded(framework, version)
+        if twin is not None:
+            raise CatalogError(f"{framework} {twin.version} is already excluded at {twin.location}: {twin.reason}",
+                               hint="edit that row to change its reason or source")
         try:
-            have = catalog.source(key)
+            key, new_sources = source, {}
+            text = catalog.source(source)
         except KeyError:
-            have = None
-        if have is not None and have != text:
-            raise CatalogError(f"sources.yaml already has {key} with another text: {have!r}",
-                               hint=f"name it with --source {key}, or give the source a key of its own in sources.yaml") from None
-        new_sources = {} if have is not None else {key: text}
+            key, text = source_key(framework, version), source
+            try:
+                have = catalog.source(key)
+            except KeyError:
+                have = None
+            if have is not None and have != text:
+                raise CatalogError(f"sources.yaml already has {key} with another text: {have!r}",
+                                   hint=f"name it with --source {key}, or give the source a key of its own in sources.yaml") from None
+            new_sources = {} if have is not None else {key: text}
 
-    filename = FILENAMES[framework]
-    current, raw = read_file(directory, filename)
-    row = {"version": version, "reason": reason, "sources": [key], "added": today}
-    proposed = _with_row(current, filename, row)
-    check_parses_back(filename, proposed, {**raw, KEY: [*(raw.get(KEY) or []), row]})
-    results = []
-    if new_sources:
-        results.append(sources_result(directory, new_sources))
-    results.append(RefreshResult(framework=framework, data_dir=directory, current_text=current, proposed_text=proposed))
-    written = tuple(apply_texts(directory, results)) if write else ()
-    return Excluding(framework=framework, version=version, reason=reason, sources={key: text}, added=today,
-                     listed=catalog.lists_release(framework, version), data_dir=directory, results=tuple(results),
-                     written=written)
+        filename = FILENAMES[framework]
+        current, raw = read_file(directory, filename)
+        row = {"version": version, "reason": reason, "sources": [key], "added": today}
+        proposed = _with_row(current, filename, row)
+        check_parses_back(filename, proposed, {**raw, KEY: [*(raw.get(KEY) or []), row]})
+        results = []
+        if new_sources:
+            results.append(sources_result(directory, new_sources))
+        results.append(RefreshResult(framework=framework, data_dir=directory, current_text=current, proposed_text=proposed))
+        written = tuple(apply_texts(directory, results)) if write else ()
+        return Excluding(framework=framework, version=version, reason=reason, sources={key: text}, added=today,
+                         listed=catalog.lists_release(framework, version), data_dir=directory, results=tuple(results),
+                         written=written)
 
 
 def render_row(row: dict) -> list[str]:
