@@ -116,12 +116,12 @@ def ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
     ways += _other_extra(req, python, catalog, fleet, cuda_spec)
     relaxed = replace(fleet, min_driver="9999")
     fits = [c for c in candidates(req, catalog) if reject_reason(c, python, catalog, relaxed, cuda_spec) is None]
-    if fits:
-        need = min((catalog.driver_floor_for(c.cuda, fleet.policy) for c in fits), key=vtuple)
-        if vtuple(need) > vtuple(fleet.min_driver):
-            ways.append(f"raise fleet.min_driver to >= {need}")
-            if fleet.policy == "strict":
-                ways.append("use policy: minor (CUDA minor-version compatibility)")
+    need = _lowest([_driver_needed(c, python, catalog, fleet, cuda_spec) for c in fits])
+    if need is not None and vtuple(need) > vtuple(fleet.min_driver):
+        ways.append(f"raise fleet.min_driver to >= {need}")
+        if fleet.policy == "strict":
+            ways.append("use policy: minor (CUDA minor-version compatibility)")
+
     def without(g: Arch, f: Fleet) -> Fleet:
         return replace(f, gpus=tuple(x for x in f.gpus if x != g))
 
@@ -132,19 +132,39 @@ def ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
         ways.append("drop " + ", ".join(sorted({f"{g.models[0]} (cc {g.cc})" for g in blocking}))
                     + " from fleet.gpus, or serve it with another image")
     elif not fits:  # neither alone: a newer driver and a GPU list without one model, together
-        both = [g for g in fleet.gpus
-                if any(reject_reason(c, python, catalog, without(g, relaxed), cuda_spec) is None
-                       for c in candidates(req, catalog))]
+        both = {g: _lowest([_driver_needed(c, python, catalog, without(g, fleet), cuda_spec)
+                            for c in candidates(req, catalog)]) for g in fleet.gpus}
+        both = {g: need for g, need in both.items() if need is not None}
         if both:
-            need = min((catalog.driver_floor_for(c.cuda, fleet.policy) for g in both for c in candidates(req, catalog)
-                        if reject_reason(c, python, catalog, without(g, relaxed), cuda_spec) is None), key=vtuple)
             ways.append("drop " + ", ".join(sorted({f"{g.models[0]} (cc {g.cc})" for g in both}))
-                        + f" from fleet.gpus (serve it with another image) and raise fleet.min_driver to >= {need}")
+                        + " from fleet.gpus (serve it with another image) and raise fleet.min_driver to >= "
+                        + _lowest(list(both.values())))
     ways += _other_python(req, python, catalog, fleet, cuda_spec)
     if cuda_spec is not None:
         ways.append(f"relax the cuda constraint {cuda_spec}")
     return rejections(rejected) + "\n  ways out:\n" + "\n".join(
         f"    - {w}" for w in ways or ["relax the requirement or the fleet"])
+
+
+def _driver_needed(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec) -> str | None:
+    """The oldest driver with which ``c`` fits ``fleet`` (its GPUs as they are), or None when no driver does: its
+    CUDA's floor under the policy, else the toolkit's own floor (PTX JIT), each checked by the rules again."""
+    floors = []
+    for floor in (lambda: catalog.driver_floor_for(c.cuda, fleet.policy), lambda: catalog.toolkit_floor(c.cuda)):
+        try:
+            floors.append(floor())
+        except CatalogError:  # a catalog gap (no floor for this CUDA): that way is not offered
+            pass
+    for floor in sorted({f for f in floors if f}, key=vtuple):
+        driver = max(floor, fleet.min_driver, key=vtuple)
+        if reject_reason(c, python, catalog, replace(fleet, min_driver=driver), cuda_spec) is None:
+            return driver
+    return None
+
+
+def _lowest(drivers: list[str | None]) -> str | None:
+    found = [d for d in drivers if d is not None]
+    return min(found, key=vtuple) if found else None
 
 
 def _other_extra(req, python, catalog, fleet, cuda_spec) -> list[str]:

@@ -364,6 +364,10 @@ FAILS = [
     ("jax-cuda13-on-v100-and-535", {"gpus": ["V100"], "framework": "jax[cuda13]>=0.10", "min_driver": "535.104.05"},
      ResolutionError, ["use jax[cuda12]>=0.10 (jax 0.10.2 (cuda12) fits)", "drop V100 (cc 7.0) from fleet.gpus (serve it "
                        "with another image) and raise fleet.min_driver to >= 580"]),
+    # the driver a way out names is one the rules accept: here PTX JIT's floor, above the policy's
+    ("tf-ptx-needs-the-jit-floor", {"gpus": ["H100", "K80"], "framework": "tensorflow[and-cuda]==2.16.*",
+                                    "min_driver": "520.61.05"}, ResolutionError,
+     ["drop K80 (cc 3.7) from fleet.gpus (serve it with another image) and raise fleet.min_driver to >= 545.23.08"]),
     ("thor-nowhere", {"gpus": ["Jetson T5000"], "framework": "torch>=2.14"}, ResolutionError,
      ["has no kernels for Blackwell (Thor) (cc 11.0)"]),
     ("cuda-constraint", {"cuda": "<11", "framework": "torch>=2.5"}, ResolutionError,
