@@ -239,9 +239,11 @@ def resolve(spec: Spec, catalog: Catalog, index: Index, *, closure: Closure = co
         except (ResolutionError, PackageIndexError) as exc:  # which image, and where the spec gives it
             if exc.location is None:
                 i = spec.index_of(p.target.name)
-                exc.message = f"image {p.target.name!r}: {exc.message}"
-                exc.location = (spec.locate("images", i, "pip") if p.target.pip and "closure" in exc.message
-                                else None) or spec.locate("images", i, "name")
+                extras = getattr(exc, "from_extras", False)  # the closure failed only with the extra packages
+                exc.location = (spec.locate("images", i, "pip") if extras else None) or spec.locate("images", i, "name")
+                if not exc.message.startswith(f"image {p.target.name!r}"):
+                    exc.message = f"image {p.target.name!r}: {exc.message}"
+                    exc.args = (exc.message, *exc.args[1:])
             raise
     return Lock(team=spec.team, spec_digest=spec_digest(spec), catalog_digest=catalog.digest,
                 envkit_version=__version__, images=tuple(images))
@@ -279,8 +281,12 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
                  extra_index_url=extra_index, extra_constraints=constraints)
     packages = [Package(name=x.name, version=x.version, hashes=x.hashes, group="framework") for x in fw]
     if p.target.pip:
-        full = closure([c.requirement, *p.target.pip], python=p.python, glibc=p.os.glibc, index_url=fw_index.url,
-                       extra_index_url=extra_index, constraints=fw, extra_constraints=constraints)
+        try:
+            full = closure([c.requirement, *p.target.pip], python=p.python, glibc=p.os.glibc, index_url=fw_index.url,
+                           extra_index_url=extra_index, constraints=fw, extra_constraints=constraints)
+        except ResolutionError as exc:
+            exc.from_extras = True  # the framework's closure alone was solved: the image's pip: line is the cause
+            raise
         names = {x.name for x in fw}
         packages += [Package(name=x.name, version=x.version, hashes=x.hashes, group="extra")
                      for x in full if x.name not in names]

@@ -65,8 +65,10 @@ def parse_yaml(text: str, name: str, *, error: type[SpecError] = SpecError) -> D
         loc = Location(name, mark.line + 1, mark.column + 1) if mark else Location(name)
         started = ""  # where the construct began: an unclosed bracket or quote is found only lines later
         if exc.context and exc.context_mark and exc.problem_mark and exc.context_mark.line != exc.problem_mark.line:
+            cause = ("is a bracket or quote there left open?" if "flow" in exc.context or "quoted" in exc.context
+                     else "check the indentation of the lines after it")
             started = (f" ({exc.context}, which starts at line {exc.context_mark.line + 1}, column "
-                       f"{exc.context_mark.column + 1}: is a bracket or quote there left open?)")
+                       f"{exc.context_mark.column + 1}: {cause})")
         raise error(f"not valid YAML: {exc.problem or exc}{started}", location=loc) from None
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow (a NUL, a terminal escape)
         before = text[:exc.position]

@@ -25,7 +25,7 @@ def doctor_cmd(click_ctx, store_url, spec_path, offline, json_out):
     package index answers through it, BuildKit, the catalog in use and the history store (read, never created).
 
     Every check runs. Exit 0 when none fails; else the first failing check's code: 6 the engine or this host
-    (engine, GPUs, disk, BuildKit, ...), 2 the CA bundle or the catalog, 3 the package index, 9 the history store."""
+    (engine, GPUs, disk, ...), 2 the CA bundle or the catalog, 3 the package index, 9 the history store."""
     from ..doctor import diagnose, exit_code
     from ..engine.docker_engine import connect
 

@@ -665,3 +665,39 @@ def test_a_registry_is_passed_on_as_it_will_be_used(given, used):
     from envkit.cli.common import REGISTRY
 
     assert REGISTRY.convert(given, None, None) == used
+
+
+@pytest.mark.parametrize("failing, code", [([], 0), (["store"], 9), (["index", "store"], 3), (["catalog"], 2),
+                                           (["framework_index"], 3), (["disk", "store"], 6), (["ca_bundle"], 2),
+                                           (["engine", "index"], 6)])
+def test_doctor_exits_with_the_first_failing_checks_area(monkeypatch, failing, code):
+    from envkit.doctor import Finding
+
+    names = ["engine", "gpus", "ca_bundle", "index", "framework_index", "disk", "catalog", "store"]
+    findings = [Finding(n, "fail" if n in failing else "ok", "v") for n in names]
+    monkeypatch.setattr("envkit.doctor.diagnose", lambda *a, **k: findings)
+    result = invoke("doctor", "--json")
+    assert result.exit_code == code and json.loads(result.stdout)["exit_code"] == code
+
+
+def test_resolve_and_build_print_the_skipped_ca_variable(example_copy, tmp_path, monkeypatch):
+    from envkit import pipeline
+
+    monkeypatch.setenv("ENVKIT_CA_BUNDLE", str(tmp_path / "nope.pem"))
+    monkeypatch.delenv("PIP_CERT", raising=False)
+    warning = f"warning: $ENVKIT_CA_BUNDLE={tmp_path / 'nope.pem'} names no file, so it is skipped"
+    # resolve (render re-resolves a stale lock): said once, before resolving
+    original = example_copy.read_text()
+    example_copy.write_text(original.replace('"numpy==2.1.*"', '"numpy==2.0.*"'))
+    monkeypatch.setattr(pipeline, "resolve", lambda *a, **k: load_lock(example_copy.with_suffix(".lock")))
+    result = invoke("render", example_copy, "--out", tmp_path / "out")
+    assert result.exit_code == 0 and result.stderr.count(warning) == 1, result.stderr
+    # build of a lock that still matches (no resolve): said by build
+    example_copy.write_text(original)  # the lock written above is the committed one: it matches again
+    seen = []
+    monkeypatch.setattr(pipeline, "build_image", lambda *a, **k: Outcome("torch25", "t", "skipped", "sha256:1", 1, 0.0))
+    monkeypatch.setattr(pipeline, "require_builder", lambda *a: None)
+    _, outcomes = pipeline.build_spec(example_copy, tmp_path / "out", FakeEngine(), locked=True,
+                                      progress=lambda name, msg: seen.append(msg))
+    assert [m for m in seen if m.startswith("warning:")] == [m for m in seen if warning in m] and len(seen) >= 1
+    assert sum(warning in m for m in seen) == 1 and outcomes[0].action == "skipped"

@@ -1104,3 +1104,16 @@ def test_jax_is_judged_by_min_cc_and_reads_no_wheel(catalog):
     reader = FakeArches(catalog)
     image = run_image(catalog, framework="jax[cuda12]", arches=reader)
     assert reader.reads == [] and image.min_cc is not None
+
+
+def test_an_error_that_names_its_image_is_not_prefixed_twice_nor_sent_to_pip(catalog):
+    """Only the closure with the extra packages points at pip:; an image named after anything still gets its
+    name: line; a message that already names the image is left as it is."""
+    def refusing(requirements, **kw):
+        raise ResolutionError("image 'closure-lab' locks the CUDA runtime, but its closure pins another nvcc")
+
+    spec = load(make_spec(pip=["numpy"]).replace("name: img", "name: closure-lab"))
+    with pytest.raises(ResolutionError) as exc:
+        run(catalog, closure=refusing, spec=spec)
+    assert exc.value.message.count("closure-lab") == 1 and str(exc.value).count("closure-lab") == 1
+    assert exc.value.location.line == 10  # its name: line (the framework's own closure failed, not the extras)

@@ -178,3 +178,11 @@ def test_an_unclosed_bracket_or_quote_says_where_it_opened(write_spec, text, at,
         load_spec(spec)
     assert str(exc.value.location) == f"{spec}:{at}"
     assert f"which starts at {started}: is a bracket or quote there left open?" in exc.value.message
+
+
+def test_an_indentation_error_is_not_blamed_on_a_bracket(write_spec):
+    spec = write_spec('version: 1\nteam: vision\nimages:\n  - name: a\n    framework: "torch==2.5.*"\n'
+                      '   pip: ["numpy"]\n')
+    with pytest.raises(SpecError) as exc:
+        load_spec(spec)
+    assert "check the indentation of the lines after it" in exc.value.message and "bracket" not in exc.value.message
