@@ -26,7 +26,7 @@ from .labels import SHOWN
 from .atomic import check_writable
 from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import Rendered, render
-from .resolve import check_frameworks, check_gpus, plan, resolve, spec_digest
+from .resolve import check_frameworks, check_gpus, plan, resolve, spec_digests
 from .spec import Spec, env_ca_skip_note, load_spec
 from .store import Store
 
@@ -70,7 +70,7 @@ def load(spec_path: Path) -> tuple[Spec, Catalog]:
 def drift(spec: Spec, catalog: Catalog, lock: Lock) -> list[str]:
     """Why ``lock`` no longer describes ``spec`` + ``catalog`` (empty when it still does)."""
     reasons = []
-    if lock.spec_digest != spec_digest(spec):
+    if lock.spec_digest not in spec_digests(spec):
         reasons.append("the spec changed since the lock was written")
     if lock.catalog_digest != catalog.digest:
         reasons.append("the catalog changed since the lock was written")

@@ -66,7 +66,20 @@ class ImagePlan:
 
 # --- spec checks that need the catalog ------------------------------------------------
 def spec_digest(spec: Spec) -> str:
-    return "sha256:" + hashlib.sha256(canonical(spec.model_dump(mode="json"))).hexdigest()
+    """The digest a lock keeps of its spec. ``fleet.gpus`` counts as a set: their order and repeats decide nothing."""
+    body = spec.model_dump(mode="json")
+    body["fleet"]["gpus"] = sorted(set(body["fleet"]["gpus"]))
+    return _sha256(body)
+
+
+def spec_digests(spec: Spec) -> set[str]:
+    """Every digest that still means ``spec``: today's, and the one locks written before 2026-12-04 kept (the GPUs
+    in their order), so that such locks stay current and ``--locked`` runs keep passing until the next resolve."""
+    return {spec_digest(spec), _sha256(spec.model_dump(mode="json"))}
+
+
+def _sha256(body) -> str:
+    return "sha256:" + hashlib.sha256(canonical(body)).hexdigest()
 
 
 def check_gpus(spec: Spec, catalog: Catalog) -> list[Arch]:

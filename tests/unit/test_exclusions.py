@@ -8,6 +8,7 @@ test_resolve's fake indexes and closure. No network.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from envkit.catalog import CATALOG_ENV, load_catalog
 from envkit.catalog.refresh import refresh_catalog
 from envkit.catalog.refresh.exclude import exclude_release, source_key
 from envkit.errors import CatalogError, ResolutionError
-from envkit.lock import Lock
+from envkit.lock import Lock, canonical
 from envkit.pipeline import drift
 from envkit.resolve import plan, spec_digest
 
@@ -137,6 +138,26 @@ def test_the_digest_changes_with_exclusions_and_a_lock_drifts(cat_dir):
     text = (cat_dir / "pytorch.yaml").read_text()
     (cat_dir / "pytorch.yaml").write_text(text.replace("hangs in NCCL", "hangs in NCCL (confirmed)"))
     assert load_catalog(cat_dir).digest not in (before.digest, one.digest)  # a reason edit is a change too
+
+
+def test_the_fleets_gpu_order_and_repeats_do_not_make_a_lock_stale(cat_dir):
+    """``fleet.gpus`` is a set to the resolver, so the spec digest takes it as one; a lock that kept the older
+    digest (the GPUs in their order) still matches its spec, so upgrading does not fail ``--locked`` runs."""
+    catalog = load_catalog(cat_dir)
+    spec = load(make_spec(gpus=("H100", "A100")))
+    legacy = "sha256:" + hashlib.sha256(canonical(spec.model_dump(mode="json"))).hexdigest()
+    assert spec_digest(spec) != legacy
+    for other in (("A100", "H100"), ("H100", "A100", "H100")):
+        assert spec_digest(load(make_spec(gpus=other))) == spec_digest(spec)
+    assert spec_digest(load(make_spec(gpus=("A100",)))) != spec_digest(spec)
+    lock = make_lock(make_image(name="img"))
+    new, old = (Lock.model_validate({**lock.model_dump(), "spec_digest": d, "catalog_digest": catalog.digest})
+                for d in (spec_digest(spec), legacy))
+    reordered = load(make_spec(gpus=("A100", "H100")))
+    assert drift(spec, catalog, new) == drift(reordered, catalog, new) == drift(spec, catalog, old) == []
+    changed = ["the spec changed since the lock was written"]
+    assert drift(reordered, catalog, old) == changed  # an old lock learns the new digest at its next resolve
+    assert drift(load(make_spec(gpus=("H100",))), catalog, new) == changed
 
 
 # --- the resolver and explain ---------------------------------------------------------------------------
