@@ -247,20 +247,27 @@ def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verifica
 
 def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_dir: Path,
             store_url: str | None, timeout: int = 600):
-    """Certify ``ref``, record the certificate in the store, write the reports."""
+    """Certify ``ref``; write the certificate and the reports into ``out_dir`` (one set, replacing what is there),
+    then record the certificate in the store. Both places are tried before the payload runs, so a path that cannot
+    be used fails in seconds, not after the run; the store is written last, as the record ``run``'s gate trusts."""
     from .certify.certificate import certify_image, slug
-    from .atomic import write_atomic
+    from .atomic import check_writable
     from .nightly import perf_metrics
-    from .report import write_reports
+    from .report import FILES, write_reports
 
     info, lock_hash, expect = expectations(engine, ref, lock_path)
+    for name in FILES.values():
+        check_writable(out_dir / name)
+    with Store.open(store_url):
+        pass
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
     cert = certify_image(engine, ref, expect, gpus=use_gpus, timeout=timeout)
+    paths = write_reports([cert], out_dir, also={"certificate": (f"certificate-{slug(cert.gpu_model)}.json",
+                                                                 cert.to_bytes())})
     with Store.open(store_url) as store:
         store.record_certificate(info.id, cert.gpu_model, cert.driver, status=cert.status, lock_hash=lock_hash,
                                  document=cert.to_json(), metrics=perf_metrics(cert))
-    write_atomic(out_dir / f"certificate-{slug(cert.gpu_model)}.json", cert.to_bytes())
-    return cert, write_reports([cert], out_dir)
+    return cert, paths
 
 
 def refresh_catalog(*, apply: bool, frameworks=(), progress=lambda _: None) -> dict:

@@ -19,7 +19,7 @@ import jinja2
 
 from . import __version__
 from .certify.certificate import Certificate, utc_now
-from .atomic import write_atomic
+from .atomic import replace_all
 from .render import templates_dir
 
 REPORT_SCHEMA = "envkit.report/1"
@@ -219,17 +219,22 @@ def report_html(certificates: Sequence[Certificate], *, generated_at: str | None
 
 # --------------------------------------------------------------------------- files
 def write_reports(certificates: Iterable[Certificate], out_dir: str | Path, *,
-                  generated_at: str | None = None) -> dict[str, Path]:
-    """Write report.json, report.junit.xml and report.html into ``out_dir`` (each atomically)."""
+                  generated_at: str | None = None, also: dict[str, tuple[str, bytes]] | None = None) -> dict[str, Path]:
+    """Write report.json, report.junit.xml and report.html into ``out_dir``, with ``also`` (more files: kind ->
+    (name, bytes), e.g. the certificate), as one set: all rendered first, then replaced together or not at all
+    (``atomic.replace_all``), so a refusal or a full disk never leaves one report new beside another old."""
     certificates = list(certificates)
     generated_at = generated_at or utc_now()
     out = Path(out_dir)
     rendered = {"json": report_json(certificates, generated_at=generated_at),
                 "junit": report_junit(certificates, generated_at=generated_at),
-                "html": report_html(certificates, generated_at=generated_at)}  # all rendered before any is written
-    paths = {}
-    for kind, data in rendered.items():
-        paths[kind] = out / FILES[kind]
-        write_atomic(paths[kind], data)
-        os.chmod(paths[kind], 0o644)  # CI artifacts: readable by whoever serves them
+                "html": report_html(certificates, generated_at=generated_at)}
+    paths = {kind: out / FILES[kind] for kind in rendered}
+    files = {paths[kind]: data for kind, data in rendered.items()}
+    for kind, (name, data) in (also or {}).items():
+        paths[kind] = out / name
+        files[paths[kind]] = data
+    replace_all({}, files)
+    for path in files:
+        os.chmod(path, 0o644)  # CI artifacts: readable by whoever serves them
     return paths

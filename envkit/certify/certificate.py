@@ -33,6 +33,7 @@ from ..errors import EnvkitError, VerificationError
 from ..frameworks import TORCH, Framework, Pin, of_expect
 from ..labels import LOCK_LABEL
 from ..resolve import covers
+from .harness import RESERVE_S as HARNESS_RESERVE_S
 
 CERTIFICATE_VERSION = 1
 PAYLOAD_SCHEMA = "envkit.payload/1"
@@ -266,6 +267,13 @@ def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tup
             reasons.append(f"check {c.get('name')} failed: {c.get('message') or '(no message)'}")
         elif c.get("status") not in ("passed", "skipped"):
             reasons.append(f"check {c.get('name')} has unknown status {c.get('status')!r}")
+    late = by_name.get("timeout", {})
+    if late.get("status") == "failed":  # facts gathered after the stop are missing, not mismatched: say only why
+        value = late.get("value") if isinstance(late.get("value"), dict) else {}
+        reasons.append(f"the payload stopped at its time limit while running {value.get('running') or 'setup'}, "
+                       "so the checks after it never ran; certify again with a longer --timeout "
+                       f"(the payload stops {HARNESS_RESERVE_S} s before it, to report)")
+        return "failed", tuple(dict.fromkeys(reasons))
     reasons += _compare_versions(facts, expect, fw)
     reasons += fw.facts_rules(facts, expect)
     reasons += _coverage(facts, expect, fw)

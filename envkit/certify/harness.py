@@ -20,6 +20,8 @@ from .payload.envkit_check import envkit_check_core as payload_identity
 PAYLOAD = Path(__file__).resolve().parent / "payload" / "envkit_check"
 PAYLOAD_NAME = PAYLOAD.name  # the directory's name in a build context, an image and the mount
 MOUNT = "/opt/envkit-run"
+RESERVE_S = 10  # the payload's own watchdog fires this long before the harness's limit, so that it still reports
+MIN_TIMEOUT_S = 2 * RESERVE_S  # the least --timeout: the payload gets at least RESERVE_S of it
 
 
 def payload_files() -> dict[str, bytes]:
@@ -67,9 +69,11 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
                              # NCCL needs unlimited locked memory and a large stack on GPU hosts
                              ulimits={"memlock": -1, "stack": 67108864} if gpus else {})
         result = engine.run(ref, ["python3", f"{MOUNT}/{PAYLOAD_NAME}", "--expect", f"{MOUNT}/expect.json",
-                                  "--json", "--mode", mode, "--timeout", str(max(timeout - 10, 1))], options)
+                                  "--json", "--mode", mode, "--timeout", str(max(timeout - RESERVE_S, 1))], options)
     if result.timed_out:
-        raise VerificationError(f"the payload in {ref} ran past {timeout}s and was stopped")
+        raise VerificationError(f"the payload in {ref} ran past {timeout}s and was stopped before it reported",
+                                hint="give a longer --timeout; a normal run takes well under a minute, so a "
+                                     "much longer one may also mean the image or the host is stuck")
     try:
         doc = json.loads(result.stdout)
     except json.JSONDecodeError:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from ..certify.harness import MIN_TIMEOUT_S, RESERVE_S
 from .common import (IMAGE, REGISTRY, SPEC, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
                      refresh_framework_option, run, table)
 
@@ -20,7 +21,9 @@ from .common import (IMAGE, REGISTRY, SPEC, STORE_HELP, _ctx, _short, builder_op
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True, help="Where the certificate and reports are written.")
 @click.option("--store", "store_url", default=None, help=STORE_HELP)
-@click.option("--timeout", default=600, show_default=True, help="Hard limit for the in-image run, seconds.")
+@click.option("--timeout", type=click.IntRange(min=MIN_TIMEOUT_S), default=600, show_default=True,
+              help=f"Hard limit for the in-image run, seconds (at least {MIN_TIMEOUT_S}: the payload stops "
+                   f"{RESERVE_S} s before it, to report what it found).")
 @json_option
 @click.pass_context
 def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, json_out):

@@ -308,3 +308,86 @@ def test_certify_image_missing_image():
     engine.inspect = lambda ref: None
     with pytest.raises(VerificationError):
         certify_image(engine, "nope:tag", EXPECT, gpus=False, created_at=WHEN)
+
+
+def test_a_run_stopped_at_its_time_limit_says_so_and_not_that_every_later_fact_is_missing():
+    """The payload's watchdog reports what finished and a failed ``timeout`` check; the facts it never gathered
+    are not mismatches ("the lock expects 2.5.1 but the image has none" was each a false reason)."""
+    doc = cpu_doc()
+    doc["facts"] = {"python": "3.11.2"}
+    doc["checks"] = [check("python_version"), check("timeout", "failed", "payload exceeded --timeout 10 s",
+                                                     value={"timeout_s": 10, "running": "torch_version"})]
+    doc["status"] = "failed"
+    status, reasons = decide(doc, EXPECT, gpu_requested=False)
+    assert status == "failed" and not any("has none" in r for r in reasons)
+    assert reasons[-1].startswith("the payload stopped at its time limit while running torch_version")
+    assert "longer --timeout" in reasons[-1]
+
+
+# --------------------------------------------------------------- pipeline.certify: where results go
+@pytest.fixture
+def certify_here(monkeypatch):
+    """pipeline.certify against a fake engine (the payload document faked, the outcome computed)."""
+    from envkit import pipeline
+
+    engine = FakeEngine(cpu_doc())
+    monkeypatch.setattr(pipeline, "expectations",
+                        lambda eng, ref, lock_path: (eng.inspect(ref), "sha256:lockhash", EXPECT))
+
+    def go(out_dir, store_url):
+        return pipeline.certify(engine, "vision/torch25:tag", lock_path=None, gpus=False, out_dir=out_dir,
+                                store_url=str(store_url))
+    return engine, go
+
+
+def test_certify_writes_the_certificate_and_reports_as_one_set_then_the_store(certify_here, tmp_path):
+    from envkit.store import Store
+
+    engine, go = certify_here
+    cert, paths = go(tmp_path / "r", tmp_path / "s.sqlite")
+    assert cert.status == "verified"
+    assert {k: p.name for k, p in paths.items()} == {"json": "report.json", "junit": "report.junit.xml",
+                                                    "html": "report.html", "certificate": "certificate-none.json"}
+    assert json.loads(paths["certificate"].read_text())["status"] == "verified"
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted(p.name for p in paths.values())
+    with Store.open_existing(str(tmp_path / "s.sqlite")) as store:
+        assert [i[0] for i in store.images()] == ["sha256:" + "a" * 64]
+
+
+@pytest.mark.parametrize("bad", ["out", "store"])
+def test_certify_tries_its_output_and_its_store_before_the_payload_runs(certify_here, tmp_path, bad):
+    """A path that cannot be used fails before minutes of payload, and leaves no certificate anywhere (it used to
+    run the payload, record a certificate in the store, then fail writing the reports)."""
+    from envkit.errors import StoreError
+
+    engine, go = certify_here
+    (tmp_path / "file").write_text("x")
+    out, store = tmp_path / "r", tmp_path / "s.sqlite"
+    if bad == "out":
+        out = tmp_path / "file" / "r"
+    else:
+        store = "mysql://db/x"
+    with pytest.raises(OSError if bad == "out" else StoreError) as err:
+        go(out, store)
+    assert engine.runs == []
+    if bad == "out":
+        assert str(tmp_path / "file") in str(err.value) and not (tmp_path / "s.sqlite").exists()
+    else:
+        assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def test_a_report_that_cannot_be_replaced_leaves_the_old_set_and_no_certificate_in_the_store(certify_here, tmp_path):
+    from envkit.store import Store
+
+    engine, go = certify_here
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "report.json").write_text("old\n")
+    (out / "report.junit.xml").mkdir()  # a directory where a report goes: the rename refuses
+    with pytest.raises(OSError) as err:
+        go(out, tmp_path / "s.sqlite")
+    assert str(out / "report.junit.xml") in str(err.value)  # the target, not a staged name beside it
+    assert (out / "report.json").read_text() == "old\n"
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.junit.xml"]
+    with Store.open_existing(str(tmp_path / "s.sqlite")) as store:
+        assert list(store.images()) == []
