@@ -41,7 +41,9 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
               ["CHECK", "STATUS", "VALUE", "MESSAGE"])
         for reason in cert.reasons:
             click.echo(f"  reason: {reason}", err=True)
-        click.echo(f"{image}: {cert.status} on {cert.gpu_model} (driver {cert.driver}); reports in {out_dir}")
+        where = (f"on {cert.gpu_model} (driver {cert.driver})" if cert.gpu_count else
+                 "without a GPU (GPU checks skipped)")
+        click.echo(f"{image}: {cert.status} {where}; reports in {out_dir}")
 
     emit(c, {"certificate": cert.to_json(), "reports": {k: str(v) for k, v in paths.items()}}, human)
     if cert.status == "failed":
