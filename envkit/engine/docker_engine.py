@@ -43,10 +43,12 @@ def connect(base_url: str | None = None) -> "DockerEngine":
         cause = _cause(exc, UnicodeDecodeError)  # docker-py wraps it as it fetches the API version
         if cause is not None:
             raise _netrc_not_text(cause) from None
+        env = None if base_url else os.environ.get("DOCKER_HOST")
+        where = base_url or (f"DOCKER_HOST {env!r}" if env else "the default socket, unix:///var/run/docker.sock")
         raise EngineError(
-            f"no container engine is reachable: {exc}",
+            f"no container engine is reachable at {where}: {exc}",
             hint="start one (on Debian as root: `make engine`, or apt-get install docker.io && dockerd &), "
-                 "or set DOCKER_HOST",
+                 + ("or fix or unset DOCKER_HOST" if env else "or set DOCKER_HOST"),
         ) from None
     except UnicodeDecodeError as exc:  # requests reads the netrc file for every request, the engine's too
         raise _netrc_not_text(exc) from None

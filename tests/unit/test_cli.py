@@ -573,6 +573,15 @@ def test_a_docker_host_that_is_no_address_is_named(monkeypatch):
     assert doc["message"] == "DOCKER_HOST 'tcp://[bad' is not an engine address: Invalid IPv6 URL"
 
 
+def test_an_engine_that_does_not_answer_is_named_with_where_it_was_looked_for(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no.sock")
+    result = invoke("show", "vision/torch25:x", "--json")
+    assert result.exit_code == 6, result.output
+    doc = json.loads(result.stdout)
+    assert doc["message"].startswith(f"no container engine is reachable at DOCKER_HOST 'unix://{tmp_path}/no.sock'")
+    assert doc["hint"].endswith("or fix or unset DOCKER_HOST")
+
+
 def test_a_netrc_that_is_not_text_fails_resolve_with_its_name(example_copy, tmp_path, monkeypatch):
     """requests reads it on every request (PyPI's too) and would raise UnicodeDecodeError from deep inside."""
     netrc = tmp_path / "netrc"
