@@ -171,6 +171,21 @@ def test_each_variant_has_its_own_context_hash():
     assert len(hashes) == 4
 
 
+@pytest.mark.parametrize("buildkit, wheelhouse", [(False, False), (True, False), (True, True)])
+def test_how_the_spec_was_named_does_not_change_the_context_hash(buildkit, wheelhouse):
+    """The Dockerfile's first line names the spec as typed; a build by `team.yaml`, `./team.yaml` or a CI
+    checkout's absolute path is the same build (nightly passed the path as given, build a relative one, and each
+    rebuilt what the other had built)."""
+    image = make_image()
+    lock = make_lock(image)
+    named = {spec: render_files(lock, image, spec, buildkit=buildkit, wheelhouse=wheelhouse)
+             for spec in ("team.yaml", "./team.yaml", "/ci/run-17/checkout/examples/team.yaml")}
+    assert len({files["Dockerfile"] for files in named.values()}) == 3  # the line still says which spec
+    assert len({context_hash(files) for files in named.values()}) == 1
+    other = make_image(apt=("git",))
+    assert context_hash(render_files(make_lock(other), other, "team.yaml")) != context_hash(named["team.yaml"])
+
+
 def test_wheelhouse_variant_needs_no_network():
     text = _dockerfile(wheelhouse=True)
     assert "apt-get update" not in text
