@@ -61,6 +61,12 @@ def _image(value: str) -> None:
     parse_ref(value)
 
 
+def _store(value: str) -> None:
+    from ..store import locate
+
+    locate(value)  # empty, or a URL envkit cannot use: before any work
+
+
 def _team(value: str) -> None:
     from ..gc import check_team
 
@@ -70,6 +76,7 @@ def _team(value: str) -> None:
 REGISTRY = Checked("registry", _registry)  # HOST[:PORT][/PATH]
 TEAM = Checked("team", _team)  # a team name, as team.yaml's team:
 IMAGE = Checked("image", _image)  # a local image, or a registry reference (then well formed)
+STORE = Checked("store", _store)  # a history store: a path, sqlite:///..., postgresql://...
 
 
 class Ctx:
@@ -109,8 +116,9 @@ def refresh_framework_option(name: str):
              + ", ".join(FRAMEWORKS) + ").")
 
 
-STORE_HELP = ("History store: a SQLite path, sqlite:///path or postgresql://[user@]host[:port]/db "
-              "(default: $ENVKIT_STORE, else .envkit/history.sqlite; passwords via PGPASSWORD or ~/.pgpass).")
+STORE_HELP = ("History store: a SQLite file path, sqlite:///relative/path, sqlite:////absolute/path or "
+              "postgresql://[user@]host[:port]/db (default: $ENVKIT_STORE, else .envkit/history.sqlite; passwords "
+              "via PGPASSWORD or ~/.pgpass).")
 
 
 def run(ctx_obj: Ctx, fn):

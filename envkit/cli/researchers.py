@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..errors import EnvkitError
-from .common import IMAGE, REGISTRY, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
+from .common import IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
 
 
 def _engine_for_registry(c: Ctx, needed: bool):
@@ -26,7 +26,7 @@ def _engine_for_registry(c: Ctx, needed: bool):
 
 
 @click.command("ls")
-@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--registry", type=REGISTRY, default=None, metavar="HOST[:PORT][/PATH]",
               help="List the images in this registry (under PATH) with their certificate artifacts, joined with "
                    "the store's rows for the same images; read over the registry's HTTP API, nothing is pulled.")
@@ -67,7 +67,7 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
 
 @click.command("show")
 @click.argument("image", type=IMAGE)
-@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @json_option
 @click.pass_context
 def show_cmd(click_ctx, image, store_url, json_out):
@@ -116,7 +116,7 @@ def show_cmd(click_ctx, image, store_url, json_out):
 @click.option("--require-certified", is_flag=True, envvar="ENVKIT_REQUIRE_CERTIFIED",
               help="Refuse (exit 8) an image not certified for this host's GPUs (a CPU run: not verified) "
                    "instead of running it with a warning. Also $ENVKIT_REQUIRE_CERTIFIED=1.")
-@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @json_option
 @click.pass_context
 def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_url, json_out):
