@@ -347,6 +347,10 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
     registry (``host[:port]/repo:tag`` or ``...@sha256:``), from the registry without pulling it
     (manifest, config labels, certificate artifacts, ``:certified``). A local image named by a
     registry reference also gets the registry's view (under ``registry``).
+
+    ``certificates`` holds every certificate the gate of ``envkit run`` weighs: the store's and, for a
+    registry reference (local copy or not), the registry's artifacts, each with its ``source``. A store
+    named (``store_url``, ``$ENVKIT_STORE``) that does not exist is an error, never read as no certificates.
     """
     from .remote import inspect_remote, parse_ref
 
@@ -357,10 +361,10 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
             raise EngineError(f"no image {ref!r} in the engine",
                               hint="pull it, build it with `envkit build SPEC`, or name it in the registry "
                                    "(host[:port]/repository:tag) to read it from there without pulling")
+        store = Store.open_existing(store_url, must_exist=True)  # before the registry: a typo fails at once
         remote = inspect_remote(engine, remote_ref, **read)
         view = remote.to_json()
-        certs = view["certificates"]
-        store = Store.open_existing(store_url)
+        certs = list(view["certificates"])
         if store is not None:
             with store:
                 certs = certs + [_cert_doc(c) for c in store.certificates_for(remote.facts.config_digest)]
@@ -370,7 +374,7 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
                 "registry": view}
     labels = {k: v for k, v in sorted(info.labels.items()) if k.startswith(SHOWN)}
     certs = []
-    store = Store.open_existing(store_url)  # reading leaves no empty history database behind
+    store = Store.open_existing(store_url, must_exist=True)  # reading leaves no empty history database behind
     if store is not None:
         with store:
             certs = [_cert_doc(c) for c in store.certificates_for(info.id)]
@@ -382,19 +386,23 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
             doc["registry"] = inspect_remote(engine, remote_ref, **read).to_json()
         except EnvkitError as exc:
             doc["registry"] = {"error": exc.message, "hint": exc.hint}
+        else:  # its certificates are this image's too, as the gate weighs them
+            doc["certificates"] = [*certs, *doc["registry"]["certificates"]]
     return doc
 
 
 def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None):
-    """Whether ``ref`` was certified for this host's GPUs (``gate.judge``), from the store's certificates and,
-    for a registry reference, the registry's certificate artifacts (unreadable: the store's alone, noted)."""
+    """Whether ``ref`` was certified for this host's GPUs (``gate.judge``), from the certificates ``show_image``
+    gives: the store's and, for a registry reference, the registry's certificate artifacts (unreadable: the
+    store's alone, noted)."""
     from .gate import host_gpus, judge
 
     doc = show_image(engine, ref, store_url)
     registry = doc.get("registry") or {}
-    certs = [*doc["certificates"], *(registry.get("certificates") or [])]
     gpus, unread = host_gpus() if on_gpus else ([], None)
-    verdict = judge(certs, gpus, on_gpus=on_gpus, image=ref)
+    labels = doc.get("labels")
+    verdict = judge(doc["certificates"], gpus, on_gpus=on_gpus, image=ref,
+                    envkit_built=labels is None or bool(labels.get(LOCK_LABEL)))
     notes = [f"this host's GPUs could not be read ({unread}), so a certified certificate on any model counts"] if unread else []
     if registry.get("error") and not verdict.passed:
         notes.append(f"the registry's certificates could not be read: {registry['error']}")

@@ -1,4 +1,6 @@
-"""ls, show and run as a researcher meets them: stores that only-reading commands open without changing them."""
+"""ls, show and run as a researcher meets them: a named store that is not there, the certificates show presents
+(the ones run's gate weighs), and stores
+that only-reading commands open without changing them."""
 
 import json
 import sqlite3
@@ -10,6 +12,7 @@ from envkit import pipeline
 from envkit.cli import main
 from envkit.engine import ImageInfo
 from envkit.errors import EnvkitError, StoreError
+from envkit.gate import judge
 from envkit.store import MIGRATIONS, SCHEMA_VERSION, Store, locate, migrate
 
 TAG = "multi/jax:0.12.0.1-cuda13-py3.13-83521697"
@@ -48,6 +51,89 @@ def fake_engine(monkeypatch):
 def no_store_env(monkeypatch, tmp_path):
     monkeypatch.delenv("ENVKIT_STORE", raising=False)
     monkeypatch.chdir(tmp_path)
+
+
+# --- 1. a store named but not there ----------------------------------------------------------------
+
+@pytest.mark.parametrize("command, after", [(["show", TAG], []), (["run", TAG, "--no-gpus"], ["--", "true"])])
+def test_show_and_run_refuse_a_named_store_that_is_not_there(fake_engine, tmp_path, command, after):
+    """A typo must not read as "no certificate": exit 9, as ls and gc; by --store or $ENVKIT_STORE. (FakeEngine
+    has no ``run``: a run that got past the store would fail otherwise.)"""
+    typo = tmp_path / "s1.sqlit"
+    for args, env in (([*command, "--store", typo], {}), (command, {"ENVKIT_STORE": str(typo)})):
+        result = invoke(*args, "--json", *after, **env)
+        assert result.exit_code == 9, result.output
+        assert json.loads(result.stdout)["message"] == f"no history store at {typo}"
+    assert not typo.exists()
+
+
+def test_show_without_a_named_store_still_reads_as_no_certificates(fake_engine):
+    result = invoke("show", TAG)
+    assert result.exit_code == 0 and "certificate: none" in result.stdout
+    assert invoke("show", TAG, "--json").exit_code == 0
+
+
+# --- 2. show presents the certificates the gate weighs ------------------------------------------------
+
+class RemoteView:
+    def __init__(self, certs):
+        self.certs = certs
+
+    def to_json(self):
+        return {"digest": "sha256:" + "d" * 64, "pinned": "127.0.0.1:5000/multi/jax@sha256:" + "d" * 64,
+                "compressed_size": 2**20, "layers": 1, "tags": ["x"], "certified_tag": False,
+                "certified_digest": None, "certificates": self.certs}
+
+
+def test_a_local_copy_of_a_registry_image_shows_the_registry_certificates_with_the_stores(tmp_path, monkeypatch):
+    ref = "127.0.0.1:5000/multi/jax@sha256:" + "d" * 64
+    engine = FakeEngine({ref: info(tags=())})
+    registry_cert = {"status": "verified", "gpu_model": "none", "driver": "none", "created_at": "2026-12-01T00:00:00Z",
+                     "reasons": [], "source": "registry", "artifact": "127.0.0.1:5000/multi/jax@sha256:" + "e" * 64}
+    monkeypatch.setattr("envkit.remote.inspect_remote", lambda *a, **k: RemoteView([registry_cert]))
+    db = tmp_path / "h.sqlite"
+    with Store.open(db) as store:
+        store.record_certificate(ID, "NVIDIA H200", "570.1", status="failed", lock_hash="x",
+                                 document={"reasons": ["slow"]})
+    doc = pipeline.show_image(engine, ref, str(db))
+    assert [(c["source"], c["status"]) for c in doc["certificates"]] == [("store", "failed"), ("registry", "verified")]
+    assert doc["registry"]["certificates"] == [registry_cert]
+    # the gate rests on the same list, each certificate once
+    monkeypatch.setattr("envkit.gate.host_gpus", lambda: ([], None))
+    verdict = pipeline.certification_gate(engine, ref, on_gpus=False, store_url=str(db))
+    assert verdict.passed and verdict.certificates == [registry_cert]
+    # and the human output says it, with its source
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: engine)
+    human = invoke("show", ref, "--store", db)
+    assert human.exit_code == 0, human.output
+    assert "certificate: verified on none driver none (2026-12-01T00:00:00Z, registry)" in human.stdout
+    assert "certificate: failed on NVIDIA H200" in human.stdout and "certificate: none" not in human.stdout
+
+
+def test_a_registry_that_cannot_be_read_leaves_the_stores_certificates(tmp_path, monkeypatch):
+    ref = "127.0.0.1:5000/multi/jax:x"
+    engine = FakeEngine({ref: info(tags=(ref,))})
+
+    def unreadable(*a, **k):
+        raise EnvkitError("registry 127.0.0.1:5000 refused", hint="h")
+
+    monkeypatch.setattr("envkit.remote.inspect_remote", unreadable)
+    doc = pipeline.show_image(engine, ref, None)
+    assert doc["certificates"] == [] and doc["registry"]["error"] == "registry 127.0.0.1:5000 refused"
+
+
+def test_run_on_an_image_envkit_did_not_build_points_at_an_envkit_image_not_at_certify():
+    verdict = judge([], [], on_gpus=False, image="debian:12", envkit_built=False)
+    assert not verdict.passed and "envkit certify" not in verdict.hint and "cannot be certified" in verdict.hint
+    assert "envkit certify debian:12" in judge([], [], on_gpus=False, image="debian:12").hint
+
+
+def test_the_gate_knows_an_image_without_envkit_labels(monkeypatch):
+    engine = FakeEngine({"debian:12": info(tags=("debian:12",), labels={})})
+    monkeypatch.setattr("envkit.gate.host_gpus", lambda: ([], None))
+    verdict = pipeline.certification_gate(engine, "debian:12", on_gpus=False, store_url=None)
+    assert "cannot be certified" in verdict.hint
+
 
 
 # --- 7. store paths ----------------------------------------------------------------------------------------
