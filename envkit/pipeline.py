@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -304,20 +305,62 @@ def _store_images(store) -> dict[str, dict]:
     return out
 
 
-def list_images(store_url: str | None) -> list[dict]:
-    """Every image the store knows (built by nightly, or certified), with its certifications."""
+def stack_of(ref: str) -> str | None:
+    """The tag of ``ref`` (``host:port/team/image:TAG@digest`` -> TAG), or None for a reference without one (an
+    image id, ``name@sha256:...``): the port of a registry host is not a tag."""
+    name = ref.partition("@")[0]
+    last = name.rpartition("/")[2]
+    if ":" not in last or re.fullmatch(r"sha256:[0-9a-f]{12,64}", name):
+        return None
+    return last.rpartition(":")[2]
+
+
+def envkit_tag(labels: dict[str, str], tags: tuple[str, ...] = ()) -> str | None:
+    """An envkit image's own tag (``<team>/<image>:<stack>``) from its labels, preferring one of ``tags`` with that
+    name; None when the labels do not name a team and an image."""
+    from .labels import IMAGE_LABEL, TEAM_LABEL
+
+    team, image = labels.get(TEAM_LABEL), labels.get(IMAGE_LABEL)
+    if not team or not image:
+        return None
+    repo = f"{team}/{image}"
+    mine = sorted(t for t in tags if t.rpartition(":")[0] == repo)
+    if mine:
+        return mine[0]
+    version = labels.get("org.opencontainers.image.version")
+    return f"{repo}:{version}" if version else None
+
+
+def list_images(store_url: str | None, engine_of: Callable[[], object | None] | None = None) -> list[dict]:
+    """Every image the store knows (built by nightly, or certified), with its certifications. The store keeps the
+    reference an image was certified by (an id, a registry tag); with an engine (``engine_of()``, asked only when
+    the store knows an image; None: no engine), an envkit image still there is named by its own tag
+    (``<team>/<image>:<stack>``, from its labels). ``reference``: what the store recorded."""
     store = Store.open_existing(store_url, must_exist=True)  # creates none; a named one must be there
     if store is None:
         return []
     with store:
         images = _store_images(store)
+    engine = engine_of() if images and engine_of is not None else None
     rows = []
-    for image_id, known in sorted(images.items(), key=lambda kv: kv[1]["tag"]):
+    for image_id, known in images.items():
         certs = known["records"]
-        rows.append({"tag": known["tag"], "image_id": image_id, "stack": known["tag"].split(":", 1)[-1],
+        info = _inspect_quietly(engine, image_id)
+        tag = (envkit_tag(info.labels, info.tags) if info is not None else None) or known["tag"]
+        rows.append({"tag": tag, "reference": known["tag"], "image_id": image_id, "stack": stack_of(tag),
                      "certification": {c.gpu_model: c.status for c in certs},
                      "date": max([known["created"], *[c.created_at for c in certs]])[:10]})
-    return rows
+    return sorted(rows, key=lambda r: r["tag"])
+
+
+def _inspect_quietly(engine, ref: str):
+    """``engine.inspect(ref)``, or None without an engine or when it cannot say (ls names the image as recorded)."""
+    if engine is None:
+        return None
+    try:
+        return engine.inspect(ref)
+    except EnvkitError:
+        return None
 
 
 def list_registry_images(client, registry: str, store_url: str | None, **read) -> dict:

@@ -25,6 +25,16 @@ def _engine_for_registry(c: Ctx, needed: bool):
         return None
 
 
+def _engine_if_any():
+    """The engine when one answers, else None (quietly: what it adds is optional)."""
+    from ..engine.docker_engine import connect
+
+    try:
+        return connect()
+    except EnvkitError:
+        return None
+
+
 @click.command("ls")
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--registry", type=REGISTRY, default=None, metavar="HOST[:PORT][/PATH]",
@@ -38,10 +48,10 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
 
     c = _ctx(click_ctx, json_out)
     if registry is None:
-        rows = run(c, lambda: list_images(store_url))
+        rows = run(c, lambda: list_images(store_url, _engine_if_any))
 
         def human():
-            table([[r["tag"], r["stack"], ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-",
+            table([[r["tag"], r["stack"] or "-", ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-",
                     r["date"]] for r in rows], ["IMAGE", "STACK", "CERTIFICATION", "DATE"])
             if not rows:
                 click.echo("(no image in the history store: nightly and certify record them there, and build's "

@@ -1,5 +1,5 @@
 """ls, show and run as a researcher meets them: a named store that is not there, the certificates show presents
-(the ones run's gate weighs), and stores
+(the ones run's gate weighs), the names ls gives, and stores
 that only-reading commands open without changing them."""
 
 import json
@@ -120,6 +120,56 @@ def test_a_registry_that_cannot_be_read_leaves_the_stores_certificates(tmp_path,
     monkeypatch.setattr("envkit.remote.inspect_remote", unreadable)
     doc = pipeline.show_image(engine, ref, None)
     assert doc["certificates"] == [] and doc["registry"]["error"] == "registry 127.0.0.1:5000 refused"
+
+
+# --- 3. the names ls gives ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ref, stack", [
+    ("localhost:5000/vision/torch25:2.5.1-cu124-py3.11-515bfe72", "2.5.1-cu124-py3.11-515bfe72"),
+    ("vision/torch25:2.5.1-cu124-py3.11-515bfe72", "2.5.1-cu124-py3.11-515bfe72"),
+    ("localhost:5000/vision/torch25", None),
+    ("localhost:5000/vision/torch25@sha256:" + "a" * 64, None),
+    ("sha256:" + "a" * 64, None),
+    ("608aaf95fae6", None),
+])
+def test_the_stack_is_the_tag_never_a_registry_port(ref, stack):
+    assert pipeline.stack_of(ref) == stack
+
+
+def test_ls_names_an_image_certified_by_its_id_or_a_registry_tag_by_its_envkit_tag(tmp_path):
+    db = tmp_path / "h.sqlite"
+    other = "sha256:" + "2" * 64
+    with Store.open(db) as store:
+        store.record_certificate(ID, "none", "none", status="verified", lock_hash="x", document={"image": ID})
+        store.record_certificate(other, "none", "none", status="verified", lock_hash="y",
+                                 document={"image": "localhost:5000/vision/torch25:2.5.1-cu124-py3.11-515bfe72"})
+    asked = []
+
+    def engine_of():
+        asked.append(1)
+        return FakeEngine({ID: info(tags=("localhost:5000/multi/jax:x", TAG))})
+
+    rows = {r["image_id"]: r for r in pipeline.list_images(str(db), engine_of)}
+    assert (rows[ID]["tag"], rows[ID]["stack"], rows[ID]["reference"]) == (TAG, TAG.split(":")[1], ID)
+    gone = rows[other]  # not in the engine: the reference recorded, its stack read right
+    assert (gone["tag"], gone["stack"]) == ("localhost:5000/vision/torch25:2.5.1-cu124-py3.11-515bfe72",
+                                            "2.5.1-cu124-py3.11-515bfe72")
+    assert asked == [1]
+    # no engine at all: the recorded reference; an id has no stack
+    rows = {r["image_id"]: r for r in pipeline.list_images(str(db), lambda: None)}
+    assert (rows[ID]["tag"], rows[ID]["stack"]) == (ID, None)
+
+
+def test_the_envkit_tag_comes_from_the_labels_when_the_image_has_no_such_tag():
+    assert pipeline.envkit_tag(LABELS, ("localhost:5000/multi/jax:x",)) == TAG
+    assert pipeline.envkit_tag(LABELS, (TAG, "multi/jax:other")) == "multi/jax:0.12.0.1-cuda13-py3.13-83521697"
+    assert pipeline.envkit_tag({"org.opencontainers.image.version": "1"}, ("a:b",)) is None
+
+
+def test_ls_asks_no_engine_when_the_store_knows_no_image(tmp_path):
+    db = tmp_path / "h.sqlite"
+    Store.open(db).close()
+    assert pipeline.list_images(str(db), lambda: pytest.fail("asked the engine for nothing")) == []
 
 
 def test_run_on_an_image_envkit_did_not_build_points_at_an_envkit_image_not_at_certify():
