@@ -230,7 +230,10 @@ def expectations(engine, ref: str, lock_path: Path | None):
         raise EngineError(f"no image {ref!r} in the engine", hint="build it with `envkit build SPEC`")
     lock_hash = info.labels.get(LOCK_LABEL)
     if not lock_hash:
-        raise VerificationError(f"{ref} was not built by envkit (it has no {LOCK_LABEL} label)")
+        raise VerificationError(f"{ref} was not built by envkit (it has no {LOCK_LABEL} label)",
+                                hint="envkit verifies and certifies the images it builds, by the pins their labels "
+                                     "carry: build this stack with `envkit build SPEC` and verify that image "
+                                     "(`envkit ls` and `docker images` list the envkit images here)")
     if lock_path is None:
         return info, lock_hash, expect_from_labels(info.labels)
     match = [i for i in load_lock(lock_path).images if i.hash == lock_hash]

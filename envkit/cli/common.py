@@ -53,12 +53,13 @@ def _registry(value: str) -> str:
 
 
 def _image(value: str) -> None:
-    from ..remote_parse import parse_ref
+    from ..remote_parse import check_image_ref, parse_ref
 
     if not value.strip():
         raise EnvkitError("an image is needed, and this one is empty",
                           hint="give a local image (name:tag, an id) or host[:port]/repository:tag")
-    parse_ref(value)
+    parse_ref(value)  # a registry reference, as envkit reads registries (sha256 digests)
+    check_image_ref(value)  # Docker's grammar: the engine would only say "invalid reference format" (exit 6)
 
 
 def _store(value: str) -> None:

@@ -14,12 +14,13 @@ import docker.types
 import requests
 import urllib3.exceptions
 
-from ..errors import BuildError, EngineError
+from ..errors import BuildError, CommandNotFoundError, EngineError
 from ..labels import CONTAINER_LABEL
 from . import BuildEvent, ImageInfo, RunOptions, RunResult
 from .space import engine_out_of_space
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+_NOT_FOUND = re.compile(r'exec: "([^"]+)": (?:executable file not found|stat [^:]*: no such file or directory)')
 _RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")  # the container of the RUN step under way
 
 
@@ -228,6 +229,10 @@ class DockerEngine:
         except docker.errors.APIError as exc:
             if container is not None:
                 self._remove(container)
+            missing = _NOT_FOUND.search(str(exc.explanation or ""))
+            if missing:  # the image lacks the program: the image's fault, not the engine's
+                raise CommandNotFoundError(f"{ref} has no {missing.group(1)!r} to run ({exc.explanation})",
+                                           command=missing.group(1)) from None
             hint = "for GPUs the NVIDIA Container Toolkit must be installed" if options.gpus else None
             raise EngineError(f"cannot start {ref}: {exc.explanation}", hint=hint) from None
         timed_out = False

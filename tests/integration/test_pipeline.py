@@ -111,7 +111,8 @@ def test_verify_refuses_an_image_envkit_did_not_build(engine, example_build):
     base = load_lock(ROOT / "examples" / "team.lock").images[0].base.ref
     proc = envkit("verify", base, "--json")
     assert proc.returncode == 8
-    assert "not built by envkit" in json.loads(proc.stdout)["message"]
+    doc = json.loads(proc.stdout)
+    assert "not built by envkit" in doc["message"] and "envkit build SPEC" in doc["hint"]
 
 
 def _opts():

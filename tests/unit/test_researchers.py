@@ -1,5 +1,5 @@
 """ls, show and run as a researcher meets them: a named store that is not there, the certificates show presents
-(the ones run's gate weighs), the names ls gives, and stores
+(the ones run's gate weighs), the names ls gives, image references checked with the command line, and stores
 that only-reading commands open without changing them."""
 
 import json
@@ -13,6 +13,7 @@ from envkit.cli import main
 from envkit.engine import ImageInfo
 from envkit.errors import EnvkitError, StoreError
 from envkit.gate import judge
+from envkit.remote_parse import check_image_ref
 from envkit.store import MIGRATIONS, SCHEMA_VERSION, Store, locate, migrate
 
 TAG = "multi/jax:0.12.0.1-cuda13-py3.13-83521697"
@@ -172,6 +173,67 @@ def test_ls_asks_no_engine_when_the_store_knows_no_image(tmp_path):
     assert pipeline.list_images(str(db), lambda: pytest.fail("asked the engine for nothing")) == []
 
 
+# --- 4. image references, with the command line ---------------------------------------------------------
+
+@pytest.mark.parametrize("ref, said", [
+    ("UPPER/Case:tag", "repository names are lower case ('UPPER')"),
+    ("a b", "it contains whitespace"),
+    ("::", "the tag after ':' is empty"),
+    ("a" * 300, "the name is 300 characters long; Docker allows at most 255"),
+    ("tørch:1", "'ø' is not allowed (references are ASCII)"),
+    ("a//b", "a part of the name is empty"),
+    ("-a:1", "'-a' is not a name part"),
+    ("a:-x", "the tag '-x' is not 1-128 of"),
+    ("a@sha256:zz", "the digest 'sha256:zz' is not ALGORITHM:HEX"),
+    ("bad_host:99/a", "the registry 'bad_host:99' is not host[:port]"),
+    ("reg.example.com:5000/a..b:1", "'a..b' is not a name part"),
+])
+def test_a_malformed_reference_is_named_with_what_is_wrong(ref, said):
+    with pytest.raises(EnvkitError) as err:
+        check_image_ref(ref)
+    assert said in err.value.message and err.value.message.startswith("bad image reference ")
+
+
+@pytest.mark.parametrize("ref", ["vision/torch25:2.5.1-cu124-py3.11-515bfe72", "sha256:" + "0" * 64, "608aaf95fae6",
+                                 "localhost:5000/a/b:t", "Registry.Example.COM:443/a/b_c__d-e:T_1.x",
+                                 "a@sha256:" + "f" * 64, "[::1]:5000/a:b", "ubuntu"])
+def test_well_formed_references_pass(ref):
+    check_image_ref(ref)
+
+
+@pytest.mark.parametrize("command", ["verify", "certify", "show", "run"])
+@pytest.mark.parametrize("ref", ["UPPER/Case:tag", "a b", "::", "x" * 300, "tørch"])
+def test_every_command_taking_an_image_refuses_a_malformed_one_as_usage(command, ref, monkeypatch):
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: pytest.fail("the engine was asked"))
+    result = invoke(command, ref, "--json")
+    assert result.exit_code == 2, result.output
+    doc = json.loads(result.stdout)
+    assert doc["error"] == "UsageError" and "bad image reference" in doc["message"]
+
+
+def test_an_image_without_python3_fails_verification_not_the_engine():
+    """The engine's 'exec: "python3": executable file not found' is the image's fault: exit 8, saying so."""
+    from envkit.certify.harness import run_payload
+    from envkit.errors import CommandNotFoundError, VerificationError
+
+    class NoPython:
+        def run(self, ref, command, options):
+            raise CommandNotFoundError(f"{ref} has no 'python3' to run (exec: ...)", command="python3")
+
+    with pytest.raises(VerificationError) as err:
+        run_payload(NoPython(), "t/i:1", {})
+    assert err.value.exit_code == 8 and err.value.message.startswith("t/i:1 has no python3")
+
+
+def test_verify_names_an_image_envkit_did_not_build_with_a_hint(monkeypatch):
+    engine = FakeEngine({"debian:12": info(tags=("debian:12",), labels={})})
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: engine)
+    result = invoke("verify", "debian:12", "--json")
+    assert result.exit_code == 8
+    doc = json.loads(result.stdout)
+    assert "was not built by envkit" in doc["message"] and "envkit build SPEC" in doc["hint"]
+
+
 def test_run_on_an_image_envkit_did_not_build_points_at_an_envkit_image_not_at_certify():
     verdict = judge([], [], on_gpus=False, image="debian:12", envkit_built=False)
     assert not verdict.passed and "envkit certify" not in verdict.hint and "cannot be certified" in verdict.hint
@@ -183,7 +245,6 @@ def test_the_gate_knows_an_image_without_envkit_labels(monkeypatch):
     monkeypatch.setattr("envkit.gate.host_gpus", lambda: ([], None))
     verdict = pipeline.certification_gate(engine, "debian:12", on_gpus=False, store_url=None)
     assert "cannot be certified" in verdict.hint
-
 
 
 # --- 7. store paths ----------------------------------------------------------------------------------------
