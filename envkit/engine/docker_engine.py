@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -225,6 +226,9 @@ class DockerEngine:
         container = None
         try:  # create, then start: a container that cannot start (no GPU runtime, no network) is removed
             container = self.client.containers.create(**kwargs)
+            # streamed: attached before it starts, so no output is lost (attach's own request is sent here)
+            frames = (container.attach(stdout=True, stderr=True, stream=True, demux=True)
+                      if options.output is not None else None)
             container.start()
         except docker.errors.APIError as exc:
             if container is not None:
@@ -235,6 +239,8 @@ class DockerEngine:
                                            command=missing.group(1)) from None
             hint = "for GPUs the NVIDIA Container Toolkit must be installed" if options.gpus else None
             raise EngineError(f"cannot start {ref}: {exc.explanation}", hint=hint) from None
+        if frames is not None:
+            return self._stream(container, frames, options)
         timed_out = False
         try:
             try:
@@ -248,3 +254,33 @@ class DockerEngine:
         finally:
             container.remove(force=True)
         return RunResult(code, stdout, stderr, timed_out)
+
+    def _stream(self, container, frames, options: RunOptions) -> RunResult:
+        """Pass the container's output to ``options.output`` as it comes (stdout and stderr apart, in order); a
+        watchdog kills it after ``options.timeout`` seconds (exit 124, ``timed_out``). Interrupted, the container
+        is removed all the same."""
+        timed_out = threading.Event()
+
+        def expire():
+            timed_out.set()
+            try:
+                container.kill()
+            except (docker.errors.APIError, *ENGINE_GONE):
+                pass  # it ended meanwhile
+
+        watchdog = threading.Timer(options.timeout, expire)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            for out, err in frames:
+                if out:
+                    options.output(out, False)
+                if err:
+                    options.output(err, True)
+            code = int(container.wait().get("StatusCode", 1))
+        finally:
+            watchdog.cancel()
+            self._remove(container)
+        if timed_out.is_set():
+            return RunResult(124, "", "", True)
+        return RunResult(code, "", "", False)
