@@ -394,7 +394,7 @@ def store_finding(store_url: str | None) -> Finding:
 
     from .errors import EnvkitError
     from .store import SCHEMA_VERSION, locate
-    from .store.backends import NOT_A_STORE_HINT, PostgresBackend
+    from .store.backends import NOT_A_STORE_HINT, PostgresBackend, directory_error
 
     try:
         target = locate(store_url)
@@ -413,6 +413,9 @@ def store_finding(store_url: str | None) -> Finding:
             backend.close()
         return _schema_finding(f"{target} (PostgreSQL {server})", version, SCHEMA_VERSION)
     path = target.path
+    if path.is_dir():
+        error = directory_error(path)
+        return Finding("store", "fail", error.message, error.hint)
     if not path.exists():
         return Finding("store", "ok", f"{path} (SQLite; created on first use)")
     try:
@@ -428,5 +431,5 @@ def _schema_finding(where: str, version: int, known: int) -> Finding:
     if version > known:
         return Finding("store", "fail", f"{where}: schema version {version}, newer than this envkit ({known})",
                        "upgrade envkit to the version that wrote it")
-    note = "up to date" if version == known else f"schema {version}, migrated to {known} on next use"
+    note = "up to date" if version == known else f"schema {version}, migrated to {known} by the next envkit command that opens it"
     return Finding("store", "ok", f"{where}, {note}")

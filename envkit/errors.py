@@ -92,6 +92,15 @@ class EngineError(EnvkitError):
     exit_code = 6
 
 
+class CommandNotFoundError(EngineError):
+    """A container could not start because its image has no such program (``exec: "python3": executable file not
+    found``): the engine works, the image lacks it. Callers that know what the program was for say so."""
+
+    def __init__(self, message: str, *, command: str, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.command = command
+
+
 class BuildError(EnvkitError):
     """An image failed to build."""
 

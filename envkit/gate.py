@@ -62,11 +62,17 @@ def model_key(name: str) -> str:
     return name[len("nvidia "):] if name.startswith("nvidia ") else name
 
 
-def judge(certificates: list[dict], gpus: list[HostGpu], *, on_gpus: bool, image: str) -> Verdict:
+def judge(certificates: list[dict], gpus: list[HostGpu], *, on_gpus: bool, image: str,
+          envkit_built: bool = True) -> Verdict:
     """The gate's verdict for ``image`` (its certificates: dicts with status, gpu_model, driver, created_at,
-    reasons) on this host's ``gpus``, run with (``on_gpus``) or without them."""
+    reasons) on this host's ``gpus``, run with (``on_gpus``) or without them. ``envkit_built``: the image has
+    envkit's lock-hash label; one without it cannot be certified, so the way out is another image."""
     fix = (f"certify it on this host (`envkit certify {image}`), or run the image your team marks certified "
            f"(its `:certified` tag; `envkit ls` lists them)")
+    if not envkit_built:
+        fix = ("envkit did not build this image (it has no io.envkit.lock-hash label), so it cannot be certified: "
+               "run an envkit image your team marks certified (its `:certified` tag; `envkit ls` lists them), or "
+               "build one with `envkit build SPEC` and certify that")
     if not on_gpus or not gpus:  # no GPU, or GPUs whose models nvidia-smi did not give: a GPU run needs certified
         good = [c for c in certificates if c.get("status") in (("certified",) if on_gpus else ("certified", "verified"))]
         if good:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -229,7 +230,10 @@ def expectations(engine, ref: str, lock_path: Path | None):
         raise EngineError(f"no image {ref!r} in the engine", hint="build it with `envkit build SPEC`")
     lock_hash = info.labels.get(LOCK_LABEL)
     if not lock_hash:
-        raise VerificationError(f"{ref} was not built by envkit (it has no {LOCK_LABEL} label)")
+        raise VerificationError(f"{ref} was not built by envkit (it has no {LOCK_LABEL} label)",
+                                hint="envkit verifies and certifies the images it builds, by the pins their labels "
+                                     "carry: build this stack with `envkit build SPEC` and verify that image "
+                                     "(`envkit ls` and `docker images` list the envkit images here)")
     if lock_path is None:
         return info, lock_hash, expect_from_labels(info.labels)
     match = [i for i in load_lock(lock_path).images if i.hash == lock_hash]
@@ -311,20 +315,62 @@ def _store_images(store) -> dict[str, dict]:
     return out
 
 
-def list_images(store_url: str | None) -> list[dict]:
-    """Every image the store knows (built by nightly, or certified), with its certifications."""
+def stack_of(ref: str) -> str | None:
+    """The tag of ``ref`` (``host:port/team/image:TAG@digest`` -> TAG), or None for a reference without one (an
+    image id, ``name@sha256:...``): the port of a registry host is not a tag."""
+    name = ref.partition("@")[0]
+    last = name.rpartition("/")[2]
+    if ":" not in last or re.fullmatch(r"sha256:[0-9a-f]{12,64}", name):
+        return None
+    return last.rpartition(":")[2]
+
+
+def envkit_tag(labels: dict[str, str], tags: tuple[str, ...] = ()) -> str | None:
+    """An envkit image's own tag (``<team>/<image>:<stack>``) from its labels, preferring one of ``tags`` with that
+    name; None when the labels do not name a team and an image."""
+    from .labels import IMAGE_LABEL, TEAM_LABEL
+
+    team, image = labels.get(TEAM_LABEL), labels.get(IMAGE_LABEL)
+    if not team or not image:
+        return None
+    repo = f"{team}/{image}"
+    mine = sorted(t for t in tags if t.rpartition(":")[0] == repo)
+    if mine:
+        return mine[0]
+    version = labels.get("org.opencontainers.image.version")
+    return f"{repo}:{version}" if version else None
+
+
+def list_images(store_url: str | None, engine_of: Callable[[], object | None] | None = None) -> list[dict]:
+    """Every image the store knows (built by nightly, or certified), with its certifications. The store keeps the
+    reference an image was certified by (an id, a registry tag); with an engine (``engine_of()``, asked only when
+    the store knows an image; None: no engine), an envkit image still there is named by its own tag
+    (``<team>/<image>:<stack>``, from its labels). ``reference``: what the store recorded."""
     store = Store.open_existing(store_url, must_exist=True)  # creates none; a named one must be there
     if store is None:
         return []
     with store:
         images = _store_images(store)
+    engine = engine_of() if images and engine_of is not None else None
     rows = []
-    for image_id, known in sorted(images.items(), key=lambda kv: kv[1]["tag"]):
+    for image_id, known in images.items():
         certs = known["records"]
-        rows.append({"tag": known["tag"], "image_id": image_id, "stack": known["tag"].split(":", 1)[-1],
+        info = _inspect_quietly(engine, image_id)
+        tag = (envkit_tag(info.labels, info.tags) if info is not None else None) or known["tag"]
+        rows.append({"tag": tag, "reference": known["tag"], "image_id": image_id, "stack": stack_of(tag),
                      "certification": {c.gpu_model: c.status for c in certs},
                      "date": max([known["created"], *[c.created_at for c in certs]])[:10]})
-    return rows
+    return sorted(rows, key=lambda r: r["tag"])
+
+
+def _inspect_quietly(engine, ref: str):
+    """``engine.inspect(ref)``, or None without an engine or when it cannot say (ls names the image as recorded)."""
+    if engine is None:
+        return None
+    try:
+        return engine.inspect(ref)
+    except EnvkitError:
+        return None
 
 
 def list_registry_images(client, registry: str, store_url: str | None, **read) -> dict:
@@ -332,8 +378,8 @@ def list_registry_images(client, registry: str, store_url: str | None, **read) -
     artifacts), joined with the store's rows for the same images when a store is at hand."""
     from .remote import list_registry, merge_store
 
+    store = Store.open_existing(store_url, must_exist=True)  # a named store adds to it: a typo fails at once
     listing = list_registry(client, registry, **read)
-    store = Store.open_existing(store_url)  # the registry is the source; a store only adds to it
     if store is None:
         return {**listing.to_json(), "store": None}
     with store:
@@ -354,6 +400,10 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
     registry (``host[:port]/repo:tag`` or ``...@sha256:``), from the registry without pulling it
     (manifest, config labels, certificate artifacts, ``:certified``). A local image named by a
     registry reference also gets the registry's view (under ``registry``).
+
+    ``certificates`` holds every certificate the gate of ``envkit run`` weighs: the store's and, for a
+    registry reference (local copy or not), the registry's artifacts, each with its ``source``. A store
+    named (``store_url``, ``$ENVKIT_STORE``) that does not exist is an error, never read as no certificates.
     """
     from .remote import inspect_remote, parse_ref
 
@@ -364,10 +414,10 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
             raise EngineError(f"no image {ref!r} in the engine",
                               hint="pull it, build it with `envkit build SPEC`, or name it in the registry "
                                    "(host[:port]/repository:tag) to read it from there without pulling")
+        store = Store.open_existing(store_url, must_exist=True)  # before the registry: a typo fails at once
         remote = inspect_remote(engine, remote_ref, **read)
         view = remote.to_json()
-        certs = view["certificates"]
-        store = Store.open_existing(store_url)
+        certs = list(view["certificates"])
         if store is not None:
             with store:
                 certs = certs + [_cert_doc(c) for c in store.certificates_for(remote.facts.config_digest)]
@@ -377,7 +427,7 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
                 "registry": view}
     labels = {k: v for k, v in sorted(info.labels.items()) if k.startswith(SHOWN)}
     certs = []
-    store = Store.open_existing(store_url)  # reading leaves no empty history database behind
+    store = Store.open_existing(store_url, must_exist=True)  # reading leaves no empty history database behind
     if store is not None:
         with store:
             certs = [_cert_doc(c) for c in store.certificates_for(info.id)]
@@ -389,19 +439,23 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
             doc["registry"] = inspect_remote(engine, remote_ref, **read).to_json()
         except EnvkitError as exc:
             doc["registry"] = {"error": exc.message, "hint": exc.hint}
+        else:  # its certificates are this image's too, as the gate weighs them
+            doc["certificates"] = [*certs, *doc["registry"]["certificates"]]
     return doc
 
 
 def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None):
-    """Whether ``ref`` was certified for this host's GPUs (``gate.judge``), from the store's certificates and,
-    for a registry reference, the registry's certificate artifacts (unreadable: the store's alone, noted)."""
+    """Whether ``ref`` was certified for this host's GPUs (``gate.judge``), from the certificates ``show_image``
+    gives: the store's and, for a registry reference, the registry's certificate artifacts (unreadable: the
+    store's alone, noted)."""
     from .gate import host_gpus, judge
 
     doc = show_image(engine, ref, store_url)
     registry = doc.get("registry") or {}
-    certs = [*doc["certificates"], *(registry.get("certificates") or [])]
     gpus, unread = host_gpus() if on_gpus else ([], None)
-    verdict = judge(certs, gpus, on_gpus=on_gpus, image=ref)
+    labels = doc.get("labels")
+    verdict = judge(doc["certificates"], gpus, on_gpus=on_gpus, image=ref,
+                    envkit_built=labels is None or bool(labels.get(LOCK_LABEL)))
     notes = [f"this host's GPUs could not be read ({unread}), so a certified certificate on any model counts"] if unread else []
     if registry.get("error") and not verdict.passed:
         notes.append(f"the registry's certificates could not be read: {registry['error']}")
@@ -410,10 +464,16 @@ def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None
     return verdict
 
 
+RUN_TIMEOUT = 24 * 3600  # envkit run's default limit, seconds
+
+
 def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str,
-                 store_url: str | None = None, require_certified: bool = False, warn=lambda _: None):
+                 store_url: str | None = None, require_certified: bool = False, warn=lambda _: None,
+                 timeout: int = RUN_TIMEOUT, output=None):
     """Run ``command`` in ``ref`` with the flags it needs, after the certification gate: an image not certified
-    for this host runs with ``warn(message)``, or (``require_certified``) is refused (exit 8)."""
+    for this host runs with ``warn(message)``, or (``require_certified``) is refused (exit 8). ``output``: stream
+    the job's output to it as it comes (``RunOptions.output``); else it is collected in the result. Stopped after
+    ``timeout`` seconds (the result's ``timed_out``, exit 124)."""
     from .engine import RunOptions
 
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
@@ -423,6 +483,6 @@ def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm
             raise VerificationError(f"refusing to run it: {verdict.message}", hint=verdict.hint + " (or drop "
                                     "--require-certified / ENVKIT_REQUIRE_CERTIFIED to run it anyway, with a warning)")
         warn(f"warning: {verdict.message}\n  hint: {verdict.hint}")
-    options = RunOptions(gpus=use_gpus, shm_size=shm_size, timeout=24 * 3600,
+    options = RunOptions(gpus=use_gpus, shm_size=shm_size, timeout=timeout, output=output,
                          ulimits={"memlock": -1, "stack": 67108864} if use_gpus else {})
     return engine.run(ref, command or ["python3", "/opt/envkit/envkit_check"], options), verdict

@@ -76,6 +76,58 @@ def parse_ref(ref: str) -> RegistryRef | None:
     return RegistryRef(first, repository, tag if tag or digest else "latest", digest)
 
 
+_DOMAIN_PART = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+_DOMAIN = re.compile(rf"^(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?$")
+_ANY_DIGEST = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
+NAME_MAX = 255  # Docker's limit on a reference's name (host and repository, without tag or digest)
+IMAGE_HINT = ("an image is name[:tag][@sha256:<64 hex>] or an image id; names are lower-case letters and digits "
+              "joined by . _ __ or -, in /-separated parts, e.g. vision/torch25:2.5.1-cu124-py3.11-515bfe72 or "
+              "127.0.0.1:5000/vision/torch25:certified")
+
+
+def check_image_ref(ref: str) -> None:
+    """Docker's reference grammar (distribution's ``reference`` package), checked before the engine sees the value,
+    so a malformed one is named with what is wrong instead of the engine's "invalid reference format". An
+    ``EnvkitError`` naming the value and its fault; None when it is well formed (an image id is too)."""
+    def bad(why: str) -> EnvkitError:
+        shown = repr(ref) if len(ref) <= 80 else f"{ref[:40]!r}... ({len(ref)} characters)"
+        return EnvkitError(f"bad image reference {shown}: {why}", hint=IMAGE_HINT)
+
+    for ch in ref:
+        if ch.isspace():
+            raise bad("it contains whitespace")
+        if not (ch.isascii() and ch.isprintable()):
+            raise bad(f"{ch!r} is not allowed (references are ASCII)")
+    name_tag, at, digest = ref.partition("@")
+    if at and not _ANY_DIGEST.fullmatch(digest):
+        raise bad(f"the digest {digest!r} is not ALGORITHM:HEX (e.g. sha256:<64 hex>)")
+    name, tag = name_tag, None
+    if ":" in name_tag.rpartition("/")[2]:
+        name, _, tag = name_tag.rpartition(":")
+        if not tag:
+            raise bad("the tag after ':' is empty")
+        if not _TAG.fullmatch(tag):
+            raise bad(f"the tag {tag!r} is not 1-128 of A-Z a-z 0-9 _ . - (not starting with . or -)")
+    if not name:
+        raise bad("the name is empty")
+    if len(name) > NAME_MAX:
+        raise bad(f"the name is {len(name)} characters long; Docker allows at most {NAME_MAX}")
+    first, sep, rest = name.partition("/")
+    path = name
+    if sep and names_registry(first):
+        if not _DOMAIN.fullmatch(first):
+            raise bad(f"the registry {first!r} is not host[:port]")
+        path = rest
+    for part in path.split("/"):
+        if not part:
+            raise bad("a part of the name is empty (two slashes together, or one at an end)")
+        if not _COMPONENT.fullmatch(part):
+            if part.lower() != part and _COMPONENT.fullmatch(part.lower()):
+                raise bad(f"repository names are lower case ({part!r})")
+            raise bad(f"{part!r} is not a name part (lower-case letters and digits joined by . _ __ or -, "
+                      "beginning and ending with a letter or digit)")
+
+
 def parse_registry(where: str) -> tuple[str, str]:
     """``HOST[:PORT][/path]`` -> (host[:port], path prefix without slashes)."""
     first, _, prefix = (where or "").strip().rstrip("/").partition("/")

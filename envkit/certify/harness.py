@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import frameworks, scratch
 from ..engine import Mount, RunOptions
-from ..errors import VerificationError
+from ..errors import CommandNotFoundError, VerificationError
 from .payload.envkit_check import envkit_check_core as payload_identity
 
 PAYLOAD = Path(__file__).resolve().parent / "payload" / "envkit_check"
@@ -68,8 +68,15 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
         options = RunOptions(gpus=gpus, timeout=timeout, mounts=(Mount(str(tmpdir), MOUNT),), role="certify",
                              # NCCL needs unlimited locked memory and a large stack on GPU hosts
                              ulimits={"memlock": -1, "stack": 67108864} if gpus else {})
-        result = engine.run(ref, ["python3", f"{MOUNT}/{PAYLOAD_NAME}", "--expect", f"{MOUNT}/expect.json",
-                                  "--json", "--mode", mode, "--timeout", str(max(timeout - RESERVE_S, 1))], options)
+        try:
+            command = ["python3", f"{MOUNT}/{PAYLOAD_NAME}", "--expect", f"{MOUNT}/expect.json", "--json",
+                       "--mode", mode, "--timeout", str(max(timeout - RESERVE_S, 1))]
+            result = engine.run(ref, command, options)
+        except CommandNotFoundError as exc:  # the image's fault (exit 8), not the engine's (6)
+            raise VerificationError(f"{ref} has no {exc.command}: the payload runs with the image's own python3, "
+                                    "so nothing in it can be checked",
+                                    hint="envkit's images have python3 in their os stage; an image without it was "
+                                         "not built from an envkit Dockerfile (or python3 was removed after)") from None
     if result.timed_out:
         raise VerificationError(f"the payload in {ref} ran past {timeout}s and was stopped before it reported",
                                 hint="give a longer --timeout; a normal run takes well under a minute, so a "

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from .common import FRAMEWORKS, SPEC, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
+from .common import FRAMEWORKS, SPEC, STORE, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
 
 
 @click.command("doctor")
-@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--spec", "spec_path", type=SPEC, default=None,
               help="Check this team.yaml's package index (build.index_url) and CA bundle (build.ca_bundle), "
                    "as resolve and build use them (default: PyPI and $ENVKIT_CA_BUNDLE, else $PIP_CERT).")

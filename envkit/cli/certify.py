@@ -9,7 +9,7 @@ import click
 from click.core import ParameterSource
 
 from ..certify.harness import MIN_TIMEOUT_S, RESERVE_S
-from .common import (IMAGE, REGISTRY, SPEC, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
+from .common import (IMAGE, REGISTRY, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
                      refresh_framework_option, run, table)
 
 
@@ -20,7 +20,7 @@ from .common import (IMAGE, REGISTRY, SPEC, STORE_HELP, _ctx, _short, builder_op
 @click.option("--gpus/--no-gpus", default=None, help="Certify on the GPUs (default: when the engine has the NVIDIA runtime).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True, help="Where the certificate and reports are written.")
-@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--timeout", type=click.IntRange(min=MIN_TIMEOUT_S), default=600, show_default=True,
               help=f"Hard limit for the in-image run, seconds (at least {MIN_TIMEOUT_S}: the payload stops "
                    f"{RESERVE_S} s before it, to report what it found).")
@@ -56,7 +56,7 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
 @locked_option
 @click.option("--gpus/--no-gpus", default=None, help="Certify on GPUs (default: when the engine has the NVIDIA runtime).")
 @click.option("--threshold", default=0.10, show_default=True, help="Regression: a probe dropping more than this fraction.")
-@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True)
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)

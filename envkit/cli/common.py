@@ -53,12 +53,19 @@ def _registry(value: str) -> str:
 
 
 def _image(value: str) -> None:
-    from ..remote_parse import parse_ref
+    from ..remote_parse import check_image_ref, parse_ref
 
     if not value.strip():
         raise EnvkitError("an image is needed, and this one is empty",
                           hint="give a local image (name:tag, an id) or host[:port]/repository:tag")
-    parse_ref(value)
+    parse_ref(value)  # a registry reference, as envkit reads registries (sha256 digests)
+    check_image_ref(value)  # Docker's grammar: the engine would only say "invalid reference format" (exit 6)
+
+
+def _store(value: str) -> None:
+    from ..store import locate
+
+    locate(value)  # empty, or a URL envkit cannot use: before any work
 
 
 def _team(value: str) -> None:
@@ -70,6 +77,7 @@ def _team(value: str) -> None:
 REGISTRY = Checked("registry", _registry)  # HOST[:PORT][/PATH]
 TEAM = Checked("team", _team)  # a team name, as team.yaml's team:
 IMAGE = Checked("image", _image)  # a local image, or a registry reference (then well formed)
+STORE = Checked("store", _store)  # a history store: a path, sqlite:///..., postgresql://...
 
 
 class Ctx:
@@ -109,8 +117,9 @@ def refresh_framework_option(name: str):
              + ", ".join(FRAMEWORKS) + ").")
 
 
-STORE_HELP = ("History store: a SQLite path, sqlite:///path or postgresql://[user@]host[:port]/db "
-              "(default: $ENVKIT_STORE, else .envkit/history.sqlite; passwords via PGPASSWORD or ~/.pgpass).")
+STORE_HELP = ("History store: a SQLite file path, sqlite:///relative/path, sqlite:////absolute/path or "
+              "postgresql://[user@]host[:port]/db (default: $ENVKIT_STORE, else .envkit/history.sqlite; passwords "
+              "via PGPASSWORD or ~/.pgpass).")
 
 
 def run(ctx_obj: Ctx, fn):

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .common import STORE_HELP, TEAM, _ctx, emit, json_option, run, table
+from .common import STORE, STORE_HELP, TEAM, _ctx, emit, json_option, run, table
 
 
 def _bytes(n: int) -> str:
@@ -24,7 +24,7 @@ def _bytes(n: int) -> str:
 @click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True,
               help="Builds to keep per (team, image), newest first by the image's creation time.")
 @click.option("--dry-run", is_flag=True, help="Say what would be kept and removed; remove nothing.")
-@click.option("--store", "store_url", default=None, help=STORE_HELP + " Its certificates and :certified pushes keep images.")
+@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP + " Its certificates and :certified pushes keep images.")
 @click.option("--build-cache", "cache_hours", type=click.IntRange(min=0), default=None, metavar="HOURS",
               help="Then prune BuildKit's build cache records not used in the last HOURS hours (0: every one no "
                    "build is using), as `docker builder prune --filter until=HOURSh` does: never one an image still "

@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..errors import EnvkitError
-from .common import IMAGE, REGISTRY, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
+from .common import IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
 
 
 def _engine_for_registry(c: Ctx, needed: bool):
@@ -25,8 +25,18 @@ def _engine_for_registry(c: Ctx, needed: bool):
         return None
 
 
+def _engine_if_any():
+    """The engine when one answers, else None (quietly: what it adds is optional)."""
+    from ..engine.docker_engine import connect
+
+    try:
+        return connect()
+    except EnvkitError:
+        return None
+
+
 @click.command("ls")
-@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--registry", type=REGISTRY, default=None, metavar="HOST[:PORT][/PATH]",
               help="List the images in this registry (under PATH) with their certificate artifacts, joined with "
                    "the store's rows for the same images; read over the registry's HTTP API, nothing is pulled.")
@@ -38,10 +48,10 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
 
     c = _ctx(click_ctx, json_out)
     if registry is None:
-        rows = run(c, lambda: list_images(store_url))
+        rows = run(c, lambda: list_images(store_url, _engine_if_any))
 
         def human():
-            table([[r["tag"], r["stack"], ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-",
+            table([[r["tag"], r["stack"] or "-", ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-",
                     r["date"]] for r in rows], ["IMAGE", "STACK", "CERTIFICATION", "DATE"])
             if not rows:
                 click.echo("(no image in the history store: nightly and certify record them there, and build's "
@@ -67,7 +77,7 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
 
 @click.command("show")
 @click.argument("image", type=IMAGE)
-@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @json_option
 @click.pass_context
 def show_cmd(click_ctx, image, store_url, json_out):
@@ -116,27 +126,41 @@ def show_cmd(click_ctx, image, store_url, json_out):
 @click.option("--require-certified", is_flag=True, envvar="ENVKIT_REQUIRE_CERTIFIED",
               help="Refuse (exit 8) an image not certified for this host's GPUs (a CPU run: not verified) "
                    "instead of running it with a warning. Also $ENVKIT_REQUIRE_CERTIFIED=1.")
-@click.option("--store", "store_url", default=None, help=STORE_HELP)
+@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
+@click.option("--timeout", type=click.IntRange(min=1), default=24 * 3600, show_default=True, metavar="SECONDS",
+              help="Stop the job after this many seconds (exit 124, saying so).")
 @json_option
 @click.pass_context
-def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_url, json_out):
+def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_url, timeout, json_out):
     """Run COMMAND in IMAGE with the GPU, shared-memory and ulimit flags it needs.
 
     First the certification gate: the image's certificates (store; registry artifacts for a registry
-    reference) must cover every GPU model on this host. With --json: one document with the gate's
-    verdict, the exit code and the command's output."""
+    reference) must cover every GPU model on this host. The job's stdout and stderr stream to envkit's as
+    they come. With --json: the output is collected instead, and one document holds the gate's verdict, the
+    exit code and the output."""
     from ..engine.docker_engine import connect
     from ..pipeline import run_in_image
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
+    output = None if json_out else _passthrough
     result, verdict = run(c, lambda: run_in_image(engine, image, list(command), gpus=gpus, shm_size=shm_size,
                                                   store_url=store_url, require_certified=require_certified,
-                                                  warn=lambda text: click.echo(text, err=True)))
+                                                  warn=lambda text: click.echo(text, err=True), timeout=timeout,
+                                                  output=output))
+    stopped = f"envkit: the job ran past --timeout {timeout}s and was stopped (exit 124)"
     if json_out:
         click.echo(json.dumps({"image": image, "gate": verdict.to_json(), "exit_code": result.exit_code,
-                               "stdout": result.stdout, "stderr": result.stderr}, indent=2))
-    else:
-        click.echo(result.stdout, nl=False)
-        click.echo(result.stderr, nl=False, err=True)
+                               "timed_out": result.timed_out, "stdout": result.stdout, "stderr": result.stderr},
+                              indent=2))
+    if result.timed_out:
+        click.echo(stopped, err=True)
     sys.exit(result.exit_code)
+
+
+def _passthrough(data: bytes, is_stderr: bool) -> None:
+    """The job's bytes to envkit's own stdout or stderr, at once."""
+    stream = sys.stderr if is_stderr else sys.stdout
+    stream.flush()
+    stream.buffer.write(data)
+    stream.buffer.flush()

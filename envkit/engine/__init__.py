@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,8 @@ class RunOptions:
     # NCCL wants unlimited locked memory and a large stack; set on GPU hosts (certify).
     ulimits: dict[str, int] = field(default_factory=dict)
     role: str = "run"  # the container's labels.CONTAINER_LABEL: certify, fetch-debs, run
+    # Streamed output: each chunk as it comes, (bytes, is_stderr); RunResult then holds no output. None: collected.
+    output: Callable[[bytes, bool], None] | None = field(default=None, compare=False)
 
 
 class Engine(Protocol):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -14,12 +15,13 @@ import docker.types
 import requests
 import urllib3.exceptions
 
-from ..errors import BuildError, EngineError
+from ..errors import BuildError, CommandNotFoundError, EngineError
 from ..labels import CONTAINER_LABEL
 from . import BuildEvent, ImageInfo, RunOptions, RunResult
 from .space import engine_out_of_space
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+_NOT_FOUND = re.compile(r'exec: "([^"]+)": (?:executable file not found|stat [^:]*: no such file or directory)')
 _RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")  # the container of the RUN step under way
 
 
@@ -226,12 +228,21 @@ class DockerEngine:
         container = None
         try:  # create, then start: a container that cannot start (no GPU runtime, no network) is removed
             container = self.client.containers.create(**kwargs)
+            # streamed: attached before it starts, so no output is lost (attach's own request is sent here)
+            frames = (container.attach(stdout=True, stderr=True, stream=True, demux=True)
+                      if options.output is not None else None)
             container.start()
         except docker.errors.APIError as exc:
             if container is not None:
                 self._remove(container)
+            missing = _NOT_FOUND.search(str(exc.explanation or ""))
+            if missing:  # the image lacks the program: the image's fault, not the engine's
+                raise CommandNotFoundError(f"{ref} has no {missing.group(1)!r} to run ({exc.explanation})",
+                                           command=missing.group(1)) from None
             hint = "for GPUs the NVIDIA Container Toolkit must be installed" if options.gpus else None
             raise EngineError(f"cannot start {ref}: {exc.explanation}", hint=hint) from None
+        if frames is not None:
+            return self._stream(container, frames, options)
         timed_out = False
         try:
             try:
@@ -245,3 +256,33 @@ class DockerEngine:
         finally:
             container.remove(force=True)
         return RunResult(code, stdout, stderr, timed_out)
+
+    def _stream(self, container, frames, options: RunOptions) -> RunResult:
+        """Pass the container's output to ``options.output`` as it comes (stdout and stderr apart, in order); a
+        watchdog kills it after ``options.timeout`` seconds (exit 124, ``timed_out``). Interrupted, the container
+        is removed all the same."""
+        timed_out = threading.Event()
+
+        def expire():
+            timed_out.set()
+            try:
+                container.kill()
+            except (docker.errors.APIError, *ENGINE_GONE):
+                pass  # it ended meanwhile
+
+        watchdog = threading.Timer(options.timeout, expire)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            for out, err in frames:
+                if out:
+                    options.output(out, False)
+                if err:
+                    options.output(err, True)
+            code = int(container.wait().get("StatusCode", 1))
+        finally:
+            watchdog.cancel()
+            self._remove(container)
+        if timed_out.is_set():
+            return RunResult(124, "", "", True)
+        return RunResult(code, "", "", False)

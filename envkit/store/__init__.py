@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import EnvkitError, StoreError
-from .backends import Backend, PostgresBackend, SQLiteBackend, redact
+from .backends import NOT_A_STORE_HINT, Backend, PostgresBackend, SQLiteBackend, redact
 from .migrations import MIGRATIONS, SCHEMA_VERSION, Clock, Dialect, migrate, stamp, utcnow
 
 __all__ = ["DEFAULT_PATH", "MIGRATIONS", "SCHEMA_VERSION", "STORE_ENV", "BuildRecord", "CertificateRecord",
@@ -70,6 +71,10 @@ def locate(url_or_path: str | Path | None = None) -> Target:
     """The store ``url_or_path`` names, without opening it: a file path, ``sqlite:///rel``,
     ``sqlite:////abs``, ``postgresql[+driver]://...`` (or ``postgres://``). ``None``: the
     ``ENVKIT_STORE`` environment variable, else ``.envkit/history.sqlite``."""
+    if isinstance(url_or_path, str) and not url_or_path.strip():
+        raise StoreError("the history store is named by an empty value",
+                         hint="give a file path, sqlite:///relative/path, sqlite:////absolute/path or "
+                              "postgresql://host/db, or leave --store out for $ENVKIT_STORE, else .envkit/history.sqlite")
     target = url_or_path if url_or_path is not None else (os.environ.get(STORE_ENV) or DEFAULT_PATH)
     if isinstance(target, Path) or "://" not in target:
         return Target(path=Path(target))
@@ -156,11 +161,12 @@ class Store:
     @classmethod
     def open_existing(cls, url_or_path: str | Path | None = None, *, must_exist: bool = False) -> "Store | None":
         """The store when one is named (``url_or_path``, ``ENVKIT_STORE``) or the default file exists; else None.
-        For readers (show, ls, run, gc): reading must not leave an empty history database behind. ``must_exist``
-        (gc, and ls without --registry: the store is all they read): a named SQLite file that does not exist is an
-        error, as a mistyped path must not read as a history with no certificates in it (gc would remove images
-        by what it holds; ls would list nothing). For show and ls --registry the store only adds to what the
-        engine or the registry says."""
+        For readers (show, ls, run, gc): it is opened read-only and never created or written (a 0-byte file is
+        refused, not turned into a database); only an older envkit's schema is migrated, as any command did. ``must_exist`` (gc, ls, show and run): a named
+        SQLite file that does not exist is an error, as a mistyped path must not read as a history with no
+        certificates in it (gc would remove images by what it holds; ls would list nothing; show would say
+        "none" and run's gate would warn for want of a certificate). ls --registry reads the registry first, and
+        a store there only adds to it."""
         target = locate(url_or_path)
         if target.path is not None and not target.path.exists():
             if not (target.named and must_exist):
@@ -169,7 +175,49 @@ class Store:
             raise StoreError(f"no history store at {target.path}",
                              hint="check --store or $ENVKIT_STORE (certify and nightly create the store; commands "
                                   "that only read it never do)")
-        return cls.open(url_or_path)
+        return cls.open_readonly(target)
+
+    @classmethod
+    def _upgraded(cls, target: Target, version: int, clock: Clock) -> "Store":
+        """A store with an older schema, migrated for a reader: what an upgrade of envkit asks of any command
+        (a reader refusing it would fail `ls` until the next certify). One this user may not write is refused."""
+        try:
+            return cls.open(target.path or target.url, clock=clock)
+        except (sqlite3.OperationalError, StoreError) as exc:
+            raise StoreError(f"{target.path or target.url} has schema version {version}, older than this envkit's "
+                             f"({SCHEMA_VERSION}), and it cannot be upgraded here: {exc}",
+                             hint="run a command that writes the store (`envkit certify`, `envkit nightly`) as a "
+                                  "user who may write it; then every envkit can read it") from None
+
+    @classmethod
+    def open_readonly(cls, target: Target, *, clock: Clock = utcnow) -> "Store":
+        """Open ``target`` to read it: nothing is created or written. A database without envkit's schema (an empty
+        file) or with a newer one is a ``StoreError``; an older one is migrated (``_upgraded``)."""
+        backend: Backend = (SQLiteBackend.open(target.path, read_only=True) if target.path
+                            else PostgresBackend.open(target.url))
+        try:
+            version = backend.stored_version()
+            if version == 0:
+                empty = target.path is not None and target.path.stat().st_size == 0
+                raise StoreError(f"{backend.where} is not an envkit history store ("
+                                 + ("an empty file" if empty else "it has no envkit schema") + ")",
+                                 hint="check --store or $ENVKIT_STORE; certify and nightly create the store, commands "
+                                      "that only read it never do")
+            if version < SCHEMA_VERSION:  # an older envkit's store: upgraded (as before), else refused
+                backend.close()
+                return cls._upgraded(target, version, clock)
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{backend.where} has schema version {version}, newer than this envkit understands "
+                                 f"(version {SCHEMA_VERSION})",
+                                 hint="upgrade envkit to the version that wrote it, or point envkit at another "
+                                      "history store")
+        except BaseException as exc:
+            backend.close()
+            if target.path is not None and isinstance(exc, sqlite3.DatabaseError):
+                raise StoreError(f"{target.path} is not an envkit history database: {exc}",
+                                 hint=NOT_A_STORE_HINT) from None
+            raise
+        return cls(backend, clock=clock)
 
     def close(self) -> None:
         self.backend.close()

@@ -40,16 +40,26 @@ class SQLiteBackend:
         self.db = db
 
     @classmethod
-    def open(cls, path: Path) -> "SQLiteBackend":
+    def open(cls, path: Path, *, read_only: bool = False) -> "SQLiteBackend":
+        """Open (``read_only``: never create, write or migrate) the SQLite file at ``path``."""
+        if path.is_dir():
+            raise directory_error(path)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: no implicit transactions; ``transaction()`` is explicit.
-            db = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+            if read_only:  # mode=ro: SQLite neither creates the file nor writes it (a 0-byte file stays 0 bytes)
+                db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                                     timeout=30.0)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                # isolation_level=None: no implicit transactions; ``transaction()`` is explicit.
+                db = sqlite3.connect(path, isolation_level=None, timeout=30.0)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the history database {path}: {exc}",
                              hint="check the directory exists and is writable, or choose another path") from None
         try:
             db.execute("PRAGMA busy_timeout = 30000")
+            if read_only:
+                db.execute("PRAGMA user_version").fetchone()  # reads the header: a file that is not SQLite fails here
+                return cls(path, db)
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{path}: SQLite refused WAL mode (journal_mode is {mode})",
@@ -71,6 +81,10 @@ class SQLiteBackend:
 
     def schema_version(self) -> int:
         return self.db.execute("PRAGMA user_version").fetchone()[0]
+
+    def stored_version(self) -> int:
+        """The schema version without creating anything (0: no envkit schema)."""
+        return self.schema_version()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -110,6 +124,12 @@ class SQLiteBackend:
 
     def close(self) -> None:
         self.db.close()
+
+
+def directory_error(path: Path) -> StoreError:
+    """A store path that names a directory: the history store is one file."""
+    return StoreError(f"{path} is a directory; the history store is a file",
+                      hint=f"give the path of a file (e.g. {path / 'history.sqlite'}): --store, $ENVKIT_STORE")
 
 
 # for a file that is not an envkit history: a mistyped path is the likelier cause than a damaged store
@@ -195,6 +215,12 @@ class PostgresBackend:
 
     def schema_version(self) -> int:
         return self.query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_version")[0]["v"]
+
+    def stored_version(self) -> int:
+        """The schema version without creating anything (0: no envkit schema in this database)."""
+        if not self.query("SELECT to_regclass('schema_version') IS NOT NULL AS e")[0]["e"]:
+            return 0
+        return self.schema_version()
 
     @contextmanager
     def transaction(self) -> Iterator[_PgExecutor]:

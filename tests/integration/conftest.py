@@ -53,3 +53,13 @@ def base(dc) -> str:
     if not images:
         pytest.skip("no local envkit-base/debian image (build the example team once, or bootstrap a base)")
     return min(images, key=lambda i: i.attrs["Size"]).tags[0]
+
+
+def empty_store(tmp_path: Path) -> Path:
+    """A history store with no record (``h.sqlite`` under ``tmp_path``), for commands that read one: a store
+    named with --store must exist (show, run, ls and gc refuse a name that is not there)."""
+    from envkit.store import Store
+
+    path = tmp_path / "h.sqlite"
+    Store.open(path).close()
+    return path

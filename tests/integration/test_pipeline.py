@@ -6,7 +6,7 @@ import pytest
 
 from envkit.certify.harness import payload_sha256, run_payload
 from envkit.lock import load_lock
-from tests.integration.conftest import ROOT, envkit
+from tests.integration.conftest import ROOT, empty_store, envkit
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +111,8 @@ def test_verify_refuses_an_image_envkit_did_not_build(engine, example_build):
     base = load_lock(ROOT / "examples" / "team.lock").images[0].base.ref
     proc = envkit("verify", base, "--json")
     assert proc.returncode == 8
-    assert "not built by envkit" in json.loads(proc.stdout)["message"]
+    doc = json.loads(proc.stdout)
+    assert "not built by envkit" in doc["message"] and "envkit build SPEC" in doc["hint"]
 
 
 def _opts():
@@ -145,7 +146,7 @@ def test_run_gates_on_certification_refusing_until_the_image_is_certified_here(e
     Without the flag an uncertified image runs with a warning."""
     doc, _ = example_build
     tag = doc["images"][0]["tag"]
-    store = tmp_path / "h.sqlite"
+    store = empty_store(tmp_path)  # no certificate of the image yet
     cmd = ["python3", "-c", "print('ran')"]
     refused = envkit("run", tag, "--no-gpus", "--require-certified", "--store", store, "--", *cmd)
     assert refused.returncode == 8 and "ran" not in refused.stdout

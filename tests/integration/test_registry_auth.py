@@ -26,7 +26,7 @@ from envkit.errors import EngineError
 from envkit.publish import (CERTIFIED_TAG, attach_certificate, certificate_tag, promote, pull_by_digest, push,
                             read_certificate, remote_digest)
 from envkit.registry_auth import RegistryAuthError, open_session
-from tests.integration.conftest import envkit
+from tests.integration.conftest import empty_store, envkit
 from tests.integration.published import LOCK_A, STACK_A, certificate, labels_for, untag_registry_refs
 from tests.integration.secure_registry import AuthRegistry, auth_registry, trust_ca
 
@@ -131,7 +131,7 @@ def test_publish_show_ls_and_pull_with_credentials_from_the_environment(dc, tiny
     assert json.loads(read_certificate(dc, secure.repo(REPO), STACK_A, "nvidia-h200"))["status"] == "certified"
     untag_registry_refs(dc, secure.host)
 
-    store = ("--store", tmp_path / "h.sqlite")
+    store = ("--store", empty_store(tmp_path))
     shown, _ = cli_json("show", f"{secure.repo(REPO)}:{STACK_A}", *store)
     assert shown["source"] == "registry" and shown["registry"]["digest"] == digest
     assert shown["registry"]["certified_tag"] is True
@@ -152,14 +152,14 @@ def test_credentials_from_a_docker_config_file_and_a_credential_helper(dc, tiny,
     login.docker_config(secure, "pusher")
     promote(dc, secure.repo(REPO), "from-config", certified=False, image=tiny, **NO_WAIT)
     assert secure.manifest_digest(REPO, "from-config") is not None
-    listed, _ = cli_json("ls", "--registry", secure.host, "--store", tmp_path / "h.sqlite")
+    listed, _ = cli_json("ls", "--registry", secure.host, "--store", empty_store(tmp_path))
     assert "from-config" in {r["stack"] for r in listed["images"]}
 
     login.helper(secure, "pusher")
     push(dc, tiny, secure.repo(REPO), "from-helper", **NO_WAIT)
     assert remote_digest(dc, secure.repo(REPO), "from-helper", **NO_WAIT) == secure.manifest_digest(REPO,
                                                                                                   "from-helper")
-    shown, _ = cli_json("show", f"{secure.repo(REPO)}:from-helper", "--store", tmp_path / "h.sqlite")
+    shown, _ = cli_json("show", f"{secure.repo(REPO)}:from-helper", "--store", empty_store(tmp_path))
     assert "from-helper" in shown["registry"]["tags"]
 
 
@@ -169,7 +169,7 @@ def test_an_identity_token_from_docker_login_is_used_as_an_oauth2_refresh_token(
     before = len(secure.tokens.requests)
     promote(dc, secure.repo(REPO), "from-identity-token", certified=True, image=tiny, **NO_WAIT)
     assert secure.manifest_digest(REPO, "from-identity-token") is not None
-    shown, _ = cli_json("show", f"{secure.repo(REPO)}:from-identity-token", "--store", tmp_path / "h.sqlite")
+    shown, _ = cli_json("show", f"{secure.repo(REPO)}:from-identity-token", "--store", empty_store(tmp_path))
     assert shown["registry"]["certified_tag"] is True
     assert {user for user, _ in secure.tokens.requests[before:]} == {"pusher"} and not secure.tokens.refused
 
@@ -211,14 +211,14 @@ def test_wrong_credentials_fail_clearly_and_push_nothing(dc, tiny, secure, login
     assert_clear(err.value, secure, secret, source="ENVKIT_REGISTRY_USER")
     assert secure.manifest_digest(REPO, "wrong-env") is None
     assert secure.manifest_digest(REPO, certificate_tag("wrong-env", "none")) is None
-    assert_cli_refuses(secure, secret, tmp_path / "h.sqlite", source="ENVKIT_REGISTRY_USER")
+    assert_cli_refuses(secure, secret, empty_store(tmp_path), source="ENVKIT_REGISTRY_USER")
 
     login.clear()
     config = login.docker_config(secure, "pusher", secret)
     with pytest.raises(RegistryAuthError) as err:
         remote_digest(dc, secure.repo(REPO), STACK_A, **NO_WAIT)
     assert_clear(err.value, secure, secret, source=config)
-    assert_cli_refuses(secure, secret, tmp_path / "h.sqlite", source=config)
+    assert_cli_refuses(secure, secret, empty_store(tmp_path), source=config)
 
 
 def test_no_credentials_at_all_say_where_they_are_looked_for(dc, tiny, secure, login, tmp_path):
@@ -226,7 +226,7 @@ def test_no_credentials_at_all_say_where_they_are_looked_for(dc, tiny, secure, l
         promote(dc, secure.repo(REPO), "anonymous", certified=False, image=tiny, **NO_WAIT)
     assert "requires credentials and none were found" in err.value.message
     assert f"docker login {secure.host}" in err.value.hint
-    doc, _ = cli_json("ls", "--registry", secure.host, "--store", tmp_path / "h.sqlite", code=6)
+    doc, _ = cli_json("ls", "--registry", secure.host, "--store", empty_store(tmp_path), code=6)
     assert doc["error"] == "RegistryAuthError" and "none were found" in doc["message"]
     assert secure.manifest_digest(REPO, "anonymous") is None
 
@@ -240,13 +240,13 @@ def test_token_scopes_a_reader_may_pull_but_not_push_nor_list(dc, tiny, secure, 
     secret = secure.password("reader")
     login.env("reader", secret)
     assert remote_digest(dc, secure.repo(REPO), "for-readers", **NO_WAIT) == digest
-    shown, _ = cli_json("show", f"{secure.repo(REPO)}:for-readers", "--store", tmp_path / "h.sqlite")
+    shown, _ = cli_json("show", f"{secure.repo(REPO)}:for-readers", "--store", empty_store(tmp_path))
     assert shown["registry"]["digest"] == digest and shown["certificates"][0]["status"] == "certified"
     with pytest.raises(RegistryAuthError) as err:
         promote(dc, secure.repo(REPO), "by-reader", certified=True, image=tiny, **NO_WAIT)
     assert "refused user 'reader'" in err.value.message and "denied" in err.value.message
     assert secure.manifest_digest(REPO, "by-reader") is None
-    doc, proc = cli_json("ls", "--registry", secure.host, "--store", tmp_path / "h.sqlite", code=6)
+    doc, proc = cli_json("ls", "--registry", secure.host, "--store", empty_store(tmp_path), code=6)
     assert doc["error"] == "RegistryAuthError"
     assert "denied user 'reader'" in doc["message"] and "registry:catalog:*" in doc["message"]
     assert secret not in proc.stdout + proc.stderr
@@ -284,7 +284,7 @@ def test_htpasswd_over_plain_http_works_too(dc, tiny, login, tmp_path):
         login.env("pusher", reg.password("pusher"))
         digest = promote(dc, reg.repo(REPO), STACK_A, certified=True, image=tiny, **NO_WAIT).digest
         assert reg.manifest_digest(REPO, CERTIFIED_TAG) == digest
-        listed, _ = cli_json("ls", "--registry", reg.host, "--store", tmp_path / "h.sqlite")
+        listed, _ = cli_json("ls", "--registry", reg.host, "--store", empty_store(tmp_path))
         assert [r["digest"] for r in listed["images"]] == [digest]
         untag_registry_refs(dc, reg.host)
 

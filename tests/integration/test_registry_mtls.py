@@ -24,7 +24,7 @@ from envkit.errors import EngineError
 from envkit.publish import pull_by_digest, push, remote_digest
 from envkit.registry_api import _RegistryHTTP
 from envkit.registry_auth import RegistryAuthError
-from tests.integration.conftest import envkit
+from tests.integration.conftest import empty_store, envkit
 from tests.integration.published import STACK_A, untag_registry_refs
 from tests.integration.registry import Registry, find_binary
 from tests.integration.secure_registry import CERTS_D, trust_ca
@@ -94,7 +94,7 @@ def test_without_a_client_certificate_envkit_and_the_engine_fail_at_once_naming_
     assert fix in engine.value.hint
     assert waits == [] and reg.manifest_digest(REPO, "no-client") is None
 
-    doc = cli_json("ls", "--registry", reg.host, "--store", tmp_path / "h.sqlite", code=6)
+    doc = cli_json("ls", "--registry", reg.host, "--store", empty_store(tmp_path), code=6)
     assert doc["error"] == "RegistryAuthError" and f"registry {reg.host}" in doc["message"] and fix in doc["hint"]
 
 
@@ -135,7 +135,7 @@ def test_with_the_pair_in_certs_d_the_engine_pushes_and_pulls_and_envkit_reads(d
         assert reg.manifest_digest(REPO, STACK_A) == digest == remote_digest(dc, reg.repo(REPO), STACK_A)
         manifest = _RegistryHTTP(dc, reg.repo(REPO)).get_manifest(digest)  # by digest, through envkit's client
         assert manifest is not None and manifest.digest == digest
-        shown = cli_json("show", f"{reg.repo(REPO)}:{STACK_A}", "--store", tmp_path / "h.sqlite")
+        shown = cli_json("show", f"{reg.repo(REPO)}:{STACK_A}", "--store", empty_store(tmp_path))
         assert shown["registry"]["digest"] == digest
 
         untag_registry_refs(dc, reg.host)

@@ -7,7 +7,7 @@ import docker.errors
 import pytest
 
 from envkit.store import Store
-from tests.integration.conftest import envkit
+from tests.integration.conftest import empty_store, envkit
 from tests.integration.published import (LOCK_A, LOCK_B, STACK_A, STACK_B, Team, publish_team, remove_local,
                                          untag_registry_refs)
 from tests.integration.registry import registry, running_registry  # noqa: F401  (a fixture)
@@ -40,7 +40,7 @@ def not_local(dc, ref: str) -> bool:
 def test_show_reads_a_published_image_from_the_registry_without_pulling(dc, team, tmp_path):
     ref = team.ref(STACK_A)
     assert not_local(dc, ref)
-    doc, _ = run_json("show", ref, "--store", tmp_path / "h.sqlite")
+    doc, _ = run_json("show", ref, "--store", empty_store(tmp_path))
     assert doc["source"] == "registry" and doc["image"] == ref
     assert doc["id"] == team.image_a  # the config digest is the engine's image id
     assert doc["labels"]["io.envkit.lock-hash"] == LOCK_A and doc["require_cuda"] == "cuda>=12.0"
@@ -55,24 +55,24 @@ def test_show_reads_a_published_image_from_the_registry_without_pulling(dc, team
     assert not_local(dc, ref) and not_local(dc, reg["pinned"])  # nothing was pulled
 
     # by digest: the same image, its stack tag found; :certified points at it
-    by_digest, _ = run_json("show", reg["pinned"], "--store", tmp_path / "h.sqlite")
+    by_digest, _ = run_json("show", reg["pinned"], "--store", empty_store(tmp_path))
     assert by_digest["registry"]["tags"] == [STACK_A, "certified"]
     assert len(by_digest["certificates"]) == 2
 
     # the other stack: verified only, :certified points elsewhere
-    other, proc = run_json("show", team.ref(STACK_B), "--store", tmp_path / "h.sqlite")
+    other, proc = run_json("show", team.ref(STACK_B), "--store", empty_store(tmp_path))
     assert other["registry"]["certified_tag"] is False
     assert other["registry"]["certified_digest"] == team.digest_a
     assert [(c["gpu_model"], c["status"]) for c in other["certificates"]] == [("none", "verified")]
 
-    human = envkit("show", team.ref(STACK_A), "--store", tmp_path / "h.sqlite")
+    human = envkit("show", team.ref(STACK_A), "--store", empty_store(tmp_path))
     assert human.returncode == 0, human.stderr
     assert ":certified points at             this image" in human.stdout
     assert "certificate: certified on NVIDIA H200 driver 570.124.06" in human.stdout
 
 
 def test_ls_registry_lists_the_team_images_and_joins_the_store(dc, team, tmp_path):
-    db = tmp_path / "h.sqlite"
+    db = empty_store(tmp_path)
     with Store.open(db) as store:  # this host certified stack B on an A100 and built it as vision/torch25:...
         store.record_build("torch25", LOCK_B, "sha256:ctx", tag=f"vision/torch25:{STACK_B}", image_id=team.image_b)
         store.record_certificate(team.image_b, "NVIDIA A100", "550.54.15", status="certified", lock_hash=LOCK_B,
@@ -107,7 +107,7 @@ def test_ls_registry_lists_the_team_images_and_joins_the_store(dc, team, tmp_pat
 
 
 def test_registry_errors_name_the_registry_and_the_reference(team, tmp_path):
-    store = ("--store", tmp_path / "h.sqlite")
+    store = ("--store", empty_store(tmp_path))
     doc, _ = run_json("show", f"{team.host}/vision/nope:1", *store, code=6)
     assert f"registry {team.host} has no repository 'vision/nope'" in doc["message"]
     assert f"envkit ls --registry {team.host}" in doc["hint"]
@@ -124,10 +124,10 @@ def test_a_stopped_registry_fails_with_its_name_and_a_hint(tmp_path):
     with running_registry(tmp_path / "reg") as reg:
         host = reg.host
         reg.stop()
-        doc, _ = run_json("ls", "--registry", host, "--store", tmp_path / "h.sqlite", code=6)
+        doc, _ = run_json("ls", "--registry", host, "--store", empty_store(tmp_path), code=6)
         assert f"from registry {host}" in doc["message"] and "Connection refused" in doc["message"]
         assert f"curl http://{host}/v2/" in doc["hint"]
-        doc, _ = run_json("show", f"{host}/vision/torch25:{STACK_A}", "--store", tmp_path / "h.sqlite", code=6)
+        doc, _ = run_json("show", f"{host}/vision/torch25:{STACK_A}", "--store", empty_store(tmp_path), code=6)
         assert f"{host}/vision/torch25" in doc["message"] and f"registry {host}" in doc["message"]
 
 
@@ -138,10 +138,25 @@ def test_a_local_copy_shows_the_engine_and_store_view_plus_the_registry_view(dc,
     try:
         info = pull_by_digest(dc, pinned)  # shares every layer with the local base: nothing large moves
         assert info.id == team.image_a
-        doc, _ = run_json("show", pinned, "--store", tmp_path / "h.sqlite")
+        store = empty_store(tmp_path)  # it knows no certificate of the image: the registry's are shown
+        doc, _ = run_json("show", pinned, "--store", store)
         assert doc["source"] == "local" and doc["id"] == team.image_a and doc["size"] > 0
-        assert doc["certificates"] == []  # this store knows no certificate of it
         assert doc["registry"]["certified_tag"] is True
         assert {c["gpu_model"] for c in doc["registry"]["certificates"]} == {"NVIDIA H200", "none"}
+        # the certificates run's gate weighs, each with its source, in JSON and in words
+        assert {(c["gpu_model"], c["source"]) for c in doc["certificates"]} == {("NVIDIA H200", "registry"),
+                                                                              ("none", "registry")}
+        human = envkit("show", pinned, "--store", store)
+        assert human.returncode == 0 and "certificate: none" not in human.stdout
+        assert "certificate: certified on NVIDIA H200 driver 570.124.06" in human.stdout and ", registry)" in human.stdout
+        ran = envkit("run", pinned, "--no-gpus", "--require-certified", "--store", store, "--json", "--", "true")
+        assert ran.returncode == 0, ran.stderr
+        gate = json.loads(ran.stdout)["gate"]
+        assert gate["passed"] and [c["source"] for c in gate["certificates"]] == ["registry"]
+        # a mistyped store is refused, not read as no certificates (show and run alike)
+        typo = tmp_path / "h.sqlit"
+        for args in (("show", pinned, "--store", typo, "--json"), ("run", pinned, "--store", typo, "--json", "--", "true")):
+            refused = envkit(*args)
+            assert refused.returncode == 9 and json.loads(refused.stdout)["message"] == f"no history store at {typo}"
     finally:
         untag_registry_refs(dc, team.host)

@@ -1,0 +1,49 @@
+"""What a researcher's commands say about images that are not what envkit expects, with the real engine:
+an image without python3 (verify), and `envkit run` streaming a job's output as it runs."""
+
+import json
+
+import pytest
+
+from tests.integration.conftest import envkit
+from tests.integration.published import LOCK_A, STACK_A, label_image, labels_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def no_python(dc, base):
+    """An image with envkit's labels on the bare Debian base: no python3 in it."""
+    ref = f"envkit-test-nopython/torch25:{STACK_A}"
+    label_image(dc, base, ref, labels_for(LOCK_A, STACK_A), {"NVIDIA_REQUIRE_CUDA": "cuda>=12.0"})
+    yield ref
+    dc.images.remove(ref, force=True)
+
+
+def test_verify_of_an_image_without_python3_is_a_verification_failure(no_python):
+    proc = envkit("verify", no_python, "--json", timeout=300)
+    assert proc.returncode == 8, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["error"] == "VerificationError" and doc["message"].startswith(f"{no_python} has no python3")
+    assert "cannot start" not in doc["message"] and "Traceback" not in proc.stderr
+
+
+def test_run_streams_the_jobs_output_as_it_comes_and_says_when_its_time_ran_out(base, tmp_path):
+    """stdout to stdout and stderr to stderr while the job runs (the first line long before the job ends); the
+    --timeout limit stops it with exit 124 and a sentence; --json still collects the output into its document."""
+    import subprocess
+    import time
+
+    from tests.integration.conftest import ENVKIT, ROOT
+
+    proc = subprocess.Popen([*ENVKIT, "run", base, "--no-gpus", "--", "sh", "-c", "echo first; echo oops >&2; sleep 4; "
+                             "echo second"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    seen_first = time.monotonic()
+    rest, err = proc.communicate(timeout=60)
+    assert first == "first\n" and time.monotonic() - seen_first > 3, "the first line came only at the end"
+    assert proc.returncode == 0 and rest == "second\n" and "oops\n" in err
+    stopped = envkit("run", base, "--no-gpus", "--timeout", "2", "--", "sleep", "30", timeout=60)
+    assert stopped.returncode == 124 and "ran past --timeout 2s and was stopped" in stopped.stderr
+    doc = json.loads(envkit("run", base, "--no-gpus", "--json", "--", "sh", "-c", "echo a; echo b >&2; exit 3").stdout)
+    assert (doc["stdout"], doc["stderr"], doc["exit_code"], doc["timed_out"]) == ("a\n", "b\n", 3, False)
