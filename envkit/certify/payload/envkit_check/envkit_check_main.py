@@ -21,7 +21,7 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from envkit_check_core import (DEVICE_CHECKS, NO_GPU, PAYLOAD_VERSION, SCHEMA, VERIFY_FORCED, Check, Context,
-                               Registry, payload_sha256)
+                               Registry, expect_problems, payload_sha256)
 from envkit_check_nvml import Nvml, Sampler
 
 # Per framework, the module with its facts, checks and registry (each defines FACTS, TABLE_FACTS,
@@ -127,8 +127,9 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, Dict[str,
     args = p.parse_args(argv)
     if args.steps is not None and args.steps < 2:
         p.error("--steps must be at least 2")
-    if not args.timeout > 0:
-        p.error("--timeout must be positive")
+    if not 0 < args.timeout <= threading.TIMEOUT_MAX:  # also refuses nan and inf (which would disable the watchdog)
+        p.error(f"--timeout must be a positive, finite number of seconds (at most {threading.TIMEOUT_MAX:.0f}), "
+                f"not {args.timeout:g}")
     expect: Any = {}
     if args.expect:
         try:
@@ -138,6 +139,9 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, Dict[str,
             p.error(f"--expect {args.expect}: {e}")
         if not isinstance(expect, dict):
             p.error(f"--expect {args.expect}: must hold a JSON object, not {type(expect).__name__}")
+        problems = expect_problems(expect)
+        if problems:
+            p.error(f"--expect {args.expect}: " + "; ".join(problems))
     return args, expect
 
 

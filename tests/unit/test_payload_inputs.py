@@ -1,0 +1,106 @@
+"""The payload's inputs and the host's reading of its output: the expect file it uses when given no
+``--expect`` (the one beside its directory, as in an image), its checks on the expect file and on
+``--timeout`` (bad ones are usage errors: exit 2, no document), and the harness finding the
+document when an image prints something of its own on stdout.
+
+Full runs go through a subprocess against the host's CPU torch, as in test_payload.py; the
+parsing of a run's output is pure logic (a fake engine that returns what a run printed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from envkit.certify import harness
+from envkit.frameworks import expect_from_labels
+from envkit.lock import load_lock
+from tests.conftest import ROOT
+from tests.unit.lockfixtures import make_image, make_jax_image, make_tf_image
+from tests.unit.payload_modules import PAYLOAD_DIR, payload_module
+
+core = payload_module("envkit_check_core")
+ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONWARNINGS": "ignore"}
+
+
+def payload(directory: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(directory), *args], capture_output=True, text=True, env=ENV,
+                          timeout=timeout)
+
+
+# ------------------------------------------------------------------ --timeout
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e300", "-1", "0"])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_bad_usage(value):
+    """inf used to disable the watchdog silently (an OverflowError traceback in its thread) and exit 0."""
+    run = payload(PAYLOAD_DIR, "--json", f"--timeout={value}", timeout=60)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert "--timeout must be a positive, finite number of seconds" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+# ---------------------------------------------------------------- the expect file
+@pytest.mark.parametrize("expect, named", [
+    ({"arch_list": "sm_90"}, 'arch_list "sm_90": must be a list of archs'),
+    ({"arch_list": [1, 2]}, "arch_list [1, 2]: must be a list of archs"),
+    ({"arch_list": ["sm_90", "sm90"]}, 'arch_list ["sm_90", "sm90"]: "sm90" not an arch'),
+    ({"python": None}, 'python null: must be a version string such as "3.11" (leave python out'),
+    ({"python": 3.11}, "python 3.11: must be a version string"),
+    ({"torch": ""}, 'torch "": must be a version string'),
+    ({"cudnn": 9}, 'cudnn 9: must be a version string such as "2.5.1", or null for none (a CPU-only build)'),
+    ({"driver_floor": ["525"]}, 'driver_floor ["525"]: must be a version string such as "525.60.13", or null for no floor'),
+    ({"framework": "mxnet"}, 'framework "mxnet": this payload checks torch, jax, tensorflow images'),
+    ({"framework": None}, "framework null: this payload checks"),
+    ({"perf_floors": [600]}, "perf_floors [600]: must be an object of floors"),
+    ({"perf_floors": {"bf16_matmul_tflops": "600"}}, "'bf16_matmul_tflops' not a finite number"),
+    ({"perf_floors": {"nccl_busbw_gbps": True}}, "'nccl_busbw_gbps' not a finite number"),
+    ({"pyhton": "3.11"}, "'pyhton' is not a key the payload knows"),
+])
+def test_expect_values_are_checked_per_key(expect, named):
+    assert any(named in p for p in core.expect_problems(expect)), core.expect_problems(expect)
+
+
+def test_infinite_floors_are_refused():
+    assert core.expect_problems({"perf_floors": {"x": float("inf")}}) == [
+        "perf_floors {\"x\": Infinity}: 'x' not a finite number"]
+
+
+def _expects() -> List[dict]:
+    """Every expect document envkit writes or sends: the example locks' (render's expect.json), the
+    fixtures', and the pin labels' as the harness passes them on."""
+    docs = [i.expect() for name in ("team.lock", "frameworks.lock") for i in load_lock(ROOT / "examples" / name).images]
+    docs += [make_image().expect(), make_jax_image().expect(), make_tf_image().expect(),
+             make_image(cuda=None, cuda_major_minor=None, cudnn=None, nccl=None, arch_list=(), driver_floor=None).expect()]
+    docs += [harness.payload_expect(expect_from_labels(labels)) for labels in (
+        {}, {"io.envkit.framework": "torch==2.5.1", "io.envkit.cuda": "none"},
+        {"io.envkit.framework": "jax==0.12.0.1"}, {"io.envkit.framework": "tensorflow==2.20.0", "io.envkit.python": ""})]
+    return docs
+
+
+@pytest.mark.parametrize("expect", _expects())
+def test_every_expect_envkit_makes_passes(expect):
+    assert core.expect_problems(expect) == []
+
+
+def test_the_harness_leaves_out_nulls_the_payload_would_refuse():
+    """A pin label an image lacks gives null (python, torch); null cuda still means a CPU-only build."""
+    sent = harness.payload_expect({"torch": None, "python": None, "cuda": None, "arch_list": None, "driver_floor": None})
+    assert sent == {"cuda": None, "arch_list": None, "driver_floor": None}
+
+
+@pytest.mark.parametrize("expect, named", [
+    ({"arch_list": "sm_90"}, 'arch_list "sm_90"'),
+    ({"python": None}, "python null"),
+    ({"framework": "mxnet"}, 'framework "mxnet"'),
+])
+def test_a_bad_expect_file_is_bad_usage_naming_key_and_value(tmp_path, expect, named):
+    path = tmp_path / "expect.json"
+    path.write_text(json.dumps(expect))
+    run = payload(PAYLOAD_DIR, "--json", "--expect", str(path), timeout=60)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert f"--expect {path}: {named}" in run.stderr and "Traceback" not in run.stderr
