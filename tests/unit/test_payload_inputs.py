@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,79 @@ ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONWARNINGS": "ignore"}
 def payload(directory: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(directory), *args], capture_output=True, text=True, env=ENV,
                           timeout=timeout)
+
+
+# ------------------------------------------------- the expect file beside the payload
+@pytest.fixture(scope="module")
+def image_like(tmp_path_factory) -> Path:
+    """A copy laid out as in an image: <dir>/envkit_check/ with <dir>/expect.json beside it, which
+    expects a torch the host does not have (so a comparison that runs fails, and says so)."""
+    pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("opt-envkit")
+    shutil.copytree(PAYLOAD_DIR, root / "envkit_check", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "expect.json").write_text(json.dumps({"torch": "1.0.0", "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}))
+    return root / "envkit_check"
+
+
+@pytest.fixture(scope="module")
+def beside_runs(image_like, tmp_path_factory) -> Dict[str, subprocess.CompletedProcess]:
+    """The runs the tests below read, started together (each spends seconds importing torch)."""
+    other = tmp_path_factory.mktemp("other") / "other.json"
+    other.write_text(json.dumps({"torch": "0.9.0"}))
+    scenarios = {"json": (image_like, ["--json", "--mode", "verify"]), "table": (image_like, ["--mode", "verify"]),
+                 "explicit": (image_like, ["--json", "--mode", "verify", "--expect", str(other)]),
+                 "checkout": (PAYLOAD_DIR, ["--json", "--mode", "verify"])}
+    procs = {name: subprocess.Popen([sys.executable, str(d), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, env=ENV) for name, (d, args) in scenarios.items()}
+    done = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=180)
+        done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return done
+
+
+def checks(proc: subprocess.CompletedProcess) -> Dict[str, Dict[str, Any]]:
+    return {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+
+
+def test_without_expect_the_file_beside_the_payload_is_compared(beside_runs, image_like):
+    """The image's CMD (`python3 /opt/envkit/envkit_check`, no --expect) compares against
+    /opt/envkit/expect.json: here a torch that is not installed fails, and Python passes."""
+    run = beside_runs["json"]
+    found = checks(run)
+    assert found["torch_version"]["status"] == "failed" and found["torch_version"]["expected"] == "1.0.0"
+    assert found["python_version"]["status"] == "passed"
+    assert (json.loads(run.stdout)["status"], run.returncode) == ("failed", 1)
+    assert f"envkit_check: expect: {image_like.parent / 'expect.json'} (beside the payload)" in run.stderr
+
+
+def test_the_table_names_the_expect_file(beside_runs, image_like):
+    lines = beside_runs["table"].stdout.splitlines()
+    assert lines[2] == f"expect: {image_like.parent / 'expect.json'} (beside the payload)"
+    assert any(line.split()[:2] == ["torch_version", "failed"] for line in lines)
+
+
+def test_an_explicit_expect_wins_over_the_one_beside(beside_runs, tmp_path):
+    run = beside_runs["explicit"]
+    assert checks(run)["torch_version"]["expected"] == "0.9.0"
+    assert checks(run)["python_version"]["status"] == "skipped"  # not the file beside: it has python
+    assert "other.json" in run.stderr and "beside the payload" not in run.stderr
+
+
+def test_without_any_expect_file_comparisons_are_skipped_and_it_says_so(beside_runs):
+    """A checkout has no expect.json beside envkit/certify/payload/envkit_check."""
+    assert not (PAYLOAD_DIR.parent / "expect.json").exists()
+    run = beside_runs["checkout"]
+    assert checks(run)["torch_version"]["status"] == "skipped"
+    assert "expect: none (no --expect, and no expect.json beside the payload)" in run.stderr
+
+
+def test_a_bad_expect_file_beside_the_payload_is_bad_usage(tmp_path):
+    shutil.copytree(PAYLOAD_DIR, tmp_path / "envkit_check", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "expect.json").write_text('{"arch_list": "sm_90"}')
+    run = payload(tmp_path / "envkit_check", "--json")
+    assert (run.returncode, run.stdout) == (2, "")
+    assert f"--expect {tmp_path / 'expect.json'}: arch_list \"sm_90\"" in run.stderr
 
 
 # ------------------------------------------------------------------ --timeout

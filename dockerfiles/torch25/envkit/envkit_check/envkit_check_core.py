@@ -69,6 +69,7 @@ class Context:
     deadline: Optional[float] = None  # time.monotonic() when the watchdog fires (--timeout): checks with their own
                                       # timeouts stay inside it, so a hang fails that check, not the whole run
     results: List[Check] = dataclasses.field(default_factory=list)
+    expect_file: Optional[str] = None  # the expect file read (--expect, or expect.json beside the payload)
     current: str = ""
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     done: bool = False
