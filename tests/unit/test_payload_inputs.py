@@ -20,6 +20,8 @@ from typing import Any, Dict, List
 import pytest
 
 from envkit.certify import harness
+from envkit.engine import RunResult
+from envkit.errors import VerificationError
 from envkit.frameworks import expect_from_labels
 from envkit.lock import load_lock
 from tests.conftest import ROOT
@@ -178,3 +180,65 @@ def test_a_bad_expect_file_is_bad_usage_naming_key_and_value(tmp_path, expect, n
     run = payload(PAYLOAD_DIR, "--json", "--expect", str(path), timeout=60)
     assert (run.returncode, run.stdout) == (2, "")
     assert f"--expect {path}: {named}" in run.stderr and "Traceback" not in run.stderr
+
+
+# -------------------------------------------------- the harness reads the document
+DOC = {"schema": "envkit.payload/1", "payload": {"version": "2", "sha256": "a" * 64}, "mode": "verify",
+       "status": "verified", "facts": {"python": "3.11.2"},
+       "checks": [{"name": "python_version", "status": "passed", "value": {"nested": {"schema": "no"}},
+                   "expected": "3.11", "message": "ok", "seconds": 0.0}], "telemetry": [], "seconds": 1.0}
+PRINTED = json.dumps(DOC, indent=2) + "\n"  # as the payload prints it
+
+
+@pytest.mark.parametrize("stdout", [
+    PRINTED,
+    "Welcome to the lab image (sitecustomize)\n" + PRINTED,
+    "banner one\n{not json}\n{\"schema\": \"other\"}\n" + PRINTED,
+    "a banner without its newline" + PRINTED,
+    PRINTED + "printed at exit\n",
+    json.dumps(DOC) + "\n",
+])
+def test_the_document_is_found_among_foreign_lines(stdout):
+    assert harness.read_report(stdout) == DOC
+
+
+@pytest.mark.parametrize("stdout", ["", "banner\n", '{"schema": "envkit.payload/2", "checks": []}\n',
+                                    PRINTED[:-40], '["envkit.payload/1"]\n'])
+def test_no_document_is_none(stdout):
+    assert harness.read_report(stdout) is None
+
+
+class PrintingEngine:
+    """Only the engine: returns what an image's run printed; the harness does the rest."""
+
+    def __init__(self, stdout: str, stderr: str = "", exit_code: int = 0):
+        self.result, self.expect = RunResult(exit_code=exit_code, stdout=stdout, stderr=stderr), None
+
+    def run(self, ref, command, options):
+        self.expect = json.loads((Path(options.mounts[0].source) / "expect.json").read_text())
+        return self.result
+
+
+def test_a_banner_printed_at_startup_does_not_hide_the_report():
+    engine = PrintingEngine("*** lab image: remember to cite us ***\n" + PRINTED)
+    result = harness.run_payload(engine, "lab/torch:1", {"python": "3.11", "torch": None})
+    assert result.status == "verified" and result.raw == DOC
+    assert engine.expect == {"python": "3.11"}  # the null the payload would refuse is left out
+
+
+def test_when_nothing_parses_the_hint_shows_how_stdout_began_and_ended():
+    stdout = "*** lab banner: the offending first line ***\n" + "\n".join(f"line {i}" for i in range(30)) + "\n{trunc"
+    engine = PrintingEngine(stdout, stderr="Traceback ...\nKilled\n")
+    with pytest.raises(VerificationError) as caught:
+        harness.run_payload(engine, "lab/torch:1", {})
+    error = caught.value
+    assert "did not report (exit 0)" in error.message
+    assert error.hint.startswith("its stdout began with:\n    *** lab banner: the offending first line ***")
+    assert "and ended with:\n" in error.hint and "{trunc" in error.hint
+    assert error.hint.endswith("its stderr ended with:\n    Traceback ...\n    Killed")
+
+
+def test_a_short_output_is_shown_whole():
+    with pytest.raises(VerificationError) as caught:
+        harness.run_payload(PrintingEngine("banner\n", stderr="", exit_code=2), "lab/torch:1", {})
+    assert caught.value.hint == "its stdout was:\n    banner\nits stderr ended with:\n    (nothing)"
