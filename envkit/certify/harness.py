@@ -17,6 +17,7 @@ from ..engine import Mount, RunOptions
 from ..errors import CommandNotFoundError, VerificationError
 from .payload.envkit_check import envkit_check_core as payload_identity
 
+SCHEMA = payload_identity.SCHEMA  # what the payload's document says it is: "envkit.payload/1"
 PAYLOAD = Path(__file__).resolve().parent / "payload" / "envkit_check"
 PAYLOAD_NAME = PAYLOAD.name  # the directory's name in a build context, an image and the mount
 MOUNT = "/opt/envkit-run"
@@ -60,7 +61,7 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
         payload.mkdir()
         for name, data in payload_files().items():
             (payload / name).write_bytes(data)
-        (tmpdir / "expect.json").write_text(json.dumps(expect, sort_keys=True))
+        (tmpdir / "expect.json").write_text(json.dumps(payload_expect(expect), sort_keys=True))
         for p in (tmpdir, payload):
             p.chmod(0o755)
         for p in [*payload.iterdir(), tmpdir / "expect.json"]:
@@ -81,16 +82,65 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
         raise VerificationError(f"the payload in {ref} ran past {timeout}s and was stopped before it reported",
                                 hint="give a longer --timeout; a normal run takes well under a minute, so a "
                                      "much longer one may also mean the image or the host is stuck")
-    try:
-        doc = json.loads(result.stdout)
-    except json.JSONDecodeError:
-        tail = "\n    ".join((result.stdout + result.stderr).strip().splitlines()[-10:])
+    doc = read_report(result.stdout)
+    if doc is None:
         raise VerificationError(f"the payload in {ref} did not report (exit {result.exit_code})",
-                                hint=f"its output ended with:\n    {tail}") from None
+                                hint=unreported_hint(result.stdout, result.stderr))
     failed = [f"{c['name']}: {c.get('message', '')}" for c in doc.get("checks", []) if c.get("status") == "failed"]
     return Verification(image=ref, status=doc.get("status", "failed"), checks=doc.get("checks", []),
                         facts=doc.get("facts", {}), payload=doc.get("payload", {}), mismatches=failed,
                         seconds=float(doc.get("seconds", 0.0)), raw=doc)
+
+
+def payload_expect(expect: dict) -> dict:
+    """`expect` as the payload takes it: a key whose value is null where null says nothing (``python``,
+    ``torch``: a pin label an image lacks) is left out, which skips that comparison inside; the
+    payload refuses such a file (exit 2). The verdict (``certificate.decide``) still reads `expect`."""
+    return {k: v for k, v in expect.items() if v is not None or k in payload_identity.EXPECT_NULLABLE}
+
+
+def read_report(stdout: str) -> dict | None:
+    """The payload's document in what a run wrote on stdout, or None.
+
+    The payload (``--json``) writes nothing else there, but an image can: a ``.pth`` file or a
+    ``sitecustomize`` that prints at Python startup writes before the payload holds fd 1. So the
+    document is the last JSON object there that says it is one (``schema``), whatever comes before
+    or after it (a banner printed without its newline included)."""
+    try:
+        doc = json.loads(stdout)
+    except json.JSONDecodeError:
+        doc = None
+    if _is_report(doc):
+        return doc
+    decoder, found, start = json.JSONDecoder(), None, 0
+    while (start := stdout.find("{", start)) != -1:
+        try:
+            doc, end = decoder.raw_decode(stdout, start)
+        except json.JSONDecodeError:
+            doc, end = None, start + 1
+        if _is_report(doc):
+            found, start = doc, end  # not into it: the objects inside a report are none
+        else:
+            start += 1
+    return found
+
+
+def _is_report(doc: object) -> bool:
+    return isinstance(doc, dict) and doc.get("schema") == SCHEMA and isinstance(doc.get("checks"), list)
+
+
+def unreported_hint(stdout: str, stderr: str, lines: int = 10) -> str:
+    """Where a run that did not report went wrong: how its stdout began (a line the image printed
+    before the payload ran, say) and how its output ended (a traceback)."""
+    def excerpt(text: str, head: bool) -> str:
+        kept = text.strip().splitlines()
+        kept = kept[:lines] if head else kept[-lines:]
+        return "\n    ".join(kept) if kept else "(nothing)"
+    out = stdout.strip().splitlines()
+    if len(out) <= lines:
+        return f"its stdout was:\n    {excerpt(stdout, True)}\nits stderr ended with:\n    {excerpt(stderr, False)}"
+    return (f"its stdout began with:\n    {excerpt(stdout, True)}\n"
+            f"and ended with:\n    {excerpt(stdout, False)}\nits stderr ended with:\n    {excerpt(stderr, False)}")
 
 
 def expect_from_labels(labels: dict[str, str]) -> dict:

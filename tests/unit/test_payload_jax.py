@@ -177,10 +177,16 @@ def test_framework_choice(arg, expect, chosen):
     assert runner.choose_framework(arg, expect) == chosen
 
 
-def test_unknown_framework_fails_setup(site, tmp_path):
-    run = run_jax_payload(site, tmp_path, {"framework": "mxnet"})
-    assert [c["name"] for c in run.doc["checks"]] == ["setup"]
-    assert "this payload checks torch, jax and tensorflow images" in run.doc["checks"][0]["message"]
+def test_unknown_framework_is_bad_usage(site, tmp_path):
+    """An expect file naming a framework the payload does not check is refused before anything is
+    imported (exit 2, no document), not reported as a failed `import mxnet`."""
+    path = tmp_path / "expect.json"
+    path.write_text(json.dumps({"framework": "mxnet"}))
+    env = {**os.environ, "PYTHONPATH": str(site), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, str(PAYLOAD), "--json", "--expect", str(path)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert 'framework "mxnet": this payload checks torch, jax, tensorflow images' in proc.stderr
 
 
 def test_certified_needs_the_jax_device_check():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import json
 import math
 import os
 import platform
@@ -28,6 +29,7 @@ VERIFY_FORCED = "verify mode requested (--mode verify); GPU checks not run"
 DEVICE_CHECKS = ("cuda_available", "gpu_devices")  # passed: the framework really had a GPU (torch; jax, tensorflow)
 CUDA_DISTRIBUTIONS = {"cuda": r"nvidia-cuda-runtime(-cu\d+)?", "cudnn": r"nvidia-cudnn-cu\d+",
                       "nccl": r"nvidia-nccl-cu\d+"}  # the CUDA libraries as wheels (JAX, TensorFlow)
+FRAMEWORK_NAMES = ("torch", "jax", "tensorflow")  # what an expect file's "framework" may name
 
 
 @dataclasses.dataclass
@@ -67,6 +69,7 @@ class Context:
     deadline: Optional[float] = None  # time.monotonic() when the watchdog fires (--timeout): checks with their own
                                       # timeouts stay inside it, so a hang fails that check, not the whole run
     results: List[Check] = dataclasses.field(default_factory=list)
+    expect_file: Optional[str] = None  # the expect file read (--expect, or expect.json beside the payload)
     current: str = ""
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     done: bool = False
@@ -91,6 +94,61 @@ def payload_sha256(directory: Optional[str] = None) -> str:
         with open(os.path.join(directory, name), "rb") as f:
             h.update(name.encode() + b"\0" + hashlib.sha256(f.read()).digest())
     return h.hexdigest()
+
+
+# ------------------------------------------------------------- the expect file
+# Its keys by what each must hold (docs/payload.md, "The expect file"). A key left out skips its
+# comparison; null is accepted only where it says something: none of that library (a CPU-only
+# build, or not installed) or no floor.
+EXPECT_VERSIONS = ("python", "torch", "jax", "jaxlib", "cuda_plugin", "tensorflow")  # a version string
+EXPECT_NULLABLE = {"cuda": "none (a CPU-only build)", "cudnn": "none (a CPU-only build)",
+                   "nccl": "none (a CPU-only build)", "arch_list": "none (a CPU-only build)",
+                   "driver_floor": "no floor", "min_cc": "no floor", "perf_floors": "no floors"}
+EXPECT_KEYS = ("framework",) + EXPECT_VERSIONS + tuple(EXPECT_NULLABLE)
+VERSION_TEXT = re.compile(r"\d+(\.\d+)*[0-9A-Za-z.+!_-]*")  # 3.11, 525.60.13, 2.5.1, 2.6.0.dev20241112+cu124
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def expect_problems(expect: Dict[str, Any]) -> List[str]:
+    """What is wrong in an expect document, one sentence per key that names the key and its value
+    (empty: nothing). The payload refuses such a file (exit 2) rather than compare against it."""
+    problems = []
+    for key, value in expect.items():
+        shown = f"{key} {_shown(value)}"
+        if key not in EXPECT_KEYS:
+            problems.append(f"{key!r} is not a key the payload knows (known: {', '.join(EXPECT_KEYS)})")
+        elif key == "framework":
+            if value not in FRAMEWORK_NAMES:
+                problems.append(f"framework {_shown(value)}: this payload checks {', '.join(FRAMEWORK_NAMES)} images")
+        elif value is None and key in EXPECT_NULLABLE:
+            continue
+        elif key == "arch_list":
+            if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+                problems.append(f'{shown}: must be a list of archs such as ["sm_80", "sm_90"], or null for none '
+                                "(a CPU-only build)")
+            else:
+                bad = [a for a in value if parse_arch(a) is None]
+                if bad:
+                    problems.append(f"{shown}: {', '.join(map(_shown, bad))} not an arch (sm_XY, compute_XY)")
+        elif key == "perf_floors":
+            if not isinstance(value, dict):
+                problems.append(f'{shown}: must be an object of floors such as {{"bf16_matmul_tflops": 600}}, '
+                                "or null for no floors")
+            else:
+                bad = [k for k, v in value.items() if isinstance(v, bool) or not isinstance(v, (int, float))
+                       or not math.isfinite(v)]
+                if bad:
+                    problems.append(f"{shown}: {', '.join(map(repr, bad))} not a finite number")
+        elif not isinstance(value, str) or not VERSION_TEXT.fullmatch(value):
+            example = {"python": "3.11", "driver_floor": "525.60.13", "min_cc": "7.5"}.get(key, "2.5.1")
+            problems.append(f'{shown}: must be a version string such as "{example}"'
+                            + (f", or null for {EXPECT_NULLABLE[key]}" if key in EXPECT_NULLABLE
+                               else f" (leave {key} out to skip its comparison)"))
+    return problems
 
 
 # ----------------------------------------------------------------- pure helpers

@@ -21,12 +21,19 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from envkit_check_core import (DEVICE_CHECKS, NO_GPU, PAYLOAD_VERSION, SCHEMA, VERIFY_FORCED, Check, Context,
-                               Registry, payload_sha256)
+                               Registry, expect_problems, payload_sha256)
 from envkit_check_nvml import Nvml, Sampler
 
 # Per framework, the module with its facts, checks and registry (each defines FACTS, TABLE_FACTS,
 # REGISTRY, CHECKS, setup(ctx, mode), and optionally release(ctx) after each GPU check).
 FRAMEWORKS = {"torch": "envkit_check_torch", "jax": "envkit_check_jax", "tensorflow": "envkit_check_tf"}
+# Without --expect: the expect file beside the payload's directory, if there is one (in an image,
+# /opt/envkit/expect.json beside /opt/envkit/envkit_check: what the image was built to hold).
+EXPECT_BESIDE = "expect.json"
+
+
+def expect_beside() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), EXPECT_BESIDE)
 
 
 def framework_module(framework: str) -> Any:
@@ -76,12 +83,21 @@ def build_document(ctx: Context, results: List[Check]) -> Dict[str, Any]:
             "seconds": round(time.monotonic() - ctx.t0, 3)}
 
 
-def render_table(doc: Dict[str, Any]) -> str:
+def expect_line(expect_file: Optional[str]) -> str:
+    """Which expect file the run compared against (the table's third line; stderr under --json)."""
+    if expect_file is None:
+        return "expect: none (no --expect, and no expect.json beside the payload): version comparisons skipped"
+    beside = " (beside the payload)" if os.path.abspath(expect_file) == expect_beside() else ""
+    return f"expect: {expect_file}{beside}"
+
+
+def render_table(doc: Dict[str, Any], expect: Optional[str] = None) -> str:
+    """The document as a table; `expect`, when given, a line saying which expect file was used."""
     facts, width = doc["facts"], max([len(c["name"]) for c in doc["checks"]] + [5])
     shown = framework_module(str(facts.get("framework") or "torch")).TABLE_FACTS
     lines = [f"envkit payload {doc['payload']['version']} (sha256 {doc['payload']['sha256'][:12]}): mode {doc['mode']}, "
              f"status {doc['status'].upper()} in {doc['seconds']:.1f} s",
-             "  ".join(f"{k} {facts.get(k) or '-'}" for k in shown),
+             "  ".join(f"{k} {facts.get(k) or '-'}" for k in shown)] + ([expect] if expect else []) + [
              "", f"{'CHECK':<{width}}  {'STATUS':<7}  {'SECONDS':>7}  MESSAGE"]
     lines += [f"{c['name']:<{width}}  {c['status']:<7}  {c['seconds']:>7.2f}  {c['message']}" for c in doc["checks"]]
     return "\n".join(lines) + "\n"
@@ -90,7 +106,8 @@ def render_table(doc: Dict[str, Any]) -> str:
 def emit(ctx: Context, out: Any, as_json: bool, results: List[Check]) -> str:
     """Write the run's one document (caller holds ctx.lock); return its status."""
     doc = build_document(ctx, results)
-    out.write(json.dumps(doc, indent=2, default=str) + "\n" if as_json else render_table(doc))
+    out.write(json.dumps(doc, indent=2, default=str) + "\n" if as_json
+              else render_table(doc, expect_line(ctx.expect_file)))
     out.flush()
     ctx.done = True
     return doc["status"]
@@ -115,8 +132,10 @@ def start_watchdog(ctx: Context, out: Any, as_json: bool, timeout: float) -> thr
 
 
 def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, Dict[str, Any]]:
+    """The options, and the expect document (args.expect: the file it came from, or None)."""
     p = argparse.ArgumentParser(prog="envkit_check", description="Verify or certify a PyTorch, JAX or TensorFlow image from inside.")
-    p.add_argument("--expect", metavar="FILE", help="JSON object: what the lock says the image holds")
+    p.add_argument("--expect", metavar="FILE", help="JSON object: what the lock says the image holds "
+                                                    "(default: expect.json beside the payload's directory, if there is one)")
     p.add_argument("--mode", choices=["verify", "certify", "auto"], default="auto",
                    help="auto (default): certify when a CUDA device is usable, else verify")
     p.add_argument("--framework", choices=["torch", "jax", "tensorflow", "auto"], default="auto",
@@ -127,9 +146,12 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, Dict[str,
     args = p.parse_args(argv)
     if args.steps is not None and args.steps < 2:
         p.error("--steps must be at least 2")
-    if not args.timeout > 0:
-        p.error("--timeout must be positive")
+    if not 0 < args.timeout <= threading.TIMEOUT_MAX:  # also refuses nan and inf (which would disable the watchdog)
+        p.error(f"--timeout must be a positive, finite number of seconds (at most {threading.TIMEOUT_MAX:.0f}), "
+                f"not {args.timeout:g}")
     expect: Any = {}
+    if args.expect is None and os.path.isfile(expect_beside()):
+        args.expect = expect_beside()
     if args.expect:
         try:
             with open(args.expect, encoding="utf-8") as f:
@@ -138,6 +160,9 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, Dict[str,
             p.error(f"--expect {args.expect}: {e}")
         if not isinstance(expect, dict):
             p.error(f"--expect {args.expect}: must hold a JSON object, not {type(expect).__name__}")
+        problems = expect_problems(expect)
+        if problems:
+            p.error(f"--expect {args.expect}: " + "; ".join(problems))
     return args, expect
 
 
@@ -178,7 +203,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.dup2(2, 1)
     framework = choose_framework(args.framework, expect)
     ctx = Context(expect=expect, mode="verify" if args.mode == "auto" else args.mode, t0=time.monotonic(),
-                  steps=args.steps, framework=framework, facts=initial_facts(framework), current=f"import {framework}")
+                  steps=args.steps, framework=framework, facts=initial_facts(framework), current=f"import {framework}",
+                  expect_file=args.expect or None)
+    if args.json:  # the document has no place for it (envkit.payload/1); the table says it on its third line
+        print(f"envkit_check: {expect_line(ctx.expect_file)}", file=sys.stderr, flush=True)
     watchdog = start_watchdog(ctx, out, args.json, args.timeout)
     ctx.deadline = ctx.t0 + args.timeout
     try:
