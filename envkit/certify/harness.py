@@ -86,6 +86,7 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
     if doc is None:
         raise VerificationError(f"the payload in {ref} did not report (exit {result.exit_code})",
                                 hint=unreported_hint(result.stdout, result.stderr))
+    doc = encodable(doc)
     failed = [f"{c['name']}: {c.get('message', '')}" for c in doc.get("checks", []) if c.get("status") == "failed"]
     return Verification(image=ref, status=doc.get("status", "failed"), checks=doc.get("checks", []),
                         facts=doc.get("facts", {}), payload=doc.get("payload", {}), mismatches=failed,
@@ -123,6 +124,18 @@ def read_report(stdout: str) -> dict | None:
         else:
             start += 1
     return found
+
+
+def encodable(obj):
+    """``obj`` with every string made encodable as UTF-8: JSON's ``\\udc80`` escapes decode to lone surrogates
+    (a message the payload took from a tool's undecodable output), which the reports and the store cannot write."""
+    if isinstance(obj, str):
+        return obj.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(obj, list):
+        return [encodable(x) for x in obj]
+    if isinstance(obj, dict):
+        return {encodable(k): encodable(v) for k, v in obj.items()}
+    return obj
 
 
 def _is_report(doc: object) -> bool:

@@ -242,3 +242,10 @@ def test_a_short_output_is_shown_whole():
     with pytest.raises(VerificationError) as caught:
         harness.run_payload(PrintingEngine("banner\n", stderr="", exit_code=2), "lab/torch:1", {})
     assert caught.value.hint == "its stdout was:\n    banner\nits stderr ended with:\n    (nothing)"
+
+
+def test_a_lone_surrogate_in_the_report_becomes_encodable_text():
+    """JSON's \\udc80 escape decodes to a lone surrogate, which the HTML report and the store could not write."""
+    doc = harness.encodable(json.loads('{"checks": [{"message": "bad byte \\udc80 here"}], "n": 1}'))
+    assert doc == {"checks": [{"message": "bad byte ? here"}], "n": 1}
+    json.dumps(doc, ensure_ascii=False).encode("utf-8")
