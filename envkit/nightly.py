@@ -279,9 +279,13 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
 
 
 def _certify(engine, store, run_id, image, report, info, gpus, threshold, progress) -> Certificate | None:
-    for record in store.certificates_for(info.id):
-        if (record.gpu_model != "none") == gpus:
+    # an earlier run's verdict stands when it passed on a runner like this one (GPUs or none); a failed one is
+    # tried again (a host fault, a payload timeout), else a failure would be reported forever without its reasons
+    for record in reversed(store.certificates_for(info.id)):
+        if (record.gpu_model != "none") == gpus and record.status == ("certified" if gpus else "verified"):
             report.status = record.status
+            # certified by this run before it was killed: its work, so a resumed run is not "nothing to do"
+            report.worked = report.worked or "certify" in store.steps(run_id, image.name)
             return parse_certificate(json.dumps(record.document))
     store.mark_step(run_id, image.name, "certify", "started", image.hash)
     progress(f"[{image.name}] {'certifying on the GPUs' if gpus else 'verifying (no GPU on this runner)'}")
@@ -319,12 +323,10 @@ def _publish(engine, store, run_id, lock, image, report, info, registry, progres
     from .certify.certificate import slug
     from .publish import attach_certificate, promote
 
-    done = {p.tag_kind for p in store.pushes_for(info.id)}
-    want = {"stack", "certified"} if report.status == "certified" else {"stack"}
-    if want <= done:
-        return
     repo = f"{registry.rstrip('/')}/{lock.team}/{image.name}"
     stack_tag = report.tag.split(":", 1)[1]
+    if _published(engine, store, repo, stack_tag, image, report, info, cert):
+        return
     store.mark_step(run_id, image.name, "publish", "started", image.hash)
     progress(f"[{image.name}] pushing to {repo}")
     try:
@@ -350,6 +352,33 @@ def _publish(engine, store, run_id, lock, image, report, info, registry, progres
     report.worked = True
 
 
+def _published(engine, store, repo, stack_tag, image, report, info, cert: Certificate | None) -> bool:
+    """Whether ``repo`` (the registry named this run) already holds everything this run would publish: the
+    stack tag (asked of the registry, which may have lost it to a prune or a reset since the store recorded the
+    push), ``:certified`` when certified, the certificate artifact, and the base mirror. A push recorded for
+    another registry or path counts for nothing here. A registry that cannot be asked is a publish error."""
+    from .certify.certificate import slug
+    from .publish import certificate_tag, remote_digest
+
+    pushes = [p for p in store.pushes_for(info.id) if p.ref.startswith(f"{repo}:")]
+    kinds = {p.tag_kind for p in pushes}
+    if not ({"stack", "certified"} if report.status == "certified" else {"stack"}) <= kinds:
+        return False
+    if _base_unmirrored(engine, store, repo.rsplit("/", 1)[0], image):
+        return False
+    try:
+        stack = next(p.digest for p in reversed(pushes) if p.tag_kind == "stack")
+        if remote_digest(engine, repo, stack_tag, retries=2) != stack:
+            return False
+        if cert is not None and remote_digest(engine, repo, certificate_tag(stack_tag, slug(cert.gpu_model)),
+                                              retries=2) is None:
+            return False
+    except EnvkitError as exc:
+        report.publish_error = f"cannot tell whether {repo}:{stack_tag} is still published: {exc.message}"
+        return True
+    return True
+
+
 def restore_base(engine, store, image: LockedImage, progress: Progress = lambda _: None) -> str | None:
     """A runner whose engine lacks the image's base gets it back from the team registry's
     mirror, by digest (newest mirror first), instead of pulling upstream or bootstrapping a
@@ -372,19 +401,29 @@ def restore_base(engine, store, image: LockedImage, progress: Progress = lambda 
     return None
 
 
+def _base_mirror_repo(team_repo: str, image: LockedImage) -> str:
+    return f"{team_repo}/base-{image.base.distro}-{image.base.suite}"
+
+
+def _base_unmirrored(engine, store, team_repo: str, image: LockedImage) -> bool:
+    """The image's base is on this engine and not mirrored (by its digest) in ``team_repo``'s registry path."""
+    base = engine.inspect(image.base.ref)
+    if base is None:
+        return False
+    mirrored = {m for m in store.mirrors_for(image.base.ref) if m.startswith(_base_mirror_repo(team_repo, image) + "@")}
+    return not mirrored & set(base.repo_digests)
+
+
 def _mirror_base(engine, store, lock, image, registry, report) -> None:
     """Keep the image's base in the team registry, pinned by digest, so an upstream
     deletion never breaks a rebuild (``envkit`` records where the mirror is)."""
     from .publish import mirror_base
 
-    base = engine.inspect(image.base.ref)
-    if base is None:
-        return
-    if set(store.mirrors_for(image.base.ref)) & set(base.repo_digests):
-        return  # this very base (by digest) is mirrored already
-    repo = f"{registry.rstrip('/')}/{lock.team}/base-{image.base.distro}-{image.base.suite}"
+    team_repo = f"{registry.rstrip('/')}/{lock.team}"
+    if not _base_unmirrored(engine, store, team_repo, image):
+        return  # no base here, or this very base (by digest) is mirrored there already
     try:
-        pinned = mirror_base(engine, image.base.ref, repo)
+        pinned = mirror_base(engine, image.base.ref, _base_mirror_repo(team_repo, image))
     except EnvkitError as exc:
         report.publish_error = exc.message
         return

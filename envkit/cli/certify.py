@@ -89,6 +89,9 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     from ..nightly import run_nightly
     from ..store import Store
 
+    if locked and refresh_catalog:
+        raise click.UsageError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked: "
+                               "refresh on the CPU build job; the GPU job certifies its lock with --locked")
     if frameworks and not refresh_catalog:
         raise click.UsageError("--refresh-framework chooses what --refresh-catalog reads; give --refresh-catalog too")
     if click_ctx.get_parameter_source("keep") is not ParameterSource.DEFAULT and not gc:
@@ -107,10 +110,15 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     cutoff = CacheCutoff(datetime.now(timezone.utc), "this nightly run started") if builder == "buildkit" else None
     reclaim = (lambda tags: _nightly_gc(c, engine, spec, tags, store_url, keep, cutoff)) if gc else None
     with store:
-        result = run(c, lambda: run_nightly(spec, engine, store, out_root=out_root, reports_dir=reports_dir,
-                                            registry=registry, locked=locked, gpus=gpus, threshold=threshold,
-                                            builder=builder, refresh_catalog=refresh_catalog,
-                                            refresh_frameworks=frameworks, reclaim=reclaim, progress=c.progress))
+        try:
+            result = run(c, lambda: run_nightly(spec, engine, store, out_root=out_root, reports_dir=reports_dir,
+                                                registry=registry, locked=locked, gpus=gpus, threshold=threshold,
+                                                builder=builder, refresh_catalog=refresh_catalog,
+                                                refresh_frameworks=frameworks, reclaim=reclaim, progress=c.progress))
+        except SystemExit:  # the run failed (exit 2-9, its error already printed): --gc keeps the disk in check still
+            if gc:
+                _nightly_gc(c, engine, spec, [], store_url, keep, None if cache_hours is None else unused_for(cache_hours))
+            raise
     doc = result.to_json()
     after = None if cache_hours is None else unused_for(cache_hours)
     swept = _nightly_gc(c, engine, spec, [r.tag for r in result.images if r.build in ("built", "skipped")],

@@ -271,6 +271,26 @@ def test_nightly_gc_also_reclaims_when_a_build_fills_the_disk(engine, monkeypatc
     assert refused.exit_code == 2 and "--build-cache says what the gc after the run prunes; give --gc too" in refused.output
 
 
+def test_nightly_gc_runs_even_when_the_run_fails(engine, monkeypatch):
+    """README: `nightly --gc` keeps each runner's disk in check whatever the run's outcome; a run that failed
+    (here an index that does not answer, exit 3) used to exit before its gc."""
+    from envkit.errors import PackageIndexError
+
+    swept = []
+
+    def run_nightly(spec, eng, store, **kwargs):
+        raise PackageIndexError("the package index https://pypi.example/simple does not answer")
+
+    monkeypatch.setattr("envkit.nightly.run_nightly", run_nightly)
+    monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr("envkit.cli.certify._nightly_gc", lambda c, eng, spec, tags, store_url, keep, cache=None:
+                        swept.append((tags, keep)) or {"removed": []})
+    result = invoke("nightly", "team.yaml", "--gc", "--json")
+    assert result.exit_code == 3 and json.loads(result.stdout)["error"] == "PackageIndexError"
+    assert swept == [([], 2)]
+    assert invoke("nightly", "team.yaml", "--json").exit_code == 3 and swept == [([], 2)]  # no --gc: no gc
+
+
 def test_nightly_with_buildkit_missing_fails_before_the_run(engine, no_buildkit_cli, monkeypatch):
     monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
     monkeypatch.setattr("envkit.pipeline.load", lambda *_: pytest.fail("the spec was loaded"))
@@ -710,3 +730,9 @@ def test_resolve_and_build_print_the_skipped_ca_variable(example_copy, tmp_path,
                                       progress=lambda name, msg: seen.append(msg))
     assert [m for m in seen if m.startswith("warning:")] == [m for m in seen if warning in m] and len(seen) >= 1
     assert sum(warning in m for m in seen) == 1 and outcomes[0].action == "skipped"
+
+
+def test_nightly_locked_with_refresh_catalog_is_a_usage_error():
+    result = invoke("nightly", "team.yaml", "--locked", "--refresh-catalog", "--json")
+    assert result.exit_code == 2  # was 5 (a LockError), found after the engine and the store were opened
+    assert "cannot be combined with --locked" in json.loads(result.stdout)["message"]

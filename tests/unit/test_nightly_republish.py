@@ -1,0 +1,146 @@
+"""The nightly's memory of what it already did: a certificate it reuses, and a publication it skips.
+
+Pure logic: the engine and the registry answers are fakes (the real registry's side is tested in
+tests/integration/test_nightly.py and test_publish*.py); the store is a real SQLite file.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from envkit.engine import ImageInfo
+from envkit.errors import EngineError
+from envkit.nightly import ImageReport, _certify, _published
+from envkit.render import image_tag
+from envkit.store import Store
+from tests.unit.lockfixtures import make_image, make_lock
+
+from .test_certificate import EXPECT, FakeEngine, cpu_doc, set_check
+
+IMAGE_ID = "sha256:" + "a" * 64  # FakeEngine's image
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store.open(tmp_path / "history.sqlite") as s:
+        yield s
+
+
+def _report(image):
+    return ImageReport(image.name, image_tag("vision", image))
+
+
+# --------------------------------------------------------------------------- certification
+def test_a_failed_certificate_is_tried_again_and_a_passed_one_is_reused(store, monkeypatch):
+    """A run whose certification failed (a host fault, a timeout) used to hand that failure to every later run,
+    with no reason; now the next run certifies again, and only a verdict that passed is reused."""
+    image = make_image()
+    monkeypatch.setattr(type(image), "expect", lambda self: EXPECT)
+    run_id = store.start_run("sha256:spec")
+    engine = FakeEngine(set_check(cpu_doc(), "pip_check", "failed", "broken requirements"))
+    first = _report(image)
+    _certify(engine, store, run_id, image, first, engine.inspect("x"), False, 0.1, lambda _: None)
+    assert first.status == "failed" and any("pip_check" in r for r in first.reasons)
+
+    engine.doc = cpu_doc()  # the fault is gone
+    second = _report(image)
+    _certify(engine, store, run_id, image, second, engine.inspect("x"), False, 0.1, lambda _: None)
+    assert len(engine.runs) == 2 and (second.status, second.reasons) == ("verified", [])
+
+    third = _report(image)
+    cert = _certify(engine, store, run_id, image, third, engine.inspect("x"), False, 0.1, lambda _: None)
+    assert len(engine.runs) == 2 and third.status == "verified" and cert.status == "verified"  # reused
+
+
+def test_a_resumed_run_counts_the_certification_its_killed_attempt_did(store, monkeypatch):
+    image = make_image()
+    monkeypatch.setattr(type(image), "expect", lambda self: EXPECT)
+    engine = FakeEngine(cpu_doc())
+    first_run = store.start_run("sha256:spec")
+    _certify(engine, store, first_run, image, _report(image), engine.inspect("x"), False, 0.1, lambda _: None)
+    resumed = _report(image)  # the same run, resumed after a kill: the certificate is reused, and was its work
+    _certify(engine, store, first_run, image, resumed, engine.inspect("x"), False, 0.1, lambda _: None)
+    assert len(engine.runs) == 1 and resumed.worked
+    later = _report(image)  # a later run: nothing done for it
+    _certify(engine, store, store.start_run("sha256:spec2"), image, later, engine.inspect("x"), False, 0.1,
+             lambda _: None)
+    assert len(engine.runs) == 1 and not later.worked
+
+
+# --------------------------------------------------------------------------- publication
+class Registry:
+    """What _published asks: the engine's base, and the registry's manifests (tag -> digest)."""
+
+    def __init__(self, image):
+        self.base = ImageInfo("sha256:base", (image.base.ref,), 1, {}, {}, "",
+                              repo_digests=("reg:5000/vision/base-debian-bookworm@sha256:b",))
+        self.base_ref = image.base.ref
+        self.tags: dict[str, str] = {}
+        self.down = False
+
+    def inspect(self, ref):
+        return self.base if ref == self.base_ref else None
+
+
+@pytest.fixture
+def published(store, monkeypatch):
+    image = make_image()
+    registry = Registry(image)
+    repo = f"reg:5000/vision/{image.name}"
+    stack_tag = image_tag("vision", image).split(":", 1)[1]
+
+    def remote_digest(engine, registry_repo, tag, **kwargs):
+        if registry.down:
+            raise EngineError("cannot read from registry reg:5000: connection refused")
+        return registry.tags.get(f"{registry_repo}:{tag}")
+
+    monkeypatch.setattr("envkit.publish.remote_digest", remote_digest)
+
+    def ask(report=None, *, repo=repo, cert=None):
+        report = report or _report(image)
+        report.status = report.status if report.status != "pending" else "verified"
+        return _published(registry, store, repo, stack_tag, image, report, ImageInfo(IMAGE_ID, (), 1, {}, {}, ""),
+                          cert), report
+
+    def push():
+        store.record_push(IMAGE_ID, f"{repo}:{stack_tag}", "sha256:s", "stack")
+        registry.tags[f"{repo}:{stack_tag}"] = "sha256:s"
+        store.record_mirror(image.base.ref, "reg:5000/vision/base-debian-bookworm@sha256:b")
+
+    return ask, push, registry, repo, stack_tag
+
+
+def test_a_publication_is_skipped_only_while_the_registry_named_still_holds_it(published):
+    ask, push, registry, repo, stack_tag = published
+    assert ask()[0] is False  # never pushed
+    push()
+    assert ask()[0] is True
+    assert ask(repo="reg:5000/teamb/vision/torch25")[0] is False  # another path: nothing recorded there
+    assert ask(repo="other:5000/vision/torch25")[0] is False  # another registry
+    del registry.tags[f"{repo}:{stack_tag}"]  # pruned, or the registry was reset
+    assert ask()[0] is False
+
+
+def test_a_missing_certificate_artifact_or_base_mirror_is_published_again(published, store):
+    from envkit.publish import certificate_tag
+
+    ask, push, registry, repo, stack_tag = published
+    push()
+
+    class Cert:
+        gpu_model = "none"
+
+    assert ask(cert=Cert())[0] is False  # the attachment failed last time: attach it now
+    registry.tags[f"{repo}:{certificate_tag(stack_tag, 'none')}"] = "sha256:c"
+    assert ask(cert=Cert())[0] is True
+    registry.base = ImageInfo("sha256:base2", (registry.base_ref,), 1, {}, {}, "",
+                              repo_digests=("reg:5000/vision/base-debian-bookworm@sha256:b2",))
+    assert ask(cert=Cert())[0] is False  # a new base, not mirrored yet
+
+
+def test_a_registry_that_cannot_be_asked_is_a_publish_error(published):
+    ask, push, registry, *_ = published
+    push()
+    registry.down = True
+    skipped, report = ask()
+    assert skipped is True and report.publish_error.startswith("cannot tell whether reg:5000/vision/torch25:")
