@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import __version__
+from .atomic import check_writable
 from .build import CONTEXT_LABEL, build_image, require_builder
 from .certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now
 from .engine.space import engine_full
@@ -178,6 +179,10 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
     started = time.monotonic()
     spec, catalog = load(spec_path)
     lock_path = lock_path_for(spec_path)
+    from .report import FILES
+
+    for name in FILES.values():  # where the reports go, tried before an hour of builds, not after them
+        check_writable(Path(reports_dir) / name)
     # One nightly per team at a time against this store (two CI runners, or a run that overlaps
     # the next): the lock goes with the process, so a killed run never blocks its own resume.
     with store.run_lock(f"nightly:{spec.team}", f"the nightly run of team {spec.team!r}"):

@@ -144,3 +144,18 @@ def test_a_registry_that_cannot_be_asked_is_a_publish_error(published):
     registry.down = True
     skipped, report = ask()
     assert skipped is True and report.publish_error.startswith("cannot tell whether reg:5000/vision/torch25:")
+
+
+def test_a_reports_directory_that_cannot_be_used_fails_before_any_build(tmp_path):
+    """It used to be found after every build and certification, leaving the run 'running' in the store."""
+    import shutil
+
+    from envkit.nightly import run_nightly
+    from tests.conftest import ROOT
+
+    shutil.copy(ROOT / "examples" / "team.yaml", tmp_path / "team.yaml")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(NotADirectoryError) as err:
+        run_nightly(tmp_path / "team.yaml", engine=None, store=None, out_root=tmp_path,
+                    reports_dir=tmp_path / "afile" / "reports")
+    assert str(tmp_path / "afile") in str(err.value)
