@@ -127,7 +127,11 @@ class PackageIndex:
             resp = self.session.get(url, headers={"Accept": JSON_ACCEPT}, timeout=TIMEOUT, **self._tls)
         except requests.RequestException as exc:
             raise PackageIndexError(f"cannot reach the package index at {url}: {exc}",
-                                    hint="check the network or set build.index_url in the spec") from None
+                                    hint=("check the network, the proxy variables and the index's address (the spec's "
+                                          "build.index_url, or a PyTorch variant's index from the catalog)"
+                                          if self.url != DEFAULT_INDEX.rstrip("/") else
+                                          "check the network and the proxy variables, or set build.index_url in "
+                                          "the spec to a mirror that answers")) from None
         self.bytes_fetched += len(resp.content)
         _raise_for_login(resp, url)
         if resp.status_code == 404:
