@@ -6,6 +6,7 @@ each key exists. Callers never index the raw YAML.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -405,6 +406,10 @@ def export_catalog(dest: str | Path) -> Path:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     except OSError as exc:  # named by the directory asked for, not the temporary one beside it
+        # a file where a parent directory should be: mkdir says "File exists" (or "Not a directory" deeper down)
+        blocker = next((p for p in reversed(dest.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None and exc.errno in (errno.EEXIST, errno.ENOTDIR):
+            raise OSError(errno.ENOTDIR, f"{os.strerror(errno.ENOTDIR)} ({blocker} is a file)", str(dest)) from exc
         raise OSError(exc.errno, exc.strerror, str(dest)) from exc
     try:
         for name in FILES:

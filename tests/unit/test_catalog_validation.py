@@ -151,3 +151,22 @@ def test_explain_and_nightly_json_report_a_bad_arch_list_as_a_catalog_error(cat_
     assert resolve.exit_code == 2
     doc = json.loads(resolve.stdout)
     assert doc["error"] == "CatalogError" and "'sm_banana'" in doc["message"]
+
+
+# --- envkit catalog export under a file ----------------------------------------------------------------
+
+@pytest.mark.parametrize("under", ["sub", "sub/deeper"])
+def test_export_under_a_file_says_a_part_of_the_path_is_not_a_directory(tmp_path, monkeypatch, under):
+    from envkit.catalog import export_catalog
+
+    monkeypatch.chdir(tmp_path)
+    Path("afile").write_text("not a directory\n")
+    with pytest.raises(NotADirectoryError) as err:
+        export_catalog(f"afile/{under}")
+    assert err.value.filename == f"afile/{under}" and "(afile is a file)" in err.value.strerror
+    result = CliRunner().invoke(main, ["catalog", "export", f"afile/{under}", "--json"])
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["message"] == f"envkit catalog export: cannot use afile/{under}: Not a directory (afile is a file)"
+    assert "a part of that path is a file" in doc["hint"] and "File exists" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing left beside it
