@@ -29,10 +29,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Annotated, Callable
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from . import __version__, procs, scratch
 from .base import ensure_base
@@ -59,6 +60,51 @@ CONTEXT = "context"
 DOCKERFILES = {"classic": "Dockerfile", "buildkit": "buildkit.Dockerfile"}
 BUNDLE_LABEL = "io.envkit.bundle"  # the manifest's sha256, on images built from a bundle
 DOWNLOADS = 4  # pip downloads at once when a bundle is made
+
+_Digest = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+
+
+class _ManifestBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    ref: StrictStr = Field(min_length=1)
+    id: StrictStr = _Digest
+
+
+class Manifest(BaseModel):
+    """manifest.json's shape (what ``make_bundle`` writes), checked before any of it is used."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+    version: StrictInt
+    image: StrictStr = Field(min_length=1)
+    tag: StrictStr = Field(min_length=1)
+    lock_hash: StrictStr = Field(min_length=1)
+    base: _ManifestBase
+    # builder -> the Dockerfile's name in context/
+    dockerfiles: dict[StrictStr, StrictStr] = Field(min_length=1)
+    # every other file of the bundle (relative path) -> its sha256
+    files: dict[StrictStr, Annotated[StrictStr, _Digest]] = Field(min_length=1)
+    team: StrictStr | None = None
+    flavour: StrictStr | None = None
+    generated: StrictStr | None = None
+
+
+_REMAKE_HOW = "make the bundle again with `envkit bundle make SPEC --out DIR`"
+_REMAKE = f"the manifest is damaged or was edited: {_REMAKE_HOW}"
+
+
+def _shape_error(path: Path, exc: ValidationError) -> BuildError:
+    """The first problem of a manifest that does not have make_bundle's shape: its field and value."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "missing":
+        return BuildError(f"{path}: the manifest has no {field!r}", hint=_REMAKE)
+    return BuildError(f"{path}: manifest field {field!r} is {_shown(err.get('input'))}: {err['msg']}", hint=_REMAKE)
+
+
+def _shown(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
 
 # Fetches each stage's Debian packages (and what they pull in) against the base's own state:
 # os first (then installed), then builder and devel, each relative to the os stage.
@@ -215,6 +261,12 @@ def build_from_bundle(engine, bundle_dir: Path, *, builder: str = "classic", ver
     require_builder(engine, builder)
     bundle_dir = Path(bundle_dir)
     manifest = verify_bundle(bundle_dir)
+    dockerfile = manifest["dockerfiles"].get(builder)
+    if dockerfile is None or f"{CONTEXT}/{dockerfile}" not in manifest["files"]:
+        where = (f"names {CONTEXT}/{dockerfile}, which is not among its files" if dockerfile is not None
+                 else f"names no Dockerfile for it (dockerfiles: {', '.join(sorted(manifest['dockerfiles']))})")
+        raise BuildError(f"{bundle_dir / MANIFEST}: the {builder} builder was asked for, but the manifest {where}",
+                         hint=f"choose a builder the bundle has, or {_REMAKE_HOW}")
     lock = load_lock(bundle_dir / LOCK_FILE)
     image = lock.image(manifest["image"])
     if image.hash != manifest["lock_hash"]:
@@ -225,7 +277,6 @@ def build_from_bundle(engine, bundle_dir: Path, *, builder: str = "classic", ver
     progress(f"loading {manifest['base']['ref']} from {BASE_ARCHIVE}")
     load_image(engine, bundle_dir / BASE_ARCHIVE, manifest["base"]["id"], manifest["base"]["ref"])
     context = bundle_dir / CONTEXT
-    dockerfile = manifest["dockerfiles"][builder]
     labels = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash(_rendered(context, dockerfile)),
               BASE_LABEL: manifest["base"]["id"],
               BUNDLE_LABEL: "sha256:" + _sha256(bundle_dir / MANIFEST)}
@@ -249,12 +300,22 @@ def verify_bundle(bundle_dir: Path) -> dict:
     path = Path(bundle_dir) / MANIFEST
     try:
         manifest = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
         raise BuildError(f"{bundle_dir} is not an envkit bundle: {exc}",
                          hint="make one with `envkit bundle make SPEC --out DIR`") from None
+    if not isinstance(manifest, dict):
+        kind = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
+            type(manifest), "null")
+        raise BuildError(f"{path}: the manifest is {kind} ({_shown(manifest)}), not a JSON object",
+                         hint=_REMAKE)
     if manifest.get("version") != BUNDLE_VERSION:
-        raise BuildError(f"{path}: unsupported bundle version {manifest.get('version')!r}")
-    expected, found = manifest.get("files") or {}, file_hashes(Path(bundle_dir))
+        raise BuildError(f"{path}: unsupported bundle version {manifest.get('version')!r}",
+                         hint=f"this envkit reads bundle version {BUNDLE_VERSION}; {_REMAKE_HOW}")
+    try:
+        Manifest.model_validate(manifest)
+    except ValidationError as exc:
+        raise _shape_error(path, exc) from None
+    expected, found = manifest["files"], file_hashes(Path(bundle_dir))
     problems = [f"{name}: changed" for name in sorted(expected) if name in found and found[name] != expected[name]]
     problems += [f"{name}: missing" for name in sorted(set(expected) - set(found))]
     problems += [f"{name}: not in the manifest" for name in sorted(set(found) - set(expected))]
