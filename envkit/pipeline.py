@@ -286,7 +286,7 @@ def refresh_catalog(*, apply: bool, frameworks=(), progress=lambda _: None) -> d
     if apply and result.changed:
         for path in result.apply():
             progress(f"wrote {path}")
-    return result.summary()
+    return {**result.summary(), "applied": bool(apply and result.changed)}  # "files": what changes, or would
 
 
 def check_catalog_arches(*, apply: bool, frameworks=(), progress=lambda _: None) -> dict:
@@ -302,7 +302,7 @@ def check_catalog_arches(*, apply: bool, frameworks=(), progress=lambda _: None)
     if apply and result.changed:
         for path in result.apply():
             progress(f"wrote {path}")
-    return {**result.summary(), "bytes_fetched": index.bytes_fetched}
+    return {**result.summary(), "bytes_fetched": index.bytes_fetched, "applied": bool(apply and result.changed)}
 
 
 def _store_images(store) -> dict[str, dict]:

@@ -306,6 +306,7 @@ def test_cli_refresh_one_framework_json_and_apply(cat_dir, monkeypatch):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert list(doc["frameworks"]) == ["jax"] and doc["frameworks"]["jax"]["added_patches"] == ["0.13.0"]
+    assert doc["files"] == [str(cat_dir / "jax.yaml")] and doc["applied"] is False  # proposed, not written
     assert snapshot(cat_dir) == before
     result = CliRunner().invoke(main, ["catalog", "refresh", "--framework", "tensorflow", "--framework", "jax", "--apply"])
     assert result.exit_code == 0, result.output
