@@ -431,5 +431,5 @@ def _schema_finding(where: str, version: int, known: int) -> Finding:
     if version > known:
         return Finding("store", "fail", f"{where}: schema version {version}, newer than this envkit ({known})",
                        "upgrade envkit to the version that wrote it")
-    note = "up to date" if version == known else f"schema {version}, migrated to {known} by the next envkit command that opens it"
+    note = "up to date" if version == known else f"schema {version}, migrated to {known} by the next command that uses it (doctor never changes it)"
     return Finding("store", "ok", f"{where}, {note}")
