@@ -402,6 +402,7 @@ class Removal:
     untagged: tuple[str, ...] = ()
     deleted: tuple[str, ...] = ()  # image ids the engine deleted (the image and the step images only it used)
     error: str | None = None
+    gone: bool = False  # the engine no longer had it (another gc removed it meanwhile): not ours to count
 
 
 class ImageHost(Protocol):
@@ -482,7 +483,8 @@ class GcResult:
 
     @property
     def removed(self) -> list[Decision]:
-        return [d for d in self.to_remove if d.image.id in self.removals and not self.removals[d.image.id].error]
+        return [d for d in self.to_remove if d.image.id in self.removals and not self.removals[d.image.id].error
+                and not self.removals[d.image.id].gone]
 
     @property
     def failed(self) -> list[Decision]:

@@ -192,17 +192,20 @@ class DockerImageHost:
                 untagged.extend([item["Untagged"]] if "Untagged" in item else [])
                 deleted.extend([item["Deleted"]] if "Deleted" in item else [])
 
+        found = False  # any of it still here: otherwise another gc removed it meanwhile, and it is not ours to count
         try:
             for ref in (*image.tags, *image.digests):
                 try:
                     record(api.remove_image(ref, force=False, noprune=False))
+                    found = True
                 except docker.errors.ImageNotFound:
                     continue
             if image.id not in deleted:
                 try:
                     record(api.remove_image(image.id, force=False, noprune=False))
+                    found = True
                 except docker.errors.ImageNotFound:
                     pass
         except docker.errors.APIError as exc:
             return Removal(tuple(untagged), tuple(deleted), error=str(exc.explanation or exc))
-        return Removal(tuple(untagged), tuple(deleted))
+        return Removal(tuple(untagged), tuple(deleted), gone=not found)

@@ -255,6 +255,40 @@ def test_dry_run_removes_nothing_and_a_second_run_is_a_no_op(store_path):
     assert second.to_remove == [] and second.removals == {} and second.reclaimed() == (0, True)
 
 
+def test_an_image_another_gc_removed_meanwhile_is_not_counted_as_removed(store_path):
+    """Two gc runs at once each planned the same images; the one that found them gone counted them (and their
+    bytes) as its own."""
+    host = FakeHost([img(n) for n in range(1, 5)])
+    host.remove = lambda image: Removal(gone=True)  # the engine no longer has it
+    result = collect_garbage(host, str(store_path), keep=2)
+    assert len(result.to_remove) == 1 and result.removed == [] and result.failed == []
+    assert result.reclaimed() == (0, True) and result.to_json()["removed"] == []
+
+
+def test_the_engine_host_says_gone_only_when_nothing_of_the_image_was_left():
+    import docker
+
+    from envkit.engine.docker_gc import DockerImageHost
+
+    class Api:
+        def __init__(self, present):
+            self.present = set(present)
+
+        def remove_image(self, ref, force, noprune):
+            if ref not in self.present:
+                raise docker.errors.ImageNotFound(f"No such image: {ref}")
+            return [{"Untagged": ref}] if ":" in ref and not ref.startswith("sha256:") else [{"Deleted": ref}]
+
+    class Client:
+        def __init__(self, present):
+            self.api = Api(present)
+
+    image = img(2)
+    assert DockerImageHost(Client(())).remove(image).gone
+    kept = DockerImageHost(Client((image.id,))).remove(image)
+    assert not kept.gone and kept.deleted == (image.id,)
+
+
 def test_the_team_is_passed_to_the_engine_and_other_teams_are_never_removed(store_path):
     host = FakeHost([img(n) for n in range(1, 5)] + [img(n, team="nlp") for n in range(1, 5)])
     collect_garbage(host, str(store_path), team="nlp", keep=1)
