@@ -49,6 +49,7 @@ CheckStatus = Literal["passed", "failed", "skipped"]
 GPU_CHECKS = TORCH.gpu_checks
 REQUIRED_GPU_CHECKS = TORCH.required_gpu_checks
 DEVICELESS_GPU_CHECKS = TORCH.deviceless_gpu_checks
+GPU_LIBRARIES = ("cuda", "cudnn", "nccl")  # a lock giving none of these means a CPU-only build
 NO_GPU_REQUESTED = "certification asked for a GPU but none is visible in the container"
 MAX_SAMPLES_PER_GPU = 500  # plotted samples kept per GPU; the maxima are over every sample
 _ARCH = re.compile(r"^(sm|compute)_\d{2,3}[af]?$")
@@ -166,8 +167,8 @@ def _compare_versions(facts: dict, expect: dict, fw: Framework) -> list[str]:
             if want is not None and (have is None or not _same(have, want, pin)):
                 reasons.append(f"{pin.label}: the lock expects {want} but the image has {have or 'none'}")
             continue
-        if want is None and have is None:
-            continue
+        if want is None and (have is None or pin.key not in GPU_LIBRARIES):
+            continue  # none expected and none found; or no Python pin given (an image without its label)
         if want is None:
             reasons.append(f"{pin.label}: the lock expects none (CPU-only build) but the image has {have}")
         elif have is None:

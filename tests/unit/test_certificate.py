@@ -391,3 +391,12 @@ def test_a_report_that_cannot_be_replaced_leaves_the_old_set_and_no_certificate_
     assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.junit.xml"]
     with Store.open_existing(str(tmp_path / "s.sqlite")) as store:
         assert list(store.images()) == []
+
+
+def test_no_python_in_the_expectations_is_no_comparison_not_a_cpu_only_build():
+    """An image without its Python pin label gives expect python None: nothing to compare (it read "the lock
+    expects none (CPU-only build)"); a CUDA library found where the lock gives none is still refused."""
+    status, reasons = decide(cpu_doc(), {**EXPECT, "python": None}, gpu_requested=False)
+    assert (status, reasons) == ("verified", ())
+    status, reasons = decide(cpu_doc(), {**EXPECT, "cuda": None}, gpu_requested=False)
+    assert status == "failed" and any("CUDA runtime: the lock expects none (CPU-only build)" in r for r in reasons)
