@@ -323,3 +323,68 @@ def test_cli_show_of_a_local_name_still_needs_the_engine(replayed):
     result = invoke("show", "vision/torch25:1", "--json")
     assert result.exit_code == 6
     assert "no container engine" in json.loads(result.stdout)["message"]
+
+
+# --- registry addresses: what the distribution spec and DNS allow, refused before any request ------------------
+
+@pytest.mark.parametrize("where, rule", [
+    ("a" * 300, "the registry host is 300 characters long; a DNS name has at most 253"),
+    ("a" * 64 + ".example.com", "is 64 characters long; a DNS label (the part between dots) has at most 63"),
+    ("a" * 64 + ":5000", "a DNS label (the part between dots) has at most 63"),
+    ("127.0.0.1:99999", "the registry port 99999 is outside 1-65535"),
+    ("127.0.0.1:0", "the registry port 0 is outside 1-65535"),
+    ("a..b:5000", "has an empty label"),
+    ("127.0.0.1:5000/teamB", "'teamB' in the repository path has upper case letters; the path must be lowercase"),
+    ("127.0.0.1:5000/" + "a" * 260, "is 275 characters long; the distribution spec allows 255"),
+    ("127.0.0.1:5000/a--_b", "is not a path component"),
+])
+def test_parse_registry_names_the_rule_a_value_breaks(where, rule):
+    with pytest.raises(EngineError, match="bad registry") as err:
+        parse_registry(where)
+    assert rule in err.value.message
+    assert len(err.value.message) < 400  # a 300-character value is shown cut short, with its length
+
+
+def test_parse_registry_accepts_the_limits():
+    label = "a" * 63
+    assert parse_registry(f"{label}.example.com:65535/x") == (f"{label}.example.com:65535", "x")
+    assert parse_registry("127.0.0.1:1") == ("127.0.0.1:1", "")
+    assert parse_registry("[::1]:5000/team") == ("[::1]:5000", "team")
+    host = "127.0.0.1:5000"
+    path = "a" * (255 - len(host) - 1)
+    assert parse_registry(f"{host}/{path}") == (host, path)
+    with pytest.raises(EngineError, match="256 characters long"):
+        parse_registry(f"{host}/{path}a")
+
+
+@pytest.mark.parametrize("ref, rule", [
+    ("127.0.0.1:70000/x:1", "port 70000 is outside 1-65535"),
+    ("a" * 64 + ".io/x:1", "at most 63"),
+    ("127.0.0.1:5000/Team/x:1", "the path must be lowercase"),
+    ("127.0.0.1:5000/" + "x" * 250 + ":1", "the distribution spec allows 255"),
+])
+def test_parse_ref_names_the_rule_a_reference_breaks(ref, rule):
+    with pytest.raises(EngineError, match="bad registry reference") as err:
+        parse_ref(ref)
+    assert rule in err.value.message
+
+
+@pytest.mark.parametrize("args, said", [
+    (["registry", "prune", "a" * 300, "--dry-run"], "a DNS name has at most 253"),
+    (["ls", "--registry", "a" * 64 + ":5000"], "a DNS label (the part between dots) has at most 63"),
+    (["ls", "--registry", "127.0.0.1:99999"], "port 99999 is outside 1-65535"),
+    (["ls", "--registry", "127.0.0.1:5000/teamB"], "the path must be lowercase"),
+    (["registry", "prune", "127.0.0.1:5000/" + "a" * 260], "the distribution spec allows 255"),
+    (["show", "127.0.0.1:99999/x:1"], "port 99999 is outside 1-65535"),
+])
+def test_a_bad_registry_address_is_a_usage_error_naming_the_rule(args, said, monkeypatch):
+    from envkit.cli import main
+
+    def no_engine():
+        raise AssertionError("a usage error comes before the engine is asked")
+
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", no_engine)
+    out = CliRunner().invoke(main, [*args, "--json"])
+    assert out.exit_code == 2, out.output
+    doc = json.loads(out.stdout)
+    assert doc["error"] == "UsageError" and said in doc["message"] and "engine" not in doc["message"]
