@@ -235,6 +235,15 @@ class _RegistryHTTP:
                 if refused is not None:
                     raise refused from None
                 raise
+            except (requests.Timeout, requests.exceptions.ChunkedEncodingError):
+                raise  # transient (``_from_exception``)
+            except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+                # not a connection problem and never one a retry fixes: a URL urllib3 cannot parse (a DNS label
+                # over 63 characters), a redirect loop, a malformed header. The registry's failure, named as
+                # such; left alone it would reach the CLI as a requests/urllib3 error, "the engine stopped
+                # answering".
+                reason = str(exc.args[0] if exc.args else exc)[:300] or type(exc).__name__
+                raise _Failure(f"{method} {url.split('?', 1)[0]}: {type(exc).__name__}: {reason}", False) from None
 
     def _send(self, method: str, url: str, **kw) -> requests.Response:
         """One call, answering up to two 401 challenges (a token for new scopes, then a refusal is final)."""

@@ -389,3 +389,52 @@ def test_cli_deletes_disabled_is_exit_6_with_the_error_document(cli_registry):
     assert out.exit_code == 6
     doc = json.loads(out.stdout.split("\nerror:")[0])
     assert doc["error"] == "DeleteDisabledError" and "storage.delete.enabled: true" in doc["message"]
+
+
+# --- a registry's failures are the registry's, never "the engine stopped answering" --------------------------
+
+def test_an_address_urllib3_cannot_parse_is_the_registrys_error():
+    """A requests/urllib3 error that is no connection problem (here urllib3's LocationParseError, as a DNS
+    label over 63 characters gives): a permanent registry failure naming the URL, not a raw exception."""
+    import urllib3.exceptions
+
+    reg = team()
+    reg.fail_with = urllib3.exceptions.LocationParseError("'x', label empty or too long")
+    real = reg.send
+
+    def send(request, **kw):
+        if request.path_url.startswith("/v2/_catalog"):
+            raise reg.fail_with
+        return real(request, **kw)
+
+    reg.send = send
+    sleeps: list = []
+    with pytest.raises(EngineError) as err:
+        prune(reg, sleeps=sleeps)
+    assert type(err.value) is EngineError and sleeps == []  # not retried: a retry cannot fix it
+    assert err.value.message.startswith(f"cannot read the catalog (/v2/_catalog) from registry {HOST}: ")
+    assert "LocationParseError" in err.value.message and "engine" not in err.value.message + err.value.hint
+
+
+def test_a_raw_requests_error_from_the_registry_client_is_named_as_the_registrys(monkeypatch):
+    """Should a requests/urllib3 error still escape envkit's registry client, the CLI names the registry,
+    not the engine (prune does not use the engine at all); exit 6 as every registry failure."""
+    import urllib3.exceptions
+
+    from envkit.registry_api import _retrying
+
+    def fake(client, where, **kw):
+        def boom():
+            raise urllib3.exceptions.LocationParseError("Failed to parse: 'x'")
+
+        return _retrying(boom, retries=0, backoff=0, sleep=lambda s: None, fail=lambda f, n: EngineError(f.message),
+                         registry=HOST)
+
+    monkeypatch.setattr(retention, "prune_registry", fake)
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: (_ for _ in ()).throw(EngineError("none")))
+    out = CliRunner().invoke(main, ["registry", "prune", HOST, "--dry-run", "--json"])
+    assert out.exit_code == 6, out.output
+    doc = json.loads(out.stdout.split("\nerror:")[0])
+    assert doc["error"] == "EngineError" and "engine" not in doc["message"] + doc["hint"]
+    assert doc["message"].startswith(f"envkit registry prune: talking to registry {HOST} failed (Failed to parse")
+    assert f"curl https://{HOST}/v2/" in doc["hint"]
