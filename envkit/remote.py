@@ -151,6 +151,7 @@ def inspect_remote(client, ref: str | RegistryRef, *, retries: int = 2, backoff:
     r = _Reader(client, ref.registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
     tags = r.tags(ref.repository)
     if tags is None:
+        check_is_registry(r, ref.registry, f"GET /v2/{ref.repository}/tags/list")
         raise EngineError(f"registry {ref.registry} has no repository {ref.repository!r} (asked for {ref})",
                           hint=f"`envkit ls --registry {ref.registry}` lists its repositories")
     manifest = r.manifest(ref.repository, ref.reference)
@@ -188,7 +189,10 @@ def team_repositories(r: _Reader, registry: str, prefix: str) -> tuple[list[str]
     """The repositories under ``prefix`` (the registry's catalog) that hold images, and the base mirror
     repositories left out (``{"reference", "reason"}``)."""
     paths, skipped = [], []
-    for path in sorted(r.read(r.reg.catalog, "the catalog (/v2/_catalog)")):
+    catalog = r.read(r.reg.catalog, "the catalog (/v2/_catalog)")
+    if catalog is None:
+        catalog = no_catalog(r, registry, prefix)
+    for path in sorted(catalog):
         if prefix and not (path == prefix or path.startswith(prefix + "/")):
             continue
         if path.rsplit("/", 1)[-1].startswith(MIRROR_REPO_PREFIX):
@@ -196,6 +200,30 @@ def team_repositories(r: _Reader, registry: str, prefix: str) -> tuple[list[str]
             continue
         paths.append(path)
     return paths, skipped
+
+
+def check_is_registry(r: _Reader, registry: str, asked: str) -> None:
+    """After a 404: is there a registry at all at that address? An ``EngineError`` saying what answered if not
+    (a web server, a proxy's page), so that no 404 from one is read as "empty" or "no such repository"."""
+    why = r.read(r.reg.not_a_registry, "the API's base (/v2/)")
+    if why:
+        raise EngineError(f"{registry} is not a container registry: {asked} answered 404, and {why}",
+                          hint=f"check the address (host and port) of the registry: a registry answers "
+                               f"`curl {r.reg.scheme}://{registry}/v2/` with 200 or 401 and the header "
+                               f"Docker-Distribution-API-Version: registry/2.0")
+
+
+def no_catalog(r: _Reader, registry: str, prefix: str) -> list[str]:
+    """A registry whose ``/v2/_catalog`` answers 404 (hosted registries have none): ``prefix`` itself when it
+    names a repository; else an ``EngineError`` saying to name one (or that this is no registry at all)."""
+    check_is_registry(r, registry, "GET /v2/_catalog")
+    if prefix and r.tags(prefix) is not None:
+        return [prefix]
+    there = f" and has no repository {prefix!r}" if prefix else ""
+    raise EngineError(f"registry {registry} has no catalog endpoint (GET /v2/_catalog answered 404, as on hosted "
+                      f"registries){there}, so envkit cannot list its repositories",
+                      hint=f"name a repository instead: {registry}/TEAM/IMAGE (e.g. {registry}/vision/torch25), "
+                           f"as nightly pushed it")
 
 
 # --- listing the registry -----------------------------------------------------------------------

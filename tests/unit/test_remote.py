@@ -388,3 +388,46 @@ def test_a_bad_registry_address_is_a_usage_error_naming_the_rule(args, said, mon
     assert out.exit_code == 2, out.output
     doc = json.loads(out.stdout)
     assert doc["error"] == "UsageError" and said in doc["message"] and "engine" not in doc["message"]
+
+
+# --- a 404 is not an empty registry: no registry there, or one without a catalog ------------------------------
+
+HTML_404 = answer(b"<html><body>Error response: 404 File not found</body></html>", 404,
+                  **{"Content-Type": "text/html;charset=utf-8", "Server": "SimpleHTTP/0.6 Python/3.11"})
+NO_CATALOG = {"GET /v2/_catalog?n=1000": answer({"errors": [{"code": "UNSUPPORTED"}]}, 404)}
+
+
+def test_a_web_server_that_is_no_registry_is_named_not_listed_as_empty():
+    """`python3 -m http.server`: 404 for /v2/_catalog and for /v2/ (no Docker-Distribution-API-Version)."""
+    web = {"GET /v2/_catalog?n=1000": HTML_404, "GET /v2/": HTML_404}
+    with pytest.raises(EngineError) as err:
+        list_registry(None, HOST, **reads(web))
+    assert err.value.message.startswith(f"{HOST} is not a container registry: GET /v2/_catalog answered 404, and ")
+    assert "HTTP 404" in err.value.message and "SimpleHTTP" in err.value.message
+    assert "Docker-Distribution-API-Version" in err.value.hint
+    with pytest.raises(EngineError, match="is not a container registry: GET /v2/vision/torch25/tags/list answered"):
+        inspect_remote(None, f"{HOST}/vision/torch25:1", **reads({**web, "GET /v2/vision/torch25/tags/list?n=1000":
+                                                                  HTML_404}))
+
+
+def test_a_registry_without_a_catalog_says_to_name_the_repository():
+    with pytest.raises(EngineError) as err:
+        list_registry(None, f"{HOST}/vision", **reads(NO_CATALOG))
+    assert (f"registry {HOST} has no catalog endpoint (GET /v2/_catalog answered 404, as on hosted registries) and "
+            f"has no repository 'vision'") in err.value.message
+    assert f"name a repository instead: {HOST}/TEAM/IMAGE" in err.value.hint
+    with pytest.raises(EngineError, match="has no catalog endpoint"):
+        list_registry(None, HOST, **reads(NO_CATALOG))
+    # naming the repository works without a catalog
+    listing = list_registry(None, f"{HOST}/vision/torch25", **reads(NO_CATALOG))
+    assert {r["stack"] for r in listing.rows} == {STACK_A, STACK_B}
+
+
+@pytest.mark.parametrize("v2", [
+    answer({}, 401, **{"WWW-Authenticate": 'Bearer realm="https://auth.example.com/token"'}),  # no version header
+    answer({}, 200),  # the OCI spec's 200 without the header
+    answer(b"", 401, **{"Docker-Distribution-API-Version": "registry/2.0"}),
+])
+def test_what_counts_as_a_registry_at_v2(v2):
+    with pytest.raises(EngineError, match="has no catalog endpoint"):
+        list_registry(None, HOST, **reads({**NO_CATALOG, "GET /v2/": v2}))
