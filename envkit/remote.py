@@ -8,8 +8,8 @@ A researcher sees, before pulling, what a published image is and where it was ce
   ``publish.attach_certificate``) and whether the moving ``:certified`` tag points at it.
 * ``list_registry(client, HOST[:PORT][/path])``: every envkit image in the registry's
   repositories (``/v2/_catalog``, ``/v2/<repo>/tags/list``), with its certification per GPU
-  model. Certificate artifacts, ``:certified``, base mirrors (repositories ``*/base-*``, tags
-  ``sha256-<hex>``) and images without envkit's lock-hash label are not rows.
+  model. Certificate artifacts, ``:certified``, base mirrors (tags ``sha256-<hex>``; a repository
+  holding only those is skipped whole) and images without envkit's lock-hash label are not rows.
 
 The pure half (references, what the answers mean) is ``remote_parse``; it is re-exported here.
 The HTTP client is ``registry_api._RegistryHTTP`` (credentials, scheme and trust from
@@ -37,8 +37,8 @@ from .remote_parse import (REF_HINT, ImageFacts, RegistryRef, RemoteCertificate,
                            classify_tags, config_facts, latest_per_gpu, manifest_parts, names_registry, parse_ref,
                            parse_registry, pick_platform, shown_labels)
 
+MIRROR_REPO_PREFIX = "base-"  # nightly mirrors bases into <team>/base-<distro>-<suite> (so may an image's name)
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
-MIRROR_REPO_PREFIX = "base-"  # nightly mirrors bases into <team>/base-<distro>-<suite>
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 
@@ -185,21 +185,35 @@ def digest_of(r: _Reader, path: str, tag: str) -> str | None:
     return manifest.digest if manifest else None
 
 
-def team_repositories(r: _Reader, registry: str, prefix: str) -> tuple[list[str], list[dict]]:
-    """The repositories under ``prefix`` (the registry's catalog) that hold images, and the base mirror
-    repositories left out (``{"reference", "reason"}``)."""
-    paths, skipped = [], []
+def team_repositories(r: _Reader, registry: str, prefix: str) -> tuple[dict[str, list[str]], list[dict]]:
+    """The repositories under ``prefix`` (the registry's catalog) with their tags, and the base mirror
+    repositories left out (``{"reference", "reason"}``).
+
+    A base mirror repository is known by what it holds, never by its name alone (nightly's
+    ``<team>/base-<distro>-<suite>`` is also what an image named ``base-...`` gets): here, one whose every tag is
+    a mirror's ``sha256-<hex>``. The others are read: envkit images carry its lock label, a mirror's base does not
+    (``mirror_repository`` then names a ``base-*`` repository without envkit images as the mirror it is)."""
+    repos, skipped = {}, []
     catalog = r.read(r.reg.catalog, "the catalog (/v2/_catalog)")
     if catalog is None:
         catalog = no_catalog(r, registry, prefix)
     for path in sorted(catalog):
         if prefix and not (path == prefix or path.startswith(prefix + "/")):
             continue
-        if path.rsplit("/", 1)[-1].startswith(MIRROR_REPO_PREFIX):
-            skipped.append({"reference": f"{registry}/{path}", "reason": "base mirror repository"})
+        tags = r.tags(path) or []
+        sorted_tags = classify_tags(tags)
+        if sorted_tags.mirrors and len(sorted_tags.mirrors) == len(set(tags)):
+            skipped.append({"reference": f"{registry}/{path}",
+                            "reason": "base mirror repository"})
             continue
-        paths.append(path)
-    return paths, skipped
+        repos[path] = tags
+    return repos, skipped
+
+
+def mirror_repository(path: str, envkit_images: int) -> bool:
+    """A repository read in full that is a base mirror: named as nightly names mirrors, and holding no envkit image
+    (an envkit image named ``base-...`` shares the name, not the lack of envkit's label)."""
+    return path.rsplit("/", 1)[-1].startswith(MIRROR_REPO_PREFIX) and envkit_images == 0
 
 
 def check_is_registry(r: _Reader, registry: str, asked: str) -> None:
@@ -244,10 +258,11 @@ def list_registry(client, where: str, *, retries: int = 2, backoff: float = 0.5,
     """Every envkit image in the registry (under ``path``), with its certification per GPU model."""
     registry, prefix = parse_registry(where)
     r = _Reader(client, registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
-    paths, skipped = team_repositories(r, registry, prefix)
+    repos, skipped = team_repositories(r, registry, prefix)
     rows = []
-    for path in paths:
-        tags = classify_tags(r.tags(path) or [])
+    for path, found in repos.items():
+        tags = classify_tags(found)
+        before_rows, before_skipped = len(rows), len(skipped)
         certified_digest = digest_of(r, path, CERTIFIED_TAG) if tags.certified else None
         for tag in tags.stacks:
             ref = f"{registry}/{path}:{tag}"
@@ -261,6 +276,8 @@ def list_registry(client, where: str, *, retries: int = 2, backoff: float = 0.5,
             certs = [c for c in (r.certificate(path, t) for t in tags.certificates.get(tag, []))
                      if c is not None and c.subject in (None, manifest.digest)]
             rows.append(registry_row(ref, manifest.digest, facts, certs, certified_digest))
+        if mirror_repository(path, len(rows) - before_rows):  # one entry for the mirror, not one per base in it
+            skipped[before_skipped:] = [{"reference": f"{registry}/{path}", "reason": "base mirror repository"}]
     return Listing(registry, prefix, rows, skipped)
 
 

@@ -15,7 +15,10 @@ Every nightly pushes new stack tags; nothing else ever removes them. ``prune_reg
   (``<stack>.cert-<gpu>``) whose subject is a deleted image, or whose image is no longer in the
   registry at all (left over by an interrupted prune).
 
-Base mirror repositories (``*/base-*``) are never read. Tags are sorted into stack tags,
+Base mirror repositories are known by what they hold, not by name alone (an image may be named
+``base-...`` too): one with only ``sha256-<hex>`` tags is not read further; a ``*/base-*`` one
+holding no envkit image is skipped after reading. Its images carry no envkit label, so they would
+be kept anyway; an envkit image in a ``base-...`` repository is pruned as any other. Tags are sorted into stack tags,
 certificate artifacts, ``:certified`` and mirrors by ``remote_parse.classify_tags``; reads go
 through ``remote``'s reader (retries, errors naming the registry). ``plan_repository`` is the
 pure decision; the rest reads and deletes.
@@ -39,7 +42,7 @@ from .errors import EngineError
 from .labels import LOCK_LABEL
 from .publish import CERTIFIED_TAG
 from .registry_api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Sleep, _Failure, _retrying
-from .remote import INDEX_TYPES, _Reader, digest_of, team_repositories
+from .remote import INDEX_TYPES, _Reader, digest_of, mirror_repository, team_repositories
 from .remote_parse import classify_tags, parse_registry
 
 DEFAULT_KEEP = 5
@@ -220,9 +223,10 @@ def _subject(raw: bytes) -> str | None:
     return subject if isinstance(subject, str) else None
 
 
-def _listing(r: _Reader, path: str) -> Listing:
-    """Read one repository: every stack tag's manifest and config, :certified, mirrors and artifacts."""
-    tags = classify_tags(r.tags(path) or [])
+def _listing(r: _Reader, path: str, found: list[str]) -> Listing:
+    """Read one repository (``found``: its tags): every stack tag's manifest and config, :certified, mirrors and
+    artifacts."""
+    tags = classify_tags(found)
     by_digest: dict[str, tuple[list[str], str | None, bool]] = {}
     for tag in tags.stacks:
         manifest = r.manifest(path, tag)
@@ -303,11 +307,14 @@ def prune_registry(client, where: str, *, keep: int = DEFAULT_KEEP, older_than_d
     older = timedelta(days=older_than_days) if older_than_days is not None else None
     opts = dict(retries=retries, backoff=backoff, sleep=sleep)
     r = _Reader(client, registry, session=session, **opts)
-    paths, skipped = team_repositories(r, registry, prefix)
+    repos, skipped = team_repositories(r, registry, prefix)
     delete = _Deleter(r, opts)
     plans = []
-    for path in paths:
-        listing = _listing(r, path)
+    for path, found in repos.items():
+        listing = _listing(r, path, found)
+        if mirror_repository(path, sum(i.envkit for i in listing.images)) and not listing.artifacts:
+            skipped.append({"reference": f"{registry}/{path}", "reason": "base mirror repository"})
+            continue  # nothing of envkit's in it: not shown as a plan (its images would all be kept anyway)
         plan = plan_repository(listing, keep=keep, older_than=older, now=now)
         if not dry_run and any(d.delete for d in plan.images + plan.artifacts):
             certified = digest_of(r, path, CERTIFIED_TAG)  # :certified moved since the listing? decide again

@@ -438,3 +438,42 @@ def test_a_raw_requests_error_from_the_registry_client_is_named_as_the_registrys
     assert doc["error"] == "EngineError" and "engine" not in doc["message"] + doc["hint"]
     assert doc["message"].startswith(f"envkit registry prune: talking to registry {HOST} failed (Failed to parse")
     assert f"curl https://{HOST}/v2/" in doc["hint"]
+
+
+# --- base mirrors are known by what they hold, not by a name an image may share ------------------------------
+
+def with_base_named_image() -> FakeRegistry:
+    """team() plus vision/base-tools, an envkit image whose name starts with base-, and a second mirror pushed
+    under its base's own tag (not sha256-<hex>)."""
+    reg = team()
+    for n, days in enumerate((30, 20, 10), 1):
+        reg.image("vision/base-tools", f"2.0-x{n}", days)
+    reg.image("vision/base-ubuntu-jammy", "jammy-minbase-0123abcd", 100, envkit=False)
+    return reg
+
+
+def test_an_envkit_image_named_base_is_pruned_and_mirrors_are_skipped():
+    reg = with_base_named_image()
+    doc = prune(reg, keep=1).to_json()
+    assert [r["repository"] for r in doc["repositories"]] == ["vision/base-tools", "vision/torch25"]
+    assert set(reg.tags("vision/base-tools")) == {"2.0-x3"}  # the two older ones went
+    assert doc["skipped"] == [{"reference": f"{HOST}/vision/base-debian-bookworm", "reason": "base mirror repository"},
+                              {"reference": f"{HOST}/vision/base-ubuntu-jammy", "reason": "base mirror repository"}]
+    assert set(reg.tags("vision/base-debian-bookworm")) and set(reg.tags("vision/base-ubuntu-jammy"))
+
+
+def test_ls_lists_an_envkit_image_named_base_and_skips_the_mirrors():
+    from envkit.remote import list_registry
+
+    reg = with_base_named_image()
+    reg.repos.pop("vision/torch25")  # its certificates are not real ones (ls reads them)
+    session = requests.Session()
+    session.mount("http://", reg)
+    listing = list_registry(None, f"{HOST}/vision", session=session, sleep=lambda s: None)
+    assert {r["tag"] for r in listing.rows if "/base-tools:" in r["tag"]} == {
+        f"{HOST}/vision/base-tools:2.0-x{n}" for n in (1, 2, 3)}
+    mirrors = [s for s in listing.skipped if s["reason"] == "base mirror repository"]
+    assert [s["reference"] for s in mirrors] == [f"{HOST}/vision/base-debian-bookworm",
+                                                 f"{HOST}/vision/base-ubuntu-jammy"]
+    asked = [a for a in reg.asked if "/vision/base-debian-bookworm/" in a]
+    assert asked == ["GET /v2/vision/base-debian-bookworm/tags/list"]  # only sha256-<hex> tags: not read further
