@@ -20,6 +20,9 @@ _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _MIRROR_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
+# What envkit names a stack (render.image_tag): <framework version>-<variant>-py<python>-<lock hash, 8 hex>,
+# e.g. 2.5.1-cu124-py3.11-1a2b3c4d. Any other tag on an image is someone else's (a user's :prod, :latest).
+STACK_TAG = re.compile(r"^[0-9][0-9A-Za-z._]*-[0-9A-Za-z._-]+-py[0-9]+(?:\.[0-9]+)*-[0-9a-f]{8}$")
 NAME_MAX = 255  # distribution spec: registry host[:port] + "/" + repository name, at most 255 characters
 LABEL_MAX, HOST_MAX = 63, 253  # a DNS label, and a whole DNS name (RFC 1035)
 REF_HINT = "give host[:port]/repository:tag or host[:port]/repository@sha256:<64 hex>, e.g. 127.0.0.1:5000/vision/torch25:certified"
@@ -90,8 +93,8 @@ def host_problem(host: str) -> str | None:
     if not host:
         return "the registry host is empty"
     if not _HOST.fullmatch(host):
-        return (f"the registry host {_shown(host)} is not host[:port] (letters, digits, '.' and '-', an IPv4 address or "
-                f"[IPv6], then an optional :port)")
+        return (f"the registry host {_shown(host)} is not host[:port] (letters, digits, '.' and '-', an IPv4 "
+                f"address or [IPv6], then an optional :port)")
     name, port = host, None
     if host.startswith("["):
         name, _, rest = host.partition("]")
@@ -212,6 +215,11 @@ class Tags:
     certificates: dict[str, list[str]]  # stack tag -> its certificate artifact tags
     certified: bool  # the moving :certified tag exists
     mirrors: list[str]  # sha256-<hex> tags of base mirrors
+
+
+def envkit_made(tag: str) -> bool:
+    """Is ``tag`` one envkit makes: a stack tag, ``:certified``, a certificate artifact's or a mirror's?"""
+    return bool(STACK_TAG.fullmatch(tag) or tag == CERTIFIED_TAG or CERT_TAG_INFIX in tag or _MIRROR_TAG.fullmatch(tag))
 
 
 def classify_tags(tags: list[str]) -> Tags:

@@ -43,7 +43,7 @@ from .labels import LOCK_LABEL
 from .publish import CERTIFIED_TAG
 from .registry_api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Sleep, _Failure, _retrying
 from .remote import INDEX_TYPES, _Reader, digest_of, mirror_repository, team_repositories
-from .remote_parse import classify_tags, parse_registry
+from .remote_parse import classify_tags, envkit_made, parse_registry
 
 DEFAULT_KEEP = 5
 GC_NOTE = ("deleting manifests frees no disk by itself: the registry reclaims the blobs only when its garbage "
@@ -242,10 +242,16 @@ def _listing(r: _Reader, path: str, found: list[str]) -> Listing:
     images = tuple(Image(d, tuple(t), created, envkit) for d, (t, created, envkit) in by_digest.items())
     certified = digest_of(r, path, CERTIFIED_TAG) if tags.certified else None
     protected = {}
+    for image in images:  # deleting the manifest would take a user's own tag (:prod) with it
+        theirs = [t for t in image.tags if not envkit_made(t)]
+        if image.envkit and theirs:
+            protected[image.digest] = (f"also tagged {', '.join(theirs)}: a tag envkit did not make (its stack tags "
+                                       f"are <version>-<variant>-py<python>-<lock hash>)")
     for tag in tags.mirrors:
         digest = digest_of(r, path, tag)
         if digest:
-            protected[digest] = f"also tagged {tag} (a base mirror)"
+            why = f"also tagged {tag} (a base mirror)"
+            protected[digest] = f"{protected[digest]}; {why}" if digest in protected else why
     artifacts, held = [], set()
     for stack, cert_tags in sorted(tags.certificates.items()):
         for tag in cert_tags:
