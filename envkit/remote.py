@@ -185,21 +185,25 @@ def digest_of(r: _Reader, path: str, tag: str) -> str | None:
     return manifest.digest if manifest else None
 
 
-def team_repositories(r: _Reader, registry: str, prefix: str) -> tuple[dict[str, list[str]], list[dict]]:
-    """The repositories under ``prefix`` (the registry's catalog) with their tags, and the base mirror
-    repositories left out (``{"reference", "reason"}``).
+def team_repositories(r: _Reader, registry: str, prefix: str) -> tuple[dict[str, list[str]], list[dict], list[str]]:
+    """The repositories under ``prefix`` (the registry's catalog) with their tags, the base mirror
+    repositories left out (``{"reference", "reason"}``), and warnings (a ``prefix`` matching no repository).
 
     A base mirror repository is known by what it holds, never by its name alone (nightly's
     ``<team>/base-<distro>-<suite>`` is also what an image named ``base-...`` gets): here, one whose every tag is
     a mirror's ``sha256-<hex>``. The others are read: envkit images carry its lock label, a mirror's base does not
     (``mirror_repository`` then names a ``base-*`` repository without envkit images as the mirror it is)."""
-    repos, skipped = {}, []
+    repos, skipped, warnings = {}, [], []
     catalog = r.read(r.reg.catalog, "the catalog (/v2/_catalog)")
     if catalog is None:
         catalog = no_catalog(r, registry, prefix)
-    for path in sorted(catalog):
-        if prefix and not (path == prefix or path.startswith(prefix + "/")):
-            continue
+    under = [p for p in sorted(catalog) if not prefix or p == prefix or p.startswith(prefix + "/")]
+    if prefix and not under:
+        tops = sorted({p.split("/", 1)[0] for p in catalog})
+        seen = f"its repositories are under: {', '.join(tops[:10])}{', ...' if len(tops) > 10 else ''}" if tops \
+            else "it holds no repositories"
+        warnings.append(f"no repository in registry {registry} is {prefix!r} or under it ({seen})")
+    for path in under:
         tags = r.tags(path) or []
         sorted_tags = classify_tags(tags)
         if sorted_tags.mirrors and len(sorted_tags.mirrors) == len(set(tags)):
@@ -207,7 +211,7 @@ def team_repositories(r: _Reader, registry: str, prefix: str) -> tuple[dict[str,
                             "reason": "base mirror repository"})
             continue
         repos[path] = tags
-    return repos, skipped
+    return repos, skipped, warnings
 
 
 def mirror_repository(path: str, envkit_images: int) -> bool:
@@ -248,9 +252,11 @@ class Listing:
     prefix: str
     rows: list[dict]
     skipped: list[dict]  # {"reference", "reason"}: what is in the registry but is no envkit image
+    warnings: list[str] = field(default_factory=list)  # e.g. a path matching no repository
 
     def to_json(self) -> dict:
-        return {"registry": self.registry, "prefix": self.prefix or None, "images": self.rows, "skipped": self.skipped}
+        return {"registry": self.registry, "prefix": self.prefix or None, "images": self.rows, "skipped": self.skipped,
+                "warnings": self.warnings}
 
 
 def list_registry(client, where: str, *, retries: int = 2, backoff: float = 0.5, sleep: Sleep = time.sleep,
@@ -258,7 +264,7 @@ def list_registry(client, where: str, *, retries: int = 2, backoff: float = 0.5,
     """Every envkit image in the registry (under ``path``), with its certification per GPU model."""
     registry, prefix = parse_registry(where)
     r = _Reader(client, registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
-    repos, skipped = team_repositories(r, registry, prefix)
+    repos, skipped, warnings = team_repositories(r, registry, prefix)
     rows = []
     for path, found in repos.items():
         tags = classify_tags(found)
@@ -278,7 +284,7 @@ def list_registry(client, where: str, *, retries: int = 2, backoff: float = 0.5,
             rows.append(registry_row(ref, manifest.digest, facts, certs, certified_digest))
         if mirror_repository(path, len(rows) - before_rows):  # one entry for the mirror, not one per base in it
             skipped[before_skipped:] = [{"reference": f"{registry}/{path}", "reason": "base mirror repository"}]
-    return Listing(registry, prefix, rows, skipped)
+    return Listing(registry, prefix, rows, skipped, warnings)
 
 
 def registry_row(ref: str, digest: str, facts: ImageFacts, certs: list[RemoteCertificate],

@@ -198,6 +198,7 @@ class PruneResult:
     now: str
     repositories: tuple[RepositoryPlan, ...]
     skipped: tuple[dict, ...]  # {"reference", "reason"}: repositories prune does not touch
+    warnings: tuple[str, ...] = ()  # a path matching no repository; a dry run where deletes are disabled
 
     def counts(self) -> dict[str, int]:
         images = [d for r in self.repositories for d in r.images]
@@ -210,7 +211,7 @@ class PruneResult:
         return {"registry": self.registry, "prefix": self.prefix or None, "dry_run": self.dry_run,
                 "keep": self.keep, "older_than_days": self.older_than_days, "now": self.now,
                 "repositories": [r.to_json() for r in self.repositories], "skipped": list(self.skipped),
-                "summary": self.counts(), "garbage_collection": GC_NOTE}
+                "summary": self.counts(), "garbage_collection": GC_NOTE, "warnings": list(self.warnings)}
 
 
 # --- reading and deleting ------------------------------------------------------------------------
@@ -265,9 +266,24 @@ def _listing(r: _Reader, path: str, found: list[str]) -> Listing:
     return Listing(path, images, certified, protected, tuple(artifacts), frozenset(held))
 
 
+NO_SUCH_MANIFEST = "sha256:" + "0" * 64  # a digest no manifest has
+
+
 class _Deleter:
     def __init__(self, r: _Reader, opts: dict):
         self.r, self.opts, self.count = r, opts, 0
+
+    def disabled(self, path: str) -> bool:
+        """For a dry run: does the registry refuse deletes? Asked by deleting a manifest that cannot exist
+        (distribution answers 405 UNSUPPORTED when deletes are off, else 404). Any other answer or failure
+        (an account without ``delete``, a registry that is down) says nothing: False."""
+        try:
+            self.r.reg.repository(path, actions="delete").delete_manifest(NO_SUCH_MANIFEST)
+        except DeleteUnsupported:
+            return True
+        except Exception:  # noqa: BLE001 - only a clear 405 is worth a warning; the real run reports the rest
+            return False
+        return False
 
     def __call__(self, path: str, digest: str) -> str:
         reg = self.r.reg.repository(path, actions="delete")
@@ -313,9 +329,10 @@ def prune_registry(client, where: str, *, keep: int = DEFAULT_KEEP, older_than_d
     older = timedelta(days=older_than_days) if older_than_days is not None else None
     opts = dict(retries=retries, backoff=backoff, sleep=sleep)
     r = _Reader(client, registry, session=session, **opts)
-    repos, skipped = team_repositories(r, registry, prefix)
+    repos, skipped, warnings = team_repositories(r, registry, prefix)
     delete = _Deleter(r, opts)
     plans = []
+    probed = False
     for path, found in repos.items():
         listing = _listing(r, path, found)
         if mirror_repository(path, sum(i.envkit for i in listing.images)) and not listing.artifacts:
@@ -327,9 +344,15 @@ def prune_registry(client, where: str, *, keep: int = DEFAULT_KEEP, older_than_d
             if certified != listing.certified:
                 plan = plan_repository(replace(listing, certified=certified), keep=keep, older_than=older, now=now)
             plan = _carry_out(plan, path, delete, progress)
+        elif dry_run and not probed and any(d.delete for d in plan.images + plan.artifacts):
+            probed = True
+            if delete.disabled(path):
+                warnings.append(f"registry {registry} refuses deletes (HTTP 405 to deleting a manifest that cannot "
+                                f"exist): the real run would fail; it needs `{DELETE_SETTING}` in the registry's "
+                                f"config (REGISTRY_STORAGE_DELETE_ENABLED=true)")
         plans.append(plan)
     return PruneResult(registry, prefix, dry_run, keep, older_than_days, now.isoformat(timespec="seconds"),
-                       tuple(plans), tuple(skipped))
+                       tuple(plans), tuple(skipped), tuple(warnings))
 
 
 def _carry_out(plan: RepositoryPlan, path: str, delete: _Deleter,

@@ -431,3 +431,10 @@ def test_a_registry_without_a_catalog_says_to_name_the_repository():
 def test_what_counts_as_a_registry_at_v2(v2):
     with pytest.raises(EngineError, match="has no catalog endpoint"):
         list_registry(None, HOST, **reads({**NO_CATALOG, "GET /v2/": v2}))
+
+
+def test_list_registry_warns_when_the_path_matches_no_repository():
+    listing = list_registry(None, f"{HOST}/nope", **reads())
+    assert listing.rows == [] and listing.to_json()["warnings"] == [
+        f"no repository in registry {HOST} is 'nope' or under it (its repositories are under: broken, tools, vision)"]
+    assert list_registry(None, f"{HOST}/tools", **reads()).warnings == []

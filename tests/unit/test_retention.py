@@ -130,7 +130,7 @@ def s(n: int) -> str:
 
 class FakeRegistry(BaseAdapter):
     """Just enough of distribution 2.8: catalog, tags, manifests and blobs by digest, DELETE by digest
-    (removing every tag of it; 405 UNSUPPORTED when deletes are disabled). ``fail``: (method, path part) ->
+    (removing every tag of it; 405 UNSUPPORTED when deletes are disabled, whatever the digest). ``fail``: (method, path part) ->
     statuses to answer first, one per call."""
 
     def __init__(self, delete: bool = True):
@@ -193,6 +193,9 @@ class FakeRegistry(BaseAdapter):
                 break
         else:
             return self._answer(request, 404, {})
+        if request.method == "DELETE" and not self.delete:  # before anything else, as distribution 2.8 answers
+            return self._answer(request, 405, {"errors": [{"code": "UNSUPPORTED",
+                                                           "message": "The operation is unsupported."}]})
         r = self.repos.get(repo)
         if r is None:
             return self._answer(request, 404, {"errors": [{"code": "NAME_UNKNOWN"}]})
@@ -205,9 +208,6 @@ class FakeRegistry(BaseAdapter):
         if digest not in r["manifests"]:
             return self._answer(request, 404, {"errors": [{"code": "MANIFEST_UNKNOWN"}]})
         if request.method == "DELETE":
-            if not self.delete:
-                return self._answer(request, 405, {"errors": [{"code": "UNSUPPORTED",
-                                                               "message": "The operation is unsupported."}]})
             del r["manifests"][digest]
             r["tags"] = {t: v for t, v in r["tags"].items() if v != digest}
             return self._answer(request, 202, b"")
@@ -250,8 +250,16 @@ def prune(reg: FakeRegistry, where: str = f"{HOST}/vision", sleeps: list | None 
                           sleep=sleeps.append if sleeps is not None else (lambda s: None), **kw)
 
 
+PROBE = "sha256:" + "0" * 64  # what a dry run asks to delete, to learn whether the registry allows deletes
+
+
 def deletes(reg: FakeRegistry) -> list[str]:
-    return [a for a in reg.asked if a.startswith("DELETE")]
+    """The DELETEs asked for, less a dry run's probe (a manifest that cannot exist)."""
+    return [a for a in reg.asked if a.startswith("DELETE") and not a.endswith(PROBE)]
+
+
+def probes(reg: FakeRegistry) -> list[str]:
+    return [a for a in reg.asked if a.startswith("DELETE") and a.endswith(PROBE)]
 
 
 def test_prune_deletes_old_stacks_and_their_certificates_then_is_a_no_op():
@@ -283,8 +291,9 @@ def test_dry_run_deletes_nothing_and_says_what_would_go():
     before = reg.tags("vision/torch25")
     result = prune(reg, keep=2, older_than_days=35, dry_run=True)
     assert deletes(reg) == [] and reg.tags("vision/torch25") == before
+    assert probes(reg) == [f"DELETE /v2/vision/torch25/manifests/{PROBE}"]  # once, where something would go
     doc = result.to_json()
-    assert doc["dry_run"] is True and doc["older_than_days"] == 35
+    assert doc["dry_run"] is True and doc["older_than_days"] == 35 and doc["warnings"] == []
     gone = sorted(t for i in doc["repositories"][0]["images"] if i["action"] == "delete" for t in i["tags"])
     assert gone == [s(1), s(3)]  # s4 (30 days) is newer than 35 days
     assert all(i["result"] is None for i in doc["repositories"][0]["images"])
@@ -514,3 +523,39 @@ def test_an_image_with_a_users_own_tag_is_kept_with_the_reason(dry_run):
     assert not any(a.endswith(digest) for a in deletes(reg))
     assert all(a["action"] == "keep" for a in doc["repositories"][0]["artifacts"] if a["tag"].startswith(s(1)))
     assert len(doc["repositories"][0]["artifacts"]) == 4  # s1's two certificates stay with their image
+
+
+# --- what prune warns about ---------------------------------------------------------------------------------
+
+def test_a_path_matching_no_repository_is_warned_about():
+    reg = team()
+    doc = prune(reg, where=f"{HOST}/nope", keep=2).to_json()
+    assert doc["repositories"] == [] and deletes(reg) == []
+    assert doc["warnings"] == [f"no repository in registry {HOST} is 'nope' or under it (its repositories are "
+                               f"under: tools, vision)"]
+    assert prune(reg, where=f"{HOST}/vision", keep=2, dry_run=True).warnings == ()
+    assert prune(FakeRegistry(), where=f"{HOST}/vision").warnings == (
+        f"no repository in registry {HOST} is 'vision' or under it (it holds no repositories)",)
+
+
+def test_a_dry_run_warns_when_the_registry_refuses_deletes():
+    reg = team(delete=False)
+    result = prune(reg, keep=2, dry_run=True)
+    assert deletes(reg) == [] and len(probes(reg)) == 1
+    assert result.counts()["images_deleted"] == 3  # the plan is still shown
+    assert len(result.warnings) == 1 and "refuses deletes" in result.warnings[0]
+    assert "the real run would fail" in result.warnings[0] and "storage.delete.enabled: true" in result.warnings[0]
+    reg = team(delete=False)
+    assert prune(reg, keep=10, dry_run=True).warnings == () and probes(reg) == []  # nothing would go: not asked
+
+
+def test_cli_prints_warnings_on_stderr_and_in_json(cli_registry):
+    out = CliRunner().invoke(main, ["registry", "prune", f"{HOST}/nope", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["warnings"] and "no repository in registry" in doc["warnings"][0]
+    assert f"warning: no repository in registry {HOST} is 'nope' or under it" in out.stderr
+    cli_registry.delete = False
+    out = CliRunner().invoke(main, ["registry", "prune", f"{HOST}/vision", "--keep", "2", "--dry-run"])
+    assert out.exit_code == 0 and "would delete" in out.stdout
+    assert f"warning: registry {HOST} refuses deletes" in out.stderr
