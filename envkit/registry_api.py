@@ -235,6 +235,15 @@ class _RegistryHTTP:
                 if refused is not None:
                     raise refused from None
                 raise
+            except (requests.Timeout, requests.exceptions.ChunkedEncodingError):
+                raise  # transient (``_from_exception``)
+            except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+                # not a connection problem and never one a retry fixes: a URL urllib3 cannot parse (a DNS label
+                # over 63 characters), a redirect loop, a malformed header. The registry's failure, named as
+                # such; left alone it would reach the CLI as a requests/urllib3 error, "the engine stopped
+                # answering".
+                reason = str(exc.args[0] if exc.args else exc)[:300] or type(exc).__name__
+                raise _Failure(f"{method} {url.split('?', 1)[0]}: {type(exc).__name__}: {reason}", False) from None
 
     def _send(self, method: str, url: str, **kw) -> requests.Response:
         """One call, answering up to two 401 challenges (a token for new scopes, then a refusal is final)."""
@@ -302,10 +311,31 @@ class _RegistryHTTP:
         """Every tag of the repository (all pages), or None when the registry has no such repository."""
         return self._paged(f"{self.base}/tags/list", "tags", f"listing the tags of {self.registry}/{self.path}")
 
-    def catalog(self) -> list[str]:
-        """Every repository in the registry (all pages of ``/v2/_catalog``)."""
-        return self._paged(f"{self.root}/_catalog", "repositories", f"listing the repositories of {self.registry}") \
-            or []
+    def catalog(self) -> list[str] | None:
+        """Every repository in the registry (all pages of ``/v2/_catalog``); None when it answers 404: no catalog
+        endpoint (hosted registries), or no registry at all (``not_a_registry`` tells which)."""
+        return self._paged(f"{self.root}/_catalog", "repositories", f"listing the repositories of {self.registry}")
+
+    def not_a_registry(self) -> str | None:
+        """None when ``GET /v2/`` answers as the distribution API's base does (the ``Docker-Distribution-API-Version:
+        registry/2.0`` header, or 200 with a JSON object, or 401 with a challenge); else what it answered."""
+        r = self._request("GET", f"{self.root}/", {})
+        if r.status_code >= 500 or r.status_code == 429:
+            self._raise_for(r, f"asking {self.root}/ whether it is a registry")
+        if (r.headers.get("Docker-Distribution-API-Version") or "").startswith("registry/2"):
+            return None
+        if r.status_code == 401 and r.headers.get("WWW-Authenticate"):
+            return None
+        if r.status_code == 200:
+            try:
+                if isinstance(r.json(), dict):
+                    return None
+            except ValueError:
+                pass
+        kind = (r.headers.get("Content-Type") or "no content type").split(";")[0]
+        server = f", server {r.headers['Server']!r}" if r.headers.get("Server") else ""
+        return (f"GET {self.root}/ answered HTTP {r.status_code} {r.reason} ({kind}{server}) without the "
+                f"Docker-Distribution-API-Version header")
 
     def _paged(self, url: str, key: str, what: str, page: int = 1000) -> list[str] | None:
         found: list[str] = []

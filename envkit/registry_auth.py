@@ -273,6 +273,8 @@ def open_session(registry: str, host: str, insecure: bool, timeout: float,
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
                 session.get(f"https://{host}/v2/", timeout=min(timeout, 5.0), verify=verify)
+        except urllib3.exceptions.HTTPError:
+            return session, "http"  # an address urllib3 cannot even parse: the real call says why
         except requests.RequestException as exc:
             if verify and isinstance(exc, requests.exceptions.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(exc):
                 continue  # a certificate we cannot verify: the engine skips verification for insecure registries
@@ -365,6 +367,8 @@ class Authenticator:
             errno = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
             raise Failure(f"cannot get {what}: {errno.group(1).strip() if errno else type(exc).__name__}",
                           True) from None
+        except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:  # a realm no retry will reach
+            raise Failure(f"cannot get {what}: {type(exc).__name__}: {str(exc)[:200]}", False) from None
         if r.status_code in (401, 403):
             raise self.refused(creds) if creds else self.missing()
         if r.status_code >= 400:

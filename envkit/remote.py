@@ -8,8 +8,8 @@ A researcher sees, before pulling, what a published image is and where it was ce
   ``publish.attach_certificate``) and whether the moving ``:certified`` tag points at it.
 * ``list_registry(client, HOST[:PORT][/path])``: every envkit image in the registry's
   repositories (``/v2/_catalog``, ``/v2/<repo>/tags/list``), with its certification per GPU
-  model. Certificate artifacts, ``:certified``, base mirrors (repositories ``*/base-*``, tags
-  ``sha256-<hex>``) and images without envkit's lock-hash label are not rows.
+  model. Certificate artifacts, ``:certified``, base mirrors (tags ``sha256-<hex>``; a repository
+  holding only those is skipped whole) and images without envkit's lock-hash label are not rows.
 
 The pure half (references, what the answers mean) is ``remote_parse``; it is re-exported here.
 The HTTP client is ``registry_api._RegistryHTTP`` (credentials, scheme and trust from
@@ -37,8 +37,8 @@ from .remote_parse import (REF_HINT, ImageFacts, RegistryRef, RemoteCertificate,
                            classify_tags, config_facts, latest_per_gpu, manifest_parts, names_registry, parse_ref,
                            parse_registry, pick_platform, shown_labels)
 
+MIRROR_REPO_PREFIX = "base-"  # nightly mirrors bases into <team>/base-<distro>-<suite> (so may an image's name)
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
-MIRROR_REPO_PREFIX = "base-"  # nightly mirrors bases into <team>/base-<distro>-<suite>
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 
@@ -151,6 +151,7 @@ def inspect_remote(client, ref: str | RegistryRef, *, retries: int = 2, backoff:
     r = _Reader(client, ref.registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
     tags = r.tags(ref.repository)
     if tags is None:
+        check_is_registry(r, ref.registry, f"GET /v2/{ref.repository}/tags/list")
         raise EngineError(f"registry {ref.registry} has no repository {ref.repository!r} (asked for {ref})",
                           hint=f"`envkit ls --registry {ref.registry}` lists its repositories")
     manifest = r.manifest(ref.repository, ref.reference)
@@ -184,18 +185,63 @@ def digest_of(r: _Reader, path: str, tag: str) -> str | None:
     return manifest.digest if manifest else None
 
 
-def team_repositories(r: _Reader, registry: str, prefix: str) -> tuple[list[str], list[dict]]:
-    """The repositories under ``prefix`` (the registry's catalog) that hold images, and the base mirror
-    repositories left out (``{"reference", "reason"}``)."""
-    paths, skipped = [], []
-    for path in sorted(r.read(r.reg.catalog, "the catalog (/v2/_catalog)")):
-        if prefix and not (path == prefix or path.startswith(prefix + "/")):
+def team_repositories(r: _Reader, registry: str, prefix: str) -> tuple[dict[str, list[str]], list[dict], list[str]]:
+    """The repositories under ``prefix`` (the registry's catalog) with their tags, the base mirror
+    repositories left out (``{"reference", "reason"}``), and warnings (a ``prefix`` matching no repository).
+
+    A base mirror repository is known by what it holds, never by its name alone (nightly's
+    ``<team>/base-<distro>-<suite>`` is also what an image named ``base-...`` gets): here, one whose every tag is
+    a mirror's ``sha256-<hex>``. The others are read: envkit images carry its lock label, a mirror's base does not
+    (``mirror_repository`` then names a ``base-*`` repository without envkit images as the mirror it is)."""
+    repos, skipped, warnings = {}, [], []
+    catalog = r.read(r.reg.catalog, "the catalog (/v2/_catalog)")
+    if catalog is None:
+        catalog = no_catalog(r, registry, prefix)
+    under = [p for p in sorted(catalog) if not prefix or p == prefix or p.startswith(prefix + "/")]
+    if prefix and not under:
+        tops = sorted({p.split("/", 1)[0] for p in catalog})
+        seen = f"its repositories are under: {', '.join(tops[:10])}{', ...' if len(tops) > 10 else ''}" if tops \
+            else "it holds no repositories"
+        warnings.append(f"no repository in registry {registry} is {prefix!r} or under it ({seen})")
+    for path in under:
+        tags = r.tags(path) or []
+        sorted_tags = classify_tags(tags)
+        if sorted_tags.mirrors and len(sorted_tags.mirrors) == len(set(tags)):
+            skipped.append({"reference": f"{registry}/{path}",
+                            "reason": "base mirror repository"})
             continue
-        if path.rsplit("/", 1)[-1].startswith(MIRROR_REPO_PREFIX):
-            skipped.append({"reference": f"{registry}/{path}", "reason": "base mirror repository"})
-            continue
-        paths.append(path)
-    return paths, skipped
+        repos[path] = tags
+    return repos, skipped, warnings
+
+
+def mirror_repository(path: str, envkit_images: int) -> bool:
+    """A repository read in full that is a base mirror: named as nightly names mirrors, and holding no envkit image
+    (an envkit image named ``base-...`` shares the name, not the lack of envkit's label)."""
+    return path.rsplit("/", 1)[-1].startswith(MIRROR_REPO_PREFIX) and envkit_images == 0
+
+
+def check_is_registry(r: _Reader, registry: str, asked: str) -> None:
+    """After a 404: is there a registry at all at that address? An ``EngineError`` saying what answered if not
+    (a web server, a proxy's page), so that no 404 from one is read as "empty" or "no such repository"."""
+    why = r.read(r.reg.not_a_registry, "the API's base (/v2/)")
+    if why:
+        raise EngineError(f"{registry} is not a container registry: {asked} answered 404, and {why}",
+                          hint=f"check the address (host and port) of the registry: a registry answers "
+                               f"`curl {r.reg.scheme}://{registry}/v2/` with 200 or 401 and the header "
+                               f"Docker-Distribution-API-Version: registry/2.0")
+
+
+def no_catalog(r: _Reader, registry: str, prefix: str) -> list[str]:
+    """A registry whose ``/v2/_catalog`` answers 404 (hosted registries have none): ``prefix`` itself when it
+    names a repository; else an ``EngineError`` saying to name one (or that this is no registry at all)."""
+    check_is_registry(r, registry, "GET /v2/_catalog")
+    if prefix and r.tags(prefix) is not None:
+        return [prefix]
+    there = f" and has no repository {prefix!r}" if prefix else ""
+    raise EngineError(f"registry {registry} has no catalog endpoint (GET /v2/_catalog answered 404, as on hosted "
+                      f"registries){there}, so envkit cannot list its repositories",
+                      hint=f"name a repository instead: {registry}/TEAM/IMAGE (e.g. {registry}/vision/torch25), "
+                           f"as nightly pushed it")
 
 
 # --- listing the registry -----------------------------------------------------------------------
@@ -206,9 +252,11 @@ class Listing:
     prefix: str
     rows: list[dict]
     skipped: list[dict]  # {"reference", "reason"}: what is in the registry but is no envkit image
+    warnings: list[str] = field(default_factory=list)  # e.g. a path matching no repository
 
     def to_json(self) -> dict:
-        return {"registry": self.registry, "prefix": self.prefix or None, "images": self.rows, "skipped": self.skipped}
+        return {"registry": self.registry, "prefix": self.prefix or None, "images": self.rows, "skipped": self.skipped,
+                "warnings": self.warnings}
 
 
 def list_registry(client, where: str, *, retries: int = 2, backoff: float = 0.5, sleep: Sleep = time.sleep,
@@ -216,10 +264,11 @@ def list_registry(client, where: str, *, retries: int = 2, backoff: float = 0.5,
     """Every envkit image in the registry (under ``path``), with its certification per GPU model."""
     registry, prefix = parse_registry(where)
     r = _Reader(client, registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
-    paths, skipped = team_repositories(r, registry, prefix)
+    repos, skipped, warnings = team_repositories(r, registry, prefix)
     rows = []
-    for path in paths:
-        tags = classify_tags(r.tags(path) or [])
+    for path, found in repos.items():
+        tags = classify_tags(found)
+        before_rows, before_skipped = len(rows), len(skipped)
         certified_digest = digest_of(r, path, CERTIFIED_TAG) if tags.certified else None
         for tag in tags.stacks:
             ref = f"{registry}/{path}:{tag}"
@@ -233,7 +282,9 @@ def list_registry(client, where: str, *, retries: int = 2, backoff: float = 0.5,
             certs = [c for c in (r.certificate(path, t) for t in tags.certificates.get(tag, []))
                      if c is not None and c.subject in (None, manifest.digest)]
             rows.append(registry_row(ref, manifest.digest, facts, certs, certified_digest))
-    return Listing(registry, prefix, rows, skipped)
+        if mirror_repository(path, len(rows) - before_rows):  # one entry for the mirror, not one per base in it
+            skipped[before_skipped:] = [{"reference": f"{registry}/{path}", "reason": "base mirror repository"}]
+    return Listing(registry, prefix, rows, skipped, warnings)
 
 
 def registry_row(ref: str, digest: str, facts: ImageFacts, certs: list[RemoteCertificate],

@@ -20,6 +20,11 @@ _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _MIRROR_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
+# What envkit names a stack (render.image_tag): <framework version>-<variant>-py<python>-<lock hash, 8 hex>,
+# e.g. 2.5.1-cu124-py3.11-1a2b3c4d. Any other tag on an image is someone else's (a user's :prod, :latest).
+STACK_TAG = re.compile(r"^[0-9][0-9A-Za-z._]*-[0-9A-Za-z._-]+-py[0-9]+(?:\.[0-9]+)*-[0-9a-f]{8}$")
+NAME_MAX = 255  # distribution spec: registry host[:port] + "/" + repository name, at most 255 characters
+LABEL_MAX, HOST_MAX = 63, 253  # a DNS label, and a whole DNS name (RFC 1035)
 REF_HINT = "give host[:port]/repository:tag or host[:port]/repository@sha256:<64 hex>, e.g. 127.0.0.1:5000/vision/torch25:certified"
 
 
@@ -70,16 +75,14 @@ def parse_ref(ref: str) -> RegistryRef | None:
             raise EngineError(f"bad registry reference {ref!r}: tag {tag!r} is not 1-128 of [A-Za-z0-9_.-]",
                               hint=REF_HINT)
     repository = f"{head}/{last}" if head else last
-    if not _HOST.fullmatch(first) or not all(_COMPONENT.fullmatch(c) for c in repository.split("/")):
-        raise EngineError(f"bad registry reference {ref!r}: registry {first!r}, repository {repository!r}",
+    problem = host_problem(first) or path_problem(repository, first)
+    if problem:
+        raise EngineError(f"bad registry reference {_shown(ref)}: {problem}",
                           hint=REF_HINT + " (repository names are lower case)")
     return RegistryRef(first, repository, tag if tag or digest else "latest", digest)
 
 
-_DOMAIN_PART = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
-_DOMAIN = re.compile(rf"^(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?$")
 _ANY_DIGEST = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
-NAME_MAX = 255  # Docker's limit on a reference's name (host and repository, without tag or digest)
 IMAGE_HINT = ("an image is name[:tag][@sha256:<64 hex>] or an image id; names are lower-case letters and digits "
               "joined by . _ __ or -, in /-separated parts, e.g. vision/torch25:2.5.1-cu124-py3.11-515bfe72 or "
               "127.0.0.1:5000/vision/torch25:certified")
@@ -115,8 +118,9 @@ def check_image_ref(ref: str) -> None:
     first, sep, rest = name.partition("/")
     path = name
     if sep and names_registry(first):
-        if not _DOMAIN.fullmatch(first):
-            raise bad(f"the registry {first!r} is not host[:port]")
+        problem = host_problem(first)
+        if problem:
+            raise bad(problem)
         path = rest
     for part in path.split("/"):
         if not part:
@@ -128,11 +132,64 @@ def check_image_ref(ref: str) -> None:
                       "beginning and ending with a letter or digit)")
 
 
+def _shown(value: str, most: int = 80) -> str:
+    """``value`` quoted, cut short (with its length) when long."""
+    return repr(value) if len(value) <= most else f"{value[:most - 20]!r}... ({len(value)} characters)"
+
+
+def host_problem(host: str) -> str | None:
+    """What is wrong with a registry ``host[:port]`` (None: nothing): its syntax, a port outside 1-65535, a DNS
+    label over 63 characters or an empty one, a name over 253 characters."""
+    if not host:
+        return "the registry host is empty"
+    if not _HOST.fullmatch(host):
+        return (f"the registry host {_shown(host)} is not host[:port] (letters, digits, '.' and '-', an IPv4 "
+                f"address or [IPv6], then an optional :port)")
+    name, port = host, None
+    if host.startswith("["):
+        name, _, rest = host.partition("]")
+        port = rest[1:] or None
+    elif ":" in host:
+        name, port = host.rsplit(":", 1)
+    if port is not None and not 1 <= int(port) <= 65535:
+        return f"the registry port {port} is outside 1-65535"
+    if not name.startswith("["):
+        if len(name) > HOST_MAX:
+            return f"the registry host is {len(name)} characters long; a DNS name has at most {HOST_MAX}"
+        labels = name.split(".")
+        if any(not label for label in labels):
+            return f"the registry host {_shown(name)} has an empty label (two dots in a row, or a dot at an end)"
+        long = next((label for label in labels if len(label) > LABEL_MAX), None)
+        if long:
+            return (f"a label of the registry host ({_shown(long)}) is {len(long)} characters long; a DNS label "
+                    f"(the part between dots) has at most {LABEL_MAX}")
+    return None
+
+
+def path_problem(path: str, host: str) -> str | None:
+    """What is wrong with a repository path (or path prefix) in registry ``host`` (None: nothing): a component
+    outside the distribution spec's grammar (upper case named as such), or ``host/path`` over 255 characters."""
+    for component in path.split("/"):
+        if _COMPONENT.fullmatch(component):
+            continue
+        if _COMPONENT.fullmatch(component.lower()):
+            return (f"{component!r} in the repository path has upper case letters; the path must be lowercase "
+                    f"(the distribution spec's rule)")
+        return (f"{_shown(component)} in the repository path is not a path component (lowercase letters and digits, "
+                f"separated by '.', '_', '__' or dashes; components separated by '/')")
+    total = len(host) + 1 + len(path)
+    if total > NAME_MAX:
+        return (f"the repository name (registry host, '/' and path) is {total} characters long; the distribution "
+                f"spec allows {NAME_MAX}")
+    return None
+
+
 def parse_registry(where: str) -> tuple[str, str]:
     """``HOST[:PORT][/path]`` -> (host[:port], path prefix without slashes)."""
     first, _, prefix = (where or "").strip().rstrip("/").partition("/")
-    if not first or not _HOST.fullmatch(first) or (prefix and not all(_COMPONENT.fullmatch(c) for c in prefix.split("/"))):
-        raise EngineError(f"bad registry {where!r}: give HOST[:PORT][/path]",
+    problem = host_problem(first) or (path_problem(prefix, first) if prefix else None)
+    if problem:
+        raise EngineError(f"bad registry {_shown(where)}: {problem}; give HOST[:PORT][/path]",
                           hint="e.g. --registry 127.0.0.1:5000 or --registry registry.example.com/vision")
     return first, prefix
 
@@ -208,6 +265,11 @@ class Tags:
     certificates: dict[str, list[str]]  # stack tag -> its certificate artifact tags
     certified: bool  # the moving :certified tag exists
     mirrors: list[str]  # sha256-<hex> tags of base mirrors
+
+
+def envkit_made(tag: str) -> bool:
+    """Is ``tag`` one envkit makes: a stack tag, ``:certified``, a certificate artifact's or a mirror's?"""
+    return bool(STACK_TAG.fullmatch(tag) or tag == CERTIFIED_TAG or CERT_TAG_INFIX in tag or _MIRROR_TAG.fullmatch(tag))
 
 
 def classify_tags(tags: list[str]) -> Tags:

@@ -15,7 +15,10 @@ Every nightly pushes new stack tags; nothing else ever removes them. ``prune_reg
   (``<stack>.cert-<gpu>``) whose subject is a deleted image, or whose image is no longer in the
   registry at all (left over by an interrupted prune).
 
-Base mirror repositories (``*/base-*``) are never read. Tags are sorted into stack tags,
+Base mirror repositories are known by what they hold, not by name alone (an image may be named
+``base-...`` too): one with only ``sha256-<hex>`` tags is not read further; a ``*/base-*`` one
+holding no envkit image is skipped after reading. Its images carry no envkit label, so they would
+be kept anyway; an envkit image in a ``base-...`` repository is pruned as any other. Tags are sorted into stack tags,
 certificate artifacts, ``:certified`` and mirrors by ``remote_parse.classify_tags``; reads go
 through ``remote``'s reader (retries, errors naming the registry). ``plan_repository`` is the
 pure decision; the rest reads and deletes.
@@ -39,8 +42,8 @@ from .errors import EngineError
 from .labels import LOCK_LABEL
 from .publish import CERTIFIED_TAG
 from .registry_api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Sleep, _Failure, _retrying
-from .remote import INDEX_TYPES, _Reader, digest_of, team_repositories
-from .remote_parse import classify_tags, parse_registry
+from .remote import INDEX_TYPES, _Reader, digest_of, mirror_repository, team_repositories
+from .remote_parse import classify_tags, envkit_made, parse_registry
 
 DEFAULT_KEEP = 5
 GC_NOTE = ("deleting manifests frees no disk by itself: the registry reclaims the blobs only when its garbage "
@@ -195,6 +198,7 @@ class PruneResult:
     now: str
     repositories: tuple[RepositoryPlan, ...]
     skipped: tuple[dict, ...]  # {"reference", "reason"}: repositories prune does not touch
+    warnings: tuple[str, ...] = ()  # a path matching no repository; a dry run where deletes are disabled
 
     def counts(self) -> dict[str, int]:
         images = [d for r in self.repositories for d in r.images]
@@ -207,7 +211,7 @@ class PruneResult:
         return {"registry": self.registry, "prefix": self.prefix or None, "dry_run": self.dry_run,
                 "keep": self.keep, "older_than_days": self.older_than_days, "now": self.now,
                 "repositories": [r.to_json() for r in self.repositories], "skipped": list(self.skipped),
-                "summary": self.counts(), "garbage_collection": GC_NOTE}
+                "summary": self.counts(), "garbage_collection": GC_NOTE, "warnings": list(self.warnings)}
 
 
 # --- reading and deleting ------------------------------------------------------------------------
@@ -220,9 +224,10 @@ def _subject(raw: bytes) -> str | None:
     return subject if isinstance(subject, str) else None
 
 
-def _listing(r: _Reader, path: str) -> Listing:
-    """Read one repository: every stack tag's manifest and config, :certified, mirrors and artifacts."""
-    tags = classify_tags(r.tags(path) or [])
+def _listing(r: _Reader, path: str, found: list[str]) -> Listing:
+    """Read one repository (``found``: its tags): every stack tag's manifest and config, :certified, mirrors and
+    artifacts."""
+    tags = classify_tags(found)
     by_digest: dict[str, tuple[list[str], str | None, bool]] = {}
     for tag in tags.stacks:
         manifest = r.manifest(path, tag)
@@ -238,10 +243,16 @@ def _listing(r: _Reader, path: str) -> Listing:
     images = tuple(Image(d, tuple(t), created, envkit) for d, (t, created, envkit) in by_digest.items())
     certified = digest_of(r, path, CERTIFIED_TAG) if tags.certified else None
     protected = {}
+    for image in images:  # deleting the manifest would take a user's own tag (:prod) with it
+        theirs = [t for t in image.tags if not envkit_made(t)]
+        if image.envkit and theirs:
+            protected[image.digest] = (f"also tagged {', '.join(theirs)}: a tag envkit did not make (its stack tags "
+                                       f"are <version>-<variant>-py<python>-<lock hash>)")
     for tag in tags.mirrors:
         digest = digest_of(r, path, tag)
         if digest:
-            protected[digest] = f"also tagged {tag} (a base mirror)"
+            why = f"also tagged {tag} (a base mirror)"
+            protected[digest] = f"{protected[digest]}; {why}" if digest in protected else why
     artifacts, held = [], set()
     for stack, cert_tags in sorted(tags.certificates.items()):
         for tag in cert_tags:
@@ -255,9 +266,24 @@ def _listing(r: _Reader, path: str) -> Listing:
     return Listing(path, images, certified, protected, tuple(artifacts), frozenset(held))
 
 
+NO_SUCH_MANIFEST = "sha256:" + "0" * 64  # a digest no manifest has
+
+
 class _Deleter:
     def __init__(self, r: _Reader, opts: dict):
         self.r, self.opts, self.count = r, opts, 0
+
+    def disabled(self, path: str) -> bool:
+        """For a dry run: does the registry refuse deletes? Asked by deleting a manifest that cannot exist
+        (distribution answers 405 UNSUPPORTED when deletes are off, else 404). Any other answer or failure
+        (an account without ``delete``, a registry that is down) says nothing: False."""
+        try:
+            self.r.reg.repository(path, actions="delete").delete_manifest(NO_SUCH_MANIFEST)
+        except DeleteUnsupported:
+            return True
+        except Exception:  # noqa: BLE001 - only a clear 405 is worth a warning; the real run reports the rest
+            return False
+        return False
 
     def __call__(self, path: str, digest: str) -> str:
         reg = self.r.reg.repository(path, actions="delete")
@@ -303,20 +329,30 @@ def prune_registry(client, where: str, *, keep: int = DEFAULT_KEEP, older_than_d
     older = timedelta(days=older_than_days) if older_than_days is not None else None
     opts = dict(retries=retries, backoff=backoff, sleep=sleep)
     r = _Reader(client, registry, session=session, **opts)
-    paths, skipped = team_repositories(r, registry, prefix)
+    repos, skipped, warnings = team_repositories(r, registry, prefix)
     delete = _Deleter(r, opts)
     plans = []
-    for path in paths:
-        listing = _listing(r, path)
+    probed = False
+    for path, found in repos.items():
+        listing = _listing(r, path, found)
+        if mirror_repository(path, sum(i.envkit for i in listing.images)) and not listing.artifacts:
+            skipped.append({"reference": f"{registry}/{path}", "reason": "base mirror repository"})
+            continue  # nothing of envkit's in it: not shown as a plan (its images would all be kept anyway)
         plan = plan_repository(listing, keep=keep, older_than=older, now=now)
         if not dry_run and any(d.delete for d in plan.images + plan.artifacts):
             certified = digest_of(r, path, CERTIFIED_TAG)  # :certified moved since the listing? decide again
             if certified != listing.certified:
                 plan = plan_repository(replace(listing, certified=certified), keep=keep, older_than=older, now=now)
             plan = _carry_out(plan, path, delete, progress)
+        elif dry_run and not probed and any(d.delete for d in plan.images + plan.artifacts):
+            probed = True
+            if delete.disabled(path):
+                warnings.append(f"registry {registry} refuses deletes (HTTP 405 to deleting a manifest that cannot "
+                                f"exist): the real run would fail; it needs `{DELETE_SETTING}` in the registry's "
+                                f"config (REGISTRY_STORAGE_DELETE_ENABLED=true)")
         plans.append(plan)
     return PruneResult(registry, prefix, dry_run, keep, older_than_days, now.isoformat(timespec="seconds"),
-                       tuple(plans), tuple(skipped))
+                       tuple(plans), tuple(skipped), tuple(warnings))
 
 
 def _carry_out(plan: RepositoryPlan, path: str, delete: _Deleter,

@@ -172,6 +172,12 @@ def _engine_gone(exc: Exception) -> EngineError | None:
     from ..engine.docker_engine import ENGINE_GONE, GONE_HINT, reason_of
 
     if isinstance(exc, ENGINE_GONE):
+        registry = _registry_call(exc)
+        if registry is not None:  # envkit's own registry client, not the engine: the engine may not even run
+            where = f"registry {registry}" if registry else "the registry"
+            return EngineError(f"{_command()}: talking to {where} failed ({reason_of(exc)})",
+                               hint="check the registry address and that a registry answers there "
+                                    f"(`curl https://{registry or 'HOST'}/v2/`); run with --debug for where")
         return EngineError(f"{_command()}: the engine stopped answering ({reason_of(exc)})", hint=GONE_HINT)
     import docker.errors
 
@@ -179,6 +185,24 @@ def _engine_gone(exc: Exception) -> EngineError | None:
         return EngineError(f"{_command()}: the engine refused: {reason_of(exc)}",
                            hint="`docker info` and the engine's log say more; run with --debug for where")
     return None
+
+
+REGISTRY_MODULES = ("envkit.registry_api", "envkit.registry_auth", "envkit.registry_tls")
+
+
+def _registry_call(exc: BaseException) -> str | None:
+    """When ``exc`` (a requests or urllib3 error) came from envkit's registry client rather than from docker-py
+    talking to the engine: the registry's host[:port] ("" when unknown). None for the engine's errors."""
+    modules, registry = [], ""
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        module = str(frame.f_globals.get("__name__", ""))
+        modules.append(module)
+        if module in REGISTRY_MODULES and not registry:
+            holder = frame.f_locals.get("self")
+            registry = str(getattr(holder, "registry", "") or frame.f_locals.get("registry") or "")
+    if any(m == "docker" or m.startswith("docker.") for m in modules):
+        return None
+    return registry if any(m in REGISTRY_MODULES for m in modules) else None
 
 
 def fail(ctx_obj: Ctx, exc: EnvkitError):

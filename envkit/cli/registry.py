@@ -40,6 +40,8 @@ def prune_cmd(click_ctx, where, keep, older_than, dry_run, json_out):
     result = run(c, lambda: prune_registry(engine, where, keep=keep, older_than_days=older_than, dry_run=dry_run,
                                            progress=None if json_out else c.progress))
     emit(c, result.to_json(), lambda: _human(result))
+    for warning in result.warnings:  # on stderr in both modes (and in the JSON document as "warnings")
+        click.echo(f"warning: {warning}", err=True)
 
 
 def _human(result) -> None:

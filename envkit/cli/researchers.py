@@ -71,6 +71,8 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
         if doc["skipped"]:
             click.echo(f"({len(doc['skipped'])} other reference(s) skipped: base mirrors and images envkit did not "
                        f"build; --json lists them)", err=True)
+        for warning in doc.get("warnings") or ():
+            click.echo(f"warning: {warning}", err=True)
 
     emit(c, doc, human)
 

@@ -323,3 +323,118 @@ def test_cli_show_of_a_local_name_still_needs_the_engine(replayed):
     result = invoke("show", "vision/torch25:1", "--json")
     assert result.exit_code == 6
     assert "no container engine" in json.loads(result.stdout)["message"]
+
+
+# --- registry addresses: what the distribution spec and DNS allow, refused before any request ------------------
+
+@pytest.mark.parametrize("where, rule", [
+    ("a" * 300, "the registry host is 300 characters long; a DNS name has at most 253"),
+    ("a" * 64 + ".example.com", "is 64 characters long; a DNS label (the part between dots) has at most 63"),
+    ("a" * 64 + ":5000", "a DNS label (the part between dots) has at most 63"),
+    ("127.0.0.1:99999", "the registry port 99999 is outside 1-65535"),
+    ("127.0.0.1:0", "the registry port 0 is outside 1-65535"),
+    ("a..b:5000", "has an empty label"),
+    ("127.0.0.1:5000/teamB", "'teamB' in the repository path has upper case letters; the path must be lowercase"),
+    ("127.0.0.1:5000/" + "a" * 260, "is 275 characters long; the distribution spec allows 255"),
+    ("127.0.0.1:5000/a--_b", "is not a path component"),
+])
+def test_parse_registry_names_the_rule_a_value_breaks(where, rule):
+    with pytest.raises(EngineError, match="bad registry") as err:
+        parse_registry(where)
+    assert rule in err.value.message
+    assert len(err.value.message) < 400  # a 300-character value is shown cut short, with its length
+
+
+def test_parse_registry_accepts_the_limits():
+    label = "a" * 63
+    assert parse_registry(f"{label}.example.com:65535/x") == (f"{label}.example.com:65535", "x")
+    assert parse_registry("127.0.0.1:1") == ("127.0.0.1:1", "")
+    assert parse_registry("[::1]:5000/team") == ("[::1]:5000", "team")
+    host = "127.0.0.1:5000"
+    path = "a" * (255 - len(host) - 1)
+    assert parse_registry(f"{host}/{path}") == (host, path)
+    with pytest.raises(EngineError, match="256 characters long"):
+        parse_registry(f"{host}/{path}a")
+
+
+@pytest.mark.parametrize("ref, rule", [
+    ("127.0.0.1:70000/x:1", "port 70000 is outside 1-65535"),
+    ("a" * 64 + ".io/x:1", "at most 63"),
+    ("127.0.0.1:5000/Team/x:1", "the path must be lowercase"),
+    ("127.0.0.1:5000/" + "x" * 250 + ":1", "the distribution spec allows 255"),
+])
+def test_parse_ref_names_the_rule_a_reference_breaks(ref, rule):
+    with pytest.raises(EngineError, match="bad registry reference") as err:
+        parse_ref(ref)
+    assert rule in err.value.message
+
+
+@pytest.mark.parametrize("args, said", [
+    (["registry", "prune", "a" * 300, "--dry-run"], "a DNS name has at most 253"),
+    (["ls", "--registry", "a" * 64 + ":5000"], "a DNS label (the part between dots) has at most 63"),
+    (["ls", "--registry", "127.0.0.1:99999"], "port 99999 is outside 1-65535"),
+    (["ls", "--registry", "127.0.0.1:5000/teamB"], "the path must be lowercase"),
+    (["registry", "prune", "127.0.0.1:5000/" + "a" * 260], "the distribution spec allows 255"),
+    (["show", "127.0.0.1:99999/x:1"], "port 99999 is outside 1-65535"),
+])
+def test_a_bad_registry_address_is_a_usage_error_naming_the_rule(args, said, monkeypatch):
+    from envkit.cli import main
+
+    def no_engine():
+        raise AssertionError("a usage error comes before the engine is asked")
+
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", no_engine)
+    out = CliRunner().invoke(main, [*args, "--json"])
+    assert out.exit_code == 2, out.output
+    doc = json.loads(out.stdout)
+    assert doc["error"] == "UsageError" and said in doc["message"] and "engine" not in doc["message"]
+
+
+# --- a 404 is not an empty registry: no registry there, or one without a catalog ------------------------------
+
+HTML_404 = answer(b"<html><body>Error response: 404 File not found</body></html>", 404,
+                  **{"Content-Type": "text/html;charset=utf-8", "Server": "SimpleHTTP/0.6 Python/3.11"})
+NO_CATALOG = {"GET /v2/_catalog?n=1000": answer({"errors": [{"code": "UNSUPPORTED"}]}, 404)}
+
+
+def test_a_web_server_that_is_no_registry_is_named_not_listed_as_empty():
+    """`python3 -m http.server`: 404 for /v2/_catalog and for /v2/ (no Docker-Distribution-API-Version)."""
+    web = {"GET /v2/_catalog?n=1000": HTML_404, "GET /v2/": HTML_404}
+    with pytest.raises(EngineError) as err:
+        list_registry(None, HOST, **reads(web))
+    assert err.value.message.startswith(f"{HOST} is not a container registry: GET /v2/_catalog answered 404, and ")
+    assert "HTTP 404" in err.value.message and "SimpleHTTP" in err.value.message
+    assert "Docker-Distribution-API-Version" in err.value.hint
+    with pytest.raises(EngineError, match="is not a container registry: GET /v2/vision/torch25/tags/list answered"):
+        inspect_remote(None, f"{HOST}/vision/torch25:1", **reads({**web, "GET /v2/vision/torch25/tags/list?n=1000":
+                                                                  HTML_404}))
+
+
+def test_a_registry_without_a_catalog_says_to_name_the_repository():
+    with pytest.raises(EngineError) as err:
+        list_registry(None, f"{HOST}/vision", **reads(NO_CATALOG))
+    assert (f"registry {HOST} has no catalog endpoint (GET /v2/_catalog answered 404, as on hosted registries) and "
+            f"has no repository 'vision'") in err.value.message
+    assert f"name a repository instead: {HOST}/TEAM/IMAGE" in err.value.hint
+    with pytest.raises(EngineError, match="has no catalog endpoint"):
+        list_registry(None, HOST, **reads(NO_CATALOG))
+    # naming the repository works without a catalog
+    listing = list_registry(None, f"{HOST}/vision/torch25", **reads(NO_CATALOG))
+    assert {r["stack"] for r in listing.rows} == {STACK_A, STACK_B}
+
+
+@pytest.mark.parametrize("v2", [
+    answer({}, 401, **{"WWW-Authenticate": 'Bearer realm="https://auth.example.com/token"'}),  # no version header
+    answer({}, 200),  # the OCI spec's 200 without the header
+    answer(b"", 401, **{"Docker-Distribution-API-Version": "registry/2.0"}),
+])
+def test_what_counts_as_a_registry_at_v2(v2):
+    with pytest.raises(EngineError, match="has no catalog endpoint"):
+        list_registry(None, HOST, **reads({**NO_CATALOG, "GET /v2/": v2}))
+
+
+def test_list_registry_warns_when_the_path_matches_no_repository():
+    listing = list_registry(None, f"{HOST}/nope", **reads())
+    assert listing.rows == [] and listing.to_json()["warnings"] == [
+        f"no repository in registry {HOST} is 'nope' or under it (its repositories are under: broken, tools, vision)"]
+    assert list_registry(None, f"{HOST}/tools", **reads()).warnings == []

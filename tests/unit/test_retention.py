@@ -122,9 +122,15 @@ def test_ties_in_build_time_rank_by_tag_and_created_parses_nanoseconds():
 
 # --- prune against an in-memory registry ---------------------------------------------------------
 
+def s(n: int) -> str:
+    """Stack tag n, as envkit names stacks (<version>-<variant>-py<python>-<lock hash 8>): any other tag is a
+    user's, which keeps its image."""
+    return f"2.5.1-cu124-py3.11-{n:08x}"
+
+
 class FakeRegistry(BaseAdapter):
     """Just enough of distribution 2.8: catalog, tags, manifests and blobs by digest, DELETE by digest
-    (removing every tag of it; 405 UNSUPPORTED when deletes are disabled). ``fail``: (method, path part) ->
+    (removing every tag of it; 405 UNSUPPORTED when deletes are disabled, whatever the digest). ``fail``: (method, path part) ->
     statuses to answer first, one per call."""
 
     def __init__(self, delete: bool = True):
@@ -187,6 +193,9 @@ class FakeRegistry(BaseAdapter):
                 break
         else:
             return self._answer(request, 404, {})
+        if request.method == "DELETE" and not self.delete:  # before anything else, as distribution 2.8 answers
+            return self._answer(request, 405, {"errors": [{"code": "UNSUPPORTED",
+                                                           "message": "The operation is unsupported."}]})
         r = self.repos.get(repo)
         if r is None:
             return self._answer(request, 404, {"errors": [{"code": "NAME_UNKNOWN"}]})
@@ -199,9 +208,6 @@ class FakeRegistry(BaseAdapter):
         if digest not in r["manifests"]:
             return self._answer(request, 404, {"errors": [{"code": "MANIFEST_UNKNOWN"}]})
         if request.method == "DELETE":
-            if not self.delete:
-                return self._answer(request, 405, {"errors": [{"code": "UNSUPPORTED",
-                                                               "message": "The operation is unsupported."}]})
             del r["manifests"][digest]
             r["tags"] = {t: v for t, v in r["tags"].items() if v != digest}
             return self._answer(request, 202, b"")
@@ -225,12 +231,12 @@ def team(delete: bool = True) -> FakeRegistry:
     an image envkit did not build; tools/debian (not envkit's)."""
     reg = FakeRegistry(delete)
     for n, days in enumerate((60, 50, 40, 30, 20, 10), 1):
-        reg.image("vision/torch25", f"s{n}", days)
+        reg.image("vision/torch25", s(n), days)
     reg.image("vision/torch25", "latest", 70, envkit=False)
-    reg.promote("vision/torch25", "s2")
-    for stack in ("s1", "s2", "s6"):
+    reg.promote("vision/torch25", s(2))
+    for stack in (s(1), s(2), s(6)):
         reg.certificate("vision/torch25", stack, "none")
-    reg.certificate("vision/torch25", "s1", "nvidia-h200")
+    reg.certificate("vision/torch25", s(1), "nvidia-h200")
     reg.image("vision/base-debian-bookworm", "sha256-" + "a" * 64, 100, envkit=False)
     reg.image("tools/debian", "bookworm", 100, envkit=False)
     return reg
@@ -244,15 +250,23 @@ def prune(reg: FakeRegistry, where: str = f"{HOST}/vision", sleeps: list | None 
                           sleep=sleeps.append if sleeps is not None else (lambda s: None), **kw)
 
 
+PROBE = "sha256:" + "0" * 64  # what a dry run asks to delete, to learn whether the registry allows deletes
+
+
 def deletes(reg: FakeRegistry) -> list[str]:
-    return [a for a in reg.asked if a.startswith("DELETE")]
+    """The DELETEs asked for, less a dry run's probe (a manifest that cannot exist)."""
+    return [a for a in reg.asked if a.startswith("DELETE") and not a.endswith(PROBE)]
+
+
+def probes(reg: FakeRegistry) -> list[str]:
+    return [a for a in reg.asked if a.startswith("DELETE") and a.endswith(PROBE)]
 
 
 def test_prune_deletes_old_stacks_and_their_certificates_then_is_a_no_op():
     reg = team()
-    s1, s3 = reg.tags("vision/torch25")["s1"], reg.tags("vision/torch25")["s3"]
+    s1, s3 = reg.tags("vision/torch25")[s(1)], reg.tags("vision/torch25")[s(3)]
     result = prune(reg, keep=2)
-    assert set(reg.tags("vision/torch25")) == {"s2", "certified", "s2.cert-none", "s5", "s6", "s6.cert-none",
+    assert set(reg.tags("vision/torch25")) == {s(2), "certified", s(2) + ".cert-none", s(5), s(6), s(6) + ".cert-none",
                                                "latest"}
     assert set(reg.tags("vision/base-debian-bookworm")) and set(reg.tags("tools/debian"))
     assert s1 not in reg.repos["vision/torch25"]["manifests"] and s3 not in reg.repos["vision/torch25"]["manifests"]
@@ -262,8 +276,8 @@ def test_prune_deletes_old_stacks_and_their_certificates_then_is_a_no_op():
     assert "registry garbage-collect" in doc["garbage_collection"]
     assert [r["repository"] for r in doc["repositories"]] == ["vision/torch25"]  # the prefix: not tools/
     rows = {tuple(i["tags"]): i for i in doc["repositories"][0]["images"]}
-    assert rows[("s1",)]["action"] == "delete" and rows[("s1",)]["result"] == "deleted"
-    assert rows[("s2",)]["reasons"] == [":certified points at it"] and rows[("s2",)]["result"] is None
+    assert rows[(s(1),)]["action"] == "delete" and rows[(s(1),)]["result"] == "deleted"
+    assert rows[(s(2),)]["reasons"] == [":certified points at it"] and rows[(s(2),)]["result"] is None
     images_first = deletes(reg)
     assert images_first[0].endswith(s1) and len(images_first) == 5
 
@@ -277,10 +291,11 @@ def test_dry_run_deletes_nothing_and_says_what_would_go():
     before = reg.tags("vision/torch25")
     result = prune(reg, keep=2, older_than_days=35, dry_run=True)
     assert deletes(reg) == [] and reg.tags("vision/torch25") == before
+    assert probes(reg) == [f"DELETE /v2/vision/torch25/manifests/{PROBE}"]  # once, where something would go
     doc = result.to_json()
-    assert doc["dry_run"] is True and doc["older_than_days"] == 35
+    assert doc["dry_run"] is True and doc["older_than_days"] == 35 and doc["warnings"] == []
     gone = sorted(t for i in doc["repositories"][0]["images"] if i["action"] == "delete" for t in i["tags"])
-    assert gone == ["s1", "s3"]  # s4 (30 days) is newer than 35 days
+    assert gone == [s(1), s(3)]  # s4 (30 days) is newer than 35 days
     assert all(i["result"] is None for i in doc["repositories"][0]["images"])
 
 
@@ -299,7 +314,7 @@ def test_transient_failures_are_retried_and_permanent_ones_name_the_digest():
     reg, sleeps = team(), []
     reg.fail[("DELETE", "/manifests/")] = [503, 502]
     prune(reg, keep=2, sleeps=sleeps)
-    assert sleeps == [0.5, 1.0] and "s1" not in reg.tags("vision/torch25")
+    assert sleeps == [0.5, 1.0] and s(1) not in reg.tags("vision/torch25")
 
     reg = team()
     reg.fail[("DELETE", "/manifests/")] = [503, 503, 503]
@@ -308,7 +323,7 @@ def test_transient_failures_are_retried_and_permanent_ones_name_the_digest():
     assert "picks up where it stopped" in err.value.hint
 
     reg = team()
-    s3 = reg.tags("vision/torch25")["s3"]
+    s3 = reg.tags("vision/torch25")[s(3)]
     reg.fail[("DELETE", s3)] = [403]
     with pytest.raises(EngineError, match=r"HTTP 403.*\(1 manifest\(s\) were deleted before this\)") as err:
         prune(reg, keep=2)
@@ -317,11 +332,11 @@ def test_transient_failures_are_retried_and_permanent_ones_name_the_digest():
 
 def test_an_interrupted_prune_leaves_artifacts_that_the_next_one_deletes():
     reg = team()
-    s1 = reg.tags("vision/torch25")["s1"]
+    s1 = reg.tags("vision/torch25")[s(1)]
     reg.repos["vision/torch25"]["manifests"].pop(s1)  # the image went, its certificates did not
-    reg.repos["vision/torch25"]["tags"].pop("s1")
+    reg.repos["vision/torch25"]["tags"].pop(s(1))
     prune(reg, keep=5)
-    assert not any(t.startswith("s1") for t in reg.tags("vision/torch25"))
+    assert not any(t.startswith(s(1)) for t in reg.tags("vision/torch25"))
     assert len(deletes(reg)) == 2
 
 
@@ -334,13 +349,13 @@ def test_certified_moving_during_prune_is_respected():
         if request.path_url.endswith("/manifests/certified"):
             count["certified"] += 1
             if count["certified"] == 2:
-                reg.promote("vision/torch25", "s1")
+                reg.promote("vision/torch25", s(1))
         return real(request, **kw)
 
     reg.send = send
     prune(reg, keep=2)
-    assert {"s1", "s1.cert-none", "s1.cert-nvidia-h200", "certified"} <= set(reg.tags("vision/torch25"))
-    assert "s2" not in reg.tags("vision/torch25")
+    assert {s(1), s(1) + ".cert-none", s(1) + ".cert-nvidia-h200", "certified"} <= set(reg.tags("vision/torch25"))
+    assert s(2) not in reg.tags("vision/torch25")
 
 
 def test_bad_arguments():
@@ -371,7 +386,7 @@ def cli_registry(monkeypatch):
 def test_cli_dry_run_human_and_json(cli_registry):
     out = CliRunner().invoke(main, ["registry", "prune", f"{HOST}/vision", "--keep", "2", "--dry-run"])
     assert out.exit_code == 0, out.output
-    assert "would delete" in out.output and "s1.cert-nvidia-h200" in out.output
+    assert "would delete" in out.output and s(1) + ".cert-nvidia-h200" in out.output
     assert ":certified points at it" in out.output and "one of the 2 newest (#1)" in out.output
     assert "3 image(s) and 2 certificate artifact(s) would be deleted; 4 image(s) kept" in out.output
     assert "registry garbage-collect" in out.output and deletes(cli_registry) == []
@@ -389,3 +404,158 @@ def test_cli_deletes_disabled_is_exit_6_with_the_error_document(cli_registry):
     assert out.exit_code == 6
     doc = json.loads(out.stdout.split("\nerror:")[0])
     assert doc["error"] == "DeleteDisabledError" and "storage.delete.enabled: true" in doc["message"]
+
+
+# --- a registry's failures are the registry's, never "the engine stopped answering" --------------------------
+
+def test_an_address_urllib3_cannot_parse_is_the_registrys_error():
+    """A requests/urllib3 error that is no connection problem (here urllib3's LocationParseError, as a DNS
+    label over 63 characters gives): a permanent registry failure naming the URL, not a raw exception."""
+    import urllib3.exceptions
+
+    reg = team()
+    reg.fail_with = urllib3.exceptions.LocationParseError("'x', label empty or too long")
+    real = reg.send
+
+    def send(request, **kw):
+        if request.path_url.startswith("/v2/_catalog"):
+            raise reg.fail_with
+        return real(request, **kw)
+
+    reg.send = send
+    sleeps: list = []
+    with pytest.raises(EngineError) as err:
+        prune(reg, sleeps=sleeps)
+    assert type(err.value) is EngineError and sleeps == []  # not retried: a retry cannot fix it
+    assert err.value.message.startswith(f"cannot read the catalog (/v2/_catalog) from registry {HOST}: ")
+    assert "LocationParseError" in err.value.message and "engine" not in err.value.message + err.value.hint
+
+
+def test_a_raw_requests_error_from_the_registry_client_is_named_as_the_registrys(monkeypatch):
+    """Should a requests/urllib3 error still escape envkit's registry client, the CLI names the registry,
+    not the engine (prune does not use the engine at all); exit 6 as every registry failure."""
+    import urllib3.exceptions
+
+    from envkit.registry_api import _retrying
+
+    def fake(client, where, **kw):
+        def boom():
+            raise urllib3.exceptions.LocationParseError("Failed to parse: 'x'")
+
+        return _retrying(boom, retries=0, backoff=0, sleep=lambda s: None, fail=lambda f, n: EngineError(f.message),
+                         registry=HOST)
+
+    monkeypatch.setattr(retention, "prune_registry", fake)
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: (_ for _ in ()).throw(EngineError("none")))
+    out = CliRunner().invoke(main, ["registry", "prune", HOST, "--dry-run", "--json"])
+    assert out.exit_code == 6, out.output
+    doc = json.loads(out.stdout.split("\nerror:")[0])
+    assert doc["error"] == "EngineError" and "engine" not in doc["message"] + doc["hint"]
+    assert doc["message"].startswith(f"envkit registry prune: talking to registry {HOST} failed (Failed to parse")
+    assert f"curl https://{HOST}/v2/" in doc["hint"]
+
+
+# --- base mirrors are known by what they hold, not by a name an image may share ------------------------------
+
+def with_base_named_image() -> FakeRegistry:
+    """team() plus vision/base-tools, an envkit image whose name starts with base-, and a second mirror pushed
+    under its base's own tag (not sha256-<hex>)."""
+    reg = team()
+    for n, days in enumerate((30, 20, 10), 1):
+        reg.image("vision/base-tools", f"2.0.{n}-cu126-py3.12-abcdef0{n}", days)
+    reg.image("vision/base-ubuntu-jammy", "jammy-minbase-0123abcd", 100, envkit=False)
+    return reg
+
+
+def test_an_envkit_image_named_base_is_pruned_and_mirrors_are_skipped():
+    reg = with_base_named_image()
+    doc = prune(reg, keep=1).to_json()
+    assert [r["repository"] for r in doc["repositories"]] == ["vision/base-tools", "vision/torch25"]
+    assert set(reg.tags("vision/base-tools")) == {"2.0.3-cu126-py3.12-abcdef03"}  # the two older ones went
+    assert doc["skipped"] == [{"reference": f"{HOST}/vision/base-debian-bookworm", "reason": "base mirror repository"},
+                              {"reference": f"{HOST}/vision/base-ubuntu-jammy", "reason": "base mirror repository"}]
+    assert set(reg.tags("vision/base-debian-bookworm")) and set(reg.tags("vision/base-ubuntu-jammy"))
+
+
+def test_ls_lists_an_envkit_image_named_base_and_skips_the_mirrors():
+    from envkit.remote import list_registry
+
+    reg = with_base_named_image()
+    reg.repos.pop("vision/torch25")  # its certificates are not real ones (ls reads them)
+    session = requests.Session()
+    session.mount("http://", reg)
+    listing = list_registry(None, f"{HOST}/vision", session=session, sleep=lambda s: None)
+    assert {r["tag"] for r in listing.rows if "/base-tools:" in r["tag"]} == {
+        f"{HOST}/vision/base-tools:2.0.{n}-cu126-py3.12-abcdef0{n}" for n in (1, 2, 3)}
+    mirrors = [s for s in listing.skipped if s["reason"] == "base mirror repository"]
+    assert [s["reference"] for s in mirrors] == [f"{HOST}/vision/base-debian-bookworm",
+                                                 f"{HOST}/vision/base-ubuntu-jammy"]
+    asked = [a for a in reg.asked if "/vision/base-debian-bookworm/" in a]
+    assert asked == ["GET /v2/vision/base-debian-bookworm/tags/list"]  # only sha256-<hex> tags: not read further
+
+
+# --- a tag envkit did not make keeps its image ---------------------------------------------------------------
+
+def test_envkit_made_tags():
+    from envkit.remote_parse import envkit_made
+
+    for tag in ("2.5.1-cu124-py3.11-1a2b3c4d", "0.4.35-cuda12-py3.12-00000000", "2.18.0-and-cuda-py3.11-deadbeef",
+                "certified", "2.5.1-cu124-py3.11-1a2b3c4d.cert-nvidia-h200", "sha256-" + "a" * 64):
+        assert envkit_made(tag), tag
+    for tag in ("prod", "latest", "2.5.1", "s1", "2.5.1-cu124-py3.11-1A2B3C4D", "2.5.1-cu124-py3.11-1a2b3c4",
+                "v2.5.1-cu124-py3.11-1a2b3c4d"):
+        assert not envkit_made(tag), tag
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_an_image_with_a_users_own_tag_is_kept_with_the_reason(dry_run):
+    reg = team()
+    digest = reg.tags("vision/torch25")[s(1)]  # the oldest: prune would delete it
+    reg.repos["vision/torch25"]["tags"]["prod"] = digest
+    doc = prune(reg, keep=2, dry_run=dry_run).to_json()
+    rows = {tuple(i["tags"]): i for i in doc["repositories"][0]["images"]}
+    kept = rows[(s(1), "prod")]
+    assert kept["action"] == "keep" and kept["result"] is None
+    assert kept["reasons"] == ["also tagged prod: a tag envkit did not make (its stack tags are "
+                               "<version>-<variant>-py<python>-<lock hash>)"]
+    assert rows[(s(3),)]["action"] == "delete"  # the others are decided as before
+    assert reg.repos["vision/torch25"]["tags"]["prod"] == digest and s(1) in reg.tags("vision/torch25")
+    assert not any(a.endswith(digest) for a in deletes(reg))
+    assert all(a["action"] == "keep" for a in doc["repositories"][0]["artifacts"] if a["tag"].startswith(s(1)))
+    assert len(doc["repositories"][0]["artifacts"]) == 4  # s1's two certificates stay with their image
+
+
+# --- what prune warns about ---------------------------------------------------------------------------------
+
+def test_a_path_matching_no_repository_is_warned_about():
+    reg = team()
+    doc = prune(reg, where=f"{HOST}/nope", keep=2).to_json()
+    assert doc["repositories"] == [] and deletes(reg) == []
+    assert doc["warnings"] == [f"no repository in registry {HOST} is 'nope' or under it (its repositories are "
+                               f"under: tools, vision)"]
+    assert prune(reg, where=f"{HOST}/vision", keep=2, dry_run=True).warnings == ()
+    assert prune(FakeRegistry(), where=f"{HOST}/vision").warnings == (
+        f"no repository in registry {HOST} is 'vision' or under it (it holds no repositories)",)
+
+
+def test_a_dry_run_warns_when_the_registry_refuses_deletes():
+    reg = team(delete=False)
+    result = prune(reg, keep=2, dry_run=True)
+    assert deletes(reg) == [] and len(probes(reg)) == 1
+    assert result.counts()["images_deleted"] == 3  # the plan is still shown
+    assert len(result.warnings) == 1 and "refuses deletes" in result.warnings[0]
+    assert "the real run would fail" in result.warnings[0] and "storage.delete.enabled: true" in result.warnings[0]
+    reg = team(delete=False)
+    assert prune(reg, keep=10, dry_run=True).warnings == () and probes(reg) == []  # nothing would go: not asked
+
+
+def test_cli_prints_warnings_on_stderr_and_in_json(cli_registry):
+    out = CliRunner().invoke(main, ["registry", "prune", f"{HOST}/nope", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["warnings"] and "no repository in registry" in doc["warnings"][0]
+    assert f"warning: no repository in registry {HOST} is 'nope' or under it" in out.stderr
+    cli_registry.delete = False
+    out = CliRunner().invoke(main, ["registry", "prune", f"{HOST}/vision", "--keep", "2", "--dry-run"])
+    assert out.exit_code == 0 and "would delete" in out.stdout
+    assert f"warning: registry {HOST} refuses deletes" in out.stderr

@@ -25,7 +25,7 @@ from tests.integration.published import STACK_A, STACK_B, publish_team, remove_l
 from tests.integration.registry import running_registry
 
 HERE = Path(__file__).resolve().parent
-KEPT_HEADERS = ("Content-Type", "Docker-Content-Digest", "Link")
+KEPT_HEADERS = ("Content-Type", "Docker-Content-Digest", "Link", "Docker-Distribution-Api-Version")
 
 
 class Recorder(HTTPAdapter):
