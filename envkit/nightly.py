@@ -209,6 +209,7 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
         reports: list[ImageReport] = []
         certificates: list[Certificate] = []
         disk = Disk(reclaim)
+        asked = Asked()
         tags = [image_tag(lock.team, i) for i in lock.images]
         for image in lock.images:
             report = ImageReport(image.name, image_tag(lock.team, image), changes.get(image.name, []))
@@ -220,7 +221,7 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
             if cert is not None:
                 certificates.append(cert)
             if registry and report.status in ("certified", "verified") and not report.regressions:
-                _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert)
+                _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert, asked)
         written = {}
         if certificates:
             from .report import write_reports
@@ -284,14 +285,15 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
 
 
 def _certify(engine, store, run_id, image, report, info, gpus, threshold, progress) -> Certificate | None:
-    # an earlier run's verdict stands when it passed on a runner like this one (GPUs or none); a failed one is
-    # tried again (a host fault, a payload timeout), else a failure would be reported forever without its reasons
-    for record in reversed(store.certificates_for(info.id)):
-        if (record.gpu_model != "none") == gpus and record.status == ("certified" if gpus else "verified"):
-            report.status = record.status
-            # certified by this run before it was killed: its work, so a resumed run is not "nothing to do"
-            report.worked = report.worked or "certify" in store.steps(run_id, image.name)
-            return parse_certificate(json.dumps(record.document))
+    # the newest verdict on a runner like this one (GPUs or none) stands when it passed; a failed one is tried
+    # again (a host fault, a payload timeout), else a failure would be reported forever without its reasons, and
+    # an older pass is not taken over a newer failure (a manual `envkit certify` after a driver change, say)
+    newest = next((r for r in reversed(store.certificates_for(info.id)) if (r.gpu_model != "none") == gpus), None)
+    if newest is not None and newest.status == ("certified" if gpus else "verified"):
+        report.status = newest.status
+        # certified by this run before it was killed: its work, so a resumed run is not "nothing to do"
+        report.worked = report.worked or "certify" in store.steps(run_id, image.name)
+        return parse_certificate(json.dumps(newest.document))
     store.mark_step(run_id, image.name, "certify", "started", image.hash)
     progress(f"[{image.name}] {'certifying on the GPUs' if gpus else 'verifying (no GPU on this runner)'}")
     try:
@@ -324,13 +326,21 @@ def perf_metrics(cert: Certificate) -> dict[str, float]:
     return out
 
 
-def _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert: Certificate | None = None):
+@dataclass
+class Asked:
+    """What this run learnt of the registry: once it could not be asked, the other images do not wait on it."""
+
+    unanswered: str | None = None
+
+
+def _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert: Certificate | None = None,
+             asked: Asked | None = None):
     from .certify.certificate import slug
     from .publish import attach_certificate, promote
 
     repo = f"{registry.rstrip('/')}/{lock.team}/{image.name}"
     stack_tag = report.tag.split(":", 1)[1]
-    if _published(engine, store, repo, stack_tag, image, report, info, cert):
+    if _published(engine, store, repo, stack_tag, image, report, info, cert, asked or Asked()):
         return
     store.mark_step(run_id, image.name, "publish", "started", image.hash)
     progress(f"[{image.name}] pushing to {repo}")
@@ -357,11 +367,13 @@ def _publish(engine, store, run_id, lock, image, report, info, registry, progres
     report.worked = True
 
 
-def _published(engine, store, repo, stack_tag, image, report, info, cert: Certificate | None) -> bool:
-    """Whether ``repo`` (the registry named this run) already holds everything this run would publish: the
-    stack tag (asked of the registry, which may have lost it to a prune or a reset since the store recorded the
-    push), ``:certified`` when certified, the certificate artifact, and the base mirror. A push recorded for
-    another registry or path counts for nothing here. A registry that cannot be asked is a publish error."""
+def _published(engine, store, repo, stack_tag, image, report, info, cert: Certificate | None, asked: Asked) -> bool:
+    """Whether ``repo`` (the registry named this run) already holds what this run would publish: the stack tag with
+    the digest the store recorded (asked of the registry, which may have lost it to a prune or a reset since),
+    the certificate artifact, the base mirror, and a recorded ``:certified`` push when certified (where
+    ``:certified`` points now is not asked: a newer image may have moved it). A push recorded for another registry
+    or path counts for nothing here. A registry that cannot be asked changes nothing that was published: the run
+    notes it (once it failed, the other images do not ask again) and publishes nothing more for the image."""
     from .certify.certificate import slug
     from .publish import certificate_tag, remote_digest
 
@@ -371,16 +383,19 @@ def _published(engine, store, repo, stack_tag, image, report, info, cert: Certif
         return False
     if _base_unmirrored(engine, store, repo.rsplit("/", 1)[0], image):
         return False
-    try:
-        stack = next(p.digest for p in reversed(pushes) if p.tag_kind == "stack")
-        if remote_digest(engine, repo, stack_tag, retries=2) != stack:
-            return False
-        if cert is not None and remote_digest(engine, repo, certificate_tag(stack_tag, slug(cert.gpu_model)),
-                                              retries=2) is None:
-            return False
-    except EnvkitError as exc:
-        report.publish_error = f"cannot tell whether {repo}:{stack_tag} is still published: {exc.message}"
-        return True
+    if asked.unanswered is None:
+        try:
+            stack = next(p.digest for p in reversed(pushes) if p.tag_kind == "stack")
+            if remote_digest(engine, repo, stack_tag, retries=1) != stack:
+                return False
+            if cert is not None and remote_digest(engine, repo, certificate_tag(stack_tag, slug(cert.gpu_model)),
+                                                  retries=1) is None:
+                return False
+            return True
+        except EnvkitError as exc:
+            asked.unanswered = exc.message
+    report.notes.append(f"published by an earlier run, not confirmed in {repo} now (the registry did not answer: "
+                        f"{asked.unanswered}); the next run checks again")
     return True
 
 

@@ -19,6 +19,7 @@ from .build import LOCK_LABEL, Outcome, Progress, build_image, require_builder
 from .certify.harness import Verification, expect_from_labels, run_payload
 from .catalog import Catalog, load_catalog
 from .closure import compile_closure
+from .engine import RUN_TIMEOUT
 from .errors import EngineError, EnvkitError, LockError, SpecError, VerificationError
 from .frameworks import require_buildable, require_bundle
 from .index import DEFAULT_INDEX, PackageIndex
@@ -462,9 +463,6 @@ def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None
     if notes:
         verdict = replace(verdict, message=f"{verdict.message} ({'; '.join(notes)})")
     return verdict
-
-
-RUN_TIMEOUT = 24 * 3600  # envkit run's default limit, seconds
 
 
 def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str,

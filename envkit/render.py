@@ -23,7 +23,7 @@ from pathlib import Path
 import jinja2
 
 from . import __version__, devel
-from .certify.harness import PAYLOAD_NAME, payload_files
+from .certify.harness import PAYLOAD_NAME, payload_expect, payload_files
 from .errors import EnvkitError
 from .frameworks import framework
 from . import index_login as index_login_
@@ -240,7 +240,8 @@ def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bo
         "Dockerfile": dockerfile.encode(),
         "requirements/framework.txt": requirements_text(image, "framework").encode(),
         "requirements/extra.txt": requirements_text(image, "extra").encode(),
-        "envkit/expect.json": (json.dumps(image.expect(), indent=2, sort_keys=True) + "\n").encode(),
+        # what the image's own self-check compares against, in the shape the payload accepts (as the harness mounts it)
+        "envkit/expect.json": (json.dumps(payload_expect(image.expect()), indent=2, sort_keys=True) + "\n").encode(),
     }
     # the payload directory (__main__.py + envkit_check_*.py), run in the image as python3 /opt/envkit/envkit_check
     files.update({f"envkit/{PAYLOAD_NAME}/{name}": data for name, data in payload_files().items()})

@@ -9,6 +9,7 @@ import click
 from click.core import ParameterSource
 
 from ..certify.harness import MIN_TIMEOUT_S, RESERVE_S
+from ..errors import RunInProgressError
 from .common import (IMAGE, REGISTRY, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
                      refresh_framework_option, run, table)
 
@@ -115,9 +116,14 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
                                                 registry=registry, locked=locked, gpus=gpus, threshold=threshold,
                                                 builder=builder, refresh_catalog=refresh_catalog,
                                                 refresh_frameworks=frameworks, reclaim=reclaim, progress=c.progress))
-        except SystemExit:  # the run failed (exit 2-9, its error already printed): --gc keeps the disk in check still
-            if gc:
-                _nightly_gc(c, engine, spec, [], store_url, keep, None if cache_hours is None else unused_for(cache_hours))
+        except SystemExit as exc:  # the run failed (exit 2-9, its error already printed): --gc keeps the disk in
+            # check still, keeping the builds of the lock on disk; never while another nightly of the team runs (15)
+            if gc and exc.code != RunInProgressError.exit_code:
+                try:
+                    _nightly_gc(c, engine, spec, _lock_tags(spec), store_url, keep,
+                                None if cache_hours is None else unused_for(cache_hours))
+                except Exception as gc_exc:  # noqa: BLE001 - the run's own exit code is the one to keep
+                    c.progress(f"gc for the nightly failed: {gc_exc}")
             raise
     doc = result.to_json()
     after = None if cache_hours is None else unused_for(cache_hours)
@@ -143,6 +149,20 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
 
     emit(c, doc, human)
     sys.exit(result.exit_code)
+
+
+def _lock_tags(spec) -> list[str]:
+    """The image tags of the spec's lock as it is on disk (none when there is no readable lock)."""
+    from ..errors import EnvkitError
+    from ..lock import load_lock
+    from ..pipeline import lock_path_for
+    from ..render import image_tag
+
+    try:
+        lock = load_lock(lock_path_for(spec))
+    except (EnvkitError, OSError):
+        return []
+    return [image_tag(lock.team, image) for image in lock.images]
 
 
 def _nightly_gc(c, engine, spec, tags, store_url, keep, build_cache=None) -> dict:

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..engine import RUN_TIMEOUT
 from ..errors import EnvkitError
 from .common import IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
 
@@ -129,7 +130,7 @@ def show_cmd(click_ctx, image, store_url, json_out):
               help="Refuse (exit 8) an image not certified for this host's GPUs (a CPU run: not verified) "
                    "instead of running it with a warning. Also $ENVKIT_REQUIRE_CERTIFIED=1.")
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
-@click.option("--timeout", type=click.IntRange(min=1), default=24 * 3600, show_default=True, metavar="SECONDS",
+@click.option("--timeout", type=click.IntRange(min=1), default=RUN_TIMEOUT, show_default=True, metavar="SECONDS",
               help="Stop the job after this many seconds (exit 124, saying so).")
 @json_option
 @click.pass_context

@@ -45,6 +45,9 @@ class Mount:
     read_only: bool = True
 
 
+RUN_TIMEOUT = 24 * 3600  # envkit run's default limit for a job, seconds
+
+
 @dataclass(frozen=True)
 class RunOptions:
     gpus: bool = False

@@ -225,7 +225,7 @@ class DockerEngine:
             kwargs["user"] = options.user
         if options.gpus:
             kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        container = None
+        container = frames = None
         try:  # create, then start: a container that cannot start (no GPU runtime, no network) is removed
             container = self.client.containers.create(**kwargs)
             # streamed: attached before it starts, so no output is lost (attach's own request is sent here)
@@ -233,6 +233,7 @@ class DockerEngine:
                       if options.output is not None else None)
             container.start()
         except docker.errors.APIError as exc:
+            _close(frames)
             if container is not None:
                 self._remove(container)
             missing = _NOT_FOUND.search(str(exc.explanation or ""))
@@ -264,9 +265,9 @@ class DockerEngine:
         timed_out = threading.Event()
 
         def expire():
-            timed_out.set()
             try:
                 container.kill()
+                timed_out.set()  # only once killed: a job that ended on its own as the timer fired kept its status
             except (docker.errors.APIError, *ENGINE_GONE):
                 pass  # it ended meanwhile
 
@@ -282,7 +283,18 @@ class DockerEngine:
             code = int(container.wait().get("StatusCode", 1))
         finally:
             watchdog.cancel()
+            _close(frames)
             self._remove(container)
         if timed_out.is_set():
             return RunResult(124, "", "", True)
         return RunResult(code, "", "", False)
+
+
+def _close(frames) -> None:
+    """Close an attach stream (its socket), if there is one; one already closed or broken is left as it is."""
+    close = getattr(frames, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - closing a socket the engine may have closed first
+            pass

@@ -67,6 +67,12 @@ class Target:
         return str(self.path) if self.path is not None else redact(self.url or "")
 
 
+def _refused(exc: sqlite3.OperationalError) -> bool:
+    """SQLite refused for want of permission (a damaged file says otherwise: 'file is not a database')."""
+    text = str(exc).lower()
+    return "readonly" in text or "unable to open" in text or "permission" in text
+
+
 def locate(url_or_path: str | Path | None = None) -> Target:
     """The store ``url_or_path`` names, without opening it: a file path, ``sqlite:///rel``,
     ``sqlite:////abs``, ``postgresql[+driver]://...`` (or ``postgres://``). ``None``: the
@@ -185,7 +191,7 @@ class Store:
             return cls.open(target.path or target.url, clock=clock)
         except (sqlite3.OperationalError, StoreError) as exc:
             raise StoreError(f"{target.path or target.url} has schema version {version}, older than this envkit's "
-                             f"({SCHEMA_VERSION}), and it cannot be upgraded here: {exc}",
+                             f"({SCHEMA_VERSION}), and it cannot be upgraded here: {getattr(exc, 'message', exc)}",
                              hint="run a command that writes the store (`envkit certify`, `envkit nightly`) as a "
                                   "user who may write it; then every envkit can read it") from None
 
@@ -213,6 +219,10 @@ class Store:
                                       "history store")
         except BaseException as exc:
             backend.close()
+            if target.path is not None and isinstance(exc, sqlite3.OperationalError) and _refused(exc):
+                raise StoreError(f"cannot read the history store {target.path}: {exc}",
+                                 hint=f"SQLite also writes beside the store (its -wal and -shm files): this user "
+                                      f"must be able to write {target.path.parent}, or ask its owner") from None
             if target.path is not None and isinstance(exc, sqlite3.DatabaseError):
                 raise StoreError(f"{target.path} is not an envkit history database: {exc}",
                                  hint=NOT_A_STORE_HINT) from None

@@ -290,6 +290,15 @@ def test_nightly_gc_runs_even_when_the_run_fails(engine, monkeypatch):
     assert swept == [([], 2)]
     assert invoke("nightly", "team.yaml", "--json").exit_code == 3 and swept == [([], 2)]  # no --gc: no gc
 
+    from envkit.errors import RunInProgressError
+
+    def held(spec, eng, store, **kwargs):
+        raise RunInProgressError("the nightly run of team 'vision' is running (pid 4242)")
+
+    monkeypatch.setattr("envkit.nightly.run_nightly", held)
+    result = invoke("nightly", "team.yaml", "--gc", "--json")
+    assert result.exit_code == 15 and swept == [([], 2)]  # never beside the team's running nightly
+
 
 def test_nightly_with_buildkit_missing_fails_before_the_run(engine, no_buildkit_cli, monkeypatch):
     monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())

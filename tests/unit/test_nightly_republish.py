@@ -10,7 +10,7 @@ import pytest
 
 from envkit.engine import ImageInfo
 from envkit.errors import EngineError
-from envkit.nightly import ImageReport, _certify, _published
+from envkit.nightly import Asked, ImageReport, _certify, _exit_code, _published
 from envkit.render import image_tag
 from envkit.store import Store
 from tests.unit.lockfixtures import make_image, make_lock
@@ -77,6 +77,7 @@ class Registry:
         self.base_ref = image.base.ref
         self.tags: dict[str, str] = {}
         self.down = False
+        self.asked = 0
 
     def inspect(self, ref):
         return self.base if ref == self.base_ref else None
@@ -90,17 +91,18 @@ def published(store, monkeypatch):
     stack_tag = image_tag("vision", image).split(":", 1)[1]
 
     def remote_digest(engine, registry_repo, tag, **kwargs):
+        registry.asked += 1
         if registry.down:
             raise EngineError("cannot read from registry reg:5000: connection refused")
         return registry.tags.get(f"{registry_repo}:{tag}")
 
     monkeypatch.setattr("envkit.publish.remote_digest", remote_digest)
 
-    def ask(report=None, *, repo=repo, cert=None):
+    def ask(report=None, *, repo=repo, cert=None, asked=None):
         report = report or _report(image)
         report.status = report.status if report.status != "pending" else "verified"
         return _published(registry, store, repo, stack_tag, image, report, ImageInfo(IMAGE_ID, (), 1, {}, {}, ""),
-                          cert), report
+                          cert, asked or Asked()), report
 
     def push():
         store.record_push(IMAGE_ID, f"{repo}:{stack_tag}", "sha256:s", "stack")
@@ -138,12 +140,20 @@ def test_a_missing_certificate_artifact_or_base_mirror_is_published_again(publis
     assert ask(cert=Cert())[0] is False  # a new base, not mirrored yet
 
 
-def test_a_registry_that_cannot_be_asked_is_a_publish_error(published):
+def test_a_registry_that_cannot_be_asked_changes_nothing_published_and_is_asked_once_a_run(published):
+    """A registry outage must not fail a run with nothing to publish (it would exit 14 where it exited 10), nor
+    make every image wait out the registry's timeouts: the first image notes it, the others do not ask."""
     ask, push, registry, *_ = published
     push()
     registry.down = True
-    skipped, report = ask()
-    assert skipped is True and report.publish_error.startswith("cannot tell whether reg:5000/vision/torch25:")
+    asked = Asked()
+    skipped, report = ask(asked=asked)
+    assert skipped is True and report.publish_error is None
+    assert report.notes[0].startswith("published by an earlier run, not confirmed in reg:5000/vision/torch25 now")
+    again, other = ask(asked=asked)
+    assert again is True and registry.asked == 1 and other.notes == report.notes
+    report.build = "skipped"
+    assert _exit_code([report]) == 10  # nothing to do, as before
 
 
 def test_a_reports_directory_that_cannot_be_used_fails_before_any_build(tmp_path):
