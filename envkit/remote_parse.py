@@ -159,6 +159,9 @@ def host_problem(host: str) -> str | None:
         labels = name.split(".")
         if any(not label for label in labels):
             return f"the registry host {_shown(name)} has an empty label (two dots in a row, or a dot at an end)"
+        hyphen = next((label for label in labels if label.startswith("-") or label.endswith("-")), None)
+        if hyphen:
+            return f"a label of the registry host ({_shown(hyphen)}) begins or ends with '-', which DNS forbids"
         long = next((label for label in labels if len(label) > LABEL_MAX), None)
         if long:
             return (f"a label of the registry host ({_shown(long)}) is {len(long)} characters long; a DNS label "

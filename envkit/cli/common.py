@@ -58,8 +58,8 @@ def _image(value: str) -> None:
     if not value.strip():
         raise EnvkitError("an image is needed, and this one is empty",
                           hint="give a local image (name:tag, an id) or host[:port]/repository:tag")
-    parse_ref(value)  # a registry reference, as envkit reads registries (sha256 digests)
     check_image_ref(value)  # Docker's grammar: the engine would only say "invalid reference format" (exit 6)
+    parse_ref(value)  # then a registry reference, as envkit reads registries (sha256 digests)
 
 
 def _store(value: str) -> None:

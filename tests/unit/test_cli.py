@@ -670,7 +670,7 @@ def test_a_netrc_that_is_not_text_is_named_when_connecting_to_the_engine(tmp_pat
     (["certify", " "], "an image is needed, and this one is empty"),
     (["verify", ""], "an image is needed, and this one is empty"),
     (["run", ""], "an image is needed, and this one is empty"),
-    (["show", "127.0.0.1:5000/Vision:x"], "bad registry reference '127.0.0.1:5000/Vision:x'"),
+    (["show", "127.0.0.1:5000/Vision:x"], "bad image reference '127.0.0.1:5000/Vision:x': repository names are lower case"),
     (["ls", "--registry", "not a host"], "bad registry 'not a host'"),
     (["registry", "prune", "a b"], "bad registry 'a b'"),
     (["nightly", "team.yaml", "--registry", "bad host"], "bad registry 'bad host'"),

@@ -187,6 +187,8 @@ def test_ls_asks_no_engine_when_the_store_knows_no_image(tmp_path):
     ("a@sha256:zz", "the digest 'sha256:zz' is not ALGORITHM:HEX"),
     ("bad_host:99/a", "the registry host 'bad_host:99' is not host[:port]"),
     ("127.0.0.1:99999/a", "the registry port 99999 is outside 1-65535"),
+    ("a.b-.c/x", "a label of the registry host ('b-') begins or ends with '-'"),
+    ("x-/y", "'x-' is not a name part"),
     ("reg.example.com:5000/a..b:1", "'a..b' is not a name part"),
 ])
 def test_a_malformed_reference_is_named_with_what_is_wrong(ref, said):
