@@ -12,24 +12,8 @@ mkdir -p "$OUT"
 txt="$OUT/gpu-validation.txt"
 { date -u +%FT%TZ; python3 -V; timeout 30 nvidia-smi; df -h /dev/shm; } > "$txt" 2>&1
 
-# The expect file a lock would give, from what is installed (cuDNN/NCCL from their pip
-# packages, so the payload's decoding of the libraries' own version numbers is really compared).
-timeout 60 python3 - > "$OUT/expect.json" 2>> "$txt" <<'PY' || echo '{}' > "$OUT/expect.json"
-import json, sys
-from importlib import metadata
-import torch
-expect = {"python": "%d.%d" % sys.version_info[:2], "torch": torch.__version__.split("+")[0],
-          "cuda": torch.version.cuda, "arch_list": torch.cuda.get_arch_list(), "driver_floor": "450",
-          "perf_floors": {"bf16_matmul_tflops": 0}}
-for key, dist in (("cudnn", "nvidia-cudnn-cu"), ("nccl", "nvidia-nccl-cu")):
-    for major in ("13", "12", "11"):
-        try:
-            expect[key] = metadata.version(dist + major)
-            break
-        except metadata.PackageNotFoundError:
-            pass
-print(json.dumps(expect))
-PY
+# The expect file a lock would give, from what is installed (scripts/gpu_expect.py says how).
+timeout 60 python3 scripts/gpu_expect.py > "$OUT/expect.json" 2>> "$txt" || echo '{}' > "$OUT/expect.json"
 
 start=$(date +%s)
 timeout -k 10 200 python3 envkit/certify/payload/envkit_check --mode certify --expect "$OUT/expect.json" \

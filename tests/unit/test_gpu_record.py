@@ -1,0 +1,86 @@
+"""The host side of certification, fed the payload document a real GPU printed.
+
+docs/gpu-validation/2026-12-04-h200/ holds what `scripts/gpu-validate.sh` wrote on an NVIDIA H200
+(driver 580.159.04, torch 2.11.0+cu130): the payload's document in certify mode and the expect
+file it ran against. Everything else in the suite judges documents written by hand or by the
+payload on a CPU; this one came from the GPU path, so the verdict, the certificate and the three
+reports are checked against it here, on CI's CPU-only machines.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from envkit.certify.certificate import certificate_from, decide, parse_certificate
+from envkit.report import report_html, report_json, report_junit
+from tests.conftest import ROOT
+from tests.unit.payload_modules import payload_module
+
+RECORD = ROOT / "docs" / "gpu-validation" / "2026-12-04-h200"
+DOC = json.loads((RECORD / "gpu-validation.json").read_text())
+EXPECT = json.loads((RECORD / "expect.json").read_text())
+GPU_CHECKS = [name for name, _, gpu in payload_module("envkit_check_torch").REGISTRY if gpu]  # GPU-only checks
+
+
+def certificate(doc=DOC, expect=EXPECT):
+    return certificate_from(doc, expect, image="registry.example/ml/torch:gpu", image_id="sha256:" + "ab" * 32,
+                            lock_hash="0" * 64, gpu_requested=True, created_at="2026-12-04T14:53:26Z",
+                            envkit_version="test")
+
+
+def test_the_record_is_a_certify_run_on_an_h200():
+    assert DOC["mode"] == "certify" and DOC["status"] == "certified"
+    assert [g["name"] for g in DOC["facts"]["gpus"]] == ["NVIDIA H200"]
+    checks = {c["name"]: c for c in DOC["checks"]}
+    assert all(checks[name]["status"] == "passed" for name in GPU_CHECKS)
+
+
+def test_the_host_agrees_certified_with_no_reasons():
+    assert decide(DOC, EXPECT, gpu_requested=True) == ("certified", ())
+
+
+def test_certificate_is_keyed_by_gpu_model_and_driver_and_keeps_the_figures():
+    cert = certificate()
+    assert (cert.status, cert.gpu_model, cert.driver, cert.gpu_count) == ("certified", "NVIDIA H200", "580.159.04", 1)
+    figures = {c.name: c.value for c in cert.checks}
+    assert figures["matmul_tflops"]["bf16_matmul_tflops"] > 0.8 * 790  # the card's cuBLAS rate, docs/gpu-validation.md
+    assert figures["cuda_train_step"]["last_loss"] < figures["cuda_train_step"]["first_loss"]
+    assert figures["memory"]["oom_raised"] is True
+    (summary,) = cert.telemetry_summary
+    assert summary.samples == len(DOC["telemetry"]) and summary.max_power_w and summary.max_temp_c
+    assert parse_certificate(cert.to_bytes()) == cert
+
+
+def test_reports_render_the_gpu_run():
+    cert = certificate()
+    doc = json.loads(report_json([cert], generated_at="2026-12-04T15:00:00Z"))
+    assert doc["certificates"][0]["status"] == "certified"
+    suites = ET.fromstring(report_junit([cert], generated_at="2026-12-04T15:00:00Z"))
+    assert suites.get("failures") == "0" and suites.get("errors") == "0"
+    assert int(suites.get("tests")) == len(DOC["checks"]) + 1  # one case per check and the certificate's
+    html = report_html([cert], generated_at="2026-12-04T15:00:00Z").decode()
+    assert "NVIDIA H200" in html and "<svg" in html  # the telemetry plots
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda d: d["facts"].update(cuda="12.8"), "CUDA"),
+    (lambda d: d["facts"].update(driver="440.33.01"), "driver floor"),
+    (lambda d: d["facts"]["gpus"][0].update(cc="7.0"), "7.0"),  # a V100: below the wheel's oldest arch, sm_75
+])
+def test_the_same_run_on_a_mismatched_image_or_host_fails(change, reason):
+    doc = copy.deepcopy(DOC)
+    change(doc)
+    status, reasons = decide(doc, EXPECT, gpu_requested=True)
+    assert status == "failed" and any(reason in r for r in reasons), reasons
+
+
+def test_a_gpu_check_that_failed_fails_the_certificate():
+    doc = copy.deepcopy(DOC)
+    step = next(c for c in doc["checks"] if c["name"] == "cuda_train_step")
+    step.update(status="failed", message="loss did not fall")
+    status, reasons = decide(doc, EXPECT, gpu_requested=True)
+    assert status == "failed" and reasons == ("check cuda_train_step failed: loss did not fall",)
