@@ -4,9 +4,11 @@ Used where there is no lock to render one from: on a GPU machine outside any ima
 (scripts/gpu-validate.sh, tests/gpu/). torch, CUDA, the compiled archs and Python come from
 the installed torch; cuDNN and NCCL from their `nvidia-*-cu1x` pip packages, so that the
 payload's decoding of the libraries' own version numbers is really compared with something.
-No perf floor is set (0): the figures are reported, not judged.
+No perf floor is set (0): the figures are reported, not judged. `--framework jax` writes a JAX
+image's expect file instead (docs/payload.md, JAX images): jax, jaxlib and the CUDA plugin, and the
+CUDA runtime, cuDNN and NCCL distributions' full versions, as a lock of `jax[cuda13]` pins them.
 
-Run: python3 scripts/gpu_expect.py > expect.json
+Run: python3 scripts/gpu_expect.py [--framework torch|jax] > expect.json
 """
 
 from __future__ import annotations
@@ -33,5 +35,27 @@ def installed_expect() -> Dict[str, Any]:
     return expect
 
 
+def installed_jax_expect() -> Dict[str, Any]:
+    def version(*names: str) -> Any:
+        for name in names:
+            try:
+                return metadata.version(name)
+            except metadata.PackageNotFoundError:
+                pass
+        return None
+
+    expect: Dict[str, Any] = {"framework": "jax", "python": "%d.%d" % sys.version_info[:2],
+                              "jax": version("jax"), "jaxlib": version("jaxlib"),
+                              "cuda_plugin": version("jax-cuda13-plugin", "jax-cuda12-plugin"),
+                              "cuda": version("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12"),
+                              "cudnn": version("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"),
+                              "nccl": version("nvidia-nccl-cu13", "nvidia-nccl-cu12"),
+                              "min_cc": "7.5", "driver_floor": "450", "perf_floors": {"bf16_matmul_tflops": 0}}
+    return {k: v for k, v in expect.items() if v is not None}  # a key left out is not compared
+
+
 if __name__ == "__main__":
-    print(json.dumps(installed_expect()))
+    jax = sys.argv[1:] == ["--framework", "jax"]
+    if sys.argv[1:] and not jax and sys.argv[1:] != ["--framework", "torch"]:
+        sys.exit("usage: python3 scripts/gpu_expect.py [--framework torch|jax]")
+    print(json.dumps(installed_jax_expect() if jax else installed_expect()))
