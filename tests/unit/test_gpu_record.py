@@ -84,3 +84,24 @@ def test_a_gpu_check_that_failed_fails_the_certificate():
     step.update(status="failed", message="loss did not fall")
     status, reasons = decide(doc, EXPECT, gpu_requested=True)
     assert status == "failed" and reasons == ("check cuda_train_step failed: loss did not fall",)
+
+
+JAX_DOC = json.loads((RECORD / "run3-gpu-validation-jax.json").read_text())
+JAX_EXPECT = json.loads((RECORD / "expect-jax.json").read_text())
+
+
+def test_the_jax_record_is_certified_by_the_host_too():
+    assert JAX_DOC["facts"]["framework"] == "jax" and JAX_DOC["facts"]["backend"] == "gpu"
+    jax_gpu = [name for name, _, gpu in payload_module("envkit_check_jax").REGISTRY if gpu]
+    checks = {c["name"]: c for c in JAX_DOC["checks"]}
+    assert all(checks[name]["status"] == "passed" for name in jax_gpu)
+    assert decide(JAX_DOC, JAX_EXPECT, gpu_requested=True) == ("certified", ())
+    cert = certificate(JAX_DOC, JAX_EXPECT)
+    assert (cert.status, cert.gpu_model, cert.driver) == ("certified", "NVIDIA H200", "580.159.04")
+
+
+def test_a_jax_image_with_another_cudnn_fails():
+    doc = copy.deepcopy(JAX_DOC)
+    doc["facts"]["cudnn"] = "9.19.0.55"  # JAX locks pin every component of the distribution's version
+    status, reasons = decide(doc, JAX_EXPECT, gpu_requested=True)
+    assert status == "failed" and any("9.19.0.55" in r for r in reasons), reasons
