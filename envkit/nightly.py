@@ -18,6 +18,7 @@ from . import __version__
 from .atomic import check_writable
 from .build import CONTEXT_LABEL, build_image, require_builder
 from .certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now
+from .certify.harness import gpu_key
 from .engine.space import engine_full
 from .errors import BuildError, EngineError, EnvkitError, LockError, VerificationError
 from .lock import Lock, LockedImage, load_lock, write_lock
@@ -285,10 +286,17 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
 
 
 def _certify(engine, store, run_id, image, report, info, gpus, threshold, progress) -> Certificate | None:
-    # the newest verdict on a runner like this one (GPUs or none) stands when it passed; a failed one is tried
-    # again (a host fault, a payload timeout), else a failure would be reported forever without its reasons, and
-    # an older pass is not taken over a newer failure (a manual `envkit certify` after a driver change, say)
-    newest = next((r for r in reversed(store.certificates_for(info.id)) if (r.gpu_model != "none") == gpus), None)
+    # the newest verdict on a runner like this one stands when it passed: with no GPU, any GPU-less verdict;
+    # with GPUs, only one on the same GPU model and driver as this runner's (a certificate is keyed by both,
+    # and runners sharing a store may differ), asked of the engine only when there is one to reuse. A failed
+    # one is tried again (a host fault, a payload timeout), else a failure would be reported forever without
+    # its reasons, and an older pass is not taken over a newer failure (a manual `envkit certify` after a
+    # driver change, say)
+    records = [r for r in store.certificates_for(info.id) if (r.gpu_model != "none") == gpus]
+    if gpus and records:
+        here = gpu_key(engine, report.tag)
+        records = [r for r in records if here is not None and (r.gpu_model, r.driver) == here]
+    newest = records[-1] if records else None
     if newest is not None and newest.status == ("certified" if gpus else "verified"):
         report.status = newest.status
         # certified by this run before it was killed: its work, so a resumed run is not "nothing to do"

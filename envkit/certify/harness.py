@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import frameworks, scratch
 from ..engine import Mount, RunOptions
-from ..errors import CommandNotFoundError, VerificationError
+from ..errors import CommandNotFoundError, EnvkitError, VerificationError
 from .payload.envkit_check import envkit_check_core as payload_identity
 
 SCHEMA = payload_identity.SCHEMA  # what the payload's document says it is: "envkit.payload/1"
@@ -91,6 +91,25 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
     return Verification(image=ref, status=doc.get("status", "failed"), checks=doc.get("checks", []),
                         facts=doc.get("facts", {}), payload=doc.get("payload", {}), mismatches=failed,
                         seconds=float(doc.get("seconds", 0.0)), raw=doc)
+
+
+def gpu_key(engine, ref: str, timeout: int = 60) -> tuple[str, str] | None:
+    """(GPU model, driver) that certifying ``ref`` on this engine's GPUs would record, as the certificate
+    spells them (``certificate.gpu_model_of``: the distinct names joined by " + "), read by the NVIDIA
+    Container Toolkit's nvidia-smi in a short container of the image; None when that cannot be read (no
+    nvidia-smi, no GPU, an engine fault): a caller then certifies instead of trusting an older certificate."""
+    options = RunOptions(gpus=True, timeout=timeout, network=False, role="certify")
+    try:
+        result = engine.run(ref, ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], options)
+    except EnvkitError:
+        return None
+    rows = [[part.strip() for part in line.split(",")] for line in result.stdout.splitlines() if line.strip()]
+    if result.exit_code != 0 or result.timed_out or not rows or any(len(r) != 2 or not all(r) for r in rows):
+        return None
+    drivers = {driver for _, driver in rows}
+    if len(drivers) != 1:
+        return None
+    return " + ".join(dict.fromkeys(name for name, _ in rows)), drivers.pop()
 
 
 def payload_expect(expect: dict) -> dict:

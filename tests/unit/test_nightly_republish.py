@@ -15,7 +15,7 @@ from envkit.render import image_tag
 from envkit.store import Store
 from tests.unit.lockfixtures import make_image, make_lock
 
-from .test_certificate import EXPECT, FakeEngine, cpu_doc, set_check
+from .test_certificate import EXPECT, FakeEngine, cpu_doc, gpu_doc, set_check
 
 IMAGE_ID = "sha256:" + "a" * 64  # FakeEngine's image
 
@@ -50,6 +50,60 @@ def test_a_failed_certificate_is_tried_again_and_a_passed_one_is_reused(store, m
     third = _report(image)
     cert = _certify(engine, store, run_id, image, third, engine.inspect("x"), False, 0.1, lambda _: None)
     assert len(engine.runs) == 2 and third.status == "verified" and cert.status == "verified"  # reused
+
+
+class GpuRunner(FakeEngine):
+    """A GPU runner: nvidia-smi in a container of the image answers `smi` (None: the image has none)."""
+
+    def __init__(self, doc, smi):
+        super().__init__(doc)
+        self.smi, self.asked = smi, 0
+
+    def run(self, ref, command, options):
+        from envkit.engine import RunResult
+        from envkit.errors import CommandNotFoundError
+
+        if command[0] != "nvidia-smi":
+            return super().run(ref, command, options)
+        self.asked += 1
+        assert options.gpus and command[1:] == ["--query-gpu=name,driver_version", "--format=csv,noheader"]
+        if self.smi is None:
+            raise CommandNotFoundError("no nvidia-smi in the image", command="nvidia-smi")
+        return RunResult(exit_code=0, stdout=self.smi, stderr="")
+
+
+@pytest.mark.parametrize("smi, reused", [
+    ("NVIDIA H200, 570.124.06\n", True),                       # the runner that certified it
+    ("NVIDIA H200, 570.124.06\nNVIDIA H200, 570.124.06\n", True),  # the same model twice is still that model
+    ("NVIDIA H200, 580.95.05\n", False),                       # another driver
+    ("NVIDIA A100-SXM4-80GB, 570.124.06\n", False),             # another GPU model sharing the store
+    ("NVIDIA H200, 570.124.06\nNVIDIA A100-SXM4-80GB, 570.124.06\n", False),  # a mixed runner
+    (None, False),                                               # cannot tell: certify, do not trust
+    ("garbage\n", False),
+])
+def test_a_gpu_runner_reuses_only_a_certificate_of_its_own_gpu_model_and_driver(store, monkeypatch, smi, reused):
+    image = make_image()
+    monkeypatch.setattr(type(image), "expect", lambda self: EXPECT)
+    run_id = store.start_run("sha256:spec")
+    first = GpuRunner(gpu_doc(), smi="NVIDIA H200, 570.124.06\n")
+    _certify(first, store, run_id, image, _report(image), first.inspect("x"), True, 0.1, lambda _: None)
+    assert first.asked == 0 and len(first.runs) == 1  # nothing to reuse yet: no probe
+
+    engine = GpuRunner(gpu_doc(), smi=smi)
+    report = _report(image)
+    cert = _certify(engine, store, run_id, image, report, engine.inspect("x"), True, 0.1, lambda _: None)
+    assert engine.asked == 1 and cert.status == "certified"
+    assert len(engine.runs) == (0 if reused else 1)  # certified again where the runner is not the same kind
+
+
+def test_a_cpu_runner_never_asks_for_gpus(store, monkeypatch):
+    image = make_image()
+    monkeypatch.setattr(type(image), "expect", lambda self: EXPECT)
+    run_id = store.start_run("sha256:spec")
+    engine = GpuRunner(cpu_doc(), smi="NVIDIA H200, 570.124.06\n")
+    for _ in range(2):
+        _certify(engine, store, run_id, image, _report(image), engine.inspect("x"), False, 0.1, lambda _: None)
+    assert engine.asked == 0 and len(engine.runs) == 1
 
 
 def test_a_resumed_run_counts_the_certification_its_killed_attempt_did(store, monkeypatch):
