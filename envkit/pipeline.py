@@ -245,9 +245,19 @@ def expectations(engine, ref: str, lock_path: Path | None):
 
 
 def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verification:
-    """Check inside ``ref`` that what it holds equals its pin labels (and the lock, if given)."""
+    """Check inside ``ref`` that what it holds equals its pin labels (and the lock, if given). The payload's
+    own verdict is judged again by the host's rules (``certificate.decide``, as certify does): a document that
+    says ``verified`` beside a failed check, or claims a GPU check passed with no GPU, fails here too."""
+    from .certify.certificate import decide
+
     _, _, expect = expectations(engine, ref, lock_path)
-    return run_payload(engine, ref, expect)
+    v = run_payload(engine, ref, expect)
+    status, reasons = decide(v.raw, expect, gpu_requested=False)
+    if status == "failed":
+        v.status = "failed"
+        # a failed check is already in mismatches as "name: message"; add what only the host saw
+        v.mismatches += [r for r in reasons if not r.startswith("check ")]
+    return v
 
 
 def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_dir: Path,

@@ -400,3 +400,31 @@ def test_no_python_in_the_expectations_is_no_comparison_not_a_cpu_only_build():
     assert (status, reasons) == ("verified", ())
     status, reasons = decide(cpu_doc(), {**EXPECT, "cuda": None}, gpu_requested=False)
     assert status == "failed" and any("CUDA runtime: the lock expects none (CPU-only build)" in r for r in reasons)
+
+
+# ------------------------------------------------- verify: the payload's verdict judged again by the host
+def _verify(doc, monkeypatch):
+    from envkit import pipeline
+
+    engine = FakeEngine(doc)
+    monkeypatch.setattr(pipeline, "expectations", lambda engine, ref, lock_path: (engine.inspect(ref), "h", EXPECT))
+    return pipeline.verify_image(engine, "vision/torch25:tag")
+
+
+def test_verify_keeps_a_healthy_verdict(monkeypatch):
+    v = _verify(cpu_doc(), monkeypatch)
+    assert (v.status, v.mismatches) == ("verified", [])
+
+
+def test_verify_fails_a_document_the_host_cannot_accept(monkeypatch):
+    """A payload that says verified while claiming a GPU check passed with no GPU (a broken or foreign payload
+    in the image's place) is refused by verify as certify refuses it, with the host's reason."""
+    v = _verify(set_check(cpu_doc(), "matmul_tflops", "passed", "fast"), monkeypatch)
+    assert v.status == "failed" and v.mismatches == ["claims GPU check matmul_tflops passed with no GPU visible"]
+
+
+def test_verify_lists_a_failed_check_once(monkeypatch):
+    doc = set_check(cpu_doc(), "pip_check", "failed", "broken requirements")
+    doc["status"] = "failed"
+    v = _verify(doc, monkeypatch)
+    assert v.status == "failed" and v.mismatches == ["pip_check: broken requirements"]
