@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -147,6 +148,13 @@ def write_lock(lock: Lock, path: str | Path) -> None:
     write_atomic(path, lock.to_bytes())
 
 
+def _regenerate(path: Path, first: bool = False) -> str:
+    """How to write the lock at ``path`` anew: its spec resolved into this very path (``--lock``, as a lock
+    need not be named after its spec, and does not record which spec it came from)."""
+    command = f"envkit resolve SPEC --lock {shlex.quote(str(path))}"
+    return f"run `{command}` first" if first else f"regenerate it from its spec with `{command}`"
+
+
 def load_lock(path: str | Path) -> Lock:
     path = Path(path)
     try:
@@ -154,25 +162,25 @@ def load_lock(path: str | Path) -> Lock:
             raw = fh.read(MAX_LOCK + 1)
         if len(raw) > MAX_LOCK:
             raise LockError(f"{path} is not a lock: over {MAX_LOCK >> 20} MiB",
-                            hint="regenerate it with `envkit resolve SPEC`")
+                            hint=_regenerate(path))
         data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
-        raise LockError(f"no lock at {path}", hint="run `envkit resolve SPEC` first") from None
+        raise LockError(f"no lock at {path}", hint=_regenerate(path, first=True)) from None
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON
-        raise LockError(f"cannot read lock {path}: {exc}"[:400], hint="regenerate it with `envkit resolve SPEC`") from None
+        raise LockError(f"cannot read lock {path}: {exc}"[:400], hint=_regenerate(path)) from None
     version = data.get("version") if isinstance(data, dict) else None
     if version != LOCK_VERSION:
         raise LockError(f"{path}: unsupported lock version {version!r}",
-                        hint="regenerate it with `envkit resolve SPEC`")
+                        hint=_regenerate(path))
     try:
         lock = Lock.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise LockError(f"{path} is malformed: {where}: {first['msg']}"[:400],
-                        hint="regenerate it with `envkit resolve SPEC`") from None
+                        hint=_regenerate(path)) from None
     for image in lock.images:
         if image.hash != image.content_hash():
             raise LockError(f"{path}: image {image.name!r} was edited by hand (its hash does not match)",
-                            hint="regenerate it with `envkit resolve SPEC`")
+                            hint=_regenerate(path))
     return lock

@@ -132,3 +132,18 @@ def test_a_lock_that_cannot_be_read_is_never_replaced_behind_the_users_back(tmp_
     assert err.value.message.startswith(f"cannot read lock {lock}")
     assert err.value.hint.startswith(f"`envkit resolve {spec}` writes a new one")
     assert lock.read_text() == '{"garbage": tru'
+
+
+def test_a_lock_that_cannot_be_used_says_how_to_write_that_very_file(tmp_path):
+    """A lock at another path than SPEC's default (`--lock t2.lock`) is regenerated with --lock naming it."""
+    from envkit.errors import LockError
+    from envkit.lock import load_lock
+
+    missing, broken = tmp_path / "t2 copy.lock", tmp_path / "t2.lock"
+    broken.write_text("{not json")
+    with pytest.raises(LockError) as err:
+        load_lock(missing)
+    assert err.value.hint == f"run `envkit resolve SPEC --lock '{missing}'` first"
+    with pytest.raises(LockError) as err:
+        load_lock(broken)
+    assert err.value.hint == f"regenerate it from its spec with `envkit resolve SPEC --lock {broken}`"
