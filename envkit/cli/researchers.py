@@ -132,15 +132,18 @@ def show_cmd(click_ctx, image, store_url, json_out):
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--timeout", type=click.IntRange(min=1), default=RUN_TIMEOUT, show_default=True, metavar="SECONDS",
               help="Stop the job after this many seconds (exit 124, saying so).")
+@click.option("-i", "--interactive", is_flag=True,
+              help="Pass envkit's stdin to the job until it ends (as `docker run -i`); without it the job's stdin "
+                   "is closed. No terminal is allocated.")
 @json_option
 @click.pass_context
-def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_url, timeout, json_out):
+def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_url, timeout, interactive, json_out):
     """Run COMMAND in IMAGE with the GPU, shared-memory and ulimit flags it needs.
 
     First the certification gate: the image's certificates (store; registry artifacts for a registry
     reference) must cover every GPU model on this host. The job's stdout and stderr stream to envkit's as
-    they come. With --json: the output is collected instead, and one document holds the gate's verdict, the
-    exit code and the output."""
+    they come; with -i, envkit's stdin is the job's. With --json: the output is collected instead, and one
+    document holds the gate's verdict, the exit code and the output."""
     from ..engine.docker_engine import connect
     from ..pipeline import run_in_image
 
@@ -150,7 +153,7 @@ def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_
     result, verdict = run(c, lambda: run_in_image(engine, image, list(command), gpus=gpus, shm_size=shm_size,
                                                   store_url=store_url, require_certified=require_certified,
                                                   warn=lambda text: click.echo(text, err=True), timeout=timeout,
-                                                  output=output))
+                                                  output=output, stdin=sys.stdin.buffer if interactive else None))
     stopped = f"envkit: the job ran past --timeout {timeout}s and was stopped (exit 124)"
     if json_out:
         click.echo(json.dumps({"image": image, "gate": verdict.to_json(), "exit_code": result.exit_code,

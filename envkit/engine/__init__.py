@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import BinaryIO, Callable, Iterator, Protocol
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,9 @@ class RunOptions:
     role: str = "run"  # the container's labels.CONTAINER_LABEL: certify, fetch-debs, run
     # Streamed output: each chunk as it comes, (bytes, is_stderr); RunResult then holds no output. None: collected.
     output: Callable[[bytes, bool], None] | None = field(default=None, compare=False)
+    # The job's stdin (`docker run -i`): this binary stream's bytes until its end, which closes the job's stdin.
+    # None: the job's stdin is closed from the start (a read gets end-of-file at once).
+    stdin: BinaryIO | None = field(default=None, compare=False)
 
 
 class Engine(Protocol):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -213,27 +214,36 @@ class DockerEngine:
         return info
 
     # --- containers ---------------------------------------------------------------
-    def run(self, ref: str, command: list[str], options: RunOptions) -> RunResult:
+    def _create(self, ref: str, command: list[str], options: RunOptions):
+        """The job's container, created, not started."""
         kwargs: dict = dict(
-            image=ref, command=command, detach=True, shm_size=options.shm_size,
-            labels={CONTAINER_LABEL: options.role},
+            image=ref, command=command, shm_size=options.shm_size, labels={CONTAINER_LABEL: options.role},
             environment=options.env, network_disabled=not options.network,
             ulimits=[docker.types.Ulimit(name=k, soft=v, hard=v) for k, v in options.ulimits.items()],
             volumes={m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in options.mounts},
+            # -i: stdin open; docker-py sets StdinOnce only when not detached, so the engine closes the job's
+            # stdin when the attached one ends (a job reading it sees end-of-file, as with `docker run -i`)
+            detach=options.stdin is None, stdin_open=options.stdin is not None,
         )
         if options.user:
             kwargs["user"] = options.user
         if options.gpus:
             kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        container = frames = None
+        return self.client.containers.create(**kwargs)
+
+    def run(self, ref: str, command: list[str], options: RunOptions) -> RunResult:
+        container = frames = stdin = None
         try:  # create, then start: a container that cannot start (no GPU runtime, no network) is removed
-            container = self.client.containers.create(**kwargs)
+            container = self._create(ref, command, options)
             # streamed: attached before it starts, so no output is lost (attach's own request is sent here)
             frames = (container.attach(stdout=True, stderr=True, stream=True, demux=True)
                       if options.output is not None else None)
+            if options.stdin is not None:
+                stdin = self.client.api.attach_socket(container.id, params={"stdin": 1, "stream": 1})
             container.start()
         except docker.errors.APIError as exc:
             _close(frames)
+            _close(stdin)
             if container is not None:
                 self._remove(container)
             missing = _NOT_FOUND.search(str(exc.explanation or ""))
@@ -242,6 +252,8 @@ class DockerEngine:
                                            command=missing.group(1)) from None
             hint = "for GPUs the NVIDIA Container Toolkit must be installed" if options.gpus else None
             raise EngineError(f"cannot start {ref}: {exc.explanation}", hint=hint) from None
+        if stdin is not None:
+            threading.Thread(target=_feed, args=(options.stdin, stdin), name="envkit-stdin", daemon=True).start()
         if frames is not None:
             return self._stream(container, frames, options)
         timed_out = False
@@ -288,6 +300,23 @@ class DockerEngine:
         if timed_out.is_set():
             return RunResult(124, "", "", True)
         return RunResult(code, "", "", False)
+
+
+def _feed(source, sock) -> None:
+    """Copy ``source`` to the job's attached stdin until its end, then close the connection: with StdinOnce the
+    engine then closes the job's stdin, so a job reading it sees end-of-file. A job that ended first (its stdin
+    gone) stops the copy; a source that never ends (a terminal nobody types into) leaves this daemon thread
+    waiting until envkit exits."""
+    raw = getattr(sock, "_sock", sock)  # the hijacked HTTP connection's socket
+    try:
+        read = getattr(source, "read1", source.read)
+        while chunk := read(65536):
+            raw.sendall(chunk)
+        raw.shutdown(socket.SHUT_WR)
+    except (OSError, ValueError):
+        pass  # the job or the engine closed it, or the source was closed
+    finally:
+        _close(sock)
 
 
 def _close(frames) -> None:

@@ -47,3 +47,24 @@ def test_run_streams_the_jobs_output_as_it_comes_and_says_when_its_time_ran_out(
     assert stopped.returncode == 124 and "ran past --timeout 2s and was stopped" in stopped.stderr
     doc = json.loads(envkit("run", base, "--no-gpus", "--json", "--", "sh", "-c", "echo a; echo b >&2; exit 3").stdout)
     assert (doc["stdout"], doc["stderr"], doc["exit_code"], doc["timed_out"]) == ("a\n", "b\n", 3, False)
+
+
+def test_run_interactive_passes_stdin_to_the_job_and_closes_it_at_its_end(base, tmp_path):
+    """-i: envkit's stdin is the job's, byte for byte, and its end is the job's end-of-file (a job reading to
+    the end finishes); without -i the job's stdin is closed at once; a job that stops reading early ends."""
+    import hashlib
+    import os
+    import subprocess
+
+    from tests.integration.conftest import ENVKIT, ROOT
+
+    blob = os.urandom(3 * 2**20)
+    fed = subprocess.run([*ENVKIT, "run", "-i", base, "--no-gpus", "--", "sha256sum"], cwd=ROOT, input=blob,
+                         capture_output=True, timeout=120)
+    assert fed.returncode == 0 and fed.stdout.split()[0].decode() == hashlib.sha256(blob).hexdigest(), fed.stderr
+    closed = subprocess.run([*ENVKIT, "run", base, "--no-gpus", "--", "wc", "-c"], cwd=ROOT, input=b"ignored",
+                            capture_output=True, timeout=120)
+    assert closed.returncode == 0 and closed.stdout.strip() == b"0"
+    early = subprocess.run([*ENVKIT, "run", "-i", base, "--no-gpus", "--json", "--", "head", "-c", "5"], cwd=ROOT,
+                           input=b"abcdefgh" * 2**18, capture_output=True, timeout=120)
+    assert early.returncode == 0 and json.loads(early.stdout)["stdout"] == "abcde"
