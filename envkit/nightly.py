@@ -23,6 +23,7 @@ from .engine.space import engine_full
 from .errors import BuildError, EngineError, EnvkitError, LockError, VerificationError
 from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import image_tag
+from .resolve import mirror_name
 from .store import Store
 
 # Exit codes, distinct from the error codes of errors.py.
@@ -430,7 +431,7 @@ def restore_base(engine, store, image: LockedImage, progress: Progress = lambda 
 
 
 def _base_mirror_repo(team_repo: str, image: LockedImage) -> str:
-    return f"{team_repo}/base-{image.base.distro}-{image.base.suite}"
+    return f"{team_repo}/{mirror_name(image.base)}"  # no image may have that name (resolve.check_mirror_names)
 
 
 def _base_unmirrored(engine, store, team_repo: str, image: LockedImage) -> bool:

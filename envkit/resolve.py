@@ -130,8 +130,27 @@ def check_frameworks(spec: Spec) -> None:
 def plan(spec: Spec, catalog: Catalog, only: list[str] | None = None) -> list[ImagePlan]:
     check_frameworks(spec)
     fleet = Fleet(spec.fleet.min_driver, spec.fleet.policy, tuple(check_gpus(spec, catalog)))
-    return [plan_image(spec, spec.effective(i), catalog, fleet)
-            for i in spec.images if not only or i.name in only]
+    plans = [plan_image(spec, spec.effective(i), catalog, fleet) for i in spec.images if not only or i.name in only]
+    check_mirror_names(spec, plans)
+    return plans
+
+
+def mirror_name(base: BaseImage) -> str:
+    """The repository, under the team's registry path, that `nightly --registry` mirrors ``base`` to."""
+    return f"base-{base.distro}-{base.suite}"
+
+
+def check_mirror_names(spec: Spec, plans: list[ImagePlan]) -> None:
+    """An image named as a base mirror (``base-debian-bookworm``) would share its registry repository with the
+    mirror `nightly --registry` pushes there: refused at the image's name, before anything is built."""
+    mirrors = {mirror_name(p.base): p for p in plans}
+    for i, image in enumerate(spec.images):
+        if image.name in mirrors:
+            base = mirrors[image.name].base
+            raise SpecError(f"image name {image.name!r} is the registry repository envkit mirrors the "
+                            f"{base.distro} {base.suite} base to (nightly --registry pushes it to TEAM_PATH/{image.name})",
+                            location=spec.locate("images", i, "name"),
+                            hint=f"rename the image (e.g. {image.name.removeprefix('base-')}-base)")
 
 
 def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> ImagePlan:

@@ -1117,3 +1117,16 @@ def test_an_error_that_names_its_image_is_not_prefixed_twice_nor_sent_to_pip(cat
         run(catalog, closure=refusing, spec=spec)
     assert exc.value.message.count("closure-lab") == 1 and str(exc.value).count("closure-lab") == 1
     assert exc.value.location.line == 10  # its name: line (the framework's own closure failed, not the extras)
+
+
+def test_an_image_named_as_a_base_mirror_is_refused_at_its_name(catalog):
+    """nightly --registry mirrors each base to TEAM_PATH/base-DISTRO-SUITE: an image of that name would share
+    the repository, so the plan refuses it where the name is written, and says what to do."""
+    base = plan(load(make_spec()), catalog)[0].base
+    text = make_spec().replace("  - name: img", f"  - name: img\n    framework: \"torch\"\n  - name: base-{base.distro}-{base.suite}", 1)
+    with pytest.raises(SpecError) as err:
+        plan(load(text), catalog)
+    assert f"image name 'base-{base.distro}-{base.suite}' is the registry repository envkit mirrors" in err.value.message
+    assert err.value.location.line == text.splitlines().index(f"  - name: base-{base.distro}-{base.suite}") + 1
+    assert err.value.hint == f"rename the image (e.g. {base.distro}-{base.suite}-base)"
+    plan(load(make_spec().replace("name: img", "name: base-cuda")), catalog)  # other base-* names are fine
