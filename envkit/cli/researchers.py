@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..engine import RUN_TIMEOUT
+from ..engine import RUN_SHM_SIZE, RUN_TIMEOUT
 from ..errors import EnvkitError
 from .common import IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
 
@@ -125,7 +125,7 @@ def show_cmd(click_ctx, image, store_url, json_out):
 @click.argument("image", type=IMAGE)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--gpus/--no-gpus", default=None, help="Default: when the engine has the NVIDIA runtime.")
-@click.option("--shm-size", default="16g", show_default=True)
+@click.option("--shm-size", default=RUN_SHM_SIZE, show_default=True)
 @click.option("--require-certified", is_flag=True, envvar="ENVKIT_REQUIRE_CERTIFIED",
               help="Refuse (exit 8) an image not certified for this host's GPUs (a CPU run: not verified) "
                    "instead of running it with a warning. Also $ENVKIT_REQUIRE_CERTIFIED=1.")

@@ -46,6 +46,9 @@ class Mount:
 
 
 RUN_TIMEOUT = 24 * 3600  # envkit run's default limit for a job, seconds
+# /dev/shm of a job (`envkit run --shm-size`'s default) and of certification, so a certificate's DataLoader and
+# NCCL checks ran with the shared memory researchers' jobs get (PyTorch's workers and NCCL's SHM transport use it)
+RUN_SHM_SIZE = "16g"
 
 
 @dataclass(frozen=True)

@@ -292,6 +292,10 @@ def test_certify_image_runs_the_payload_in_certify_mode_with_gpus():
     cert = certify_image(engine, "vision/torch25:tag", EXPECT, gpus=True, created_at=WHEN)
     ref, command, options = engine.runs[0]
     assert options.gpus is True and command[command.index("--mode") + 1] == "certify"
+    # the container researchers' jobs get (`envkit run`): shared memory, and NCCL's locked memory and stack
+    from envkit.engine import RUN_SHM_SIZE
+
+    assert options.shm_size == RUN_SHM_SIZE and options.ulimits == {"memlock": -1, "stack": 67108864}
     assert cert.status == "certified" and cert.image_id == "sha256:" + "a" * 64 and cert.lock_hash == "sha256:lockhash"
     assert cert.created_at == WHEN and cert.image == "vision/torch25:tag"
 
