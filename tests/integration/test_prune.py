@@ -138,7 +138,11 @@ def test_prune_keeps_certified_and_the_newest_and_deletes_the_rest_with_their_ar
     results = [x["result"] for r in doc["repositories"] for x in r["images"] + r["artifacts"] if x["action"] == "delete"]
     assert results == ["deleted"] * 6
 
-    # what researchers read still reads
+    # what researchers read still reads (from a store that exists: a named store must)
+    from envkit.store import Store
+
+    with Store.open(str(tmp_path / "h.sqlite")):
+        pass
     ls = envkit("ls", "--registry", f"{host}/vision", "--store", tmp_path / "h.sqlite", "--json", timeout=300)
     assert ls.returncode == 0, ls.stderr
     assert {r["stack"] for r in json.loads(ls.stdout)["images"]} == kept

@@ -117,7 +117,7 @@ def test_registry_errors_name_the_registry_and_the_reference(team, tmp_path):
     assert f"{team.host}/broken/torch25:{STACK_A}.cert-nvidia-h200" in doc["message"]
     # a malformed reference is a usage error, read with the command line (exit 2), before any registry is asked
     doc, _ = run_json("show", f"{team.host}/Vision/torch25:1", *store, code=2)
-    assert doc["error"] == "UsageError" and "bad registry reference" in doc["message"] and "lower case" in doc["message"]
+    assert doc["error"] == "UsageError" and "bad image reference" in doc["message"] and "lower case" in doc["message"]
 
 
 def test_a_stopped_registry_fails_with_its_name_and_a_hint(tmp_path):
