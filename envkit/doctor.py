@@ -381,11 +381,15 @@ def catalog_finding() -> Finding:
 
     where = data_dir()
     origin = f"${CATALOG_ENV}" if team_dir() is not None else "packaged"
+    from .catalog.perf import load_perf, perf_path
+
     try:
         digest = load_catalog(where).digest
+        models = sum(len(f.models) for f in load_perf().floors)  # certify judges these: a broken file fails it
     except EnvkitError as exc:
         return Finding("catalog", "fail", exc.message, exc.hint or "")
-    return Finding("catalog", "ok", f"{where} ({origin}, {digest[:19]})")
+    return Finding("catalog", "ok", f"{where} ({origin}, {digest[:19]}); performance floors for {models} GPU "
+                                    f"model(s) from {perf_path()}")
 
 
 def store_finding(store_url: str | None) -> Finding:

@@ -16,6 +16,8 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 
+from .catalog.perf import model_key
+
 SMI_QUERY = ["--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"]
 
 
@@ -54,12 +56,6 @@ def host_gpus() -> tuple[list[HostGpu], str | None]:
     if proc.returncode != 0 or not gpus:
         return gpus, (proc.stderr.strip() or proc.stdout.strip() or f"nvidia-smi exited {proc.returncode}")[:200]
     return gpus, None
-
-
-def model_key(name: str) -> str:
-    """'NVIDIA H200' and 'nvidia h200 ' are the same model."""
-    name = " ".join(str(name).split()).lower()
-    return name[len("nvidia "):] if name.startswith("nvidia ") else name
 
 
 def judge(certificates: list[dict], gpus: list[HostGpu], *, on_gpus: bool, image: str,

@@ -270,7 +270,10 @@ def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_
     from .nightly import perf_metrics
     from .report import FILES, write_reports
 
+    from .catalog.perf import load_perf
+
     info, lock_hash, expect = expectations(engine, ref, lock_path)
+    load_perf()  # the floors the verdict judges: a broken team perf.yaml fails now, not after the payload ran
     for name in FILES.values():
         check_writable(out_dir / name)
     with Store.open(store_url):

@@ -414,6 +414,9 @@ def export_catalog(dest: str | Path) -> Path:
     try:
         for name in FILES:
             shutil.copyfile(source / f"{name}.yaml", tmp / f"{name}.yaml")
+        from .perf import FILE as PERF_FILE, perf_path  # the performance floors too (not part of the digest)
+
+        shutil.copyfile(perf_path(), tmp / PERF_FILE)
         if dest.exists():
             dest.rmdir()
         os.replace(tmp, dest)

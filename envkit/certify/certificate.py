@@ -29,6 +29,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..catalog import vtuple
+from ..catalog.perf import floors_for
 from ..errors import EnvkitError, VerificationError
 from ..frameworks import TORCH, Framework, Pin, of_expect
 from ..labels import LOCK_LABEL
@@ -243,6 +244,27 @@ def _driver(facts: dict, expect: dict, gpus: list) -> list[str]:
     return []
 
 
+def _catalog_floors(by_name: dict, expect: dict, gpus: list) -> list[str]:
+    """The catalog's performance floors for GPU 0's model (``catalog/data/perf.yaml``; the probes measure on GPU 0)
+    against what the payload measured; a key the lock sets in its own ``perf_floors`` is left to the payload,
+    which judged it already. A value the payload did not report is not compared."""
+    if not gpus:
+        return []
+    first = next((g for g in gpus if g.get("index") == 0), gpus[0])
+    name = str(first.get("name") or "")
+    floors, sources = floors_for(name)
+    own = expect.get("perf_floors") if isinstance(expect.get("perf_floors"), dict) else {}
+    measured = {k: v for c in by_name.values() if isinstance(c.get("value"), dict) for k, v in c["value"].items()}
+    out = []
+    for key, floor in floors.items():
+        value = _num(measured.get(key))
+        if key not in own and value is not None and value < floor:
+            out.append(f"{key} {value:g} on {name} is below the catalog's floor {floor:g} for that model "
+                       f"(perf.yaml, from {', '.join(sources)}): the GPU runs slower than one of its kind should "
+                       "(throttling, power or clock limits, another job on it)")
+    return out
+
+
 def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tuple[str, ...]]:
     """The host's outcome for a payload document ``doc`` against the lock's ``expect``."""
     if not isinstance(doc, dict):
@@ -279,6 +301,7 @@ def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tup
     reasons += fw.facts_rules(facts, expect)
     reasons += _coverage(facts, expect, fw)
     reasons += _driver(facts, expect, gpus)
+    reasons += _catalog_floors(by_name, expect, gpus)
 
     if gpus:
         for name in fw.required_gpu_checks:

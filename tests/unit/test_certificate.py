@@ -432,3 +432,56 @@ def test_verify_lists_a_failed_check_once(monkeypatch):
     doc["status"] = "failed"
     v = _verify(doc, monkeypatch)
     assert v.status == "failed" and v.mismatches == ["pip_check: broken requirements"]
+
+
+# ------------------------------------------ the catalog's performance floors (catalog/data/perf.yaml)
+def _measured(doc, bf16, fp16=400.0):
+    return set_check(doc, "matmul_tflops", "passed", "measured",
+                     value={"bf16_matmul_tflops": bf16, "fp16_matmul_tflops": fp16})
+
+
+def test_a_matmul_rate_below_the_catalogs_floor_for_the_model_fails_the_certificate():
+    status, reasons = decide(_measured(gpu_doc(), 500.0, 600.0), EXPECT, gpu_requested=True)
+    assert status == "failed" and len(reasons) == 1
+    assert reasons[0].startswith("bf16_matmul_tflops 500 on NVIDIA H200 is below the catalog's floor 539 for that "
+                                 "model (perf.yaml, from envkit_h200_2026_12_04)")
+
+
+def test_rates_at_or_above_the_floor_and_models_without_one_pass():
+    assert decide(_measured(gpu_doc(), 674.6, 653.3), EXPECT, gpu_requested=True) == ("certified", ())
+    for other in (dict(H200, name="NVIDIA H100 80GB HBM3"), dict(H200, name="NVIDIA H200 NVL")):  # no floor (a variant
+        # is not the model measured)
+        assert decide(_measured(gpu_doc(gpus=(other,)), 100.0, 90.0), EXPECT, gpu_requested=True) == ("certified", ())
+    assert decide(gpu_doc(), EXPECT, gpu_requested=True) == ("certified", ())  # nothing measured: nothing compared
+
+
+def test_the_locks_own_floor_replaces_the_catalogs_for_its_key():
+    expect = {**EXPECT, "perf_floors": {"bf16_matmul_tflops": 400}}
+    assert decide(_measured(gpu_doc(), 500.0, 600.0), expect, gpu_requested=True) == ("certified", ())
+    status, reasons = decide(_measured(gpu_doc(), 500.0, 450.0), expect, gpu_requested=True)  # fp16: still 516
+    assert status == "failed" and reasons[0].startswith("fp16_matmul_tflops 450 on NVIDIA H200")
+
+
+def test_the_floors_file_is_checked_and_a_team_catalog_may_bring_its_own(tmp_path, monkeypatch):
+    from envkit.catalog import perf
+    from envkit.errors import CatalogError
+
+    assert perf.load_perf().floors[0].models == ("H200",)
+    bad = tmp_path / "perf.yaml"
+    bad.write_text("version: 1\nsources: {s: x}\nfloors:\n  - {models: [H200], bf16_matmul_tflops: -5, "
+                   "verified: true, sources: [s]}\n")
+    with pytest.raises(CatalogError) as err:
+        perf.load_perf(bad)
+    assert str(bad) in err.value.message and "floors.0.bf16_matmul_tflops" in err.value.message
+    assert "positive, finite" in err.value.message
+    bad.write_text("version: 1\nsources: {}\nfloors:\n  - {models: [H200], verified: true, sources: [nowhere]}\n")
+    with pytest.raises(CatalogError, match="unknown sources: nowhere"):
+        perf.load_perf(bad)
+
+    team = tmp_path / "team-catalog"
+    team.mkdir()
+    monkeypatch.setenv("ENVKIT_CATALOG", str(team))
+    assert perf.floors_for("NVIDIA H200")[0]["bf16_matmul_tflops"] == 539  # no perf.yaml there: envkit's own
+    (team / "perf.yaml").write_text("version: 1\nsources: {ours: our own runs}\nfloors:\n"
+                                    "  - {models: [H200], bf16_matmul_tflops: 650, verified: true, sources: [ours]}\n")
+    assert perf.floors_for("nvidia h200") == ({"bf16_matmul_tflops": 650}, ("ours",))

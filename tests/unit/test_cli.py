@@ -550,6 +550,7 @@ def test_catalog_export_writes_a_copy_and_refuses_to_overwrite(tmp_path):
     assert first.exit_code == 0, first.output
     doc = json.loads(first.stdout)
     assert doc["env"] == {"ENVKIT_CATALOG": str(dest.resolve())} and (dest / "pytorch.yaml").is_file()
+    assert (dest / "perf.yaml").is_file()  # the performance floors travel with the copy, for the team to review
     again = CliRunner().invoke(main, ["catalog", "export", str(dest)])
     assert again.exit_code == 2 and "not an empty directory" in again.output
 

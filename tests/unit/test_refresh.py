@@ -351,7 +351,7 @@ def test_export_then_env_selects_the_team_copy(tmp_path, monkeypatch):
     from envkit.catalog import CATALOG_ENV, FILES, data_dir, export_catalog, packaged_dir
 
     team = export_catalog(tmp_path / "team-catalog")
-    assert sorted(p.name for p in team.iterdir()) == sorted(f"{n}.yaml" for n in FILES)
+    assert sorted(p.name for p in team.iterdir()) == sorted([*(f"{n}.yaml" for n in FILES), "perf.yaml"])
     assert load_catalog(team).digest == load_catalog(packaged_dir()).digest
     monkeypatch.setenv(CATALOG_ENV, str(team))
     assert data_dir() == team
