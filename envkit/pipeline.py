@@ -7,6 +7,7 @@ doctor, gc, registry prune, catalog exclude/export, schema, bundle build) call t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -480,12 +481,15 @@ def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None
 
 def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str,
                  store_url: str | None = None, require_certified: bool = False, warn=lambda _: None,
-                 timeout: int = RUN_TIMEOUT, output=None, stdin=None):
+                 timeout: int = RUN_TIMEOUT, output=None, stdin=None, tty: tuple[int, int] | None = None,
+                 around_job=contextlib.nullcontext):
     """Run ``command`` in ``ref`` with the flags it needs, after the certification gate: an image not certified
     for this host runs with ``warn(message)``, or (``require_certified``) is refused (exit 8). ``output``: stream
     the job's output to it as it comes (``RunOptions.output``); else it is collected in the result. Stopped after
     ``timeout`` seconds (the result's ``timed_out``, exit 124). ``stdin``: a binary stream fed to the job's stdin
-    (``RunOptions.stdin``); None: the job's stdin is closed."""
+    (``RunOptions.stdin``); None: the job's stdin is closed. ``tty``: a pseudo-terminal of (rows, columns).
+    ``around_job``: a context manager factory entered around the job alone, after the gate has spoken (the CLI
+    puts the user's terminal in raw mode there)."""
     from .engine import RunOptions
 
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
@@ -495,6 +499,7 @@ def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm
             raise VerificationError(f"refusing to run it: {verdict.message}", hint=verdict.hint + " (or drop "
                                     "--require-certified / ENVKIT_REQUIRE_CERTIFIED to run it anyway, with a warning)")
         warn(f"warning: {verdict.message}\n  hint: {verdict.hint}")
-    options = RunOptions(gpus=use_gpus, shm_size=shm_size, timeout=timeout, output=output, stdin=stdin,
+    options = RunOptions(gpus=use_gpus, shm_size=shm_size, timeout=timeout, output=output, stdin=stdin, tty=tty,
                          ulimits={"memlock": -1, "stack": 67108864} if use_gpus else {})
-    return engine.run(ref, command or ["python3", "/opt/envkit/envkit_check"], options), verdict
+    with around_job():
+        return engine.run(ref, command or ["python3", "/opt/envkit/envkit_check"], options), verdict

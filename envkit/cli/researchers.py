@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import termios
+import tty as tty_mode
+from contextlib import contextmanager, nullcontext
 
 import click
 
@@ -134,10 +138,15 @@ def show_cmd(click_ctx, image, store_url, json_out):
               help="Stop the job after this many seconds (exit 124, saying so).")
 @click.option("-i", "--interactive", is_flag=True,
               help="Pass envkit's stdin to the job until it ends (as `docker run -i`); without it the job's stdin "
-                   "is closed. No terminal is allocated.")
+                   "is closed.")
+@click.option("-t", "--tty", is_flag=True,
+              help="Give the job a pseudo-terminal of this terminal's size (as `docker run -t`; its stdout and "
+                   "stderr are then one stream). With -i on a terminal, envkit's terminal is raw while the job "
+                   "runs, so keys such as Ctrl-C go to the job: `envkit run -it IMAGE -- bash`.")
 @json_option
 @click.pass_context
-def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_url, timeout, interactive, json_out):
+def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_url, timeout, interactive, tty,
+            json_out):
     """Run COMMAND in IMAGE with the GPU, shared-memory and ulimit flags it needs.
 
     First the certification gate: the image's certificates (store; registry artifacts for a registry
@@ -153,7 +162,9 @@ def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_
     result, verdict = run(c, lambda: run_in_image(engine, image, list(command), gpus=gpus, shm_size=shm_size,
                                                   store_url=store_url, require_certified=require_certified,
                                                   warn=lambda text: click.echo(text, err=True), timeout=timeout,
-                                                  output=output, stdin=sys.stdin.buffer if interactive else None))
+                                                  output=output, stdin=sys.stdin.buffer if interactive else None,
+                                                  tty=_terminal_size() if tty else None,
+                                                  around_job=_raw_terminal if tty and interactive else nullcontext))
     stopped = f"envkit: the job ran past --timeout {timeout}s and was stopped (exit 124)"
     if json_out:
         click.echo(json.dumps({"image": image, "gate": verdict.to_json(), "exit_code": result.exit_code,
@@ -162,6 +173,35 @@ def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_
     if result.timed_out:
         click.echo(stopped, err=True)
     sys.exit(result.exit_code)
+
+
+def _terminal_size() -> tuple[int, int]:
+    """(rows, columns) of the terminal on envkit's stdout, stdin or stderr, the first that is one (as the kernel
+    knows it, not $LINES/$COLUMNS, which a parent may have left stale); 24x80 when none is."""
+    for stream in (sys.stdout, sys.stdin, sys.stderr):
+        try:
+            size = os.get_terminal_size(stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            continue
+        if size.lines and size.columns:
+            return size.lines, size.columns
+    return 24, 80
+
+
+@contextmanager
+def _raw_terminal():
+    """envkit's stdin terminal in raw mode while the job runs (its pseudo-terminal does the echo and line editing,
+    and Ctrl-C reaches the job as a byte), restored however the job ends; nothing when stdin is no terminal."""
+    if not sys.stdin.isatty():
+        yield
+        return
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty_mode.setraw(fd)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 def _passthrough(data: bytes, is_stderr: bool) -> None:

@@ -68,6 +68,9 @@ class RunOptions:
     # The job's stdin (`docker run -i`): this binary stream's bytes until its end, which closes the job's stdin.
     # None: the job's stdin is closed from the start (a read gets end-of-file at once).
     stdin: BinaryIO | None = field(default=None, compare=False)
+    # A pseudo-terminal for the job (`docker run -t`) of this many (rows, columns): its stdout and stderr are one
+    # stream, as on a terminal. None: no terminal.
+    tty: tuple[int, int] | None = None
 
 
 class Engine(Protocol):

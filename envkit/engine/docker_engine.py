@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -223,7 +224,7 @@ class DockerEngine:
             volumes={m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in options.mounts},
             # -i: stdin open; docker-py sets StdinOnce only when not detached, so the engine closes the job's
             # stdin when the attached one ends (a job reading it sees end-of-file, as with `docker run -i`)
-            detach=options.stdin is None, stdin_open=options.stdin is not None,
+            detach=options.stdin is None, stdin_open=options.stdin is not None, tty=options.tty is not None,
         )
         if options.user:
             kwargs["user"] = options.user
@@ -252,6 +253,11 @@ class DockerEngine:
                                            command=missing.group(1)) from None
             hint = "for GPUs the NVIDIA Container Toolkit must be installed" if options.gpus else None
             raise EngineError(f"cannot start {ref}: {exc.explanation}", hint=hint) from None
+        if options.tty is not None:
+            try:  # the terminal's size, so full-screen programs and line wrapping fit the user's window
+                container.resize(height=options.tty[0], width=options.tty[1])
+            except docker.errors.APIError:
+                pass  # the job ended already
         if stdin is not None:
             threading.Thread(target=_feed, args=(options.stdin, stdin), name="envkit-stdin", daemon=True).start()
         if frames is not None:
@@ -309,7 +315,11 @@ def _feed(source, sock) -> None:
     waiting until envkit exits."""
     raw = getattr(sock, "_sock", sock)  # the hijacked HTTP connection's socket
     try:
-        read = getattr(source, "read1", source.read)
+        try:  # a file's descriptor, unbuffered: a buffered reader's lock held by this daemon thread would stop
+            fd = source.fileno()  # the interpreter at exit ("could not acquire lock ... at interpreter shutdown")
+            read = functools.partial(os.read, fd)
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+            read = getattr(source, "read1", source.read)
         while chunk := read(65536):
             raw.sendall(chunk)
         raw.shutdown(socket.SHUT_WR)

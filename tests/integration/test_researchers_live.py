@@ -68,3 +68,50 @@ def test_run_interactive_passes_stdin_to_the_job_and_closes_it_at_its_end(base, 
     early = subprocess.run([*ENVKIT, "run", "-i", base, "--no-gpus", "--json", "--", "head", "-c", "5"], cwd=ROOT,
                            input=b"abcdefgh" * 2**18, capture_output=True, timeout=120)
     assert early.returncode == 0 and json.loads(early.stdout)["stdout"] == "abcde"
+
+
+def test_run_it_gives_the_job_a_terminal_and_leaves_this_one_as_it_was(base):
+    """-it on a terminal: the job gets a pseudo-terminal of this terminal's size, keys typed here reach it through
+    envkit's raw-mode terminal (its own echo and line editing), and the terminal's mode is restored afterwards;
+    -t alone makes the job's stdout and stderr one terminal stream."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import termios
+    import time
+
+    from tests.integration.conftest import ENVKIT, ROOT
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    before = termios.tcgetattr(slave)
+    proc = subprocess.Popen([*ENVKIT, "run", "-it", base, "--no-gpus", "--", "sh", "-c",
+                             "sleep 1; stty size; read x; echo got:$x"], cwd=ROOT, stdin=slave, stdout=slave,
+                            stderr=slave)
+    seen = b""
+
+    def until(text: bytes, seconds: float = 60) -> None:
+        nonlocal seen
+        end = time.monotonic() + seconds
+        while text not in seen and time.monotonic() < end:
+            if select.select([master], [], [], 0.2)[0]:
+                seen += os.read(master, 4096)
+        assert text in seen, seen[-500:]
+
+    try:
+        until(b"40 120\r\n")
+        os.write(master, b"hello\r")
+        until(b"got:hello\r\n")
+        assert proc.wait(timeout=60) == 0
+        assert termios.tcgetattr(slave) == before  # cooked again, echo on
+    finally:
+        proc.kill()
+        os.close(master)
+        os.close(slave)
+
+    merged = subprocess.run([*ENVKIT, "run", "-t", base, "--no-gpus", "--", "sh", "-c", "echo out; echo err >&2"],
+                            cwd=ROOT, capture_output=True, timeout=120)
+    assert merged.returncode == 0 and merged.stdout == b"out\r\nerr\r\n" and b"err" not in merged.stderr
