@@ -34,9 +34,32 @@ def envkit(*args, cwd=ROOT, check=False, timeout=3600):
 
 @pytest.fixture(scope="session")
 def example_build(engine):
-    """`envkit build examples/team.yaml --json`, run once (a real CUDA torch image)."""
+    """`envkit build examples/team.yaml --json`, run once (a real CUDA torch image). An example image whose
+    classic-builder stage images are gone (a `docker image prune` on this engine since it was built) is removed
+    first, so the build runs and leaves them again: tests read those stages, and the devel and layer tests
+    build on their cached layers."""
+    _rebuild_when_stages_were_pruned(engine)
     proc = envkit("build", "examples/team.yaml", "--json", check=True)
     return json.loads(proc.stdout), proc
+
+
+def _rebuild_when_stages_were_pruned(engine) -> None:
+    import docker.errors
+
+    from envkit.engine.docker_gc import DockerImageHost
+    from envkit.labels import LOCK_LABEL
+    from envkit.lock import load_lock
+
+    lock = load_lock(ROOT / "examples" / "team.lock")
+    stages = {(s.lock_hash, s.stage) for s in DockerImageHost(engine.client).stage_images(lock.team)}
+    for image in lock.images:
+        if (image.hash, "extras") in stages:
+            continue
+        for built in engine.client.images.list(filters={"label": f"{LOCK_LABEL}={image.hash}"}):
+            try:
+                engine.client.images.remove(built.id, force=True)
+            except docker.errors.APIError:
+                pass  # in use, or an image built on it: the build is then skipped, as before
 
 
 @pytest.fixture(scope="module")
