@@ -108,7 +108,12 @@ def test_run_it_gives_the_job_a_terminal_and_leaves_this_one_as_it_was(base):
         assert proc.wait(timeout=60) == 0
         assert termios.tcgetattr(slave) == before  # cooked again, echo on
     finally:
-        proc.kill()
+        if proc.poll() is None:  # SIGTERM: envkit unwinds and removes the job's container (a SIGKILL would leave it)
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         os.close(master)
         os.close(slave)
 
