@@ -481,13 +481,14 @@ def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None
 
 def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str,
                  store_url: str | None = None, require_certified: bool = False, warn=lambda _: None,
-                 timeout: int = RUN_TIMEOUT, output=None, stdin=None, tty: tuple[int, int] | None = None,
-                 around_job=contextlib.nullcontext):
+                 timeout: int = RUN_TIMEOUT, output=None, stdin=None,
+                 tty: Callable[[], tuple[int, int]] | None = None, around_job=contextlib.nullcontext):
     """Run ``command`` in ``ref`` with the flags it needs, after the certification gate: an image not certified
     for this host runs with ``warn(message)``, or (``require_certified``) is refused (exit 8). ``output``: stream
     the job's output to it as it comes (``RunOptions.output``); else it is collected in the result. Stopped after
     ``timeout`` seconds (the result's ``timed_out``, exit 124). ``stdin``: a binary stream fed to the job's stdin
-    (``RunOptions.stdin``); None: the job's stdin is closed. ``tty``: a pseudo-terminal of (rows, columns).
+    (``RunOptions.stdin``); None: the job's stdin is closed. ``tty``: a pseudo-terminal whose (rows, columns) this gives
+    (``RunOptions.tty``).
     ``around_job``: a context manager factory entered around the job alone, after the gate has spoken (the CLI
     puts the user's terminal in raw mode there)."""
     from .engine import RunOptions

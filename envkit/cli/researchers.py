@@ -140,9 +140,10 @@ def show_cmd(click_ctx, image, store_url, json_out):
               help="Pass envkit's stdin to the job until it ends (as `docker run -i`); without it the job's stdin "
                    "is closed.")
 @click.option("-t", "--tty", is_flag=True,
-              help="Give the job a pseudo-terminal of this terminal's size (as `docker run -t`; its stdout and "
-                   "stderr are then one stream). With -i on a terminal, envkit's terminal is raw while the job "
-                   "runs, so keys such as Ctrl-C go to the job: `envkit run -it IMAGE -- bash`.")
+              help="Give the job a pseudo-terminal of this terminal's size, following it when the window is "
+                   "resized (as `docker run -t`; its stdout and stderr are then one stream). With -i on a terminal, "
+                   "envkit's terminal is raw while the job runs, so keys such as Ctrl-C go to the job: "
+                   "`envkit run -it IMAGE -- bash`.")
 @json_option
 @click.pass_context
 def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_url, timeout, interactive, tty,
@@ -163,7 +164,7 @@ def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_
                                                   store_url=store_url, require_certified=require_certified,
                                                   warn=lambda text: click.echo(text, err=True), timeout=timeout,
                                                   output=output, stdin=sys.stdin.buffer if interactive else None,
-                                                  tty=_terminal_size() if tty else None,
+                                                  tty=_terminal_size if tty else None,
                                                   around_job=_raw_terminal if tty and interactive else nullcontext))
     stopped = f"envkit: the job ran past --timeout {timeout}s and was stopped (exit 124)"
     if json_out:

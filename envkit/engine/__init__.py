@@ -68,9 +68,10 @@ class RunOptions:
     # The job's stdin (`docker run -i`): this binary stream's bytes until its end, which closes the job's stdin.
     # None: the job's stdin is closed from the start (a read gets end-of-file at once).
     stdin: BinaryIO | None = field(default=None, compare=False)
-    # A pseudo-terminal for the job (`docker run -t`) of this many (rows, columns): its stdout and stderr are one
-    # stream, as on a terminal. None: no terminal.
-    tty: tuple[int, int] | None = None
+    # A pseudo-terminal for the job (`docker run -t`): its stdout and stderr are one stream, as on a terminal. The
+    # callable gives its (rows, columns), asked at the start and twice a second while the job runs, so a resized
+    # window reaches the job. None: no terminal.
+    tty: Callable[[], tuple[int, int]] | None = field(default=None, compare=False)
 
 
 class Engine(Protocol):

@@ -253,11 +253,18 @@ class DockerEngine:
                                            command=missing.group(1)) from None
             hint = "for GPUs the NVIDIA Container Toolkit must be installed" if options.gpus else None
             raise EngineError(f"cannot start {ref}: {exc.explanation}", hint=hint) from None
-        if options.tty is not None:
-            try:  # the terminal's size, so full-screen programs and line wrapping fit the user's window
-                container.resize(height=options.tty[0], width=options.tty[1])
-            except docker.errors.APIError:
-                pass  # the job ended already
+        if options.tty is not None:  # the terminal's size, so full-screen programs and line wrapping fit the window
+            ended = threading.Event()
+            threading.Thread(target=_follow_size, args=(container, options.tty, ended), name="envkit-tty-size",
+                             daemon=True).start()
+            try:
+                return self._wait(container, frames, stdin, options)
+            finally:
+                ended.set()
+        return self._wait(container, frames, stdin, options)
+
+    def _wait(self, container, frames, stdin, options: RunOptions) -> RunResult:
+        """Feed stdin, then stream or collect the started job's output until it ends or times out."""
         if stdin is not None:
             threading.Thread(target=_feed, args=(options.stdin, stdin), name="envkit-stdin", daemon=True).start()
         if frames is not None:
@@ -306,6 +313,20 @@ class DockerEngine:
         if timed_out.is_set():
             return RunResult(124, "", "", True)
         return RunResult(code, "", "", False)
+
+
+def _follow_size(container, size, ended: threading.Event, every: float = 0.5) -> None:
+    """Keep the job's pseudo-terminal at ``size()`` until ``ended``: set at once, then again whenever it changes."""
+    last = None
+    while not ended.is_set():
+        try:
+            now = size()
+            if now != last:
+                container.resize(height=now[0], width=now[1])
+                last = now
+        except (docker.errors.APIError, *ENGINE_GONE, OSError, ValueError):
+            pass  # not running yet or any more, or no terminal to ask: tried again at the next tick
+        ended.wait(every)
 
 
 def _feed(source, sock) -> None:

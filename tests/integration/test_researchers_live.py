@@ -71,7 +71,8 @@ def test_run_interactive_passes_stdin_to_the_job_and_closes_it_at_its_end(base, 
 
 
 def test_run_it_gives_the_job_a_terminal_and_leaves_this_one_as_it_was(base):
-    """-it on a terminal: the job gets a pseudo-terminal of this terminal's size, keys typed here reach it through
+    """-it on a terminal: the job gets a pseudo-terminal of this terminal's size (and its new size when the window
+    is resized), keys typed here reach it through
     envkit's raw-mode terminal (its own echo and line editing), and the terminal's mode is restored afterwards;
     -t alone makes the job's stdout and stderr one terminal stream."""
     import fcntl
@@ -89,8 +90,8 @@ def test_run_it_gives_the_job_a_terminal_and_leaves_this_one_as_it_was(base):
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     before = termios.tcgetattr(slave)
     proc = subprocess.Popen([*ENVKIT, "run", "-it", base, "--no-gpus", "--", "sh", "-c",
-                             "sleep 1; stty size; read x; echo got:$x"], cwd=ROOT, stdin=slave, stdout=slave,
-                            stderr=slave)
+                             "sleep 1; stty size; read x; echo got:$x; sleep 2; stty size"], cwd=ROOT, stdin=slave,
+                            stdout=slave, stderr=slave)
     seen = b""
 
     def until(text: bytes, seconds: float = 60) -> None:
@@ -105,6 +106,8 @@ def test_run_it_gives_the_job_a_terminal_and_leaves_this_one_as_it_was(base):
         until(b"40 120\r\n")
         os.write(master, b"hello\r")
         until(b"got:hello\r\n")
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 100, 0, 0))  # the window is resized
+        until(b"50 100\r\n")
         assert proc.wait(timeout=60) == 0
         assert termios.tcgetattr(slave) == before  # cooked again, echo on
     finally:
