@@ -54,12 +54,21 @@ class Package(Frozen):
     group: Literal["framework", "extra", "devel"]  # devel: the CUDA compiler (devel flavour)
 
 
+MIRROR_REPO_PREFIX = "base-"  # nightly mirrors each base into <team path>/base-<distro>-<suite>
+
+
 class BaseImage(Frozen):
     ref: str  # what the build's FROM names (a local tag for bootstrapped bases)
     digest: str | None  # image id / repo digest once known
     distro: str
     suite: str
     bootstrap: dict[str, str] | None = None  # the recipe, when envkit makes the base
+
+    @property
+    def mirror_name(self) -> str:
+        """The repository, under the team's registry path, that `nightly --registry` mirrors this base to (no
+        image may have that name: ``resolve.check_mirror_names``)."""
+        return f"{MIRROR_REPO_PREFIX}{self.distro}-{self.suite}"
 
 
 class Decision(Frozen):

@@ -23,7 +23,6 @@ from .engine.space import engine_full
 from .errors import BuildError, EngineError, EnvkitError, LockError, VerificationError
 from .lock import Lock, LockedImage, load_lock, write_lock
 from .render import image_tag
-from .resolve import mirror_name
 from .store import Store
 
 # Exit codes, distinct from the error codes of errors.py.
@@ -434,7 +433,7 @@ def restore_base(engine, store, image: LockedImage, progress: Progress = lambda 
 
 
 def _base_mirror_repo(team_repo: str, image: LockedImage) -> str:
-    return f"{team_repo}/{mirror_name(image.base)}"  # no image may have that name (resolve.check_mirror_names)
+    return f"{team_repo}/{image.base.mirror_name}"
 
 
 def _base_unmirrored(engine, store, team_repo: str, image: LockedImage) -> bool:

@@ -269,9 +269,8 @@ def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_
     from .certify.certificate import certify_image, slug
     from .atomic import check_writable
     from .nightly import perf_metrics
-    from .report import FILES, write_reports
-
     from .catalog.perf import load_perf
+    from .report import FILES, write_reports
 
     info, lock_hash, expect = expectations(engine, ref, lock_path)
     load_perf()  # the floors the verdict judges: a broken team perf.yaml fails now, not after the payload ran
@@ -487,11 +486,10 @@ def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm
     for this host runs with ``warn(message)``, or (``require_certified``) is refused (exit 8). ``output``: stream
     the job's output to it as it comes (``RunOptions.output``); else it is collected in the result. Stopped after
     ``timeout`` seconds (the result's ``timed_out``, exit 124). ``stdin``: a binary stream fed to the job's stdin
-    (``RunOptions.stdin``); None: the job's stdin is closed. ``tty``: a pseudo-terminal whose (rows, columns) this gives
-    (``RunOptions.tty``).
-    ``around_job``: a context manager factory entered around the job alone, after the gate has spoken (the CLI
+    (``RunOptions.stdin``); None: the job's stdin is closed. ``tty``: a pseudo-terminal whose (rows, columns)
+    this gives (``RunOptions.tty``). ``around_job``: a context manager factory entered around the job alone, after the gate has spoken (the CLI
     puts the user's terminal in raw mode there)."""
-    from .engine import RunOptions
+    from .engine import GPU_ULIMITS, RunOptions
 
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
     verdict = certification_gate(engine, ref, on_gpus=use_gpus, store_url=store_url)
@@ -501,6 +499,6 @@ def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm
                                     "--require-certified / ENVKIT_REQUIRE_CERTIFIED to run it anyway, with a warning)")
         warn(f"warning: {verdict.message}\n  hint: {verdict.hint}")
     options = RunOptions(gpus=use_gpus, shm_size=shm_size, timeout=timeout, output=output, stdin=stdin, tty=tty,
-                         ulimits={"memlock": -1, "stack": 67108864} if use_gpus else {})
+                         ulimits=GPU_ULIMITS if use_gpus else {})
     with around_job():
         return engine.run(ref, command or ["python3", "/opt/envkit/envkit_check"], options), verdict

@@ -31,13 +31,13 @@ import requests
 
 from .errors import EngineError
 from .labels import LOCK_LABEL
+from .lock import MIRROR_REPO_PREFIX  # nightly's base mirrors: <team>/base-<distro>-<suite>
 from .publish import CERTIFIED_TAG, _docker, fetch_certificate_artifact
 from .registry_api import PASSWORD_ENV, USER_ENV, Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
 from .remote_parse import (REF_HINT, ImageFacts, RegistryRef, RemoteCertificate, Tags, certificate_of,  # noqa: F401
                            classify_tags, config_facts, latest_per_gpu, manifest_parts, names_registry, parse_ref,
                            parse_registry, pick_platform, shown_labels)
 
-MIRROR_REPO_PREFIX = "base-"  # nightly mirrors bases into <team>/base-<distro>-<suite> (so may an image's name)
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")

@@ -135,15 +135,10 @@ def plan(spec: Spec, catalog: Catalog, only: list[str] | None = None) -> list[Im
     return plans
 
 
-def mirror_name(base: BaseImage) -> str:
-    """The repository, under the team's registry path, that `nightly --registry` mirrors ``base`` to."""
-    return f"base-{base.distro}-{base.suite}"
-
-
 def check_mirror_names(spec: Spec, plans: list[ImagePlan]) -> None:
     """An image named as a base mirror (``base-debian-bookworm``) would share its registry repository with the
     mirror `nightly --registry` pushes there: refused at the image's name, before anything is built."""
-    mirrors = {mirror_name(p.base): p for p in plans}
+    mirrors = {p.base.mirror_name: p for p in plans}
     for i, image in enumerate(spec.images):
         if image.name in mirrors:
             base = mirrors[image.name].base

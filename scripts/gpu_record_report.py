@@ -21,20 +21,21 @@ from envkit import __version__  # noqa: E402
 from envkit.certify.certificate import certificate_from  # noqa: E402
 from envkit.report import write_reports  # noqa: E402
 
-PAIRS = {"gpu-validation.json": "expect.json", "run3-gpu-validation-jax.json": "expect-jax.json"}
+# document -> (its expect file, the summary whose first line is the run's date)
+RUNS = {"gpu-validation.json": ("expect.json", "gpu-validation.txt"),
+        "run3-gpu-validation-jax.json": ("expect-jax.json", "run3-gpu-validation.txt")}
 
 
 def main(record: str) -> int:
     root = Path(record)
     certs = []
-    for doc_name, expect_name in PAIRS.items():
+    for doc_name, (expect_name, summary) in RUNS.items():
         if not (root / doc_name).exists():
             continue
         doc = json.loads((root / doc_name).read_text())
         expect = json.loads((root / expect_name).read_text())
         framework = doc["facts"].get("framework", "torch")
-        when = (root / "gpu-validation.txt").read_text().splitlines()[0] if framework == "torch" else \
-            (root / "run3-gpu-validation.txt").read_text().splitlines()[0]
+        when = (root / summary).read_text().splitlines()[0]
         certs.append(certificate_from(doc, expect, image=f"native {framework} run on the device machine (no image)",
                                       image_id="none", lock_hash="", gpu_requested=True, created_at=when,
                                       envkit_version=__version__))

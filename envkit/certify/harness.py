@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import frameworks, scratch
-from ..engine import RUN_SHM_SIZE, Mount, RunOptions
+from ..engine import GPU_ULIMITS, RUN_SHM_SIZE, Mount, RunOptions
 from ..errors import CommandNotFoundError, EnvkitError, VerificationError
 from .payload.envkit_check import envkit_check_core as payload_identity
 
@@ -67,9 +67,7 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
         for p in [*payload.iterdir(), tmpdir / "expect.json"]:
             p.chmod(0o644)
         options = RunOptions(gpus=gpus, timeout=timeout, mounts=(Mount(str(tmpdir), MOUNT),), role="certify",
-                             shm_size=RUN_SHM_SIZE,  # the shared memory `envkit run` gives jobs
-                             # NCCL needs unlimited locked memory and a large stack on GPU hosts
-                             ulimits={"memlock": -1, "stack": 67108864} if gpus else {})
+                             shm_size=RUN_SHM_SIZE, ulimits=GPU_ULIMITS if gpus else {})  # as `envkit run` jobs
         try:
             command = ["python3", f"{MOUNT}/{PAYLOAD_NAME}", "--expect", f"{MOUNT}/expect.json", "--json",
                        "--mode", mode, "--timeout", str(max(timeout - RESERVE_S, 1))]

@@ -49,6 +49,8 @@ RUN_TIMEOUT = 24 * 3600  # envkit run's default limit for a job, seconds
 # /dev/shm of a job (`envkit run --shm-size`'s default) and of certification, so a certificate's DataLoader and
 # NCCL checks ran with the shared memory researchers' jobs get (PyTorch's workers and NCCL's SHM transport use it)
 RUN_SHM_SIZE = "16g"
+# On GPUs, for jobs and certification alike: NCCL wants unlimited locked memory and a large stack (64 MiB)
+GPU_ULIMITS = {"memlock": -1, "stack": 64 * 2**20}
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from tests.unit.payload_modules import payload_module
 RECORD = ROOT / "docs" / "gpu-validation" / "2026-12-04-h200"
 DOC = json.loads((RECORD / "gpu-validation.json").read_text())
 EXPECT = json.loads((RECORD / "expect.json").read_text())
+JAX_DOC = json.loads((RECORD / "run3-gpu-validation-jax.json").read_text())
+JAX_EXPECT = json.loads((RECORD / "expect-jax.json").read_text())
 GPU_CHECKS = [name for name, _, gpu in payload_module("envkit_check_torch").REGISTRY if gpu]  # GPU-only checks
 
 
@@ -41,6 +43,23 @@ def test_the_record_is_a_certify_run_on_an_h200():
 
 def test_the_host_agrees_certified_with_no_reasons():
     assert decide(DOC, EXPECT, gpu_requested=True) == ("certified", ())
+
+
+def test_the_records_rates_clear_the_catalogs_floors_for_the_h200():
+    """The record's expect files set a bf16 floor of 0, which replaces the catalog's for that key: without it both
+    of the catalog's H200 floors (perf.yaml) are judged against the measured rates, and they hold; a rate under
+    one fails."""
+    from envkit.catalog.perf import floors_for
+
+    floors, _ = floors_for("NVIDIA H200")
+    assert set(floors) == {"bf16_matmul_tflops", "fp16_matmul_tflops"}
+    unfloored = {k: v for k, v in EXPECT.items() if k != "perf_floors"}
+    for doc, expect in ((DOC, unfloored), (JAX_DOC, {k: v for k, v in JAX_EXPECT.items() if k != "perf_floors"})):
+        assert decide(doc, expect, gpu_requested=True) == ("certified", ())
+    slow = copy.deepcopy(DOC)
+    next(c for c in slow["checks"] if c["name"] == "matmul_tflops")["value"]["bf16_matmul_tflops"] = 500.0
+    status, reasons = decide(slow, unfloored, gpu_requested=True)
+    assert status == "failed" and reasons[0].startswith("bf16_matmul_tflops 500 on NVIDIA H200 is below")
 
 
 def test_certificate_is_keyed_by_gpu_model_and_driver_and_keeps_the_figures():
@@ -85,9 +104,6 @@ def test_a_gpu_check_that_failed_fails_the_certificate():
     status, reasons = decide(doc, EXPECT, gpu_requested=True)
     assert status == "failed" and reasons == ("check cuda_train_step failed: loss did not fall",)
 
-
-JAX_DOC = json.loads((RECORD / "run3-gpu-validation-jax.json").read_text())
-JAX_EXPECT = json.loads((RECORD / "expect-jax.json").read_text())
 
 
 def test_the_jax_record_is_certified_by_the_host_too():
