@@ -487,8 +487,8 @@ def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm
     the job's output to it as it comes (``RunOptions.output``); else it is collected in the result. Stopped after
     ``timeout`` seconds (the result's ``timed_out``, exit 124). ``stdin``: a binary stream fed to the job's stdin
     (``RunOptions.stdin``); None: the job's stdin is closed. ``tty``: a pseudo-terminal whose (rows, columns)
-    this gives (``RunOptions.tty``). ``around_job``: a context manager factory entered around the job alone, after the gate has spoken (the CLI
-    puts the user's terminal in raw mode there)."""
+    this gives (``RunOptions.tty``). ``around_job``: a context manager factory entered around the job alone,
+    after the gate has spoken (the CLI puts the user's terminal in raw mode there)."""
     from .engine import GPU_ULIMITS, RunOptions
 
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus

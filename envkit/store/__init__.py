@@ -168,7 +168,8 @@ class Store:
     def open_existing(cls, url_or_path: str | Path | None = None, *, must_exist: bool = False) -> "Store | None":
         """The store when one is named (``url_or_path``, ``ENVKIT_STORE``) or the default file exists; else None.
         For readers (show, ls, run, gc): it is opened read-only and never created or written (a 0-byte file is
-        refused, not turned into a database); only an older envkit's schema is migrated, as any command did. ``must_exist`` (gc, ls, show and run): a named
+        refused, not turned into a database); only an older envkit's schema is migrated, as any command did.
+        ``must_exist`` (gc, ls, show and run): a named
         SQLite file that does not exist is an error, as a mistyped path must not read as a history with no
         certificates in it (gc would remove images by what it holds; ls would list nothing; show would say
         "none" and run's gate would warn for want of a certificate). ls --registry reads the registry first, and
