@@ -101,14 +101,18 @@ class LockedImage(Frozen):
     apt: tuple[str, ...]
     flavour: str
     packages: tuple[Package, ...]
+    requested: tuple[str, ...] = ()  # the spec's pip: packages by canonical name (the payload imports each)
     decisions: tuple[Decision, ...] = ()
 
     @model_serializer(mode="wrap")
     def _without_unset_extra_index(self, handler) -> dict:
-        """No ``extra_index_url`` key when there is none: locks (and image hashes) made before it stay as they were."""
+        """No ``extra_index_url`` key when there is none, no ``requested`` when empty: locks (and image hashes)
+        made before these fields stay as they were."""
         data = handler(self)
         if data.get("extra_index_url") is None:
             data.pop("extra_index_url", None)
+        if not data.get("requested"):
+            data.pop("requested", None)
         return data
 
     def content_hash(self) -> str:
