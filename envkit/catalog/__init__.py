@@ -23,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from ..errors import CatalogError, Location
 from ..yamlsource import parse_yaml
+from .companions import FILE as COMPANIONS_FILE, Companions, check_companions, known_releases, read_companions
 from .exclusions import FRAMEWORK_FILES, Exclusion, check_rows, pop_rows
 
 Verified = Literal[True, False, "partial"]
@@ -255,10 +256,12 @@ def vtuple(text: str) -> tuple[int, ...]:
 class Catalog:
     """Immutable, validated compatibility facts."""
 
-    def __init__(self, files: _Files, digest: str, exclusions: tuple[Exclusion, ...] = ()):
+    def __init__(self, files: _Files, digest: str, exclusions: tuple[Exclusion, ...] = (),
+                 companions: Companions | None = None):
         self._f = files
         self.digest = digest
         self._excluded = exclusions
+        self.companion_rows = companions or Companions()  # companions.yaml (catalog/companions.py)
 
     # --- CUDA and drivers -----------------------------------------------------------
     def minor_compat_floor(self, major: int) -> str:
@@ -347,6 +350,16 @@ class Catalog:
     def source(self, key: str) -> str:
         return self._f.sources[key]
 
+    # --- companion packages (companions.yaml: catalog/companions.py) -------------------------
+    def companions(self, framework: str, version: str) -> dict[str, str]:
+        """Canonical name -> PEP 440 specifier of each companion paired with ``framework`` release ``version``
+        ('2.6.0' matches the torch/tensorflow series row '2.6'; jax rows are versions); {} when none is known."""
+        return self.companion_rows.for_release(framework, version)
+
+    def companion_names(self, framework: str) -> frozenset[str]:
+        """Every companion package the catalog pairs with some release of ``framework``."""
+        return self.companion_rows.names(framework)
+
     # --- releases left out on purpose (catalog/exclusions.py) ----------------------------
     def exclusions(self, framework: str | None = None) -> tuple[Exclusion, ...]:
         """Every exclusion, or ``framework``'s ('torch', 'jax', 'tensorflow'), in file order."""
@@ -417,6 +430,8 @@ def export_catalog(dest: str | Path) -> Path:
         from .perf import FILE as PERF_FILE, perf_path  # the performance floors too (not part of the digest)
 
         shutil.copyfile(perf_path(), tmp / PERF_FILE)
+        if (source / COMPANIONS_FILE).is_file():  # optional: a copy made without it knows no companions
+            shutil.copyfile(source / COMPANIONS_FILE, tmp / COMPANIONS_FILE)
         if dest.exists():
             dest.rmdir()
         os.replace(tmp, dest)
@@ -612,4 +627,8 @@ def load_catalog(directory: str | Path | None = None) -> Catalog:
         raise CatalogError(f"catalog entries name unknown sources: {', '.join(missing)}",
                            hint="add them to sources.yaml")
     exclusions = tuple(e for rows in excluded for e in check_rows(rows, files.sources))
-    return Catalog(files, "sha256:" + h.hexdigest(), exclusions)
+    raw, companions = read_companions(directory), None  # optional; in the digest when present
+    if raw is not None:
+        companions = check_companions(directory / COMPANIONS_FILE, raw, known_releases(files), files.sources)
+        h.update(b"companions\0" + raw)
+    return Catalog(files, "sha256:" + h.hexdigest(), exclusions, companions)

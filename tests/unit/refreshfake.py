@@ -10,6 +10,7 @@ index without byte ranges, so the refresh carries the arch list over.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -37,8 +38,9 @@ class _Response:
 
 
 class _Session:
-    def __init__(self, drop_versions):
+    def __init__(self, drop_versions, extra_files=None):
         self.drop = set(drop_versions)
+        self.extra = extra_files or {}
         self.gets: list[str] = []
 
     def get(self, url, headers=None, timeout=None):
@@ -48,7 +50,8 @@ class _Session:
         assert url == f"{BASE}/{project}/" and headers == {"Accept": JSON_ACCEPT} and path.is_file(), \
             f"unexpected request {url}"
         listing = json.loads(path.read_text())
-        listing["files"] = [f for f in listing["files"] if f["filename"].split("-")[1] not in self.drop]
+        listing["files"] = [f for f in listing["files"] + self.extra.get(project, [])
+                            if f["filename"].split("-")[1] not in self.drop]
         return _Response(listing)
 
 
@@ -56,12 +59,15 @@ class FakeIndex(PackageIndex):
     """Real listing/selection logic; recorded answers instead of HTTP.
 
     ``drop_versions`` hides those versions' files from every listing; ``metadata`` maps a
-    wheel filename to the METADATA text to serve instead of the recorded one.
+    wheel filename to the METADATA text to serve instead of the recorded one; ``extra_files``
+    adds MADE-UP files to a project's listing ({project: [made_up(filename), ...]}; serve their
+    METADATA with ``metadata``).
     """
 
     def __init__(self, *, drop_versions=(), metadata: dict[str, str] | None = None,
-                 members: dict[tuple[str, str], bytes] | None = None):
-        super().__init__(BASE, cache_dir=Path("/nonexistent-envkit-cache"), session=_Session(drop_versions))
+                 members: dict[tuple[str, str], bytes] | None = None, extra_files: dict[str, list] | None = None):
+        super().__init__(BASE, cache_dir=Path("/nonexistent-envkit-cache"),
+                         session=_Session(drop_versions, extra_files))
         self.overrides = metadata or {}
         self.members = members or {}
         self.metadata_reads: list[str] = []
@@ -83,6 +89,31 @@ class FakeIndex(PackageIndex):
         path = DATA / f"{wheel.filename}.METADATA"
         assert path.is_file(), f"refresh read metadata that was not recorded: {wheel.filename}"
         return path.read_text()
+
+
+def made_up(filename: str) -> dict:
+    """A listing entry for a MADE-UP file (the recordings' convention: sha256 of the name, files.example.invalid)."""
+    return {"filename": filename, "hashes": {"sha256": hashlib.sha256(filename.encode()).hexdigest()},
+            "requires-python": ">=3.10", "size": 1000000, "upload-time": "2027-01-20T00:00:00.000000Z",
+            "url": f"https://files.example.invalid/made-up/{filename}", "yanked": False}
+
+
+def made_up_metadata(project: str, version: str, *requires: str) -> str:
+    return (f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\nSummary: MADE-UP for envkit's tests\n"
+            + "".join(f"Requires-Dist: {r}\n" for r in requires))
+
+
+def drop_companions(directory: Path, framework: str, version: str) -> None:
+    """Remove ``framework`` ``version``'s companions.yaml row (a test that removes the release from its
+    framework's file must: a companion row names a release of that file)."""
+    path = directory / "companions.yaml"
+    lines = path.read_text().splitlines(keepends=True)
+    section = lines.index(f"  {framework}:\n")
+    start = lines.index(f'    - version: "{version}"\n', section)
+    end = start + 1
+    while end < len(lines) and lines[end].startswith("      "):
+        end += 1
+    path.write_text("".join(lines[:start] + lines[end:]))
 
 
 def recorded(filename: str) -> str:

@@ -52,13 +52,15 @@ def edit(directory: Path, old: str, new: str) -> None:
 
 
 def drop_row(directory: Path, series: str) -> None:
-    path = directory / "pytorch.yaml"
-    lines = path.read_text().splitlines(keepends=True)
-    start = lines.index(f'  - version: "{series}"\n')
-    end = start + 1
-    while end < len(lines) and lines[end].startswith("    "):
-        end += 1
-    path.write_text("".join(lines[:start] + lines[end:]))
+    """Remove the series' pytorch.yaml row, and its companions.yaml row (which names it)."""
+    for name, head, fields in (("pytorch.yaml", "  - version", "    "), ("companions.yaml", "    - version", "      ")):
+        path = directory / name
+        lines = path.read_text().splitlines(keepends=True)
+        start = lines.index(f'{head}: "{series}"\n')
+        end = start + 1
+        while end < len(lines) and lines[end].startswith(fields):
+            end += 1
+        path.write_text("".join(lines[:start] + lines[end:]))
 
 
 def apply_unified_diff(text: str, diff: str) -> str:
@@ -351,7 +353,8 @@ def test_export_then_env_selects_the_team_copy(tmp_path, monkeypatch):
     from envkit.catalog import CATALOG_ENV, FILES, data_dir, export_catalog, packaged_dir
 
     team = export_catalog(tmp_path / "team-catalog")
-    assert sorted(p.name for p in team.iterdir()) == sorted([*(f"{n}.yaml" for n in FILES), "perf.yaml"])
+    assert sorted(p.name for p in team.iterdir()) == sorted([*(f"{n}.yaml" for n in FILES), "perf.yaml",
+                                                             "companions.yaml"])
     assert load_catalog(team).digest == load_catalog(packaged_dir()).digest
     monkeypatch.setenv(CATALOG_ENV, str(team))
     assert data_dir() == team
@@ -383,8 +386,10 @@ def test_nightly_refresh_applies_to_a_team_catalog_and_keeps_the_diff(cat_dir, t
     doc = refresh_catalog_step(tmp_path / "reports", index=FakeIndex(drop_versions=OTHERS_MADE_UP), today=TODAY)
     assert doc["changed"] and doc["applied"] and "2.14" in doc["frameworks"]["torch"]["added_series"]
     assert doc["frameworks"]["jax"]["added_patches"] == [] and doc["frameworks"]["tensorflow"]["added_series"] == []
-    assert doc["files"] == [str(cat_dir / "pytorch.yaml")]
+    assert doc["files"] == [str(cat_dir / "pytorch.yaml"), str(cat_dir / "companions.yaml")]
     assert load_catalog().digest != before and '  - version: "2.14"' in (cat_dir / "pytorch.yaml").read_text()
+    # the series' companions row is proposed with it: triton from torch 2.14.1, torchvision 0.29.x by their own pins
+    assert load_catalog().companions("torch", "2.14.1") == {"triton": "~=3.8.0", "torchvision": "==0.29.*"}
     diff = Path(doc["diff"]).read_text()
     assert diff.startswith("--- a/pytorch.yaml") and '+  - version: "2.14"' in diff
     # the next night finds nothing new and writes nothing

@@ -23,7 +23,7 @@ from envkit.catalog.refresh.tensorflow import refresh as refresh_tf
 from envkit.errors import CatalogError
 from packaging.requirements import Requirement
 
-from tests.unit.refreshfake import TODAY, FakeIndex, copy_catalog, edit, recorded, snapshot
+from tests.unit.refreshfake import TODAY, FakeIndex, copy_catalog, drop_companions, edit, recorded, snapshot
 
 MADE_UP = "https://files.example.invalid/made-up/"
 JAX13 = "jax-0.13.0-py3-none-any.whl"
@@ -92,6 +92,7 @@ def test_jax_new_release_with_a_new_cuda_major(cat_dir):
 
 def test_jax_new_patch_from_real_metadata(cat_dir):
     edit(cat_dir / "jax.yaml", '["0.12.0.1", "0.12.0", ', '["0.12.0", ')
+    drop_companions(cat_dir, "jax", "0.12.0.1")
     index = FakeIndex(drop_versions=NO_JAX_NEWS)
     result = jax_run(cat_dir, index)
     assert result.added_patches == ("0.12.0.1",)
@@ -198,6 +199,7 @@ def test_tf_rederives_the_real_2_21_row(cat_dir):
     path = cat_dir / "tensorflow.yaml"
     known = next(line for line in path.read_text().splitlines(keepends=True) if '{version: "2.21"' in line)
     path.write_text(path.read_text().replace(known, ""))
+    drop_companions(cat_dir, "tensorflow", "2.21")
     index = FakeIndex(drop_versions=NO_TF_NEWS)
     result = tf_run(cat_dir, index)
     assert index.metadata_reads == [TF221] and result.added_series == ("2.21",)
@@ -249,14 +251,19 @@ def test_all_frameworks_one_diff_one_apply(cat_dir):
     assert summary["frameworks"]["tensorflow"]["added_series"] == ["2.22"]
     assert [s["file"] for s in summary["frameworks"].values()] == \
         [str(cat_dir / n) for n in ("pytorch.yaml", "jax.yaml", "tensorflow.yaml")]
-    assert summary["files"] == [s["file"] for s in summary["frameworks"].values()]
+    # companions.yaml: the rows of the new releases, after the frameworks' files
+    assert summary["files"] == [s["file"] for s in summary["frameworks"].values()] + [str(cat_dir / "companions.yaml")]
+    assert [e["framework"] + " " + e["version"] for e in summary["companions"]["entries"]] == \
+        ["torch 2.16", "jax 0.13.0", "tensorflow 2.22"]
     assert [line for line in summary["diff"].splitlines() if line.startswith("--- ")] == \
-        ["--- a/pytorch.yaml", "--- a/jax.yaml", "--- a/tensorflow.yaml"]
+        ["--- a/pytorch.yaml", "--- a/jax.yaml", "--- a/tensorflow.yaml", "--- a/companions.yaml"]
     assert any(w.startswith("jax: 0.13.0:") for w in summary["warnings"])
     assert snapshot(cat_dir) == before  # nothing written before apply
-    assert result.apply() == [cat_dir / "pytorch.yaml", cat_dir / "jax.yaml", cat_dir / "tensorflow.yaml"]
+    assert result.apply() == [cat_dir / "pytorch.yaml", cat_dir / "jax.yaml", cat_dir / "tensorflow.yaml",
+                              cat_dir / "companions.yaml"]
     catalog = load_catalog(cat_dir)
     assert catalog.torch_release("2.16.0") and "0.13.0" in catalog.jax.versions
+    assert catalog.companions("torch", "2.16.0")["torchvision"] == "==0.31.*"
     assert not refresh_catalog(catalog, FakeIndex(), today=TODAY, data_dir=cat_dir).changed
 
 
@@ -273,7 +280,8 @@ def test_one_framework_reads_only_its_own_listing(cat_dir):
     index = FakeIndex()
     result = refresh_catalog(load_catalog(cat_dir), index, today=TODAY, frameworks=["tensorflow"], data_dir=cat_dir)
     assert [r.framework for r in result.results] == ["tensorflow"]
-    assert index.session.gets == ["https://index.invalid/simple/tensorflow/"]
+    # and its companion's (tf-keras), for companions.yaml
+    assert index.session.gets == ["https://index.invalid/simple/tensorflow/", "https://index.invalid/simple/tf-keras/"]
 
 
 def test_unknown_framework_is_refused():
@@ -306,13 +314,14 @@ def test_cli_refresh_one_framework_json_and_apply(cat_dir, monkeypatch):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert list(doc["frameworks"]) == ["jax"] and doc["frameworks"]["jax"]["added_patches"] == ["0.13.0"]
-    assert doc["files"] == [str(cat_dir / "jax.yaml")] and doc["applied"] is False  # proposed, not written
+    assert doc["files"] == [str(cat_dir / "jax.yaml"), str(cat_dir / "companions.yaml")]  # + jax 0.13.0's companions
+    assert doc["applied"] is False  # proposed, not written
     assert snapshot(cat_dir) == before
     result = CliRunner().invoke(main, ["catalog", "refresh", "--framework", "tensorflow", "--framework", "jax", "--apply"])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("--- a/jax.yaml") and "--- a/tensorflow.yaml" in result.stdout
     after = snapshot(cat_dir)
-    assert {k for k in after if after[k] != before[k]} == {"jax.yaml", "tensorflow.yaml"}
+    assert {k for k in after if after[k] != before[k]} == {"jax.yaml", "tensorflow.yaml", "companions.yaml"}
     bad = CliRunner().invoke(main, ["catalog", "refresh", "--framework", "mxnet"])
     assert bad.exit_code == 2 and "torch" in bad.stderr
 
@@ -329,7 +338,8 @@ def test_nightly_refresh_of_jax_and_tensorflow_applies_to_a_team_catalog(cat_dir
 
     monkeypatch.setenv(CATALOG_ENV, str(cat_dir))
     doc = refresh_catalog_step(tmp_path / "reports", index=FakeIndex(), today=TODAY, frameworks=("jax", "tensorflow"))
-    assert doc["applied"] and doc["files"] == [str(cat_dir / "jax.yaml"), str(cat_dir / "tensorflow.yaml")]
+    assert doc["applied"] and doc["files"] == [str(cat_dir / n) for n in ("jax.yaml", "tensorflow.yaml",
+                                                                        "companions.yaml")]
     assert list(doc["frameworks"]) == ["jax", "tensorflow"]
     tf = doc["frameworks"]["tensorflow"]
     assert (tf["added_series"], tf["added_patches"]) == (["2.22"], ["2.21.1"])
@@ -342,6 +352,7 @@ def test_nightly_refresh_of_jax_and_tensorflow_applies_to_a_team_catalog(cat_dir
 def test_jax_gap_version_never_adds_since_rows_before_existing_ones(cat_dir):
     # 0.12.0.1 is re-read as a gap version (0.13.0 stays known) whose cuda13 plugin needs CUDA 13.2
     edit(cat_dir / "jax.yaml", '["0.12.0.1", "0.12.0", ', '["0.13.0", "0.12.0", ')
+    drop_companions(cat_dir, "jax", "0.12.0.1")
     text = recorded(REAL_P13).replace("nvidia-cuda-runtime>=13.0.48", "nvidia-cuda-runtime>=13.2.51")
     result = jax_run(cat_dir, FakeIndex(metadata={REAL_P13: text}))
     assert result.added_patches == ("0.12.0.1",)

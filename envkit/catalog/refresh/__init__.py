@@ -9,8 +9,9 @@ capability, the CUDA toolkit a plugin was built with) is carried forward from th
 and said so in the proposal, to be reviewed.
 
 One module per framework (``torch``, ``jax``, ``tensorflow``) reads the index and edits its
-own file's text in place; ``common`` holds the result, its diff and the checked, atomic
-write. ``refresh`` is the PyTorch refresh (kept under that name); ``refresh_catalog`` runs
+own file's text in place; ``companions`` then proposes the companions.yaml rows of what they
+added (and of companion releases no row pairs yet); ``common`` holds the result, its diff and
+the checked, atomic write. ``refresh`` is the PyTorch refresh (kept under that name); ``refresh_catalog`` runs
 the frameworks asked for and returns a ``CatalogRefresh`` whose ``apply`` validates every
 proposed file together before writing any.
 """
@@ -28,21 +29,28 @@ from .torch import IndexRead, refresh, render_row
 
 @dataclass(frozen=True)
 class CatalogRefresh:
-    """The refresh of several frameworks' files, one ``RefreshResult`` each (in FRAMEWORKS order)."""
+    """The refresh of several frameworks' files, one ``RefreshResult`` each (in FRAMEWORKS order), and
+    of companions.yaml (``companions``: its rows for those frameworks)."""
 
     data_dir: Path
     results: tuple[RefreshResult, ...]
+    companions: RefreshResult | None = None
+
+    @property
+    def files(self) -> tuple[RefreshResult, ...]:
+        """Every file's result: the frameworks', then companions.yaml's."""
+        return self.results + ((self.companions,) if self.companions is not None else ())
 
     @property
     def changed(self) -> bool:
-        return any(r.changed for r in self.results)
+        return any(r.changed for r in self.files)
 
     def result(self, framework: str) -> RefreshResult | None:
         return next((r for r in self.results if r.framework == framework), None)
 
     def diff(self) -> str:
         """One unified diff of every file that changes ('' when none does)."""
-        return "".join(r.diff() for r in self.results)
+        return "".join(r.diff() for r in self.files)
 
     def apply(self, data_dir: str | Path | None = None) -> list[Path]:
         """Write every changed file into ``data_dir`` (default: where they were read).
@@ -50,17 +58,20 @@ class CatalogRefresh:
         Refuses, writing nothing, when any file changed since it was read or when the
         catalog with all proposals would not load; each file is then replaced atomically.
         """
-        return apply_texts(Path(data_dir) if data_dir is not None else self.data_dir, self.results)
+        return apply_texts(Path(data_dir) if data_dir is not None else self.data_dir, self.files)
 
     def summary(self) -> dict:
         """JSON-ready: what was proposed per framework, plus the whole diff."""
         per = {r.framework: refresh_summary(r) for r in self.results}
+        comp = refresh_summary(self.companions) if self.companions is not None else None
+        every = {**per, **({"companions": comp} if comp else {})}
         return {
             "changed": self.changed,
             "frameworks": per,
-            "files": [s["file"] for s in per.values() if s["changed"]],
-            "notes": [f"{fw}: {n}" for fw, s in per.items() for n in s["notes"]],
-            "warnings": [f"{fw}: {w}" for fw, s in per.items() for w in s["warnings"]],
+            "companions": comp,  # companions.yaml: its new or changed rows ("entries"), notes and warnings
+            "files": [s["file"] for s in every.values() if s["changed"]],
+            "notes": [f"{fw}: {n}" for fw, s in every.items() for n in s["notes"]],
+            "warnings": [f"{fw}: {w}" for fw, s in every.items() for w in s["warnings"]],
             "skipped": [dict(s, framework=fw) for fw, per_fw in per.items() for s in per_fw["skipped"]],
             "diff": self.diff(),
         }
@@ -78,15 +89,20 @@ def parse_frameworks(names) -> tuple[str, ...]:
 
 def refresh_catalog(catalog: Catalog, index: RefreshIndex, *, today: str, frameworks=FRAMEWORKS,
                     data_dir: str | Path | None = None, python: str = "3.12", glibc: str = "2.36") -> CatalogRefresh:
-    """Refresh each framework in ``frameworks`` against ``index``; reads only."""
+    """Refresh each framework in ``frameworks`` against ``index``, then the companions of what they
+    propose (companions.yaml); reads only."""
+    from . import companions as companions_refresh
     from . import jax as jax_refresh
     from . import tensorflow as tf_refresh
 
     directory = Path(data_dir) if data_dir is not None else default_data_dir()
     run = {"torch": refresh, "jax": jax_refresh.refresh, "tensorflow": tf_refresh.refresh}
+    chosen = parse_frameworks(frameworks)
     results = tuple(run[fw](catalog, index, today=today, data_dir=directory, python=python, glibc=glibc)
-                    for fw in parse_frameworks(frameworks))
-    return CatalogRefresh(data_dir=directory, results=results)
+                    for fw in chosen)
+    companions = companions_refresh.refresh(catalog, index, today=today, data_dir=directory, frameworks=chosen,
+                                            results={r.framework: r for r in results}, python=python, glibc=glibc)
+    return CatalogRefresh(data_dir=directory, results=results, companions=companions)
 
 
 __all__ = ["FILENAMES", "FRAMEWORKS", "CatalogRefresh", "IndexRead", "RefreshIndex", "RefreshResult",
