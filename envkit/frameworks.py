@@ -8,6 +8,11 @@ rules: which versions are compared and how, how GPU coverage is judged (a compil
 lock's, or where the lock gives none the one the image reports; or a minimum compute capability),
 and which of the payload's GPU-only checks exist and must pass for ``certified``.
 
+The packages the team asked for (the spec's ``pip:`` packages, ``LockedImage.requested``) are the same
+for every framework: the expect document's ``requested`` (each canonical name with its locked version),
+the pin label ``io.envkit.requested``, and the payload's ``requested_imports`` check, which the host
+judges per package (``certify/certificate.py``).
+
 The payload (``certify/payload/envkit_check/``: a registry per framework, in ``envkit_check_torch``,
 ``envkit_check_jax`` and ``envkit_check_tf``) cannot import envkit, so its check names are written
 there too; ``tests/unit/test_frameworks.py`` holds the two in step.
@@ -26,6 +31,34 @@ if TYPE_CHECKING:
     from .lock import LockedImage
 
 LABEL = PREFIX
+REQUESTED = "requested"  # the expect document's key: {canonical name: locked version, or null}
+REQUESTED_CHECK = "requested_imports"  # the payload's check of them (every framework's registry)
+REQUESTED_LABEL = LABEL + "requested"  # "accelerate==1.1.1 torchaudio==2.5.1", on images that request any
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requested(image: LockedImage) -> dict:
+    """The expect document's part for the spec's pip: packages: none when the spec asks for none (so the expect
+    files of such images stay as they were), else each with the version the lock installs."""
+    if not image.requested:
+        return {}
+    versions = {_canonical(p.name): p.version for p in image.packages}
+    return {REQUESTED: {_canonical(name): versions.get(_canonical(name)) for name in image.requested}}
+
+
+def requested_labels(image: LockedImage) -> dict[str, str]:
+    pins = requested(image).get(REQUESTED, {})
+    return {REQUESTED_LABEL: " ".join(f"{n}=={v}" if v else n for n, v in pins.items())} if pins else {}
+
+
+def _requested_from_label(text: str | None) -> dict:
+    if not text:
+        return {}
+    pins = (token.partition("==") for token in text.split())
+    return {REQUESTED: {name: version or None for name, _, version in pins}}
 
 
 @dataclass(frozen=True)
@@ -64,7 +97,7 @@ class Framework:
 def _torch_expect(image: LockedImage) -> dict:
     return {"torch": image.framework_version, "cuda": image.cuda_major_minor, "cudnn": image.cudnn,
             "nccl": image.nccl, "arch_list": list(image.arch_list), "python": image.python,
-            "driver_floor": image.driver_floor}
+            "driver_floor": image.driver_floor, **requested(image)}
 
 
 def _arch_labels(image: LockedImage) -> dict[str, str]:
@@ -108,7 +141,7 @@ def _jax_expect(image: LockedImage) -> dict:
               "cuda_plugin": _package(image, _JAX_PLUGIN.pattern), "cuda": image.cuda, "cudnn": image.cudnn,
               "nccl": image.nccl, "min_cc": image.min_cc, "python": image.python,
               "driver_floor": image.driver_floor}
-    return {k: v for k, v in expect.items() if v is not None or k in ("cuda", "cudnn", "nccl")}
+    return {**{k: v for k, v in expect.items() if v is not None or k in ("cuda", "cudnn", "nccl")}, **requested(image)}
 
 
 def _jax_labels(image: LockedImage) -> dict[str, str]:
@@ -152,7 +185,8 @@ JAX = Framework(
 # expected nor stamped on TensorFlow images: the image's own list is what coverage is judged on.
 def _tf_expect(image: LockedImage) -> dict:
     return {"framework": "tensorflow", "tensorflow": image.framework_version, "cuda": image.cuda,
-            "cudnn": image.cudnn, "nccl": image.nccl, "python": image.python, "driver_floor": image.driver_floor}
+            "cudnn": image.cudnn, "nccl": image.nccl, "python": image.python, "driver_floor": image.driver_floor,
+            **requested(image)}
 
 
 def _tf_from_labels(val: dict) -> dict:
@@ -230,7 +264,7 @@ def of_labels(labels: dict[str, str]) -> Framework:
 def expect_from_labels(labels: dict[str, str]) -> dict:
     """What an image claims to hold, from the pin labels envkit stamped on it."""
     val = {k[len(LABEL):]: (None if v in ("", "none") else v) for k, v in labels.items() if k.startswith(LABEL)}
-    return of_labels(labels).expect_from_labels(val)
+    return {**of_labels(labels).expect_from_labels(val), **_requested_from_label(val.get(REQUESTED))}
 
 
 def _titles(frameworks: list[Framework]) -> str:

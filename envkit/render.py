@@ -25,7 +25,7 @@ import jinja2
 from . import __version__, devel
 from .certify.harness import PAYLOAD_NAME, payload_expect, payload_files
 from .errors import EnvkitError
-from .frameworks import framework
+from .frameworks import framework, requested_labels
 from . import index_login as index_login_
 from .index import DEFAULT_INDEX, trusted_hosts
 from .labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
@@ -145,6 +145,7 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         "io.envkit.driver-floor": image.driver_floor or "none",
         "io.envkit.envkit-version": __version__,
         **framework(image.framework).labels(image),  # the framework's own pins (torch: the arch list)
+        **requested_labels(image),  # the spec's pip: packages with their pins (none: no label)
     }
     if image.flavour != "runtime":  # (runtime images carry no flavour label, as before devel existed)
         labels["io.envkit.flavour"] = image.flavour

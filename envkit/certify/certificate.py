@@ -15,6 +15,10 @@ Outcomes:
 * ``verified``: no GPU was visible (and none was asked for); every static/CPU check held and
   every GPU-only check was skipped.
 * ``failed``: anything else, with the reasons.
+
+The packages the team asked for (the lock's ``requested``: the spec's ``pip:`` packages) are judged
+per package from the ``requested_imports`` check's value, whatever its status says: each must be
+reported, at the lock's version, and not ``failed``; a failure's reason names the package and its error.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..catalog import vtuple
 from ..catalog.perf import floors_for
 from ..errors import EnvkitError, VerificationError
-from ..frameworks import TORCH, Framework, Pin, of_expect
+from ..frameworks import REQUESTED, REQUESTED_CHECK, TORCH, Framework, Pin, of_expect
 from ..labels import LOCK_LABEL
 from ..resolve import covers
 from .harness import RESERVE_S as HARNESS_RESERVE_S
@@ -265,6 +269,51 @@ def _catalog_floors(by_name: dict, expect: dict, gpus: list) -> list[str]:
     return out
 
 
+REQUESTED_STATUSES = ("ok", "failed", "no_modules")  # per package, in requested_imports' value
+
+
+def _same_release(have: Any, want: Any) -> bool:
+    """The same version, local tag included (the image installs exactly the lock's pin)."""
+    try:
+        return Version(str(have)) == Version(str(want))
+    except InvalidVersion:
+        return str(have).strip().lower() == str(want).strip().lower()
+
+
+def _requested(by_name: dict, expect: dict) -> list[str]:
+    """The lock's requested packages against the payload's per-package report (``requested_imports``): reported,
+    not failed (the reason names the package and the error), at the lock's version. A failed check whose value
+    names no failed package still fails, by its message."""
+    check = by_name.get(REQUESTED_CHECK)
+    generic = ([f"check {REQUESTED_CHECK} failed: {check.get('message') or '(no message)'}"]
+               if check and check.get("status") == "failed" else [])
+    wanted = expect.get(REQUESTED)
+    if not wanted:
+        return generic
+    if not isinstance(wanted, dict):
+        return [f"the lock's requested packages are not a mapping of names to versions: {str(wanted)[:80]}"]
+    if check is None:
+        return [f"the payload did not check the requested packages ({', '.join(wanted)}): no {REQUESTED_CHECK} check"]
+    value = check.get("value") if isinstance(check.get("value"), list) else []
+    reported = {e.get("name"): e for e in value if isinstance(e, dict)}
+    reasons = []
+    for name, want in wanted.items():
+        entry = reported.get(name)
+        if entry is None:
+            reasons.append(f"requested package {name}: the payload reported nothing for it "
+                           f"({REQUESTED_CHECK} {check.get('status')}: {check.get('message') or 'no message'})")
+            continue
+        status, have = entry.get("status"), entry.get("version")
+        shown = f"{name} {have}" if have else name
+        if status == "failed":
+            reasons.append(f"requested package {shown} failed: {entry.get('error') or '(no error given)'}")
+        elif status not in REQUESTED_STATUSES:
+            reasons.append(f"requested package {shown} has unknown status {status!r}")
+        elif want is not None and (have is None or not _same_release(have, want)):
+            reasons.append(f"requested package {name}: the lock expects {want} but the image has {have or 'none'}")
+    return reasons or generic
+
+
 def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tuple[str, ...]]:
     """The host's outcome for a payload document ``doc`` against the lock's ``expect``."""
     if not isinstance(doc, dict):
@@ -286,6 +335,8 @@ def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tup
         return "failed", (f"envkit does not verify {fw.title} images yet",)
 
     for c in checks:
+        if c.get("name") == REQUESTED_CHECK and c.get("status") == "failed":
+            continue  # judged per package below (_requested)
         if c.get("status") == "failed":
             reasons.append(f"check {c.get('name')} failed: {c.get('message') or '(no message)'}")
         elif c.get("status") not in ("passed", "skipped"):
@@ -297,6 +348,7 @@ def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tup
                        "so the checks after it never ran; certify again with a longer --timeout "
                        f"(the payload stops {HARNESS_RESERVE_S} s before it, to report)")
         return "failed", tuple(dict.fromkeys(reasons))
+    reasons += _requested(by_name, expect)
     reasons += _compare_versions(facts, expect, fw)
     reasons += fw.facts_rules(facts, expect)
     reasons += _coverage(facts, expect, fw)

@@ -114,8 +114,18 @@ def gpu_key(engine, ref: str, timeout: int = 60) -> tuple[str, str] | None:
 def payload_expect(expect: dict) -> dict:
     """`expect` as the payload takes it: a key whose value is null where null says nothing (``python``,
     ``torch``: a pin label an image lacks) is left out, which skips that comparison inside; the
-    payload refuses such a file (exit 2). The verdict (``certificate.decide``) still reads `expect`."""
-    return {k: v for k, v in expect.items() if v is not None or k in payload_identity.EXPECT_NULLABLE}
+    payload refuses such a file (exit 2). The verdict (``certificate.decide``) still reads `expect`.
+
+    What is left is checked by the payload's own rules (``expect_problems``) before it is written into a
+    build context or mounted: a value the payload would refuse (a malformed ``requested`` pin label, say)
+    is named here, not as a payload that did not report."""
+    sent = {k: v for k, v in expect.items() if v is not None or k in payload_identity.EXPECT_NULLABLE}
+    problems = payload_identity.expect_problems(sent)
+    if problems:
+        raise VerificationError("the expectations for the payload are not ones it takes: " + "; ".join(problems),
+                                hint="they come from the lock (or an image's io.envkit.* pin labels): resolve the "
+                                     "spec again, or pass the lock the image was built from with --lock")
+    return sent
 
 
 def read_report(stdout: str) -> dict | None:

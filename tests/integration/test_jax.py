@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 LOCK = ROOT / "examples" / "frameworks.lock"
 STATIC = ("python_version", "jax_version", "cuda_runtime", "cudnn_version", "nccl_version", "pip_check",
           "cpu_train_step")
+ORDER = STATIC[:6] + ("requested_imports",) + STATIC[6:]  # requested_imports: skipped without pip: packages
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +43,10 @@ def test_jax_image_builds_and_verifies_with_gpu_checks_skipped(jax_build, engine
     assert image["status"] == "verified"
     verification = image["verification"]
     checks = {c["name"]: c for c in verification["checks"]}
-    assert [c["name"] for c in verification["checks"]] == list(STATIC) + list(JAX.gpu_checks)
+    assert [c["name"] for c in verification["checks"]] == list(ORDER) + list(JAX.gpu_checks)
     for name in STATIC:
         assert checks[name]["status"] == "passed", checks[name]
+    assert checks["requested_imports"]["status"] == ("passed" if locked.requested else "skipped")
     train = checks["cpu_train_step"]["value"]
     assert train["device"].startswith("cpu") and train["last_loss"] <= 0.5 * train["first_loss"]
     for name in JAX.gpu_checks:  # no GPU here: skipped, never passed

@@ -30,6 +30,8 @@ def test_versions_inside_equal_the_lock(example_build):
         assert set(facts["arch_list"]) == set(locked.arch_list)
         checks = {c["name"]: c["status"] for c in result["verification"]["checks"]}
         assert checks["pip_check"] == "passed"
+        # the spec's pip: packages import (and a lock from before `requested` asks for none)
+        assert checks["requested_imports"] == ("passed" if locked.requested else "skipped")
         assert checks["cpu_train_step"] == "passed"
         # no GPU here: GPU checks are skipped, never passed
         assert checks["cuda_train_step"] == "skipped"

@@ -152,9 +152,11 @@ def _expects() -> List[dict]:
     docs = [i.expect() for name in ("team.lock", "frameworks.lock") for i in load_lock(ROOT / "examples" / name).images]
     docs += [make_image().expect(), make_jax_image().expect(), make_tf_image().expect(),
              make_image(cuda=None, cuda_major_minor=None, cudnn=None, nccl=None, arch_list=(), driver_floor=None).expect()]
+    docs += [make_image(requested=("numpy",)).expect(), make_jax_image(requested=("numpy", "not-locked")).expect()]
     docs += [harness.payload_expect(expect_from_labels(labels)) for labels in (
         {}, {"io.envkit.framework": "torch==2.5.1", "io.envkit.cuda": "none"},
-        {"io.envkit.framework": "jax==0.12.0.1"}, {"io.envkit.framework": "tensorflow==2.20.0", "io.envkit.python": ""})]
+        {"io.envkit.framework": "jax==0.12.0.1"}, {"io.envkit.framework": "tensorflow==2.20.0", "io.envkit.python": ""},
+        {"io.envkit.framework": "torch==2.5.1", "io.envkit.requested": "numpy==2.1.3 tqdm"})]
     return docs
 
 

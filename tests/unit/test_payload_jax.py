@@ -412,11 +412,12 @@ def test_allreduce_check(monkeypatch, world, correct, floor, status):
 def test_jax_registry_shares_the_torch_paths_common_checks():
     names = [name for name, _, _ in jaxm.REGISTRY]
     shared = {"python_version": core.check_python, "pip_check": core.check_pip,
+              "requested_imports": payload_module("envkit_check_imports").check_requested,
               "nvidia_smi": nvml.check_nvidia_smi, "telemetry": nvml.check_telemetry}
     for name, fn in shared.items():
         assert jaxm.CHECKS[name] is fn
     assert names.index("cpu_train_step") < names.index("nvidia_smi") < names.index("telemetry") == len(names) - 1
-    assert [name for name, _, gpu_only in jaxm.REGISTRY if not gpu_only] == names[:7]
+    assert [name for name, _, gpu_only in jaxm.REGISTRY if not gpu_only] == names[:8]
 
 
 def test_payload_source_stays_python39():

@@ -154,12 +154,13 @@ def test_table_shows_the_tf_facts():
 def test_tf_registry_shares_the_common_checks():
     names = [name for name, _, _ in tfm.REGISTRY]
     shared = {"python_version": core.check_python, "pip_check": core.check_pip,
+              "requested_imports": payload_module("envkit_check_imports").check_requested,
               "nvidia_smi": nvml.check_nvidia_smi, "telemetry": nvml.check_telemetry,
               "cuda_runtime": jaxm.CHECKS["cuda_runtime"], "cudnn_version": jaxm.CHECKS["cudnn_version"],
               "nccl_version": jaxm.CHECKS["nccl_version"]}
     for name, fn in shared.items():
         assert tfm.CHECKS[name] is fn, name
-    assert [name for name, _, gpu_only in tfm.REGISTRY if not gpu_only] == names[:8]
+    assert [name for name, _, gpu_only in tfm.REGISTRY if not gpu_only] == names[:9]
     assert names[-1] == "telemetry"
 
 
