@@ -40,11 +40,14 @@ class Candidate:
         return f"{self.framework} {self.version} ({self.variant})"
 
 
-def candidates(req: Requirement, catalog: Catalog, *, ignore_version: bool = False) -> list[Candidate]:
+def candidates(req: Requirement, catalog: Catalog, *, ignore_version: bool = False,
+               variant_index: str | None = None) -> list[Candidate]:
+    """``variant_index``: the spec's ``build.variant_index_url`` (a URL with ``{variant}``), the mirror that serves
+    PyTorch's non-default builds in place of the catalog's ``variant_index``; the choice itself is the same."""
     name = req.name.lower()
     admits = (lambda v: True) if ignore_version else (lambda v: req.specifier.contains(Version(v), prereleases=False))
     if name == "torch":
-        return _torch(catalog, admits)
+        return _torch(catalog, admits, variant_index)
     if name == "jax":
         return _jax(catalog, admits, req.extras)
     if name == "tensorflow":
@@ -52,7 +55,13 @@ def candidates(req: Requirement, catalog: Catalog, *, ignore_version: bool = Fal
     raise ValueError(f"unsupported framework {name}")
 
 
-def _torch(catalog: Catalog, admits) -> list[Candidate]:
+def variant_index_for(catalog: Catalog, tag: str, variant_index: str | None = None) -> str:
+    """The index of the torch variant ``tag``: the spec's mirror (``variant_index``, its ``{variant}`` filled in),
+    else the catalog's (download.pytorch.org/whl/TAG)."""
+    return variant_index.replace("{variant}", tag) if variant_index else catalog.torch_variant_index(tag)
+
+
+def _torch(catalog: Catalog, admits, variant_index: str | None) -> list[Candidate]:
     out = []
     for release in sorted(catalog.torch_releases(), key=lambda r: vtuple(r.version), reverse=True):
         variants = sorted(release.variants, key=lambda v: (v.tag != release.index_default, [-x for x in vtuple(v.cuda)]))
@@ -64,7 +73,7 @@ def _torch(catalog: Catalog, admits) -> list[Candidate]:
                 out.append(Candidate(
                     framework="torch", version=patch, variant=v.tag, cuda=v.cuda, cudnn=v.cudnn, nccl=v.nccl,
                     arches=v.arches, min_cc=None, python=release.python, default=default,
-                    index=None if default else catalog.torch_variant_index(v.tag),
+                    index=None if default else variant_index_for(catalog, v.tag, variant_index),
                     requirement=f"torch=={patch}" if default else f"torch=={patch}+{v.tag}", exact_pins=True))
     return out
 

@@ -20,6 +20,8 @@ from .gate import host_gpus
 PROBE_PROJECT = "six"  # a small page (~20 kB) that every PyPI mirror holds
 INDEX_TIMEOUT = 10.0  # seconds, to connect and to read
 CA_HINT = "set ENVKIT_CA_BUNDLE or build.ca_bundle to your proxy's CA bundle (PEM)"
+MIRROR_HINT = ("where PyTorch's own index cannot be reached, set build.variant_index_url to a mirror of it "
+               "(e.g. \"https://mirror.corp.example/pytorch/whl/{variant}\")")
 PROXY_HINT = ("behind a proxy, set HTTPS_PROXY (e.g. http://proxy.corp:3128) and NO_PROXY (hosts reached "
               "directly, e.g. an internal mirror)")
 
@@ -102,8 +104,10 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
         findings.append(index_finding(index_url, trust.bundle))
         for url, images in (framework_indexes(spec) if spec is not None else {}).items():
             found = index_finding(url, trust.bundle, project="torch")  # a variant index holds its framework
-            findings.append(Finding("framework_index", found.status, f"{found.value} (for {', '.join(images)})",
-                                    found.hint))
+            hint = found.hint
+            if found.status == "fail" and not spec.build.variant_index_url and "login" not in found.value:
+                hint = (f"{hint}; " if hint else "") + MIRROR_HINT
+            findings.append(Finding("framework_index", found.status, f"{found.value} (for {', '.join(images)})", hint))
     if engine is not None:
         findings.append(disk_finding(engine))
         findings.append(buildkit_finding(engine))
@@ -118,9 +122,10 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
 
 # --- trust and the package index --------------------------------------------------------------
 def framework_indexes(spec) -> dict[str, list[str]]:
-    """The indexes other than the spec's that resolve will ask (a non-default PyTorch variant's own, e.g.
-    download.pytorch.org/whl/cu126), each with the images that need it, from the catalog alone (``plan``).
-    An image the plan refuses is left out: `envkit resolve` says why."""
+    """The indexes other than the spec's that resolve will ask (a non-default PyTorch variant's own: the spec's
+    ``build.variant_index_url`` mirror, else the catalog's, e.g. download.pytorch.org/whl/cu126), each with the
+    images that need it, from the catalog alone (``plan``). An image the plan refuses is left out: `envkit resolve`
+    says why."""
     from .catalog import load_catalog
     from .errors import EnvkitError
     from .resolve import plan

@@ -13,10 +13,11 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .candidates import ALLOWED_EXTRAS, Candidate, candidates
+from .candidates import ALLOWED_EXTRAS, Candidate, candidates, variant_index_for
 from .catalog import Arch, Catalog, vtuple
 from .catalog.exclusions import exact_pin
 from .errors import CatalogError, ResolutionError
+from .index import DEFAULT_INDEX
 from .spec import Spec, Target
 
 
@@ -144,6 +145,50 @@ def ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
         ways.append(f"relax the cuda constraint {cuda_spec}")
     return rejections(rejected) + "\n  ways out:\n" + "\n".join(
         f"    - {w}" for w in ways or ["relax the requirement or the fleet"])
+
+
+def unreachable_variant_ways_out(chosen: Candidate, catalog: Catalog, fleet: Fleet, python: str,
+                                 cuda_spec: SpecifierSet | None, req: Requirement, variant_index: str | None,
+                                 spec_index: str | None = None) -> str:
+    """The ways out when the index of ``chosen`` (a non-default PyTorch build: ``chosen.index``) cannot be reached,
+    as the hint's text: (a) a mirror of that index in ``build.variant_index_url`` (``variant_index``: the spec's
+    template, None when the catalog's index was asked); (b) the newest default build, from the spec's own index
+    (``spec_index``; None: PyPI), that passes every rule for this fleet, as a framework pin; (c) the fleet driver
+    that lets the default build of ``chosen``'s release pass, when the driver is what rejects it. Pure."""
+    name = req.name.lower()
+    failed = chosen.index or variant_index_for(catalog, chosen.variant, variant_index)
+    upstream = catalog.torch_variant_index("{variant}")  # the catalog's template, e.g. .../whl/{variant}
+    if variant_index:
+        ways = [f"make the mirror in build.variant_index_url answer for {chosen.variant}: {chosen.label} comes from "
+                f"{failed}, which could not be reached; or point it at another mirror of {upstream}"]
+    else:
+        ways = [f"set build.variant_index_url to a mirror of {upstream}: {chosen.label} comes from {failed}, which "
+                f'could not be reached (e.g. variant_index_url: "https://mirror.corp.example/pytorch/whl/{{variant}}")']
+    from_spec = "PyPI" if not spec_index or spec_index.rstrip("/") == DEFAULT_INDEX.rstrip("/") else spec_index
+    ok = [c for c in candidates(Requirement(name), catalog, ignore_version=True)
+          if c.default and reject_reason(c, python, catalog, fleet, cuda_spec) is None]
+    if ok:
+        best = ok[0]
+        pin = f"{name}=={'.'.join(best.version.split('.')[:2])}.*"
+        first = next((c for c in candidates(Requirement(pin), catalog)
+                      if reject_reason(c, python, catalog, fleet, cuda_spec) is None), None)
+        if first is None or first.version != best.version or not first.default:
+            pin = f"{name}=={best.version}"  # the series would pick a non-default build: the release itself
+        ways.append(f'use framework: "{pin}": {name} {best.version}\'s default {best.variant} build, from {from_spec}, '
+                    "fits this fleet")
+    default = next((c for c in candidates(Requirement(f"{name}=={chosen.version}"), catalog)
+                    if c.default and c.version == chosen.version), None)
+    if default is not None and (why := reject_reason(default, python, catalog, fleet, cuda_spec)) is not None \
+            and why.startswith("needs driver"):
+        need = _driver_needed(default, python, catalog, fleet, cuda_spec)
+        if need is not None and vtuple(need) > vtuple(fleet.min_driver):
+            ways.append(f"a fleet driver >= {need} runs {name} {default.version}'s default {default.variant} build "
+                        f"from {from_spec}: raise fleet.min_driver to >= {need}")
+            if fleet.policy == "strict":
+                minor = _driver_needed(default, python, catalog, replace(fleet, policy="minor"), cuda_spec)
+                if minor is not None and vtuple(minor) < vtuple(need):
+                    ways[-1] += f" (>= {minor} under policy: minor)"
+    return "ways out:\n" + "\n".join(f"    - {w}" for w in ways)
 
 
 def _driver_needed(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec) -> str | None:

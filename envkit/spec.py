@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    model_serializer,
     model_validator,
 )
 
@@ -38,6 +39,9 @@ DRIVER_RE = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$")
 CC_RE = re.compile(r"^\d{1,2}\.\d$")
 SUITE_RE = re.compile(r"^[a-z][a-z0-9-]{1,30}$")
 MIRROR_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9._~/-]*)?$")
+# a mirror URL whose path holds `{variant}` once (the PyTorch variant tag, e.g. cu126, goes there); no other braces
+VARIANT_FIELD = "{variant}"
+VARIANT_INDEX_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?/[A-Za-z0-9._~/-]*\{variant\}[A-Za-z0-9._~/-]*$")
 # docker reference: [registry[:port]/]path[:tag][@sha256:digest]
 IMAGE_REF_RE = re.compile(
     r"^(?:[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?(?::\d{1,5})?/)?"
@@ -115,7 +119,24 @@ def _no_login(value: str) -> str:
     return value
 
 
+def _one_variant_field(value: str) -> str:
+    """A variant index template must say where the variant goes, once, in its path (its host stays one host, for
+    logins and trusted hosts); each other mistake is the grammar's."""
+    count = value.count(VARIANT_FIELD)
+    path = value.partition("://")[2].partition("/")[2]
+    if count != 1 or VARIANT_FIELD not in path:
+        where = ("has no {variant} field" if count == 0 else
+                 f"has {count} {{variant}} fields" if count > 1 else "has {variant} outside its path")
+        raise ValueError(f"{_short(value)!r} {where}: give the URL of a mirror of PyTorch's variant indexes with "
+                         "{variant} once in its path, where the variant's tag goes (https://download.pytorch.org/whl/"
+                         "cu126 -> \"https://mirror.corp.example/pytorch/whl/{variant}\")")
+    return value
+
+
 Mirror = Annotated[str, AfterValidator(_no_login), _grammar(MIRROR_RE, "mirror URL")]
+VariantIndex = Annotated[str, AfterValidator(_no_login), AfterValidator(_one_variant_field),
+                         _grammar(VARIANT_INDEX_RE, "variant index URL (a mirror URL with {variant} once in its "
+                                                    "path, e.g. 'https://mirror.corp.example/pytorch/whl/{variant}')")]
 ImageRef = Annotated[str, _grammar(IMAGE_REF_RE, "image reference")]
 AptPackage = Annotated[str, _grammar(APT_RE, "Debian package (name or name=version)")]
 PipRequirement = Annotated[str, AfterValidator(_requirement)]
@@ -183,6 +204,22 @@ class BuildOptions(Strict):
         None, description="PEM bundle for a TLS-intercepting proxy, relative to this file"
     )
     index_url: Mirror | None = Field(None, description="Python package index (simple API)")
+    variant_index_url: VariantIndex | None = Field(
+        None, description="Mirror of PyTorch's variant indexes (download.pytorch.org/whl/{variant}), for builds other "
+                          "than the index's default, e.g. 'https://mirror.corp.example/pytorch/whl/{variant}'")
+
+    @model_serializer(mode="wrap")
+    def _without_unset_variant_index(self, handler) -> dict:
+        """No ``variant_index_url`` key when unset: the spec digest locks keep (``model_dump``) stays as it was before
+        the field existed, so their locks stay current."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("variant_index_url") is None:
+            data.pop("variant_index_url", None)
+        return data
+
+    def variant_index(self, tag: str) -> str | None:
+        """The mirror's index of one PyTorch variant (None: the catalog's own index serves it)."""
+        return self.variant_index_url.replace(VARIANT_FIELD, tag) if self.variant_index_url else None
 
 
 class Spec(Strict):

@@ -14,7 +14,8 @@ from .common import FRAMEWORKS, SPEC, STORE, STORE_HELP, _ctx, emit, json_option
 @click.command("doctor")
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--spec", "spec_path", type=SPEC, default=None,
-              help="Check this team.yaml's package index (build.index_url) and CA bundle (build.ca_bundle), "
+              help="Check this team.yaml's package index (build.index_url), the PyTorch variant indexes its images "
+                   "need (build.variant_index_url's mirror, else PyTorch's own) and its CA bundle (build.ca_bundle), "
                    "as resolve and build use them (default: PyPI and $ENVKIT_CA_BUNDLE, else $PIP_CERT).")
 @click.option("--offline", is_flag=True, envvar="ENVKIT_OFFLINE",
               help="Ask no package index (the index check reports skip); also $ENVKIT_OFFLINE=1.")

@@ -10,10 +10,13 @@ HTTP Basic login, as a company mirror that needs one does.
 
     GET /simple/                      the projects (HTML or JSON)
     GET /simple/<project>/            its wheels, each with #sha256= and its metadata's hash
+                                      (``root`` serves them elsewhere: a variant index at /whl/cu126/)
     GET /files/<wheel>[.metadata]     the wheel, or its METADATA
 
 ``make_wheel`` writes a tiny pure-Python wheel that no public index has (so a build that installs it
-can only have asked the mirror); ``bundle.download_wheels`` fills the directory with a lock's own wheels.
+can only have asked the mirror); ``make_torch_standin`` a few-KiB stand-in of one PyTorch variant's wheel
+(its name, tags, Requires-Dist pins and arch flags string, no code); ``bundle.download_wheels`` fills the
+directory with a lock's own wheels.
 
 With ``upstream`` (e.g. PyPI's simple API) it is also a proxy, as company mirrors are (devpi,
 Artifactory, Nexus; this one caches nothing): a project's page lists its own wheels, then upstream's
@@ -93,10 +96,39 @@ def make_wheel(directory: Path, name: str = "envkit_mirror_probe", version: str 
     return path
 
 
+def make_torch_standin(directory: Path, version: str, tag: str, *, python: str = "3.11",
+                       requires: list[str], arch_flags: str) -> Path:
+    """A stand-in for torch ``version``+``tag`` as PyTorch's variant index serves it (``torch-2.11.0+cu126-cp311-
+    cp311-manylinux_2_28_x86_64.whl``): what envkit's resolver reads of the real one (the name and tags, METADATA's
+    Requires-Dist, the CUDA arch flags string in ``torch/lib/libtorch_python.so``) and a ``torch`` package whose
+    ``__version__`` says it is a stand-in; a few KiB where the real wheel is about 800 MB."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cp = "cp" + python.replace(".", "")
+    full = f"{version}+{tag}"
+    dist = f"torch-{full}.dist-info"
+    meta = (f"Metadata-Version: 2.1\nName: torch\nVersion: {full}\nSummary: envkit's stand-in of a PyTorch variant "
+            "wheel\nRequires-Python: >=3.10\n" + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    files = {
+        "torch/__init__.py": f'__version__ = "{full}"  # envkit test stand-in\n'.encode(),
+        "torch/lib/libtorch_python.so": b"\x7fELF stand-in\x00" + arch_flags.encode() + b"\x00",
+        f"{dist}/METADATA": meta.encode(),
+        f"{dist}/WHEEL": f"Wheel-Version: 1.0\nGenerator: envkit-tests\nRoot-Is-Purelib: false\n"
+                         f"Tag: {cp}-{cp}-manylinux_2_28_x86_64\n".encode(),
+    }
+    record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},"
+                     f"{len(b)}\n" for n, b in files.items()) + f"{dist}/RECORD,,\n"
+    path = directory / f"torch-{full}-{cp}-{cp}-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n, b in {**files, f"{dist}/RECORD": record.encode()}.items():
+            zf.writestr(zipfile.ZipInfo(n, date_time=(2020, 1, 1, 0, 0, 0)), b)
+    return path
+
+
 class PackageIndexServer:
     def __init__(self, wheels: Path, *, pki=None, host: str = "0.0.0.0", upstream: str | None = None,
-                 login: tuple[str, str] | None = None):
+                 login: tuple[str, str] | None = None, root: str = "/simple"):
         self.wheels = wheels
+        self.root = "/" + root.strip("/")  # where the simple API is served: a variant index's "/whl/cu126", say
         self.login = login  # (user, password): every request must carry it as HTTP Basic, else 401
         self.pki = pki
         self.upstream = upstream.rstrip("/") if upstream else None
@@ -122,7 +154,7 @@ class PackageIndexServer:
 
     def url(self, host: str = "127.0.0.1") -> str:
         """The simple API's root as ``host`` reaches it (the bridge gateway for containers)."""
-        return f"{self.scheme}://{host}:{self.port}/simple"
+        return f"{self.scheme}://{host}:{self.port}{self.root}"
 
     def __enter__(self) -> "PackageIndexServer":
         self._thread.start()
@@ -165,7 +197,8 @@ class PackageIndexServer:
 
     def project_page(self, project: str, as_json: bool) -> tuple[bytes, str] | None:
         wheels = self.projects().get(canonicalize_name(project), [])
-        files = [{"filename": w.name, "url": f"../../files/{w.name}", "hashes": {"sha256": _sha256(w)},
+        up = "../" * (self.root.count("/") + 1)  # from <root>/<project>/ back to the server's top
+        files = [{"filename": w.name, "url": f"{up}files/{w.name}", "hashes": {"sha256": _sha256(w)},
                   "core-metadata": {"sha256": hashlib.sha256(wheel_metadata(w)).hexdigest()}} for w in wheels]
         # upstream's files too, as a mirror that holds some packages and relays the rest (its own copy first)
         relayed = self._upstream_files(project) if self.upstream is not None else None
@@ -195,7 +228,8 @@ class PackageIndexServer:
             absolute = urllib.parse.urljoin(url, f["url"])
             token = base64.urlsafe_b64encode(absolute.split("#", 1)[0].encode()).decode()
             meta = f.get("core-metadata") or f.get("dist-info-metadata")
-            files.append({"filename": f["filename"], "url": f"../../upstream/{token}/{f['filename']}",
+            files.append({"filename": f["filename"], "url": f"{'../' * (self.root.count('/') + 1)}upstream/{token}/"
+                                                            f"{f['filename']}",
                           "hashes": f.get("hashes", {}), **({"core-metadata": meta} if meta else {}),
                           **({"requires-python": f["requires-python"]} if f.get("requires-python") else {}),
                           **({"yanked": f["yanked"]} if f.get("yanked") else {})})
@@ -225,6 +259,17 @@ class PackageIndexServer:
         return path.read_bytes() if name.endswith(".whl") and path.is_file() else None
 
 
+def _byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """(first, last) byte of a ``Range: bytes=A-B`` / ``bytes=A-`` / ``bytes=-N`` header; None: the whole file."""
+    m = re.fullmatch(r"bytes=(\d*)-(\d*)", header or "")
+    if not m or m.groups() == ("", ""):
+        return None
+    if m.group(1) == "":
+        return max(size - int(m.group(2)), 0), size - 1
+    start = int(m.group(1))
+    return start, min(int(m.group(2)) if m.group(2) else size - 1, size - 1)
+
+
 def _handler(server: PackageIndexServer):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -245,13 +290,18 @@ def _handler(server: PackageIndexServer):
                                   {"Content-Type": "text/plain", "WWW-Authenticate": 'Basic realm="mirror"'}, head)
             as_json = JSON_TYPE in self.headers.get("Accept", "")
             found: tuple[bytes, str] | None = None
-            if path in ("/simple", "/simple/"):
+            if path in (server.root, server.root + "/"):
                 found = server.root_page(as_json)
-            elif m := re.fullmatch(r"/simple/([A-Za-z0-9._-]+)/?", path):
+            elif m := re.fullmatch(re.escape(server.root) + r"/([A-Za-z0-9._-]+)/?", path):
                 found = server.project_page(m.group(1), as_json)
             elif path.startswith("/files/"):
                 body = server.file(path[len("/files/"):])
                 found = (body, "application/octet-stream") if body is not None else None
+                if body is not None and (part := _byte_range(self.headers.get("Range"), len(body))) is not None:
+                    start, end = part  # as company mirrors do: envkit reads one member of a wheel this way
+                    return self._send(path, 206, body[start:end + 1],
+                                      {"Content-Type": "application/octet-stream",
+                                       "Content-Range": f"bytes {start}-{end}/{len(body)}"}, head)
             elif server.upstream and (m := re.fullmatch(r"/upstream/([A-Za-z0-9_=-]+)/([^/]+)", path)):
                 return self._relay(path, *server.upstream_file(self.command, m.group(1), m.group(2),
                                                              self.headers.get("Range")),

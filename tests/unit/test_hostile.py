@@ -41,6 +41,7 @@ FIELDS = {
     "mirror": ("images:\n  - name: a\n    framework: torch==2.5.*\n    base: {{bootstrap: {{mirror: {v}}}}}", ""),
     "registry": ("registry: {v}", "images:\n  - name: a\n    framework: torch==2.5.*\n"),
     "index_url": ("build:\n  index_url: {v}", "images:\n  - name: a\n    framework: torch==2.5.*\n"),
+    "variant_index_url": ("build:\n  variant_index_url: {v}", "images:\n  - name: a\n    framework: torch==2.5.*\n"),
 }
 
 HEAD = 'version: 1\nfleet:\n  min_driver: "550.54.15"\n'
