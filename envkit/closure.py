@@ -1,8 +1,14 @@
 """Lock the full Python closure with hashes, for the image's Python and platform.
 
 ``uv pip compile`` does the solving (it reads the index's metadata by range requests
-and is fast); envkit only asks it for the image's interpreter version and glibc, and
-parses its output into pinned packages with their hashes.
+and is fast); envkit asks it exactly as the build installs: binary only (the Dockerfile's
+pip runs with ``--only-binary=:all:``), for the image's interpreter version and glibc, from
+the same indexes. Its output becomes pinned packages with their hashes and, from uv's
+``# via`` annotations, which packages required each one (so the framework's own closure
+can be told apart from the extras' within one joint solve).
+
+When uv finds no solution its own explanation is kept (``ClosureError.cause``), and a
+package that has no wheel for the image is named (``ClosureError.no_wheel``).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import re
 import shutil
 import sys
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -23,6 +29,9 @@ from .index_login import login_hint, refused_index
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
 _HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
+_VIA = re.compile(r"#\s*via\s+(.+)$", re.M)
+_NO_WHEEL = re.compile(r"Wheels are required for `([^`]+)`")
+REQUESTED = "-r"  # in ``Pin.via``: asked for in the requirements themselves
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,35 @@ class Pin:
     name: str
     version: str
     hashes: tuple[str, ...]
+    via: tuple[str, ...] = field(default=(), compare=False)  # what required it (canonical names; REQUESTED)
+
+
+class ClosureError(ResolutionError):
+    """uv found no solution. ``cause``: uv's own explanation; ``no_wheel``: the package uv said has no wheel
+    for the image (binary only), when that is why."""
+
+    def __init__(self, message: str, *, cause: str, no_wheel: str | None = None, **kw):
+        super().__init__(message, **kw)
+        self.cause = cause
+        self.no_wheel = no_wheel
+
+
+def framework_group(pins: list[Pin], root: str) -> set[str]:
+    """The names in ``pins`` that ``root`` needs: itself and, transitively, what it requires (read backwards
+    from the ``via`` annotations). In a joint solve of the framework and the extras these are the framework's
+    closure as the extras allowed it; the rest is the extras'."""
+    root = canonicalize_name(root)
+    children: dict[str, set[str]] = {}
+    for pin in pins:
+        for parent in pin.via:
+            children.setdefault(parent, set()).add(pin.name)
+    group, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in group:
+                group.add(child)
+                todo.append(child)
+    return group
 
 
 def uv_binary() -> str:
@@ -56,17 +94,20 @@ def compile_closure(requirements: list[str], *, python: str, glibc: str, index_u
     with scratch.directory("closure") as tmp:
         req_in = Path(tmp) / "requirements.in"
         req_in.write_text("\n".join(requirements) + "\n")
-        cmd = [uv_binary(), "pip", "compile", str(req_in), "--quiet", "--no-header",
-               "--no-annotate", "--generate-hashes", "--python-version", python,
-               "--python-platform", platform, "--index-url", index_url, "--no-config"]
+        cmd = [uv_binary(), "pip", "compile", str(req_in), "--quiet", "--no-header", "--only-binary", ":all:",
+               "--annotation-style", "line", "--generate-hashes", "--python-version", python,
+               "--python-platform", platform, "--no-config"]
         lines = [f"{p.name}=={p.version}" for p in constraints or ()] + list(extra_constraints or ())
         if lines:
             cons = Path(tmp) / "constraints.txt"
             cons.write_text("\n".join(lines) + "\n")
             cmd += ["--constraint", str(cons)]
         if extra_index_url:
-            # the framework's own index first (uv takes each package from the first index that has it)
-            cmd += ["--extra-index-url", extra_index_url]
+            # the framework's own index first: uv takes each package from the first index that has it, and it
+            # asks --extra-index-url before --index-url (pip, in the build, asks both alike; hashes are pinned)
+            cmd += ["--index-url", extra_index_url, "--extra-index-url", index_url]
+        else:
+            cmd += ["--index-url", index_url]
         if ca_bundle is not None:
             cmd += ["--cert", str(ca_bundle)]
         env = dict(os.environ)
@@ -78,12 +119,21 @@ def compile_closure(requirements: list[str], *, python: str, glibc: str, index_u
         if refused is not None:
             raise PackageIndexError(f"{refused} asks for a login: uv said: " + " ".join(detail[-4:]),
                                     hint=login_hint(refused))
-        raise ResolutionError(
-            "the Python closure could not be solved: " + " ".join(detail[-6:]),
+        cause = _cause(proc.stderr)
+        no_wheel = _NO_WHEEL.search(proc.stderr)
+        raise ClosureError(
+            "the Python closure could not be solved: " + (" ".join(cause.split()) or " ".join(detail[-6:])),
             hint=f"requirements were: {', '.join(requirements)}; relax an extra pip package, "
                  "or check the index is reachable",
-        )
+            cause=cause, no_wheel=canonicalize_name(no_wheel.group(1)) if no_wheel else None)
     return parse_requirements(proc.stdout)
+
+
+def _cause(stderr: str) -> str:
+    """uv's explanation of a failed solve (its ``cause:`` paragraph and hints), without the banner line."""
+    lines = [ln for ln in stderr.strip().splitlines() if not ln.startswith("error: No solution found")]
+    text = "\n".join(lines).strip()
+    return text.removeprefix("cause:").strip()
 
 
 UV_MAX_GLIBC = (2, 40)  # the newest manylinux target uv names; no wheel needs newer yet
@@ -103,5 +153,9 @@ def parse_requirements(text: str) -> list[Pin]:
         m = _PIN.match(block)
         if not m:
             raise ResolutionError(f"unexpected line in the compiled closure: {block[:80]!r}")
-        pins.append(Pin(canonicalize_name(m.group(1)), m.group(3), tuple(sorted(_HASH.findall(block)))))
+        via = _VIA.search(block)
+        named = [x.strip() for x in via.group(1).split(",")] if via else []
+        parents = tuple(REQUESTED if v.startswith("-r ") else canonicalize_name(v)
+                        for v in named if v and not v.startswith("-c "))
+        pins.append(Pin(canonicalize_name(m.group(1)), m.group(3), tuple(sorted(_HASH.findall(block))), parents))
     return sorted(pins, key=lambda p: p.name)

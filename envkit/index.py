@@ -15,6 +15,7 @@ from __future__ import annotations
 import email.parser
 import hashlib
 import os
+import threading
 import struct
 import zlib
 from dataclasses import dataclass
@@ -128,7 +129,8 @@ class PackageIndex:
         except requests.RequestException as exc:
             raise PackageIndexError(f"cannot reach the package index at {url}: {exc}",
                                     hint=("check the network, the proxy variables and the index's address (the spec's "
-                                          "build.index_url, or a PyTorch variant's index from the catalog)"
+                                          "build.index_url, or a PyTorch variant's index: build.variant_index_url, "
+                                          "else the catalog's)"
                                           if self.url != DEFAULT_INDEX.rstrip("/") else
                                           "check the network and the proxy variables, or set build.index_url in "
                                           "the spec to a mirror that answers")) from None
@@ -164,9 +166,14 @@ class PackageIndex:
         return sorted({w.version for w in self.wheels(project) if not w.yanked}, reverse=True)
 
     def wheel_for(self, project: str, version: Version, python: str, glibc: str) -> WheelFile | None:
-        matches = [w for w in self.wheels(project)
-                   if w.version == version and not w.yanked and w.supports(python, glibc)]
-        return sorted(matches, key=lambda w: w.filename)[-1] if matches else None
+        """The wheel ``project==version`` installs here. As PEP 440's ``==`` (and pip) read it, a ``version``
+        without a local label also matches a build that has one: PyTorch's variant indexes name theirs
+        ``torch-2.11.0+cu126-...``; a wheel of exactly ``version`` wins, then the highest local build."""
+        usable = [w for w in self.wheels(project) if not w.yanked and w.supports(python, glibc)]
+        matches = [w for w in usable if w.version == version]
+        if not matches and version.local is None:
+            matches = [w for w in usable if w.version.public == version.public]
+        return sorted(matches, key=lambda w: (w.version, w.filename))[-1] if matches else None
 
     # --- metadata ----------------------------------------------------------------------
     def requires(self, wheel: WheelFile) -> list[Requirement]:
@@ -195,7 +202,7 @@ class PackageIndex:
             return cache.read_text()
         text = compute()
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(cache.suffix + f".tmp{os.getpid()}")
+        tmp = cache.with_suffix(cache.suffix + f".tmp{os.getpid()}-{threading.get_ident()}")  # images resolve side by side
         tmp.write_text(text)
         tmp.replace(cache)
         return text

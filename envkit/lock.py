@@ -149,6 +149,39 @@ class Lock(Frozen):
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True).encode() + b"\n"
 
 
+def lock_changes(old: Lock | None, new: Lock) -> dict[str, list[str]]:
+    """Per image, what changed since the last lock (empty list: unchanged)."""
+    before = {i.name: i for i in old.images} if old else {}
+    out: dict[str, list[str]] = {}
+    for image in new.images:
+        prev = before.get(image.name)
+        if prev is None:
+            out[image.name] = ["new image"]
+            continue
+        if prev.hash == image.hash:
+            out[image.name] = []
+            continue
+        changes = [f"{f}: {getattr(prev, f)} -> {getattr(image, f)}" for f in
+                   ("framework_version", "variant", "cuda", "cudnn", "nccl", "python", "driver_floor", "base")
+                   if getattr(prev, f) != getattr(image, f)]
+        pv = {p.name: p.version for p in prev.packages}
+        nv = {p.name: p.version for p in image.packages}
+        changes += [f"{n}: {pv.get(n, '-')} -> {nv.get(n, '-')}" for n in sorted(set(pv) | set(nv))
+                    if pv.get(n) != nv.get(n)]
+        out[image.name] = changes or ["rendering inputs changed"]
+    return out
+
+
+PIP_TOPIC = "pip "  # the decision about each package the spec's pip: names: "pip transformers"
+HELD_BACK = "held back: "  # how such a decision's reason starts when the package was held far behind its newest
+
+
+def named_extras(image: LockedImage) -> list[dict]:
+    """The spec's pip: packages of ``image`` as locked: name, version, why, and whether held far back."""
+    return [{"name": d.topic.removeprefix(PIP_TOPIC), "version": d.choice, "reason": d.reason,
+             "held_back": d.reason.startswith(HELD_BACK)} for d in image.decisions if d.topic.startswith(PIP_TOPIC)]
+
+
 def canonical(obj) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 

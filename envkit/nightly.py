@@ -21,7 +21,7 @@ from .certify.certificate import Certificate, certificate_from, certify_image, p
 from .certify.harness import gpu_key
 from .engine.space import engine_full
 from .errors import BuildError, EngineError, EnvkitError, LockError, VerificationError
-from .lock import Lock, LockedImage, load_lock, write_lock
+from .lock import Lock, LockedImage, load_lock, lock_changes, write_lock
 from .render import image_tag
 from .store import Store
 
@@ -138,29 +138,6 @@ def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = N
                        f"(`envkit catalog export DIR`) to apply refreshes in nightly runs")
         progress(f"catalog refresh proposed (not applied): {diff_path}")
     return doc
-
-
-def lock_changes(old: Lock | None, new: Lock) -> dict[str, list[str]]:
-    """Per image, what changed since the last lock (empty list: unchanged)."""
-    before = {i.name: i for i in old.images} if old else {}
-    out: dict[str, list[str]] = {}
-    for image in new.images:
-        prev = before.get(image.name)
-        if prev is None:
-            out[image.name] = ["new image"]
-            continue
-        if prev.hash == image.hash:
-            out[image.name] = []
-            continue
-        changes = [f"{f}: {getattr(prev, f)} -> {getattr(image, f)}" for f in
-                   ("framework_version", "variant", "cuda", "cudnn", "nccl", "python", "driver_floor", "base")
-                   if getattr(prev, f) != getattr(image, f)]
-        pv = {p.name: p.version for p in prev.packages}
-        nv = {p.name: p.version for p in image.packages}
-        changes += [f"{n}: {pv.get(n, '-')} -> {nv.get(n, '-')}" for n in sorted(set(pv) | set(nv))
-                    if pv.get(n) != nv.get(n)]
-        out[image.name] = changes or ["rendering inputs changed"]
-    return out
 
 
 def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, reports_dir: Path,

@@ -21,13 +21,14 @@ from .certify.harness import Verification, expect_from_labels, run_payload
 from .catalog import Catalog, load_catalog
 from .closure import compile_closure
 from .engine import RUN_TIMEOUT
-from .errors import EngineError, EnvkitError, LockError, SpecError, VerificationError
+from .errors import (EngineError, EnvkitError, LockError, PackageIndexError, ResolutionError, SpecError,
+                     VerificationError)
 from .frameworks import require_buildable, require_bundle
 from .index import DEFAULT_INDEX, PackageIndex
 from .index_login import check_netrc, check_netrc_text, keyring_logins
 from .labels import SHOWN
 from .atomic import check_writable
-from .lock import Lock, LockedImage, load_lock, write_lock
+from .lock import Lock, LockedImage, load_lock, lock_changes, write_lock
 from .render import Rendered, render
 from .resolve import check_frameworks, check_gpus, plan, resolve, spec_digests
 from .spec import Spec, env_ca_skip_note, load_spec
@@ -60,6 +61,7 @@ class Resolved:
     lock: Lock
     lock_path: Path
     reused: bool
+    moved: dict[str, list[str]] | None = None  # per image, what changed since the lock this resolve replaced
 
 
 def load(spec_path: Path) -> tuple[Spec, Catalog]:
@@ -109,16 +111,86 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
     progress(f"resolving {len(spec.images)} image(s) against the catalog and the package index")
     # the CA bundle the builds get verifies the resolver's TLS too (a mirror signed by a company CA)
     ca = spec.ca_bundle_path()
-    if spec.build.index_url:
+    if spec.build.index_url or spec.build.variant_index_url:
         check_netrc()  # a company index's login: a malformed netrc fails here, with its line, not as a 401
     else:
         check_netrc_text()  # requests reads it even for PyPI
     index = PackageIndex(spec.build.index_url or DEFAULT_INDEX, ca_bundle=ca)
-    with keyring_logins([spec.build.index_url]):  # a login only the keyring holds, for envkit's requests and uv
-        lock = resolve(spec, catalog, index, closure=functools.partial(compile_closure, ca_bundle=ca),
-                       index_for=lambda url: PackageIndex(url, ca_bundle=ca))
+    # a login only the keyring holds, for envkit's requests and uv: the spec's index and its variant mirror's
+    logins = [spec.build.index_url, *(variant_indexes(spec, catalog) if spec.build.variant_index_url else ())]
+    try:
+        with keyring_logins(logins):
+            lock = resolve(spec, catalog, index, closure=functools.partial(compile_closure, ca_bundle=ca),
+                           index_for=lambda url: PackageIndex(url, ca_bundle=ca))
+    except (PackageIndexError, ResolutionError) as exc:
+        _unreachable_variant(exc, spec, catalog)
+        raise
+    moved = lock_changes(_previous(lock_path), lock) if lock_path.exists() else None
     write_lock(lock, lock_path)
-    return Resolved(spec, lock, lock_path, False)
+    return Resolved(spec, lock, lock_path, False, moved)
+
+
+def _previous(lock_path: Path) -> Lock | None:
+    """The lock a resolve replaces, to say what moved (one that cannot be read: every image counts as new)."""
+    try:
+        return load_lock(lock_path)
+    except LockError:
+        return None
+
+
+def _planned(spec: Spec, catalog: Catalog) -> list:
+    """The plan of each image that has one (an image the plan refuses is left out: resolve says why)."""
+    plans = []
+    for image in spec.images:
+        try:
+            plans += plan(spec, catalog, only=[image.name])
+        except EnvkitError:
+            continue
+    return plans
+
+
+def _builds(p) -> list:
+    """The builds a plan may lock: its choice, then the others that fit."""
+    return list(dict.fromkeys((p.chosen, *p.viable)))
+
+
+def variant_indexes(spec: Spec, catalog: Catalog) -> list[str]:
+    """The variant indexes (``build.variant_index_url`` filled in) the resolver may ask for the spec's images, from
+    the plan alone: the keyring is asked for these URLs (then their host), as pip asks it."""
+    return list(dict.fromkeys(c.index for p in _planned(spec, catalog) for c in _builds(p) if c.index))
+
+
+def _unreachable(text: str, url: str) -> bool:
+    """Whether ``text`` (envkit's index client's error, or uv's) says the index at ``url`` did not answer, or answered
+    without the project or the simple API; never a login (a 401's hint says where one goes)."""
+    at = re.escape(url.rstrip("/"))
+    return bool(re.search(rf"(cannot reach the package index at|cannot fetch|Failed to fetch:|error sending request "
+                          rf"for url \()\s*{at}/|the index {at} has no project|{at}/\S* answered \d+ without", text))
+
+
+def _unreachable_variant(exc: EnvkitError, spec: Spec, catalog: Catalog) -> None:
+    """An index error naming the variant index of an image's build (not a login: that hint says where one goes):
+    the hint gains the ways out (``rules.unreachable_variant_ways_out``): a mirror, a build from the spec's own
+    index, a driver that runs the release's default build."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    from .rules import unreachable_variant_ways_out
+
+    text = " ".join(str(x) for x in (exc.message, exc.hint or "", getattr(exc, "cause", "")))
+    if "ways out:" in (exc.hint or ""):
+        return
+    for p in _planned(spec, catalog):
+        if not exc.message.startswith(f"image {p.target.name!r}") and len(spec.images) > 1:
+            continue
+        failed = next((c for c in _builds(p) if c.index and _unreachable(text, c.index)), None)
+        if failed is None:
+            continue
+        ways = unreachable_variant_ways_out(
+            failed, catalog, p.fleet, p.python, SpecifierSet(p.target.cuda) if p.target.cuda else None,
+            Requirement(p.target.framework), spec.build.variant_index_url, spec.build.index_url)
+        exc.hint = (f"{exc.hint}\n  " if exc.hint else "") + ways
+        return
 
 
 def _locked(spec_path: Path, spec: Spec, catalog: Catalog, lock_path: Path, progress) -> Resolved:
@@ -139,6 +211,20 @@ def explain(spec_path: Path, image: str):
     spec, catalog = load(spec_path)
     spec.image(image)
     return plan(spec, catalog, only=[image])[0]
+
+
+def locked_image(spec_path: Path, image: str, lock_path: Path | None = None) -> LockedImage | None:
+    """``image`` as SPEC's lock holds it, while that lock is current (what the extras made of the plan, and each
+    pip: package's version and why); None without one."""
+    spec, catalog = load(spec_path)
+    path = lock_path_for(spec_path, lock_path)
+    try:
+        lock = load_lock(path)
+    except LockError:
+        return None
+    if drift(spec, catalog, lock):
+        return None
+    return next((i for i in lock.images if i.name == image), None)
 
 
 def check_lock(spec_path: Path, lock_path: Path | None = None) -> list[str]:

@@ -14,8 +14,10 @@ closure compiler are passed in, so tests use fakes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
@@ -24,10 +26,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from . import __version__, devel
+from . import __version__, devel, joint
 from .candidates import ALLOWED_EXTRAS, FRAMEWORKS, Candidate, candidates
 from .catalog import Arch, Catalog, OsBase, vtuple
-from .closure import Pin, compile_closure
+from .closure import Pin, compile_closure, framework_group
 from .errors import CatalogError, Location, PackageIndexError, ResolutionError, SpecError, WheelReadError
 from .lock import BaseImage, Decision, Lock, LockedImage, Package, canonical, sealed
 from .spec import Base, Spec, Target
@@ -62,6 +64,9 @@ class ImagePlan:
     decisions: list[Decision] = field(default_factory=list)
     fleet: Fleet | None = None
     where: Location | None = None  # the image in the spec
+    viable: tuple[Candidate, ...] = ()  # every build that fits the fleet, preferred first (chosen: the extras')
+    rejected: tuple[str, ...] = ()  # the builds rejected before the first that fits, with their reasons
+    flavour_where: Location | None = None  # the image's flavour: line
 
 
 # --- spec checks that need the catalog ------------------------------------------------
@@ -166,29 +171,42 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
     check_excluded_pin(spec, target, catalog, fleet, python)
     req = Requirement(target.framework)
     cuda_spec = SpecifierSet(target.cuda) if target.cuda else None
-    rejected: list[str] = []
-    chosen = None
-    for c in candidates(req, catalog):
+    rejected: list[str] = []  # the builds rejected before the first that fits (newer, or preferred)
+    viable: list[Candidate] = []  # every build that fits, preferred first: the extras choose among them at resolve
+    for c in candidates(req, catalog, variant_index=spec.build.variant_index_url):
         why = reject_reason(c, python, catalog, fleet, cuda_spec)
         if why is None:
-            chosen = c
-            break
-        rejected.append(f"{c.label}: {why}")
-    if chosen is None:
+            viable.append(c)
+        elif not viable:
+            rejected.append(f"{c.label}: {why}")
+    if not viable:
         raise ResolutionError(
             f"no {req.name} build satisfies image {target.name!r} ({target.framework}) on this fleet",
             location=where, hint=ways_out(req, python, catalog, fleet, cuda_spec, rejected))
+    p = ImagePlan(target, base, os_base, python, viable[0], "", "", fleet.policy, decisions, fleet, where,
+                  tuple(viable), tuple(rejected), spec.locate("images", spec.index_of(target.name), "flavour"))
+    return choose(p, viable[0], catalog)
+
+
+def choose(p: ImagePlan, chosen: Candidate, catalog: Catalog, why: str | None = None) -> ImagePlan:
+    """``p`` with ``chosen`` as its build: the decisions that follow from the build made again. ``why``: why not
+    the plan's first build (the extras' joint solve said so)."""
+    decisions = [d for d in p.decisions if d.topic in ("base", "python")]
     reason = "newest build that fits every constraint"
+    if why:
+        reason = "newest build that fits every constraint and the extras: " + why
     if not chosen.default:
         reason += "; not the index's default build, so it comes from " + (chosen.index or "its own index")
-    decisions.append(Decision(topic=req.name, choice=chosen.label, reason=reason, rejected=tuple(rejected)))
+    decisions.append(Decision(topic=Requirement(p.target.framework).name, choice=chosen.label, reason=reason,
+                              rejected=p.rejected))
+    fleet = p.fleet
     floor = catalog.driver_floor_for(chosen.cuda, fleet.policy)
     decisions.append(Decision(
         topic="driver_floor", choice=floor,
         reason=f"CUDA {chosen.cuda} under policy '{fleet.policy}' " + (
             "(minor-version compatibility within the major)" if fleet.policy == "minor" else "(the toolkit's own floor)")))
-    if target.flavour == "devel":
-        decisions.append(_devel_plan(spec, target, chosen))
+    if p.target.flavour == "devel":
+        decisions.append(_devel_plan(p.target, chosen, p.flavour_where))
     if fleet.gpus:
         decisions.append(Decision(topic="gpus", choice=" ".join(sorted({g.cc for g in fleet.gpus}, key=vtuple)),
                                   reason="every fleet GPU is covered by " + (
@@ -198,16 +216,15 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
         decisions.append(Decision(topic="gpus", choice="not checked",
                                   reason="fleet.gpus lists no GPU, so no compute capability was checked against the "
                                          "build's arch list; list the fleet's models to have it checked"))
-    return ImagePlan(target, base, os_base, python, chosen, floor, catalog.require_cuda_for(chosen.cuda, fleet.policy),
-                     fleet.policy, decisions, fleet, where)
+    return replace(p, chosen=chosen, driver_floor=floor, require_cuda=catalog.require_cuda_for(chosen.cuda, fleet.policy),
+                   decisions=decisions)
 
 
-def _devel_plan(spec: Spec, target: Target, c) -> Decision:
+def _devel_plan(target: Target, c, where: Location | None) -> Decision:
     """The devel flavour, judged when planning (explain, and resolve before the network) where the catalog
     knows enough: a framework envkit makes no devel image of, or an exactly pinned CUDA it has no compiler for,
     is refused at the image's flavour: line, as is a CUDA 12 range starting above Debian's toolkits (jax[cuda12]:
     12.9 on). Any other range-pinned CUDA is judged on what the closure locks."""
-    where = spec.locate("images", spec.index_of(target.name), "flavour")
     try:
         devel.check_framework(target.name, c.framework)
         newest_toolkit = max(vtuple(t) for t in devel.DEBIAN_TOOLKITS)
@@ -257,66 +274,110 @@ def resolve(spec: Spec, catalog: Catalog, index: Index, *, closure: Closure = co
             index_for: IndexFactory | None = None, only: list[str] | None = None,
             arch_reader: ArchReader = read_arches) -> Lock:
     """Plan, then lock each image: confirm bundled pins and the compiled arch list from the wheel,
-    compile the closure with hashes."""
+    compile the closure with hashes. The images are locked side by side (each mostly waits on the index and
+    uv); the first image in the spec's order that fails is the error."""
     plans = plan(spec, catalog, only)
-    images = []
-    for p in plans:
-        try:
-            images.append(lock_image(p, index, catalog, closure, index_for, spec.fleet.min_driver, arch_reader))
-        except (ResolutionError, PackageIndexError) as exc:  # which image, and where the spec gives it
-            if exc.location is None:
-                i = spec.index_of(p.target.name)
-                extras = getattr(exc, "from_extras", False)  # the closure failed only with the extra packages
-                exc.location = (spec.locate("images", i, "pip") if extras else None) or spec.locate("images", i, "name")
-                if not exc.message.startswith(f"image {p.target.name!r}"):
-                    exc.message = f"image {p.target.name!r}: {exc.message}"
-                    exc.args = (exc.message, *exc.args[1:])
-            raise
+    pool = ThreadPoolExecutor(max_workers=IMAGE_WORKERS)
+    try:
+        futures = [pool.submit(lock_image, p, index, catalog, closure, index_for, spec.fleet.min_driver, arch_reader)
+                   for p in plans]
+        images = [_locked(spec, p, f) for p, f in zip(plans, futures)]
+    finally:  # interrupted or failed: start nothing more, and wait for the solves already running to end
+        pool.shutdown(wait=True, cancel_futures=True)
     return Lock(team=spec.team, spec_digest=spec_digest(spec), catalog_digest=catalog.digest,
                 envkit_version=__version__, images=tuple(images))
 
 
+IMAGE_WORKERS = 4  # images locked at once
+
+
+def _locked(spec: Spec, p: ImagePlan, future: Future) -> LockedImage:
+    """One image's lock, or its error named after the image and placed at its line in the spec."""
+    try:
+        return future.result()
+    except (ResolutionError, PackageIndexError) as exc:  # which image, and where the spec gives it
+        if exc.location is None:
+            i = spec.index_of(p.target.name)
+            extras = getattr(exc, "from_extras", False)  # the closure failed only with the extra packages
+            exc.location = (_pip_entry(spec, i, getattr(exc, "package", None))
+                            or (spec.locate("images", i, "pip") if extras else None)
+                            or spec.locate("images", i, "name"))
+            if not exc.message.startswith(f"image {p.target.name!r}"):
+                exc.message = f"image {p.target.name!r}: {exc.message}"
+                exc.args = (exc.message, *exc.args[1:])
+        raise
+
+
+def _pip_entry(spec: Spec, i: int, package: str | None) -> Location | None:
+    """Where the spec asks for ``package`` in image ``i``'s pip: (or defaults.pip)."""
+    if package is None:
+        return None
+    for path, entries in ((("images", i, "pip"), spec.images[i].pip), (("defaults", "pip"), spec.defaults.pip)):
+        for j, entry in enumerate(entries):
+            if canonicalize_name(Requirement(str(entry)).name) == package:
+                return spec.locate(*path, j)
+    return None
+
+
 def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
                index_for: IndexFactory | None, min_driver: str, arch_reader: ArchReader = read_arches) -> LockedImage:
-    c = p.chosen
-    decisions = list(p.decisions)
-    fw_index = index if c.index is None else (index_for(c.index) if index_for else _default_index_for(c.index))
-    cuda = cudnn = nccl = wheel = None
-    if c.exact_pins:
-        wheel = fw_index.wheel_for(c.framework, _v(c.version), p.python, p.os.glibc)
-        if wheel is None:
-            raise ResolutionError(f"{c.label} has no wheel for CPython {p.python} on glibc {p.os.glibc} at {fw_index.url}",
-                                  hint="choose another Python/base or framework version")
-        pins = bundled_pins(fw_index.requires(wheel), p.python)
-        cuda, cudnn, nccl = pins.get("cuda"), pins.get("cudnn"), pins.get("nccl")
-        if cuda and ".".join(cuda.split(".")[:2]) != c.cuda:
-            raise ResolutionError(f"{wheel.filename} pins CUDA {cuda}, but the catalog says {c.label} is CUDA {c.cuda}",
-                                  hint="run `envkit catalog refresh` to update the catalog from the index")
-        decisions.append(Decision(topic="bundled", choice=f"CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}",
-                                  reason=f"pinned by {wheel.filename}'s metadata on {fw_index.url}"))
-    arches = c.arches
-    if c.min_cc is None and c.framework in READERS:
-        wheel = wheel or fw_index.wheel_for(c.framework, _v(c.version), p.python, p.os.glibc)
-        arches = confirm_arches(p, catalog, fw_index, wheel, arch_reader, decisions)
-    constraints = []
-    top = catalog.max_cuda_for_driver(min_driver)
-    if not c.exact_pins and p.policy == "strict" and top and vtuple(top)[0] == vtuple(c.cuda)[0]:
-        # range pins under strict policy: keep the CUDA runtime within what the fleet's driver fully supports
-        constraints.append(f"{_runtime_pkg(vtuple(c.cuda)[0])}<{vtuple(top)[0]}.{vtuple(top)[1] + 1}")
-    extra_index = index.url if c.index else None
-    fw = closure([c.requirement], python=p.python, glibc=p.os.glibc, index_url=fw_index.url,
-                 extra_index_url=extra_index, extra_constraints=constraints)
-    packages = [Package(name=x.name, version=x.version, hashes=x.hashes, group="framework") for x in fw]
-    if p.target.pip:
-        try:
-            full = closure([c.requirement, *p.target.pip], python=p.python, glibc=p.os.glibc, index_url=fw_index.url,
-                           extra_index_url=extra_index, constraints=fw, extra_constraints=constraints)
-        except ResolutionError as exc:
-            exc.from_extras = True  # the framework's closure alone was solved: the image's pip: line is the cause
-            raise
-        names = {x.name for x in fw}
-        packages += [Package(name=x.name, version=x.version, hashes=x.hashes, group="extra")
-                     for x in full if x.name not in names]
+    index_of = index_for or _default_index_for
+    caps = functools.partial(_caps, policy=p.policy, top=catalog.max_cuda_for_driver(min_driver))
+    t = joint.Target(p.target.name, tuple(p.target.pip), p.python, p.os.glibc, caps)
+    newest: dict[str, Future] = {}
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for extra in t.extras:  # asked of the index while uv solves
+            newest[canonicalize_name(Requirement(extra).name)] = pool.submit(
+                joint.newest_admitted, index, extra, p.python, p.os.glibc)
+        solved = None
+        if t.extras:
+            known = {Version(x.version) for x in candidates(Requirement(p.chosen.framework), catalog, ignore_version=True)}
+            try:
+                solved = joint.solve(t, list(p.viable), catalog, index, closure, index_of, known)
+            except ResolutionError as exc:
+                exc.from_extras = True  # solved with the image's pip: packages, which the error is about
+                raise
+            if solved.candidate != p.chosen:
+                p = choose(p, solved.candidate, catalog, solved.why)
+        c = p.chosen
+        decisions = list(p.decisions)
+        fw_index = index if c.index is None else index_of(c.index)
+        cuda = cudnn = nccl = wheel = None
+        if c.exact_pins:
+            wheel = fw_index.wheel_for(c.framework, _v(c.version), p.python, p.os.glibc)
+            if wheel is None:
+                raise ResolutionError(f"{c.label} has no wheel for CPython {p.python} on glibc {p.os.glibc} at {fw_index.url}",
+                                      hint="choose another Python/base or framework version")
+            pins = bundled_pins(fw_index.requires(wheel), p.python)
+            cuda, cudnn, nccl = pins.get("cuda"), pins.get("cudnn"), pins.get("nccl")
+            if cuda and ".".join(cuda.split(".")[:2]) != c.cuda:
+                raise ResolutionError(f"{wheel.filename} pins CUDA {cuda}, but the catalog says {c.label} is CUDA {c.cuda}",
+                                      hint="run `envkit catalog refresh` to update the catalog from the index")
+            decisions.append(Decision(topic="bundled", choice=f"CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}",
+                                      reason=f"pinned by {wheel.filename}'s metadata on {fw_index.url}"))
+        arches = c.arches
+        if c.min_cc is None and c.framework in READERS:
+            wheel = wheel or fw_index.wheel_for(c.framework, _v(c.version), p.python, p.os.glibc)
+            arches = confirm_arches(p, catalog, fw_index, wheel, arch_reader, decisions)
+        extra_index = index.url if c.index else None
+        if solved is None:
+            closed = closure([c.requirement], python=p.python, glibc=p.os.glibc, index_url=fw_index.url,
+                             extra_index_url=extra_index, extra_constraints=list(caps(c)))
+            own = {x.name for x in closed}
+        else:
+            closed = list(solved.pins)
+            own = framework_group(closed, c.framework)  # the framework's closure, as the extras allowed it
+            pairing = catalog.companions(c.framework, c.version)
+            newest_now = {n: f.result() for n, f in newest.items()}
+            for extra in t.extras:  # a companion's newest is the newest that pairs with this release (index cached)
+                n = canonicalize_name(Requirement(extra).name)
+                if n in pairing:
+                    newest_now[n] = joint.newest_admitted(index, extra, p.python, p.os.glibc, pairing[n])
+            reports = joint.report_extras(t, solved, newest_now, closure)
+            decisions += [r.decision for r in reports]
+    packages = [Package(name=x.name, version=x.version, hashes=x.hashes,
+                        group="framework" if x.name in own else "extra") for x in closed]
+    fw = [x for x in closed if x.name in own]
     if not c.exact_pins:  # ranges: what the closure picked is what the image holds
         by = {x.name: x.version for x in fw}
         cuda = next((v for n, v in by.items() if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", n)), None)
@@ -342,6 +403,7 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         arch_list=arches, min_cc=c.min_cc, driver_floor=p.driver_floor, require_cuda=p.require_cuda,
         policy=p.policy, base=p.base, apt=tuple(p.target.apt),
         flavour=p.target.flavour, packages=tuple(sorted(packages, key=lambda x: (x.group, x.name))),
+        requested=tuple(dict.fromkeys(canonicalize_name(Requirement(x).name) for x in p.target.pip)),
         decisions=tuple(decisions)))
 
 
@@ -386,6 +448,13 @@ def confirm_arches(p: ImagePlan, catalog: Catalog, fw_index: Index, wheel, reade
                               reason=f"{said}; the catalog says {catalog_list} - the wheel's list is locked "
                                      "(`envkit catalog check-arches` corrects the catalog)"))
     return read.flags
+
+
+def _caps(c: Candidate, *, policy: str, top: str | None) -> tuple[str, ...]:
+    """Range pins under strict policy: the CUDA runtime kept within what the fleet's driver fully supports."""
+    if not c.exact_pins and policy == "strict" and top and vtuple(top)[0] == vtuple(c.cuda)[0]:
+        return (f"{_runtime_pkg(vtuple(c.cuda)[0])}<{vtuple(top)[0]}.{vtuple(top)[1] + 1}",)
+    return ()
 
 
 def _runtime_pkg(major: int) -> str:

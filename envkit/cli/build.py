@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..engine import BuildEvent
+from ..lock import PIP_TOPIC, named_extras
 from .common import IMAGE, SPEC, Ctx, _ctx, _short, builder_option, emit, json_option, locked_option, run, table
 
 
@@ -29,8 +30,32 @@ def resolve_cmd(click_ctx, spec, lock_path, json_out):
 
     c = _ctx(click_ctx, json_out)
     r = run(c, lambda: resolve_spec(spec, lock_path=lock_path, progress=c.progress))
-    emit(c, {"lock": str(r.lock_path), "images": [i.model_dump(mode="json", exclude={"packages"}) for i in r.lock.images]},
-         lambda: (table([_image_row(i) for i in r.lock.images], IMAGE_HEADER), click.echo(f"wrote {r.lock_path}")))
+
+    def human():
+        table([_image_row(i) for i in r.lock.images], IMAGE_HEADER)
+        for image in r.lock.images:
+            _echo_extras(image)
+        for name, changes in (r.moved or {}).items():
+            if changes:
+                click.echo(f"{name} moved: " + "; ".join(changes))
+        click.echo(f"wrote {r.lock_path}")
+
+    emit(c, {"lock": str(r.lock_path),
+             "images": [i.model_dump(mode="json", exclude={"packages"}) | {"extras": named_extras(i)}
+                        for i in r.lock.images],
+             "moved": r.moved}, human)
+
+
+def _echo_extras(image, indent: str = "") -> None:
+    """One line per pip: package of ``image`` (version, and a held-back one's reason on its own line)."""
+    extras = named_extras(image)
+    if not extras:
+        return
+    click.echo(f"{indent}{image.name} pip: " + ", ".join(
+        f"{e['name']} {e['version']}" + (" (HELD BACK)" if e["held_back"] else "") for e in extras))
+    for e in extras:
+        if e["held_back"]:
+            click.echo(f"{indent}  {e['name']} {e['version']}: {e['reason']}")
 
 
 @click.command("lock")
@@ -61,10 +86,11 @@ def lock_cmd(click_ctx, spec, check, lock_path, json_out):
 @click.pass_context
 def explain_cmd(click_ctx, spec, image, json_out):
     """Show why IMAGE of SPEC resolves as it does (or why it cannot)."""
-    from ..pipeline import explain
+    from ..pipeline import explain, locked_image
 
     c = _ctx(click_ctx, json_out)
     p = run(c, lambda: explain(spec, image))
+    locked = run(c, lambda: locked_image(spec, image))
     ch = p.chosen
 
     def human():
@@ -82,10 +108,22 @@ def explain_cmd(click_ctx, spec, image, json_out):
             click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")
             for rej in d.rejected:
                 click.echo(f"    rejected {rej}")
+        if locked is not None:
+            click.echo(f"the lock (current): {locked.framework} {locked.framework_version} ({locked.variant})")
+            for d in locked.decisions:
+                if d.topic == locked.framework or d.topic.startswith(PIP_TOPIC):
+                    click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")
+        elif p.target.pip:
+            click.echo(f"- pip: {', '.join(p.target.pip)}\n    chosen at resolve, in one solve with the framework "
+                       "(which they may hold back); `envkit resolve` locks them and this command then shows why")
 
     emit(c, {"image": image, "framework": ch.framework, "version": ch.version, "variant": ch.variant,
              "cuda": ch.cuda, "cuda_pinned": "exact" if ch.exact_pins else "lower bound", "python": p.python, "driver_floor": p.driver_floor, "require_cuda": p.require_cuda,
-             "index": ch.index, "decisions": [d.model_dump() for d in p.decisions]}, human)
+             "index": ch.index, "decisions": [d.model_dump() for d in p.decisions],
+             "locked": None if locked is None else {
+                 "framework": locked.framework, "version": locked.framework_version, "variant": locked.variant,
+                 "decisions": [d.model_dump() for d in locked.decisions if d.topic == locked.framework],
+                 "extras": named_extras(locked)}}, human)
 
 
 @click.command("render")

@@ -84,7 +84,7 @@ def test_jax_dockerfile_is_the_runtime_flavour(example_jax):
     assert "site-ca" not in text.split("AS runtime", 1)[1]
     framework = files["requirements/framework.txt"].decode()
     for pin in ("jax==0.12.0.1", "jaxlib==0.12.0.1", "jax-cuda13-plugin==0.12.0.1", "nvidia-cudnn-cu13==9.28.1.4",
-                "nvidia-nccl-cu13==2.32.3", "nvidia-cuda-runtime==13.5.37"):
+                "nvidia-nccl-cu13==2.32.6", "nvidia-cuda-runtime==13.5.37"):
         assert f"{pin} \\\n    --hash=sha256:" in framework, pin
     assert json.loads(files["envkit/expect.json"]) == image.expect()
     assert rendered_payload(files) == payload_sources()

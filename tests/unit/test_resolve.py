@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from envkit.catalog import FILES, data_dir, load_catalog
-from envkit.closure import Pin
+from envkit.closure import REQUESTED, Pin
 from envkit.errors import CatalogError, ResolutionError, SpecError
 from envkit.resolve import bundled_pins, check_gpus, covers, plan, resolve
 from envkit.spec import spec_from_document
@@ -200,7 +200,8 @@ class FakeClosure:
                            "index_url": index_url, "constraints": constraints,
                            "extra_index_url": extra_index_url, "extra_constraints": list(extra_constraints or ())})
         fw = Requirement(requirements[0])
-        (pin,) = fw.specifier
+        # a probe asks for a range (">=2.0.0,<=2.5.1,!=2.3.0"): the newest it admits is its upper bound
+        pin = next(s for s in fw.specifier if s.operator in ("==", "<="))
         limits = [Requirement(c) for c in extra_constraints or ()]
 
         def runtime(name: str) -> str:
@@ -223,10 +224,16 @@ class FakeClosure:
         elif fw.name == "tensorflow":
             pins |= {"nvidia-cuda-runtime-cu12": runtime("nvidia-cuda-runtime-cu12"),
                      "nvidia-cudnn-cu12": "9.3.0.75"}
+        via = {n: {fw.name} for n in pins} | {fw.name: {REQUESTED}}
         for req in requirements[1:]:
-            for name, version in EXTRA_CLOSURE[Requirement(req).name.lower()]:
+            (top, _), *deps = EXTRA_CLOSURE[Requirement(req).name.lower()]
+            pins[top] = dict(EXTRA_CLOSURE[Requirement(req).name.lower()])[top]
+            via.setdefault(top, set()).add(REQUESTED)
+            for name, version in deps:
                 pins[name] = version
-        return sorted((Pin(n, v, _h(f"{n}=={v}")) for n, v in pins.items()), key=lambda p: p.name)
+                via.setdefault(name, set()).add(top)
+        return sorted((Pin(n, v, _h(f"{n}=={v}"), tuple(sorted(via[n]))) for n, v in pins.items()),
+                      key=lambda p: p.name)
 
 
 # --- specs from YAML text ---------------------------------------------------------------
@@ -689,13 +696,13 @@ def test_packages_grouped_framework_then_extra(catalog):
     assert [p.group for p in image.packages] == sorted(p.group for p in image.packages)
     torch = next(p for p in image.packages if p.name == "torch")
     assert torch.version == "2.5.1" and torch.hashes == _h("torch==2.5.1")
-    # the extra closure is solved with the framework closure as constraints
-    first, second = closure.calls
-    assert first["requirements"] == ["torch==2.5.1"] and first["constraints"] is None
-    assert second["requirements"] == ["torch==2.5.1", "requests>=2.31", "numpy==2.1.*", "jinja2"]
-    assert [p.name for p in second["constraints"]] == groups["framework"]
-    assert {(c["python"], c["glibc"], c["index_url"], c["extra_index_url"]) for c in closure.calls} == {
-        ("3.11", "2.36", SPEC_INDEX, None)}
+    # one joint solve of the framework (any release the plan allows) and the extras; the framework's group is
+    # what torch requires in it (uv's annotations), the rest the extras'
+    (call,) = closure.calls
+    assert call["requirements"] == ["torch>=2.5.0,<=2.5.1", "requests>=2.31", "numpy==2.1.*", "jinja2"]
+    assert call["constraints"] is None
+    assert (call["python"], call["glibc"], call["index_url"], call["extra_index_url"]) == ("3.11", "2.36", SPEC_INDEX, None)
+    assert image.requested == ("requests", "numpy", "jinja2")
 
 
 def test_no_pip_means_one_closure_call(catalog):
@@ -1107,16 +1114,16 @@ def test_jax_is_judged_by_min_cc_and_reads_no_wheel(catalog):
 
 
 def test_an_error_that_names_its_image_is_not_prefixed_twice_nor_sent_to_pip(catalog):
-    """Only the closure with the extra packages points at pip:; an image named after anything still gets its
-    name: line; a message that already names the image is left as it is."""
+    """Only the joint solve with the extra packages points at pip:; an image without extras, named after
+    anything, gets its name: line; a message that already names the image is left as it is."""
     def refusing(requirements, **kw):
         raise ResolutionError("image 'closure-lab' locks the CUDA runtime, but its closure pins another nvcc")
 
-    spec = load(make_spec(pip=["numpy"]).replace("name: img", "name: closure-lab"))
+    spec = load(make_spec().replace("name: img", "name: closure-lab"))
     with pytest.raises(ResolutionError) as exc:
         run(catalog, closure=refusing, spec=spec)
     assert exc.value.message.count("closure-lab") == 1 and str(exc.value).count("closure-lab") == 1
-    assert exc.value.location.line == 10  # its name: line (the framework's own closure failed, not the extras)
+    assert exc.value.location.line == 10  # its name: line (no extras: the framework's own closure failed)
 
 
 def test_an_image_named_as_a_base_mirror_is_refused_at_its_name(catalog):

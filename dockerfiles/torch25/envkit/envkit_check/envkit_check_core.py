@@ -104,8 +104,9 @@ EXPECT_VERSIONS = ("python", "torch", "jax", "jaxlib", "cuda_plugin", "tensorflo
 EXPECT_NULLABLE = {"cuda": "none (a CPU-only build)", "cudnn": "none (a CPU-only build)",
                    "nccl": "none (a CPU-only build)", "arch_list": "none (a CPU-only build)",
                    "driver_floor": "no floor", "min_cc": "no floor", "perf_floors": "no floors"}
-EXPECT_KEYS = ("framework",) + EXPECT_VERSIONS + tuple(EXPECT_NULLABLE)
+EXPECT_KEYS = ("framework", "requested") + EXPECT_VERSIONS + tuple(EXPECT_NULLABLE)
 VERSION_TEXT = re.compile(r"\d+(\.\d+)*[0-9A-Za-z.+!_-]*")  # 3.11, 525.60.13, 2.5.1, 2.6.0.dev20241112+cu124
+DISTRIBUTION = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")  # a canonical (PEP 503) distribution name
 
 
 def _shown(value: Any) -> str:
@@ -126,6 +127,14 @@ def expect_problems(expect: Dict[str, Any]) -> List[str]:
                 problems.append(f"framework {_shown(value)}: this payload checks {', '.join(FRAMEWORK_NAMES)} images")
         elif value is None and key in EXPECT_NULLABLE:
             continue
+        elif key == "requested":  # the spec's pip: packages, each with the locked version (null: any)
+            bad = [k for k, v in value.items() if not DISTRIBUTION.fullmatch(k) or not (
+                v is None or isinstance(v, str) and VERSION_TEXT.fullmatch(v))] if isinstance(value, dict) else None
+            if bad is None:
+                problems.append(f'{shown}: must be an object of distributions and versions such as {{"torchaudio": '
+                                '"2.5.1"}')
+            elif bad:
+                problems.append(f"{shown}: {', '.join(map(repr, bad))} not a canonical name with a version or null")
         elif key == "arch_list":
             if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
                 problems.append(f'{shown}: must be a list of archs such as ["sm_80", "sm_90"], or null for none '

@@ -3,8 +3,8 @@
 A JAX image holds jax, jaxlib and the CUDA plugin (jax-cudaNN-plugin + -pjrt), with the CUDA
 libraries as nvidia-* wheels. Its checks read those versions from the installed distributions,
 train on the CPU backend, and (certify mode) probe the GPUs through jax. The shared checks
-(python_version, the nvidia-* versions, pip_check, nvidia_smi, telemetry) are the core's and NVML
-module's own functions. jax is imported by ``setup`` only; torch and tensorflow never are.
+(python_version, the nvidia-* versions, pip_check, nvidia_smi, telemetry; requested_imports) are the
+core's, NVML module's and imports module's own functions. jax is imported by ``setup`` only; torch and tensorflow never are.
 
 Standard library + jax (0.4.26+; Python 3.9+). Reference: docs/payload.md, "JAX images".
 """
@@ -23,6 +23,7 @@ from envkit_check_core import (CUDA_DISTRIBUTIONS, NO_GPU, Check, Context, Regis
                                check_wheel_cudnn, check_wheel_nccl, cpu_loss_check, devices_found,
                                distribution_versions, finite, floor_check, library_versions, matmul_rate, needs_cuda,
                                timed_rounds)
+from envkit_check_imports import check_requested
 from envkit_check_nvml import Nvml, check_nvidia_smi, check_telemetry
 
 JAX_DISTRIBUTIONS = dict(CUDA_DISTRIBUTIONS, cuda_plugin=r"jax-cuda\d+-plugin")
@@ -285,6 +286,7 @@ REGISTRY: Registry = [
     ("cudnn_version", check_wheel_cudnn, False),
     ("nccl_version", check_wheel_nccl, False),
     ("pip_check", check_pip, False),
+    ("requested_imports", check_requested, False),  # the spec's pip: packages import
     ("cpu_train_step", check_jax_cpu_train, False),
     ("nvidia_smi", check_nvidia_smi, True),
     ("gpu_devices", check_gpu_devices, True),

@@ -5,8 +5,8 @@ wheels. Its checks read those versions from the installed distributions (the loc
 what tensorflow was compiled against and for from tf.sysconfig.get_build_info() (CUDA, the
 cuDNN major, compute capabilities), train on the CPU, and (certify mode) probe the GPUs through
 tensorflow (nccl_allreduce: envkit_check_tf_allreduce). The shared checks (python_version, the
-nvidia-* versions, pip_check, nvidia_smi, telemetry) are the core's and NVML module's own
-functions. tensorflow is imported by ``setup`` only; torch and jax never are.
+nvidia-* versions, pip_check, nvidia_smi, telemetry; requested_imports) are the core's, NVML
+module's and imports module's own functions. tensorflow is imported by ``setup`` only; torch and jax never are.
 
 Standard library + tensorflow (2.20 tried; Python 3.9+). Reference: docs/payload.md, "TensorFlow images".
 """
@@ -21,6 +21,7 @@ from envkit_check_core import (CUDA_DISTRIBUTIONS, NO_GPU, Check, Context, Regis
                                check_pip, check_python, check_wheel_cuda_runtime, check_wheel_cudnn, check_wheel_nccl,
                                cpu_loss_check, devices_found, distribution_versions, finite, floor_check, ints,
                                library_versions, matmul_rate, needs_cuda, padded)
+from envkit_check_imports import check_requested
 from envkit_check_nvml import Nvml, check_nvidia_smi, check_telemetry
 from envkit_check_tf_allreduce import check_tf_allreduce
 
@@ -272,6 +273,7 @@ REGISTRY: Registry = [
     ("nccl_version", check_wheel_nccl, False),
     ("build_info", check_tf_build_info, False),
     ("pip_check", check_pip, False),
+    ("requested_imports", check_requested, False),  # the spec's pip: packages import
     ("cpu_train_step", check_tf_cpu_train, False),
     ("nvidia_smi", check_nvidia_smi, True),
     ("gpu_devices", check_tf_gpu_devices, True),

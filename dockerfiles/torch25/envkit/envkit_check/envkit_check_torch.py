@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional
 
 from envkit_check_core import (Check, Context, Registry, check_pip, check_python, compare_version, devices_found,
                                finite)
+from envkit_check_imports import check_requested
 from envkit_check_nvml import Nvml, check_nvidia_smi, check_telemetry
 from envkit_check_torch_cuda import (check_arch_covered, check_bandwidth, check_cuda_available, check_cuda_train,
                                      check_dataloader, check_matmul, check_memory, check_nccl_allreduce,
@@ -190,6 +191,7 @@ REGISTRY: Registry = [
     ("nccl_version", check_nccl_version, False),
     ("arch_list", check_arch_list, False),
     ("pip_check", check_pip, False),
+    ("requested_imports", check_requested, False),  # the spec's pip: packages import
     ("cpu_train_step", check_cpu_train, False),
     ("dataloader_cpu", check_dataloader_cpu, False),
     ("nvidia_smi", check_nvidia_smi, True),

@@ -1,0 +1,78 @@
+"""Realistic team stacks resolved against the live package index (tests/network/corpus/*.yaml).
+
+Each spec is what a team writes; the table says what a correct resolve locks, or which package a
+refusal must name. Resolve only (no engine): the images built and verified from two of these
+stacks are tests/integration/test_team_stacks.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+pytestmark = pytest.mark.network
+
+CORPUS = Path(__file__).parent / "corpus"
+ENVKIT = [sys.executable, "-m", "envkit.cli"]
+
+# spec -> (framework version admitted, {extra: versions admitted}) for the stacks that resolve
+RESOLVES = {
+    "training": ("==2.8.*", {"transformers": ">=4.50,<5", "accelerate": ">=1,<2", "datasets": ">=3", "peft": ">=0.15"}),
+    "vision": ("==2.6.*", {"torchvision": "==0.21.*", "torchaudio": "==2.6.*", "lightning": ">=2"}),
+    "diffusion": ("==2.6.0", {"xformers": "==0.0.29.post3", "diffusers": ">=0.30"}),
+    "serving": ("==2.7.1", {"vllm": "==0.10.1"}),
+    "jax": (">=0.4", {"flax": ">=0.10", "optax": ">=0.2"}),
+    "tensorflow": (">=2.16", {"keras": ">=3"}),
+}
+# spec -> (exit code, the package the refusal names, words it says)
+REFUSES = {
+    "sdist-only": (4, "flash-attn", "no release of flash-attn on"),
+    "no-wheel-for-python": (4, "numpy", "the newest release of numpy with a wheel for it is"),
+    "unpaired-companion": (4, "torchaudio", "torchaudio==2.8.* pairs with no torch build"),
+}
+
+
+def resolve(name: str, tmp_path: Path) -> tuple[int, dict]:
+    proc = subprocess.run([*ENVKIT, "resolve", "--json", str(CORPUS / f"{name}.yaml"), "--lock",
+                           str(tmp_path / f"{name}.lock")], capture_output=True, text=True, timeout=300)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_the_corpus_is_the_tables():
+    assert {p.stem for p in CORPUS.glob("*.yaml")} == set(RESOLVES) | set(REFUSES)
+
+
+@pytest.mark.parametrize("name", sorted(RESOLVES))
+def test_a_team_stack_resolves_jointly(name, tmp_path):
+    rc, doc = resolve(name, tmp_path)
+    assert rc == 0, doc
+    (image,) = doc["images"]
+    framework, extras = RESOLVES[name]
+    assert SpecifierSet(framework).contains(image["framework_version"].split("+")[0]), image["framework_version"]
+    got = {e["name"]: e for e in image["extras"]}
+    assert set(got) == set(extras) == set(image["requested"])
+    for extra, admitted in extras.items():
+        assert SpecifierSet(admitted).contains(got[extra]["version"].split("+")[0]), (extra, got[extra])
+        assert got[extra]["reason"], extra
+    lock = json.loads((tmp_path / f"{name}.lock").read_text())
+    groups = {p["name"]: p["group"] for p in lock["images"][0]["packages"]}
+    assert groups[image["framework"]] == "framework" and set(extras) <= set(groups)
+    # keras is tensorflow's own dependency, so in its closure; the others are the extras'
+    assert {e for e in extras if groups[e] == "framework"} == ({"keras"} if name == "tensorflow" else set())
+
+
+@pytest.mark.parametrize("name", sorted(REFUSES))
+def test_a_stack_that_cannot_be_installed_is_refused_naming_the_package(name, tmp_path):
+    rc, doc = resolve(name, tmp_path)
+    code, package, words = REFUSES[name]
+    assert rc == code, doc
+    assert package in doc["message"] and words in doc["message"], doc
+    line = (CORPUS / f"{name}.yaml").read_text().splitlines()[12]
+    column = line.index(f'"{package}') + 1  # the pip: entry that names the package
+    assert doc["location"] == f"{CORPUS / name}.yaml:13:{column}", doc
+    assert not (tmp_path / f"{name}.lock").exists()
