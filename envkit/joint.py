@@ -305,6 +305,19 @@ def report_extras(t: Target, j: Joint, newest: dict[str, str | None], closure: C
     return out
 
 
+def refuse_held_back(reports: list[ExtraReport]) -> None:
+    """build.held_back: refuse: the first package held far back fails the resolve, saying what held it."""
+    for r in reports:
+        if r.held_back:
+            raise PackageRefusal(
+                f"{r.name} would be locked at {r.version}, far behind {r.newest}, the newest release its pip: entry "
+                f"admits, and build.held_back is 'refuse': " + r.decision.reason.removeprefix(HELD_BACK),
+                package=r.name,
+                hint=f"relax or drop what holds it back (uv's reason above), ask for \"{r.name}>={r.newest}\" to have "
+                     f"the solve fail on the conflict itself, or pin an older {r.name} on purpose; build.held_back: "
+                     "show locks it and says so")
+
+
 def _held_by(t: Target, j: Joint, name: str, top: str, closure: Closure) -> str:
     try:
         j.solve_again(closure, t, f"{name}>={top}")

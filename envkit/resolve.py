@@ -279,8 +279,8 @@ def resolve(spec: Spec, catalog: Catalog, index: Index, *, closure: Closure = co
     plans = plan(spec, catalog, only)
     pool = ThreadPoolExecutor(max_workers=IMAGE_WORKERS)
     try:
-        futures = [pool.submit(lock_image, p, index, catalog, closure, index_for, spec.fleet.min_driver, arch_reader)
-                   for p in plans]
+        futures = [pool.submit(lock_image, p, index, catalog, closure, index_for, spec.fleet.min_driver, arch_reader,
+                               held_back=spec.build.held_back or "show") for p in plans]
         images = [_locked(spec, p, f) for p, f in zip(plans, futures)]
     finally:  # interrupted or failed: start nothing more, and wait for the solves already running to end
         pool.shutdown(wait=True, cancel_futures=True)
@@ -320,7 +320,10 @@ def _pip_entry(spec: Spec, i: int, package: str | None) -> Location | None:
 
 
 def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
-               index_for: IndexFactory | None, min_driver: str, arch_reader: ArchReader = read_arches) -> LockedImage:
+               index_for: IndexFactory | None, min_driver: str, arch_reader: ArchReader = read_arches, *,
+               held_back: str = "show") -> LockedImage:
+    """Lock one planned image. ``held_back``: the spec's build.held_back ('refuse': a pip: package held far behind
+    the newest release it admits fails the resolve, at its pip: entry)."""
     index_of = index_for or _default_index_for
     caps = functools.partial(_caps, policy=p.policy, top=catalog.max_cuda_for_driver(min_driver))
     t = joint.Target(p.target.name, tuple(p.target.pip), p.python, p.os.glibc, caps)
@@ -374,6 +377,8 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
                 if n in pairing:
                     newest_now[n] = joint.newest_admitted(index, extra, p.python, p.os.glibc, pairing[n])
             reports = joint.report_extras(t, solved, newest_now, closure)
+            if held_back == "refuse":
+                joint.refuse_held_back(reports)
             decisions += [r.decision for r in reports]
     packages = [Package(name=x.name, version=x.version, hashes=x.hashes,
                         group="framework" if x.name in own else "extra") for x in closed]

@@ -207,14 +207,19 @@ class BuildOptions(Strict):
     variant_index_url: VariantIndex | None = Field(
         None, description="Mirror of PyTorch's variant indexes (download.pytorch.org/whl/{variant}), for builds other "
                           "than the index's default, e.g. 'https://mirror.corp.example/pytorch/whl/{variant}'")
+    held_back: Literal["show", "refuse"] | None = Field(
+        None, description="A pip: package the joint solve holds far behind the newest release it admits (a major "
+                          "release, or 3 minor ones): 'show' (the default) says so with uv's reason; 'refuse' fails "
+                          "the resolve")
 
     @model_serializer(mode="wrap")
     def _without_unset_variant_index(self, handler) -> dict:
-        """No ``variant_index_url`` key when unset: the spec digest locks keep (``model_dump``) stays as it was before
-        the field existed, so their locks stay current."""
+        """No ``variant_index_url`` or ``held_back`` key when unset: the spec digest locks keep (``model_dump``) stays
+        as it was before the fields existed, so their locks stay current."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("variant_index_url") is None:
-            data.pop("variant_index_url", None)
+        for key in ("variant_index_url", "held_back"):
+            if isinstance(data, dict) and data.get(key) is None:
+                data.pop(key, None)
         return data
 
     def variant_index(self, tag: str) -> str | None:

@@ -103,13 +103,15 @@ def explain_cmd(click_ctx, spec, image, json_out):
             libs = ", ".join(f"{what} {bound(v)}" for what, v in (("CUDA", ch.cuda), ("cuDNN", ch.cudnn),
                                                                     ("NCCL", ch.nccl)) if v)
             libs += " (the closure picks the versions at resolve)"
-        click.echo(f"{image}: {ch.label}, {libs}, Python {p.python}, driver >= {p.driver_floor} ({p.require_cuda})")
+        before = " (the fleet's pick, before its pip: packages)" if p.target.pip else ""
+        click.echo(f"{image}{before}: {ch.label}, {libs}, Python {p.python}, driver >= {p.driver_floor} ({p.require_cuda})")
         for d in p.decisions:
             click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")
             for rej in d.rejected:
                 click.echo(f"    rejected {rej}")
         if locked is not None:
-            click.echo(f"the lock (current): {locked.framework} {locked.framework_version} ({locked.variant})")
+            click.echo(f"{image} as locked (the lock is current), with its pip: packages: {locked.framework} "
+                       f"{locked.framework_version} ({locked.variant})")
             for d in locked.decisions:
                 if d.topic == locked.framework or d.topic.startswith(PIP_TOPIC):
                     click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")

@@ -1,9 +1,10 @@
-"""Two realistic team stacks resolved against the live index, built on the real engine and verified.
+"""Two realistic team stacks of the corpus (tests/network/corpus) resolved against the live index, built on
+the real engine and verified.
 
-nlp:    torch 2.5 + transformers + torchaudio: the payload imports both (torchaudio loads its compiled
-        extension, which fails when it was built against another torch), then a tiny BERT made in the test
-        runs a forward and a backward pass inside the image.
-vision: torch 2.5 + torchvision + lightning: the payload imports them (torchvision's compiled ops).
+nlp:              torch 2.5 + transformers + torchaudio: the payload imports both (torchaudio loads its
+                  compiled extension, which fails when it was built against another torch), then a tiny BERT
+                  made in the test runs a forward and a backward pass inside the image.
+vision-lightning: torch 2.5 + torchvision + lightning: the payload imports them (torchvision's compiled ops).
 
 Both use the example team's base and torch release, so on an engine that built examples/team.yaml the
 framework layer is usually reused (when the joint solve pins the framework's closure as the example's lock
@@ -13,33 +14,19 @@ does) and only the extras are installed. The images (and the classic builder's s
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 
 import pytest
 
 from envkit.labels import TEAM_LABEL
 
-from .conftest import envkit
+from .conftest import ROOT, envkit
 
 pytestmark = [pytest.mark.integration, pytest.mark.network]
 
-SPEC = """\
-version: 1
-team: stacks
-fleet:
-  min_driver: "550.54.15"
-  gpus: [A100, H100, L40S]
-defaults:
-  base:
-    bootstrap: {suite: bookworm, mirror: "http://deb.debian.org/debian"}
-images:
-  - name: nlp
-    framework: "torch==2.5.*"
-    pip: ["transformers==4.*", "torchaudio"]
-  - name: vision
-    framework: "torch==2.5.*"
-    pip: ["torchvision", "lightning"]
-"""
+CORPUS = ROOT / "tests" / "network" / "corpus"
+STACKS = ("nlp", "vision-lightning")  # the corpus's specs (tests/network/test_corpus.py resolves them too)
 
 TINY_BERT = textwrap.dedent("""
     import torch, transformers
@@ -55,35 +42,41 @@ TINY_BERT = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def stacks(engine, tmp_path_factory):
+    """Each corpus spec copied beside its own lock and built (`envkit build --json`): {stack: (lock, image doc)}."""
     work = tmp_path_factory.mktemp("stacks")
-    spec = work / "team.yaml"
-    spec.write_text(SPEC)
+    built = {}
     try:
-        proc = envkit("build", spec, "--out", work / "out", "--json", check=True)
-        yield spec, json.loads(proc.stdout)
+        for name in STACKS:
+            spec = work / f"{name}.yaml"
+            shutil.copyfile(CORPUS / f"{name}.yaml", spec)
+            proc = envkit("build", spec, "--out", work / "out", "--json", check=True)
+            (image,) = json.loads(proc.stdout)["images"]
+            built[name] = (json.loads(spec.with_suffix(".lock").read_text())["images"][0], image)
+        yield built
     finally:
-        for image in engine.client.images.list(filters={"label": f"{TEAM_LABEL}=stacks"}):
+        for image in engine.client.images.list(filters={"label": f"{TEAM_LABEL}=corpus"}):
             engine.client.images.remove(image.id, force=True)
 
 
-def test_both_stacks_build_and_verify(stacks):
-    _, doc = stacks
-    assert {i["name"]: i["status"] for i in doc["images"]} == {"nlp": "verified", "vision": "verified"}, doc
+def test_both_stacks_build_and_verify_importing_what_they_asked_for(stacks):
+    for name, (locked, image) in stacks.items():
+        assert image["status"] == "verified", (name, image)
+        checks = {c["name"]: c for c in image["verification"]["checks"]}
+        check = checks["requested_imports"]
+        assert check["status"] == "passed", check
+        assert {e["name"]: e["status"] for e in check["value"]} == {n: "ok" for n in locked["requested"]}, check
 
 
 def test_the_companions_are_the_ones_paired_with_torch(stacks):
-    spec, _ = stacks
-    lock = json.loads(spec.with_suffix(".lock").read_text())
-    versions = {i["name"]: {p["name"]: p["version"] for p in i["packages"]} for i in lock["images"]}
-    assert versions["nlp"]["torch"] == versions["vision"]["torch"] == "2.5.1"
-    assert versions["nlp"]["torchaudio"].startswith("2.5.") and versions["vision"]["torchvision"].startswith("0.20.")
-    assert {i["name"]: i["requested"] for i in lock["images"]} == {"nlp": ["transformers", "torchaudio"],
-                                                                  "vision": ["torchvision", "lightning"]}
+    versions = {name: {p["name"]: p["version"] for p in locked["packages"]} for name, (locked, _) in stacks.items()}
+    assert versions["nlp"]["torch"] == versions["vision-lightning"]["torch"] == "2.5.1"
+    assert versions["nlp"]["torchaudio"].startswith("2.5.")
+    assert versions["vision-lightning"]["torchvision"].startswith("0.20.")
+    assert stacks["nlp"][0]["requested"] == ["transformers", "torchaudio"]
 
 
 def test_a_tiny_transformer_trains_a_step_inside_the_image(stacks):
-    _, doc = stacks
-    tag = next(i["tag"] for i in doc["images"] if i["name"] == "nlp")
+    tag = stacks["nlp"][1]["tag"]
     proc = envkit("run", tag, "--no-gpus", "--", "python3", "-c", TINY_BERT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("tiny-bert 4.") and proc.stdout.split()[-1] == "4", proc.stdout

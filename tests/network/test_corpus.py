@@ -1,8 +1,8 @@
 """Realistic team stacks resolved against the live package index (tests/network/corpus/*.yaml).
 
 Each spec is what a team writes; the table says what a correct resolve locks, or which package a
-refusal must name. Resolve only (no engine): the images built and verified from two of these
-stacks are tests/integration/test_team_stacks.py.
+refusal must name. Resolve only (no engine): two of these stacks (nlp, vision-lightning) are built
+and verified in tests/integration/test_team_stacks.py.
 """
 
 from __future__ import annotations
@@ -28,12 +28,16 @@ RESOLVES = {
     "serving": ("==2.7.1", {"vllm": "==0.10.1"}),
     "jax": (">=0.4", {"flax": ">=0.10", "optax": ">=0.2"}),
     "tensorflow": (">=2.16", {"keras": ">=3"}),
+    # built and verified too (tests/integration/test_team_stacks.py)
+    "nlp": ("==2.5.1", {"transformers": ">=4.50,<5", "torchaudio": "==2.5.*"}),
+    "vision-lightning": ("==2.5.1", {"torchvision": "==0.20.*", "lightning": ">=2"}),
 }
 # spec -> (exit code, the package the refusal names, words it says)
 REFUSES = {
     "sdist-only": (4, "flash-attn", "no release of flash-attn on"),
     "no-wheel-for-python": (4, "numpy", "the newest release of numpy with a wheel for it is"),
     "unpaired-companion": (4, "torchaudio", "torchaudio==2.8.* pairs with no torch build"),
+    "held-back": (4, "transformers", "far behind"),  # build.held_back: refuse
 }
 
 
@@ -72,7 +76,8 @@ def test_a_stack_that_cannot_be_installed_is_refused_naming_the_package(name, tm
     code, package, words = REFUSES[name]
     assert rc == code, doc
     assert package in doc["message"] and words in doc["message"], doc
-    line = (CORPUS / f"{name}.yaml").read_text().splitlines()[12]
-    column = line.index(f'"{package}') + 1  # the pip: entry that names the package
-    assert doc["location"] == f"{CORPUS / name}.yaml:13:{column}", doc
+    lines = (CORPUS / f"{name}.yaml").read_text().splitlines()
+    row = next(i for i, text in enumerate(lines, 1) if f'"{package}' in text)
+    column = lines[row - 1].index(f'"{package}') + 1  # the pip: entry that names the package
+    assert doc["location"] == f"{CORPUS / name}.yaml:{row}:{column}", doc
     assert not (tmp_path / f"{name}.lock").exists()

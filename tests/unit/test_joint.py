@@ -191,6 +191,18 @@ def test_an_extra_held_back_a_series_says_what_held_it():
     assert uv.calls[0]["requirements"][-1] == "transformers>=5.1.0"
 
 
+def test_a_policy_of_refuse_fails_on_a_package_held_far_back():
+    j, _ = solve("transformers")
+    reports = joint.report_extras(target("transformers"), j, {"transformers": "5.1.0"},
+                                  FakeUV(unsolvable={"transformers"}))
+    with pytest.raises(joint.PackageRefusal) as exc:
+        joint.refuse_held_back(reports)
+    assert exc.value.package == "transformers" and exc.value.exit_code == 4
+    assert exc.value.message.startswith("transformers would be locked at 4.57.6, far behind 5.1.0")
+    assert "uv says: Because the extras conflict" in exc.value.message
+    joint.refuse_held_back(joint.report_extras(target("transformers"), j, {"transformers": "4.57.6"}, FakeUV()))
+
+
 @pytest.mark.parametrize("newest, held, words", [("4.57.6", False, "the newest release"),
                                                  ("4.57.9", False, "close enough not to ask uv why"),
                                                  ("4.59.0", False, "close enough not to ask uv why"),
