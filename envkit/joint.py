@@ -105,8 +105,8 @@ def version_spec(allowed: set[Version], known: set[Version]) -> str:
     return ",".join(parts)
 
 
-def solve(t: Target, viable: list[Candidate], catalog: Catalog, index, closure: Closure,
-          index_for: Callable[[str], object], known: set[Version]) -> Joint:
+def solve(t: Target, viable: list[Candidate], catalog: Catalog, index: Index, closure: Closure,
+          known: set[Version]) -> Joint:
     """The build and closure of one image with extras; ``viable``: the plan's builds, preferred first;
     ``known``: every version of the framework the catalog lists (to fence the probe's range)."""
     viable = paired(t, viable, catalog)
@@ -136,8 +136,8 @@ def solve(t: Target, viable: list[Candidate], catalog: Catalog, index, closure: 
             if chosen is None:  # a release the index has and the catalog does not list
                 skip.add(picked)
                 continue
-            return _final(t, chosen, viable, pins, catalog, index, closure, index_for, probes)
-    first_req, first = failures[0] if failures else ("", None)
+            return _final(t, chosen, viable, pins, catalog, index, closure, probes)
+    first = failures[0][1] if failures else None
     best = viable[0]
     if first is None:
         raise ResolutionError(f"no {best.framework} release the catalog lists fits image {t.name!r} with its extras",
@@ -151,8 +151,8 @@ def solve(t: Target, viable: list[Candidate], catalog: Catalog, index, closure: 
              "lists the builds that fit the fleet")
 
 
-def _final(t: Target, c: Candidate, viable: list[Candidate], probe: list[Pin], catalog: Catalog, index,
-           closure: Closure, index_for, probes: int) -> Joint:
+def _final(t: Target, c: Candidate, viable: list[Candidate], probe: list[Pin], catalog: Catalog, index: Index,
+           closure: Closure, probes: int) -> Joint:
     why = None if c == viable[0] else _why_not_first(viable[0], c, t)
     pairing = [f"{name}{spec}" for name, spec in sorted(catalog.companions(c.framework, c.version).items())]
     by = {p.name: p for p in probe}
@@ -234,7 +234,7 @@ def _overlaps(pairing: str | None, asked: SpecifierSet) -> bool:
 
 
 # --- a package without a wheel ------------------------------------------------------------------
-def no_wheel(t: Target, exc: ClosureError, index) -> NoWheelError:
+def no_wheel(t: Target, exc: ClosureError, index: Index) -> NoWheelError:
     """uv said ``exc.no_wheel`` has no usable wheel: name it, what asked for it, the newest release that has one
     for this image, and the ways out."""
     name = exc.no_wheel or ""
@@ -257,7 +257,7 @@ def no_wheel(t: Target, exc: ClosureError, index) -> NoWheelError:
                    "installs wheels only and does not build packages from source")
 
 
-def newest_with_wheel(index, name: str, python: str, glibc: str) -> str | None:
+def newest_with_wheel(index: Index, name: str, python: str, glibc: str) -> str | None:
     try:
         for v in index.versions(name):
             if index.wheel_for(name, v, python, glibc) is not None:
@@ -336,7 +336,7 @@ def far_behind(locked: str, newest: str) -> bool:
     return old[0] < new[0] or (old[0] == new[0] and new[1] - old[1] >= FAR_MINORS)
 
 
-def newest_admitted(index, requirement: str, python: str, glibc: str, paired: str = "") -> str | None:
+def newest_admitted(index: Index, requirement: str, python: str, glibc: str, paired: str = "") -> str | None:
     """The newest release ``requirement`` admits (no pre-releases unless it names one) with a wheel for the image;
     for a companion, of those ``paired`` (the catalog's specifier) admits too. None when the index cannot list it."""
     req = Requirement(requirement)

@@ -336,7 +336,7 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         if t.extras:
             known = {Version(x.version) for x in candidates(Requirement(p.chosen.framework), catalog, ignore_version=True)}
             try:
-                solved = joint.solve(t, list(p.viable), catalog, index, closure, index_of, known)
+                solved = joint.solve(t, list(p.viable), catalog, index, closure, known)
             except ResolutionError as exc:
                 exc.from_extras = True  # solved with the image's pip: packages, which the error is about
                 raise

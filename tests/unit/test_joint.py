@@ -102,8 +102,7 @@ def target(*extras):
 
 def solve(*extras, viable=VIABLE, uv=None, index=None):
     uv = uv or FakeUV()
-    return joint.solve(target(*extras), list(viable), FakeCatalog(), index or FakeIndex(), uv,
-                       lambda url: FakeIndex(), KNOWN), uv
+    return joint.solve(target(*extras), list(viable), FakeCatalog(), index or FakeIndex(), uv, KNOWN), uv
 
 
 def test_version_spec_fences_the_catalogs_other_releases():
