@@ -18,6 +18,7 @@ from envkit.catalog.refresh.jax import refresh as refresh_jax
 from envkit.catalog.refresh.tensorflow import refresh as refresh_tf
 from envkit.errors import PackageIndexError
 from envkit.index import PackageIndex
+from tests.unit.refreshfake import drop_companions
 
 pytestmark = pytest.mark.network
 
@@ -89,6 +90,7 @@ def test_live_refresh_rederives_a_known_series(cat_dir, live_index):
     while end < len(lines) and lines[end].startswith("    "):
         end += 1
     path.write_text("".join(lines[:start] + lines[end:]))
+    drop_companions(cat_dir, "torch", "2.15")  # a companions row names a release of its framework's file
     result = _refresh(cat_dir, live_index)
     _check_entries(result)
     row = next((r for r in result.entries if r["version"] == "2.15"), None)
@@ -108,6 +110,7 @@ def test_live_jax_rederives_a_known_version(cat_dir, live_index):
     """Drop 0.12.0.1 (on the index since before 2026-12-02) and check what the index gives for it."""
     path = cat_dir / "jax.yaml"
     path.write_text(path.read_text().replace('["0.12.0.1", "0.12.0", ', '["0.12.0", ', 1))
+    drop_companions(cat_dir, "jax", "0.12.0.1")
     result = _refresh(cat_dir, live_index, refresh_jax)
     assert "0.12.0.1" in result.added_patches, result.warnings
     read = next(r for r in result.reads if r.version == "0.12.0.1").to_json()
@@ -124,6 +127,7 @@ def test_live_jax_rederives_a_known_version(cat_dir, live_index):
 
 def test_live_tensorflow_rederives_the_2_21_row(cat_dir, live_index):
     known = _drop_line(cat_dir / "tensorflow.yaml", '{version: "2.21"')
+    drop_companions(cat_dir, "tensorflow", "2.21")
     result = _refresh(cat_dir, live_index, refresh_tf)
     row = next((r for r in result.entries if r["version"] == "2.21"), None)
     assert row is not None, result.warnings

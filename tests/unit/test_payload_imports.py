@@ -316,3 +316,15 @@ def test_a_payload_run_reports_each_package_and_the_host_fails_it_by_name(site, 
     assert f"requested package brokenpkg 2.0 failed: import brokenpkg: OSError: {UNDEFINED}" in reasons
     assert "requested package missingpkg failed: not installed (the lock has 1.0)" in reasons
     assert not any(r.startswith("check requested_imports") for r in reasons)  # per package, not twice
+
+
+def test_a_banner_the_interpreter_prints_at_start_is_not_a_record(on_path, tmp_path, monkeypatch):
+    """An image whose sitecustomize prints a banner on every start (the lab images of test_payload_image.py): the
+    child prints it before it can move its stdout; only its marked record lines count."""
+    banner = tmp_path / "banner"
+    banner.mkdir()
+    (banner / "sitecustomize.py").write_text("print('*** lab image: remember to cite the lab ***')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(banner), os.environ.get("PYTHONPATH")])))
+    result, got = run({"good-pkg": "1.0.0"})
+    assert result.status == "passed", result.message
+    assert got["good-pkg"]["status"] == "ok"

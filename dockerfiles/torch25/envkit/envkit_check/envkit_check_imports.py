@@ -170,6 +170,9 @@ def probe_torchvision() -> Dict[str, Any]:
 COMPANIONS = {"torchaudio": probe_torchaudio, "torchvision": probe_torchvision}  # PyTorch's compiled companions
 
 
+RECORD = "envkit-import-record "  # starts each line the child writes for the parent
+
+
 def child(plan: Dict[str, Any]) -> int:
     """In the child: import each distribution's modules in turn, one JSON line per distribution on the
     original stdout (fd 1 then points at stderr, so what a module prints cannot break a line)."""
@@ -190,15 +193,17 @@ def child(plan: Dict[str, Any]) -> int:
             except BaseException as exc:
                 extension = {"loaded": False}
                 errors.append(f"{dist}'s compiled extension: {_last_line(exc)}")
-        out.write(json.dumps({"dist": dist, "imported": imported, "error": "; ".join(errors) or None,
+        out.write(RECORD + json.dumps({"dist": dist, "imported": imported, "error": "; ".join(errors) or None,
                               "extension": extension, "seconds": round(time.monotonic() - start, 3)}) + "\n")
         out.flush()
     return 0
 
 
 def _lines(stream: Any, lines: "queue.Queue[Optional[str]]") -> None:
+    """The child's records (its other lines, e.g. a banner an image's sitecustomize prints at start, are not)."""
     for line in iter(stream.readline, ""):
-        lines.put(line)
+        if line.startswith(RECORD):
+            lines.put(line[len(RECORD):])
     lines.put(None)
 
 
