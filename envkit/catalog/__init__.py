@@ -22,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import CatalogError, Location
+from .text import utf8_text
 from ..yamlsource import parse_yaml
 from .companions import FILE as COMPANIONS_FILE, Companions, check_companions, known_releases, read_companions
 from .exclusions import FRAMEWORK_FILES, Exclusion, check_rows, pop_rows
@@ -480,14 +481,7 @@ def _read(path: Path, directory: Path) -> tuple[bytes, object]:
         raw = path.read_bytes()
     except OSError as exc:
         raise CatalogError(f"cannot load catalog file {path}: {exc}", hint=hint) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        start = raw.rfind(b"\n", 0, exc.start) + 1
-        column = len(raw[start:exc.start].decode("utf-8", errors="replace")) + 1
-        raise CatalogError(f"catalog file {path.name} is not UTF-8 text: byte 0x{raw[exc.start]:02x} cannot be decoded",
-                           hint="save the file as UTF-8 (YAML files are UTF-8 text)",
-                           location=Location(str(path), raw[:exc.start].count(b"\n") + 1, column)) from None
+    text = utf8_text(path, raw)
     try:
         return raw, yaml.load(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
