@@ -13,7 +13,7 @@ for every framework: the expect document's ``requested`` (each canonical name wi
 the pin label ``io.envkit.requested``, and the payload's ``requested_imports`` check, which the host
 judges per package (``certify/certificate.py``).
 
-The payload (``certify/payload/envkit_check/``: a registry per framework, in ``envkit_check_torch``,
+The payload (``payload/envkit_check/``: a registry per framework, in ``envkit_check_torch``,
 ``envkit_check_jax`` and ``envkit_check_tf``) cannot import envkit, so its check names are written
 there too; ``tests/unit/test_frameworks.py`` holds the two in step.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Literal
 
 from .errors import BuildError, EnvkitError
-from .labels import PREFIX
+from .support.labels import PREFIX
 
 if TYPE_CHECKING:
     from .lock import LockedImage
@@ -181,7 +181,7 @@ JAX = Framework(
 # the compute capabilities tensorflow reports it was compiled for (tf.sysconfig.get_build_info()
 # ["cuda_compute_capabilities"]; 2.20.0: sm_60 sm_70 sm_80 sm_89 compute_90, read in the built
 # image). The lock's arch list is the same fact, read from the wheel's build_info.py when resolving
-# (envkit.wheel_arches; the catalog's TfRelease.arches otherwise, unconfirmed), so it is neither
+# (envkit.index.wheel_arches; the catalog's TfRelease.arches otherwise, unconfirmed), so it is neither
 # expected nor stamped on TensorFlow images: the image's own list is what coverage is judged on.
 def _tf_expect(image: LockedImage) -> dict:
     return {"framework": "tensorflow", "tensorflow": image.framework_version, "cuda": image.cuda,

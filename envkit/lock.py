@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
-from .atomic import write_atomic
+from .support.atomic import write_atomic
 from .errors import LockError
 from .spec import NAME_RE
 from .frameworks import framework

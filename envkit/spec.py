@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from .errors import Location, SpecError
-from .yamlsource import Document, load_yaml
+from .support.yamlsource import Document, load_yaml
 
 SPEC_VERSION = 1
 

@@ -35,7 +35,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import CatalogError, Location
-from ..yamlsource import parse_yaml
+from ..support.yamlsource import parse_yaml
 
 FILE = "companions.yaml"
 KEY = "companions"

@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints, ValidationError
 
 from ..errors import CatalogError, Location
-from ..yamlsource import parse_yaml
+from ..support.yamlsource import parse_yaml
 
 KEY = "excluded"
 # framework (as team.yaml and the resolver name it) -> the catalog file (without .yaml) holding its rows

@@ -17,7 +17,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import CatalogError
-from . import Verified, data_dir, packaged_dir
+from .models import Verified, data_dir, packaged_dir
 
 # the payload's measured keys a floor may name (its matmul probe; see perf.yaml on why copies are not here)
 KEYS = ("bf16_matmul_tflops", "fp16_matmul_tflops")

@@ -32,13 +32,13 @@ from typing import Any, Literal
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..catalog import vtuple
+from ..catalog.models import vtuple
 from ..catalog.perf import floors_for
 from ..errors import EnvkitError, VerificationError
 from ..frameworks import REQUESTED, REQUESTED_CHECK, TORCH, Framework, Pin, of_expect
-from ..labels import LOCK_LABEL
-from ..resolve import covers
-from .harness import RESERVE_S as HARNESS_RESERVE_S
+from ..support.labels import LOCK_LABEL
+from ..resolve.resolver import covers
+from ..payload.harness import RESERVE_S as HARNESS_RESERVE_S
 
 CERTIFICATE_VERSION = 1
 PAYLOAD_SCHEMA = "envkit.payload/1"
@@ -194,7 +194,7 @@ def _cc_of(gpu: dict) -> str | None:
     cc = str(gpu.get("cc") or "")
     if re.fullmatch(r"\d+\.\d+", cc):
         return cc
-    from ..catalog import load_catalog  # only when the device did not say
+    from ..catalog.models import load_catalog  # only when the device did not say
 
     try:
         arch = load_catalog().gpu(str(gpu.get("name") or ""))
@@ -458,7 +458,7 @@ def certify_image(engine, ref: str, expect: dict, *, gpus: bool, timeout: int = 
                   created_at: str | None = None) -> Certificate:
     """Run the payload in ``ref`` (on the GPUs when ``gpus``) and certify the outcome."""
     from .. import __version__
-    from .harness import run_payload
+    from ..payload.harness import run_payload
 
     info = engine.inspect(ref)
     if info is None:

@@ -22,8 +22,8 @@ from ..engine.space import host_out_of_space
 from ..errors import EngineError, EnvkitError, Interrupted
 
 SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
-BUILDERS = ("classic", "buildkit")  # envkit.render.BUILDERS (not imported here: the CLI starts without jinja2)
-FRAMEWORKS = ("torch", "jax", "tensorflow")  # envkit.candidates.FRAMEWORKS (not imported here: nor the catalog)
+BUILDERS = ("classic", "buildkit")  # envkit.render.files.BUILDERS (not imported here: the CLI starts without jinja2)
+FRAMEWORKS = ("torch", "jax", "tensorflow")  # envkit.resolve.candidates.FRAMEWORKS (not imported here: nor the catalog)
 
 
 class Checked(click.ParamType):
@@ -46,14 +46,14 @@ class Checked(click.ParamType):
 
 def _registry(value: str) -> str:
     """HOST[:PORT][/PATH] as it is used: without the spaces and trailing slashes parse_registry forgives."""
-    from ..remote_parse import parse_registry
+    from ..registry.remote_parse import parse_registry
 
     host, prefix = parse_registry(value)
     return f"{host}/{prefix}" if prefix else host
 
 
 def _image(value: str) -> None:
-    from ..remote_parse import check_image_ref, parse_ref
+    from ..registry.remote_parse import check_image_ref, parse_ref
 
     if not value.strip():
         raise EnvkitError("an image is needed, and this one is empty",
@@ -63,13 +63,13 @@ def _image(value: str) -> None:
 
 
 def _store(value: str) -> None:
-    from ..store import locate
+    from ..store.history import locate
 
     locate(value)  # empty, or a URL envkit cannot use: before any work
 
 
 def _team(value: str) -> None:
-    from ..gc import check_team
+    from ..ops.gc import check_team
 
     check_team(value)
 
@@ -187,7 +187,7 @@ def _engine_gone(exc: Exception) -> EngineError | None:
     return None
 
 
-REGISTRY_MODULES = ("envkit.registry_api", "envkit.registry_auth", "envkit.registry_tls")
+REGISTRY_MODULES = ("envkit.registry.api", "envkit.registry.auth", "envkit.registry.tls")
 
 
 def _registry_call(exc: BaseException) -> str | None:

@@ -18,7 +18,7 @@ from collections import deque
 from pathlib import Path
 from typing import Iterator
 
-from .. import procs, scratch
+from ..support import procs, scratch
 from ..errors import BuildError
 from . import BuildEvent
 from .space import engine_out_of_space

@@ -18,7 +18,7 @@ import requests
 import urllib3.exceptions
 
 from ..errors import BuildError, CommandNotFoundError, EngineError
-from ..labels import CONTAINER_LABEL
+from ..support.labels import CONTAINER_LABEL
 from . import BuildEvent, ImageInfo, RunOptions, RunResult
 from .space import engine_out_of_space
 
@@ -72,7 +72,7 @@ def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | Non
 
 
 def _netrc_not_text(exc: UnicodeDecodeError) -> EngineError:
-    from ..index_login import netrc_not_text, netrc_path
+    from ..index.login import netrc_not_text, netrc_path
 
     error = netrc_not_text(netrc_path() or os.environ.get("NETRC") or "~/.netrc", exc)
     return EngineError(f"cannot talk to the engine: {error.message} ({error.location})",

@@ -34,7 +34,7 @@ def torch_sees_a_gpu() -> bool:
 
 needs_torch_gpu = pytest.mark.skipif(not torch_sees_a_gpu(), reason="needs an NVIDIA GPU that torch can use")
 
-PAYLOAD = ROOT / "envkit" / "certify" / "payload" / "envkit_check"
+PAYLOAD = ROOT / "envkit" / "payload" / "envkit_check"
 GPU_CHECKS = [name for name, _, gpu in payload_module("envkit_check_torch").REGISTRY if gpu]  # GPU-only checks
 
 

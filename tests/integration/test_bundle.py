@@ -12,10 +12,10 @@ import subprocess
 
 import pytest
 
-from envkit import bundle as bundle_mod
-from envkit.build import LOCK_LABEL
-from envkit.bundle import (BUNDLE_LABEL, build_from_bundle, check_wheels, make_bundle, manylinux_tags,
-                           verify_bundle)
+from envkit.build import bundle as bundle_mod
+from envkit.build.builder import LOCK_LABEL
+from envkit.build.bundle import (BUNDLE_LABEL, build_from_bundle, check_wheels, make_bundle, manylinux_tags,
+                                 verify_bundle)
 from envkit.engine import Mount, RunOptions
 from envkit.errors import BuildError
 from envkit.lock import Package, load_lock, write_lock

@@ -21,8 +21,8 @@ import docker.errors
 import pytest
 
 from envkit.engine.docker_gc import DockerImageHost
-from envkit.gc import STAGE_GRACE, collect_garbage
-from envkit.labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
+from envkit.ops.gc import STAGE_GRACE, collect_garbage
+from envkit.support.labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from tests.integration.conftest import envkit
 
 pytestmark = pytest.mark.integration
@@ -99,7 +99,7 @@ def builds(engine, dc, base, tmp_path_factory):
 
 def test_stage_images_are_listed_with_their_build_and_kept_while_young(builds, dc, tmp_path):
     """The CLI, now: build 1 goes (--keep 1), its stage image is too young to go."""
-    from envkit.store import Store
+    from envkit.store.history import Store
 
     Store.open(tmp_path / "empty.sqlite").close()  # a store with no history: nothing is protected by it
     proc = envkit("gc", "--team", TEAM, "--keep", "1", "--store", str(tmp_path / "empty.sqlite"), "--json")

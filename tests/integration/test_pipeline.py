@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from envkit.certify.harness import payload_sha256, run_payload
+from envkit.payload.harness import payload_sha256, run_payload
 from envkit.lock import load_lock
 from tests.integration.conftest import ROOT, empty_store, envkit
 

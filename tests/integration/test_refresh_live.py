@@ -12,12 +12,12 @@ import shutil
 import pytest
 import yaml
 
-from envkit.catalog import data_dir, load_catalog
+from envkit.catalog.models import data_dir, load_catalog
 from envkit.catalog.refresh import refresh, refresh_catalog
 from envkit.catalog.refresh.jax import refresh as refresh_jax
 from envkit.catalog.refresh.tensorflow import refresh as refresh_tf
 from envkit.errors import PackageIndexError
-from envkit.index import PackageIndex
+from envkit.index.client import PackageIndex
 
 pytestmark = pytest.mark.network
 
@@ -26,7 +26,7 @@ TODAY = "2026-12-02"
 
 @pytest.fixture
 def live_index(monkeypatch):
-    monkeypatch.setattr("envkit.index.TIMEOUT", 20)  # an unreachable index skips in seconds, not minutes
+    monkeypatch.setattr("envkit.index.client.TIMEOUT", 20)  # an unreachable index skips in seconds, not minutes
     return PackageIndex()
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from envkit.errors import EngineError
-from envkit.publish import pull_by_digest, push, remote_digest
-from envkit.registry_api import _RegistryHTTP
-from envkit.registry_auth import RegistryAuthError
+from envkit.registry.publish import pull_by_digest, push, remote_digest
+from envkit.registry.api import _RegistryHTTP
+from envkit.registry.auth import RegistryAuthError
 from tests.integration.conftest import empty_store, envkit
 from tests.integration.published import STACK_A, untag_registry_refs
 from tests.integration.registry import Registry, find_binary

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit.report import write_reports
+from envkit.certify.report import write_reports
 
 from ..unit.test_certificate import build, cpu_doc, gpu_doc, set_check
 

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from envkit.certify.certificate import decide
-from envkit.certify.harness import run_payload
+from envkit.payload.harness import run_payload
 from envkit.engine import RunOptions
 from envkit.frameworks import TENSORFLOW
 from envkit.lock import load_lock

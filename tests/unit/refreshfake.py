@@ -15,9 +15,9 @@ import json
 import shutil
 from pathlib import Path
 
-from envkit.catalog import data_dir
+from envkit.catalog.models import data_dir
 from envkit.errors import WheelReadError
-from envkit.index import JSON_ACCEPT, PackageIndex
+from envkit.index.client import JSON_ACCEPT, PackageIndex
 
 DATA = Path(__file__).parent / "data" / "refresh"
 BASE = "https://index.invalid/simple"

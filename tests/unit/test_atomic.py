@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit.atomic import replace_all
+from envkit.support.atomic import replace_all
 from envkit.errors import EnvkitError
 
 
@@ -115,7 +115,7 @@ def test_when_putting_back_fails_too_the_error_says_where_the_old_tree_is(old, m
 
 def test_another_users_file_in_a_sticky_directory_is_refused_before_anything(tmp_path, monkeypatch):
     """The probe file can be made there, but the rename over someone else's file cannot."""
-    from envkit.atomic import check_writable
+    from envkit.support.atomic import check_writable
 
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -175,7 +175,7 @@ def test_two_runs_replacing_the_same_targets_take_turns(old):
 def test_a_holder_that_does_not_finish_is_named_after_the_wait(old):
     import fcntl
 
-    from envkit.atomic import directories_locked
+    from envkit.support.atomic import directories_locked
 
     fd = os.open(old / "trees", os.O_RDONLY | os.O_DIRECTORY)  # another open file: flock sees another holder
     try:
@@ -211,7 +211,7 @@ def test_the_lock_is_re_entrant_in_one_process_and_not_shared_with_a_forked_chil
     fork, which copies the count) still takes its turn."""
     import multiprocessing
 
-    from envkit.atomic import directories_locked
+    from envkit.support.atomic import directories_locked
 
     with directories_locked([old], wait=0.1):
         with directories_locked([old / "."], wait=0.1):  # the same directory, spelt otherwise

@@ -12,11 +12,11 @@ import subprocess
 
 import pytest
 
-from envkit import bundle as bundle_mod
-from envkit.bundle import check_wheels, download_wheels, make_bundle, verify_bundle
+from envkit.build import bundle as bundle_mod
+from envkit.build.bundle import check_wheels, download_wheels, make_bundle, verify_bundle
 from envkit.errors import BuildError
 from envkit.lock import Package, sealed
-from envkit.render import render_files
+from envkit.render.files import render_files
 from tests.unit.lockfixtures import make_jax_image, make_lock, make_tf_image
 
 COMPILER = (("nvidia-cuda-nvcc", "13.5.37"), ("nvidia-cuda-crt", "13.5.37"), ("nvidia-nvvm", "13.5.37"),

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envkit import bundle as bundle_mod
-from envkit.bundle import MANIFEST, build_from_bundle, verify_bundle
+from envkit.build import bundle as bundle_mod
+from envkit.build.bundle import MANIFEST, build_from_bundle, verify_bundle
 from envkit.cli import main
 from envkit.errors import BuildError
 

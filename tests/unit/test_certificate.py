@@ -332,7 +332,7 @@ def test_a_run_stopped_at_its_time_limit_says_so_and_not_that_every_later_fact_i
 @pytest.fixture
 def certify_here(monkeypatch):
     """pipeline.certify against a fake engine (the payload document faked, the outcome computed)."""
-    from envkit import pipeline
+    from envkit.app import pipeline
 
     engine = FakeEngine(cpu_doc())
     monkeypatch.setattr(pipeline, "expectations",
@@ -345,7 +345,7 @@ def certify_here(monkeypatch):
 
 
 def test_certify_writes_the_certificate_and_reports_as_one_set_then_the_store(certify_here, tmp_path):
-    from envkit.store import Store
+    from envkit.store.history import Store
 
     engine, go = certify_here
     cert, paths = go(tmp_path / "r", tmp_path / "s.sqlite")
@@ -381,7 +381,7 @@ def test_certify_tries_its_output_and_its_store_before_the_payload_runs(certify_
 
 
 def test_a_report_that_cannot_be_replaced_leaves_the_old_set_and_no_certificate_in_the_store(certify_here, tmp_path):
-    from envkit.store import Store
+    from envkit.store.history import Store
 
     engine, go = certify_here
     out = tmp_path / "r"
@@ -408,7 +408,7 @@ def test_no_python_in_the_expectations_is_no_comparison_not_a_cpu_only_build():
 
 # ------------------------------------------------- verify: the payload's verdict judged again by the host
 def _verify(doc, monkeypatch):
-    from envkit import pipeline
+    from envkit.app import pipeline
 
     engine = FakeEngine(doc)
     monkeypatch.setattr(pipeline, "expectations", lambda engine, ref, lock_path: (engine.inspect(ref), "h", EXPECT))

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envkit import bundle as bundle_mod
-from envkit.build import Outcome
+from envkit.build import bundle as bundle_mod
+from envkit.build.builder import Outcome
 from envkit.cli import main
 from envkit.lock import load_lock
-from envkit.pipeline import Resolved
+from envkit.app.pipeline import Resolved
 from envkit.spec import load_spec
 from tests.conftest import MINIMAL
 from tests.unit.lockfixtures import make_lock
@@ -117,7 +117,7 @@ def test_locked_never_resolves_nor_writes_the_lock(engine, example_copy, tmp_pat
 
 
 def test_render_says_when_it_re_resolved_the_lock(example_copy, tmp_path, monkeypatch):
-    from envkit import pipeline
+    from envkit.app import pipeline
 
     out = tmp_path / "out"
     result = invoke("render", example_copy, "--out", out, "--locked", "--json")  # a matching lock: used as it is
@@ -169,7 +169,7 @@ def no_buildkit_cli(monkeypatch, tmp_path):
 
 def test_builders_offered_are_the_renderers():
     from envkit import cli
-    from envkit.render import BUILDERS
+    from envkit.render.files import BUILDERS
 
     assert cli.BUILDERS == BUILDERS
 
@@ -191,7 +191,7 @@ def test_build_passes_the_builder_through(engine, monkeypatch, args, builder):
         outcome = Outcome("torch25", "vision/torch25:x", "built", "sha256:1", 2**30, 3.0)
         return Resolved(None, lock, Path("team.lock"), True), [outcome]
 
-    monkeypatch.setattr("envkit.pipeline.build_spec", build_spec)
+    monkeypatch.setattr("envkit.app.pipeline.build_spec", build_spec)
     result = invoke("build", "team.yaml", "--no-verify", *args, "--json")
     assert result.exit_code == 0, result.output
     assert seen["builder"] == builder and seen["verify"] is False and seen["engine"] is engine
@@ -212,7 +212,7 @@ def test_buildkit_without_its_cli_fails_before_resolving(engine, no_buildkit_cli
 
 
 def test_nightly_passes_the_builder_through(engine, monkeypatch, tmp_path):
-    from envkit.nightly import NightlyResult
+    from envkit.app.nightly import NightlyResult
 
     seen = {}
 
@@ -220,8 +220,8 @@ def test_nightly_passes_the_builder_through(engine, monkeypatch, tmp_path):
         seen.update(kwargs)
         return NightlyResult(1, 10, [], {}, 0.1, False)
 
-    monkeypatch.setattr("envkit.nightly.run_nightly", run_nightly)
-    monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr("envkit.app.nightly.run_nightly", run_nightly)
+    monkeypatch.setattr("envkit.store.history.Store.open", lambda *a, **k: contextlib.nullcontext())
     result = invoke("nightly", "team.yaml", "--builder", "buildkit", "--json")
     assert result.exit_code == 10, result.output
     assert seen["builder"] == "buildkit"
@@ -230,7 +230,7 @@ def test_nightly_passes_the_builder_through(engine, monkeypatch, tmp_path):
 
 def test_nightly_gc_also_reclaims_when_a_build_fills_the_disk(engine, monkeypatch):
     """--gc hands the run a reclaim step (gc for the team, keeping the tags it is given); without --gc, none."""
-    from envkit.nightly import NightlyResult
+    from envkit.app.nightly import NightlyResult
 
     seen, swept = {}, []
 
@@ -238,8 +238,8 @@ def test_nightly_gc_also_reclaims_when_a_build_fills_the_disk(engine, monkeypatc
         seen.update(kwargs)
         return NightlyResult(1, 10, [], {}, 0.1, False)
 
-    monkeypatch.setattr("envkit.nightly.run_nightly", run_nightly)
-    monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr("envkit.app.nightly.run_nightly", run_nightly)
+    monkeypatch.setattr("envkit.store.history.Store.open", lambda *a, **k: contextlib.nullcontext())
     monkeypatch.setattr("envkit.cli.certify._nightly_gc", lambda c, eng, spec, tags, store_url, keep, cache=None:
                         swept.append((tags, keep, cache)) or {"removed": []})
     assert invoke("nightly", "team.yaml", "--json").exit_code == 10
@@ -252,7 +252,7 @@ def test_nightly_gc_also_reclaims_when_a_build_fills_the_disk(engine, monkeypatc
 
     # with BuildKit the reclaim also prunes the build cache this run has not used; the gc after the run does not
     swept.clear()
-    monkeypatch.setattr("envkit.build.require_builder", lambda *a: None)
+    monkeypatch.setattr("envkit.build.builder.require_builder", lambda *a: None)
     monkeypatch.setattr("envkit.engine.buildkit.BuildKitBuilder.require", lambda self: None)
     before = datetime.now(timezone.utc)
     assert invoke("nightly", "team.yaml", "--gc", "--builder", "buildkit", "--json").exit_code == 10
@@ -281,8 +281,8 @@ def test_nightly_gc_runs_even_when_the_run_fails(engine, monkeypatch):
     def run_nightly(spec, eng, store, **kwargs):
         raise PackageIndexError("the package index https://pypi.example/simple does not answer")
 
-    monkeypatch.setattr("envkit.nightly.run_nightly", run_nightly)
-    monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr("envkit.app.nightly.run_nightly", run_nightly)
+    monkeypatch.setattr("envkit.store.history.Store.open", lambda *a, **k: contextlib.nullcontext())
     monkeypatch.setattr("envkit.cli.certify._nightly_gc", lambda c, eng, spec, tags, store_url, keep, cache=None:
                         swept.append((tags, keep)) or {"removed": []})
     result = invoke("nightly", "team.yaml", "--gc", "--json")
@@ -295,14 +295,14 @@ def test_nightly_gc_runs_even_when_the_run_fails(engine, monkeypatch):
     def held(spec, eng, store, **kwargs):
         raise RunInProgressError("the nightly run of team 'vision' is running (pid 4242)")
 
-    monkeypatch.setattr("envkit.nightly.run_nightly", held)
+    monkeypatch.setattr("envkit.app.nightly.run_nightly", held)
     result = invoke("nightly", "team.yaml", "--gc", "--json")
     assert result.exit_code == 15 and swept == [([], 2)]  # never beside the team's running nightly
 
 
 def test_nightly_with_buildkit_missing_fails_before_the_run(engine, no_buildkit_cli, monkeypatch):
-    monkeypatch.setattr("envkit.store.Store.open", lambda *a, **k: contextlib.nullcontext())
-    monkeypatch.setattr("envkit.pipeline.load", lambda *_: pytest.fail("the spec was loaded"))
+    monkeypatch.setattr("envkit.store.history.Store.open", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr("envkit.app.pipeline.load", lambda *_: pytest.fail("the spec was loaded"))
     result = invoke("nightly", "team.yaml", "--builder", "buildkit")
     assert result.exit_code == 7
     assert "missing here" in result.stderr and "docker.io" in result.stderr
@@ -321,7 +321,7 @@ def example_resolved(monkeypatch):
         return Resolved(load_spec(stem.with_suffix(".yaml")), load_lock(stem.with_suffix(".lock")),
                         stem.with_suffix(".lock"), True)
 
-    monkeypatch.setattr("envkit.pipeline.resolve_spec", resolve_spec)
+    monkeypatch.setattr("envkit.app.pipeline.resolve_spec", resolve_spec)
     return calls
 
 
@@ -407,7 +407,7 @@ def test_a_full_disk_anywhere_else_is_an_error_not_a_traceback(engine, example_r
     def build_image(*args, **kwargs):  # e.g. the base's rootfs archive, written under TMPDIR
         raise OSError(errno.ENOSPC, "No space left on device", "/tmp/envkit-rootfs-vm-1-x/rootfs.tar")
 
-    monkeypatch.setattr("envkit.pipeline.build_image", build_image)
+    monkeypatch.setattr("envkit.app.pipeline.build_image", build_image)
     result = invoke("build", "examples/team.yaml", "--no-verify")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert ("error: envkit build: this host ran out of disk space writing /tmp/envkit-rootfs-vm-1-x/rootfs.tar"
@@ -417,7 +417,7 @@ def test_a_full_disk_anywhere_else_is_an_error_not_a_traceback(engine, example_r
     def broken(*args, **kwargs):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr("envkit.pipeline.build_image", broken)
+    monkeypatch.setattr("envkit.app.pipeline.build_image", broken)
     with pytest.raises(OSError):  # any other OSError is a bug to see whole
         CliRunner().invoke(main, ["build", "examples/team.yaml", "--no-verify"], catch_exceptions=False)
 
@@ -440,7 +440,7 @@ def test_an_engine_that_goes_away_is_an_error_not_a_traceback(engine, example_re
     def build_image(*args, **kwargs):  # what a docker-py call raises when the engine stops mid-command
         raise errors[raised]
 
-    monkeypatch.setattr("envkit.pipeline.build_image", build_image)
+    monkeypatch.setattr("envkit.app.pipeline.build_image", build_image)
     result = invoke("build", "examples/team.yaml", "--no-verify", "--json")
     assert result.exit_code == 6 and "Traceback" not in result.output  # EngineError
     doc = json.loads(result.stdout)
@@ -589,7 +589,7 @@ def test_render_where_a_file_is_in_the_way_is_an_error_and_writes_nothing(exampl
 
 def test_resolve_into_a_path_it_cannot_write_fails_before_resolving(example_copy, tmp_path, monkeypatch):
     (tmp_path / "blocker").write_text("a file")
-    monkeypatch.setattr("envkit.pipeline.resolve", lambda *a, **k: pytest.fail("resolved before checking the path"))
+    monkeypatch.setattr("envkit.app.pipeline.resolve", lambda *a, **k: pytest.fail("resolved before checking the path"))
     result = invoke("resolve", example_copy, "--lock", tmp_path / "blocker" / "team.lock")
     assert result.exit_code == 1
     assert f"cannot use {tmp_path / 'blocker'}: File exists" in result.stderr
@@ -617,7 +617,7 @@ def test_a_netrc_that_is_not_text_fails_resolve_with_its_name(example_copy, tmp_
     netrc = tmp_path / "netrc"
     netrc.write_bytes(bytes(range(128, 256)))
     monkeypatch.setenv("NETRC", str(netrc))
-    monkeypatch.setattr("envkit.pipeline.resolve", lambda *a, **k: pytest.fail("resolved with a binary netrc"))
+    monkeypatch.setattr("envkit.app.pipeline.resolve", lambda *a, **k: pytest.fail("resolved with a binary netrc"))
     result = invoke("resolve", example_copy, "--json")
     assert result.exit_code == 2, result.output
     doc = json.loads(result.stdout)
@@ -710,17 +710,17 @@ def test_a_registry_is_passed_on_as_it_will_be_used(given, used):
                                            (["framework_index"], 3), (["disk", "store"], 6), (["ca_bundle"], 2),
                                            (["engine", "index"], 6)])
 def test_doctor_exits_with_the_first_failing_checks_area(monkeypatch, failing, code):
-    from envkit.doctor import Finding
+    from envkit.ops.doctor import Finding
 
     names = ["engine", "gpus", "ca_bundle", "index", "framework_index", "disk", "catalog", "store"]
     findings = [Finding(n, "fail" if n in failing else "ok", "v") for n in names]
-    monkeypatch.setattr("envkit.doctor.diagnose", lambda *a, **k: findings)
+    monkeypatch.setattr("envkit.ops.doctor.diagnose", lambda *a, **k: findings)
     result = invoke("doctor", "--json")
     assert result.exit_code == code and json.loads(result.stdout)["exit_code"] == code
 
 
 def test_resolve_and_build_print_the_skipped_ca_variable(example_copy, tmp_path, monkeypatch):
-    from envkit import pipeline
+    from envkit.app import pipeline
 
     monkeypatch.setenv("ENVKIT_CA_BUNDLE", str(tmp_path / "nope.pem"))
     monkeypatch.delenv("PIP_CERT", raising=False)

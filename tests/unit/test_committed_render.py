@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from envkit.lock import load_lock
-from envkit.pipeline import check_lock
-from envkit.render import render
+from envkit.app.pipeline import check_lock
+from envkit.render.files import render
 from tests.conftest import ROOT
 
 SPEC = ROOT / "examples" / "team.yaml"

@@ -4,10 +4,10 @@ resolver asks the closure for, and what the devel template renders for CUDA 12.4
 
 import pytest
 
-from envkit import devel
-from envkit.closure import Pin
+from envkit.resolve import devel
+from envkit.index.closure import Pin
 from envkit.errors import EnvkitError, ResolutionError
-from envkit.render import context_for, render_files
+from envkit.render.files import context_for, render_files
 from tests.unit.lockfixtures import make_devel_image, make_image, make_lock
 from tests.unit.test_resolve import FakeClosure, _h, catalog, load, make_spec, run  # noqa: F401 (fixture)
 

@@ -4,8 +4,8 @@ import sqlite3
 
 import pytest
 
-from envkit.doctor import catalog_finding, store_finding
-from envkit.store import SCHEMA_VERSION, STORE_ENV, Store
+from envkit.ops.doctor import catalog_finding, store_finding
+from envkit.store.history import SCHEMA_VERSION, STORE_ENV, Store
 
 
 def test_a_missing_sqlite_store_is_fine_and_not_created(tmp_path, monkeypatch):
@@ -45,7 +45,7 @@ def test_unreachable_postgres_and_env_default(monkeypatch):
 
 
 def test_catalog_finding_names_the_team_copy(tmp_path, monkeypatch):
-    from envkit.catalog import CATALOG_ENV, export_catalog
+    from envkit.catalog.models import CATALOG_ENV, export_catalog
 
     assert "packaged" in catalog_finding().value
     monkeypatch.setenv(CATALOG_ENV, str(export_catalog(tmp_path / "cat")))
@@ -70,7 +70,7 @@ def test_disk_space_where_the_engine_keeps_images(tmp_path, monkeypatch, free_gi
     import os
     from types import SimpleNamespace
 
-    from envkit.doctor import disk_finding
+    from envkit.ops.doctor import disk_finding
 
     monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_bavail=free_gib << 18, f_frsize=4096))
     f = disk_finding(_Disk(tmp_path))
@@ -81,7 +81,7 @@ def test_disk_space_where_the_engine_keeps_images(tmp_path, monkeypatch, free_gi
 
 
 def test_a_remote_engines_disk_is_not_measured_here(tmp_path):
-    from envkit.doctor import disk_finding
+    from envkit.ops.doctor import disk_finding
 
     f = disk_finding(_Disk(tmp_path / "elsewhere"))
     assert f.status == "skip" and "not on this host" in f.value
@@ -93,8 +93,8 @@ def test_stopped_containers_a_killed_envkit_left_are_a_warning_naming_gc():
     from datetime import datetime, timezone
     from types import SimpleNamespace
 
-    from envkit.doctor import containers_finding
-    from envkit.gc import LeftContainer
+    from envkit.ops.doctor import containers_finding
+    from envkit.ops.gc import LeftContainer
 
     def host(*roles):
         when = datetime(2026, 12, 3, tzinfo=timezone.utc)
@@ -119,7 +119,7 @@ def test_scratch_directories_a_killed_envkit_left_are_a_warning_naming_gc(tmp_pa
     import subprocess
     import sys
 
-    from envkit.doctor import scratch_finding
+    from envkit.ops.doctor import scratch_finding
 
     assert scratch_finding(tmp_path).status == "ok"
     proc = subprocess.Popen([sys.executable, "-c", "pass"])

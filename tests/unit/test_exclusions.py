@@ -16,13 +16,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from envkit.catalog import CATALOG_ENV, load_catalog
+from envkit.catalog.models import CATALOG_ENV, load_catalog
 from envkit.catalog.refresh import refresh_catalog
 from envkit.catalog.refresh.exclude import exclude_release, source_key
 from envkit.errors import CatalogError, ResolutionError
 from envkit.lock import Lock, canonical
-from envkit.pipeline import drift
-from envkit.resolve import plan, spec_digest
+from envkit.app.pipeline import drift
+from envkit.resolve.resolver import plan, spec_digest
 
 from tests.unit.lockfixtures import make_image, make_lock
 from tests.unit.refreshfake import TODAY, FakeIndex, copy_catalog, snapshot
@@ -300,7 +300,7 @@ def test_cli_refresh_reports_skipped_in_json_and_text(cat_dir, monkeypatch):
 
     exclude(cat_dir, "jax.yaml", row("0.13.0", "needs CUDA 14"))
     monkeypatch.setenv(CATALOG_ENV, str(cat_dir))
-    monkeypatch.setattr("envkit.pipeline.PackageIndex", lambda: FakeIndex())
+    monkeypatch.setattr("envkit.app.pipeline.PackageIndex", lambda: FakeIndex())
     result = CliRunner().invoke(main, ["catalog", "refresh", "--framework", "jax", "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -406,7 +406,7 @@ def test_cli_exclude_json_into_the_team_catalog(cat_dir, monkeypatch):
 
 
 def test_the_nightly_refresh_document_lists_what_it_skipped(cat_dir, monkeypatch, tmp_path):
-    from envkit.nightly import refresh_catalog_step
+    from envkit.app.nightly import refresh_catalog_step
 
     exclude(cat_dir, "jax.yaml", row("0.13.0", "needs CUDA 14"))
     monkeypatch.setenv(CATALOG_ENV, str(cat_dir))

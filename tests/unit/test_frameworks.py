@@ -15,13 +15,13 @@ import json
 import pytest
 
 from envkit import frameworks
-from envkit.build import build_image
+from envkit.build.builder import build_image
 from envkit.certify.certificate import decide
-from envkit.certify.harness import expect_from_labels
+from envkit.payload.harness import expect_from_labels
 from envkit.errors import BuildError, EnvkitError
 from envkit.lock import Package, load_lock
-from envkit.pipeline import build_spec
-from envkit.render import context_for, render_files
+from envkit.app.pipeline import build_spec
+from envkit.render.files import context_for, render_files
 from tests.conftest import ROOT
 from tests.unit.lockfixtures import make_image, make_jax_image, make_lock, make_tf_image
 from tests.unit.payload_modules import payload_module, payload_sources, rendered_payload

@@ -14,10 +14,10 @@ import pytest
 
 from envkit import frameworks
 from envkit.certify.certificate import decide
-from envkit.certify.harness import expect_from_labels
+from envkit.payload.harness import expect_from_labels
 from envkit.errors import BuildError, EnvkitError
 from envkit.lock import load_lock
-from envkit.render import context_for, render_files
+from envkit.render.files import context_for, render_files
 from tests.conftest import ROOT
 from tests.unit.lockfixtures import make_lock, make_tf_image
 from tests.unit.payload_modules import payload_sources, rendered_payload

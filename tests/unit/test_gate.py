@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from envkit.gate import HostGpu, host_gpus, judge, model_key
+from envkit.certify.gate import HostGpu, host_gpus, judge, model_key
 
 H200 = HostGpu("NVIDIA H200", "570.124.06", "9.0")
 A100 = HostGpu("NVIDIA A100-SXM4-80GB", "570.124.06", "8.0")
@@ -69,11 +69,11 @@ def test_host_gpus_reads_nvidia_smi(tmp_path, monkeypatch):
 def test_unreadable_gpus_are_said_not_taken_for_a_cpu_run(monkeypatch):
     """The engine offers GPUs but nvidia-smi answers nothing here: a certified certificate (any model) is needed,
     and the verdict says the models were not checked."""
-    from envkit import pipeline
+    from envkit.app import pipeline
 
     certs = [cert(status="verified", model="none", driver="none")]
     monkeypatch.setattr(pipeline, "show_image", lambda engine, ref, store_url: {"certificates": certs})
-    monkeypatch.setattr("envkit.gate.host_gpus", lambda: ([], "nvidia-smi did not answer"))
+    monkeypatch.setattr("envkit.certify.gate.host_gpus", lambda: ([], "nvidia-smi did not answer"))
     v = pipeline.certification_gate(None, "t/i:1", on_gpus=True, store_url=None)
     assert not v.passed  # verified without a GPU is not enough for a GPU run
     assert "has no certified certificate (a GPU run needs one) (its newest is verified on no GPU" in v.message

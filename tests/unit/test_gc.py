@@ -13,13 +13,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from click.testing import CliRunner
 
-from envkit import gc
+from envkit.ops import gc
 from envkit.cli import main
 from envkit.engine.docker_gc import parse_created
 from envkit.errors import EngineError, EnvkitError, StoreError
-from envkit.gc import (CONTAINER_GRACE, STAGE_GRACE, Candidate, LeftContainer, Protection, Removal, StageImage,
-                       collect_garbage, decide, decide_containers, decide_stages, is_candidate, is_stage)
-from envkit.store import Store
+from envkit.ops.gc import (CONTAINER_GRACE, STAGE_GRACE, Candidate, LeftContainer, Protection, Removal, StageImage,
+                           collect_garbage, decide, decide_containers, decide_stages, is_candidate, is_stage)
+from envkit.store.history import Store
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
@@ -460,7 +460,7 @@ def test_engine_unreachable_is_exit_6(monkeypatch):
 
 
 def test_module_constants_name_the_labels_render_writes():
-    from envkit.labels import CONTEXT_LABEL, LOCK_LABEL
+    from envkit.support.labels import CONTEXT_LABEL, LOCK_LABEL
     assert gc.IDENTITY == ("io.envkit.team", "io.envkit.image", LOCK_LABEL, CONTEXT_LABEL)
 
 
@@ -574,7 +574,7 @@ def test_a_scratch_directory_that_cannot_go_is_reported_and_fails_the_cli(scratc
         raise EngineError(f"{path}/rootfs/proc is still mounted inside envkit's scratch directory {path}",
                           hint=f"umount {path}/rootfs/proc, then rm -rf {path}")
 
-    monkeypatch.setattr("envkit.scratch.remove", still_mounted)
+    monkeypatch.setattr("envkit.support.scratch.remove", still_mounted)
     monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: type("E", (), {"client": None})())
     monkeypatch.setattr("envkit.engine.docker_gc.DockerImageHost", lambda client: FakeHost([]))
     out = CliRunner().invoke(main, ["gc", "--store", empty_store])

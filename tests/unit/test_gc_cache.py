@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from envkit.cli import main
 from envkit.errors import EngineError
-from envkit.gc import (BUILD_CACHE_NOTE, CacheCutoff, CacheRecord, collect_garbage, decide_build_cache)
+from envkit.ops.gc import BUILD_CACHE_NOTE, CacheCutoff, CacheRecord, collect_garbage, decide_build_cache
 from tests.unit.test_gc import FakeHost, empty_store, img, scratch_dir  # noqa: F401 (fixtures: a store, a private $TMPDIR)
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=timezone.utc)

@@ -1,4 +1,4 @@
-"""envkit.index: the PEP 691 client, wheel tag selection and METADATA by range requests.
+"""envkit.index.client: the PEP 691 client, wheel tag selection and METADATA by range requests.
 
 Every test talks to a small HTTP server on 127.0.0.1 started here; an autouse guard
 refuses any other connection (so the default index, pypi.org, is never contacted).
@@ -30,7 +30,7 @@ import requests
 from packaging.version import Version
 
 from envkit.errors import PackageIndexError
-from envkit.index import DEFAULT_INDEX, JSON_ACCEPT, PackageIndex, WheelFile
+from envkit.index.client import DEFAULT_INDEX, JSON_ACCEPT, PackageIndex, WheelFile
 
 PAD = 3 << 20  # 3 MiB of random bytes, stored: far more than the 64 KiB tail read
 TAIL = 65536
@@ -516,7 +516,7 @@ def test_big_central_directory_is_read_by_a_second_range(server, tmp_path, wheel
 
 
 def test_zip64_records_are_followed(server, tmp_path, wheels, monkeypatch):
-    import envkit.index as index_mod
+    import envkit.index.client as index_mod
 
     w = wheels["zip64"]
     assert eocd_fields(w.data)[1] == 0xFFFFFFFF  # the plain end record defers to zip64
@@ -683,7 +683,7 @@ def test_a_ca_bundle_verifies_every_request_over_the_environments(tmp_path):
 
 
 def test_trusted_hosts_are_the_plain_http_indexes_once_each():
-    from envkit.index import trusted_hosts
+    from envkit.index.client import trusted_hosts
 
     assert trusted_hosts(["http://m.example:8080/simple", None, "https://pypi.org/simple", "http://m.example:8080/x",
                           "http://other.example/simple"]) == ["m.example:8080", "other.example"]
@@ -693,7 +693,7 @@ def test_trusted_hosts_are_the_plain_http_indexes_once_each():
 def test_the_closure_is_compiled_with_the_ca_bundle(monkeypatch, tmp_path):
     import subprocess
 
-    from envkit import closure
+    from envkit.index import closure
 
     seen = {}
 
@@ -716,7 +716,7 @@ def test_resolve_spec_gives_the_resolver_the_builds_ca_bundle(monkeypatch, tmp_p
     """The index client, uv and a variant's own index all verify TLS with the spec's bundle."""
     from pathlib import Path as P
 
-    from envkit import pipeline
+    from envkit.app import pipeline
 
     root = P(__file__).resolve().parents[2]
     shutil.copyfile(certifi.where(), tmp_path / "ca.pem")  # real certificates: envkit loads the bundle

@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from envkit.errors import BuildError, PackageIndexError, SpecError
-from envkit.index import DEFAULT_INDEX, PackageIndex
-from envkit.index_login import (check_netrc, keyring_login, keyring_logins, login_hint, login_refused, login_source,
+from envkit.index.client import DEFAULT_INDEX, PackageIndex
+from envkit.index.login import (check_netrc, keyring_login, keyring_logins, login_hint, login_refused, login_source,
                                 netrc_for, netrc_path, refused_index)
 from tests.unit.lockfixtures import make_image
 from tests.unit.test_render import _dockerfile
@@ -128,7 +128,7 @@ def test_the_index_client_says_a_401_is_a_login(tmp_path, monkeypatch):
 
 
 def test_uvs_401_is_reported_as_a_login_not_as_an_unsolvable_closure(monkeypatch):
-    from envkit import closure
+    from envkit.index import closure
 
     def fake_run(cmd, **kwargs):
         return subprocess.CompletedProcess(cmd, 1, "", f"error: An index URL ({MIRROR}) could not be queried due to "
@@ -141,7 +141,7 @@ def test_uvs_401_is_reported_as_a_login_not_as_an_unsolvable_closure(monkeypatch
 
 
 def test_a_build_that_met_a_401_says_how_to_log_in(netrc):
-    from envkit.build import _login_failure
+    from envkit.build.builder import _login_failure
 
     netrc("machine artifactory.corp.example login ci password tok\n")
     image = make_image(index_url=MIRROR)

@@ -14,10 +14,10 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envkit import joint
-from envkit.candidates import Candidate
-from envkit.catalog import PyRange
-from envkit.closure import REQUESTED, ClosureError, Pin, framework_group, parse_requirements
+from envkit.resolve import joint
+from envkit.resolve.candidates import Candidate
+from envkit.catalog.models import PyRange
+from envkit.index.closure import REQUESTED, ClosureError, Pin, framework_group, parse_requirements
 from envkit.errors import ResolutionError
 
 TORCH = ["2.8.0", "2.7.1", "2.7.0", "2.6.0", "2.5.1"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from envkit.lock import load_lock
-from envkit.render import render_files
+from envkit.render.files import render_files
 from tests.conftest import ROOT
 from tests.unit.lockfixtures import make_image, make_lock
 

@@ -12,10 +12,10 @@ import pytest
 from envkit.engine import ImageInfo
 from envkit.engine.space import engine_full, engine_out_of_space
 from envkit.errors import BuildError
-from envkit.labels import CONTEXT_LABEL
-from envkit.nightly import BUILD_FAILED, Disk, ImageReport, _build, _exit_code
-from envkit.render import image_tag
-from envkit.store import Store
+from envkit.support.labels import CONTEXT_LABEL
+from envkit.app.nightly import BUILD_FAILED, Disk, ImageReport, _build, _exit_code
+from envkit.render.files import image_tag
+from envkit.store.history import Store
 from tests.unit.lockfixtures import make_image, make_lock
 
 
@@ -59,7 +59,7 @@ def run(tmp_path, monkeypatch):
                 action, seconds = "built", 1.0
             return Outcome()
 
-        monkeypatch.setattr("envkit.nightly.build_image", build_image)
+        monkeypatch.setattr("envkit.app.nightly.build_image", build_image)
         disk = Disk(reclaim)
         tags = [image_tag(lock.team, i) for i in lock.images]
         messages: list[str] = []
@@ -149,7 +149,7 @@ def test_another_build_failure_does_not_stop_the_others(run):
 
 def test_images_already_built_are_kept_when_the_disk_is_full(tmp_path, monkeypatch):
     """An image whose build the store knows is skipped (and certified later), full disk or not."""
-    from envkit import nightly
+    from envkit.app import nightly
 
     lock = make_lock(*(make_image(n) for n in ("a", "b")))
     engine = Engine(lock.images[0].base.ref)

@@ -10,9 +10,9 @@ import pytest
 
 from envkit.engine import ImageInfo
 from envkit.errors import EngineError
-from envkit.nightly import Asked, ImageReport, _certify, _exit_code, _published
-from envkit.render import image_tag
-from envkit.store import Store
+from envkit.app.nightly import Asked, ImageReport, _certify, _exit_code, _published
+from envkit.render.files import image_tag
+from envkit.store.history import Store
 from tests.unit.lockfixtures import make_image, make_lock
 
 from .test_certificate import EXPECT, FakeEngine, cpu_doc, gpu_doc, set_check
@@ -150,7 +150,7 @@ def published(store, monkeypatch):
             raise EngineError("cannot read from registry reg:5000: connection refused")
         return registry.tags.get(f"{registry_repo}:{tag}")
 
-    monkeypatch.setattr("envkit.publish.remote_digest", remote_digest)
+    monkeypatch.setattr("envkit.registry.publish.remote_digest", remote_digest)
 
     def ask(report=None, *, repo=repo, cert=None, asked=None):
         report = report or _report(image)
@@ -178,7 +178,7 @@ def test_a_publication_is_skipped_only_while_the_registry_named_still_holds_it(p
 
 
 def test_a_missing_certificate_artifact_or_base_mirror_is_published_again(published, store):
-    from envkit.publish import certificate_tag
+    from envkit.registry.publish import certificate_tag
 
     ask, push, registry, repo, stack_tag = published
     push()
@@ -214,7 +214,7 @@ def test_a_reports_directory_that_cannot_be_used_fails_before_any_build(tmp_path
     """It used to be found after every build and certification, leaving the run 'running' in the store."""
     import shutil
 
-    from envkit.nightly import run_nightly
+    from envkit.app.nightly import run_nightly
     from tests.conftest import ROOT
 
     shutil.copy(ROOT / "examples" / "team.yaml", tmp_path / "team.yaml")

@@ -1,4 +1,4 @@
-"""Unit tests of the certification payload, the directory envkit/certify/payload/envkit_check/
+"""Unit tests of the certification payload, the directory envkit/payload/envkit_check/
 (its core, NVML, runner and PyTorch modules here; JAX and TensorFlow: test_payload_jax/_tf.py).
 
 The payload runs inside images with only the standard library and torch, so it is
@@ -22,7 +22,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from envkit.certify import harness
+from envkit.payload import harness
 from tests.unit.payload_modules import PAYLOAD_DIR, payload_module
 
 torch = pytest.importorskip("torch")

@@ -19,7 +19,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from envkit.certify import harness
+from envkit.payload import harness
 from envkit.engine import RunResult
 from envkit.errors import VerificationError
 from envkit.frameworks import expect_from_labels
@@ -95,7 +95,7 @@ def test_an_explicit_expect_wins_over_the_one_beside(beside_runs, tmp_path):
 
 
 def test_without_any_expect_file_comparisons_are_skipped_and_it_says_so(beside_runs):
-    """A checkout has no expect.json beside envkit/certify/payload/envkit_check."""
+    """A checkout has no expect.json beside envkit/payload/envkit_check."""
     assert not (PAYLOAD_DIR.parent / "expect.json").exists()
     run = beside_runs["checkout"]
     assert checks(run)["torch_version"]["status"] == "skipped"

@@ -1,4 +1,4 @@
-"""The payload's JAX path (envkit/certify/payload/envkit_check/envkit_check_jax.py), without jax on the host.
+"""The payload's JAX path (envkit/payload/envkit_check/envkit_check_jax.py), without jax on the host.
 
 jax is faked by its FACTS only: installed distributions (real ``*.dist-info`` directories read by
 importlib.metadata), devices and their compute capability, what a train loop or a collective

@@ -1,4 +1,4 @@
-"""The payload's TensorFlow path (envkit/certify/payload/envkit_check/envkit_check_tf.py), without tensorflow on the host.
+"""The payload's TensorFlow path (envkit/payload/envkit_check/envkit_check_tf.py), without tensorflow on the host.
 
 tensorflow is faked by its FACTS only: installed distributions (real ``*.dist-info`` directories
 read by importlib.metadata), ``tf.sysconfig.get_build_info()``, physical devices and their details,

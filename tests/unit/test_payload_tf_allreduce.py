@@ -1,4 +1,4 @@
-"""TensorFlow's nccl_allreduce (envkit/certify/payload/envkit_check/envkit_check_tf_allreduce.py) and
+"""TensorFlow's nccl_allreduce (envkit/payload/envkit_check/envkit_check_tf_allreduce.py) and
 the all-reduce rules the frameworks share (envkit_check_core), without tensorflow on the host.
 
 tensorflow is faked by what it does for the check only: a MirroredStrategy whose replicas run in

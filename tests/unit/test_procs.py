@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit import procs
+from envkit.support import procs
 from tests.conftest import ROOT
 
 
@@ -41,7 +41,7 @@ def test_a_command_that_cannot_start_raises_oserror():
 
 CHILDREN = """
 import sys, click
-from envkit import procs
+from envkit.support import procs
 from envkit.cli import main
 
 @main.command("children")
@@ -93,7 +93,7 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
 
 KILLED = """
 import sys
-from envkit import procs
+from envkit.support import procs
 procs.run(["sh", sys.argv[1]])
 """
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envkit.catalog import data_dir, load_catalog
+from envkit.catalog.models import data_dir, load_catalog
 from envkit.catalog.refresh import RefreshResult, python_tags, refresh, refresh_summary, render_row
 from envkit.errors import CatalogError
 from packaging.version import Version
@@ -350,7 +350,7 @@ def test_the_pypi_index_source_must_exist(cat_dir):
 # --- a team's own catalog: ENVKIT_CATALOG and export ------------------------------------------
 
 def test_export_then_env_selects_the_team_copy(tmp_path, monkeypatch):
-    from envkit.catalog import CATALOG_ENV, FILES, data_dir, export_catalog, packaged_dir
+    from envkit.catalog.models import CATALOG_ENV, FILES, data_dir, export_catalog, packaged_dir
 
     team = export_catalog(tmp_path / "team-catalog")
     assert sorted(p.name for p in team.iterdir()) == sorted([*(f"{n}.yaml" for n in FILES), "perf.yaml",
@@ -366,7 +366,7 @@ def test_export_then_env_selects_the_team_copy(tmp_path, monkeypatch):
 
 
 def test_a_missing_team_catalog_says_how_to_make_one(tmp_path, monkeypatch):
-    from envkit.catalog import CATALOG_ENV
+    from envkit.catalog.models import CATALOG_ENV
 
     monkeypatch.setenv(CATALOG_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(CatalogError, match="cannot load catalog file") as err:
@@ -377,8 +377,8 @@ def test_a_missing_team_catalog_says_how_to_make_one(tmp_path, monkeypatch):
 # --- nightly --refresh-catalog -------------------------------------------------------------------
 
 def test_nightly_refresh_applies_to_a_team_catalog_and_keeps_the_diff(cat_dir, tmp_path, monkeypatch):
-    from envkit.catalog import CATALOG_ENV
-    from envkit.nightly import refresh_catalog_step
+    from envkit.catalog.models import CATALOG_ENV
+    from envkit.app.nightly import refresh_catalog_step
 
     drop_row(cat_dir, "2.14")
     monkeypatch.setenv(CATALOG_ENV, str(cat_dir))
@@ -398,9 +398,9 @@ def test_nightly_refresh_applies_to_a_team_catalog_and_keeps_the_diff(cat_dir, t
 
 
 def test_nightly_refresh_never_edits_the_packaged_catalog(cat_dir, tmp_path, monkeypatch):
-    import envkit.catalog as catalog_mod
-    from envkit.catalog import CATALOG_ENV
-    from envkit.nightly import refresh_catalog_step
+    import envkit.catalog.models as catalog_mod
+    from envkit.catalog.models import CATALOG_ENV
+    from envkit.app.nightly import refresh_catalog_step
 
     drop_row(cat_dir, "2.14")
     monkeypatch.delenv(CATALOG_ENV, raising=False)
@@ -416,7 +416,7 @@ def test_nightly_refresh_never_edits_the_packaged_catalog(cat_dir, tmp_path, mon
 
 def test_nightly_refuses_refresh_with_locked(tmp_path):
     from envkit.errors import LockError
-    from envkit.nightly import run_nightly
+    from envkit.app.nightly import run_nightly
 
     with pytest.raises(LockError, match="cannot be combined with --locked"):
         run_nightly(tmp_path / "team.yaml", engine=None, store=None, out_root=tmp_path, reports_dir=tmp_path,

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from envkit.candidates import FRAMEWORKS, candidates
-from envkit.catalog import CATALOG_ENV, load_catalog
+from envkit.resolve.candidates import FRAMEWORKS, candidates
+from envkit.catalog.models import CATALOG_ENV, load_catalog
 from envkit.catalog.refresh import parse_frameworks, refresh_catalog
 from envkit.catalog.refresh.jax import refresh as refresh_jax
 from envkit.catalog.refresh.tensorflow import refresh as refresh_tf
@@ -308,7 +308,7 @@ def test_cli_refresh_one_framework_json_and_apply(cat_dir, monkeypatch):
     from envkit.cli import main
 
     monkeypatch.setenv(CATALOG_ENV, str(cat_dir))
-    monkeypatch.setattr("envkit.pipeline.PackageIndex", lambda: FakeIndex())
+    monkeypatch.setattr("envkit.app.pipeline.PackageIndex", lambda: FakeIndex())
     before = snapshot(cat_dir)
     result = CliRunner().invoke(main, ["catalog", "refresh", "--framework", "jax", "--json"])
     assert result.exit_code == 0, result.output
@@ -334,7 +334,7 @@ def test_nightly_refresh_framework_needs_refresh_catalog():
 
 
 def test_nightly_refresh_of_jax_and_tensorflow_applies_to_a_team_catalog(cat_dir, tmp_path, monkeypatch):
-    from envkit.nightly import refresh_catalog_step
+    from envkit.app.nightly import refresh_catalog_step
 
     monkeypatch.setenv(CATALOG_ENV, str(cat_dir))
     doc = refresh_catalog_step(tmp_path / "reports", index=FakeIndex(), today=TODAY, frameworks=("jax", "tensorflow"))

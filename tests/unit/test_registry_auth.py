@@ -1,4 +1,4 @@
-"""Registry credentials and challenges (envkit.registry_auth): pure parts, no registry.
+"""Registry credentials and challenges (envkit.registry.auth): pure parts, no registry.
 
 The same code against real registries (htpasswd and token auth over TLS) is in
 tests/integration/test_registry_auth.py.
@@ -10,7 +10,7 @@ import json
 import pytest
 
 from envkit.errors import EngineError
-from envkit.registry_auth import Challenge, RegistryAuthError, credentials_for, parse_challenges
+from envkit.registry.auth import Challenge, RegistryAuthError, credentials_for, parse_challenges
 
 HOST = "registry.example.com:5000"
 
@@ -81,8 +81,8 @@ def test_an_identity_token_and_a_broken_helper(no_login):
     'not reg.example',
 ])
 def test_an_untrusted_certificate_in_the_engines_stream_fails_at_once_with_the_certs_d_fix(message):
-    from envkit.publish import _stream
-    from envkit.registry_api import _retrying
+    from envkit.registry.publish import _stream
+    from envkit.registry.api import _retrying
 
     waits: list[float] = []
 

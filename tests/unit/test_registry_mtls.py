@@ -20,12 +20,12 @@ import docker.errors
 import pytest
 import requests
 
-import envkit.registry_tls
+import envkit.registry.tls
 from envkit.errors import EngineError
-from envkit.publish import _stream
-from envkit.registry_api import _retrying, _RegistryHTTP
-from envkit.registry_auth import ClientCertFailure, RegistryAuthError, TrustFailure, engine_tls_failure, open_session
-from envkit.registry_tls import ClientPair, client_pairs, engine_cas
+from envkit.registry.publish import _stream
+from envkit.registry.api import _retrying, _RegistryHTTP
+from envkit.registry.auth import ClientCertFailure, RegistryAuthError, TrustFailure, engine_tls_failure, open_session
+from envkit.registry.tls import ClientPair, client_pairs, engine_cas
 from tests.integration.tokenserver import make_pki
 
 REG = "reg.example:5000"
@@ -35,7 +35,7 @@ REG = "reg.example:5000"
 def certs_d(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "certs.d"
     root.mkdir()
-    monkeypatch.setattr(envkit.registry_tls, "CERTS_D", root)
+    monkeypatch.setattr(envkit.registry.tls, "CERTS_D", root)
     return root
 
 

@@ -1,4 +1,4 @@
-"""Reading the registry without pulling (envkit.remote), against recorded answers of a real registry.
+"""Reading the registry without pulling (envkit.registry.remote), against recorded answers of a real registry.
 
 tests/unit/data/registry/answers.json holds what Debian's docker-registry answered to these very
 reads (record.py beside it re-records them); a replaying transport serves them here, with no
@@ -15,9 +15,10 @@ from click.testing import CliRunner
 from requests.adapters import BaseAdapter
 
 from envkit.errors import EngineError
-from envkit.registry_api import _RegistryHTTP
-from envkit.remote import (RegistryRef, classify_tags, config_facts, inspect_remote, latest_per_gpu, list_registry,
-                           manifest_parts, merge_store, parse_ref, parse_registry, pick_platform)
+from envkit.registry.api import _RegistryHTTP
+from envkit.registry.remote import (RegistryRef, classify_tags, config_facts, inspect_remote, latest_per_gpu,
+                                    list_registry, manifest_parts, merge_store, parse_ref, parse_registry,
+                                    pick_platform)
 from tests.integration.published import LOCK_A, LOCK_B, STACK_A, STACK_B
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "registry" / "answers.json").read_text())
@@ -288,7 +289,7 @@ def replayed(monkeypatch, tmp_path):
         raise EngineError("no container engine is reachable")
 
     monkeypatch.setattr(docker_engine, "connect", no_engine)
-    monkeypatch.setattr("envkit.registry_api.requests.Session", lambda: session_for()[0])
+    monkeypatch.setattr("envkit.registry.api.requests.Session", lambda: session_for()[0])
     monkeypatch.delenv("ENVKIT_STORE", raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path

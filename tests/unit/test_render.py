@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from envkit.errors import EnvkitError
-from envkit.render import context_for, context_hash, image_tag, render, render_compose, render_files
+from envkit.render.files import context_for, context_hash, image_tag, render, render_compose, render_files
 from tests.unit.lockfixtures import make_image, make_lock
 
 
@@ -224,7 +224,7 @@ def test_every_variant_passes_hadolint(tmp_path, buildkit, wheelhouse):  # devel
 # --- the devel flavour: tests/unit/test_devel.py ---------------------------------------------------
 
 def test_tilde_is_safe_but_quotes_are_not():
-    from envkit.render import _dq
+    from envkit.render.files import _dq
 
     assert _dq("12.4.131~12.4.1-2") == "12.4.131~12.4.1-2"
     with pytest.raises(EnvkitError):
@@ -289,7 +289,7 @@ def _stages(text: str) -> list[tuple[str, str, list[str]]]:
 @pytest.mark.parametrize("options", [{}, {"buildkit": True}, {"wheelhouse": True}, {"buildkit": True, "wheelhouse": True}])
 @pytest.mark.parametrize("kind", ["runtime", "devel-12.4", "devel-13.0"])
 def test_every_stage_nothing_is_built_from_ends_with_the_stage_label_gc_reads(kind, options):
-    from envkit.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
+    from envkit.support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
     from tests.unit.lockfixtures import make_devel_image
 
     image = make_image() if kind == "runtime" else make_devel_image(kind.split("-")[1])

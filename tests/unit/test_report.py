@@ -8,7 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from envkit.report import CERTIFICATE_CASE, report_html, report_json, report_junit, telemetry_charts, write_reports
+from envkit.certify.report import (CERTIFICATE_CASE, report_html, report_json, report_junit, telemetry_charts,
+                                   write_reports)
 
 from .test_certificate import build, cpu_doc, gpu_doc, set_check
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 
 from envkit import frameworks
-from envkit.certify import harness
+from envkit.payload import harness
 from envkit.certify.certificate import decide
 from envkit.errors import VerificationError
 from envkit.lock import Package
-from envkit.render import context_for, render_files
+from envkit.render.files import context_for, render_files
 from tests.unit.lockfixtures import make_image, make_jax_image, make_lock, make_tf_image
 from tests.unit.payload_modules import payload_module
 from tests.unit.test_certificate import EXPECT, check, cpu_doc, set_check

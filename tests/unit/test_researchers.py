@@ -8,13 +8,13 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from envkit import pipeline
+from envkit.app import pipeline
 from envkit.cli import main
 from envkit.engine import ImageInfo
 from envkit.errors import EnvkitError, StoreError
-from envkit.gate import judge
-from envkit.remote_parse import check_image_ref
-from envkit.store import MIGRATIONS, SCHEMA_VERSION, Store, locate, migrate
+from envkit.certify.gate import judge
+from envkit.registry.remote_parse import check_image_ref
+from envkit.store.history import MIGRATIONS, SCHEMA_VERSION, Store, locate, migrate
 
 TAG = "multi/jax:0.12.0.1-cuda13-py3.13-83521697"
 ID = "sha256:" + "1" * 64
@@ -91,7 +91,7 @@ def test_a_local_copy_of_a_registry_image_shows_the_registry_certificates_with_t
     engine = FakeEngine({ref: info(tags=())})
     registry_cert = {"status": "verified", "gpu_model": "none", "driver": "none", "created_at": "2026-12-01T00:00:00Z",
                      "reasons": [], "source": "registry", "artifact": "127.0.0.1:5000/multi/jax@sha256:" + "e" * 64}
-    monkeypatch.setattr("envkit.remote.inspect_remote", lambda *a, **k: RemoteView([registry_cert]))
+    monkeypatch.setattr("envkit.registry.remote.inspect_remote", lambda *a, **k: RemoteView([registry_cert]))
     db = tmp_path / "h.sqlite"
     with Store.open(db) as store:
         store.record_certificate(ID, "NVIDIA H200", "570.1", status="failed", lock_hash="x",
@@ -100,7 +100,7 @@ def test_a_local_copy_of_a_registry_image_shows_the_registry_certificates_with_t
     assert [(c["source"], c["status"]) for c in doc["certificates"]] == [("store", "failed"), ("registry", "verified")]
     assert doc["registry"]["certificates"] == [registry_cert]
     # the gate rests on the same list, each certificate once
-    monkeypatch.setattr("envkit.gate.host_gpus", lambda: ([], None))
+    monkeypatch.setattr("envkit.certify.gate.host_gpus", lambda: ([], None))
     verdict = pipeline.certification_gate(engine, ref, on_gpus=False, store_url=str(db))
     assert verdict.passed and verdict.certificates == [registry_cert]
     # and the human output says it, with its source
@@ -118,7 +118,7 @@ def test_a_registry_that_cannot_be_read_leaves_the_stores_certificates(tmp_path,
     def unreadable(*a, **k):
         raise EnvkitError("registry 127.0.0.1:5000 refused", hint="h")
 
-    monkeypatch.setattr("envkit.remote.inspect_remote", unreadable)
+    monkeypatch.setattr("envkit.registry.remote.inspect_remote", unreadable)
     doc = pipeline.show_image(engine, ref, None)
     assert doc["certificates"] == [] and doc["registry"]["error"] == "registry 127.0.0.1:5000 refused"
 
@@ -216,7 +216,7 @@ def test_every_command_taking_an_image_refuses_a_malformed_one_as_usage(command,
 
 def test_an_image_without_python3_fails_verification_not_the_engine():
     """The engine's 'exec: "python3": executable file not found' is the image's fault: exit 8, saying so."""
-    from envkit.certify.harness import run_payload
+    from envkit.payload.harness import run_payload
     from envkit.errors import CommandNotFoundError, VerificationError
 
     class NoPython:
@@ -245,7 +245,7 @@ def test_run_on_an_image_envkit_did_not_build_points_at_an_envkit_image_not_at_c
 
 def test_the_gate_knows_an_image_without_envkit_labels(monkeypatch):
     engine = FakeEngine({"debian:12": info(tags=("debian:12",), labels={})})
-    monkeypatch.setattr("envkit.gate.host_gpus", lambda: ([], None))
+    monkeypatch.setattr("envkit.certify.gate.host_gpus", lambda: ([], None))
     verdict = pipeline.certification_gate(engine, "debian:12", on_gpus=False, store_url=None)
     assert "cannot be certified" in verdict.hint
 
@@ -259,7 +259,7 @@ def test_a_directory_is_named_as_one(tmp_path, monkeypatch):
     doc = json.loads(result.stdout)
     assert doc["message"] == f"{tmp_path} is a directory; the history store is a file"
     assert str(tmp_path / "history.sqlite") in doc["hint"]
-    from envkit.doctor import store_finding
+    from envkit.ops.doctor import store_finding
 
     finding = store_finding(str(tmp_path))
     assert finding.status == "fail" and "is a directory" in finding.value and "disk I/O" not in finding.value

@@ -1,4 +1,4 @@
-"""envkit.resolve: choosing a framework build against the real catalog, with fakes.
+"""envkit.resolve.resolver: choosing a framework build against the real catalog, with fakes.
 
 The package indexes (the spec's, and each PyTorch variant's own) and the closure
 compiler are fakes: no network, no uv. Specs are parsed from YAML text so that errors
@@ -21,13 +21,13 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from envkit.catalog import FILES, data_dir, load_catalog
-from envkit.closure import REQUESTED, Pin
+from envkit.catalog.models import FILES, data_dir, load_catalog
+from envkit.index.closure import REQUESTED, Pin
 from envkit.errors import CatalogError, ResolutionError, SpecError
-from envkit.resolve import bundled_pins, check_gpus, covers, plan, resolve
+from envkit.resolve.resolver import bundled_pins, check_gpus, covers, plan, resolve
 from envkit.spec import spec_from_document
-from envkit.wheel_arches import READERS, ArchReading
-from envkit.yamlsource import parse_yaml
+from envkit.index.wheel_arches import READERS, ArchReading
+from envkit.support.yamlsource import parse_yaml
 
 
 @pytest.fixture(autouse=True)
@@ -189,7 +189,7 @@ RUNTIME_CHOICES = {  # newest first: what an unconstrained closure picks within 
 
 
 class FakeClosure:
-    """Same signature as envkit.closure.compile_closure; a small deterministic closure."""
+    """Same signature as envkit.index.closure.compile_closure; a small deterministic closure."""
 
     def __init__(self):
         self.calls: list[dict] = []
@@ -982,7 +982,7 @@ def test_fake_catalog_unknown_key_is_a_catalog_error(tmp_path):
 
 def test_a_catalog_entry_error_names_its_file_line_and_field(tmp_path):
     """A team's exported catalog, hand-edited: the error says where, not pydantic's dump of every model."""
-    from envkit.catalog import export_catalog
+    from envkit.catalog.models import export_catalog
 
     d = export_catalog(tmp_path / "team-catalog")
     text = (d / "gpus.yaml").read_text()

@@ -1,4 +1,4 @@
-"""Registry retention (envkit.retention, `envkit registry prune`): the keep/delete decision on fake
+"""Registry retention (envkit.registry.retention, `envkit registry prune`): the keep/delete decision on fake
 listings, and the whole prune against a small in-memory registry behind a requests adapter
 (catalog, tags, manifests, blobs, DELETE with distribution's semantics: every tag of the digest goes)."""
 
@@ -13,11 +13,11 @@ import requests
 from click.testing import CliRunner
 from requests.adapters import BaseAdapter
 
-from envkit import retention
+from envkit.registry import retention
 from envkit.cli import main
 from envkit.errors import EngineError
-from envkit.retention import (Artifact, DeleteDisabledError, Image, Listing, parse_created, plan_repository,
-                              prune_registry)
+from envkit.registry.retention import (Artifact, DeleteDisabledError, Image, Listing, parse_created, plan_repository,
+                                       prune_registry)
 
 NOW = datetime(2026, 12, 10, 12, 0, tzinfo=timezone.utc)
 HOST = "127.0.0.1:5999"
@@ -436,7 +436,7 @@ def test_a_raw_requests_error_from_the_registry_client_is_named_as_the_registrys
     not the engine (prune does not use the engine at all); exit 6 as every registry failure."""
     import urllib3.exceptions
 
-    from envkit.registry_api import _retrying
+    from envkit.registry.api import _retrying
 
     def fake(client, where, **kw):
         def boom():
@@ -478,7 +478,7 @@ def test_an_envkit_image_named_base_is_pruned_and_mirrors_are_skipped():
 
 
 def test_ls_lists_an_envkit_image_named_base_and_skips_the_mirrors():
-    from envkit.remote import list_registry
+    from envkit.registry.remote import list_registry
 
     reg = with_base_named_image()
     reg.repos.pop("vision/torch25")  # its certificates are not real ones (ls reads them)
@@ -497,7 +497,7 @@ def test_ls_lists_an_envkit_image_named_base_and_skips_the_mirrors():
 # --- a tag envkit did not make keeps its image ---------------------------------------------------------------
 
 def test_envkit_made_tags():
-    from envkit.remote_parse import envkit_made
+    from envkit.registry.remote_parse import envkit_made
 
     for tag in ("2.5.1-cu124-py3.11-1a2b3c4d", "0.4.35-cuda12-py3.12-00000000", "2.18.0-and-cuda-py3.11-deadbeef",
                 "certified", "2.5.1-cu124-py3.11-1a2b3c4d.cert-nvidia-h200", "sha256-" + "a" * 64):

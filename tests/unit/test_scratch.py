@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit import scratch
+from envkit.support import scratch
 from envkit.errors import EngineError
 
 HOST = socket.gethostname()
@@ -72,7 +72,7 @@ def test_leftovers_are_this_hosts_and_users_directories_whose_maker_is_gone(tmp_
 
 
 def test_a_build_with_a_login_first_removes_the_logins_killed_builds_left(tmp_path, monkeypatch):
-    from envkit import build
+    from envkit.build import builder as build
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     dead = _dead_pid()
@@ -131,7 +131,7 @@ def test_a_mount_that_will_not_go_keeps_the_directory_and_says_what_to_do(tmp_pa
     tmp = tmp_path / "envkit-rootfs-t"
     _mount_proc(tmp / "rootfs" / "proc")
     real_run = subprocess.run
-    monkeypatch.setattr("envkit.scratch.subprocess.run", lambda *a, **k: subprocess.CompletedProcess(a, 32, "", "busy"))
+    monkeypatch.setattr("envkit.support.scratch.subprocess.run", lambda *a, **k: subprocess.CompletedProcess(a, 32, "", "busy"))
     try:
         with pytest.raises(EngineError) as err:
             scratch.remove(tmp)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from envkit.errors import EnvkitError, RunInProgressError, StoreError
-from envkit.store import DEFAULT_PATH, MIGRATIONS, SCHEMA_VERSION, STORE_ENV, PostgresBackend, Store, migrate
+from envkit.store.history import DEFAULT_PATH, MIGRATIONS, SCHEMA_VERSION, STORE_ENV, PostgresBackend, Store, migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,7 +193,7 @@ def test_build_upsert_is_one_row_and_keeps_built(store):
 
 
 def test_record_outcome(store):
-    from envkit.build import Outcome
+    from envkit.build.builder import Outcome
 
     store.record_outcome(Outcome("torch25", "vision/torch25:x", "built", "sha256:b", 5, 2.5),
                          lock_hash="L", context_hash="C")
@@ -319,7 +319,7 @@ def test_snapshot_is_deterministic(tmp_path, store_url):
 
 WRITER = textwrap.dedent("""
     import sys
-    from envkit.store import Store
+    from envkit.store.history import Store
     s = Store.open(sys.argv[1])
     run = s.start_run("spec")
     for i in range(100000):
@@ -422,7 +422,7 @@ def test_postgres_failing_migration_rolls_back(postgres_url):
 
 OPENER = textwrap.dedent("""
     import sys
-    from envkit.store import Store
+    from envkit.store.history import Store
     with Store.open(sys.argv[1]) as s:
         print(s.schema_version)
 """)
@@ -462,7 +462,7 @@ def test_images_lists_built_and_certified(store):
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from envkit.store import Store
+    from envkit.store.history import Store
     s = Store.open(sys.argv[1])
     with s.run_lock("nightly:vision", "the nightly run of vision"):
         print("locked", flush=True)
@@ -503,7 +503,7 @@ def test_run_lock_is_exclusive_and_dies_with_a_killed_holder(store_url):
 
 
 def test_locate_names_a_store_without_opening_it(tmp_path, monkeypatch):
-    from envkit.store import locate
+    from envkit.store.history import locate
 
     monkeypatch.delenv(STORE_ENV, raising=False)
     assert locate().path == DEFAULT_PATH and not locate().named

@@ -17,13 +17,13 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envkit.candidates import candidates
-from envkit.catalog import load_catalog
+from envkit.resolve.candidates import candidates
+from envkit.catalog.models import load_catalog
 from envkit.errors import PackageIndexError, SpecError
-from envkit.resolve import plan, spec_digest
-from envkit.rules import unreachable_variant_ways_out
+from envkit.resolve.resolver import plan, spec_digest
+from envkit.resolve.rules import unreachable_variant_ways_out
 from envkit.spec import VARIANT_INDEX_RE, json_schema, load_spec, spec_from_document
-from envkit.yamlsource import parse_yaml
+from envkit.support.yamlsource import parse_yaml
 from tests.conftest import ROOT
 from tests.unit.test_resolve import SPEC_INDEX, FakeArches, FakeClosure, FakeIndex, decision
 
@@ -153,7 +153,7 @@ class MirrorIndexes:
 
 
 def resolve_mirrored(catalog, closure=None):
-    from envkit.resolve import resolve
+    from envkit.resolve.resolver import resolve
 
     indexes = MirrorIndexes(catalog)
     lock = resolve(load(spec_text(MIRROR, index_url=SPEC_INDEX)), catalog, indexes.main, closure=closure or FakeClosure(),
@@ -174,9 +174,9 @@ def test_the_lock_records_the_mirror_and_the_closure_is_asked_there_first(catalo
 def test_render_build_and_bundle_use_the_lock_s_mirror(catalog, tmp_path, monkeypatch):
     """pip in the build asks the mirror (an http one as a trusted host), BuildKit's netrc secret holds the mirror
     host's login, and a bundle downloads from the mirror, then the spec's index."""
-    from envkit.bundle import _indexes
-    from envkit.index_login import netrc_for
-    from envkit.render import _index_flags, index_urls
+    from envkit.build.bundle import _indexes
+    from envkit.index.login import netrc_for
+    from envkit.render.files import _index_flags, index_urls
 
     image, _ = resolve_mirrored(catalog)
     cu126 = "http://mirror.corp.example:8080/pytorch/whl/cu126"
@@ -210,7 +210,7 @@ def test_doctor_probes_the_mirror_and_offers_one_when_pytorchs_index_fails(no_en
     from click.testing import CliRunner
 
     from envkit.cli import main
-    from envkit.doctor import MIRROR_HINT, Finding, framework_indexes
+    from envkit.ops.doctor import MIRROR_HINT, Finding, framework_indexes
 
     path = write_spec(spec_text(MIRROR if mirrored else None))
     variant = "http://mirror.corp.example:8080/pytorch/whl/cu126" if mirrored else CATALOG_INDEX + "cu126"
@@ -221,7 +221,7 @@ def test_doctor_probes_the_mirror_and_offers_one_when_pytorchs_index_fails(no_en
         asked.append(url)
         return Finding("index", "ok" if "pypi.org" in url else "fail", f"{url}/…: cannot connect", "check the network")
 
-    monkeypatch.setattr("envkit.doctor.index_finding", probe)
+    monkeypatch.setattr("envkit.ops.doctor.index_finding", probe)
     result = CliRunner().invoke(main, ["doctor", "--spec", str(path), "--store", str(no_engine), "--json"])
     found = {f["name"]: f for f in json.loads(result.stdout)["findings"]}
     assert asked == ["https://pypi.org/simple", variant]
@@ -236,7 +236,7 @@ class Stop(Exception):
 
 
 def test_resolve_checks_the_netrc_and_asks_the_keyring_for_the_mirror(monkeypatch, write_spec):
-    from envkit import pipeline
+    from envkit.app import pipeline
 
     path = write_spec(spec_text(MIRROR))
     seen = {}
@@ -268,7 +268,7 @@ def test_resolve_checks_the_netrc_and_asks_the_keyring_for_the_mirror(monkeypatc
 
 @pytest.mark.parametrize("mirrored", [False, True])
 def test_an_unreachable_variant_index_says_the_ways_out(monkeypatch, write_spec, mirrored):
-    from envkit import pipeline
+    from envkit.app import pipeline
 
     path = write_spec(spec_text(MIRROR if mirrored else None, gpus="[A100]"))
     cu128 = ("http://mirror.corp.example:8080/pytorch/whl/" if mirrored else CATALOG_INDEX) + "cu128"
@@ -288,7 +288,7 @@ def test_an_unreachable_variant_index_says_the_ways_out(monkeypatch, write_spec,
 
 
 def test_a_login_refusal_keeps_its_own_hint(monkeypatch, write_spec):
-    from envkit import pipeline
+    from envkit.app import pipeline
 
     path = write_spec(spec_text(MIRROR))
 
@@ -404,7 +404,7 @@ def test_a_variant_index_s_local_version_is_the_release_asked_for(tmp_path):
     ("cannot reach the package index at https://pypi.org/simple/torch/: refused", False),  # another index
 ])
 def test_only_an_index_that_did_not_answer_counts_as_unreachable(text, unreachable):
-    from envkit.pipeline import _unreachable
+    from envkit.app.pipeline import _unreachable
 
     url = "http://mirror.corp.example:8080/pytorch/whl/cu126"
     assert _unreachable(text.format(u=url), url) is unreachable

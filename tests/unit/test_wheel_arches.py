@@ -1,5 +1,5 @@
 """Compiled arch lists read from the wheels themselves: ``PackageIndex.member`` (range requests
-against the local index server of test_index.py), ``envkit.wheel_arches`` (the parsers and the
+against the local index server of test_index.py), ``envkit.index.wheel_arches`` (the parsers and the
 notation), the refresh reading new rows' lists, and ``envkit catalog check-arches`` on recorded
 index answers (tests/unit/refreshfake.py). No network but 127.0.0.1.
 """
@@ -16,12 +16,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from envkit.catalog import CATALOG_ENV, load_catalog
+from envkit.catalog.models import CATALOG_ENV, load_catalog
 from envkit.catalog.refresh import refresh
 from envkit.catalog.refresh.arches import check_arches
 from envkit.catalog.refresh.tensorflow import refresh as tf_refresh
 from envkit.errors import CatalogError, PackageIndexError, WheelReadError
-from envkit.wheel_arches import CACHE_KIND, read_arches, tf_flags, to_arch_list, torch_flags
+from envkit.index.wheel_arches import CACHE_KIND, read_arches, tf_flags, to_arch_list, torch_flags
 
 from tests.unit.refreshfake import TODAY, FakeIndex, copy_catalog, snapshot
 from tests.unit.test_index import Wheel, _loopback_only, make_index, server  # noqa: F401 - fixtures
@@ -114,7 +114,7 @@ def test_tf_flags_refuses_what_it_cannot_read(source, match):
     (("sm_60", "sm_80", "compute_90"), None),  # PTX without its SASS: no TORCH_CUDA_ARCH_LIST spelling
 ])
 def test_to_arch_list(flags, text):
-    from envkit.catalog import arches_of
+    from envkit.catalog.models import arches_of
 
     assert to_arch_list(flags) == text
     if text is not None:
@@ -181,7 +181,7 @@ def test_a_server_without_ranges_is_a_wheel_read_error(server, tmp_path):
 
 
 def test_an_unreachable_index_is_not_a_wheel_read_error(tmp_path):
-    from envkit.index import PackageIndex, WheelFile
+    from envkit.index.client import PackageIndex, WheelFile
     from packaging.version import Version
 
     idx = PackageIndex("http://127.0.0.1:9/simple", cache_dir=tmp_path)
@@ -281,7 +281,7 @@ def test_check_arches_cli_applies_to_the_team_catalog(tmp_path, monkeypatch):
 
     cat = copy_catalog(tmp_path)
     monkeypatch.setenv(CATALOG_ENV, str(cat))
-    monkeypatch.setattr("envkit.pipeline.PackageIndex", lambda *a, **k: recorded_index())
+    monkeypatch.setattr("envkit.app.pipeline.PackageIndex", lambda *a, **k: recorded_index())
     out = CliRunner().invoke(main, ["catalog", "check-arches", "--framework", "torch", "--json"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)

@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...candidates import FRAMEWORKS
+from ...resolve.candidates import FRAMEWORKS
 from ...errors import CatalogError
-from .. import Catalog, data_dir as default_data_dir
+from ..models import Catalog, data_dir as default_data_dir
 from .common import FILENAMES, RefreshIndex, RefreshResult, apply_texts, python_tags, refresh_summary
 from .torch import IndexRead, refresh, render_row
 
