@@ -74,8 +74,10 @@ class Pin:
 
 @dataclass(frozen=True)
 class Framework:
-    name: str  # the lock's project name
+    name: str  # the lock's project name (its project on the package index)
     title: str
+    catalog_file: str  # its releases in the catalog: envkit/catalog/data/<catalog_file>.yaml
+    extras: frozenset[str]  # the extras team.yaml may ask for in the requirement (jax[cuda13])
     builds: bool  # envkit builds and verifies its images
     bundles: bool  # envkit makes offline bundles of its images (tested end to end)
     devel: bool  # the devel flavour knows it (devel.py still refuses a CUDA release it has no compiler for)
@@ -114,7 +116,8 @@ def _torch_from_labels(val: dict) -> dict:
 
 
 TORCH = Framework(
-    name="torch", title="PyTorch", builds=True, bundles=True, devel=True, coverage="arch_list",
+    name="torch", title="PyTorch", catalog_file="pytorch", extras=frozenset(),
+    builds=True, bundles=True, devel=True, coverage="arch_list",
     # python and cuda on major.minor; torch reports cuDNN as M.m.p; torch's local tag (+cu124) is ignored
     pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime", 2), Pin("cudnn", "cuDNN", 3),
           Pin("nccl", "NCCL", 3), Pin("torch", "torch", public=True)),
@@ -161,7 +164,8 @@ def _jax_from_labels(val: dict) -> dict:
 JAX = Framework(
     # devel: jax[cuda13] (its closure holds the whole CUDA 13 compiler, which the plugin uses for ptxas);
     # jax[cuda12] locks a CUDA 12 release, refused by devel.check_cuda unless it is Debian's 12.4
-    name="jax", title="JAX", builds=True, bundles=True, devel=True, coverage="min_cc",
+    name="jax", title="JAX", catalog_file="jax", extras=frozenset({"cuda12", "cuda13"}),
+    builds=True, bundles=True, devel=True, coverage="min_cc",
     # the CUDA libraries are read from the installed nvidia-* distributions: whole versions, exactly
     pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime"), Pin("cudnn", "cuDNN"), Pin("nccl", "NCCL"),
           Pin("jax", "jax", public=True), Pin("jaxlib", "jaxlib", public=True),
@@ -219,7 +223,8 @@ def _tf_built_against(facts: dict, expect: dict) -> list[str]:
 
 
 TENSORFLOW = Framework(
-    name="tensorflow", title="TensorFlow", builds=True, bundles=True, devel=False, coverage="arch_list",
+    name="tensorflow", title="TensorFlow", catalog_file="tensorflow", extras=frozenset({"and-cuda"}),
+    builds=True, bundles=True, devel=False, coverage="arch_list",
     # the CUDA libraries as for JAX: the installed nvidia-* distributions, every component
     pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime"), Pin("cudnn", "cuDNN"), Pin("nccl", "NCCL"),
           Pin("tensorflow", "tensorflow", public=True)),
@@ -240,6 +245,13 @@ TENSORFLOW = Framework(
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (TORCH, JAX, TENSORFLOW)}
+NAMES: tuple[str, ...] = tuple(FRAMEWORKS)  # the frameworks envkit knows, in this order everywhere (the catalog's files)
+ARCH_LISTED: tuple[str, ...] = tuple(n for n, f in FRAMEWORKS.items() if f.coverage == "arch_list")  # check-arches
+
+
+def expected(image: LockedImage) -> dict:
+    """What the in-image payload must find in ``image``, straight from the lock (per framework: ``Framework.expect``)."""
+    return framework(image.framework).expect(image)
 
 
 def framework(name: str) -> Framework:

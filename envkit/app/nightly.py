@@ -24,6 +24,7 @@ from ..errors import BuildError, EngineError, EnvkitError, LockError, Verificati
 from ..lock import Lock, LockedImage, load_lock, lock_changes, write_lock
 from ..render.files import image_tag
 from ..store.history import Store
+from ..frameworks import expected
 
 # Exit codes, distinct from the error codes of errors.py.
 PASSED, NOTHING_TO_DO, BUILD_FAILED, CERT_FAILED, REGRESSION, PUBLISH_FAILED = 0, 10, 11, 12, 13, 14
@@ -285,11 +286,11 @@ def _certify(engine, store, run_id, image, report, info, gpus, threshold, progre
     store.mark_step(run_id, image.name, "certify", "started", image.hash)
     progress(f"[{image.name}] {'certifying on the GPUs' if gpus else 'verifying (no GPU on this runner)'}")
     try:
-        cert = certify_image(engine, report.tag, image.expect(), gpus=gpus)
+        cert = certify_image(engine, report.tag, expected(image), gpus=gpus)
     except (VerificationError, EngineError) as exc:
         doc = {"schema": "envkit.payload/1", "status": "failed", "facts": {},
                "checks": [{"name": "harness", "status": "failed", "message": exc.message}]}
-        cert = certificate_from(doc, image.expect(), image=report.tag, image_id=info.id, lock_hash=image.hash,
+        cert = certificate_from(doc, expected(image), image=report.tag, image_id=info.id, lock_hash=image.hash,
                                 gpu_requested=gpus, created_at=utc_now(), envkit_version=__version__)
     metrics = perf_metrics(cert)
     if cert.status == "certified":

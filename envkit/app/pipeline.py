@@ -20,10 +20,10 @@ from ..build.builder import LOCK_LABEL, Outcome, Progress, build_image, require_
 from ..payload.harness import Verification, expect_from_labels, run_payload
 from ..catalog.models import Catalog, load_catalog
 from ..index.closure import compile_closure
-from ..engine import RUN_TIMEOUT
+from ..engine.protocol import RUN_TIMEOUT
 from ..errors import (EngineError, EnvkitError, LockError, PackageIndexError, ResolutionError, SpecError,
                       VerificationError)
-from ..frameworks import require_buildable, require_bundle
+from ..frameworks import require_buildable, require_bundle, expected
 from ..index.client import DEFAULT_INDEX, PackageIndex
 from ..index.login import check_netrc, check_netrc_text, keyring_logins
 from ..support.labels import SHOWN
@@ -328,7 +328,7 @@ def expectations(engine, ref: str, lock_path: Path | None):
     if not match:
         raise VerificationError(f"{ref} was built from lock hash {lock_hash[:19]}, which {lock_path} does not contain",
                                 hint="rebuild it with `envkit build SPEC`, or pass the lock it came from")
-    return info, lock_hash, match[0].expect()
+    return info, lock_hash, expected(match[0])
 
 
 def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verification:
@@ -575,7 +575,7 @@ def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm
     (``RunOptions.stdin``); None: the job's stdin is closed. ``tty``: a pseudo-terminal whose (rows, columns)
     this gives (``RunOptions.tty``). ``around_job``: a context manager factory entered around the job alone,
     after the gate has spoken (the CLI puts the user's terminal in raw mode there)."""
-    from ..engine import GPU_ULIMITS, RunOptions
+    from ..engine.protocol import GPU_ULIMITS, RunOptions
 
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
     verdict = certification_gate(engine, ref, on_gpus=use_gpus, store_url=store_url)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..support import procs, scratch
-from ..engine import ImageInfo
+from ..engine.protocol import ImageInfo
 from ..engine.space import host_full, says_no_space
 from ..errors import EngineError
 from ..lock import BaseImage

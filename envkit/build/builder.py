@@ -17,14 +17,15 @@ from typing import Callable, Iterator
 from ..support import scratch
 from .base import ensure_base
 from ..payload.harness import Verification, run_payload
-from ..engine import BuildEvent
+from ..engine.protocol import BuildEvent
 from ..engine.space import low_space
 from ..engine.buildkit import BuildKitBuilder
 from ..errors import BuildError
-from ..frameworks import require_buildable
+from ..frameworks import require_buildable, expected
 from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
 from ..lock import Lock, LockedImage
-from ..render.files import BUILDERS, context_hash, image_tag, index_urls, render_files
+from ..engine.protocol import BUILDERS
+from ..render.files import context_hash, image_tag, index_urls, render_files
 
 Progress = Callable[[str, BuildEvent | str], None]
 
@@ -92,7 +93,7 @@ def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bu
                           time.monotonic() - started)
     if verify:
         progress(image.name, "verifying inside the image")
-        outcome.verification = run_payload(engine, tag, image.expect())
+        outcome.verification = run_payload(engine, tag, expected(image))
     return outcome
 
 

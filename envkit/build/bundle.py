@@ -40,7 +40,7 @@ from ..support import procs, scratch
 from .base import ensure_base
 from .builder import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, require_builder, run_build
 from ..payload.harness import run_payload
-from ..engine import Mount, RunOptions
+from ..engine.protocol import Mount, RunOptions
 from ..engine.space import engine_out_of_space, host_full, host_out_of_space, low_space, says_no_space
 from ..errors import BuildError, EngineError, EnvkitError
 from ..index.client import trusted_hosts
@@ -50,6 +50,7 @@ from ..lock import Lock, LockedImage, Package, load_lock
 from ..resolve.devel import APT as DEVEL_APT
 from ..resolve.devel import fetch_toolkit_deb, toolkit_deb
 from ..render.files import context_for, context_hash, image_tag, install_packages, render_files
+from ..frameworks import expected
 
 Progress = Callable[[str], None]
 
@@ -292,7 +293,7 @@ def build_from_bundle(engine, bundle_dir: Path, *, builder: str = "classic", ver
     outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
                       time.monotonic() - started, labels=labels)
     if verify:
-        outcome.verification = run_payload(engine, tag, image.expect())
+        outcome.verification = run_payload(engine, tag, expected(image))
     return outcome
 
 

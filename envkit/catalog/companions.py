@@ -36,6 +36,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import CatalogError, Location
 from ..support.yamlsource import parse_yaml
+from ..frameworks import FRAMEWORKS
 
 FILE = "companions.yaml"
 KEY = "companions"
@@ -227,7 +228,7 @@ def _check_row(framework: str, i: int, item, known: tuple[str, ...], sources: di
         if key not in item:
             raise fail(f"{where} has no {key}", *at)
     version = item["version"]
-    file = {"torch": "pytorch.yaml", "jax": "jax.yaml", "tensorflow": "tensorflow.yaml"}[framework]
+    file = f"{FRAMEWORKS[framework].catalog_file}.yaml"
     if not isinstance(version, str):
         raise fail(f"{where}.version must be a quoted string, not {version!r}", *at, "version",
                    hint='quote it: version: "2.10" (unquoted, YAML reads 2.10 as the number 2.1)')

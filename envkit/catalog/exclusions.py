@@ -28,10 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints,
 
 from ..errors import CatalogError, Location
 from ..support.yamlsource import parse_yaml
+from ..frameworks import FRAMEWORKS
 
 KEY = "excluded"
 # framework (as team.yaml and the resolver name it) -> the catalog file (without .yaml) holding its rows
-FRAMEWORK_FILES = {"torch": "pytorch", "jax": "jax", "tensorflow": "tensorflow"}
+FRAMEWORK_FILES = {name: fw.catalog_file for name, fw in FRAMEWORKS.items()}
 _ROW_HINT = ('each row: {version: "X.Y.Z", reason: "why it is left out", sources: [KEY of sources.yaml]} '
              "(optional added: YYYY-MM-DD); see docs/catalog.md")
 _Text = Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1)]

@@ -27,7 +27,7 @@ from .companions import FILE as COMPANIONS_FILE, Companions, check_companions, k
 from .exclusions import FRAMEWORK_FILES, Exclusion, check_rows, pop_rows
 
 Verified = Literal[True, False, "partial"]
-FILES = ("sources", "cuda", "gpus", "os", "pytorch", "jax", "tensorflow")
+FILES = ("sources", "cuda", "gpus", "os", *FRAMEWORK_FILES.values())  # in this order into the digest
 
 
 # --- the grammars of the values the code computes with (vtuple, Version, rules.covers) -----------------

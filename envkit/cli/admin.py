@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from .common import FRAMEWORKS, SPEC, STORE, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
+from .common import SPEC, STORE, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
+from ..frameworks import ARCH_LISTED, NAMES
 
 
 @click.command("doctor")
@@ -71,7 +72,7 @@ def catalog_refresh_cmd(click_ctx, apply_, frameworks, json_out):
 
 
 @catalog_group.command("exclude")
-@click.argument("framework", type=click.Choice(FRAMEWORKS))
+@click.argument("framework", type=click.Choice(NAMES))
 @click.argument("version")
 @click.option("--reason", required=True, help="Why the release is left out (a bug, a regression, a policy).")
 @click.option("--source", required=True,
@@ -111,8 +112,8 @@ def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out)
 
 @catalog_group.command("check-arches")
 @click.option("--apply", "apply_", is_flag=True, help="Write the wheels' arch lists into the catalog.")
-@click.option("--framework", "frameworks", type=click.Choice(("torch", "tensorflow")), multiple=True,
-              help="Check only this framework (repeatable; default: torch and tensorflow).")
+@click.option("--framework", "frameworks", type=click.Choice(ARCH_LISTED), multiple=True,
+              help=f"Check only this framework (repeatable; default: {' and '.join(ARCH_LISTED)}).")
 @json_option
 @click.pass_context
 def catalog_check_arches_cmd(click_ctx, apply_, frameworks, json_out):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..engine import BuildEvent
+from ..engine.protocol import BuildEvent
 from ..lock import PIP_TOPIC, named_extras
 from .common import IMAGE, SPEC, Ctx, _ctx, _short, builder_option, emit, json_option, locked_option, run, table
 

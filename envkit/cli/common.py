@@ -20,10 +20,10 @@ import click
 
 from ..engine.space import host_out_of_space
 from ..errors import EngineError, EnvkitError, Interrupted
+from ..engine.protocol import BUILDERS
+from ..frameworks import NAMES
 
 SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
-BUILDERS = ("classic", "buildkit")  # envkit.render.files.BUILDERS (not imported here: the CLI starts without jinja2)
-FRAMEWORKS = ("torch", "jax", "tensorflow")  # envkit.resolve.candidates.FRAMEWORKS (not imported here: nor the catalog)
 
 
 class Checked(click.ParamType):
@@ -112,9 +112,9 @@ def locked_option(f):
 def refresh_framework_option(name: str):
     """The framework(s) a catalog refresh reads (``catalog refresh --framework``, ``nightly --refresh-framework``)."""
     return click.option(
-        name, "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
+        name, "frameworks", type=click.Choice(NAMES), multiple=True,
         help="Refresh only this framework's catalog rows (repeatable; default: all of "
-             + ", ".join(FRAMEWORKS) + ").")
+             + ", ".join(NAMES) + ").")
 
 
 STORE_HELP = ("History store: a SQLite file path, sqlite:///relative/path, sqlite:////absolute/path or "

@@ -11,7 +11,7 @@ from contextlib import contextmanager, nullcontext
 
 import click
 
-from ..engine import RUN_SHM_SIZE, RUN_TIMEOUT
+from ..engine.protocol import RUN_SHM_SIZE, RUN_TIMEOUT
 from ..errors import EnvkitError
 from .common import IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
 

@@ -19,7 +19,7 @@ import urllib3.exceptions
 
 from ..errors import BuildError, CommandNotFoundError, EngineError
 from ..support.labels import CONTAINER_LABEL
-from . import BuildEvent, ImageInfo, RunOptions, RunResult
+from .protocol import BuildEvent, ImageInfo, RunOptions, RunResult
 from .space import engine_out_of_space
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import frameworks
 from ..support import scratch
-from ..engine import GPU_ULIMITS, RUN_SHM_SIZE, Mount, RunOptions
+from ..engine.protocol import GPU_ULIMITS, RUN_SHM_SIZE, Mount, RunOptions
 from ..errors import CommandNotFoundError, EnvkitError, VerificationError
 from .envkit_check import envkit_check_core as payload_identity
 

@@ -35,7 +35,7 @@ from typing import Callable
 import docker
 import docker.errors
 
-from ..engine import ImageInfo
+from ..engine.protocol import ImageInfo
 from ..errors import EngineError
 from .api import (PASSWORD_ENV, USER_ENV, Sleep, _classify, _Failure, _insecure, _Manifest, _RegistryHTTP, _retrying,
                   _strip_tag, split_repository)

@@ -26,7 +26,7 @@ from .. import __version__
 from ..resolve import devel
 from ..payload.harness import PAYLOAD_NAME, payload_expect, payload_files
 from ..errors import EnvkitError
-from ..frameworks import framework, requested_labels
+from ..frameworks import framework, requested_labels, expected
 from ..index import login as index_login_
 from ..index.client import DEFAULT_INDEX, trusted_hosts
 from ..support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
@@ -48,7 +48,6 @@ PIP_ENV = f'if [ -f {CA_PATH} ]; then export PIP_CERT={CA_PATH}; fi;'
 WHEEL_CACHE = "/root/.cache/pip/envkit-wheels"
 WHEELHOUSE = "/tmp/envkit/wheelhouse"  # the bundle's wheels, inside the build (wheelhouse mode)
 DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
-BUILDERS = ("classic", "buildkit")
 
 # `~` (Debian versions) is literal inside double quotes, in a Dockerfile's shell and in YAML alike.
 SAFE = re.compile(r'^[A-Za-z0-9 ._:/=<>+,@()~-]*$')
@@ -243,7 +242,7 @@ def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bo
         "requirements/framework.txt": requirements_text(image, "framework").encode(),
         "requirements/extra.txt": requirements_text(image, "extra").encode(),
         # what the image's own self-check compares against, in the shape the payload accepts (as the harness mounts it)
-        "envkit/expect.json": (json.dumps(payload_expect(image.expect()), indent=2, sort_keys=True) + "\n").encode(),
+        "envkit/expect.json": (json.dumps(payload_expect(expected(image)), indent=2, sort_keys=True) + "\n").encode(),
     }
     # the payload directory (__main__.py + envkit_check_*.py), run in the image as python3 /opt/envkit/envkit_check
     files.update({f"envkit/{PAYLOAD_NAME}/{name}": data for name, data in payload_files().items()})

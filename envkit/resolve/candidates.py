@@ -15,8 +15,6 @@ from packaging.version import Version
 
 from ..catalog.models import Catalog, PyRange, vtuple
 
-FRAMEWORKS = ("torch", "jax", "tensorflow")
-ALLOWED_EXTRAS = {"torch": set(), "jax": {"cuda12", "cuda13"}, "tensorflow": {"and-cuda"}}
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from packaging.version import Version
 
 from .. import __version__
 from . import devel, joint
-from .candidates import ALLOWED_EXTRAS, FRAMEWORKS, Candidate, candidates
+from .candidates import Candidate, candidates
 from ..catalog.models import Arch, Catalog, OsBase, vtuple
 from ..index.closure import Pin, compile_closure, framework_group
 from ..errors import CatalogError, Location, PackageIndexError, ResolutionError, SpecError, WheelReadError
@@ -36,6 +36,7 @@ from ..lock import BaseImage, Decision, Lock, LockedImage, Package, canonical, s
 from ..spec import Base, Spec, Target
 from .rules import (Fleet, base_for, check_excluded_pin, covers, reject_reason, uncovered, ways_out)  # noqa: F401  (covers: tests)
 from ..index.wheel_arches import READERS, ArchReading, read_arches, same_arches
+from ..frameworks import FRAMEWORKS
 
 IMAGE_SUITES = {"debian": {"12": "bookworm", "13": "trixie"}, "ubuntu": {"22.04": "jammy", "24.04": "noble"}}
 
@@ -112,9 +113,9 @@ def check_frameworks(spec: Spec) -> None:
         if name not in FRAMEWORKS:
             raise SpecError(f"unsupported framework {name!r} in images[{i}].framework", location=where,
                             hint=f"supported: {', '.join(FRAMEWORKS)}")
-        bad = set(req.extras) - ALLOWED_EXTRAS[name]
+        bad = set(req.extras) - FRAMEWORKS[name].extras
         if bad:
-            allowed = ", ".join(sorted(ALLOWED_EXTRAS[name])) or "none"
+            allowed = ", ".join(sorted(FRAMEWORKS[name].extras)) or "none"
             raise SpecError(f"unknown extra {sorted(bad)[0]!r} for {name} in images[{i}].framework",
                             location=where, hint=f"allowed extras: {allowed}")
         # the framework in pip: too would be a second, conflicting pin, found only by the closure (exit 4)

@@ -13,12 +13,13 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .candidates import ALLOWED_EXTRAS, Candidate, candidates, variant_index_for
+from .candidates import Candidate, candidates, variant_index_for
 from ..catalog.models import Arch, Catalog, vtuple
 from ..catalog.exclusions import exact_pin
 from ..errors import CatalogError, ResolutionError
 from ..index.client import DEFAULT_INDEX
 from ..spec import Spec, Target
+from ..frameworks import FRAMEWORKS
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,7 @@ def _other_extra(req, python, catalog, fleet, cuda_spec) -> list[str]:
     """The same framework with another CUDA extra (jax[cuda12] for jax[cuda13]), when one of its builds fits."""
     name = req.name.lower()
     out = []
-    for extra in sorted(ALLOWED_EXTRAS.get(name, set()) - set(req.extras)):
+    for extra in sorted((FRAMEWORKS[name].extras if name in FRAMEWORKS else frozenset()) - set(req.extras)):
         if not extra.startswith("cuda"):
             continue
         alt = Requirement(f"{name}[{extra}]{req.specifier}")

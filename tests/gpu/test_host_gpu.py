@@ -17,7 +17,7 @@ import pytest
 
 from envkit.certify.certificate import gpu_model_of
 from envkit.payload.harness import gpu_key
-from envkit.engine import RunResult
+from envkit.engine.protocol import RunResult
 from envkit.errors import EngineError
 from envkit.certify.gate import host_gpus, judge
 

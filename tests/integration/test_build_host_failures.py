@@ -29,7 +29,7 @@ from envkit.support import scratch
 from envkit.build.base import ensure_base
 from envkit.build.bundle import make_bundle
 from envkit.catalog.models import load_catalog
-from envkit.engine import RunOptions
+from envkit.engine.protocol import RunOptions
 from envkit.engine.buildkit import DOCKER_CLI, BuildKitBuilder
 from envkit.engine.docker_engine import connect
 from envkit.errors import EngineError

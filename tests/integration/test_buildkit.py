@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from envkit.build.builder import CONTEXT_LABEL, build_image, run_build, stage_context
-from envkit.engine import BuildEvent, RunOptions
+from envkit.engine.protocol import BuildEvent, RunOptions
 from envkit.engine.buildkit import BuildKitBuilder, PlainProgress
 from envkit.errors import BuildError
 from envkit.support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL

@@ -16,7 +16,7 @@ from envkit.build import bundle as bundle_mod
 from envkit.build.builder import LOCK_LABEL
 from envkit.build.bundle import (BUNDLE_LABEL, build_from_bundle, check_wheels, make_bundle, manylinux_tags,
                                  verify_bundle)
-from envkit.engine import Mount, RunOptions
+from envkit.engine.protocol import Mount, RunOptions
 from envkit.errors import BuildError
 from envkit.lock import Package, load_lock, write_lock
 from tests.integration.conftest import ROOT, envkit

@@ -14,7 +14,7 @@ import pytest
 
 from envkit.resolve import devel
 from envkit.build.builder import build_image
-from envkit.engine import Mount, RunOptions
+from envkit.engine.protocol import Mount, RunOptions
 from envkit.lock import load_lock, sealed
 from tests.integration.conftest import ROOT
 

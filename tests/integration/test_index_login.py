@@ -18,7 +18,7 @@ import pytest
 
 from envkit.build.builder import build_image
 from envkit.build.bundle import download_wheels
-from envkit.engine import RunOptions
+from envkit.engine.protocol import RunOptions
 from envkit.errors import BuildError
 from envkit.index.client import DEFAULT_INDEX
 from tests.integration.pyindex import PackageIndexServer

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from envkit.engine import RunOptions
+from envkit.engine.protocol import RunOptions
 from envkit.lock import load_lock
 from tests.integration.conftest import ROOT, envkit
 

@@ -17,14 +17,15 @@ from envkit.certify.certificate import (
     GPU_CHECKS, NO_GPU_REQUESTED, Certificate, certificate_from, certificate_label, certify_image, decide,
     load_certificate, parse_certificate,
 )
-from envkit.engine import ImageInfo
+from envkit.engine.protocol import ImageInfo
 from envkit.errors import VerificationError
 
 from .lockfixtures import make_image
 from .payload_modules import payload_module
+from envkit.frameworks import expected
 
 WHEN = "2025-06-01T12:00:00Z"
-EXPECT = make_image().expect()  # torch 2.5.1, CUDA 12.4, cuDNN 9.1.0.70, NCCL 2.21.5, sm_50..sm_90, floor 525.60.13
+EXPECT = expected(make_image())  # torch 2.5.1, CUDA 12.4, cuDNN 9.1.0.70, NCCL 2.21.5, sm_50..sm_90, floor 525.60.13
 STATIC = ("python_version", "torch_version", "cuda_runtime", "cudnn_version", "nccl_version", "arch_list",
           "pip_check", "cpu_train_step", "dataloader_cpu")
 H200 = {"index": 0, "name": "NVIDIA H200", "cc": "9.0", "memory_gib": 139.8}
@@ -281,7 +282,7 @@ class FakeEngine:
                          env={}, user="envkit")
 
     def run(self, ref, command, options):
-        from envkit.engine import RunResult
+        from envkit.engine.protocol import RunResult
 
         self.runs.append((ref, command, options))
         return RunResult(exit_code=0, stdout=json.dumps(self.doc), stderr="")
@@ -293,7 +294,7 @@ def test_certify_image_runs_the_payload_in_certify_mode_with_gpus():
     ref, command, options = engine.runs[0]
     assert options.gpus is True and command[command.index("--mode") + 1] == "certify"
     # the container researchers' jobs get (`envkit run`): shared memory, and NCCL's locked memory and stack
-    from envkit.engine import RUN_SHM_SIZE
+    from envkit.engine.protocol import RUN_SHM_SIZE
 
     assert options.shm_size == RUN_SHM_SIZE and options.ulimits == {"memlock": -1, "stack": 67108864}
     assert cert.status == "certified" and cert.image_id == "sha256:" + "a" * 64 and cert.lock_hash == "sha256:lockhash"

@@ -169,7 +169,7 @@ def no_buildkit_cli(monkeypatch, tmp_path):
 
 def test_builders_offered_are_the_renderers():
     from envkit import cli
-    from envkit.render.files import BUILDERS
+    from envkit.engine.protocol import BUILDERS
 
     assert cli.BUILDERS == BUILDERS
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from envkit.engine import ImageInfo
+from envkit.engine.protocol import ImageInfo
 from envkit.engine.space import engine_full, engine_out_of_space
 from envkit.errors import BuildError
 from envkit.support.labels import CONTEXT_LABEL

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from envkit.engine import ImageInfo
+from envkit.engine.protocol import ImageInfo
 from envkit.errors import EngineError
 from envkit.app.nightly import Asked, ImageReport, _certify, _exit_code, _published
 from envkit.render.files import image_tag
@@ -35,7 +35,7 @@ def test_a_failed_certificate_is_tried_again_and_a_passed_one_is_reused(store, m
     """A run whose certification failed (a host fault, a timeout) used to hand that failure to every later run,
     with no reason; now the next run certifies again, and only a verdict that passed is reused."""
     image = make_image()
-    monkeypatch.setattr(type(image), "expect", lambda self: EXPECT)
+    monkeypatch.setattr("envkit.app.nightly.expected", lambda image: EXPECT)  # what the lock expects
     run_id = store.start_run("sha256:spec")
     engine = FakeEngine(set_check(cpu_doc(), "pip_check", "failed", "broken requirements"))
     first = _report(image)
@@ -60,7 +60,7 @@ class GpuRunner(FakeEngine):
         self.smi, self.asked = smi, 0
 
     def run(self, ref, command, options):
-        from envkit.engine import RunResult
+        from envkit.engine.protocol import RunResult
         from envkit.errors import CommandNotFoundError
 
         if command[0] != "nvidia-smi":
@@ -83,7 +83,7 @@ class GpuRunner(FakeEngine):
 ])
 def test_a_gpu_runner_reuses_only_a_certificate_of_its_own_gpu_model_and_driver(store, monkeypatch, smi, reused):
     image = make_image()
-    monkeypatch.setattr(type(image), "expect", lambda self: EXPECT)
+    monkeypatch.setattr("envkit.app.nightly.expected", lambda image: EXPECT)  # what the lock expects
     run_id = store.start_run("sha256:spec")
     first = GpuRunner(gpu_doc(), smi="NVIDIA H200, 570.124.06\n")
     _certify(first, store, run_id, image, _report(image), first.inspect("x"), True, 0.1, lambda _: None)
@@ -98,7 +98,7 @@ def test_a_gpu_runner_reuses_only_a_certificate_of_its_own_gpu_model_and_driver(
 
 def test_a_cpu_runner_never_asks_for_gpus(store, monkeypatch):
     image = make_image()
-    monkeypatch.setattr(type(image), "expect", lambda self: EXPECT)
+    monkeypatch.setattr("envkit.app.nightly.expected", lambda image: EXPECT)  # what the lock expects
     run_id = store.start_run("sha256:spec")
     engine = GpuRunner(cpu_doc(), smi="NVIDIA H200, 570.124.06\n")
     for _ in range(2):
@@ -108,7 +108,7 @@ def test_a_cpu_runner_never_asks_for_gpus(store, monkeypatch):
 
 def test_a_resumed_run_counts_the_certification_its_killed_attempt_did(store, monkeypatch):
     image = make_image()
-    monkeypatch.setattr(type(image), "expect", lambda self: EXPECT)
+    monkeypatch.setattr("envkit.app.nightly.expected", lambda image: EXPECT)  # what the lock expects
     engine = FakeEngine(cpu_doc())
     first_run = store.start_run("sha256:spec")
     _certify(engine, store, first_run, image, _report(image), engine.inspect("x"), False, 0.1, lambda _: None)

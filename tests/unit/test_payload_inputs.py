@@ -20,9 +20,9 @@ from typing import Any, Dict, List
 import pytest
 
 from envkit.payload import harness
-from envkit.engine import RunResult
+from envkit.engine.protocol import RunResult
 from envkit.errors import VerificationError
-from envkit.frameworks import expect_from_labels
+from envkit.frameworks import expect_from_labels, expected
 from envkit.lock import load_lock
 from tests.conftest import ROOT
 from tests.unit.lockfixtures import make_image, make_jax_image, make_tf_image
@@ -149,10 +149,10 @@ def test_infinite_floors_are_refused():
 def _expects() -> List[dict]:
     """Every expect document envkit writes or sends: the example locks' (render's expect.json), the
     fixtures', and the pin labels' as the harness passes them on."""
-    docs = [i.expect() for name in ("team.lock", "frameworks.lock") for i in load_lock(ROOT / "examples" / name).images]
-    docs += [make_image().expect(), make_jax_image().expect(), make_tf_image().expect(),
-             make_image(cuda=None, cuda_major_minor=None, cudnn=None, nccl=None, arch_list=(), driver_floor=None).expect()]
-    docs += [make_image(requested=("numpy",)).expect(), make_jax_image(requested=("numpy", "not-locked")).expect()]
+    docs = [expected(i) for name in ("team.lock", "frameworks.lock") for i in load_lock(ROOT / "examples" / name).images]
+    docs += [expected(make_image()), expected(make_jax_image()), expected(make_tf_image()),
+             expected(make_image(cuda=None, cuda_major_minor=None, cudnn=None, nccl=None, arch_list=(), driver_floor=None))]
+    docs += [expected(make_image(requested=("numpy",))), expected(make_jax_image(requested=("numpy", "not-locked")))]
     docs += [harness.payload_expect(expect_from_labels(labels)) for labels in (
         {}, {"io.envkit.framework": "torch==2.5.1", "io.envkit.cuda": "none"},
         {"io.envkit.framework": "jax==0.12.0.1"}, {"io.envkit.framework": "tensorflow==2.20.0", "io.envkit.python": ""},

@@ -24,11 +24,12 @@ import pytest
 
 from tests.unit.lockfixtures import make_jax_image
 from tests.unit.payload_modules import PAYLOAD_DIR, payload_module
+from envkit.frameworks import expected
 
 PAYLOAD = PAYLOAD_DIR  # run as `python3 PAYLOAD`
 core, runner, jaxm = (payload_module(f"envkit_check_{m}") for m in ("core", "main", "jax"))
 nvml = payload_module("envkit_check_nvml")
-EXPECT = make_jax_image().expect()  # what render writes to expect.json for a JAX image
+EXPECT = expected(make_jax_image())  # what render writes to expect.json for a JAX image
 HOST_EXPECT = {**EXPECT, "python": f"{sys.version_info.major}.{sys.version_info.minor}"}  # the fake runs on this Python
 NO_GPU = "no CUDA device visible"
 DISTS = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "jax_cuda13_plugin": "0.12.0.1", "jax_cuda13_pjrt": "0.12.0.1",

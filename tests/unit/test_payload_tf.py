@@ -26,11 +26,12 @@ import pytest
 from tests.unit.lockfixtures import make_tf_image
 from tests.unit.payload_modules import PAYLOAD_DIR, payload_module
 from tests.unit.test_payload_jax import FakeStream
+from envkit.frameworks import expected
 
 PAYLOAD = PAYLOAD_DIR  # run as `python3 PAYLOAD`
 core, runner, tfm = (payload_module(f"envkit_check_{m}") for m in ("core", "main", "tf"))
 nvml, jaxm = payload_module("envkit_check_nvml"), payload_module("envkit_check_jax")
-EXPECT = make_tf_image().expect()  # what render writes to expect.json for a TensorFlow image
+EXPECT = expected(make_tf_image())  # what render writes to expect.json for a TensorFlow image
 HOST_EXPECT = {**EXPECT, "python": f"{sys.version_info.major}.{sys.version_info.minor}"}  # the fake runs on this Python
 NO_GPU = "no CUDA device visible"
 DISTS = {"tensorflow": "2.20.0", "nvidia_cuda_runtime_cu12": "12.9.79", "nvidia_cudnn_cu12": "9.28.0.42",

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from envkit.app import pipeline
 from envkit.cli import main
-from envkit.engine import ImageInfo
+from envkit.engine.protocol import ImageInfo
 from envkit.errors import EnvkitError, StoreError
 from envkit.certify.gate import judge
 from envkit.registry.remote_parse import check_image_ref

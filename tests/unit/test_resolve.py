@@ -28,6 +28,7 @@ from envkit.resolve.resolver import bundled_pins, check_gpus, covers, plan, reso
 from envkit.spec import spec_from_document
 from envkit.index.wheel_arches import READERS, ArchReading
 from envkit.support.yamlsource import parse_yaml
+from envkit.frameworks import expected
 
 
 @pytest.fixture(autouse=True)
@@ -1073,7 +1074,7 @@ def test_wheel_that_disagrees_wins_when_it_still_covers_the_fleet(catalog):
     assert image.hash != base.hash  # the arch list is part of what the image is checked against
     assert "the catalog says" in decision(image, "arch_list").reason
     assert "sm_80 sm_90 compute_90 (the wheel's)" in decision(image, "gpus").reason
-    assert image.expect()["arch_list"] == list(wheel)  # what the payload compares inside the image
+    assert expected(image)["arch_list"] == list(wheel)  # what the payload compares inside the image
 
 
 def test_wheel_that_does_not_cover_a_fleet_gpu_is_refused_with_its_line(catalog):

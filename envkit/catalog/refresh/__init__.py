@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...resolve.candidates import FRAMEWORKS
+from ...frameworks import FRAMEWORKS
 from ...errors import CatalogError
 from ..models import Catalog, data_dir as default_data_dir
 from .common import FILENAMES, RefreshIndex, RefreshResult, apply_texts, python_tags, refresh_summary

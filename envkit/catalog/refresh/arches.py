@@ -28,8 +28,9 @@ from ..models import Catalog, data_dir as default_data_dir
 from .common import RefreshResult, apply_texts, check_today, load_yaml, q, read_file, splice, wheel_reading
 from .tensorflow import _ROW as _TF_ROW
 from .torch import _release_blocks
+from ...frameworks import ARCH_LISTED
 
-ARCH_FRAMEWORKS = ("torch", "tensorflow")
+ARCH_FRAMEWORKS = ARCH_LISTED  # the frameworks whose GPU coverage is a compiled arch list (envkit.frameworks)
 _VARIANT = re.compile(r'^(?P<indent>\s+)- \{tag: (?P<tag>[A-Za-z0-9_.]+), .*arch_list: (?P<q>"[^"]*")\}\s*$')
 _SOURCES = re.compile(r"^(?P<indent>\s+)sources: \[(?P<keys>[^\]]*)\]")
 

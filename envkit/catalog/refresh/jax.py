@@ -25,12 +25,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ...resolve.candidates import ALLOWED_EXTRAS
 from ...errors import CatalogError
 from ..models import Catalog, Jax, data_dir as default_data_dir, vtuple
 from .common import (RefreshIndex, RefreshResult, check_parses_back, check_source, check_today, exact_version,
                      extras_of, floor_version, for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel,
                      published, py_text, python_tags, q, read_file, skip_excluded, spec_text, splice)
+from ...frameworks import JAX
 
 FILENAME = "jax.yaml"
 PROJECT = "jax"
@@ -264,8 +264,8 @@ def _propose(state: dict, read: JaxRead, catalog: Catalog, notes: list[str], war
                                    "cudnn": p.cudnn, "nccl": p.nccl})
         tails[(p.extra, "new")] = newest.extra
         changes.append(f"new extra {p.extra} (min_cc {newest.min_cc} carried forward from {newest.extra} - review)")
-        if p.extra not in ALLOWED_EXTRAS["jax"]:
-            warnings.append(f"{v}: team.yaml cannot ask for jax[{p.extra}] yet (envkit.resolve.candidates.ALLOWED_EXTRAS); "
+        if p.extra not in JAX.extras:
+            warnings.append(f"{v}: team.yaml cannot ask for jax[{p.extra}] yet (the extras of envkit.frameworks.JAX); "
                             "a spec without an extra gets the newest one")
     state["versions"] = sorted({*state["versions"], read.version}, key=Version, reverse=True)
     notes.append(f"{v}: added from {read.source}" + (f"; {'; '.join(changes)}" if changes else "")
