@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from envkit.catalog.models import load_catalog  # noqa: E402
+from envkit.catalog.files import load_catalog  # noqa: E402
 from envkit.resolve.resolver import plan  # noqa: E402
 from envkit.spec import load_spec  # noqa: E402
 

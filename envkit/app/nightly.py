@@ -15,24 +15,31 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..support.atomic import check_writable
+from ..support.atomic import check_writable, write_atomic
 from ..build.builder import CONTEXT_LABEL, build_image, require_builder
-from ..certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now
+from ..certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now, perf_metrics
 from ..payload.harness import gpu_key
 from ..engine.space import engine_full
-from ..errors import BuildError, EngineError, EnvkitError, LockError, VerificationError
-from ..lock import Lock, LockedImage, load_lock, lock_changes, write_lock
+from ..errors import BuildError, EngineError, LockError, VerificationError
+from ..lock import LockedImage, load_lock, lock_changes, write_lock
 from ..render.files import image_tag
 from ..store.history import Store
 from ..frameworks import expected
+from ..catalog.files import CATALOG_ENV, load_catalog, team_dir
+from ..catalog.refresh.run import parse_frameworks, refresh_catalog
+from ..index.client import PackageIndex
+from .resolve import load, lock_path_for, resolve_spec
+from .build import render_spec
+from ..catalog.perf import load_perf
+from ..certify.report import FILES, write_reports
+from .nightly_publish import Asked, _publish, restore_base
+from ..support.progress import Progress
 
 # Exit codes, distinct from the error codes of errors.py.
 PASSED, NOTHING_TO_DO, BUILD_FAILED, CERT_FAILED, REGRESSION, PUBLISH_FAILED = 0, 10, 11, 12, 13, 14
 EXIT_NAMES = {PASSED: "passed", NOTHING_TO_DO: "nothing to do", BUILD_FAILED: "build failure",
               CERT_FAILED: "certification failure", REGRESSION: "regression", PUBLISH_FAILED: "publish failure"}
-PERF_CHECKS = ("matmul_tflops", "h2d_d2h_bandwidth", "nccl_allreduce")
 
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -111,10 +118,6 @@ def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = N
     """
     from datetime import date
 
-    from ..catalog.models import CATALOG_ENV, load_catalog, team_dir
-    from ..catalog.refresh import parse_frameworks, refresh_catalog
-    from ..index.client import PackageIndex
-    from ..support.atomic import write_atomic
 
     chosen = parse_frameworks(frameworks)
     progress(f"refreshing the catalog ({', '.join(chosen)}) from the package index")
@@ -149,8 +152,6 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
     """``builder`` builds what changed; an image whose build is already recorded is kept as it is.
     ``reclaim``: frees the engine's disk when a build fills it, never removing the images tagged as
     given (``Disk``); without it the first full disk ends the run's building."""
-    from .pipeline import load, lock_path_for, render_spec, resolve_spec
-
     require_builder(engine, builder)
     if refresh_catalog and locked:
         raise LockError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked",
@@ -158,8 +159,6 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
     started = time.monotonic()
     spec, catalog = load(spec_path)
     lock_path = lock_path_for(spec_path)
-    from ..catalog.perf import load_perf
-    from ..certify.report import FILES
 
     load_perf()  # the floors certification judges: a broken team perf.yaml fails before the builds
 
@@ -206,8 +205,6 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
                 _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert, asked)
         written = {}
         if certificates:
-            from ..certify.report import write_reports
-
             written = {k: str(v) for k, v in write_reports(certificates, reports_dir).items()}
         code = _exit_code(reports)
         store.finish_run(run_id, EXIT_NAMES[code], code)
@@ -302,142 +299,6 @@ def _certify(engine, store, run_id, image, report, info, gpus, threshold, progre
     report.reasons += list(cert.reasons)
     report.worked = True
     return cert
-
-
-def perf_metrics(cert: Certificate) -> dict[str, float]:
-    """Numeric results of the performance probes, flattened: e.g. matmul_tflops.bf16_tflops."""
-    out: dict[str, float] = {}
-    for check in cert.checks:
-        if check.name in PERF_CHECKS and check.status == "passed" and isinstance(check.value, dict):
-            for key, value in check.value.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    out[f"{check.name}.{key}"] = float(value)
-    return out
-
-
-@dataclass
-class Asked:
-    """What this run learnt of the registry: once it could not be asked, the other images do not wait on it."""
-
-    unanswered: str | None = None
-
-
-def _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert: Certificate | None = None,
-             asked: Asked | None = None):
-    from ..certify.certificate import slug
-    from ..registry.publish import attach_certificate, promote
-
-    repo = f"{registry.rstrip('/')}/{lock.team}/{image.name}"
-    stack_tag = report.tag.split(":", 1)[1]
-    if _published(engine, store, repo, stack_tag, image, report, info, cert, asked or Asked()):
-        return
-    store.mark_step(run_id, image.name, "publish", "started", image.hash)
-    progress(f"[{image.name}] pushing to {repo}")
-    try:
-        result = promote(engine, repo, stack_tag, certified=report.status == "certified", image=report.tag,
-                         progress=lambda msg: None)
-    except EnvkitError as exc:
-        report.publish_error = exc.message
-        report.worked = True
-        return
-    store.record_push(info.id, result.stack.ref, result.stack.digest, "stack")
-    report.pushed.append(result.stack.pinned)
-    if cert is not None:  # the certificate travels with the image: an artifact whose subject is it
-        try:
-            report.pushed.append(attach_certificate(engine, repo, stack_tag, cert.to_bytes(),
-                                                    gpu_slug=slug(cert.gpu_model), status=cert.status))
-        except EnvkitError as exc:
-            report.publish_error = exc.message
-    if result.certified:
-        store.record_push(info.id, result.certified.ref, result.certified.digest, "certified")
-        report.pushed.append(result.certified.ref)
-    _mirror_base(engine, store, lock, image, registry, report)
-    store.mark_step(run_id, image.name, "publish", "done", image.hash)
-    report.worked = True
-
-
-def _published(engine, store, repo, stack_tag, image, report, info, cert: Certificate | None, asked: Asked) -> bool:
-    """Whether ``repo`` (the registry named this run) already holds what this run would publish: the stack tag with
-    the digest the store recorded (asked of the registry, which may have lost it to a prune or a reset since),
-    the certificate artifact, the base mirror, and a recorded ``:certified`` push when certified (where
-    ``:certified`` points now is not asked: a newer image may have moved it). A push recorded for another registry
-    or path counts for nothing here. A registry that cannot be asked changes nothing that was published: the run
-    notes it (once it failed, the other images do not ask again) and publishes nothing more for the image."""
-    from ..certify.certificate import slug
-    from ..registry.publish import certificate_tag, remote_digest
-
-    pushes = [p for p in store.pushes_for(info.id) if p.ref.startswith(f"{repo}:")]
-    kinds = {p.tag_kind for p in pushes}
-    if not ({"stack", "certified"} if report.status == "certified" else {"stack"}) <= kinds:
-        return False
-    if _base_unmirrored(engine, store, repo.rsplit("/", 1)[0], image):
-        return False
-    if asked.unanswered is None:
-        try:
-            stack = next(p.digest for p in reversed(pushes) if p.tag_kind == "stack")
-            if remote_digest(engine, repo, stack_tag, retries=1) != stack:
-                return False
-            if cert is not None and remote_digest(engine, repo, certificate_tag(stack_tag, slug(cert.gpu_model)),
-                                                  retries=1) is None:
-                return False
-            return True
-        except EnvkitError as exc:
-            asked.unanswered = exc.message
-    report.notes.append(f"published by an earlier run, not confirmed in {repo} now (the registry did not answer: "
-                        f"{asked.unanswered}); the next run checks again")
-    return True
-
-
-def restore_base(engine, store, image: LockedImage, progress: Progress = lambda _: None) -> str | None:
-    """A runner whose engine lacks the image's base gets it back from the team registry's
-    mirror, by digest (newest mirror first), instead of pulling upstream or bootstrapping a
-    new one: the rebuild then stands on the very base the last one did. Returns the mirror
-    used, or None (base present, never mirrored, or no mirror answered: the build then makes
-    or finds the base as usual and says why if it cannot)."""
-    from ..registry.publish import pull_by_digest
-
-    if engine.inspect(image.base.ref) is not None:
-        return None
-    for pinned in reversed(store.mirrors_for(image.base.ref)):
-        try:
-            info = pull_by_digest(engine, pinned, retries=2)
-        except EnvkitError as exc:
-            progress(f"base mirror {pinned} did not answer: {exc.message}")
-            continue
-        engine.tag(info.id, image.base.ref)
-        progress(f"restored base {image.base.ref} from the team registry ({pinned})")
-        return pinned
-    return None
-
-
-def _base_mirror_repo(team_repo: str, image: LockedImage) -> str:
-    return f"{team_repo}/{image.base.mirror_name}"
-
-
-def _base_unmirrored(engine, store, team_repo: str, image: LockedImage) -> bool:
-    """The image's base is on this engine and not mirrored (by its digest) in ``team_repo``'s registry path."""
-    base = engine.inspect(image.base.ref)
-    if base is None:
-        return False
-    mirrored = {m for m in store.mirrors_for(image.base.ref) if m.startswith(_base_mirror_repo(team_repo, image) + "@")}
-    return not mirrored & set(base.repo_digests)
-
-
-def _mirror_base(engine, store, lock, image, registry, report) -> None:
-    """Keep the image's base in the team registry, pinned by digest, so an upstream
-    deletion never breaks a rebuild (``envkit`` records where the mirror is)."""
-    from ..registry.publish import mirror_base
-
-    team_repo = f"{registry.rstrip('/')}/{lock.team}"
-    if not _base_unmirrored(engine, store, team_repo, image):
-        return  # no base here, or this very base (by digest) is mirrored there already
-    try:
-        pinned = mirror_base(engine, image.base.ref, _base_mirror_repo(team_repo, image))
-    except EnvkitError as exc:
-        report.publish_error = exc.message
-        return
-    store.record_mirror(image.base.ref, pinned)
-    report.pushed.append(pinned)
 
 
 def _exit_code(reports: list[ImageReport]) -> int:

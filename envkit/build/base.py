@@ -10,15 +10,14 @@ from __future__ import annotations
 import shutil
 import tarfile
 from pathlib import Path
-from typing import Callable
 
 from ..support import procs, scratch
 from ..engine.protocol import ImageInfo
 from ..engine.space import host_full, says_no_space
 from ..errors import EngineError
 from ..lock import BaseImage
+from ..support.progress import Progress
 
-Progress = Callable[[str], None]
 
 
 def ensure_base(engine, base: BaseImage, progress: Progress = lambda _: None) -> ImageInfo:

@@ -27,7 +27,7 @@ from ..lock import Lock, LockedImage
 from ..engine.protocol import BUILDERS
 from ..render.files import context_hash, image_tag, index_urls, render_files
 
-Progress = Callable[[str, BuildEvent | str], None]
+BuildProgress = Callable[[str, BuildEvent | str], None]  # (image name, a build event or a line)
 
 from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
 
@@ -55,7 +55,7 @@ class Outcome:
 
 
 def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
-                progress: Progress, verify: bool = True, builder: str = "classic") -> Outcome:
+                progress: BuildProgress, verify: bool = True, builder: str = "classic") -> Outcome:
     """Build ``image`` with ``builder`` ("classic" | "buildkit") unless an identical build exists."""
     check_builder(builder)
     require_buildable(image)  # nightly builds through here too

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Callable
+from typing import Annotated
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -43,7 +43,7 @@ from ..payload.harness import run_payload
 from ..engine.protocol import Mount, RunOptions
 from ..engine.space import engine_out_of_space, host_full, host_out_of_space, low_space, says_no_space
 from ..errors import BuildError, EngineError, EnvkitError
-from ..index.client import trusted_hosts
+from ..index.urls import trusted_hosts
 from ..index.login import keyring_logins, login_hint, refused_index
 from ..support.atomic import write_atomic
 from ..lock import Lock, LockedImage, Package, load_lock
@@ -51,8 +51,8 @@ from ..resolve.devel import APT as DEVEL_APT
 from ..resolve.devel import fetch_toolkit_deb, toolkit_deb
 from ..render.files import context_for, context_hash, image_tag, install_packages, render_files
 from ..frameworks import expected
+from ..support.progress import Progress
 
-Progress = Callable[[str], None]
 
 BUNDLE_VERSION = 1
 MANIFEST = "manifest.json"

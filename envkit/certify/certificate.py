@@ -194,7 +194,7 @@ def _cc_of(gpu: dict) -> str | None:
     cc = str(gpu.get("cc") or "")
     if re.fullmatch(r"\d+\.\d+", cc):
         return cc
-    from ..catalog.models import load_catalog  # only when the device did not say
+    from ..catalog.files import load_catalog  # only when the device did not say
 
     try:
         arch = load_catalog().gpu(str(gpu.get("name") or ""))
@@ -505,3 +505,17 @@ def slug(text: str) -> str:
 def certificate_label(cert: Certificate) -> dict[str, str]:
     """``{io.envkit.certified.<gpu-slug>: "<status> <driver> <YYYY-MM-DD>"}`` to record on the image."""
     return {f"{LABEL_PREFIX}{slug(cert.gpu_model)}": f"{cert.status} {cert.driver} {cert.created_at[:10]}"}
+
+
+PERF_CHECKS = ("matmul_tflops", "h2d_d2h_bandwidth", "nccl_allreduce")
+
+
+def perf_metrics(cert: Certificate) -> dict[str, float]:
+    """Numeric results of the performance probes, flattened: e.g. matmul_tflops.bf16_tflops."""
+    out: dict[str, float] = {}
+    for check in cert.checks:
+        if check.name in PERF_CHECKS and check.status == "passed" and isinstance(check.value, dict):
+            for key, value in check.value.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out[f"{check.name}.{key}"] = float(value)
+    return out

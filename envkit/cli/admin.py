@@ -53,7 +53,7 @@ def catalog_group():
 def catalog_refresh_cmd(click_ctx, apply_, frameworks, json_out):
     """Read new PyTorch, JAX and TensorFlow releases from the package index and propose catalog
     rows (a reviewable diff; --json lists them per framework)."""
-    from ..app.pipeline import refresh_catalog
+    from ..app.catalog import refresh_catalog
 
     c = _ctx(click_ctx, json_out)
     summary = run(c, lambda: refresh_catalog(apply=apply_, frameworks=frameworks, progress=c.progress))
@@ -85,7 +85,7 @@ def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out)
     picks it. Written into the catalog in use ($ENVKIT_CATALOG, else the packaged one) like `refresh --apply`."""
     from datetime import date
 
-    from ..catalog.models import CATALOG_ENV, team_dir
+    from ..catalog.files import CATALOG_ENV, team_dir
     from ..catalog.refresh.exclude import exclude_release
 
     c = _ctx(click_ctx, json_out)
@@ -119,7 +119,7 @@ def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out)
 def catalog_check_arches_cmd(click_ctx, apply_, frameworks, json_out):
     """Compare the catalog's compiled arch lists with the wheels on the package index (the default
     torch variant of each series, each TensorFlow release) and propose corrections (a reviewable diff)."""
-    from ..app.pipeline import check_catalog_arches
+    from ..app.catalog import check_catalog_arches
 
     c = _ctx(click_ctx, json_out)
     summary = run(c, lambda: check_catalog_arches(apply=apply_, frameworks=frameworks, progress=c.progress))
@@ -143,7 +143,7 @@ def catalog_check_arches_cmd(click_ctx, apply_, frameworks, json_out):
 @click.pass_context
 def catalog_export_cmd(click_ctx, dest, json_out):
     """Copy the catalog into DEST, for a team to keep, review and refresh (then set ENVKIT_CATALOG=DEST)."""
-    from ..catalog.models import CATALOG_ENV, export_catalog
+    from ..catalog.files import CATALOG_ENV, export_catalog
 
     c = _ctx(click_ctx, json_out)
     path = run(c, lambda: export_catalog(dest))

@@ -30,7 +30,7 @@ from .common import (IMAGE, REGISTRY, SPEC, STORE, STORE_HELP, _ctx, _short, bui
 def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, json_out):
     """Certify IMAGE: on a GPU, `certified`; without one, `verified` with GPU checks skipped."""
     from ..engine.docker_engine import connect
-    from ..app.pipeline import certify
+    from ..app.certify import certify
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
@@ -155,7 +155,7 @@ def _lock_tags(spec) -> list[str]:
     """The image tags of the spec's lock as it is on disk (none when there is no readable lock)."""
     from ..errors import EnvkitError
     from ..lock import load_lock
-    from ..app.pipeline import lock_path_for
+    from ..app.resolve import lock_path_for
     from ..render.files import image_tag
 
     try:
@@ -173,7 +173,7 @@ def _nightly_gc(c, engine, spec, tags, store_url, keep, build_cache=None) -> dic
     from ..engine.docker_gc import DockerImageHost
     from ..errors import EnvkitError
     from ..ops.gc import collect_garbage
-    from ..app.pipeline import load
+    from ..app.resolve import load
     from .gc import _bytes
 
     try:

@@ -21,7 +21,6 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
-from urllib.parse import urlsplit
 
 import requests
 from packaging.requirements import Requirement
@@ -29,9 +28,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ..errors import PackageIndexError, WheelReadError
+from .login import login_hint
+from .urls import DEFAULT_INDEX, JSON_ACCEPT
 
-DEFAULT_INDEX = "https://pypi.org/simple"
-JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
 TIMEOUT = 60
 MEMBER_CAP = 128 << 20  # the most one member may take, compressed or inflated (torch's libtorch_python.so: ~35 MB)
 
@@ -88,22 +87,8 @@ def _manylinux_ok(plat: str, glibc: tuple[int, ...]) -> bool:
 def _raise_for_login(resp: requests.Response, url: str) -> None:
     """A 401/403: the index wants a login (none found in the netrc file, or the one there was refused)."""
     if resp.status_code in (401, 403):
-        from .login import login_hint
-
         raise PackageIndexError(f"{url} answered {resp.status_code} {resp.reason}: the index asks for a login",
                                 hint=login_hint(url))
-
-
-def trusted_hosts(urls) -> list[str]:
-    """The ``host[:port]`` of each plain-http index in ``urls``, once each: pip ignores an http index on
-    any host but localhost unless it is named with ``--trusted-host``. An index the user named is taken
-    as meant (every file is pinned by its sha256 in the lock); https indexes are verified as usual."""
-    hosts: list[str] = []
-    for url in urls:
-        parts = urlsplit(url or "")
-        if parts.scheme == "http" and parts.netloc and parts.netloc not in hosts:
-            hosts.append(parts.netloc)
-    return hosts
 
 
 class PackageIndex:

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from ..support import scratch
 from ..errors import Location, SpecError
-from .client import DEFAULT_INDEX
+from .urls import DEFAULT_INDEX, host_of
 
 SECRET_ID = "index-netrc"
 NETRC_TARGET = "/root/.netrc"  # where pip (as root, in the builder stages) reads it
@@ -50,11 +50,6 @@ def netrc_path() -> Path | None:
         return None
     path = Path(named).expanduser() if named is not None else Path.home() / ".netrc"
     return path if path.is_file() else None
-
-
-def host_of(url: str | None) -> str | None:
-    """The host a netrc line is matched on (no port: as requests, pip and uv look it up)."""
-    return urlsplit(url or "").hostname
 
 
 def _parsed(path: Path) -> netrc.netrc:

@@ -63,7 +63,7 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
     """``connect`` returns an engine or raises EngineError; ``store_url`` as ``--store`` takes it;
     ``spec_path``: check that spec's index and CA bundle; ``offline``: ask no index."""
     from ..errors import EnvkitError
-    from ..index.client import DEFAULT_INDEX
+    from ..index.urls import DEFAULT_INDEX
     from ..spec import load_spec
 
     spec = load_spec(spec_path) if spec_path is not None else None
@@ -126,7 +126,7 @@ def framework_indexes(spec) -> dict[str, list[str]]:
     ``build.variant_index_url`` mirror, else the catalog's, e.g. download.pytorch.org/whl/cu126), each with the
     images that need it, from the catalog alone (``plan``). An image the plan refuses is left out: `envkit resolve`
     says why."""
-    from ..catalog.models import load_catalog
+    from ..catalog.files import load_catalog
     from ..errors import EnvkitError
     from ..resolve.resolver import plan
 
@@ -203,7 +203,7 @@ def index_finding(index_url: str, bundle: Path | None, *, timeout: float = INDEX
     with ``bundle`` in place of the default trust store), and say what stands in the way."""
     import requests
 
-    from ..index.client import JSON_ACCEPT
+    from ..index.urls import JSON_ACCEPT
 
     probe = f"{index_url.rstrip('/')}/{project}/"
     proxy = _proxy_for(probe)
@@ -381,12 +381,13 @@ def buildkit_finding(engine) -> Finding:
 
 
 def catalog_finding() -> Finding:
-    from ..catalog.models import CATALOG_ENV, data_dir, load_catalog, team_dir
+    from ..catalog.files import CATALOG_ENV, data_dir, load_catalog, team_dir
     from ..errors import EnvkitError
 
     where = data_dir()
     origin = f"${CATALOG_ENV}" if team_dir() is not None else "packaged"
-    from ..catalog.perf import load_perf, perf_path
+    from ..catalog.perf import load_perf
+    from ..catalog.files import perf_path
 
     try:
         digest = load_catalog(where).digest

@@ -63,7 +63,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Iterable, Mapping, Protocol
 
 from ..errors import EnvkitError
 from ..support import scratch
@@ -72,6 +72,7 @@ from ..certify.gate import model_key
 from ..support.labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, PREFIX, STAGE_LABEL, TEAM_LABEL
 from ..spec import NAME_RE
 from ..store.history import Store
+from ..support.progress import Progress
 
 OFFLINE_LABEL = PREFIX + "build"  # "offline" on images built from a bundle (templates/Dockerfile.base.j2)
 IDENTITY = (TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL, CONTEXT_LABEL)  # all four, or the image is not a candidate
@@ -551,7 +552,7 @@ def check_team(team: str) -> None:
 
 
 def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None = None, keep: int = DEFAULT_KEEP,
-                    dry_run: bool = False, progress: Callable[[str], None] = lambda _: None,
+                    dry_run: bool = False, progress: Progress = lambda _: None,
                     now: datetime | None = None, scratch_root: Path | None = None,
                     needed: Mapping[str, str] | None = None, build_cache: CacheCutoff | None = None) -> GcResult:
     """Decide, and unless ``dry_run`` remove, the envkit images of ``team`` (None: every envkit team here):

@@ -40,6 +40,7 @@ from ..errors import EngineError
 from .api import (PASSWORD_ENV, USER_ENV, Sleep, _classify, _Failure, _insecure, _Manifest, _RegistryHTTP, _retrying,
                   _strip_tag, split_repository)
 from .auth import AuthFailure, Credentials, credentials_for, engine_refusal, engine_tls_failure
+from ..support.progress import Progress
 
 CERTIFIED_TAG = "certified"
 
@@ -49,7 +50,6 @@ _DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
 _REFUSED = re.compile(r"unauthori[sz]ed|authentication required|denied|forbidden|incorrect username or password|"
                       r"no basic auth credentials", re.IGNORECASE)
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

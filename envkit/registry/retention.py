@@ -34,7 +34,6 @@ import json
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Callable
 
 import requests
 
@@ -44,6 +43,7 @@ from .publish import CERTIFIED_TAG
 from .api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Sleep, _Failure, _retrying
 from .remote import INDEX_TYPES, _Reader, digest_of, mirror_repository, team_repositories
 from .remote_parse import classify_tags, envkit_made, parse_registry
+from ..support.progress import Progress
 
 DEFAULT_KEEP = 5
 GC_NOTE = ("deleting manifests frees no disk by itself: the registry reclaims the blobs only when its garbage "
@@ -319,7 +319,7 @@ class _Deleter:
 def prune_registry(client, where: str, *, keep: int = DEFAULT_KEEP, older_than_days: int | None = None,
                    dry_run: bool = False, now: datetime | None = None, retries: int = 2, backoff: float = 0.5,
                    sleep: Sleep = time.sleep, session: requests.Session | None = None,
-                   progress: Callable[[str], None] | None = None) -> PruneResult:
+                   progress: Progress | None = None) -> PruneResult:
     """Decide per repository under ``HOST[:PORT][/PATH]`` what to keep, and (unless ``dry_run``) delete the rest."""
     if keep < 0 or (older_than_days is not None and older_than_days < 0):
         raise EngineError(f"--keep {keep} / --older-than {older_than_days}: both must be 0 or more",
@@ -356,7 +356,7 @@ def prune_registry(client, where: str, *, keep: int = DEFAULT_KEEP, older_than_d
 
 
 def _carry_out(plan: RepositoryPlan, path: str, delete: _Deleter,
-               progress: Callable[[str], None] | None) -> RepositoryPlan:
+               progress: Progress | None) -> RepositoryPlan:
     """Images first, then their artifacts: an interrupted prune leaves artifacts whose image is gone,
     which the next prune deletes; the other order would leave images without their certificates."""
     def carry(items, name):

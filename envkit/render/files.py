@@ -28,7 +28,7 @@ from ..payload.harness import PAYLOAD_NAME, payload_expect, payload_files
 from ..errors import EnvkitError
 from ..frameworks import framework, requested_labels, expected
 from ..index import login as index_login_
-from ..index.client import DEFAULT_INDEX, trusted_hosts
+from ..index.urls import DEFAULT_INDEX, trusted_hosts
 from ..support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from ..support.atomic import replace_all
 from ..lock import Lock, LockedImage, Package

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
@@ -37,6 +36,7 @@ from ..spec import Base, Spec, Target
 from .rules import (Fleet, base_for, check_excluded_pin, covers, reject_reason, uncovered, ways_out)  # noqa: F401  (covers: tests)
 from ..index.wheel_arches import READERS, ArchReading, read_arches, same_arches
 from ..frameworks import FRAMEWORKS
+from ..index.wheel_facts import bundled_pins, library_versions, runtime_package
 
 IMAGE_SUITES = {"debian": {"12": "bookworm", "13": "trixie"}, "ubuntu": {"22.04": "jammy", "24.04": "noble"}}
 
@@ -386,10 +386,8 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
                         group="framework" if x.name in own else "extra") for x in closed]
     fw = [x for x in closed if x.name in own]
     if not c.exact_pins:  # ranges: what the closure picked is what the image holds
-        by = {x.name: x.version for x in fw}
-        cuda = next((v for n, v in by.items() if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", n)), None)
-        cudnn = next((v for n, v in by.items() if re.fullmatch(r"nvidia-cudnn-cu\d+", n)), None)
-        nccl = next((v for n, v in by.items() if re.fullmatch(r"nvidia-nccl-cu\d+", n)), None)
+        libraries = library_versions((x.name, x.version) for x in fw)
+        cuda, cudnn, nccl = libraries["cuda"], libraries["cudnn"], libraries["nccl"]
         decisions.append(Decision(topic="bundled", choice=f"CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}",
                                   reason=f"what the closure pinned within {c.label}'s ranges"))
     cuda_mm = ".".join(cuda.split(".")[:2]) if cuda else c.cuda
@@ -460,12 +458,8 @@ def confirm_arches(p: ImagePlan, catalog: Catalog, fw_index: Index, wheel, reade
 def _caps(c: Candidate, *, policy: str, top: str | None) -> tuple[str, ...]:
     """Range pins under strict policy: the CUDA runtime kept within what the fleet's driver fully supports."""
     if not c.exact_pins and policy == "strict" and top and vtuple(top)[0] == vtuple(c.cuda)[0]:
-        return (f"{_runtime_pkg(vtuple(c.cuda)[0])}<{vtuple(top)[0]}.{vtuple(top)[1] + 1}",)
+        return (f"{runtime_package(vtuple(c.cuda)[0])}<{vtuple(top)[0]}.{vtuple(top)[1] + 1}",)
     return ()
-
-
-def _runtime_pkg(major: int) -> str:
-    return "nvidia-cuda-runtime" if major >= 13 else f"nvidia-cuda-runtime-cu{major}"
 
 
 def _v(text: str) -> Version:
@@ -475,24 +469,3 @@ def _v(text: str) -> Version:
 def _default_index_for(url: str) -> Index:
     from ..index.client import PackageIndex
     return PackageIndex(url)
-
-
-def bundled_pins(requirements: list[Requirement], python: str) -> dict[str, str]:
-    """What a framework wheel pins exactly: its CUDA runtime, cuDNN and NCCL."""
-    env = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux",
-           "python_version": python, "python_full_version": python + ".0", "extra": ""}
-    out: dict[str, str] = {}
-    for r in requirements:
-        if r.marker and not r.marker.evaluate(env):
-            continue
-        pins = [s.version for s in r.specifier if s.operator == "=="]
-        if not pins:
-            continue
-        name = canonicalize_name(r.name)
-        if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", name) or name == "cuda-toolkit":
-            out.setdefault("cuda", pins[0])
-        elif re.fullmatch(r"nvidia-cudnn-cu\d+", name):
-            out["cudnn"] = pins[0]
-        elif re.fullmatch(r"nvidia-nccl-cu\d+", name):
-            out["nccl"] = pins[0]
-    return out

@@ -17,7 +17,7 @@ from .candidates import Candidate, candidates, variant_index_for
 from ..catalog.models import Arch, Catalog, vtuple
 from ..catalog.exclusions import exact_pin
 from ..errors import CatalogError, ResolutionError
-from ..index.client import DEFAULT_INDEX
+from ..index.urls import DEFAULT_INDEX
 from ..spec import Spec, Target
 from ..frameworks import FRAMEWORKS
 

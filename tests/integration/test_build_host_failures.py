@@ -28,7 +28,7 @@ import pytest
 from envkit.support import scratch
 from envkit.build.base import ensure_base
 from envkit.build.bundle import make_bundle
-from envkit.catalog.models import load_catalog
+from envkit.catalog.files import load_catalog
 from envkit.engine.protocol import RunOptions
 from envkit.engine.buildkit import DOCKER_CLI, BuildKitBuilder
 from envkit.engine.docker_engine import connect

@@ -19,7 +19,7 @@ from pathlib import Path
 import docker.errors
 import pytest
 
-from envkit.catalog.models import load_catalog
+from envkit.catalog.files import load_catalog
 from envkit.index.closure import Pin, compile_closure
 from envkit.support.labels import CONTAINER_LABEL, CONTEXT_LABEL, TEAM_LABEL
 from envkit.lock import Package, load_lock, sealed, write_lock
@@ -176,7 +176,8 @@ def test_nightly_gc_reclaims_older_builds_of_the_team_and_never_the_lock_it_ran(
 def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine, registry):  # noqa: F811
     """nightly's publish step against the real registry, on the small base image (a CUDA
     image would take minutes to compress and push; the step is the same code)."""
-    from envkit.app.nightly import ImageReport, _publish
+    from envkit.app.nightly import ImageReport
+    from envkit.app.nightly_publish import _publish
 
     base = load_lock(ROOT / "examples" / "team.lock").images[0].base.ref
     info = engine.inspect(base)
@@ -410,7 +411,8 @@ def test_a_runner_without_the_base_restores_it_from_the_team_mirror(tmp_path, en
     import tarfile
     import uuid
 
-    from envkit.app.nightly import ImageReport, _mirror_base, restore_base
+    from envkit.app.nightly import ImageReport
+    from envkit.app.nightly_publish import _mirror_base, restore_base
 
     nonce = uuid.uuid4().hex[:12]
     rootfs = tmp_path / "rootfs" / "etc"

@@ -22,7 +22,7 @@ import pytest
 from envkit.build.builder import build_image
 from envkit.build.bundle import download_wheels
 from envkit.engine.protocol import RunOptions
-from envkit.index.client import DEFAULT_INDEX
+from envkit.index.urls import DEFAULT_INDEX
 from envkit.lock import Package, sealed
 from tests.integration.pyindex import PackageIndexServer, bridge_gateway, make_wheel
 from tests.integration.test_buildkit import ca_bundle, remove_images, small_lock

@@ -12,8 +12,9 @@ import shutil
 import pytest
 import yaml
 
-from envkit.catalog.models import data_dir, load_catalog
-from envkit.catalog.refresh import refresh, refresh_catalog
+from envkit.catalog.files import data_dir, load_catalog
+from envkit.catalog.refresh.torch import refresh
+from envkit.catalog.refresh.run import refresh_catalog
 from envkit.catalog.refresh.jax import refresh as refresh_jax
 from envkit.catalog.refresh.tensorflow import refresh as refresh_tf
 from envkit.errors import PackageIndexError

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from envkit.catalog.models import load_catalog
+from envkit.catalog.files import load_catalog
 from envkit.catalog.refresh.arches import check_arches
 from envkit.errors import PackageIndexError, WheelReadError
 from envkit.index.client import PackageIndex

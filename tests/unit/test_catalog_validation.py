@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envkit.catalog.models import CATALOG_ENV, load_catalog, packaged_dir
+from envkit.catalog.files import CATALOG_ENV, load_catalog, packaged_dir
 from envkit.cli import main
 from envkit.errors import CatalogError
 
@@ -157,7 +157,7 @@ def test_explain_and_nightly_json_report_a_bad_arch_list_as_a_catalog_error(cat_
 
 @pytest.mark.parametrize("under", ["sub", "sub/deeper"])
 def test_export_under_a_file_says_a_part_of_the_path_is_not_a_directory(tmp_path, monkeypatch, under):
-    from envkit.catalog.models import export_catalog
+    from envkit.catalog.files import export_catalog
 
     monkeypatch.chdir(tmp_path)
     Path("afile").write_text("not a directory\n")

@@ -333,7 +333,7 @@ def test_a_run_stopped_at_its_time_limit_says_so_and_not_that_every_later_fact_i
 @pytest.fixture
 def certify_here(monkeypatch):
     """pipeline.certify against a fake engine (the payload document faked, the outcome computed)."""
-    from envkit.app import pipeline
+    from envkit.app import certify as pipeline
 
     engine = FakeEngine(cpu_doc())
     monkeypatch.setattr(pipeline, "expectations",
@@ -409,7 +409,7 @@ def test_no_python_in_the_expectations_is_no_comparison_not_a_cpu_only_build():
 
 # ------------------------------------------------- verify: the payload's verdict judged again by the host
 def _verify(doc, monkeypatch):
-    from envkit.app import pipeline
+    from envkit.app import certify as pipeline
 
     engine = FakeEngine(doc)
     monkeypatch.setattr(pipeline, "expectations", lambda engine, ref, lock_path: (engine.inspect(ref), "h", EXPECT))

@@ -13,7 +13,7 @@ from envkit.build import bundle as bundle_mod
 from envkit.build.builder import Outcome
 from envkit.cli import main
 from envkit.lock import load_lock
-from envkit.app.pipeline import Resolved
+from envkit.app.resolve import Resolved
 from envkit.spec import load_spec
 from tests.conftest import MINIMAL
 from tests.unit.lockfixtures import make_lock
@@ -117,7 +117,7 @@ def test_locked_never_resolves_nor_writes_the_lock(engine, example_copy, tmp_pat
 
 
 def test_render_says_when_it_re_resolved_the_lock(example_copy, tmp_path, monkeypatch):
-    from envkit.app import pipeline
+    from envkit.app import resolve as pipeline
 
     out = tmp_path / "out"
     result = invoke("render", example_copy, "--out", out, "--locked", "--json")  # a matching lock: used as it is
@@ -191,7 +191,7 @@ def test_build_passes_the_builder_through(engine, monkeypatch, args, builder):
         outcome = Outcome("torch25", "vision/torch25:x", "built", "sha256:1", 2**30, 3.0)
         return Resolved(None, lock, Path("team.lock"), True), [outcome]
 
-    monkeypatch.setattr("envkit.app.pipeline.build_spec", build_spec)
+    monkeypatch.setattr("envkit.app.build.build_spec", build_spec)
     result = invoke("build", "team.yaml", "--no-verify", *args, "--json")
     assert result.exit_code == 0, result.output
     assert seen["builder"] == builder and seen["verify"] is False and seen["engine"] is engine
@@ -302,7 +302,7 @@ def test_nightly_gc_runs_even_when_the_run_fails(engine, monkeypatch):
 
 def test_nightly_with_buildkit_missing_fails_before_the_run(engine, no_buildkit_cli, monkeypatch):
     monkeypatch.setattr("envkit.store.history.Store.open", lambda *a, **k: contextlib.nullcontext())
-    monkeypatch.setattr("envkit.app.pipeline.load", lambda *_: pytest.fail("the spec was loaded"))
+    monkeypatch.setattr("envkit.app.nightly.load", lambda *_: pytest.fail("the spec was loaded"))
     result = invoke("nightly", "team.yaml", "--builder", "buildkit")
     assert result.exit_code == 7
     assert "missing here" in result.stderr and "docker.io" in result.stderr
@@ -321,7 +321,8 @@ def example_resolved(monkeypatch):
         return Resolved(load_spec(stem.with_suffix(".yaml")), load_lock(stem.with_suffix(".lock")),
                         stem.with_suffix(".lock"), True)
 
-    monkeypatch.setattr("envkit.app.pipeline.resolve_spec", resolve_spec)
+    monkeypatch.setattr("envkit.app.resolve.resolve_spec", resolve_spec)
+    monkeypatch.setattr("envkit.app.build.resolve_spec", resolve_spec)  # render, build and bundle make resolve first
     return calls
 
 
@@ -407,7 +408,7 @@ def test_a_full_disk_anywhere_else_is_an_error_not_a_traceback(engine, example_r
     def build_image(*args, **kwargs):  # e.g. the base's rootfs archive, written under TMPDIR
         raise OSError(errno.ENOSPC, "No space left on device", "/tmp/envkit-rootfs-vm-1-x/rootfs.tar")
 
-    monkeypatch.setattr("envkit.app.pipeline.build_image", build_image)
+    monkeypatch.setattr("envkit.app.build.build_image", build_image)
     result = invoke("build", "examples/team.yaml", "--no-verify")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert ("error: envkit build: this host ran out of disk space writing /tmp/envkit-rootfs-vm-1-x/rootfs.tar"
@@ -417,7 +418,7 @@ def test_a_full_disk_anywhere_else_is_an_error_not_a_traceback(engine, example_r
     def broken(*args, **kwargs):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr("envkit.app.pipeline.build_image", broken)
+    monkeypatch.setattr("envkit.app.build.build_image", broken)
     with pytest.raises(OSError):  # any other OSError is a bug to see whole
         CliRunner().invoke(main, ["build", "examples/team.yaml", "--no-verify"], catch_exceptions=False)
 
@@ -440,7 +441,7 @@ def test_an_engine_that_goes_away_is_an_error_not_a_traceback(engine, example_re
     def build_image(*args, **kwargs):  # what a docker-py call raises when the engine stops mid-command
         raise errors[raised]
 
-    monkeypatch.setattr("envkit.app.pipeline.build_image", build_image)
+    monkeypatch.setattr("envkit.app.build.build_image", build_image)
     result = invoke("build", "examples/team.yaml", "--no-verify", "--json")
     assert result.exit_code == 6 and "Traceback" not in result.output  # EngineError
     doc = json.loads(result.stdout)
@@ -589,7 +590,7 @@ def test_render_where_a_file_is_in_the_way_is_an_error_and_writes_nothing(exampl
 
 def test_resolve_into_a_path_it_cannot_write_fails_before_resolving(example_copy, tmp_path, monkeypatch):
     (tmp_path / "blocker").write_text("a file")
-    monkeypatch.setattr("envkit.app.pipeline.resolve", lambda *a, **k: pytest.fail("resolved before checking the path"))
+    monkeypatch.setattr("envkit.app.resolve.resolve", lambda *a, **k: pytest.fail("resolved before checking the path"))
     result = invoke("resolve", example_copy, "--lock", tmp_path / "blocker" / "team.lock")
     assert result.exit_code == 1
     assert f"cannot use {tmp_path / 'blocker'}: File exists" in result.stderr
@@ -617,7 +618,7 @@ def test_a_netrc_that_is_not_text_fails_resolve_with_its_name(example_copy, tmp_
     netrc = tmp_path / "netrc"
     netrc.write_bytes(bytes(range(128, 256)))
     monkeypatch.setenv("NETRC", str(netrc))
-    monkeypatch.setattr("envkit.app.pipeline.resolve", lambda *a, **k: pytest.fail("resolved with a binary netrc"))
+    monkeypatch.setattr("envkit.app.resolve.resolve", lambda *a, **k: pytest.fail("resolved with a binary netrc"))
     result = invoke("resolve", example_copy, "--json")
     assert result.exit_code == 2, result.output
     doc = json.loads(result.stdout)
@@ -720,7 +721,7 @@ def test_doctor_exits_with_the_first_failing_checks_area(monkeypatch, failing, c
 
 
 def test_resolve_and_build_print_the_skipped_ca_variable(example_copy, tmp_path, monkeypatch):
-    from envkit.app import pipeline
+    from envkit.app import build as building, resolve as pipeline
 
     monkeypatch.setenv("ENVKIT_CA_BUNDLE", str(tmp_path / "nope.pem"))
     monkeypatch.delenv("PIP_CERT", raising=False)
@@ -734,9 +735,9 @@ def test_resolve_and_build_print_the_skipped_ca_variable(example_copy, tmp_path,
     # build of a lock that still matches (no resolve): said by build
     example_copy.write_text(original)  # the lock written above is the committed one: it matches again
     seen = []
-    monkeypatch.setattr(pipeline, "build_image", lambda *a, **k: Outcome("torch25", "t", "skipped", "sha256:1", 1, 0.0))
-    monkeypatch.setattr(pipeline, "require_builder", lambda *a: None)
-    _, outcomes = pipeline.build_spec(example_copy, tmp_path / "out", FakeEngine(), locked=True,
+    monkeypatch.setattr(building, "build_image", lambda *a, **k: Outcome("torch25", "t", "skipped", "sha256:1", 1, 0.0))
+    monkeypatch.setattr(building, "require_builder", lambda *a: None)
+    _, outcomes = building.build_spec(example_copy, tmp_path / "out", FakeEngine(), locked=True,
                                       progress=lambda name, msg: seen.append(msg))
     assert [m for m in seen if m.startswith("warning:")] == [m for m in seen if warning in m] and len(seen) >= 1
     assert sum(warning in m for m in seen) == 1 and outcomes[0].action == "skipped"

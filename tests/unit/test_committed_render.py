@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from envkit.lock import load_lock
-from envkit.app.pipeline import check_lock
+from envkit.app.resolve import check_lock
 from envkit.render.files import render
 from tests.conftest import ROOT
 

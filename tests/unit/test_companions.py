@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envkit.catalog.models import CATALOG_ENV, export_catalog, load_catalog, packaged_dir
-from envkit.catalog.refresh import refresh_catalog
+from envkit.catalog.files import CATALOG_ENV, export_catalog, load_catalog, packaged_dir
+from envkit.catalog.refresh.run import refresh_catalog
 from envkit.catalog.refresh.companions import exact_spec, series_spec
 from envkit.errors import CatalogError
 

@@ -45,7 +45,7 @@ def test_unreachable_postgres_and_env_default(monkeypatch):
 
 
 def test_catalog_finding_names_the_team_copy(tmp_path, monkeypatch):
-    from envkit.catalog.models import CATALOG_ENV, export_catalog
+    from envkit.catalog.files import CATALOG_ENV, export_catalog
 
     assert "packaged" in catalog_finding().value
     monkeypatch.setenv(CATALOG_ENV, str(export_catalog(tmp_path / "cat")))

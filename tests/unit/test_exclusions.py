@@ -16,12 +16,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from envkit.catalog.models import CATALOG_ENV, load_catalog
-from envkit.catalog.refresh import refresh_catalog
+from envkit.catalog.files import CATALOG_ENV, load_catalog
+from envkit.catalog.refresh.run import refresh_catalog
 from envkit.catalog.refresh.exclude import exclude_release, source_key
 from envkit.errors import CatalogError, ResolutionError
 from envkit.lock import Lock, canonical
-from envkit.app.pipeline import drift
+from envkit.app.resolve import drift
 from envkit.resolve.resolver import plan, spec_digest
 
 from tests.unit.lockfixtures import make_image, make_lock
@@ -300,7 +300,7 @@ def test_cli_refresh_reports_skipped_in_json_and_text(cat_dir, monkeypatch):
 
     exclude(cat_dir, "jax.yaml", row("0.13.0", "needs CUDA 14"))
     monkeypatch.setenv(CATALOG_ENV, str(cat_dir))
-    monkeypatch.setattr("envkit.app.pipeline.PackageIndex", lambda: FakeIndex())
+    monkeypatch.setattr("envkit.app.catalog.PackageIndex", lambda: FakeIndex())
     result = CliRunner().invoke(main, ["catalog", "refresh", "--framework", "jax", "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)

@@ -20,7 +20,7 @@ from envkit.certify.certificate import decide
 from envkit.payload.harness import expect_from_labels
 from envkit.errors import BuildError, EnvkitError
 from envkit.lock import Package, load_lock
-from envkit.app.pipeline import build_spec
+from envkit.app.build import build_spec
 from envkit.render.files import context_for, render_files
 from tests.conftest import ROOT
 from tests.unit.lockfixtures import make_image, make_jax_image, make_lock, make_tf_image

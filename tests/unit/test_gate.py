@@ -69,7 +69,7 @@ def test_host_gpus_reads_nvidia_smi(tmp_path, monkeypatch):
 def test_unreadable_gpus_are_said_not_taken_for_a_cpu_run(monkeypatch):
     """The engine offers GPUs but nvidia-smi answers nothing here: a certified certificate (any model) is needed,
     and the verdict says the models were not checked."""
-    from envkit.app import pipeline
+    from envkit.app import researchers as pipeline
 
     certs = [cert(status="verified", model="none", driver="none")]
     monkeypatch.setattr(pipeline, "show_image", lambda engine, ref, store_url: {"certificates": certs})

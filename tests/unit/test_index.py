@@ -30,7 +30,8 @@ import requests
 from packaging.version import Version
 
 from envkit.errors import PackageIndexError
-from envkit.index.client import DEFAULT_INDEX, JSON_ACCEPT, PackageIndex, WheelFile
+from envkit.index.urls import DEFAULT_INDEX, JSON_ACCEPT
+from envkit.index.client import PackageIndex, WheelFile
 
 PAD = 3 << 20  # 3 MiB of random bytes, stored: far more than the 64 KiB tail read
 TAIL = 65536
@@ -683,7 +684,7 @@ def test_a_ca_bundle_verifies_every_request_over_the_environments(tmp_path):
 
 
 def test_trusted_hosts_are_the_plain_http_indexes_once_each():
-    from envkit.index.client import trusted_hosts
+    from envkit.index.urls import trusted_hosts
 
     assert trusted_hosts(["http://m.example:8080/simple", None, "https://pypi.org/simple", "http://m.example:8080/x",
                           "http://other.example/simple"]) == ["m.example:8080", "other.example"]
@@ -716,7 +717,7 @@ def test_resolve_spec_gives_the_resolver_the_builds_ca_bundle(monkeypatch, tmp_p
     """The index client, uv and a variant's own index all verify TLS with the spec's bundle."""
     from pathlib import Path as P
 
-    from envkit.app import pipeline
+    from envkit.app import resolve as pipeline
 
     root = P(__file__).resolve().parents[2]
     shutil.copyfile(certifi.where(), tmp_path / "ca.pem")  # real certificates: envkit loads the bundle

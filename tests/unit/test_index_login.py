@@ -14,7 +14,8 @@ import pytest
 import requests
 
 from envkit.errors import BuildError, PackageIndexError, SpecError
-from envkit.index.client import DEFAULT_INDEX, PackageIndex
+from envkit.index.urls import DEFAULT_INDEX
+from envkit.index.client import PackageIndex
 from envkit.index.login import (check_netrc, keyring_login, keyring_logins, login_hint, login_refused, login_source,
                                 netrc_for, netrc_path, refused_index)
 from tests.unit.lockfixtures import make_image

@@ -119,7 +119,7 @@ def test_a_lock_that_cannot_be_read_is_never_replaced_behind_the_users_back(tmp_
     import shutil
     from pathlib import Path
 
-    from envkit.app import pipeline
+    from envkit.app import resolve as pipeline
 
     root = Path(__file__).resolve().parents[2]
     spec = tmp_path / "team.yaml"

@@ -10,7 +10,8 @@ import pytest
 
 from envkit.engine.protocol import ImageInfo
 from envkit.errors import EngineError
-from envkit.app.nightly import Asked, ImageReport, _certify, _exit_code, _published
+from envkit.app.nightly_publish import Asked, _published
+from envkit.app.nightly import ImageReport, _certify, _exit_code
 from envkit.render.files import image_tag
 from envkit.store.history import Store
 from tests.unit.lockfixtures import make_image, make_lock
@@ -150,7 +151,7 @@ def published(store, monkeypatch):
             raise EngineError("cannot read from registry reg:5000: connection refused")
         return registry.tags.get(f"{registry_repo}:{tag}")
 
-    monkeypatch.setattr("envkit.registry.publish.remote_digest", remote_digest)
+    monkeypatch.setattr("envkit.app.nightly_publish.remote_digest", remote_digest)
 
     def ask(report=None, *, repo=repo, cert=None, asked=None):
         report = report or _report(image)

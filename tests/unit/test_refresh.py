@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envkit.catalog.models import data_dir, load_catalog
-from envkit.catalog.refresh import RefreshResult, python_tags, refresh, refresh_summary, render_row
+from envkit.catalog.files import data_dir, load_catalog
+from envkit.catalog.refresh.common import RefreshResult, python_tags, refresh_summary
+from envkit.catalog.refresh.torch import refresh, render_row
 from envkit.errors import CatalogError
 from packaging.version import Version
 
@@ -350,7 +351,7 @@ def test_the_pypi_index_source_must_exist(cat_dir):
 # --- a team's own catalog: ENVKIT_CATALOG and export ------------------------------------------
 
 def test_export_then_env_selects_the_team_copy(tmp_path, monkeypatch):
-    from envkit.catalog.models import CATALOG_ENV, FILES, data_dir, export_catalog, packaged_dir
+    from envkit.catalog.files import CATALOG_ENV, FILES, data_dir, export_catalog, packaged_dir
 
     team = export_catalog(tmp_path / "team-catalog")
     assert sorted(p.name for p in team.iterdir()) == sorted([*(f"{n}.yaml" for n in FILES), "perf.yaml",
@@ -366,7 +367,7 @@ def test_export_then_env_selects_the_team_copy(tmp_path, monkeypatch):
 
 
 def test_a_missing_team_catalog_says_how_to_make_one(tmp_path, monkeypatch):
-    from envkit.catalog.models import CATALOG_ENV
+    from envkit.catalog.files import CATALOG_ENV
 
     monkeypatch.setenv(CATALOG_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(CatalogError, match="cannot load catalog file") as err:
@@ -377,7 +378,7 @@ def test_a_missing_team_catalog_says_how_to_make_one(tmp_path, monkeypatch):
 # --- nightly --refresh-catalog -------------------------------------------------------------------
 
 def test_nightly_refresh_applies_to_a_team_catalog_and_keeps_the_diff(cat_dir, tmp_path, monkeypatch):
-    from envkit.catalog.models import CATALOG_ENV
+    from envkit.catalog.files import CATALOG_ENV
     from envkit.app.nightly import refresh_catalog_step
 
     drop_row(cat_dir, "2.14")
@@ -398,8 +399,8 @@ def test_nightly_refresh_applies_to_a_team_catalog_and_keeps_the_diff(cat_dir, t
 
 
 def test_nightly_refresh_never_edits_the_packaged_catalog(cat_dir, tmp_path, monkeypatch):
-    import envkit.catalog.models as catalog_mod
-    from envkit.catalog.models import CATALOG_ENV
+    import envkit.catalog.files as catalog_mod
+    from envkit.catalog.files import CATALOG_ENV
     from envkit.app.nightly import refresh_catalog_step
 
     drop_row(cat_dir, "2.14")

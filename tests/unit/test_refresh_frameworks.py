@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from envkit.frameworks import FRAMEWORKS
 from envkit.resolve.candidates import candidates
-from envkit.catalog.models import CATALOG_ENV, load_catalog
-from envkit.catalog.refresh import parse_frameworks, refresh_catalog
+from envkit.catalog.files import CATALOG_ENV, load_catalog
+from envkit.catalog.refresh.run import parse_frameworks, refresh_catalog
 from envkit.catalog.refresh.jax import refresh as refresh_jax
 from envkit.catalog.refresh.tensorflow import refresh as refresh_tf
 from envkit.errors import CatalogError
@@ -310,7 +310,7 @@ def test_cli_refresh_one_framework_json_and_apply(cat_dir, monkeypatch):
     from envkit.cli import main
 
     monkeypatch.setenv(CATALOG_ENV, str(cat_dir))
-    monkeypatch.setattr("envkit.app.pipeline.PackageIndex", lambda: FakeIndex())
+    monkeypatch.setattr("envkit.app.catalog.PackageIndex", lambda: FakeIndex())
     before = snapshot(cat_dir)
     result = CliRunner().invoke(main, ["catalog", "refresh", "--framework", "jax", "--json"])
     assert result.exit_code == 0, result.output

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from envkit.app import pipeline
+from envkit.app import researchers as pipeline
 from envkit.cli import main
 from envkit.engine.protocol import ImageInfo
 from envkit.errors import EnvkitError, StoreError

@@ -21,10 +21,11 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from envkit.catalog.models import FILES, data_dir, load_catalog
+from envkit.catalog.files import FILES, data_dir, load_catalog
 from envkit.index.closure import REQUESTED, Pin
 from envkit.errors import CatalogError, ResolutionError, SpecError
-from envkit.resolve.resolver import bundled_pins, check_gpus, covers, plan, resolve
+from envkit.index.wheel_facts import bundled_pins
+from envkit.resolve.resolver import check_gpus, covers, plan, resolve
 from envkit.spec import spec_from_document
 from envkit.index.wheel_arches import READERS, ArchReading
 from envkit.support.yamlsource import parse_yaml
@@ -983,7 +984,7 @@ def test_fake_catalog_unknown_key_is_a_catalog_error(tmp_path):
 
 def test_a_catalog_entry_error_names_its_file_line_and_field(tmp_path):
     """A team's exported catalog, hand-edited: the error says where, not pydantic's dump of every model."""
-    from envkit.catalog.models import export_catalog
+    from envkit.catalog.files import export_catalog
 
     d = export_catalog(tmp_path / "team-catalog")
     text = (d / "gpus.yaml").read_text()

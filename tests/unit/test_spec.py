@@ -5,7 +5,7 @@ import shutil
 import certifi
 import pytest
 
-from envkit.catalog.models import load_catalog
+from envkit.catalog.files import load_catalog
 from envkit.errors import SpecError
 from envkit.resolve.resolver import check_gpus
 from envkit.spec import load_spec

@@ -18,7 +18,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from envkit.resolve.candidates import candidates
-from envkit.catalog.models import load_catalog
+from envkit.catalog.files import load_catalog
 from envkit.errors import PackageIndexError, SpecError
 from envkit.resolve.resolver import plan, spec_digest
 from envkit.resolve.rules import unreachable_variant_ways_out
@@ -236,7 +236,7 @@ class Stop(Exception):
 
 
 def test_resolve_checks_the_netrc_and_asks_the_keyring_for_the_mirror(monkeypatch, write_spec):
-    from envkit.app import pipeline
+    from envkit.app import resolve as pipeline
 
     path = write_spec(spec_text(MIRROR))
     seen = {}
@@ -268,7 +268,7 @@ def test_resolve_checks_the_netrc_and_asks_the_keyring_for_the_mirror(monkeypatc
 
 @pytest.mark.parametrize("mirrored", [False, True])
 def test_an_unreachable_variant_index_says_the_ways_out(monkeypatch, write_spec, mirrored):
-    from envkit.app import pipeline
+    from envkit.app import resolve as pipeline
 
     path = write_spec(spec_text(MIRROR if mirrored else None, gpus="[A100]"))
     cu128 = ("http://mirror.corp.example:8080/pytorch/whl/" if mirrored else CATALOG_INDEX) + "cu128"
@@ -288,7 +288,7 @@ def test_an_unreachable_variant_index_says_the_ways_out(monkeypatch, write_spec,
 
 
 def test_a_login_refusal_keeps_its_own_hint(monkeypatch, write_spec):
-    from envkit.app import pipeline
+    from envkit.app import resolve as pipeline
 
     path = write_spec(spec_text(MIRROR))
 
@@ -404,7 +404,7 @@ def test_a_variant_index_s_local_version_is_the_release_asked_for(tmp_path):
     ("cannot reach the package index at https://pypi.org/simple/torch/: refused", False),  # another index
 ])
 def test_only_an_index_that_did_not_answer_counts_as_unreachable(text, unreachable):
-    from envkit.app.pipeline import _unreachable
+    from envkit.app.resolve import _unreachable
 
     url = "http://mirror.corp.example:8080/pytorch/whl/cu126"
     assert _unreachable(text.format(u=url), url) is unreachable

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from envkit.catalog.models import CATALOG_ENV, load_catalog
-from envkit.catalog.refresh import refresh
+from envkit.catalog.files import CATALOG_ENV, load_catalog
+from envkit.catalog.refresh.torch import refresh
 from envkit.catalog.refresh.arches import check_arches
 from envkit.catalog.refresh.tensorflow import refresh as tf_refresh
 from envkit.errors import CatalogError, PackageIndexError, WheelReadError
@@ -281,7 +281,7 @@ def test_check_arches_cli_applies_to_the_team_catalog(tmp_path, monkeypatch):
 
     cat = copy_catalog(tmp_path)
     monkeypatch.setenv(CATALOG_ENV, str(cat))
-    monkeypatch.setattr("envkit.app.pipeline.PackageIndex", lambda *a, **k: recorded_index())
+    monkeypatch.setattr("envkit.app.catalog.PackageIndex", lambda *a, **k: recorded_index())
     out = CliRunner().invoke(main, ["catalog", "check-arches", "--framework", "torch", "--json"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)

@@ -24,7 +24,8 @@ from packaging.version import Version
 
 from ...errors import CatalogError
 from ...index.wheel_arches import ArchReading, same_arches
-from ..models import Catalog, data_dir as default_data_dir
+from ..models import Catalog
+from ..files import data_dir as default_data_dir
 from .common import RefreshResult, apply_texts, check_today, load_yaml, q, read_file, splice, wheel_reading
 from .tensorflow import _ROW as _TF_ROW
 from .torch import _release_blocks

@@ -26,7 +26,11 @@ from packaging.version import Version
 
 from ...support import scratch
 from ...errors import CatalogError, PackageIndexError
-from ..models import FRAMEWORK_FILES, Catalog, load_catalog, vtuple
+from ..exclusions import FRAMEWORK_FILES
+from ..models import Catalog, vtuple
+from ..files import load_catalog
+from ...index.wheel_arches import read_arches
+from ...index.wheel_facts import bundled_pins
 
 SOURCE = "pypi_index"  # the sources.yaml key every refreshed row names
 FILENAMES = {fw: f"{name}.yaml" for fw, name in FRAMEWORK_FILES.items()}  # torch -> pytorch.yaml
@@ -142,9 +146,6 @@ def wheel_reading(index, framework: str, version: str, python: str, glibc: str, 
     wheel, py = pick_wheel(index, framework, v, pys, python, glibc) if pys else (None, None)
     if wheel is None:
         return f"no Linux x86_64 CPython wheel of {framework} {version} on {index.url}"
-    from ...resolve.resolver import bundled_pins
-    from ...index.wheel_arches import read_arches
-
     try:
         if cuda is not None:
             pinned = bundled_pins(index.requires(wheel), py).get("cuda")

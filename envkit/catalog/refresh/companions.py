@@ -37,7 +37,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ...errors import CatalogError, PackageIndexError
-from ..models import Catalog, data_dir as default_data_dir
+from ..models import Catalog
+from ..files import data_dir as default_data_dir
 from ..companions import FILE, KEY, release_key
 from .common import (SOURCE, RefreshIndex, RefreshResult, check_parses_back, for_extra, load_yaml, metadata_source,
                      not_loaded_from, published, q, spec_text, splice)

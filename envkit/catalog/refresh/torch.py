@@ -26,8 +26,9 @@ from pathlib import Path
 from packaging.version import Version
 
 from ...errors import CatalogError
-from ...resolve.resolver import bundled_pins
-from ..models import Catalog, TorchRelease, data_dir as default_data_dir, vtuple
+from ...index.wheel_facts import bundled_pins
+from ..models import Catalog, TorchRelease, vtuple
+from ..files import data_dir as default_data_dir
 from .common import (SOURCE, RefreshIndex, RefreshResult, check_parses_back, check_source, check_today,
                      metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file, skip_excluded,
                      splice, wheel_reading)
