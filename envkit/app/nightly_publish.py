@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from ..certify.certificate import (Certificate, slug)
 from ..errors import EnvkitError
 from ..lock import LockedImage
-from ..registry.publish import attach_certificate, promote, certificate_tag, remote_digest, pull_by_digest, mirror_base
+from ..registry.artifacts import attach_certificate
+from ..registry.publish import promote, remote_digest, pull_by_digest, mirror_base
+from ..registry.remote_parse import certificate_tag
 from ..support.progress import Progress
 
 

@@ -41,8 +41,8 @@ from .base import ensure_base
 from .builder import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, require_builder, run_build
 from ..payload.harness import run_payload
 from ..engine.protocol import Mount, RunOptions
-from ..engine.space import engine_out_of_space, host_full, host_out_of_space, low_space, says_no_space
-from ..errors import BuildError, EngineError, EnvkitError
+from ..engine.space import host_full, host_out_of_space, low_space, says_no_space
+from ..errors import BuildError, EnvkitError
 from ..index.urls import trusted_hosts
 from ..index.login import keyring_logins, login_hint, refused_index
 from ..support.atomic import write_atomic
@@ -451,36 +451,18 @@ def fetch_debs(engine, lock: Lock, image: LockedImage, dest: Path) -> None:
 
 
 def save_image(engine, ref: str, path: Path) -> None:
-    """``docker save`` ``ref`` (with its tag) into ``path``."""
-    # TODO(lead): an Engine.save/load pair; docker-py stays here until then.
-    import docker.errors
-
-    try:
-        with open(path, "wb") as fh:
-            for chunk in engine.client.api.get_image(ref):
-                fh.write(chunk)
-    except OSError as exc:  # a write's error names no file: say which (a full disk is this host's)
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
-    except docker.errors.APIError as exc:
-        raise engine_out_of_space(EngineError(f"cannot save {ref}: {exc.explanation}"), engine) from None
+    """``docker save`` ``ref`` (with its tag) into ``path`` (``Engine.save``)."""
+    engine.save(ref, path)
 
 
 def load_image(engine, path: Path, expected_id: str, ref: str) -> None:
     """``docker load`` ``path``; the loaded image must be ``expected_id``. Nothing to do when ``ref``
     already names that image (a load writes the whole archive to the engine's disk first, even then)."""
-    import docker.errors
-
     if (here := engine.inspect(ref)) is not None and here.id == expected_id:
         return
-    try:
-        with open(path, "rb") as fh:
-            loaded = engine.client.images.load(fh)
-    except docker.errors.APIError as exc:
-        raise engine_out_of_space(EngineError(f"cannot load {path}: {exc.explanation}"), engine) from None
-    except docker.errors.ImageLoadError as exc:  # the engine's own error in the load's stream
-        raise engine_out_of_space(EngineError(f"cannot load {path}: {exc}"), engine) from None
-    if expected_id not in {i.id for i in loaded}:
-        raise BuildError(f"{path} holds {', '.join(i.id[:19] for i in loaded) or 'no image'}, "
+    loaded = engine.load(path)
+    if expected_id not in loaded:
+        raise BuildError(f"{path} holds {', '.join(i[:19] for i in loaded) or 'no image'}, "
                          f"not the base {expected_id[:19]} the manifest names")
 
 

@@ -106,7 +106,7 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     # cache holds the layers of the images gc removes, so with BuildKit what this run has not used goes too
     from datetime import datetime, timezone
 
-    from ..ops.gc import CacheCutoff, unused_for
+    from ..ops.gc_plan import CacheCutoff, unused_for
 
     cutoff = CacheCutoff(datetime.now(timezone.utc), "this nightly run started") if builder == "buildkit" else None
     reclaim = (lambda tags: _nightly_gc(c, engine, spec, tags, store_url, keep, cutoff)) if gc else None

@@ -69,7 +69,7 @@ def _store(value: str) -> None:
 
 
 def _team(value: str) -> None:
-    from ..ops.gc import check_team
+    from ..ops.gc_plan import check_team
 
     check_team(value)
 
@@ -169,7 +169,7 @@ def _engine_gone(exc: Exception) -> EngineError | None:
     docker-py call no step of envkit expected to fail), or for docker-py's own errors; None for others."""
     if type(exc).__module__.split(".")[0] not in ("docker", "requests", "urllib3"):
         return None  # (docker-py is imported only when a command talks to the engine)
-    from ..engine.docker_engine import ENGINE_GONE, GONE_HINT, reason_of
+    from ..engine.docker_engine import ENGINE_GONE, ENGINE_REFUSED, GONE_HINT, reason_of
 
     if isinstance(exc, ENGINE_GONE):
         registry = _registry_call(exc)
@@ -179,9 +179,7 @@ def _engine_gone(exc: Exception) -> EngineError | None:
                                hint="check the registry address and that a registry answers there "
                                     f"(`curl https://{registry or 'HOST'}/v2/`); run with --debug for where")
         return EngineError(f"{_command()}: the engine stopped answering ({reason_of(exc)})", hint=GONE_HINT)
-    import docker.errors
-
-    if isinstance(exc, docker.errors.DockerException):
+    if isinstance(exc, ENGINE_REFUSED):
         return EngineError(f"{_command()}: the engine refused: {reason_of(exc)}",
                            hint="`docker info` and the engine's log say more; run with --debug for where")
     return None

@@ -1,7 +1,9 @@
-"""A small engine interface: build, inspect, run, import, push.
+"""A small engine interface: build, inspect, run, import, tag, push, pull, save, load.
 
-Docker types stay inside the adapter (``docker_engine``); the rest of envkit sees these
-value objects and a stream of ``BuildEvent``s.
+Docker types stay inside the adapter (``docker_engine``, ``docker_run``, ``docker_registry``, ``docker_gc``: the only
+modules that import docker-py); the rest of envkit sees these value objects, a stream of ``BuildEvent``s, the
+engine's push and pull progress records (the Engine API's JSON objects: ``status``, ``error``, ``aux``), and
+``EngineCallError`` for a call the engine refused.
 """
 
 from __future__ import annotations
@@ -9,6 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Protocol
+
+from ..errors import EngineError
+
+
+class EngineCallError(EngineError):
+    """The engine refused a call: its own words (``explanation``) and the HTTP status it answered with."""
+
+    def __init__(self, explanation: str, status_code: int | None = None):
+        super().__init__(explanation)
+        self.explanation = explanation
+        self.status_code = status_code
+
+
+class ImageMissing(EngineError):
+    """The engine has no image by that reference."""
 
 
 @dataclass(frozen=True)
@@ -88,3 +105,12 @@ class Engine(Protocol):
     def nvidia_runtime(self) -> bool: ...
     def data_root(self) -> str | None: ...  # where images and build layers live, on the engine's host
     def disk_usage(self) -> dict: ...  # {"root", "images_bytes", "build_cache_bytes"}
+    def tag(self, image_id: str, ref: str) -> None: ...
+    # registries: the engine pushes and pulls (with the auth_config envkit resolved), yielding its progress records
+    def tag_image(self, ref: str, repository: str, tag: str) -> None: ...  # ImageMissing, EngineCallError
+    def push(self, repository: str, tag: str, auth_config: dict | None) -> Iterator[dict]: ...
+    def pull(self, repository: str, tag: str, auth_config: dict | None) -> Iterator[dict]: ...
+    def registry_config(self) -> dict: ...  # `docker info`'s RegistryConfig ({} when the engine cannot say)
+    # image archives (offline bundles): `docker save` one image with its tag, `docker load` an archive
+    def save(self, ref: str, path: Path) -> None: ...
+    def load(self, path: Path) -> list[str]: ...  # the ids of the images loaded

@@ -339,7 +339,7 @@ def disk_finding(engine) -> Finding:
 def containers_finding(host) -> Finding:
     """The stopped containers a killed envkit left (``host``: gc's view of the engine): each keeps its
     multi-GB image from `envkit gc` until it is removed."""
-    from .gc import CONTAINER_GRACE
+    from .gc_plan import CONTAINER_GRACE
 
     try:
         left = host.leftover_containers(None)

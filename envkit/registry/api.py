@@ -26,17 +26,17 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-import docker
-import docker.errors
 import requests
 import urllib3
 
+from ..engine.protocol import EngineCallError
 from ..errors import EngineError
 from .auth import PASSWORD_ENV, USER_ENV  # noqa: F401  (publish and remote import them from here)
 from .auth import (UNTRUSTED, AuthFailure, Authenticator, RegistryAuthError, TrustFailure, client_refusal,
                    engine_tls_failure, open_session, tls_refusal)
 from .tls import PROXY_REFUSED
 from .auth import Failure as _Failure
+from .remote_parse import split_repository
 
 class DeleteUnsupported(_Failure):
     """Permanent: the registry does not delete manifests (distribution's ``storage.delete.enabled`` is off)."""
@@ -72,39 +72,16 @@ T = TypeVar("T")
 
 # --- names, credentials, http or https -------------------------------------------------------------
 
-def _strip_tag(ref: str) -> str:
-    ref = ref.split("@", 1)[0]
-    head, _, last = ref.rpartition("/")
-    if ":" in last:
-        last = last.rsplit(":", 1)[0]
-    return f"{head}/{last}" if head else last
 
-
-def split_repository(registry_repo: str) -> tuple[str, str]:
-    """``127.0.0.1:5000/vision/torch25`` -> (``127.0.0.1:5000``, ``vision/torch25``)."""
-    if not registry_repo or registry_repo != registry_repo.strip() or "@" in registry_repo \
-            or _strip_tag(registry_repo) != registry_repo:
-        raise EngineError(f"bad registry repository {registry_repo!r}: give REGISTRY/PATH without a tag or digest",
-                          hint="e.g. registry.example.com:5000/vision/torch25")
-    first, sep, rest = registry_repo.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return first, rest
-    path = registry_repo if "/" in registry_repo else f"library/{registry_repo}"
-    return "docker.io", path
-
-
-def _insecure(client: docker.DockerClient | None, registry: str) -> bool:
+def _insecure(engine, registry: str) -> bool:
     """Does the engine treat this registry as insecure (its insecure-registries setting)?
 
     For an insecure registry the engine tries https without verifying, then plain http
-    (``registry_auth.open_session`` does the same). Without an engine (``client`` None: a
+    (``registry.auth.open_session`` does the same). Without an engine (``engine`` None: a
     researcher reading the registry from a login node), the engine's default applies:
     127.0.0.0/8 only.
     """
-    try:
-        cfg = (client.info().get("RegistryConfig") or {}) if client is not None else {}
-    except (docker.errors.DockerException, requests.RequestException):
-        cfg = {}
+    cfg = engine.registry_config() if engine is not None else {}
     index = (cfg.get("IndexConfigs") or {}).get(registry)
     if index is not None:
         return not index.get("Secure", True)
@@ -131,8 +108,8 @@ def _classify(message: str) -> bool:
 def _from_exception(exc: Exception, registry: str | None = None) -> _Failure:
     if isinstance(exc, _Failure):
         return exc
-    if isinstance(exc, docker.errors.APIError):
-        message = str(exc.explanation or exc)
+    if isinstance(exc, EngineCallError):  # the engine refused its push or pull
+        message = exc.explanation
         tls = engine_tls_failure(registry, message) if registry else None  # the engine's TLS to ``registry``
         if tls is not None:
             return tls
@@ -187,10 +164,10 @@ class _RegistryHTTP:
     Clients made by ``repository()`` share the first one's session, scheme and authorization
     (the Basic header, the tokens per scope)."""
 
-    def __init__(self, client: docker.DockerClient | None, registry_repo: str, timeout: float = 30.0, *,
+    def __init__(self, engine, registry_repo: str, timeout: float = 30.0, *,
                  actions: str = "pull,push", session: requests.Session | None = None):
         registry, path = split_repository(registry_repo)
-        self._open(registry, _insecure(client, registry), timeout, session)
+        self._open(registry, _insecure(engine, registry), timeout, session)
         self._aim(path, f"repository:{path}:{actions}")
 
     def _open(self, registry: str, insecure: bool, timeout: float, session: requests.Session | None) -> None:
@@ -207,11 +184,11 @@ class _RegistryHTTP:
         self.scope = scope
 
     @classmethod
-    def at(cls, client: docker.DockerClient | None, registry: str, timeout: float = 30.0, *,
+    def at(cls, engine, registry: str, timeout: float = 30.0, *,
            session: requests.Session | None = None) -> "_RegistryHTTP":
         """A client for the whole registry (its catalog); ``repository`` gives one per repository."""
         self = cls.__new__(cls)
-        self._open(registry, _insecure(client, registry), timeout, session)
+        self._open(registry, _insecure(engine, registry), timeout, session)
         self._aim("", "registry:catalog:*")
         return self
 

@@ -37,11 +37,10 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
-import docker.auth
-import docker.utils.config
 import requests
 import urllib3
 
+from ..engine.docker_registry import login_config_file, stored_login
 from ..errors import EngineError
 from .tls import CERTS_D, UNTRUSTED, engine_cas, trust_hint  # noqa: F401  (imported from here)
 from .tls import (CLIENT_REFUSED, PROXY_REFUSED, UNPAIRED, TrustAdapter, alert_name, certs_dir, client_cert_hint,
@@ -119,7 +118,7 @@ def env_credentials() -> Credentials | None:
 
 def docker_config_path() -> str:
     """Where `docker login` keeps credentials here: ``$DOCKER_CONFIG/config.json``, else ``~/.docker/config.json``."""
-    found = docker.utils.config.find_config_file()
+    found = login_config_file()
     if found:
         return found
     where = os.path.join(os.environ.get("DOCKER_CONFIG") or os.path.join("~", ".docker"), "config.json")
@@ -131,15 +130,11 @@ def credentials_for(registry: str) -> Credentials | None:
     creds = env_credentials()
     if creds:
         return creds
-    path = docker.utils.config.find_config_file()
+    path = login_config_file()
     if not path:
         return None
     try:
-        with warnings.catch_warnings():  # docker-py warns of a missing helper, then fails: we say it once, below
-            warnings.simplefilter("ignore", UserWarning)
-            config = docker.auth.load_config(path)
-            helper = config.get_credential_store(registry)
-            entry = config.resolve_authconfig(registry) or {}
+        helper, entry = stored_login(path, registry)
     except Exception as exc:  # a broken helper or file: say so, never fail with its text (it may echo secrets)
         raise RegistryAuthError(f"cannot read the credentials for registry {registry} from {path} "
                                 f"({type(exc).__name__})", hint=login_hint(registry)) from None

@@ -25,31 +25,25 @@ the call returned.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-import docker
-import docker.errors
-
-from ..engine.protocol import ImageInfo
+from ..engine.protocol import ImageInfo, EngineCallError, ImageMissing
 from ..errors import EngineError
-from .api import (PASSWORD_ENV, USER_ENV, Sleep, _classify, _Failure, _insecure, _Manifest, _RegistryHTTP, _retrying,
-                  _strip_tag, split_repository)
+from .api import PASSWORD_ENV, USER_ENV, Sleep, _classify, _Failure, _insecure, _RegistryHTTP, _retrying
+from .remote_parse import _strip_tag, split_repository, CERTIFIED_TAG
 from .auth import AuthFailure, Credentials, credentials_for, engine_refusal, engine_tls_failure
 from ..support.progress import Progress
+from ..engine.docker_engine import as_engine
 
-CERTIFIED_TAG = "certified"
 
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _PINNED = re.compile(r"^(?P<repo>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})$")
 _DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
 _REFUSED = re.compile(r"unauthori[sz]ed|authentication required|denied|forbidden|incorrect username or password|"
                       r"no basic auth credentials", re.IGNORECASE)
-
 
 
 @dataclass(frozen=True)
@@ -79,16 +73,6 @@ class PromoteResult:
 
 
 # --- small helpers --------------------------------------------------------------------------------
-
-def _docker(client) -> docker.DockerClient:
-    """Accept a ``docker.DockerClient`` or an envkit ``DockerEngine`` (which exposes ``.client``)."""
-    if isinstance(client, docker.DockerClient):
-        return client
-    inner = getattr(client, "client", None)
-    if isinstance(inner, docker.DockerClient):
-        return inner
-    raise TypeError(f"expected a docker.DockerClient or a DockerEngine, got {type(client).__name__}")
-
 
 def _check_tag(tag: str) -> None:
     if not _TAG.fullmatch(tag or ""):
@@ -153,21 +137,21 @@ def _unpushed(image: str, ref: str, registry: str, failure: _Failure, attempts: 
 def push(client, image_ref_local: str, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
          sleep: Sleep = time.sleep, progress: Progress | None = None) -> PushResult:
     """Tag ``image_ref_local`` as ``registry_repo:tag`` and push it; return the pushed manifest digest."""
-    dc = _docker(client)
+    engine = as_engine(client)
     registry, _ = split_repository(registry_repo)
     _check_tag(tag)
     ref = f"{registry_repo}:{tag}"
     try:
-        dc.api.tag(image_ref_local, registry_repo, tag)
-    except docker.errors.ImageNotFound:
+        engine.tag_image(image_ref_local, registry_repo, tag)
+    except ImageMissing:
         raise EngineError(f"cannot push {image_ref_local} to registry {registry}: the engine has no such image",
                           hint="build it first (envkit build SPEC), or check the reference") from None
-    except docker.errors.APIError as exc:
+    except EngineCallError as exc:
         raise EngineError(f"cannot tag {image_ref_local} as {ref}: {exc.explanation}") from None
     auth, creds = _auth_config(registry)
 
     def attempt() -> str:
-        chunks = dc.api.push(registry_repo, tag=tag, stream=True, decode=True, auth_config=auth)
+        chunks = engine.push(registry_repo, tag, auth)
         digest = _stream(chunks, progress, lambda message: engine_refusal(registry, creds, message), registry)
         if not digest:
             raise _Failure("the engine finished the push without reporting a manifest digest", False)
@@ -175,14 +159,14 @@ def push(client, image_ref_local: str, registry_repo: str, tag: str, *, retries:
 
     digest = _retrying(attempt, retries=retries, backoff=backoff, sleep=sleep, registry=registry,
                        fail=lambda f, n: _unpushed(image_ref_local, ref, registry, f, n,
-                                                   "http" if _insecure(dc, registry) else "https"))
+                                                   "http" if _insecure(engine, registry) else "https"))
     return PushResult(ref, digest)
 
 
 def remote_digest(client, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
                   sleep: Sleep = time.sleep) -> str | None:
     """The manifest digest ``registry_repo:tag`` points to in the registry, or None if no such tag."""
-    reg = _RegistryHTTP(_docker(client), registry_repo)
+    reg = _RegistryHTTP(as_engine(client), registry_repo)
     manifest = _retrying(lambda: reg.get_manifest(tag), retries=retries, backoff=backoff, sleep=sleep,
                          fail=lambda f, n: EngineError(f"cannot read {registry_repo}:{tag} from registry "
                                                        f"{reg.registry}: {f.message}"))
@@ -199,20 +183,19 @@ def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, imag
     different image is refused. ``:certified`` is re-pointed by copying the stack tag's
     manifest, so both tags share one digest byte for byte.
     """
-    dc = _docker(client)
+    engine = as_engine(client)
     _check_tag(stack_tag)
     if stack_tag == CERTIFIED_TAG:
         raise EngineError(f"{CERTIFIED_TAG!r} is not a stack tag: it is the tag promote moves",
                           hint="give the immutable stack tag (e.g. 2.5.1-cu124-py3.11-<lock hash>)")
     local = image or f"{registry_repo}:{stack_tag}"
-    try:
-        attrs = dc.api.inspect_image(local)
-    except docker.errors.ImageNotFound:
+    info = engine.inspect(local)
+    if info is None:
         raise EngineError(f"cannot promote {local}: the engine has no such image",
-                          hint="build it first (envkit build SPEC), or pass the local image reference") from None
-    image_id = attrs["Id"]
-    repo_digests = set(attrs.get("RepoDigests") or ())
-    reg = _RegistryHTTP(dc, registry_repo)
+                          hint="build it first (envkit build SPEC), or pass the local image reference")
+    image_id = info.id
+    repo_digests = set(info.repo_digests)
+    reg = _RegistryHTTP(engine, registry_repo)
     ref = f"{registry_repo}:{stack_tag}"
     opts = dict(retries=retries, backoff=backoff, sleep=sleep)
 
@@ -222,7 +205,7 @@ def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, imag
 
     existing = _retrying(lambda: reg.get_manifest(stack_tag), fail=unreadable(f"read {ref}"), **opts)
     if existing is None:
-        stack = push(dc, local, registry_repo, stack_tag, progress=progress, **opts)
+        stack = push(engine, local, registry_repo, stack_tag, progress=progress, **opts)
         pushed = True
     else:
         same = (existing.config_digest == image_id if existing.config_digest
@@ -280,18 +263,16 @@ def mirror_base(client, base_ref: str, registry_repo: str, *, tag: str | None = 
 def pull_by_digest(client, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
                    sleep: Sleep = time.sleep, progress: Progress | None = None) -> ImageInfo:
     """Pull ``registry/repo@sha256:...`` into the engine and return what the engine now holds."""
-    from ..engine.docker_engine import DockerEngine
-
     m = _PINNED.fullmatch(ref_with_digest or "")
     if not m:
         raise EngineError(f"{ref_with_digest!r} is not pinned by digest",
                           hint="give REGISTRY/REPO@sha256:<64 hex digits>")
-    dc = _docker(client)
+    engine = as_engine(client)
     registry, _ = split_repository(m.group("repo"))
     auth, creds = _auth_config(registry)
 
     def attempt() -> None:
-        _stream(dc.api.pull(m.group("repo"), tag=m.group("digest"), stream=True, decode=True, auth_config=auth),
+        _stream(engine.pull(m.group("repo"), m.group("digest"), auth),
                 progress, lambda message: engine_refusal(registry, creds, message), registry)
 
     def fail(f: _Failure, n: int) -> EngineError:
@@ -301,102 +282,9 @@ def pull_by_digest(client, ref_with_digest: str, *, retries: int = 4, backoff: f
                                 f"(`docker login {registry}` or {USER_ENV}/{PASSWORD_ENV})?")
 
     _retrying(attempt, retries=retries, backoff=backoff, sleep=sleep, fail=fail, registry=registry)
-    info = DockerEngine(dc).inspect(ref_with_digest)
+    info = engine.inspect(ref_with_digest)
     if info is None:
         raise EngineError(f"pulled {ref_with_digest} but the engine does not list it")
     return info
 
 
-CERTIFICATE_TYPE = "application/vnd.envkit.certificate.v1+json"
-EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
-
-
-def attach_certificate(client, registry_repo: str, stack_tag: str, certificate: bytes, *, gpu_slug: str,
-                       status: str, retries: int = 4, backoff: float = 1.0, sleep: Sleep = time.sleep) -> str:
-    """Store a certificate in the registry beside the image it certifies.
-
-    An OCI artifact (artifactType ``application/vnd.envkit.certificate.v1+json``) whose
-    ``subject`` is the image's manifest, tagged ``<stack_tag>.cert-<gpu>`` so any registry
-    (with or without the referrers API) keeps it and a researcher can read what the image was
-    certified on before pulling it. Returns ``registry/repo@sha256:...`` of the artifact.
-    """
-    reg = _RegistryHTTP(_docker(client), registry_repo)
-    fail = lambda f, n: EngineError(f"cannot attach the certificate to {registry_repo}:{stack_tag} in registry "  # noqa: E731
-                                    f"{reg.registry}: {f.message}", hint="the certificate is still in the store")
-    subject = _retrying(lambda: reg.get_manifest(stack_tag), retries=retries, backoff=backoff, sleep=sleep, fail=fail)
-    if subject is None:
-        raise EngineError(f"{registry_repo}:{stack_tag} is not in the registry; push the image before its certificate")
-    empty = b"{}"
-    config = _retrying(lambda: reg.put_blob(empty), retries=retries, backoff=backoff, sleep=sleep, fail=fail)
-    layer = _retrying(lambda: reg.put_blob(certificate), retries=retries, backoff=backoff, sleep=sleep, fail=fail)
-    manifest = json.dumps({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": CERTIFICATE_TYPE,
-        "config": {"mediaType": EMPTY_TYPE, "digest": config, "size": len(empty)},
-        "layers": [{"mediaType": CERTIFICATE_TYPE, "digest": layer, "size": len(certificate),
-                    "annotations": {"org.opencontainers.image.title": "certificate.json"}}],
-        "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": len(subject.raw)},
-        "annotations": {"io.envkit.certificate.status": status, "io.envkit.certificate.gpu": gpu_slug},
-    }, sort_keys=True, separators=(",", ":")).encode()
-    tag = certificate_tag(stack_tag, gpu_slug)
-    _check_tag(tag)
-    artifact = _Manifest("sha256:" + hashlib.sha256(manifest).hexdigest(), "application/vnd.oci.image.manifest.v1+json",
-                         manifest)
-    digest = _retrying(lambda: reg.put_manifest(tag, artifact), retries=retries, backoff=backoff, sleep=sleep, fail=fail)
-    return f"{_strip_tag(registry_repo)}@{digest}"
-
-
-CERT_TAG_INFIX = ".cert-"
-
-
-def certificate_tag(stack_tag: str, gpu_slug: str) -> str:
-    return f"{stack_tag}{CERT_TAG_INFIX}{gpu_slug}"[:128]
-
-
-@dataclass(frozen=True)
-class CertificateArtifact:
-    """A certificate artifact as the registry holds it."""
-
-    ref: str  # registry/repo:<stack>.cert-<gpu>
-    digest: str  # the artifact manifest's digest
-    subject: str | None  # digest of the image manifest it is attached to
-    annotations: dict
-    data: bytes  # the certificate document
-
-    @property
-    def pinned(self) -> str:
-        return f"{_strip_tag(self.ref)}@{self.digest}"
-
-
-def fetch_certificate_artifact(reg: _RegistryHTTP, tag: str) -> CertificateArtifact | None:
-    """Read the artifact tagged ``tag`` and its certificate blob; None when there is no such tag.
-
-    Raises ``_Failure`` (permanent) when the tag holds something that is not an envkit certificate artifact.
-    """
-    ref = f"{reg.registry}/{reg.path}:{tag}"
-    manifest = reg.get_manifest(tag)
-    if manifest is None:
-        return None
-    try:
-        doc = json.loads(manifest.raw)
-        layers = [layer for layer in doc.get("layers") or [] if layer.get("mediaType") == CERTIFICATE_TYPE]
-        layer = layers[0]["digest"]
-        subject = (doc.get("subject") or {}).get("digest")
-        annotations = dict(doc.get("annotations") or {})
-    except (ValueError, AttributeError, TypeError, IndexError, KeyError):
-        raise _Failure(f"{ref} is not an envkit certificate artifact (no {CERTIFICATE_TYPE} layer)", False) from None
-    return CertificateArtifact(ref, manifest.digest, subject, annotations, reg.get_blob(layer))
-
-
-def read_certificate(client, registry_repo: str, stack_tag: str, gpu_slug: str) -> bytes | None:
-    """The certificate attached to ``registry_repo:stack_tag`` for ``gpu_slug``, if any."""
-    reg = _RegistryHTTP(_docker(client), registry_repo, actions="pull")
-    tag = certificate_tag(stack_tag, gpu_slug)
-    fail = lambda f, n: EngineError(f"cannot read the certificate {registry_repo}:{tag} from registry "  # noqa: E731
-                                    f"{reg.registry}: {f.message}",
-                                    hint="is the registry up? an artifact that is no certificate can be "
-                                         "re-attached by the next nightly run")
-    artifact = _retrying(lambda: fetch_certificate_artifact(reg, tag), retries=2, backoff=1.0, sleep=time.sleep,
-                         fail=fail)
-    return artifact.data if artifact else None

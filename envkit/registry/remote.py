@@ -32,11 +32,13 @@ import requests
 from ..errors import EngineError
 from ..support.labels import LOCK_LABEL
 from ..lock import MIRROR_REPO_PREFIX  # nightly's base mirrors: <team>/base-<distro>-<suite>
-from .publish import CERTIFIED_TAG, _docker, fetch_certificate_artifact
+from .remote_parse import CERTIFIED_TAG
+from .artifacts import fetch_certificate_artifact
 from .api import PASSWORD_ENV, USER_ENV, Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
-from .remote_parse import (REF_HINT, ImageFacts, RegistryRef, RemoteCertificate, Tags, certificate_of, classify_tags,
-                           config_facts, latest_per_gpu, manifest_parts, names_registry, parse_ref, parse_registry,
+from .remote_parse import (REF_HINT, ImageFacts, RegistryRef, RemoteCertificate, certificate_of, classify_tags,
+                           config_facts, latest_per_gpu, manifest_parts, parse_ref, parse_registry,
                            pick_platform, shown_labels)  # noqa: F401
+from ..engine.docker_engine import as_engine
 
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
 
@@ -82,7 +84,7 @@ class _Reader:
 
     def __init__(self, client, registry: str, *, retries: int, backoff: float, sleep: Sleep,
                  session: requests.Session | None = None):
-        self.reg = _RegistryHTTP.at(_docker_or_none(client), registry, session=session)
+        self.reg = _RegistryHTTP.at(_engine_or_none(client), registry, session=session)
         self.registry = registry
         self.opts = dict(retries=retries, backoff=backoff, sleep=sleep)
         self._repos: dict[str, _RegistryHTTP] = {}
@@ -138,8 +140,8 @@ class _Reader:
         return certificate_of(artifact) if artifact else None
 
 
-def _docker_or_none(client):
-    return None if client is None else _docker(client)
+def _engine_or_none(client):
+    return None if client is None else as_engine(client)
 
 
 def inspect_remote(client, ref: str | RegistryRef, *, retries: int = 2, backoff: float = 0.5,

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from ..errors import EngineError, EnvkitError
 from ..support.labels import SHOWN
-from .publish import CERT_TAG_INFIX, CERTIFIED_TAG, CertificateArtifact
 
 _HOST = re.compile(r"^(?:localhost|\[[0-9a-fA-F:]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?$")
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
@@ -331,3 +330,52 @@ def latest_per_gpu(certs: list[tuple[str, str, str]]) -> dict[str, str]:
         if gpu not in newest or created >= newest[gpu][1]:
             newest[gpu] = (status, created)
     return {gpu: newest[gpu][0] for gpu in sorted(newest)}
+
+
+CERTIFIED_TAG = "certified"
+
+
+CERTIFICATE_TYPE = "application/vnd.envkit.certificate.v1+json"
+
+
+CERT_TAG_INFIX = ".cert-"
+
+
+def certificate_tag(stack_tag: str, gpu_slug: str) -> str:
+    return f"{stack_tag}{CERT_TAG_INFIX}{gpu_slug}"[:128]
+
+
+@dataclass(frozen=True)
+class CertificateArtifact:
+    """A certificate artifact as the registry holds it."""
+
+    ref: str  # registry/repo:<stack>.cert-<gpu>
+    digest: str  # the artifact manifest's digest
+    subject: str | None  # digest of the image manifest it is attached to
+    annotations: dict
+    data: bytes  # the certificate document
+
+    @property
+    def pinned(self) -> str:
+        return f"{_strip_tag(self.ref)}@{self.digest}"
+
+
+def _strip_tag(ref: str) -> str:
+    ref = ref.split("@", 1)[0]
+    head, _, last = ref.rpartition("/")
+    if ":" in last:
+        last = last.rsplit(":", 1)[0]
+    return f"{head}/{last}" if head else last
+
+
+def split_repository(registry_repo: str) -> tuple[str, str]:
+    """``127.0.0.1:5000/vision/torch25`` -> (``127.0.0.1:5000``, ``vision/torch25``)."""
+    if not registry_repo or registry_repo != registry_repo.strip() or "@" in registry_repo \
+            or _strip_tag(registry_repo) != registry_repo:
+        raise EngineError(f"bad registry repository {registry_repo!r}: give REGISTRY/PATH without a tag or digest",
+                          hint="e.g. registry.example.com:5000/vision/torch25")
+    first, sep, rest = registry_repo.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    path = registry_repo if "/" in registry_repo else f"library/{registry_repo}"
+    return "docker.io", path

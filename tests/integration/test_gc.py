@@ -16,7 +16,8 @@ from itertools import count
 import docker.errors
 import pytest
 
-from envkit.ops.gc import CONTEXT_LABEL, IDENTITY, IMAGE_LABEL, LOCK_LABEL, TEAM_LABEL
+from envkit.support.labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, TEAM_LABEL
+from envkit.engine.inventory import IDENTITY
 from envkit.store.history import Store
 from tests.integration.conftest import envkit
 

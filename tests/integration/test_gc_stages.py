@@ -21,7 +21,8 @@ import docker.errors
 import pytest
 
 from envkit.engine.docker_gc import DockerImageHost
-from envkit.ops.gc import STAGE_GRACE, collect_garbage
+from envkit.ops.gc_plan import STAGE_GRACE
+from envkit.ops.gc import collect_garbage
 from envkit.support.labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from tests.integration.conftest import envkit
 

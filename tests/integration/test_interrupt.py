@@ -27,7 +27,8 @@ import docker.errors
 import pytest
 
 from envkit.engine.docker_gc import DockerImageHost
-from envkit.ops.gc import CONTAINER_GRACE, collect_garbage
+from envkit.ops.gc_plan import CONTAINER_GRACE
+from envkit.ops.gc import collect_garbage
 from envkit.support.labels import CONTAINER_LABEL, TEAM_LABEL
 from envkit.store.history import Store
 from tests.integration.conftest import ENVKIT, ROOT

@@ -26,7 +26,7 @@ from envkit.lock import Package, load_lock, sealed, write_lock
 from envkit.render.files import image_tag
 from envkit.resolve.resolver import spec_digest
 from envkit.spec import load_spec
-from envkit.registry.publish import read_certificate
+from envkit.registry.artifacts import read_certificate
 from envkit.store.history import Store
 from tests.integration.conftest import ROOT
 from tests.integration.published import untag_registry_refs

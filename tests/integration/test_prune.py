@@ -14,7 +14,8 @@ import docker.errors
 import pytest
 import requests
 
-from envkit.registry.publish import attach_certificate, mirror_base, promote, push
+from envkit.registry.artifacts import attach_certificate
+from envkit.registry.publish import mirror_base, promote, push
 from tests.integration.conftest import envkit
 from tests.integration.published import NO_WAIT, certificate, label_image, labels_for, untag_registry_refs
 from tests.integration.registry import registry, running_registry  # noqa: F401  (a fixture)

@@ -23,8 +23,9 @@ import pytest
 import requests
 
 from envkit.errors import EngineError
-from envkit.registry.publish import (CERTIFIED_TAG, attach_certificate, certificate_tag, promote, pull_by_digest, push,
-                                     read_certificate, remote_digest)
+from envkit.registry.remote_parse import CERTIFIED_TAG, certificate_tag
+from envkit.registry.artifacts import attach_certificate, read_certificate
+from envkit.registry.publish import promote, pull_by_digest, push, remote_digest
 from envkit.registry.auth import RegistryAuthError, open_session
 from tests.integration.conftest import empty_store, envkit
 from tests.integration.published import LOCK_A, STACK_A, certificate, labels_for, untag_registry_refs

@@ -94,7 +94,7 @@ def test_stopped_containers_a_killed_envkit_left_are_a_warning_naming_gc():
     from types import SimpleNamespace
 
     from envkit.ops.doctor import containers_finding
-    from envkit.ops.gc import LeftContainer
+    from envkit.engine.inventory import LeftContainer
 
     def host(*roles):
         when = datetime(2026, 12, 3, tzinfo=timezone.utc)

@@ -13,12 +13,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from click.testing import CliRunner
 
-from envkit.ops import gc
 from envkit.cli import main
 from envkit.engine.docker_gc import parse_created
 from envkit.errors import EngineError, EnvkitError, StoreError
-from envkit.ops.gc import (CONTAINER_GRACE, STAGE_GRACE, Candidate, LeftContainer, Protection, Removal, StageImage,
-                           collect_garbage, decide, decide_containers, decide_stages, is_candidate, is_stage)
+from envkit.ops.gc_plan import CONTAINER_GRACE, STAGE_GRACE, Protection, decide, decide_containers, decide_stages
+from envkit.engine.inventory import IDENTITY, Candidate, LeftContainer, Removal, StageImage, is_candidate, is_stage
+from envkit.ops.gc import collect_garbage
 from envkit.store.history import Store
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -461,7 +461,7 @@ def test_engine_unreachable_is_exit_6(monkeypatch):
 
 def test_module_constants_name_the_labels_render_writes():
     from envkit.support.labels import CONTEXT_LABEL, LOCK_LABEL
-    assert gc.IDENTITY == ("io.envkit.team", "io.envkit.image", LOCK_LABEL, CONTEXT_LABEL)
+    assert IDENTITY == ("io.envkit.team", "io.envkit.image", LOCK_LABEL, CONTEXT_LABEL)
 
 
 # --- the stopped containers a killed envkit left -------------------------------------------------

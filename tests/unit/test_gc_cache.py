@@ -12,7 +12,9 @@ from click.testing import CliRunner
 
 from envkit.cli import main
 from envkit.errors import EngineError
-from envkit.ops.gc import BUILD_CACHE_NOTE, CacheCutoff, CacheRecord, collect_garbage, decide_build_cache
+from envkit.ops.gc_plan import BUILD_CACHE_NOTE, CacheCutoff, decide_build_cache
+from envkit.engine.inventory import CacheRecord
+from envkit.ops.gc import collect_garbage
 from tests.unit.test_gc import FakeHost, empty_store, img, scratch_dir  # noqa: F401 (fixtures: a store, a private $TMPDIR)
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=timezone.utc)

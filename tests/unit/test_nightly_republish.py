@@ -179,7 +179,7 @@ def test_a_publication_is_skipped_only_while_the_registry_named_still_holds_it(p
 
 
 def test_a_missing_certificate_artifact_or_base_mirror_is_published_again(published, store):
-    from envkit.registry.publish import certificate_tag
+    from envkit.registry.remote_parse import certificate_tag
 
     ask, push, registry, repo, stack_tag = published
     push()

@@ -15,12 +15,14 @@ import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import docker.errors
 import pytest
 import requests
 
 import envkit.registry.tls
+from envkit.engine import docker_registry
 from envkit.errors import EngineError
 from envkit.registry.publish import _stream
 from envkit.registry.api import _retrying, _RegistryHTTP
@@ -233,7 +235,13 @@ def test_the_engines_refused_client_fails_at_once_in_the_stream_and_as_an_api_er
     def as_api_error():  # a pull's refusal comes as the API call's 500, before any stream
         response = requests.Response()
         response.status_code = 500
-        raise docker.errors.APIError("500 Server Error", response=response, explanation=message)
+        refusal = docker.errors.APIError("500 Server Error", response=response, explanation=message)
+
+        class Api:  # docker-py's pull, refused by the engine
+            def pull(self, *args, **kwargs):
+                raise refusal
+
+        return list(docker_registry.pull(SimpleNamespace(api=Api()), f"{REG}/team/img", "sha256:ab", None))
 
     for op in (in_stream, as_api_error):
         err, waits = fail_fast(op, registry=REG)
