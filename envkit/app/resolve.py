@@ -24,7 +24,8 @@ from ..index.client import PackageIndex
 from ..index.login import check_netrc, check_netrc_text, keyring_logins
 from ..support.atomic import check_writable
 from ..lock import Lock, LockedImage, load_lock, lock_changes, write_lock
-from ..resolve.resolver import check_frameworks, check_gpus, plan, resolve, spec_digests
+from ..resolve.plan import check_frameworks, check_gpus, plan, spec_digests
+from ..resolve.resolver import resolve
 from ..spec import Spec, env_ca_skip_note, load_spec
 from ..support.progress import Progress
 

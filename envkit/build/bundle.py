@@ -33,7 +33,7 @@ from typing import Annotated
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from .. import __version__
 from ..support import procs, scratch
@@ -52,6 +52,7 @@ from ..resolve.devel import fetch_toolkit_deb, toolkit_deb
 from ..render.files import context_for, context_hash, image_tag, install_packages, render_files
 from ..frameworks import expected
 from ..support.progress import Progress
+from ..support.models import Strict
 
 
 BUNDLE_VERSION = 1
@@ -66,16 +67,16 @@ DOWNLOADS = 4  # pip downloads at once when a bundle is made
 _Digest = Field(pattern=r"^sha256:[0-9a-f]{64}$")
 
 
-class _ManifestBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+class _ManifestBase(Strict):
     ref: StrictStr = Field(min_length=1)
     id: StrictStr = _Digest
 
 
-class Manifest(BaseModel):
-    """manifest.json's shape (what ``make_bundle`` writes), checked before any of it is used."""
+class Manifest(Strict):
+    """manifest.json's shape (what ``make_bundle`` writes), checked before any of it is used; a key it does not
+    know is ignored (a newer envkit's manifest)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+    model_config = ConfigDict(extra="ignore")
     version: StrictInt
     image: StrictStr = Field(min_length=1)
     tag: StrictStr = Field(min_length=1)

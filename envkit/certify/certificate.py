@@ -30,15 +30,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from ..catalog.models import vtuple
 from ..catalog.perf import floors_for
 from ..errors import EnvkitError, VerificationError
 from ..frameworks import REQUESTED, REQUESTED_CHECK, TORCH, Framework, Pin, of_expect
 from ..support.labels import LOCK_LABEL
-from ..resolve.resolver import covers
+from ..resolve.rules import covers
 from ..payload.harness import RESERVE_S as HARNESS_RESERVE_S
+from ..support.models import Frozen
 
 CERTIFICATE_VERSION = 1
 PAYLOAD_SCHEMA = "envkit.payload/1"
@@ -61,11 +62,7 @@ _ARCH = re.compile(r"^(sm|compute)_\d{2,3}[af]?$")
 _SLUG = re.compile(r"[^a-z0-9]+")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CheckRecord(_Frozen):
+class CheckRecord(Frozen):
     """One payload check, as reported."""
 
     name: str
@@ -76,7 +73,7 @@ class CheckRecord(_Frozen):
     seconds: float = 0.0
 
 
-class TelemetrySummary(_Frozen):
+class TelemetrySummary(Frozen):
     """The peaks of one GPU's NVML samples (None where NVML gave no reading)."""
 
     gpu: int
@@ -88,7 +85,7 @@ class TelemetrySummary(_Frozen):
     clock_event_reasons: tuple[str, ...] = ()  # every reason seen, sorted
 
 
-class TelemetrySample(_Frozen):
+class TelemetrySample(Frozen):
     t: float
     gpu: int
     util_pct: float | None = None
@@ -98,7 +95,7 @@ class TelemetrySample(_Frozen):
     clock_event_reasons: tuple[str, ...] | None = None
 
 
-class Certificate(_Frozen):
+class Certificate(Frozen):
     version: Literal[1] = CERTIFICATE_VERSION
     image: str  # the reference that was run (tag)
     image_id: str  # the engine's image id (content digest)

@@ -128,7 +128,7 @@ def framework_indexes(spec) -> dict[str, list[str]]:
     says why."""
     from ..catalog.files import load_catalog
     from ..errors import EnvkitError
-    from ..resolve.resolver import plan
+    from ..resolve.plan import plan
 
     catalog = load_catalog()
     found: dict[str, list[str]] = {}
@@ -146,7 +146,7 @@ def trust_for(spec=None) -> Trust:
     """The bundle resolve and build would take (``Spec.ca_bundle_path``: the spec's, else the first of
     CA_ENV naming a file), whether it holds PEM certificates, and any variable that names nothing."""
     from ..errors import SpecError
-    from ..spec import env_ca_bundle, env_ca_skipped, env_ca_source
+    from ..support.ca_bundle import env_ca_bundle, env_ca_skipped, env_ca_source
 
     try:
         bundle = spec.ca_bundle_path() if spec is not None else env_ca_bundle()
@@ -182,7 +182,7 @@ def _bundle_finding(bundle: Path, source: str) -> Finding:
         return Finding("ca_bundle", "fail", f"{bundle} ({source}) is not readable: {exc.strerror}",
                        f"make it readable by this user (chmod a+r {bundle}), or point {source} at a readable copy")
     except ssl.SSLError as exc:
-        from ..spec import PEM_HINT
+        from ..support.ca_bundle import PEM_HINT
 
         return Finding("ca_bundle", "fail", f"{bundle} ({source}) holds no PEM certificate ({exc.reason or exc})",
                        PEM_HINT)

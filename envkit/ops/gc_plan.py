@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterable, Mapping
 
 from ..errors import EnvkitError
-from ..certify.gate import model_key
+from ..catalog.perf import model_key
 from ..spec import NAME_RE
 from ..engine.inventory import CacheRecord, Candidate, IDENTITY, LeftContainer, STAGE_IDENTITY, StageImage, is_candidate, is_stage
 

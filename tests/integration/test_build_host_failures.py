@@ -35,7 +35,7 @@ from envkit.engine.docker_engine import connect
 from envkit.errors import EngineError
 from envkit.support.labels import CONTAINER_LABEL, CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, TEAM_LABEL
 from envkit.lock import write_lock
-from envkit.resolve.resolver import spec_digest
+from envkit.resolve.plan import spec_digest
 from envkit.spec import load_spec
 from tests.integration.conftest import ROOT
 from tests.integration.test_buildkit import ca_bundle, small_lock

@@ -24,7 +24,7 @@ from envkit.index.closure import Pin, compile_closure
 from envkit.support.labels import CONTAINER_LABEL, CONTEXT_LABEL, TEAM_LABEL
 from envkit.lock import Package, load_lock, sealed, write_lock
 from envkit.render.files import image_tag
-from envkit.resolve.resolver import spec_digest
+from envkit.resolve.plan import spec_digest
 from envkit.spec import load_spec
 from envkit.registry.artifacts import read_certificate
 from envkit.store.history import Store

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from envkit.ops.doctor import CA_HINT, PROBE_PROJECT, index_finding, trust_for
-from envkit.spec import CA_ENV
+from envkit.support.ca_bundle import CA_ENV
 from envkit.spec import load_spec
 from tests.conftest import MINIMAL
 

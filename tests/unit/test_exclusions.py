@@ -22,7 +22,7 @@ from envkit.catalog.refresh.exclude import exclude_release, source_key
 from envkit.errors import CatalogError, ResolutionError
 from envkit.lock import Lock, canonical
 from envkit.app.resolve import drift
-from envkit.resolve.resolver import plan, spec_digest
+from envkit.resolve.plan import plan, spec_digest
 
 from tests.unit.lockfixtures import make_image, make_lock
 from tests.unit.refreshfake import TODAY, FakeIndex, copy_catalog, snapshot

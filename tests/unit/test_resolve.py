@@ -25,7 +25,9 @@ from envkit.catalog.files import FILES, data_dir, load_catalog
 from envkit.index.closure import REQUESTED, Pin
 from envkit.errors import CatalogError, ResolutionError, SpecError
 from envkit.index.wheel_facts import bundled_pins
-from envkit.resolve.resolver import check_gpus, covers, plan, resolve
+from envkit.resolve.plan import check_gpus, plan
+from envkit.resolve.rules import covers
+from envkit.resolve.resolver import resolve
 from envkit.spec import spec_from_document
 from envkit.index.wheel_arches import READERS, ArchReading
 from envkit.support.yamlsource import parse_yaml

@@ -7,7 +7,7 @@ import pytest
 
 from envkit.catalog.files import load_catalog
 from envkit.errors import SpecError
-from envkit.resolve.resolver import check_gpus
+from envkit.resolve.plan import check_gpus
 from envkit.spec import load_spec
 from tests.conftest import MINIMAL, ROOT
 

@@ -20,7 +20,7 @@ from packaging.version import Version
 from envkit.resolve.candidates import candidates
 from envkit.catalog.files import load_catalog
 from envkit.errors import PackageIndexError, SpecError
-from envkit.resolve.resolver import plan, spec_digest
+from envkit.resolve.plan import plan, spec_digest
 from envkit.resolve.rules import unreachable_variant_ways_out
 from envkit.spec import VARIANT_INDEX_RE, json_schema, load_spec, spec_from_document
 from envkit.support.yamlsource import parse_yaml
