@@ -36,7 +36,7 @@ def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verifica
     """Check inside ``ref`` that what it holds equals its pin labels (and the lock, if given). The payload's
     own verdict is judged again by the host's rules (``certificate.decide``, as certify does): a document that
     says ``verified`` beside a failed check, or claims a GPU check passed with no GPU, fails here too."""
-    from ..certify.certificate import decide
+    from ..certify.verdict import decide
 
     _, _, expect = expectations(engine, ref, lock_path)
     v = run_payload(engine, ref, expect)

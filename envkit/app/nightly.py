@@ -34,6 +34,7 @@ from ..catalog.perf import load_perf
 from ..certify.report import FILES, write_reports
 from .nightly_publish import Asked, _publish, restore_base
 from ..support.progress import Progress
+from ..payload.contents import SCHEMA
 
 # Exit codes, distinct from the error codes of errors.py.
 PASSED, NOTHING_TO_DO, BUILD_FAILED, CERT_FAILED, REGRESSION, PUBLISH_FAILED = 0, 10, 11, 12, 13, 14
@@ -285,7 +286,7 @@ def _certify(engine, store, run_id, image, report, info, gpus, threshold, progre
     try:
         cert = certify_image(engine, report.tag, expected(image), gpus=gpus)
     except (VerificationError, EngineError) as exc:
-        doc = {"schema": "envkit.payload/1", "status": "failed", "facts": {},
+        doc = {"schema": SCHEMA, "status": "failed", "facts": {},
                "checks": [{"name": "harness", "status": "failed", "message": exc.message}]}
         cert = certificate_from(doc, expected(image), image=report.tag, image_id=info.id, lock_hash=image.hash,
                                 gpu_requested=gpus, created_at=utc_now(), envkit_version=__version__)

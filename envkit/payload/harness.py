@@ -16,25 +16,11 @@ from .. import frameworks
 from ..support import scratch
 from ..engine.protocol import GPU_ULIMITS, RUN_SHM_SIZE, Mount, RunOptions
 from ..errors import CommandNotFoundError, EnvkitError, VerificationError
-from .envkit_check import envkit_check_core as payload_identity
+from .contents import PAYLOAD_NAME, SCHEMA, payload_expect, payload_files
 
-SCHEMA = payload_identity.SCHEMA  # what the payload's document says it is: "envkit.payload/1"
-PAYLOAD = Path(__file__).resolve().parent / "envkit_check"
-PAYLOAD_NAME = PAYLOAD.name  # the directory's name in a build context, an image and the mount
 MOUNT = "/opt/envkit-run"
 RESERVE_S = 10  # the payload's own watchdog fires this long before the harness's limit, so that it still reports
 MIN_TIMEOUT_S = 2 * RESERVE_S  # the least --timeout: the payload gets at least RESERVE_S of it
-
-
-def payload_files() -> dict[str, bytes]:
-    """The payload's files by name, as they are copied into images and mounted (``*.py`` only)."""
-    return {name: (PAYLOAD / name).read_bytes() for name in payload_identity.payload_files(str(PAYLOAD))}
-
-
-def payload_sha256() -> str:
-    """The payload's identity as its documents report it, computed here by the payload's own rule
-    (``envkit_check_core.payload_sha256``: over every file's name and bytes)."""
-    return payload_identity.payload_sha256(str(PAYLOAD))
 
 
 @dataclass
@@ -110,23 +96,6 @@ def gpu_key(engine, ref: str, timeout: int = 60) -> tuple[str, str] | None:
     if len(drivers) != 1:
         return None
     return " + ".join(dict.fromkeys(name for name, _ in rows)), drivers.pop()
-
-
-def payload_expect(expect: dict) -> dict:
-    """`expect` as the payload takes it: a key whose value is null where null says nothing (``python``,
-    ``torch``: a pin label an image lacks) is left out, which skips that comparison inside; the
-    payload refuses such a file (exit 2). The verdict (``certificate.decide``) still reads `expect`.
-
-    What is left is checked by the payload's own rules (``expect_problems``) before it is written into a
-    build context or mounted: a value the payload would refuse (a malformed ``requested`` pin label, say)
-    is named here, not as a payload that did not report."""
-    sent = {k: v for k, v in expect.items() if v is not None or k in payload_identity.EXPECT_NULLABLE}
-    problems = payload_identity.expect_problems(sent)
-    if problems:
-        raise VerificationError("the expectations for the payload are not ones it takes: " + "; ".join(problems),
-                                hint="they come from the lock (or an image's io.envkit.* pin labels): resolve the "
-                                     "spec again, or pass the lock the image was built from with --lock")
-    return sent
 
 
 def read_report(stdout: str) -> dict | None:

@@ -24,7 +24,7 @@ import jinja2
 
 from .. import __version__
 from ..resolve import devel
-from ..payload.harness import PAYLOAD_NAME, payload_expect, payload_files
+from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files
 from ..errors import EnvkitError
 from ..frameworks import framework, requested_labels, expected
 from ..index import login as index_login_

@@ -86,7 +86,7 @@ def test_the_checks_measure_what_they_promise(run):
 
 @needs_torch_gpu
 def test_the_host_certifies_the_document(run):
-    from envkit.certify.certificate import decide
+    from envkit.certify.verdict import decide
 
     expect, doc = run
     checks = {c["name"]: c for c in doc["checks"]}
@@ -111,7 +111,7 @@ def jax_cuda_plugin() -> str | None:
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None or jax_cuda_plugin() is None,
                     reason="needs jax with its CUDA plugin")
 def test_the_jax_path_certifies_too(tmp_path):
-    from envkit.certify.certificate import decide
+    from envkit.certify.verdict import decide
 
     expect = gpu_expect().installed_jax_expect()
     doc = certify(expect, tmp_path)

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from envkit.payload.harness import payload_sha256, run_payload
+from envkit.payload.contents import payload_sha256
+from envkit.payload.harness import run_payload
 from envkit.lock import load_lock
 from tests.integration.conftest import ROOT, empty_store, envkit
 from envkit.frameworks import expected

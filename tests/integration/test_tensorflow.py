@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from envkit.certify.certificate import decide
+from envkit.certify.verdict import decide
 from envkit.payload.harness import run_payload
 from envkit.engine.protocol import RunOptions
 from envkit.frameworks import TENSORFLOW, expected

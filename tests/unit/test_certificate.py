@@ -13,10 +13,9 @@ import json
 import pytest
 
 from envkit.certify import certificate as C
-from envkit.certify.certificate import (
-    GPU_CHECKS, NO_GPU_REQUESTED, Certificate, certificate_from, certificate_label, certify_image, decide,
-    load_certificate, parse_certificate,
-)
+from envkit.certify.verdict import GPU_CHECKS, NO_GPU_REQUESTED, decide
+from envkit.certify.certificate import (Certificate, certificate_from, certificate_label, certify_image,
+                                        load_certificate, parse_certificate)
 from envkit.engine.protocol import ImageInfo
 from envkit.errors import VerificationError
 

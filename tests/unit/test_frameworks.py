@@ -16,7 +16,7 @@ import pytest
 
 from envkit import frameworks
 from envkit.build.builder import build_image
-from envkit.certify.certificate import decide
+from envkit.certify.verdict import decide
 from envkit.payload.harness import expect_from_labels
 from envkit.errors import BuildError, EnvkitError
 from envkit.lock import Package, load_lock

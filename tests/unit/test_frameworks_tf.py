@@ -13,7 +13,7 @@ import json
 import pytest
 
 from envkit import frameworks
-from envkit.certify.certificate import decide
+from envkit.certify.verdict import decide
 from envkit.payload.harness import expect_from_labels
 from envkit.errors import BuildError, EnvkitError
 from envkit.lock import load_lock

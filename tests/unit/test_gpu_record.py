@@ -15,7 +15,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from envkit.certify.certificate import certificate_from, decide, parse_certificate
+from envkit.certify.certificate import certificate_from, parse_certificate
+from envkit.certify.verdict import decide
 from envkit.certify.report import report_html, report_json, report_junit
 from tests.conftest import ROOT
 from tests.unit.payload_modules import payload_module

@@ -22,7 +22,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from envkit.payload import harness
+from envkit.payload import contents
 from tests.unit.payload_modules import PAYLOAD_DIR, payload_module
 
 torch = pytest.importorskip("torch")
@@ -153,8 +153,8 @@ def payload_identity(directory: Path) -> str:
 
 def test_sha256_is_the_files(runs):
     reported = runs["verify"].doc["payload"]["sha256"]
-    assert reported == payload_identity(PAYLOAD_DIR) == harness.payload_sha256() == core.payload_sha256()
-    assert set(harness.payload_files()) == {p.name for p in PAYLOAD_DIR.glob("*.py")}
+    assert reported == payload_identity(PAYLOAD_DIR) == contents.payload_sha256() == core.payload_sha256()
+    assert set(contents.payload_files()) == {p.name for p in PAYLOAD_DIR.glob("*.py")}
 
 
 def test_sha256_covers_every_module_and_nothing_else(tmp_path):

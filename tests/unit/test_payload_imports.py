@@ -23,7 +23,7 @@ from typing import Dict, Optional
 
 import pytest
 
-from envkit.certify.certificate import decide
+from envkit.certify.verdict import decide
 from tests.unit.payload_modules import PAYLOAD_DIR, payload_module
 
 core, imports = payload_module("envkit_check_core"), payload_module("envkit_check_imports")

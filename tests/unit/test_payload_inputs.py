@@ -19,7 +19,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from envkit.payload import harness
+from envkit.payload import contents, harness
 from envkit.engine.protocol import RunResult
 from envkit.errors import VerificationError
 from envkit.frameworks import expect_from_labels, expected
@@ -153,7 +153,7 @@ def _expects() -> List[dict]:
     docs += [expected(make_image()), expected(make_jax_image()), expected(make_tf_image()),
              expected(make_image(cuda=None, cuda_major_minor=None, cudnn=None, nccl=None, arch_list=(), driver_floor=None))]
     docs += [expected(make_image(requested=("numpy",))), expected(make_jax_image(requested=("numpy", "not-locked")))]
-    docs += [harness.payload_expect(expect_from_labels(labels)) for labels in (
+    docs += [contents.payload_expect(expect_from_labels(labels)) for labels in (
         {}, {"io.envkit.framework": "torch==2.5.1", "io.envkit.cuda": "none"},
         {"io.envkit.framework": "jax==0.12.0.1"}, {"io.envkit.framework": "tensorflow==2.20.0", "io.envkit.python": ""},
         {"io.envkit.framework": "torch==2.5.1", "io.envkit.requested": "numpy==2.1.3 tqdm"})]
@@ -167,7 +167,7 @@ def test_every_expect_envkit_makes_passes(expect):
 
 def test_the_harness_leaves_out_nulls_the_payload_would_refuse():
     """A pin label an image lacks gives null (python, torch); null cuda still means a CPU-only build."""
-    sent = harness.payload_expect({"torch": None, "python": None, "cuda": None, "arch_list": None, "driver_floor": None})
+    sent = contents.payload_expect({"torch": None, "python": None, "cuda": None, "arch_list": None, "driver_floor": None})
     assert sent == {"cuda": None, "arch_list": None, "driver_floor": None}
 
 

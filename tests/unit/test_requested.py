@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from envkit import frameworks
-from envkit.payload import harness
-from envkit.certify.certificate import decide
+from envkit.payload import contents
+from envkit.certify.verdict import decide
 from envkit.errors import VerificationError
 from envkit.lock import Package
 from envkit.render.files import context_for, render_files
@@ -80,7 +80,7 @@ def test_the_payload_refuses_a_malformed_requested(value, named):
 
 def test_the_payload_takes_every_requested_envkit_writes():
     for make in (make_image, make_jax_image, make_tf_image):
-        assert core.expect_problems(harness.payload_expect(expected(with_requested(make())))) == []
+        assert core.expect_problems(contents.payload_expect(expected(with_requested(make())))) == []
     assert core.expect_problems({"requested": {"torchaudio": None, "a-b-c9": "1.0rc1+local"}}) == []
 
 
@@ -88,7 +88,7 @@ def test_the_harness_names_what_the_payload_would_refuse_before_running_it():
     """A pin label made by hand (or damaged) would make the payload exit 2 with no report: named here instead."""
     labels = {"io.envkit.framework": "torch==2.5.1", "io.envkit.requested": "Torch_Audio==2.5.1"}
     with pytest.raises(VerificationError, match="'Torch_Audio' not a canonical name"):
-        harness.payload_expect(frameworks.expect_from_labels(labels))
+        contents.payload_expect(frameworks.expect_from_labels(labels))
 
 
 # ------------------------------------------------------------------ the host's verdict
