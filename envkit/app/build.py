@@ -67,7 +67,8 @@ class Bundled:
 def bundle_spec(spec_path: Path, out_dir: Path, engine, *, image: str | None = None,
                 progress: Progress = lambda _: None) -> Bundled:
     """Resolve (or reuse the lock of) the spec and write an offline bundle of one image into ``out_dir``."""
-    from ..build.bundle import MANIFEST, bundle_size, check_replaceable, make_bundle
+    from ..build.bundle_manifest import MANIFEST, bundle_size
+    from ..build.bundle import check_replaceable, make_bundle
 
     check_replaceable(Path(out_dir).absolute())  # before resolving: nothing is fetched for a bad --out
     resolved = resolve_spec(spec_path, reuse=True, progress=progress)

@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from envkit.build.builder import build_image
-from envkit.build.bundle import download_wheels
+from envkit.build.wheelhouse import download_wheels
 from envkit.engine.protocol import RunOptions
 from envkit.errors import BuildError
 from envkit.index.urls import DEFAULT_INDEX

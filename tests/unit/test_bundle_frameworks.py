@@ -12,8 +12,10 @@ import subprocess
 
 import pytest
 
-from envkit.build import bundle as bundle_mod
-from envkit.build.bundle import check_wheels, download_wheels, make_bundle, verify_bundle
+from envkit.build import bundle as bundle_mod, wheelhouse
+from envkit.build.wheelhouse import check_wheels, download_wheels
+from envkit.build.bundle import make_bundle
+from envkit.build.bundle_manifest import verify_bundle
 from envkit.errors import BuildError
 from envkit.lock import Package, sealed
 from envkit.render.files import render_files
@@ -60,7 +62,7 @@ def _fake_pip(monkeypatch, wheels: dict[str, bytes]):
             done.append(subprocess.CompletedProcess(cmd, 0, "", ""))
         return done
 
-    monkeypatch.setattr(bundle_mod.procs, "run_all", run_all)
+    monkeypatch.setattr(wheelhouse.procs, "run_all", run_all)
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://elsewhere.example/simple")
     return seen
 
@@ -118,7 +120,7 @@ def test_the_downloads_run_side_by_side_each_package_in_one_of_them(monkeypatch,
     seen = _fake_pip(monkeypatch, {f"{name}-1.0-py3-none-any.whl": body for name, body in data.items()})
     image = make_jax_image(packages=tuple(_locked(name, "1.0", body) for name, body in data.items()))
     assert len(download_wheels(image, tmp_path, ca_bundle=None)) == 10
-    assert len(seen["requirements"]) == bundle_mod.DOWNLOADS
+    assert len(seen["requirements"]) == wheelhouse.DOWNLOADS
     lines = sorted(line.split(" ")[0] for text in seen["requirements"] for line in text.splitlines())
     assert lines == sorted(f"{name}==1.0" for name in data)
     assert all("--hash=sha256:" in line for text in seen["requirements"] for line in text.splitlines())

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from envkit.build import bundle as bundle_mod
-from envkit.build.bundle import MANIFEST, build_from_bundle, verify_bundle
+from envkit.build.bundle_manifest import MANIFEST, verify_bundle
+from envkit.build.bundle import build_from_bundle
 from envkit.cli import main
 from envkit.errors import BuildError
 

@@ -154,16 +154,16 @@ def test_debootstrap_that_fills_tmpdir_says_it_was_this_hosts_disk(tmp_path, fre
 def test_wheel_downloads_that_fill_the_out_disk_say_it_was_this_hosts(tmp_path, free, monkeypatch):
     import subprocess
 
-    from envkit.build import bundle as bundle_mod
+    from envkit.build import wheelhouse
     from tests.unit.lockfixtures import make_image
 
     said = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n"
-    monkeypatch.setattr(bundle_mod.procs, "run_all",
+    monkeypatch.setattr(wheelhouse.procs, "run_all",
                         lambda cmds, env=None: [subprocess.CompletedProcess(c, 1, "", said) for c in cmds])
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     dest = tmp_path / "staging" / "wheelhouse"
     with pytest.raises(BuildError) as caught:
-        bundle_mod.download_wheels(make_image(), dest, ca_bundle=None)
+        wheelhouse.download_wheels(make_image(), dest, ca_bundle=None)
     assert caught.value.message == (f"downloading the wheels of torch25 failed: this host ran out of disk space in "
                                     f"{dest} (39 MiB free there now)")
     assert caught.value.hint.startswith("a CUDA framework's wheels take GBs (TensorFlow 2.20's: 3.66 GB)")

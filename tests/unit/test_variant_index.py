@@ -174,7 +174,7 @@ def test_the_lock_records_the_mirror_and_the_closure_is_asked_there_first(catalo
 def test_render_build_and_bundle_use_the_lock_s_mirror(catalog, tmp_path, monkeypatch):
     """pip in the build asks the mirror (an http one as a trusted host), BuildKit's netrc secret holds the mirror
     host's login, and a bundle downloads from the mirror, then the spec's index."""
-    from envkit.build.bundle import _indexes
+    from envkit.build.wheelhouse import lock_indexes
     from envkit.index.login import netrc_for
     from envkit.render.files import _index_flags, index_urls
 
@@ -186,7 +186,7 @@ def test_render_build_and_bundle_use_the_lock_s_mirror(catalog, tmp_path, monkey
     netrc.chmod(0o600)
     monkeypatch.setenv("NETRC", str(netrc))
     assert netrc_for(index_urls(image)) == b"machine mirror.corp.example login ci password tok\n"
-    assert _indexes(image, None) == [cu126, SPEC_INDEX]
+    assert lock_indexes(image, None) == [cu126, SPEC_INDEX]
 
 
 # --- doctor -----------------------------------------------------------------------------------------
