@@ -28,7 +28,8 @@ def doctor_cmd(click_ctx, store_url, spec_path, offline, json_out):
 
     Every check runs. Exit 0 when none fails; else the first failing check's code: 6 the engine or this host
     (engine, GPUs, disk, ...), 2 the CA bundle or the catalog, 3 the package index, 9 the history store."""
-    from ..ops.doctor import diagnose, exit_code
+    from ..ops.doctor import diagnose
+    from ..ops.findings import exit_code
     from ..engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)

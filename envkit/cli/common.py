@@ -63,7 +63,7 @@ def _image(value: str) -> None:
 
 
 def _store(value: str) -> None:
-    from ..store.history import locate
+    from ..store.records import locate
 
     locate(value)  # empty, or a URL envkit cannot use: before any work
 

@@ -10,14 +10,10 @@ Durability: every write is one transaction (SQLite: WAL journal, ``synchronous=F
 ``BEGIN IMMEDIATE``), so a process killed at any instant leaves the old state or the new
 one, never half a row or a certificate without its metrics.
 
-Schema changes are ordered, named migrations (``_m001_initial``, ``_m002_...``), written once
-for both databases: a ``Dialect`` supplies the few type names that differ. The number
-applied is ``PRAGMA user_version`` in SQLite and the highest ``schema_version`` row in
-PostgreSQL (where concurrent openers serialize on an advisory lock). Opening an older
-store runs the missing ones in one transaction; a store written by a newer envkit is
-refused rather than misread.
+Schema changes are ordered, named migrations (``migrations.py``); opening an older store runs the missing
+ones in one transaction, and a store written by a newer envkit is refused rather than misread.
 
-``Store`` (this module: the query API and its records) speaks one SQL (``?`` placeholders,
+``Store`` (this module: the query API; its records and ``locate`` are in ``records.py``) speaks one SQL (``?`` placeholders,
 ``ON CONFLICT`` upserts, ``RETURNING``) to a backend (``backends.py``) that owns the
 connection, the transactions, the schema version and the per-team run lock
 (``Store.run_lock``: a file lock beside the SQLite file, a session advisory lock in
@@ -28,44 +24,16 @@ PostgreSQL; both vanish with a killed process, so a rerun can resume). The schem
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import EnvkitError, StoreError
-from .backends import NOT_A_STORE_HINT, Backend, PostgresBackend, SQLiteBackend, redact
-from .migrations import MIGRATIONS, SCHEMA_VERSION, Clock, Dialect, migrate, stamp, utcnow
-
-__all__ = ["DEFAULT_PATH", "MIGRATIONS", "SCHEMA_VERSION", "STORE_ENV", "BuildRecord", "CertificateRecord",
-           "Dialect", "PostgresBackend", "PushRecord", "SQLiteBackend", "Store", "Target", "locate", "migrate"]
-
-DEFAULT_PATH = Path(".envkit") / "history.sqlite"
-STORE_ENV = "ENVKIT_STORE"
-
-BUILD_ACTIONS = ("built", "skipped")
-TAG_KINDS = ("stack", "certified")
-STEP_STATES = ("started", "done")
-
-
-@dataclass(frozen=True)
-class Target:
-    """Which history store a name means: a SQLite file (``path``) or a PostgreSQL URL (``url``)."""
-
-    path: Path | None = None
-    url: str | None = None
-
-    @property
-    def named(self) -> bool:
-        """False only for the default file, when nothing (argument or environment) named a store."""
-        return self.url is not None or self.path != DEFAULT_PATH
-
-    def __str__(self) -> str:
-        return str(self.path) if self.path is not None else redact(self.url or "")
-
+from .backends import NOT_A_STORE_HINT, Backend, PostgresBackend, SQLiteBackend
+from .migrations import MIGRATIONS, SCHEMA_VERSION, Clock, stamp, utcnow
+from .records import BUILD_ACTIONS, BuildRecord, CertificateRecord, PushRecord, STEP_STATES, TAG_KINDS, Target, _check, locate
 
 def _refused(exc: sqlite3.OperationalError) -> bool:
     """SQLite refused for want of permission (a damaged file says otherwise: 'file is not a database')."""
@@ -73,70 +41,7 @@ def _refused(exc: sqlite3.OperationalError) -> bool:
     return "readonly" in text or "unable to open" in text or "permission" in text
 
 
-def locate(url_or_path: str | Path | None = None) -> Target:
-    """The store ``url_or_path`` names, without opening it: a file path, ``sqlite:///rel``,
-    ``sqlite:////abs``, ``postgresql[+driver]://...`` (or ``postgres://``). ``None``: the
-    ``ENVKIT_STORE`` environment variable, else ``.envkit/history.sqlite``."""
-    if isinstance(url_or_path, str) and not url_or_path.strip():
-        raise StoreError("the history store is named by an empty value",
-                         hint="give a file path, sqlite:///relative/path, sqlite:////absolute/path or "
-                              "postgresql://host/db, or leave --store out for $ENVKIT_STORE, else .envkit/history.sqlite")
-    target = url_or_path if url_or_path is not None else (os.environ.get(STORE_ENV) or DEFAULT_PATH)
-    if isinstance(target, Path) or "://" not in target:
-        return Target(path=Path(target))
-    scheme = target.split("://", 1)[0].split("+", 1)[0].lower()
-    if scheme == "sqlite":  # SQLAlchemy's convention: three slashes, then the (relative or /absolute) path
-        rest = target[len("sqlite://"):]
-        if not rest.startswith("/") or rest == "/":
-            raise StoreError(f"bad SQLite URL {target!r}",
-                             hint="write sqlite:///relative/path.sqlite or sqlite:////absolute/path.sqlite")
-        return Target(path=Path(rest[1:]))
-    if scheme in ("postgresql", "postgres"):
-        return Target(url=target)
-    raise StoreError(f"unknown history store URL scheme {scheme!r} in {redact(target)!r}",
-                     hint="use a file path, sqlite:///path or postgresql://host/database")
-
-
 # --- records --------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class BuildRecord:
-    name: str
-    lock_hash: str
-    context_hash: str
-    tag: str
-    image_id: str
-    size: int
-    seconds: float
-    action: str
-    run_id: int | None
-    created_at: str
-
-
-@dataclass(frozen=True)
-class CertificateRecord:
-    image_id: str
-    gpu_model: str
-    driver: str
-    status: str
-    lock_hash: str
-    created_at: str
-    document: dict
-    metrics: dict[str, float]
-
-
-@dataclass(frozen=True)
-class PushRecord:
-    image_id: str
-    ref: str
-    digest: str
-    tag_kind: str
-    pushed_at: str
-
-
-def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
-    if value not in allowed:
-        raise EnvkitError(f"{what} {value!r} is not one of {', '.join(allowed)}")
 
 
 # --- the store ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit.ops.doctor import CA_HINT, index_finding, trust_for
+from envkit.ops.doctor_index import CA_HINT, index_finding, trust_for
 from envkit.index.urls import DEFAULT_INDEX
 
 pytestmark = pytest.mark.network

@@ -711,7 +711,7 @@ def test_a_registry_is_passed_on_as_it_will_be_used(given, used):
                                            (["framework_index"], 3), (["disk", "store"], 6), (["ca_bundle"], 2),
                                            (["engine", "index"], 6)])
 def test_doctor_exits_with_the_first_failing_checks_area(monkeypatch, failing, code):
-    from envkit.ops.doctor import Finding
+    from envkit.ops.findings import Finding
 
     names = ["engine", "gpus", "ca_bundle", "index", "framework_index", "disk", "catalog", "store"]
     findings = [Finding(n, "fail" if n in failing else "ok", "v") for n in names]

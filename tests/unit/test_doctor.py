@@ -5,7 +5,9 @@ import sqlite3
 import pytest
 
 from envkit.ops.doctor import catalog_finding, store_finding
-from envkit.store.history import SCHEMA_VERSION, STORE_ENV, Store
+from envkit.store.migrations import SCHEMA_VERSION
+from envkit.store.history import Store
+from envkit.store.records import STORE_ENV
 
 
 def test_a_missing_sqlite_store_is_fine_and_not_created(tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envkit.ops.doctor import CA_HINT, PROBE_PROJECT, index_finding, trust_for
+from envkit.ops.doctor_index import CA_HINT, PROBE_PROJECT, index_finding, trust_for
 from envkit.support.ca_bundle import CA_ENV
 from envkit.spec import load_spec
 from tests.conftest import MINIMAL
@@ -202,7 +202,7 @@ def test_an_unreadable_bundle_fails(pki, tmp_path, monkeypatch):
         def refuse(cafile=None):
             raise PermissionError(13, "Permission denied", cafile)
 
-        monkeypatch.setattr("envkit.ops.doctor.ssl.create_default_context", refuse)
+        monkeypatch.setattr("envkit.ops.doctor_index.ssl.create_default_context", refuse)
     monkeypatch.setenv("ENVKIT_CA_BUNDLE", str(path))
     f = trust_for().finding
     assert f.status == "fail" and f.value == f"{path} ($ENVKIT_CA_BUNDLE) is not readable: Permission denied"
@@ -383,7 +383,7 @@ def test_a_401_says_where_the_login_goes_or_that_the_one_there_was_refused(http_
 def test_doctor_spec_also_asks_each_variant_index_the_resolver_will_ask(no_engine, monkeypatch):
     """examples/variant.yaml's torch 2.11 comes from download.pytorch.org/whl/cu126 (its V100s): that index
     is probed for torch, with the image that needs it named; an example wholly from PyPI adds nothing."""
-    from envkit.ops.doctor import framework_indexes
+    from envkit.ops.doctor_index import framework_indexes
     from tests.conftest import ROOT
 
     variant = ROOT / "examples" / "variant.yaml"
@@ -392,7 +392,7 @@ def test_doctor_spec_also_asks_each_variant_index_the_resolver_will_ask(no_engin
     asked = []
 
     def probe(url, bundle, **kw):
-        from envkit.ops.doctor import Finding
+        from envkit.ops.findings import Finding
 
         asked.append((url, kw.get("project", PROBE_PROJECT)))
         return Finding("index", "fail" if "pytorch" in url else "ok", f"{url}/…: cannot resolve", "the hint")

@@ -14,7 +14,9 @@ from envkit.engine.protocol import ImageInfo
 from envkit.errors import EnvkitError, StoreError
 from envkit.certify.gate import judge
 from envkit.registry.remote_parse import check_image_ref
-from envkit.store.history import MIGRATIONS, SCHEMA_VERSION, Store, locate, migrate
+from envkit.store.migrations import MIGRATIONS, SCHEMA_VERSION, migrate
+from envkit.store.history import Store
+from envkit.store.records import locate
 
 TAG = "multi/jax:0.12.0.1-cuda13-py3.13-83521697"
 ID = "sha256:" + "1" * 64

@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from envkit.errors import EnvkitError, RunInProgressError, StoreError
-from envkit.store.history import DEFAULT_PATH, MIGRATIONS, SCHEMA_VERSION, STORE_ENV, PostgresBackend, Store, migrate
+from envkit.store.records import DEFAULT_PATH, STORE_ENV
+from envkit.store.migrations import MIGRATIONS, SCHEMA_VERSION, migrate
+from envkit.store.backends import PostgresBackend
+from envkit.store.history import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -503,7 +506,7 @@ def test_run_lock_is_exclusive_and_dies_with_a_killed_holder(store_url):
 
 
 def test_locate_names_a_store_without_opening_it(tmp_path, monkeypatch):
-    from envkit.store.history import locate
+    from envkit.store.records import locate
 
     monkeypatch.delenv(STORE_ENV, raising=False)
     assert locate().path == DEFAULT_PATH and not locate().named

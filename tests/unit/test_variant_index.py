@@ -210,7 +210,8 @@ def test_doctor_probes_the_mirror_and_offers_one_when_pytorchs_index_fails(no_en
     from click.testing import CliRunner
 
     from envkit.cli import main
-    from envkit.ops.doctor import MIRROR_HINT, Finding, framework_indexes
+    from envkit.ops.doctor_index import MIRROR_HINT, framework_indexes
+    from envkit.ops.findings import Finding
 
     path = write_spec(spec_text(MIRROR if mirrored else None))
     variant = "http://mirror.corp.example:8080/pytorch/whl/cu126" if mirrored else CATALOG_INDEX + "cu126"
