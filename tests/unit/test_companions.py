@@ -15,7 +15,7 @@ import yaml
 
 from envkit.catalog.files import CATALOG_ENV, export_catalog, load_catalog, packaged_dir
 from envkit.catalog.refresh.run import refresh_catalog
-from envkit.catalog.refresh.companions import exact_spec, series_spec
+from envkit.catalog.refresh.companions_read import exact_spec, series_spec
 from envkit.errors import CatalogError
 
 from tests.unit.refreshfake import (TODAY, FakeIndex, copy_catalog, drop_companions, edit, made_up,
