@@ -15,6 +15,8 @@ from ..render.files import Rendered, render
 from ..spec import env_ca_skip_note
 from .resolve import Resolved, resolve_spec
 from ..support.progress import Progress
+from ..build.bundle_manifest import MANIFEST, bundle_size
+from ..build.bundle import check_replaceable, make_bundle
 
 
 def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = None, locked: bool = False,
@@ -67,9 +69,6 @@ class Bundled:
 def bundle_spec(spec_path: Path, out_dir: Path, engine, *, image: str | None = None,
                 progress: Progress = lambda _: None) -> Bundled:
     """Resolve (or reuse the lock of) the spec and write an offline bundle of one image into ``out_dir``."""
-    from ..build.bundle_manifest import MANIFEST, bundle_size
-    from ..build.bundle import check_replaceable, make_bundle
-
     check_replaceable(Path(out_dir).absolute())  # before resolving: nothing is fetched for a bad --out
     resolved = resolve_spec(spec_path, reuse=True, progress=progress)
     if image is None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from ..catalog.files import load_catalog
 from ..index.client import PackageIndex
+from ..catalog.refresh.run import parse_frameworks
+from ..catalog.refresh.run import refresh_catalog as refresh
+from ..catalog.refresh.arches import ARCH_FRAMEWORKS, check_arches
 
 
 def refresh_catalog(*, apply: bool, frameworks=(), progress=lambda _: None) -> dict:
     """Propose catalog rows for new releases of ``frameworks`` (default: all); write them when ``apply``."""
     from datetime import date
 
-    from ..catalog.refresh.run import parse_frameworks, refresh_catalog as refresh
 
     chosen = parse_frameworks(frameworks)
     progress(f"reading {', '.join(chosen)} releases from the package index")
@@ -26,7 +28,6 @@ def check_catalog_arches(*, apply: bool, frameworks=(), progress=lambda _: None)
     """Compare the catalog's compiled arch lists with the index's wheels; write the corrections when ``apply``."""
     from datetime import date
 
-    from ..catalog.refresh.arches import ARCH_FRAMEWORKS, check_arches
 
     chosen = tuple(f for f in ARCH_FRAMEWORKS if not frameworks or f in frameworks)
     progress(f"reading the compiled arch lists of {', '.join(chosen)} wheels from the package index")

@@ -10,6 +10,11 @@ from ..errors import (EngineError, VerificationError)
 from ..frameworks import expected
 from ..lock import load_lock
 from ..store.history import Store
+from ..certify.verdict import decide
+from ..certify.certificate import certify_image, slug, perf_metrics
+from ..support.atomic import check_writable
+from ..catalog.perf import load_perf
+from ..certify.report import FILES, write_reports
 
 
 def expectations(engine, ref: str, lock_path: Path | None):
@@ -36,8 +41,6 @@ def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verifica
     """Check inside ``ref`` that what it holds equals its pin labels (and the lock, if given). The payload's
     own verdict is judged again by the host's rules (``certificate.decide``, as certify does): a document that
     says ``verified`` beside a failed check, or claims a GPU check passed with no GPU, fails here too."""
-    from ..certify.verdict import decide
-
     _, _, expect = expectations(engine, ref, lock_path)
     v = run_payload(engine, ref, expect)
     status, reasons = decide(v.raw, expect, gpu_requested=False)
@@ -53,12 +56,6 @@ def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_
     """Certify ``ref``; write the certificate and the reports into ``out_dir`` (one set, replacing what is there),
     then record the certificate in the store. Both places are tried before the payload runs, so a path that cannot
     be used fails in seconds, not after the run; the store is written last, as the record ``run``'s gate trusts."""
-    from ..certify.certificate import certify_image, slug
-    from ..support.atomic import check_writable
-    from ..certify.certificate import perf_metrics
-    from ..catalog.perf import load_perf
-    from ..certify.report import FILES, write_reports
-
     info, lock_hash, expect = expectations(engine, ref, lock_path)
     load_perf()  # the floors the verdict judges: a broken team perf.yaml fails now, not after the payload ran
     for name in FILES.values():

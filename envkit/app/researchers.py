@@ -8,10 +8,12 @@ from dataclasses import replace
 from typing import Callable
 
 from ..build.builder import LOCK_LABEL
-from ..engine.protocol import RUN_TIMEOUT
+from ..engine.protocol import RUN_TIMEOUT, GPU_ULIMITS, RunOptions
 from ..errors import (EngineError, EnvkitError, VerificationError)
-from ..support.labels import SHOWN
+from ..support.labels import SHOWN, IMAGE_LABEL, TEAM_LABEL
 from ..store.history import Store
+from ..registry.remote import list_registry, merge_store, inspect_remote, parse_ref
+from ..certify.gate import host_gpus, judge
 
 
 def _store_images(store) -> dict[str, dict]:
@@ -37,8 +39,6 @@ def stack_of(ref: str) -> str | None:
 def envkit_tag(labels: dict[str, str], tags: tuple[str, ...] = ()) -> str | None:
     """An envkit image's own tag (``<team>/<image>:<stack>``) from its labels, preferring one of ``tags`` with that
     name; None when the labels do not name a team and an image."""
-    from ..support.labels import IMAGE_LABEL, TEAM_LABEL
-
     team, image = labels.get(TEAM_LABEL), labels.get(IMAGE_LABEL)
     if not team or not image:
         return None
@@ -85,8 +85,6 @@ def _inspect_quietly(engine, ref: str):
 def list_registry_images(client, registry: str, store_url: str | None, **read) -> dict:
     """What the registry holds (every envkit image, certification per GPU model from its certificate
     artifacts), joined with the store's rows for the same images when a store is at hand."""
-    from ..registry.remote import list_registry, merge_store
-
     store = Store.open_existing(store_url, must_exist=True)  # a named store adds to it: a typo fails at once
     listing = list_registry(client, registry, **read)
     if store is None:
@@ -114,8 +112,6 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
     registry reference (local copy or not), the registry's artifacts, each with its ``source``. A store
     named (``store_url``, ``$ENVKIT_STORE``) that does not exist is an error, never read as no certificates.
     """
-    from ..registry.remote import inspect_remote, parse_ref
-
     info = engine.inspect(ref) if engine is not None else None
     if info is None:
         remote_ref = parse_ref(ref)
@@ -157,8 +153,6 @@ def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None
     """Whether ``ref`` was certified for this host's GPUs (``gate.judge``), from the certificates ``show_image``
     gives: the store's and, for a registry reference, the registry's certificate artifacts (unreadable: the
     store's alone, noted)."""
-    from ..certify.gate import host_gpus, judge
-
     doc = show_image(engine, ref, store_url)
     registry = doc.get("registry") or {}
     gpus, unread = host_gpus() if on_gpus else ([], None)
@@ -184,8 +178,6 @@ def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm
     (``RunOptions.stdin``); None: the job's stdin is closed. ``tty``: a pseudo-terminal whose (rows, columns)
     this gives (``RunOptions.tty``). ``around_job``: a context manager factory entered around the job alone,
     after the gate has spoken (the CLI puts the user's terminal in raw mode there)."""
-    from ..engine.protocol import GPU_ULIMITS, RunOptions
-
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
     verdict = certification_gate(engine, ref, on_gpus=use_gpus, store_url=store_url)
     if not verdict.passed:

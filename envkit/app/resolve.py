@@ -28,6 +28,7 @@ from ..resolve.plan import check_frameworks, check_gpus, plan, spec_digests
 from ..resolve.resolver import resolve
 from ..spec import Spec, env_ca_skip_note, load_spec
 from ..support.progress import Progress
+from ..resolve.rules import unreachable_variant_ways_out
 
 
 def lock_path_for(spec_path: Path, lock_path: Path | None = None) -> Path:
@@ -170,7 +171,6 @@ def _unreachable_variant(exc: EnvkitError, spec: Spec, catalog: Catalog) -> None
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 
-    from ..resolve.rules import unreachable_variant_ways_out
 
     text = " ".join(str(x) for x in (exc.message, exc.hint or "", getattr(exc, "cause", "")))
     if "ways out:" in (exc.hint or ""):

@@ -35,6 +35,8 @@ from ..errors import VerificationError
 from ..support.labels import LOCK_LABEL
 from ..support.models import Frozen
 from .verdict import CheckStatus, Status, as_number, decide
+from .. import __version__
+from ..payload.harness import run_payload
 
 CERTIFICATE_VERSION = 1
 LABEL_PREFIX = "io.envkit.certified."
@@ -194,9 +196,6 @@ def utc_now() -> str:
 def certify_image(engine, ref: str, expect: dict, *, gpus: bool, timeout: int = 600,
                   created_at: str | None = None) -> Certificate:
     """Run the payload in ``ref`` (on the GPUs when ``gpus``) and certify the outcome."""
-    from .. import __version__
-    from ..payload.harness import run_payload
-
     info = engine.inspect(ref)
     if info is None:
         raise VerificationError(f"no image {ref} in the engine", hint="build it first with `envkit build SPEC`")

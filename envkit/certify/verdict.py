@@ -18,6 +18,7 @@ from ..frameworks import REQUESTED, REQUESTED_CHECK, TORCH, Framework, Pin, of_e
 from ..resolve.rules import covers
 from ..payload.harness import RESERVE_S as HARNESS_RESERVE_S
 from ..payload.contents import SCHEMA
+from ..catalog.files import load_catalog
 
 
 PAYLOAD_SCHEMA = SCHEMA  # what a payload document says it is ("envkit.payload/1")
@@ -104,7 +105,6 @@ def _cc_of(gpu: dict) -> str | None:
     cc = str(gpu.get("cc") or "")
     if re.fullmatch(r"\d+\.\d+", cc):
         return cc
-    from ..catalog.files import load_catalog  # only when the device did not say
 
     try:
         arch = load_catalog().gpu(str(gpu.get("name") or ""))

@@ -22,6 +22,7 @@ from ..support.labels import CONTAINER_LABEL
 from .protocol import BuildEvent, ImageInfo, RunOptions, RunResult
 from . import docker_registry
 from .space import engine_out_of_space
+from ..index.login import netrc_not_text, netrc_path
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 _NOT_FOUND = re.compile(r'exec: "([^"]+)": (?:executable file not found|stat [^:]*: no such file or directory)')
@@ -87,8 +88,6 @@ def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | Non
 
 
 def _netrc_not_text(exc: UnicodeDecodeError) -> EngineError:
-    from ..index.login import netrc_not_text, netrc_path
-
     error = netrc_not_text(netrc_path() or os.environ.get("NETRC") or "~/.netrc", exc)
     return EngineError(f"cannot talk to the engine: {error.message} ({error.location})",
                        hint=f"requests (under docker-py) reads it for every connection, even to the engine's socket; "

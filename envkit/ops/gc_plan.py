@@ -12,9 +12,9 @@ from ..errors import EnvkitError
 from ..catalog.perf import model_key
 from ..spec import NAME_RE
 from ..engine.inventory import CacheRecord, Candidate, IDENTITY, LeftContainer, STAGE_IDENTITY, StageImage, is_candidate, is_stage
+from ..registry.remote_parse import CERTIFIED_TAG
 
 
-CERTIFIED_TAG = ":certified"
 
 
 DEFAULT_KEEP = 2
@@ -83,7 +83,7 @@ def decide(candidates: Iterable[Candidate], protection: Protection, keep: int) -
             if models:
                 why.append(f"the newest image of {group} certified on {', '.join(models)}")
             why += [f"the store's current {ref}" for ref in protection.current_certified.get(c.id, ())]
-            why += [f"tagged {t} here" for t in c.tags if t.endswith(CERTIFIED_TAG)]
+            why += [f"tagged {t} here" for t in c.tags if t.endswith(":" + CERTIFIED_TAG)]
             why += [f"used by container {name}" for name in protection.containers.get(c.id, ())]
             if protection.children.get(c.id):
                 why.append(f"{protection.children[c.id]} other image(s) are built on it")

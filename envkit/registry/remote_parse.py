@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import EngineError, EnvkitError
 from ..support.labels import SHOWN
+from ..certify.certificate import parse_certificate
 
 _HOST = re.compile(r"^(?:localhost|\[[0-9a-fA-F:]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?$")
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
@@ -308,8 +309,6 @@ class RemoteCertificate:
 
 def certificate_of(artifact: CertificateArtifact) -> RemoteCertificate:
     """Parse the certificate an artifact carries (the certificate's own loader and version check)."""
-    from ..certify.certificate import parse_certificate
-
     try:
         cert = parse_certificate(artifact.data, f"the certificate artifact {artifact.ref}")
     except EnvkitError as exc:

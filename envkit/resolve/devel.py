@@ -33,7 +33,9 @@ from pathlib import Path
 
 from ..index.closure import Pin, compile_closure
 from ..errors import BuildError, ResolutionError
-from ..lock import LockedImage, Package
+from ..lock import LockedImage, Package, sealed
+from ..index.wheel_facts import runtime_package
+from ..frameworks import devel_refusal, framework, require_devel
 
 GROUP = "devel"  # the lock's package group of the compiler's wheels
 APT = ("g++", "python3-dev", "ninja-build")  # a C++ toolchain for extensions, and the Python headers
@@ -112,7 +114,7 @@ def requirements(cuda_mm: str, locked: Sequence[Pin]) -> list[str]:
     series = f"=={cuda_mm}.*"
     names = compiler_names(cuda_mm)
     if _major(cuda_mm) >= WHEELS_ONLY_FROM:
-        names = (*names[:3], "nvidia-cuda-runtime", *names[3:])
+        names = (*names[:3], runtime_package(_major(cuda_mm)), *names[3:])
     reqs = [n if n in have else f"{n}{series}" for n in names]
     if _major(cuda_mm) >= WHEELS_ONLY_FROM and "cuda-toolkit" in have:  # NVIDIA's pins of the same CUDA update
         reqs.insert(0, "cuda-toolkit[nvcc,cccl]")
@@ -129,8 +131,6 @@ def source(cuda_mm: str) -> str:
 
 def check_framework(name: str, framework_name: str) -> None:
     """Refuse, at resolve, a framework envkit makes no devel flavour of (render refuses it too)."""
-    from ..frameworks import devel_refusal, framework
-
     fw = framework(framework_name)
     if not fw.devel:
         chosen = "" if fw.devel_refusal[0] else f" ({fw.title} is chosen)"
@@ -159,8 +159,6 @@ def lock_packages(name: str, cuda_mm: str | None, locked: Sequence[Pin], *, requ
 def as_devel(image: LockedImage, *, closure: Closure = compile_closure) -> LockedImage:
     """A locked runtime ``image`` as its devel flavour: the same packages plus the devel group, resealed
     (what the resolver locks for ``flavour: devel``; the framework's index only)."""
-    from ..lock import sealed
-
     glibc = image.platform.rsplit("manylinux_", 1)[1].replace("_", ".")
     base = tuple(p for p in image.packages if p.group != GROUP)
     added = lock_packages(image.name, image.cuda_major_minor, [Pin(p.name, p.version, p.hashes) for p in base],
@@ -175,8 +173,6 @@ def packages(image: LockedImage) -> tuple[Package, ...]:
     """The compiler's wheels ``image`` locks: its devel group, and those its framework closure already holds
     (jax[cuda13] locks the whole CUDA 13 compiler for ptxas, so its devel group is empty). A devel image
     whose lock lacks any of them (locked by an older envkit) is refused."""
-    from ..frameworks import require_devel
-
     require_devel(image)
     check_cuda(image.name, image.cuda_major_minor)
     names = compiler_names(image.cuda_major_minor)

@@ -28,6 +28,7 @@ from .rules import uncovered
 from ..index.wheel_arches import READERS, ArchReading, read_arches, same_arches
 from ..index.wheel_facts import bundled_pins, library_versions, runtime_package
 from .plan import ImagePlan, choose, plan, spec_digest
+from ..index.client import PackageIndex
 
 
 class Index(Protocol):
@@ -238,5 +239,4 @@ def _v(text: str) -> Version:
 
 
 def _default_index_for(url: str) -> Index:
-    from ..index.client import PackageIndex
     return PackageIndex(url)

@@ -73,7 +73,7 @@ def test_unreadable_gpus_are_said_not_taken_for_a_cpu_run(monkeypatch):
 
     certs = [cert(status="verified", model="none", driver="none")]
     monkeypatch.setattr(pipeline, "show_image", lambda engine, ref, store_url: {"certificates": certs})
-    monkeypatch.setattr("envkit.certify.gate.host_gpus", lambda: ([], "nvidia-smi did not answer"))
+    monkeypatch.setattr("envkit.app.researchers.host_gpus", lambda: ([], "nvidia-smi did not answer"))
     v = pipeline.certification_gate(None, "t/i:1", on_gpus=True, store_url=None)
     assert not v.passed  # verified without a GPU is not enough for a GPU run
     assert "has no certified certificate (a GPU run needs one) (its newest is verified on no GPU" in v.message

@@ -93,7 +93,7 @@ def test_a_local_copy_of_a_registry_image_shows_the_registry_certificates_with_t
     engine = FakeEngine({ref: info(tags=())})
     registry_cert = {"status": "verified", "gpu_model": "none", "driver": "none", "created_at": "2026-12-01T00:00:00Z",
                      "reasons": [], "source": "registry", "artifact": "127.0.0.1:5000/multi/jax@sha256:" + "e" * 64}
-    monkeypatch.setattr("envkit.registry.remote.inspect_remote", lambda *a, **k: RemoteView([registry_cert]))
+    monkeypatch.setattr("envkit.app.researchers.inspect_remote", lambda *a, **k: RemoteView([registry_cert]))
     db = tmp_path / "h.sqlite"
     with Store.open(db) as store:
         store.record_certificate(ID, "NVIDIA H200", "570.1", status="failed", lock_hash="x",
@@ -102,7 +102,7 @@ def test_a_local_copy_of_a_registry_image_shows_the_registry_certificates_with_t
     assert [(c["source"], c["status"]) for c in doc["certificates"]] == [("store", "failed"), ("registry", "verified")]
     assert doc["registry"]["certificates"] == [registry_cert]
     # the gate rests on the same list, each certificate once
-    monkeypatch.setattr("envkit.certify.gate.host_gpus", lambda: ([], None))
+    monkeypatch.setattr("envkit.app.researchers.host_gpus", lambda: ([], None))
     verdict = pipeline.certification_gate(engine, ref, on_gpus=False, store_url=str(db))
     assert verdict.passed and verdict.certificates == [registry_cert]
     # and the human output says it, with its source
@@ -120,7 +120,7 @@ def test_a_registry_that_cannot_be_read_leaves_the_stores_certificates(tmp_path,
     def unreadable(*a, **k):
         raise EnvkitError("registry 127.0.0.1:5000 refused", hint="h")
 
-    monkeypatch.setattr("envkit.registry.remote.inspect_remote", unreadable)
+    monkeypatch.setattr("envkit.app.researchers.inspect_remote", unreadable)
     doc = pipeline.show_image(engine, ref, None)
     assert doc["certificates"] == [] and doc["registry"]["error"] == "registry 127.0.0.1:5000 refused"
 
@@ -247,7 +247,7 @@ def test_run_on_an_image_envkit_did_not_build_points_at_an_envkit_image_not_at_c
 
 def test_the_gate_knows_an_image_without_envkit_labels(monkeypatch):
     engine = FakeEngine({"debian:12": info(tags=("debian:12",), labels={})})
-    monkeypatch.setattr("envkit.certify.gate.host_gpus", lambda: ([], None))
+    monkeypatch.setattr("envkit.app.researchers.host_gpus", lambda: ([], None))
     verdict = pipeline.certification_gate(engine, "debian:12", on_gpus=False, store_url=None)
     assert "cannot be certified" in verdict.hint
 

@@ -31,6 +31,7 @@ from ..models import Catalog, vtuple
 from ..files import load_catalog
 from ...index.wheel_arches import read_arches
 from ...index.wheel_facts import bundled_pins
+from ...support.atomic import directories_locked, replace_all
 
 SOURCE = "pypi_index"  # the sources.yaml key every refreshed row names
 FILENAMES = {fw: f"{name}.yaml" for fw, name in FRAMEWORK_FILES.items()}  # torch -> pytorch.yaml
@@ -279,15 +280,11 @@ class RefreshResult:
 def apply_texts(directory: Path, results) -> list[Path]:
     """Check every changed file is as read, validate all proposals together, then write them all or none, holding
     the directory's lock throughout (another run's write in between is then seen as a change, not lost)."""
-    from ...support.atomic import directories_locked
-
     with directories_locked([directory]):
         return _apply_texts(directory, results)
 
 
 def _apply_texts(directory: Path, results) -> list[Path]:
-    from ...support.atomic import replace_all
-
     changed = [r for r in results if r.changed]
     for r in changed:
         target = directory / r.filename
