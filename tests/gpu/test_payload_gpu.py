@@ -5,7 +5,7 @@ jax has no CUDA plugin), as on CI's machines: it runs on a
 GPU workstation or the project's lent GPU machine (`python3 -m pytest tests/gpu`). What it
 asserts is what certification needs from the GPU path: every GPU check passes on a GPU, with
 the figures the checks promise, and the host's verdict of the document is `certified`.
-The committed record of such a run is judged on CI by tests/unit/test_gpu_record.py.
+The committed record of such a run is judged on CI by tests/unit/payload/test_gpu_record.py.
 """
 
 from __future__ import annotations

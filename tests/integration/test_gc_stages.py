@@ -1,6 +1,6 @@
 """`envkit gc` and the classic builder's stage images, on the real engine.
 
-Two builds of one image (two locks) in the shape of envkit's template (tests/unit/test_render.py checks
+Two builds of one image (two locks) in the shape of envkit's template (tests/unit/render/test_render.py checks
 the template itself): an ``os`` stage, a ``builder`` stage whose 3 MB layer stands for the framework's
 venv (the same instruction in both builds, so the classic cache shares it), an ``extras`` stage with
 1 MB of each lock's own and envkit's stage label last, and a final stage that copies from both. The

@@ -19,7 +19,7 @@ from envkit.lock import Package
 from envkit.render.files import context_for, render_files
 from tests.unit.lockfixtures import make_image, make_jax_image, make_lock, make_tf_image
 from tests.unit.payload_modules import payload_module
-from tests.unit.test_certificate import EXPECT, check, cpu_doc, set_check
+from tests.unit.certify.test_certificate import EXPECT, check, cpu_doc, set_check
 from envkit.frameworks import expected
 
 core = payload_module("envkit_check_core")

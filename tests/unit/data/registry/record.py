@@ -1,4 +1,4 @@
-"""Record a real registry's answers to envkit's registry reads, for tests/unit/test_remote.py.
+"""Record a real registry's answers to envkit's registry reads, for tests/unit/registry/test_remote.py.
 
     .venv/bin/python -m tests.unit.data.registry.record   # needs the engine, docker-registry, a local envkit base
 

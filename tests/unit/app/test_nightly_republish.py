@@ -16,7 +16,7 @@ from envkit.render.files import image_tag
 from envkit.store.history import Store
 from tests.unit.lockfixtures import make_image, make_lock
 
-from .test_certificate import EXPECT, FakeEngine, cpu_doc, gpu_doc, set_check
+from tests.unit.certify.test_certificate import EXPECT, FakeEngine, cpu_doc, gpu_doc, set_check
 
 IMAGE_ID = "sha256:" + "a" * 64  # FakeEngine's image
 

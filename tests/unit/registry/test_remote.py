@@ -21,7 +21,7 @@ from envkit.registry.remote import (RegistryRef, classify_tags, config_facts, in
                                     pick_platform)
 from tests.integration.published import LOCK_A, LOCK_B, STACK_A, STACK_B
 
-RECORDED = json.loads((Path(__file__).parent / "data" / "registry" / "answers.json").read_text())
+RECORDED = json.loads((Path(__file__).parents[1] / "data" / "registry" / "answers.json").read_text())
 FACTS = RECORDED["facts"]
 HOST = "127.0.0.1:5000"  # any loopback registry: plain http, as the engine's default
 REAL_SESSION = requests.Session

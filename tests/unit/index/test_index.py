@@ -719,7 +719,7 @@ def test_resolve_spec_gives_the_resolver_the_builds_ca_bundle(monkeypatch, tmp_p
 
     from envkit.app import resolve as pipeline
 
-    root = P(__file__).resolve().parents[2]
+    root = P(__file__).resolve().parents[3]
     shutil.copyfile(certifi.where(), tmp_path / "ca.pem")  # real certificates: envkit loads the bundle
     spec = tmp_path / "team.yaml"
     spec.write_text((root / "examples" / "team.yaml").read_text() + "build:\n  ca_bundle: ca.pem\n")  # (it has no build:)

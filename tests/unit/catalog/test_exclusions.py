@@ -26,7 +26,7 @@ from envkit.resolve.plan import plan, spec_digest
 
 from tests.unit.lockfixtures import make_image, make_lock
 from tests.unit.refreshfake import TODAY, FakeIndex, copy_catalog, snapshot
-from tests.unit.test_resolve import load, make_spec, run
+from tests.unit.resolve.test_resolve import load, make_spec, run
 
 BLOCK = "\nexcluded:\n"
 

@@ -19,8 +19,8 @@ from envkit.certify.certificate import (Certificate, certificate_from, certifica
 from envkit.engine.protocol import ImageInfo
 from envkit.errors import VerificationError
 
-from .lockfixtures import make_image
-from .payload_modules import payload_module
+from tests.unit.lockfixtures import make_image
+from tests.unit.payload_modules import payload_module
 from envkit.frameworks import expected
 
 WHEN = "2025-06-01T12:00:00Z"

@@ -19,7 +19,7 @@ from envkit.index.client import PackageIndex
 from envkit.index.login import (check_netrc, keyring_login, keyring_logins, login_hint, login_refused, login_source,
                                 netrc_for, netrc_path, refused_index)
 from tests.unit.lockfixtures import make_image
-from tests.unit.test_render import _dockerfile
+from tests.unit.render.test_render import _dockerfile
 
 MIRROR = "https://artifactory.corp.example/api/pypi/pypi/simple"
 

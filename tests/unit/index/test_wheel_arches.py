@@ -24,7 +24,7 @@ from envkit.errors import CatalogError, PackageIndexError, WheelReadError
 from envkit.index.wheel_arches import CACHE_KIND, read_arches, tf_flags, to_arch_list, torch_flags
 
 from tests.unit.refreshfake import TODAY, FakeIndex, copy_catalog, snapshot
-from tests.unit.test_index import Wheel, _loopback_only, make_index, server  # noqa: F401 - fixtures
+from tests.unit.index.test_index import Wheel, _loopback_only, make_index, server  # noqa: F401 - fixtures
 
 TORCH_SO = "torch/lib/libtorch_python.so"
 TF_INFO = "tensorflow/python/platform/build_info.py"

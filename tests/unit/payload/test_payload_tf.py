@@ -25,7 +25,7 @@ import pytest
 
 from tests.unit.lockfixtures import make_tf_image
 from tests.unit.payload_modules import PAYLOAD_DIR, payload_module
-from tests.unit.test_payload_jax import FakeStream
+from tests.unit.payload.test_payload_jax import FakeStream
 from envkit.frameworks import expected
 
 PAYLOAD = PAYLOAD_DIR  # run as `python3 PAYLOAD`

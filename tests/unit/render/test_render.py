@@ -213,7 +213,7 @@ def test_wheelhouse_with_buildkit_mounts_instead_of_copying():
 @pytest.mark.parametrize("buildkit", [False, True], ids=["classic", "buildkit"])
 @pytest.mark.parametrize("wheelhouse", [False, True], ids=["online", "wheelhouse"])
 def test_every_variant_passes_hadolint(tmp_path, buildkit, wheelhouse):  # devel: test_devel.py
-    from tests.unit.test_lint import lint
+    from tests.unit.render.test_lint import lint
 
     path = tmp_path / "Dockerfile"
     path.write_text(_dockerfile(make_image(apt=("git",)), buildkit=buildkit, wheelhouse=wheelhouse))
@@ -221,7 +221,7 @@ def test_every_variant_passes_hadolint(tmp_path, buildkit, wheelhouse):  # devel
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-# --- the devel flavour: tests/unit/test_devel.py ---------------------------------------------------
+# --- the devel flavour: tests/unit/resolve/test_devel.py ---------------------------------------------------
 
 def test_tilde_is_safe_but_quotes_are_not():
     from envkit.render.files import _dq

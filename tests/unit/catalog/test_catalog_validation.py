@@ -14,9 +14,9 @@ from envkit.catalog.files import CATALOG_ENV, load_catalog, packaged_dir
 from envkit.cli import main
 from envkit.errors import CatalogError
 
-from .refreshfake import copy_catalog, edit
+from tests.unit.refreshfake import copy_catalog, edit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # torch 2.5's cu124 row, after its cu121 row (2.6 has the same cu124 row after another)
 CU124_25 = 'nccl: null, arch_list: "5.0;6.0;7.0;7.5;8.0;8.6;9.0"}\n      - {tag: cu124, cuda: "12.4", status: stable, ' \
            'cudnn: "9.1.0.70", nccl: "2.21.5", arch_list: "5.0;6.0;7.0;7.5;8.0;8.6;9.0"}'

@@ -9,7 +9,7 @@ from envkit.index.closure import Pin
 from envkit.errors import EnvkitError, ResolutionError
 from envkit.render.files import context_for, render_files
 from tests.unit.lockfixtures import make_devel_image, make_image, make_lock
-from tests.unit.test_resolve import FakeClosure, _h, catalog, load, make_spec, run  # noqa: F401 (fixture)
+from tests.unit.resolve.test_resolve import FakeClosure, _h, catalog, load, make_spec, run  # noqa: F401 (fixture)
 
 
 def _dockerfile(image, **options) -> str:
@@ -179,7 +179,7 @@ def test_render_refuses_a_cuda_it_has_no_compiler_for(changes):
 @pytest.mark.parametrize("buildkit", [False, True], ids=["classic", "buildkit"])
 @pytest.mark.parametrize("wheelhouse", [False, True], ids=["online", "wheelhouse"])
 def test_every_devel_variant_passes_hadolint(tmp_path, cuda, buildkit, wheelhouse):
-    from tests.unit.test_lint import lint
+    from tests.unit.render.test_lint import lint
 
     path = tmp_path / "Dockerfile"
     path.write_text(_dockerfile(make_devel_image(cuda, apt=("git",)), buildkit=buildkit, wheelhouse=wheelhouse))

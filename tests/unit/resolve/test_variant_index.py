@@ -25,7 +25,7 @@ from envkit.resolve.rules import unreachable_variant_ways_out
 from envkit.spec import VARIANT_INDEX_RE, json_schema, load_spec, spec_from_document
 from envkit.support.yamlsource import parse_yaml
 from tests.conftest import ROOT
-from tests.unit.test_resolve import SPEC_INDEX, FakeArches, FakeClosure, FakeIndex, decision
+from tests.unit.resolve.test_resolve import SPEC_INDEX, FakeArches, FakeClosure, FakeIndex, decision
 
 MIRROR = "http://mirror.corp.example:8080/pytorch/whl/{variant}"
 CATALOG_INDEX = "https://download.pytorch.org/whl/"
@@ -372,7 +372,7 @@ def test_a_variant_index_s_local_version_is_the_release_asked_for(tmp_path):
     """download.pytorch.org/whl/cu126 (and its mirrors) name torch 2.11.0's build torch-2.11.0+cu126-...: the
     resolver asks for 2.11.0, and gets it as `torch==2.11.0` would (PEP 440: a local label matches); a wheel of
     exactly the version asked for wins."""
-    from tests.unit.test_index import IndexServer, build_wheel, make_index
+    from tests.unit.index.test_index import IndexServer, build_wheel, make_index
 
     wheel = build_wheel("torch", "2.11.0", [], layout="small")
     server = IndexServer().start()

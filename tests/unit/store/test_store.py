@@ -21,7 +21,7 @@ from envkit.store.migrations import MIGRATIONS, SCHEMA_VERSION, migrate
 from envkit.store.backends import PostgresBackend
 from envkit.store.history import Store
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Clock:

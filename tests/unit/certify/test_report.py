@@ -11,7 +11,7 @@ import pytest
 from envkit.certify.report import (CERTIFICATE_CASE, report_html, report_json, report_junit, telemetry_charts,
                                    write_reports)
 
-from .test_certificate import build, cpu_doc, gpu_doc, set_check
+from tests.unit.certify.test_certificate import build, cpu_doc, gpu_doc, set_check
 
 GENERATED = "2025-06-02T08:00:00Z"
 

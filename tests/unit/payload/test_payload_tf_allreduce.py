@@ -18,8 +18,8 @@ from typing import Any, List, Optional
 import pytest
 
 from tests.unit.payload_modules import payload_module
-from tests.unit.test_payload_jax import FakeStream
-from tests.unit.test_payload_tf import EXPECT, NO_GPU, tf_ctx
+from tests.unit.payload.test_payload_jax import FakeStream
+from tests.unit.payload.test_payload_tf import EXPECT, NO_GPU, tf_ctx
 
 core, tfm, tfa = (payload_module(f"envkit_check_{m}") for m in ("core", "tf", "tf_allreduce"))
 

@@ -142,7 +142,7 @@ def test_schema_command_prints_json_schema():
 
 # --- builders, bundles: the CLI's wiring (the heavy functions are replaced) -------------------------
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class FakeEngine:
