@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..build.builder import BuildProgress, Outcome, build_image, require_builder
-from ..errors import (SpecError)
+from ..errors import SpecError
 from ..frameworks import require_buildable, require_bundle
 from ..index.urls import DEFAULT_INDEX
 from ..lock import LockedImage

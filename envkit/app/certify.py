@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..build.builder import LOCK_LABEL
 from ..payload.harness import Verification, expect_from_labels, run_payload
-from ..errors import (EngineError, VerificationError)
+from ..errors import EngineError, VerificationError
 from ..frameworks import expected
 from ..lock import load_lock
 from ..store.history import Store

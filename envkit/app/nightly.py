@@ -42,7 +42,6 @@ EXIT_NAMES = {PASSED: "passed", NOTHING_TO_DO: "nothing to do", BUILD_FAILED: "b
               CERT_FAILED: "certification failure", REGRESSION: "regression", PUBLISH_FAILED: "publish failure"}
 
 
-
 @dataclass
 class ImageReport:
     name: str

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..certify.certificate import (Certificate, slug)
+from ..certify.certificate import Certificate, slug
 from ..errors import EnvkitError
 from ..lock import LockedImage
 from ..registry.artifacts import attach_certificate

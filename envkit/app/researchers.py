@@ -9,7 +9,7 @@ from typing import Callable
 
 from ..build.builder import LOCK_LABEL
 from ..engine.protocol import RUN_TIMEOUT, GPU_ULIMITS, RunOptions
-from ..errors import (EngineError, EnvkitError, VerificationError)
+from ..errors import EngineError, EnvkitError, VerificationError
 from ..support.labels import SHOWN, IMAGE_LABEL, TEAM_LABEL
 from ..store.history import Store
 from ..registry.remote import list_registry, merge_store, inspect_remote, parse_ref

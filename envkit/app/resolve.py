@@ -18,7 +18,7 @@ from pathlib import Path
 from ..catalog.models import Catalog
 from ..catalog.files import load_catalog
 from ..index.closure import compile_closure
-from ..errors import (EnvkitError, LockError, PackageIndexError, ResolutionError, SpecError)
+from ..errors import EnvkitError, LockError, PackageIndexError, ResolutionError, SpecError
 from ..index.urls import DEFAULT_INDEX
 from ..index.client import PackageIndex
 from ..index.login import check_netrc, check_netrc_text, keyring_logins

@@ -19,7 +19,6 @@ from ..lock import BaseImage
 from ..support.progress import Progress
 
 
-
 def ensure_base(engine, base: BaseImage, progress: Progress = lambda _: None) -> ImageInfo:
     info = engine.inspect(base.ref)
     if info is not None:

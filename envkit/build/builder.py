@@ -32,7 +32,6 @@ BuildProgress = Callable[[str, BuildEvent | str], None]  # (image name, a build 
 from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
 
 
-
 @dataclass
 class Outcome:
     name: str

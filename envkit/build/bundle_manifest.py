@@ -16,26 +16,12 @@ from ..support.models import Strict
 
 
 BUNDLE_VERSION = 1
-
-
 MANIFEST = "manifest.json"
-
-
 LOCK_FILE = "envkit.lock"
-
-
 BASE_ARCHIVE = "base.tar"
-
-
 CONTEXT = "context"
-
-
 DOCKERFILES = {"classic": "Dockerfile", "buildkit": "buildkit.Dockerfile"}
-
-
 BUNDLE_LABEL = "io.envkit.bundle"  # the manifest's sha256, on images built from a bundle
-
-
 _Digest = Field(pattern=r"^sha256:[0-9a-f]{64}$")
 
 
@@ -64,8 +50,6 @@ class Manifest(Strict):
 
 
 REMAKE_HOW = "make the bundle again with `envkit bundle make SPEC --out DIR`"
-
-
 _REMAKE = f"the manifest is damaged or was edited: {REMAKE_HOW}"
 
 

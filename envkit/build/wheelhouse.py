@@ -23,8 +23,6 @@ from .bundle_manifest import sha256_of
 
 
 DOWNLOADS = 4  # pip downloads at once when a bundle is made
-
-
 CA_ENV = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")  # what overrides pip's `--cert` (observed with pip 26.3)
 
 

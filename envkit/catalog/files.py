@@ -26,8 +26,6 @@ from .models import Catalog, CatalogData, norm_gpu, vtuple
 
 FILES = ("sources", "cuda", "gpus", "os", *FRAMEWORK_FILES.values())  # in this order into the digest
 PERF_FILE = "perf.yaml"  # the performance floors (catalog/perf.py), beside the catalog files, outside its digest
-
-
 CATALOG_ENV = "ENVKIT_CATALOG"
 
 

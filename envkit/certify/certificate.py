@@ -40,8 +40,6 @@ from ..payload.harness import run_payload
 
 CERTIFICATE_VERSION = 1
 LABEL_PREFIX = "io.envkit.certified."
-
-
 MAX_SAMPLES_PER_GPU = 500  # plotted samples kept per GPU; the maxima are over every sample
 _SLUG = re.compile(r"[^a-z0-9]+")
 

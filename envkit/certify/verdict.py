@@ -22,11 +22,7 @@ from ..catalog.files import load_catalog
 
 
 PAYLOAD_SCHEMA = SCHEMA  # what a payload document says it is ("envkit.payload/1")
-
-
 Status = Literal["certified", "verified", "failed"]
-
-
 CheckStatus = Literal["passed", "failed", "skipped"]
 
 
@@ -35,20 +31,10 @@ CheckStatus = Literal["passed", "failed", "skipped"]
 # honestly pass with no device usable by the framework (the driver probe, NVML sampling). The
 # framework is the lock's (the expect document), never the payload's word. PyTorch's, by name:
 GPU_CHECKS = TORCH.gpu_checks
-
-
 REQUIRED_GPU_CHECKS = TORCH.required_gpu_checks
-
-
 DEVICELESS_GPU_CHECKS = TORCH.deviceless_gpu_checks
-
-
 GPU_LIBRARIES = ("cuda", "cudnn", "nccl")  # a lock giving none of these means a CPU-only build
-
-
 NO_GPU_REQUESTED = "certification asked for a GPU but none is visible in the container"
-
-
 _ARCH = re.compile(r"^(sm|compute)_\d{2,3}[af]?$")
 
 

@@ -12,14 +12,8 @@ from ..support.labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, PREFIX, STA
 
 
 OFFLINE_LABEL = PREFIX + "build"  # "offline" on images built from a bundle (templates/Dockerfile.base.j2)
-
-
 IDENTITY = (TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL, CONTEXT_LABEL)  # all four, or the image is not a candidate
-
-
 BASE_REPO = "envkit-base/"
-
-
 STAGE_IDENTITY = (STAGE_LABEL, TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL)
 
 

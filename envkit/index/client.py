@@ -282,7 +282,6 @@ class PackageIndex:
         return cd
 
 
-
 @dataclass(frozen=True)
 class _Entry:
     name: str

@@ -21,11 +21,7 @@ from .findings import Finding
 
 
 PROBE_PROJECT = "six"  # a small page (~20 kB) that every PyPI mirror holds
-
-
 INDEX_TIMEOUT = 10.0  # seconds, to connect and to read
-
-
 CA_HINT = "set ENVKIT_CA_BUNDLE or build.ca_bundle to your proxy's CA bundle (PEM)"
 
 

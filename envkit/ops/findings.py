@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 
-
 @dataclass(frozen=True)
 class Finding:
     name: str

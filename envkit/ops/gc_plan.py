@@ -15,14 +15,8 @@ from ..engine.inventory import CacheRecord, Candidate, IDENTITY, LeftContainer, 
 from ..registry.remote_parse import CERTIFIED_TAG
 
 
-
-
 DEFAULT_KEEP = 2
-
-
 STAGE_GRACE = timedelta(hours=1)  # a stage image this young may belong to a build still running
-
-
 CONTAINER_GRACE = timedelta(minutes=10)  # a container stopped this recently may still be read by its envkit
 
 

@@ -332,11 +332,7 @@ def latest_per_gpu(certs: list[tuple[str, str, str]]) -> dict[str, str]:
 
 
 CERTIFIED_TAG = "certified"
-
-
 CERTIFICATE_TYPE = "application/vnd.envkit.certificate.v1+json"
-
-
 CERT_TAG_INFIX = ".cert-"
 
 

@@ -16,7 +16,6 @@ from packaging.version import Version
 from ..catalog.models import Catalog, PyRange, vtuple
 
 
-
 @dataclass(frozen=True)
 class Candidate:
     framework: str

@@ -12,17 +12,9 @@ from .backends import redact
 
 
 DEFAULT_PATH = Path(".envkit") / "history.sqlite"
-
-
 STORE_ENV = "ENVKIT_STORE"
-
-
 BUILD_ACTIONS = ("built", "skipped")
-
-
 TAG_KINDS = ("stack", "certified")
-
-
 STEP_STATES = ("started", "done")
 
 

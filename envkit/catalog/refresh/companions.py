@@ -35,7 +35,7 @@ from packaging.version import Version
 from ..models import Catalog
 from ..files import data_dir as default_data_dir
 from ..companions import FILE, KEY, release_key
-from .common import (SOURCE, RefreshIndex, RefreshResult, check_parses_back, load_yaml, not_loaded_from)
+from .common import SOURCE, RefreshIndex, RefreshResult, check_parses_back, load_yaml, not_loaded_from
 from .companions_read import Proposal, Reader, exact_spec, provenance, admits
 from .companions_text import edit_text
 

@@ -29,8 +29,6 @@ DECLARED = {
 
 
 _PYTHONS = ("3.15", "3.14", "3.13", "3.12", "3.11", "3.10", "3.9", "3.8")
-
-
 _CUDA_EXTRA = re.compile(r"^cuda(?P<major>\d+)$")
 
 

@@ -10,21 +10,13 @@ from packaging.version import Version
 
 from ...errors import CatalogError
 from ..companions import FILE, KEY, release_key
-from .common import (q, splice)
+from .common import q, splice
 
 
 _ROW = re.compile(r'^    - version: "(?P<v>[^"]+)"\s*(#.*)?$')
-
-
 _SECTION = re.compile(r"^  (?P<fw>[a-z]+):\s*(?P<empty>\[\])?\s*(#.*)?$")
-
-
 _SOURCES = re.compile(r"^      sources: \[(?P<keys>[^\]]*)\](?P<tail>.*)$")
-
-
 _PACKAGES = re.compile(r"^      packages:\s*(#.*)?$")
-
-
 _PACKAGE = re.compile(r'^        (?P<name>[A-Za-z0-9._-]+): "(?P<spec>[^"]*)"(?P<tail>.*)$')
 
 
