@@ -1,6 +1,6 @@
 """What envkit knows about each framework it locks, in one place.
 
-The resolver treats frameworks through the catalog (``candidates.py``); everything *after* the
+The resolver treats frameworks through the catalog (``resolve/candidates.py``); everything *after* the
 lock that differs between frameworks is here: whether envkit builds its images (and offline
 bundles, and the devel flavour), what the in-image payload must find (``expect``, straight from
 the lock, or from an image's pin labels), the framework's own pin labels, and the host's verdict
@@ -11,7 +11,7 @@ and which of the payload's GPU-only checks exist and must pass for ``certified``
 The packages the team asked for (the spec's ``pip:`` packages, ``LockedImage.requested``) are the same
 for every framework: the expect document's ``requested`` (each canonical name with its locked version),
 the pin label ``io.envkit.requested``, and the payload's ``requested_imports`` check, which the host
-judges per package (``certify/certificate.py``).
+judges per package (``certify/verdict.py``).
 
 The payload (``payload/envkit_check/``: a registry per framework, in ``envkit_check_torch``,
 ``envkit_check_jax`` and ``envkit_check_tf``) cannot import envkit, so its check names are written
@@ -80,7 +80,7 @@ class Framework:
     extras: frozenset[str]  # the extras team.yaml may ask for in the requirement (jax[cuda13])
     builds: bool  # envkit builds and verifies its images
     bundles: bool  # envkit makes offline bundles of its images (tested end to end)
-    devel: bool  # the devel flavour knows it (devel.py still refuses a CUDA release it has no compiler for)
+    devel: bool  # the devel flavour knows it (resolve/devel.py still refuses a CUDA release it has no compiler for)
     coverage: Literal["arch_list", "min_cc"]  # how GPUs are judged covered
     pins: tuple[Pin, ...]
     gpu_checks: tuple[str, ...]  # the payload's GPU-only checks, in run order

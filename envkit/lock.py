@@ -63,7 +63,7 @@ class BaseImage(Frozen):
     @property
     def mirror_name(self) -> str:
         """The repository, under the team's registry path, that `nightly --registry` mirrors this base to (no
-        image may have that name: ``resolve.check_mirror_names``)."""
+        image may have that name: ``resolve.plan.check_mirror_names``)."""
         return f"{MIRROR_REPO_PREFIX}{self.distro}-{self.suite}"
 
 

@@ -39,7 +39,7 @@ def expectations(engine, ref: str, lock_path: Path | None):
 
 def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verification:
     """Check inside ``ref`` that what it holds equals its pin labels (and the lock, if given). The payload's
-    own verdict is judged again by the host's rules (``certificate.decide``, as certify does): a document that
+    own verdict is judged again by the host's rules (``verdict.decide``, as certify does): a document that
     says ``verified`` beside a failed check, or claims a GPU check passed with no GPU, fails here too."""
     _, _, expect = expectations(engine, ref, lock_path)
     v = run_payload(engine, ref, expect)

@@ -4,7 +4,7 @@ Certificates are keyed by (image, GPU model, driver). A run on GPUs asks, for ea
 ``nvidia-smi`` lists on this host, for the newest certificate of the image on that model: it must
 be ``certified``. A run without GPUs asks for any certificate that is not ``failed`` (``verified``
 is what a host without a GPU can give). The certificates are the store's and, for an image named by
-its registry reference, the registry's certificate artifacts (``pipeline.show_image``).
+its registry reference, the registry's certificate artifacts (``app.researchers.show_image``).
 
 By default an image that does not pass is run with a warning; ``--require-certified`` (or
 ``ENVKIT_REQUIRE_CERTIFIED=1``, for a cluster's login nodes) refuses it instead.

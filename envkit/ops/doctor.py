@@ -123,7 +123,7 @@ def containers_finding(host) -> Finding:
 
 
 def scratch_finding(root=None) -> Finding:
-    """The scratch directories a killed envkit left under the temporary directory (``scratch.py``): build
+    """The scratch directories a killed envkit left under the temporary directory (``support/scratch.py``): build
     contexts and rootfs trees of hundreds of MB, and the build secrets' netrc, a credential on disk."""
     left = scratch.leftovers(root)
     if not left:

@@ -41,7 +41,7 @@ its output), before it decides on the images. A running container is never touch
 
 **Scratch directories.** A killed envkit also leaves its scratch directories under the temporary
 directory (a build context, the build secrets' netrc, a payload, a debootstrap target with /proc maybe
-still mounted in it): ``envkit-<kind>-<host>-<pid>-...`` (``scratch.py``). gc removes the ones made on
+still mounted in it): ``envkit-<kind>-<host>-<pid>-...`` (``support/scratch.py``). gc removes the ones made on
 this host by this user whose process is gone, whatever ``--team`` says (they name no team), never
 through a mount.
 

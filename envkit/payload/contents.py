@@ -29,7 +29,7 @@ def payload_sha256() -> str:
 def payload_expect(expect: dict) -> dict:
     """`expect` as the payload takes it: a key whose value is null where null says nothing (``python``,
     ``torch``: a pin label an image lacks) is left out, which skips that comparison inside; the
-    payload refuses such a file (exit 2). The verdict (``certificate.decide``) still reads `expect`.
+    payload refuses such a file (exit 2). The verdict (``certify.verdict.decide``) still reads `expect`.
 
     What is left is checked by the payload's own rules (``expect_problems``) before it is written into a
     build context or mounted: a value the payload would refuse (a malformed ``requested`` pin label, say)

@@ -81,7 +81,7 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
 
 def gpu_key(engine, ref: str, timeout: int = 60) -> tuple[str, str] | None:
     """(GPU model, driver) that certifying ``ref`` on this engine's GPUs would record, as the certificate
-    spells them (``certificate.gpu_model_of``: the distinct names joined by " + "), read by the NVIDIA
+    spells them (``certify.certificate.gpu_model_of``: the distinct names joined by " + "), read by the NVIDIA
     Container Toolkit's nvidia-smi in a short container of the image; None when that cannot be read (no
     nvidia-smi, no GPU, an engine fault): a caller then certifies instead of trusting an older certificate."""
     options = RunOptions(gpus=True, timeout=timeout, network=False, role="certify")

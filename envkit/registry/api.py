@@ -5,7 +5,7 @@ tag at exactly that manifest, upload a certificate artifact) and ``remote`` (man
 a repository's tags and the registry's catalog, read without pulling).
 
 Credentials, the scheme (https, or the engine's fallbacks for an insecure registry), trust
-(the engine's ``/etc/docker/certs.d``) and answering 401 challenges are ``registry_auth``'s.
+(the engine's ``/etc/docker/certs.d``) and answering 401 challenges are ``auth``'s.
 
 Failures are ``_Failure``s, transient (connection errors, 5xx and 429 answers) or permanent
 (denied, unknown image, a bad manifest, an untrusted certificate, a registry refusing the TLS

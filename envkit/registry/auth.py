@@ -10,7 +10,7 @@ Credentials, in this order (never from a spec):
 
 Scheme and trust follow the engine: https, trusting the system's CAs plus every ``*.crt`` in
 ``/etc/docker/certs.d/<host:port>/`` and presenting the client certificate paired there
-(``NAME.cert`` + ``NAME.key``, for registries that require mutual TLS; ``registry_tls`` reads
+(``NAME.cert`` + ``NAME.key``, for registries that require mutual TLS; ``tls`` reads
 that directory as the engine does), for the registry and its token service, as the engine
 does; ``REQUESTS_CA_BUNDLE`` adds more CAs. For a registry the
 engine calls insecure (its insecure-registries setting; without an engine, 127.0.0.0/8), the
@@ -65,7 +65,7 @@ class Failure(Exception):
 
 
 class AuthFailure(Failure):
-    """Permanent; ``registry_api._retrying`` turns it into a ``RegistryAuthError`` with this hint."""
+    """Permanent; ``api._retrying`` turns it into a ``RegistryAuthError`` with this hint."""
 
     def __init__(self, message: str, hint: str):
         super().__init__(message, False)

@@ -9,10 +9,10 @@ Tags:
 Pushes and pulls go through the engine (docker-py), so the engine's own registry settings
 apply (an engine treats 127.0.0.0/8 registries as "insecure": https unverified, else http). Reading a
 tag's manifest and re-pointing ``:certified`` use the registry's HTTP API directly
-(``registry_api``): that is the only way to give a second tag *exactly* the first tag's digest.
+(``api``): that is the only way to give a second tag *exactly* the first tag's digest.
 
 Credentials come from ``ENVKIT_REGISTRY_USER`` / ``ENVKIT_REGISTRY_PASSWORD``, else from what
-``docker login`` stored (config.json, credential helpers), resolved by ``registry_auth`` for
+``docker login`` stored (config.json, credential helpers), resolved by ``auth`` for
 every push and pull and handed to the engine as the call's ``auth_config`` (so the engine uses
 the same account as envkit's own HTTP calls); never from a spec. A refusal is a
 ``RegistryAuthError`` naming the registry, the account and where its credentials came from.

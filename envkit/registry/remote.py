@@ -5,15 +5,15 @@ A researcher sees, before pulling, what a published image is and where it was ce
 * ``inspect_remote(client, REF)``: one image (``host[:port]/repo:tag`` or ``...@sha256:...``):
   its manifest (digest, compressed size), its config's labels (the ``io.envkit.*`` pins, the
   lock hash), every certificate artifact attached to it (``<stack tag>.cert-<gpu>``, see
-  ``publish.attach_certificate``) and whether the moving ``:certified`` tag points at it.
+  ``artifacts.attach_certificate``) and whether the moving ``:certified`` tag points at it.
 * ``list_registry(client, HOST[:PORT][/path])``: every envkit image in the registry's
   repositories (``/v2/_catalog``, ``/v2/<repo>/tags/list``), with its certification per GPU
   model. Certificate artifacts, ``:certified``, base mirrors (tags ``sha256-<hex>``; a repository
   holding only those is skipped whole) and images without envkit's lock-hash label are not rows.
 
 The pure half (references, what the answers mean) is ``remote_parse``; it is re-exported here.
-The HTTP client is ``registry_api._RegistryHTTP`` (credentials, scheme and trust from
-``registry_auth``: ``ENVKIT_REGISTRY_USER``/``ENVKIT_REGISTRY_PASSWORD``, else `docker login`;
+The HTTP client is ``api._RegistryHTTP`` (credentials, scheme and trust from
+``auth``: ``ENVKIT_REGISTRY_USER``/``ENVKIT_REGISTRY_PASSWORD``, else `docker login`;
 https with the engine's certs.d CAs, the engine's fallbacks for insecure registries). ``client``
 may be None when no engine runs here: then only 127.0.0.0/8 registries count as insecure.
 Every failure is an ``EngineError`` naming the registry and the reference, with a hint (a

@@ -2,7 +2,7 @@
 satisfies every constraint (the requirement, the base's Python, the CUDA constraint, the fleet's oldest driver under
 the spec's policy, every fleet GPU covered by compiled SASS, or by PTX only when the driver can JIT it) and records
 each choice and each rejected alternative with its reason. When nothing fits it names the colliding constraints and
-the nearest ways out. The rules themselves are ``rules.py``; the spec checks that need the catalog are here too."""
+the nearest ways out. The rules themselves are ``rules``; the spec checks that need the catalog are here too."""
 
 from __future__ import annotations
 

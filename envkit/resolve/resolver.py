@@ -163,7 +163,7 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         decisions.append(Decision(topic="bundled", choice=f"CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}",
                                   reason=f"what the closure pinned within {c.label}'s ranges"))
     cuda_mm = ".".join(cuda.split(".")[:2]) if cuda else c.cuda
-    if p.target.flavour == "devel":  # the CUDA compiler, constrained by everything above (envkit/devel.py)
+    if p.target.flavour == "devel":  # the CUDA compiler, constrained by everything above (envkit/resolve/devel.py)
         devel.check_framework(p.target.name, c.framework)
         locked = [Pin(x.name, x.version, x.hashes) for x in packages]
         added = devel.lock_packages(p.target.name, cuda_mm, locked, requirement=p.target.framework,

@@ -1,8 +1,8 @@
-"""The history store: builds, certificates, metrics, pushes and pipeline steps.
+"""The history store: builds, certificates, metrics, pushes and the nightly's steps.
 
 SQLite by default (one file, no server: ``.envkit/history.sqlite``); PostgreSQL for teams
 that share one history between CI runners (``postgresql://host/db``, through psycopg, the
-``envkit[postgres]`` extra). The nightly pipeline asks it "was this exact image built
+``envkit[postgres]`` extra). The nightly asks it "was this exact image built
 already?", "what did the last certified run on this GPU model measure?" and "which steps of
 this run are done?", and records the answers as it goes.
 

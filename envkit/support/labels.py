@@ -1,7 +1,7 @@
 """The image labels envkit reads back from images (engine or registry): one owner for their names.
 
 A light module (no imports) so that readers of images, such as ``remote``, need not pull in the
-renderer or the builder. The other pin labels are written in ``render.context_for`` and
+renderer or the builder. The other pin labels are written in ``render.files.context_for`` and
 ``frameworks``; they are read back only through ``frameworks.of_labels``.
 """
 
