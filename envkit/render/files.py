@@ -15,23 +15,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
-import jinja2
 
 from .. import __version__
 from ..resolve import devel
 from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files
-from ..errors import EnvkitError
 from ..frameworks import framework, requested_labels, expected
 from ..index import login as index_login_
 from ..index.urls import DEFAULT_INDEX, trusted_hosts
 from ..support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from ..support.atomic import replace_all
 from ..lock import Lock, LockedImage, Package
+from .templates import dq, environment
 
 UID = 1000
 USER = "envkit"
@@ -48,35 +45,6 @@ PIP_ENV = f'if [ -f {CA_PATH} ]; then export PIP_CERT={CA_PATH}; fi;'
 WHEEL_CACHE = "/root/.cache/pip/envkit-wheels"
 WHEELHOUSE = "/tmp/envkit/wheelhouse"  # the bundle's wheels, inside the build (wheelhouse mode)
 DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
-
-# `~` (Debian versions) is literal inside double quotes, in a Dockerfile's shell and in YAML alike.
-SAFE = re.compile(r'^[A-Za-z0-9 ._:/=<>+,@()~-]*$')
-
-
-def templates_dir() -> Path:
-    packaged = Path(str(resources.files("envkit"))) / "templates"
-    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "templates"
-
-
-def _dq(value: object) -> str:
-    text = str(value)
-    if not SAFE.fullmatch(text):
-        raise EnvkitError(f"refusing to render unsafe value {text[:60]!r}",
-                          hint="values reaching a Dockerfile must be plain versions, names or references")
-    return text
-
-
-def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["dq"] = _dq
-    return env
 
 
 def image_tag(team: str, image: LockedImage) -> str:
@@ -191,10 +159,10 @@ def _index_flags(image: LockedImage) -> str:
     torch variant's own, or the spec's mirror), then the spec's for the rest. None for pip's default, PyPI,
     so contexts of images from PyPI are as they were. Hashes pin every file, whichever index serves it,
     so a plain-http index is named a trusted host (pip ignores it otherwise)."""
-    flags = f" --index-url {_dq(image.index_url)}" if image.index_url != DEFAULT_INDEX else ""
+    flags = f" --index-url {dq(image.index_url)}" if image.index_url != DEFAULT_INDEX else ""
     if image.extra_index_url and image.extra_index_url != image.index_url:
-        flags += f" --extra-index-url {_dq(image.extra_index_url)}"
-    flags += "".join(f" --trusted-host {_dq(h)}" for h in trusted_hosts([image.index_url, image.extra_index_url]))
+        flags += f" --extra-index-url {dq(image.extra_index_url)}"
+    flags += "".join(f" --trusted-host {dq(h)}" for h in trusted_hosts([image.index_url, image.extra_index_url]))
     return flags
 
 

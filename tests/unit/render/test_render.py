@@ -224,11 +224,11 @@ def test_every_variant_passes_hadolint(tmp_path, buildkit, wheelhouse):  # devel
 # --- the devel flavour: tests/unit/resolve/test_devel.py ---------------------------------------------------
 
 def test_tilde_is_safe_but_quotes_are_not():
-    from envkit.render.files import _dq
+    from envkit.render.templates import dq
 
-    assert _dq("12.4.131~12.4.1-2") == "12.4.131~12.4.1-2"
+    assert dq("12.4.131~12.4.1-2") == "12.4.131~12.4.1-2"
     with pytest.raises(EnvkitError):
-        _dq('a"b')
+        dq('a"b')
 
 
 # --- where pip finds the lock's packages ----------------------------------------------------------
