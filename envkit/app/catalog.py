@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from ..catalog.files import load_catalog
 from ..index.client import PackageIndex
-from ..catalog.refresh.run import parse_frameworks
-from ..catalog.refresh.run import refresh_catalog as refresh
+from ..catalog.refresh.run import parse_frameworks, refresh_catalog as refresh
 from ..catalog.refresh.arches import ARCH_FRAMEWORKS, check_arches
 
 

@@ -17,14 +17,13 @@ from typing import Callable, Iterator
 from ..support import scratch
 from .base import ensure_base
 from ..payload.harness import Verification, run_payload
-from ..engine.protocol import BuildEvent
+from ..engine.protocol import BUILDERS, BuildEvent
 from ..engine.space import low_space
 from ..engine.buildkit import BuildKitBuilder
 from ..errors import BuildError
-from ..frameworks import require_buildable, expected
+from ..frameworks import expected, require_buildable
 from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
 from ..lock import Lock, LockedImage
-from ..engine.protocol import BUILDERS
 from ..render.files import context_hash, image_tag, index_urls, render_files
 
 BuildProgress = Callable[[str, BuildEvent | str], None]  # (image name, a build event or a line)

@@ -39,10 +39,9 @@ import requests
 
 from ..errors import EngineError
 from ..support.labels import LOCK_LABEL
-from .remote_parse import CERTIFIED_TAG
 from .api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Sleep, _Failure, _retrying
 from .remote import INDEX_TYPES, _Reader, digest_of, mirror_repository, team_repositories
-from .remote_parse import classify_tags, envkit_made, parse_registry
+from .remote_parse import CERTIFIED_TAG, classify_tags, envkit_made, parse_registry
 from ..support.progress import Progress
 
 DEFAULT_KEEP = 5
