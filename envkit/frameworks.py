@@ -245,12 +245,12 @@ TENSORFLOW = Framework(
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (TORCH, JAX, TENSORFLOW)}
-NAMES: tuple[str, ...] = tuple(FRAMEWORKS)  # the frameworks envkit knows, in this order everywhere (the catalog's files)
+NAMES: tuple[str, ...] = tuple(FRAMEWORKS)  # the frameworks envkit knows, in this order everywhere
 ARCH_LISTED: tuple[str, ...] = tuple(n for n, f in FRAMEWORKS.items() if f.coverage == "arch_list")  # check-arches
 
 
 def expected(image: LockedImage) -> dict:
-    """What the in-image payload must find in ``image``, straight from the lock (per framework: ``Framework.expect``)."""
+    """What the in-image payload must find in ``image``, straight from the lock (``Framework.expect``)."""
     return framework(image.framework).expect(image)
 
 

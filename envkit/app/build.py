@@ -1,4 +1,5 @@
-"""render, build, bundle make: the lock's images as build contexts, images and offline bundles (`envkit render`, `build`, `bundle make`; a missing or stale lock is resolved first, unless `--locked`)."""
+"""render, build, bundle make: the lock's images as build contexts, images and offline bundles (``envkit render``,
+``build``, ``bundle make``; a missing or stale lock is resolved and written first, unless ``--locked``)."""
 
 from __future__ import annotations
 

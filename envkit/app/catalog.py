@@ -1,4 +1,5 @@
-"""`envkit catalog refresh` and `check-arches`: the catalog against the package index (a reviewable diff; written when asked)."""
+"""``envkit catalog refresh`` and ``check-arches``: the catalog against the package index (a reviewable diff,
+written when asked)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""verify and certify an image: the payload run inside it, its verdict judged again by the host (`envkit verify`, `certify`)."""
+"""verify and certify an image: the payload run inside it, its verdict judged again by the host (``envkit verify``,
+``certify``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What researchers ask: the images built and certified (`envkit ls`, `show`, in the store, the engine and the registry) and running one after the certification gate (`envkit run`)."""
+"""What researchers ask: the images built and certified (``envkit ls``, ``show``: the store, the engine and the
+registry), and running one after the certification gate (``envkit run``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from ..engine.protocol import RUN_TIMEOUT, GPU_ULIMITS, RunOptions
 from ..errors import EngineError, EnvkitError, VerificationError
 from ..support.labels import SHOWN, IMAGE_LABEL, TEAM_LABEL
 from ..store.history import Store
-from ..registry.remote import list_registry, merge_store, inspect_remote, parse_ref
+from ..registry.remote import list_registry, merge_store, inspect_remote
+from ..registry.remote_parse import parse_ref
 from ..certify.gate import host_gpus, judge
 
 

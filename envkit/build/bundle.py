@@ -43,7 +43,8 @@ from ..resolve.devel import fetch_toolkit_deb, toolkit_deb
 from ..render.files import context_for, context_hash, image_tag, install_packages, render_files
 from ..frameworks import expected
 from ..support.progress import Progress
-from .bundle_manifest import BASE_ARCHIVE, BUNDLE_LABEL, BUNDLE_VERSION, CONTEXT, DOCKERFILES, LOCK_FILE, MANIFEST, REMAKE_HOW, is_bundle, sha256_of, file_hashes, verify_bundle
+from .bundle_manifest import (BASE_ARCHIVE, BUNDLE_LABEL, BUNDLE_VERSION, CONTEXT, DOCKERFILES, LOCK_FILE, MANIFEST,
+                              REMAKE_HOW, is_bundle, sha256_of, file_hashes, verify_bundle)
 from .wheelhouse import lock_indexes, download_wheels
 
 

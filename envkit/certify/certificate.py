@@ -153,8 +153,9 @@ def _thin(samples: list[dict]) -> tuple[TelemetrySample, ...]:
         for r in rows:
             reasons = r.get("clock_event_reasons")
             kept.append(TelemetrySample(
-                t=float(r["t"]), gpu=gpu, util_pct=as_number(r.get("util_pct")), mem_used_mib=as_number(r.get("mem_used_mib")),
-                power_w=as_number(r.get("power_w")), temp_c=as_number(r.get("temp_c")),
+                t=float(r["t"]), gpu=gpu, util_pct=as_number(r.get("util_pct")),
+                mem_used_mib=as_number(r.get("mem_used_mib")), power_w=as_number(r.get("power_w")),
+                temp_c=as_number(r.get("temp_c")),
                 clock_event_reasons=tuple(map(str, reasons)) if isinstance(reasons, list) else None))
     return tuple(kept)
 

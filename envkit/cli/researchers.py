@@ -95,7 +95,7 @@ def show_cmd(click_ctx, image, store_url, json_out):
     without pulling (manifest, labels, the certificate artifacts, whether :certified points at it).
     """
     from ..app.researchers import show_image
-    from ..registry.remote import parse_ref
+    from ..registry.remote_parse import parse_ref
 
     c = _ctx(click_ctx, json_out)
     remote = run(c, lambda: parse_ref(image))

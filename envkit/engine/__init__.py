@@ -1,3 +1,3 @@
 """The container engine: the ``Engine`` protocol and its value types (``protocol``), its docker-py adapter
-(``docker_engine``, ``docker_run``, ``docker_gc``; the only modules that import docker), BuildKit through the docker
-CLI (``buildkit``), what gc lists (``inventory``) and full disks (``space``)."""
+(``docker_engine``, ``docker_registry``, ``docker_gc``: the only modules that import docker-py), BuildKit through
+the docker CLI (``buildkit``), what gc lists (``inventory``) and full disks (``space``)."""

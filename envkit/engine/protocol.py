@@ -1,6 +1,6 @@
 """A small engine interface: build, inspect, run, import, tag, push, pull, save, load.
 
-Docker types stay inside the adapter (``docker_engine``, ``docker_run``, ``docker_registry``, ``docker_gc``: the only
+Docker types stay inside the adapter (``docker_engine``, ``docker_registry``, ``docker_gc``: the only
 modules that import docker-py); the rest of envkit sees these value objects, a stream of ``BuildEvent``s, the
 engine's push and pull progress records (the Engine API's JSON objects: ``status``, ``error``, ``aux``), and
 ``EngineCallError`` for a call the engine refused.
@@ -62,7 +62,7 @@ class Mount:
     read_only: bool = True
 
 
-BUILDERS = ("classic", "buildkit")  # the engine's API (docker-py) | BuildKit through the docker CLI (engine/buildkit.py)
+BUILDERS = ("classic", "buildkit")  # the engine's API (docker-py) | BuildKit through the docker CLI (buildkit.py)
 RUN_TIMEOUT = 24 * 3600  # envkit run's default limit for a job, seconds
 # /dev/shm of a job (`envkit run --shm-size`'s default) and of certification, so a certificate's DataLoader and
 # NCCL checks ran with the shared memory researchers' jobs get (PyTorch's workers and NCCL's SHM transport use it)

@@ -71,7 +71,9 @@ from ..support.scratch import Leftover
 from ..certify.gate import model_key
 from ..store.history import Store
 from ..support.progress import Progress
-from .gc_plan import BUILD_CACHE_NOTE, CacheCutoff, CacheDecision, ContainerDecision, DEFAULT_KEEP, Decision, Protection, UNLABELLED_STAGES_NOTE, check_keep, check_team, decide, decide_build_cache, decide_containers, decide_stages
+from .gc_plan import (BUILD_CACHE_NOTE, CacheCutoff, CacheDecision, ContainerDecision, DEFAULT_KEEP, Decision,
+                      Protection, UNLABELLED_STAGES_NOTE, check_keep, check_team, decide, decide_build_cache,
+                      decide_containers, decide_stages)
 from ..engine.inventory import ImageHost, Removal, StageImage
 
 

@@ -11,7 +11,8 @@ from typing import Iterable, Mapping
 from ..errors import EnvkitError
 from ..catalog.perf import model_key
 from ..spec import NAME_RE
-from ..engine.inventory import CacheRecord, Candidate, IDENTITY, LeftContainer, STAGE_IDENTITY, StageImage, is_candidate, is_stage
+from ..engine.inventory import (CacheRecord, Candidate, IDENTITY, LeftContainer, STAGE_IDENTITY, StageImage,
+                                is_candidate, is_stage)
 from ..registry.remote_parse import CERTIFIED_TAG
 
 

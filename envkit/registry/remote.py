@@ -34,9 +34,9 @@ from ..support.labels import LOCK_LABEL
 from ..lock import MIRROR_REPO_PREFIX  # nightly's base mirrors: <team>/base-<distro>-<suite>
 from .artifacts import fetch_certificate_artifact
 from .api import PASSWORD_ENV, USER_ENV, Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
-from .remote_parse import (CERTIFIED_TAG, REF_HINT, ImageFacts, RegistryRef, RemoteCertificate, certificate_of, classify_tags,
-                           config_facts, latest_per_gpu, manifest_parts, parse_ref, parse_registry,
-                           pick_platform, shown_labels)  # noqa: F401
+from .remote_parse import (
+    CERTIFIED_TAG, REF_HINT, ImageFacts, RegistryRef, RemoteCertificate, certificate_of, classify_tags, config_facts,
+    latest_per_gpu, manifest_parts, parse_ref, parse_registry, pick_platform, shown_labels)
 from ..engine.docker_engine import as_engine
 
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")

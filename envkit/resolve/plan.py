@@ -19,7 +19,7 @@ from ..catalog.models import Arch, Catalog, OsBase, vtuple
 from ..errors import Location, ResolutionError, SpecError
 from ..lock import BaseImage, Decision, canonical
 from ..spec import Base, Spec, Target
-from .rules import (Fleet, base_for, check_excluded_pin, covers, reject_reason, uncovered, ways_out)  # noqa: F401  (covers: tests)
+from .rules import Fleet, base_for, check_excluded_pin, reject_reason, ways_out
 from ..frameworks import FRAMEWORKS
 
 

@@ -1,10 +1,9 @@
 """The history store: builds, certificates, metrics, pushes and the nightly's steps.
 
-SQLite by default (one file, no server: ``.envkit/history.sqlite``); PostgreSQL for teams
-that share one history between CI runners (``postgresql://host/db``, through psycopg, the
-``envkit[postgres]`` extra). The nightly asks it "was this exact image built
-already?", "what did the last certified run on this GPU model measure?" and "which steps of
-this run are done?", and records the answers as it goes.
+SQLite by default (one file, no server: ``.envkit/history.sqlite``); PostgreSQL for teams that share one history
+between CI runners (``postgresql://host/db``, through psycopg, the ``envkit[postgres]`` extra). The nightly asks it
+"was this exact image built already?", "what did the last certified run on this GPU model measure?" and "which
+steps of this run are done?", and records the answers as it goes.
 
 Durability: every write is one transaction (SQLite: WAL journal, ``synchronous=FULL``,
 ``BEGIN IMMEDIATE``), so a process killed at any instant leaves the old state or the new
@@ -13,12 +12,10 @@ one, never half a row or a certificate without its metrics.
 Schema changes are ordered, named migrations (``migrations.py``); opening an older store runs the missing
 ones in one transaction, and a store written by a newer envkit is refused rather than misread.
 
-``Store`` (this module: the query API; its records and ``locate`` are in ``records.py``) speaks one SQL (``?`` placeholders,
-``ON CONFLICT`` upserts, ``RETURNING``) to a backend (``backends.py``) that owns the
-connection, the transactions, the schema version and the per-team run lock
-(``Store.run_lock``: a file lock beside the SQLite file, a session advisory lock in
-PostgreSQL; both vanish with a killed process, so a rerun can resume). The schema is in
-``migrations.py``.
+``Store`` (this module: the query API; ``records.py``: its records and ``locate``) speaks one SQL (``?``
+placeholders, ``ON CONFLICT`` upserts, ``RETURNING``) to a backend (``backends.py``) that owns the connection, the
+transactions, the schema version and the per-team run lock (``Store.run_lock``: a file lock beside the SQLite file,
+a session advisory lock in PostgreSQL; both vanish with a killed process, so a rerun can resume).
 """
 
 from __future__ import annotations
@@ -33,7 +30,9 @@ from typing import Mapping, Sequence
 from ..errors import EnvkitError, StoreError
 from .backends import NOT_A_STORE_HINT, Backend, PostgresBackend, SQLiteBackend
 from .migrations import MIGRATIONS, SCHEMA_VERSION, Clock, stamp, utcnow
-from .records import BUILD_ACTIONS, BuildRecord, CertificateRecord, PushRecord, STEP_STATES, TAG_KINDS, Target, _check, locate
+from .records import (BUILD_ACTIONS, STEP_STATES, TAG_KINDS, BuildRecord, CertificateRecord, PushRecord, Target,
+                      check_one_of, locate)
+
 
 def _refused(exc: sqlite3.OperationalError) -> bool:
     """SQLite refused for want of permission (a damaged file says otherwise: 'file is not a database')."""
@@ -194,7 +193,7 @@ class Store:
         One row per identity. Re-recording updates the tag, image and run; a row that says
         ``built`` keeps saying so (with its build time) when a later run merely skipped it.
         """
-        _check(action, BUILD_ACTIONS, "build action")
+        check_one_of(action, BUILD_ACTIONS, "build action")
         with self.backend.transaction() as db:
             db.execute("""
                 INSERT INTO builds (run_id, name, lock_hash, context_hash, tag, image_id, size, seconds,
@@ -321,7 +320,7 @@ class Store:
     # --- pushes ---------------------------------------------------------------------------
     def record_push(self, image_id: str, ref: str, digest: str, tag_kind: str) -> None:
         """Record that ``ref`` (registry/repo:tag) pointed at ``digest``; idempotent per (ref, digest)."""
-        _check(tag_kind, TAG_KINDS, "tag kind")
+        check_one_of(tag_kind, TAG_KINDS, "tag kind")
         with self.backend.transaction() as db:
             db.execute("""
                 INSERT INTO pushes (image_id, ref, digest, tag_kind, pushed_at) VALUES (?, ?, ?, ?, ?)
@@ -345,7 +344,7 @@ class Store:
     # --- steps (resumable runs) ----------------------------------------------------------------
     def mark_step(self, run_id: int, image: str, step: str, state: str, lock_hash: str = "") -> None:
         """Mark ``step`` of ``image`` (at ``lock_hash``) as started or done within ``run_id``."""
-        _check(state, STEP_STATES, "step state")
+        check_one_of(state, STEP_STATES, "step state")
         with self.backend.transaction() as db:
             db.execute("""
                 INSERT INTO steps (run_id, image, lock_hash, step, state, updated_at) VALUES (?, ?, ?, ?, ?, ?)

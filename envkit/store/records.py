@@ -93,6 +93,6 @@ class PushRecord:
     pushed_at: str
 
 
-def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
+def check_one_of(value: str, allowed: tuple[str, ...], what: str) -> None:
     if value not in allowed:
         raise EnvkitError(f"{what} {value!r} is not one of {', '.join(allowed)}")

@@ -368,8 +368,8 @@ def cache_gc_on(small_engine: SmallEngine, tmp_path: Path) -> None:
     time.sleep(1.1)  # a newer Created time (seconds) for the new build
     new = buildkit_build(small_engine, tmp_path, "cachegc/a:new", 60 << 20, labelled(2))
     store = tmp_path / "h.sqlite"
-    subprocess.run([sys.executable, "-c", f"from envkit.store.history import Store; Store.open({str(store)!r}).close()"],
-                   cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-c",
+                    f"from envkit.store.history import Store; Store.open({str(store)!r}).close()"], cwd=ROOT, check=True)
     proc, plan = gc_on(small_engine, "--team", "cachegc", "--keep", "1", "--store", str(store), "--build-cache",
                        "0", "--dry-run")
     assert proc.returncode == 0, proc.stderr

@@ -134,7 +134,8 @@ def test_with_the_pair_in_certs_d_the_engine_pushes_and_pulls_and_envkit_reads(d
     with placed(reg.host, client_cert=cert, client_key=key):  # no engine restart
         digest = push(dc, tiny, reg.repo(REPO), STACK_A).digest
         assert reg.manifest_digest(REPO, STACK_A) == digest == remote_digest(dc, reg.repo(REPO), STACK_A)
-        manifest = _RegistryHTTP(as_engine(dc), reg.repo(REPO)).get_manifest(digest)  # by digest, through envkit's client
+        # by digest, through envkit's client
+        manifest = _RegistryHTTP(as_engine(dc), reg.repo(REPO)).get_manifest(digest)
         assert manifest is not None and manifest.digest == digest
         shown = cli_json("show", f"{reg.repo(REPO)}:{STACK_A}", "--store", empty_store(tmp_path))
         assert shown["registry"]["digest"] == digest

@@ -55,7 +55,7 @@ def _imports(tree: ast.Module) -> list[tuple[str, int]]:
 
 
 def test_docker_py_is_imported_only_under_engine():
-    """Every docker-py call is the engine adapter's: the rest of envkit sees the Engine protocol (engine/protocol.py)."""
+    """Every docker-py call is the engine adapter's: the rest of envkit sees engine/protocol.py's Engine."""
     engine = PACKAGE / "engine"
     outside = [f"{_rel(path)}:{line}: import {name}" for path, tree in TREES.items() if engine not in path.parents
                for name, line in _imports(tree) if name == "docker" or name.startswith("docker.")]
@@ -107,7 +107,8 @@ def test_the_certified_tag_has_one_owner():
 
 def test_the_progress_type_has_one_owner():
     def defined(node):
-        return isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "Progress" for t in node.targets)
+        return (isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "Progress" for t in node.targets))
     assert _owners(defined) == {"envkit/support/progress.py"}
 
 

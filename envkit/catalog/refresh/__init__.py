@@ -11,6 +11,6 @@ and said so in the proposal, to be reviewed.
 One module per framework (``torch``, ``jax``, ``tensorflow``) reads the index and edits its
 own file's text in place; ``companions`` then proposes the companions.yaml rows of what they
 added (and of companion releases no row pairs yet); ``common`` holds the result, its diff and
-the checked, atomic write. ``run`` runs the frameworks asked for (``refresh_catalog``); ``arches`` is ``catalog check-arches``,
-``exclude`` is ``catalog exclude``.
+the checked, atomic write. ``run`` runs the frameworks asked for (``refresh_catalog``); ``arches`` is
+``catalog check-arches``, ``exclude`` is ``catalog exclude``.
 """

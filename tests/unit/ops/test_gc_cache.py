@@ -15,7 +15,8 @@ from envkit.errors import EngineError
 from envkit.ops.gc_plan import BUILD_CACHE_NOTE, CacheCutoff, decide_build_cache
 from envkit.engine.inventory import CacheRecord
 from envkit.ops.gc import collect_garbage
-from tests.unit.ops.test_gc import FakeHost, empty_store, img, scratch_dir  # noqa: F401 (fixtures: a store, a private $TMPDIR)
+# (fixtures: a store, a private $TMPDIR)
+from tests.unit.ops.test_gc import FakeHost, empty_store, img, scratch_dir  # noqa: F401
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=timezone.utc)
 CUTOFF = CacheCutoff(NOW - timedelta(hours=24), "24 h ago")

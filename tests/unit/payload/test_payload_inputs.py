@@ -149,9 +149,11 @@ def test_infinite_floors_are_refused():
 def _expects() -> List[dict]:
     """Every expect document envkit writes or sends: the example locks' (render's expect.json), the
     fixtures', and the pin labels' as the harness passes them on."""
-    docs = [expected(i) for name in ("team.lock", "frameworks.lock") for i in load_lock(ROOT / "examples" / name).images]
+    docs = [expected(i) for name in ("team.lock", "frameworks.lock")
+            for i in load_lock(ROOT / "examples" / name).images]
     docs += [expected(make_image()), expected(make_jax_image()), expected(make_tf_image()),
-             expected(make_image(cuda=None, cuda_major_minor=None, cudnn=None, nccl=None, arch_list=(), driver_floor=None))]
+             expected(make_image(cuda=None, cuda_major_minor=None, cudnn=None, nccl=None, arch_list=(),
+                                 driver_floor=None))]
     docs += [expected(make_image(requested=("numpy",))), expected(make_jax_image(requested=("numpy", "not-locked")))]
     docs += [contents.payload_expect(expect_from_labels(labels)) for labels in (
         {}, {"io.envkit.framework": "torch==2.5.1", "io.envkit.cuda": "none"},
@@ -167,7 +169,8 @@ def test_every_expect_envkit_makes_passes(expect):
 
 def test_the_harness_leaves_out_nulls_the_payload_would_refuse():
     """A pin label an image lacks gives null (python, torch); null cuda still means a CPU-only build."""
-    sent = contents.payload_expect({"torch": None, "python": None, "cuda": None, "arch_list": None, "driver_floor": None})
+    sent = contents.payload_expect({"torch": None, "python": None, "cuda": None, "arch_list": None,
+                                    "driver_floor": None})
     assert sent == {"cuda": None, "arch_list": None, "driver_floor": None}
 
 

@@ -16,9 +16,9 @@ from requests.adapters import BaseAdapter
 
 from envkit.errors import EngineError
 from envkit.registry.api import _RegistryHTTP
-from envkit.registry.remote import (RegistryRef, classify_tags, config_facts, inspect_remote, latest_per_gpu,
-                                    list_registry, manifest_parts, merge_store, parse_ref, parse_registry,
-                                    pick_platform)
+from envkit.registry.remote_parse import (RegistryRef, classify_tags, config_facts, latest_per_gpu, manifest_parts,
+                                          parse_ref, parse_registry, pick_platform)
+from envkit.registry.remote import inspect_remote, list_registry, merge_store
 from tests.integration.published import LOCK_A, LOCK_B, STACK_A, STACK_B
 
 RECORDED = json.loads((Path(__file__).parents[1] / "data" / "registry" / "answers.json").read_text())

@@ -131,7 +131,8 @@ def test_a_mount_that_will_not_go_keeps_the_directory_and_says_what_to_do(tmp_pa
     tmp = tmp_path / "envkit-rootfs-t"
     _mount_proc(tmp / "rootfs" / "proc")
     real_run = subprocess.run
-    monkeypatch.setattr("envkit.support.scratch.subprocess.run", lambda *a, **k: subprocess.CompletedProcess(a, 32, "", "busy"))
+    monkeypatch.setattr("envkit.support.scratch.subprocess.run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 32, "", "busy"))
     try:
         with pytest.raises(EngineError) as err:
             scratch.remove(tmp)
