@@ -38,7 +38,7 @@ integration: venv engine
 # hadolint (with .hadolint.yaml's reasons) over the committed Dockerfiles and freshly rendered ones.
 lint: venv
 	$(BIN)/hadolint --config .hadolint.yaml dockerfiles/*/Dockerfile
-	$(BIN)/python -m pytest -q tests/unit/test_lint.py
+	$(BIN)/python -m pytest -q tests/unit/render/test_lint.py
 
 schema: venv
 	$(BIN)/envkit schema > schema/team.schema.json

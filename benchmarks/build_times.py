@@ -31,12 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envkit.base import ensure_base  # noqa: E402
-from envkit.build import run_build, stage_context  # noqa: E402
-from envkit.closure import Pin, compile_closure  # noqa: E402
+from envkit.build.base import ensure_base  # noqa: E402
+from envkit.build.builder import run_build, stage_context  # noqa: E402
+from envkit.index.closure import Pin, compile_closure  # noqa: E402
 from envkit.engine.docker_engine import connect  # noqa: E402
 from envkit.lock import Package, load_lock, sealed  # noqa: E402
-from envkit.render import render_files  # noqa: E402
+from envkit.render.files import render_files  # noqa: E402
 
 TAG = "envkit-bench/torch25"
 SHARED = 3  # layers below the extras: base, OS packages + user, framework venv

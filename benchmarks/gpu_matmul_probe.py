@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parent.parent / "envkit" / "certify" / "payload" / "envkit_check"))
+sys.path.append(str(Path(__file__).resolve().parent.parent / "envkit" / "payload" / "envkit_check"))
 
 
 def clocks() -> str:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from envkit.catalog import load_catalog  # noqa: E402
-from envkit.resolve import plan  # noqa: E402
+from envkit.catalog.files import load_catalog  # noqa: E402
+from envkit.resolve.plan import plan  # noqa: E402
 from envkit.spec import load_spec  # noqa: E402
 
 FRAMEWORKS = ["torch==2.5.*", "torch>=2.7,<2.12", "torch==2.11.*", "torch~=2.14.0", "jax[cuda13]>=0.8",

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envkit.catalog import load_catalog  # noqa: E402
-from envkit.closure import uv_binary  # noqa: E402
-from envkit.index import DEFAULT_INDEX  # noqa: E402
+from envkit.catalog.files import load_catalog  # noqa: E402
+from envkit.index.closure import uv_binary  # noqa: E402
+from envkit.index.urls import DEFAULT_INDEX  # noqa: E402
 from envkit.spec import load_spec  # noqa: E402
 
 

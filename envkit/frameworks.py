@@ -1,6 +1,6 @@
 """What envkit knows about each framework it locks, in one place.
 
-The resolver treats frameworks through the catalog (``candidates.py``); everything *after* the
+The resolver treats frameworks through the catalog (``resolve/candidates.py``); everything *after* the
 lock that differs between frameworks is here: whether envkit builds its images (and offline
 bundles, and the devel flavour), what the in-image payload must find (``expect``, straight from
 the lock, or from an image's pin labels), the framework's own pin labels, and the host's verdict
@@ -11,9 +11,9 @@ and which of the payload's GPU-only checks exist and must pass for ``certified``
 The packages the team asked for (the spec's ``pip:`` packages, ``LockedImage.requested``) are the same
 for every framework: the expect document's ``requested`` (each canonical name with its locked version),
 the pin label ``io.envkit.requested``, and the payload's ``requested_imports`` check, which the host
-judges per package (``certify/certificate.py``).
+judges per package (``certify/verdict.py``).
 
-The payload (``certify/payload/envkit_check/``: a registry per framework, in ``envkit_check_torch``,
+The payload (``payload/envkit_check/``: a registry per framework, in ``envkit_check_torch``,
 ``envkit_check_jax`` and ``envkit_check_tf``) cannot import envkit, so its check names are written
 there too; ``tests/unit/test_frameworks.py`` holds the two in step.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Literal
 
 from .errors import BuildError, EnvkitError
-from .labels import PREFIX
+from .support.labels import PREFIX
 
 if TYPE_CHECKING:
     from .lock import LockedImage
@@ -74,11 +74,13 @@ class Pin:
 
 @dataclass(frozen=True)
 class Framework:
-    name: str  # the lock's project name
+    name: str  # the lock's project name (its project on the package index)
     title: str
+    catalog_file: str  # its releases in the catalog: envkit/catalog/data/<catalog_file>.yaml
+    extras: frozenset[str]  # the extras team.yaml may ask for in the requirement (jax[cuda13])
     builds: bool  # envkit builds and verifies its images
     bundles: bool  # envkit makes offline bundles of its images (tested end to end)
-    devel: bool  # the devel flavour knows it (devel.py still refuses a CUDA release it has no compiler for)
+    devel: bool  # the devel flavour knows it (resolve/devel.py still refuses a CUDA release it has no compiler for)
     coverage: Literal["arch_list", "min_cc"]  # how GPUs are judged covered
     pins: tuple[Pin, ...]
     gpu_checks: tuple[str, ...]  # the payload's GPU-only checks, in run order
@@ -114,7 +116,8 @@ def _torch_from_labels(val: dict) -> dict:
 
 
 TORCH = Framework(
-    name="torch", title="PyTorch", builds=True, bundles=True, devel=True, coverage="arch_list",
+    name="torch", title="PyTorch", catalog_file="pytorch", extras=frozenset(),
+    builds=True, bundles=True, devel=True, coverage="arch_list",
     # python and cuda on major.minor; torch reports cuDNN as M.m.p; torch's local tag (+cu124) is ignored
     pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime", 2), Pin("cudnn", "cuDNN", 3),
           Pin("nccl", "NCCL", 3), Pin("torch", "torch", public=True)),
@@ -161,7 +164,8 @@ def _jax_from_labels(val: dict) -> dict:
 JAX = Framework(
     # devel: jax[cuda13] (its closure holds the whole CUDA 13 compiler, which the plugin uses for ptxas);
     # jax[cuda12] locks a CUDA 12 release, refused by devel.check_cuda unless it is Debian's 12.4
-    name="jax", title="JAX", builds=True, bundles=True, devel=True, coverage="min_cc",
+    name="jax", title="JAX", catalog_file="jax", extras=frozenset({"cuda12", "cuda13"}),
+    builds=True, bundles=True, devel=True, coverage="min_cc",
     # the CUDA libraries are read from the installed nvidia-* distributions: whole versions, exactly
     pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime"), Pin("cudnn", "cuDNN"), Pin("nccl", "NCCL"),
           Pin("jax", "jax", public=True), Pin("jaxlib", "jaxlib", public=True),
@@ -181,7 +185,7 @@ JAX = Framework(
 # the compute capabilities tensorflow reports it was compiled for (tf.sysconfig.get_build_info()
 # ["cuda_compute_capabilities"]; 2.20.0: sm_60 sm_70 sm_80 sm_89 compute_90, read in the built
 # image). The lock's arch list is the same fact, read from the wheel's build_info.py when resolving
-# (envkit.wheel_arches; the catalog's TfRelease.arches otherwise, unconfirmed), so it is neither
+# (envkit.index.wheel_arches; the catalog's TfRelease.arches otherwise, unconfirmed), so it is neither
 # expected nor stamped on TensorFlow images: the image's own list is what coverage is judged on.
 def _tf_expect(image: LockedImage) -> dict:
     return {"framework": "tensorflow", "tensorflow": image.framework_version, "cuda": image.cuda,
@@ -219,7 +223,8 @@ def _tf_built_against(facts: dict, expect: dict) -> list[str]:
 
 
 TENSORFLOW = Framework(
-    name="tensorflow", title="TensorFlow", builds=True, bundles=True, devel=False, coverage="arch_list",
+    name="tensorflow", title="TensorFlow", catalog_file="tensorflow", extras=frozenset({"and-cuda"}),
+    builds=True, bundles=True, devel=False, coverage="arch_list",
     # the CUDA libraries as for JAX: the installed nvidia-* distributions, every component
     pins=(Pin("python", "Python", 2), Pin("cuda", "CUDA runtime"), Pin("cudnn", "cuDNN"), Pin("nccl", "NCCL"),
           Pin("tensorflow", "tensorflow", public=True)),
@@ -240,6 +245,13 @@ TENSORFLOW = Framework(
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (TORCH, JAX, TENSORFLOW)}
+NAMES: tuple[str, ...] = tuple(FRAMEWORKS)  # the frameworks envkit knows, in this order everywhere
+ARCH_LISTED: tuple[str, ...] = tuple(n for n, f in FRAMEWORKS.items() if f.coverage == "arch_list")  # check-arches
+
+
+def expected(image: LockedImage) -> dict:
+    """What the in-image payload must find in ``image``, straight from the lock (``Framework.expect``)."""
+    return framework(image.framework).expect(image)
 
 
 def framework(name: str) -> Framework:

@@ -8,8 +8,6 @@ reach a rendered file is validated here against the grammar it belongs to.
 from __future__ import annotations
 
 import difflib
-import functools
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -28,7 +26,9 @@ from pydantic import (
 )
 
 from .errors import Location, SpecError
-from .yamlsource import Document, load_yaml
+from .support.yamlsource import Document, load_yaml
+from .support.ca_bundle import check_pem, env_ca_skipped, env_ca_source
+from .support.models import Strict, fields_at
 
 SPEC_VERSION = 1
 
@@ -141,10 +141,6 @@ ImageRef = Annotated[str, _grammar(IMAGE_REF_RE, "image reference")]
 AptPackage = Annotated[str, _grammar(APT_RE, "Debian package (name or name=version)")]
 PipRequirement = Annotated[str, AfterValidator(_requirement)]
 Specifier = Annotated[str, AfterValidator(_specifier)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Bootstrap(Strict):
@@ -291,60 +287,6 @@ class Spec(Strict):
         return check_pem(path, f"${var} ({path})", None)
 
 
-PEM_HINT = ("give a PEM bundle (-----BEGIN CERTIFICATE----- blocks); convert a DER file with "
-            "`openssl x509 -inform der -in ca.cer -out ca.pem`")
-
-
-def check_pem(path: Path, what: str, location: Location | None) -> Path:
-    """``path`` when TLS can load it as CA certificates; else the error that says so, where it was named (a file
-    holding no certificate otherwise surfaces as "cannot reach the package index", blamed on the network)."""
-    try:
-        st = path.stat()
-        problem = _pem_problem(str(path), (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size))
-    except OSError as exc:  # raised, so never cached: a permission may be fixed any moment
-        problem = ("cannot be read", exc.strerror or str(exc))
-    if problem is None:
-        return path
-    if problem[0] == "cannot be read":
-        raise SpecError(f"{what} cannot be read: {problem[1]}", location=location,
-                        hint="make it readable by this user, or name another bundle")
-    raise SpecError(f"{what} holds no PEM certificate ({problem[1]})", location=location, hint=PEM_HINT)
-
-
-@functools.lru_cache(maxsize=8)
-def _pem_problem(path: str, _version: tuple[int, ...]) -> tuple[str, str] | None:
-    """Load the bundle as TLS will (37 ms for Debian's 144 certificates), once per file version and process: the
-    version is its device, inode, mtime, ctime and size (a copy that keeps the mtime, a rename over it, a chmod:
-    each changes one)."""
-    import ssl
-
-    try:
-        ssl.create_default_context(cafile=path)
-    except ssl.SSLError as exc:  # a subclass of OSError: the bundle was read and holds no certificate
-        return "no certificate", str(exc.reason or exc)
-    return None
-
-
-CA_ENV = ("ENVKIT_CA_BUNDLE", "PIP_CERT")  # where a CA bundle comes from when the spec names none, in order
-
-
-def env_ca_source() -> tuple[str, Path] | None:
-    """The first of CA_ENV that names a file, and the file (one naming nothing is skipped: `envkit doctor` says so)."""
-    for var in CA_ENV:
-        value = os.environ.get(var)
-        if value and Path(value).is_file():
-            return var, Path(value)
-    return None
-
-
-def env_ca_skipped() -> list[tuple[str, str]]:
-    """The CA variables consulted before the one ``env_ca_source`` takes (all, when none names a file) that are set
-    but name no file: (variable, value). Resolve and build skip them; doctor fails on them, the others warn."""
-    found = env_ca_source()
-    consulted = CA_ENV[:CA_ENV.index(found[0]) + 1] if found else CA_ENV
-    return [(v, os.environ[v]) for v in consulted if os.environ.get(v) and not Path(os.environ[v]).is_file()]
-
-
 def env_ca_skip_note(spec: "Spec | None" = None) -> str | None:
     """A warning for a CA variable that names no file, unless the spec names its own bundle (then none is read)."""
     if spec is not None and spec.build.ca_bundle:
@@ -356,12 +298,6 @@ def env_ca_skip_note(spec: "Spec | None" = None) -> str | None:
     found = env_ca_source()
     instead = f"${found[0]} ({found[1]})" if found else "the default trust store"
     return f"warning: ${var}={value} names no file, so it is skipped: TLS is verified with {instead}"
-
-
-def env_ca_bundle() -> Path | None:
-    """The file of ``env_ca_source``."""
-    found = env_ca_source()
-    return found[1] if found else None
 
 
 class Target(BaseModel):
@@ -420,7 +356,7 @@ def _spec_error(exc: ValidationError, doc: Document) -> SpecError:
     kind = err["type"]
     if kind == "extra_forbidden":
         key = loc[-1]
-        allowed = sorted(_fields_at(Spec, loc[:-1]))
+        allowed = sorted(fields_at(Spec, loc[:-1]))
         close = difflib.get_close_matches(str(key), allowed, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         return SpecError(
@@ -444,29 +380,6 @@ def _spec_error(exc: ValidationError, doc: Document) -> SpecError:
     if kind == "literal_error":
         return SpecError(f"{dotted}: {_short(repr(value))} is not allowed; {msg.lower()}", location=where)
     return SpecError(f"{dotted}: {msg}", location=where)
-
-
-def _fields_at(model: type[BaseModel], loc: tuple) -> set[str]:
-    """The allowed keys of the model found by walking ``loc`` from ``model``."""
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = current.model_fields.get(part) if isinstance(current, type) else None
-        if field is None:
-            return set()
-        current = _model_in(field.annotation)
-    return set(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else set()
-
-
-def _model_in(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
 
 
 def json_schema() -> dict[str, Any]:

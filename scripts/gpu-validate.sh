@@ -17,7 +17,7 @@ txt="$OUT/gpu-validation.txt"
 timeout 60 python3 scripts/gpu_expect.py > "$OUT/expect.json" 2>> "$txt" || echo '{}' > "$OUT/expect.json"
 
 start=$(date +%s)
-timeout -k 10 200 python3 envkit/certify/payload/envkit_check --mode certify --expect "$OUT/expect.json" \
+timeout -k 10 200 python3 envkit/payload/envkit_check --mode certify --expect "$OUT/expect.json" \
   --json --timeout 150 > "$OUT/gpu-validation.json" 2> "$OUT/gpu-validation.stderr"
 echo "payload exit=$? wall_s=$(( $(date +%s) - start ))" >> "$txt"
 
@@ -28,7 +28,7 @@ python3 scripts/gpu_summary.py "$OUT/gpu-validation.json" torch >> "$txt" 2>&1
 if python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("jax") is None)' 2>/dev/null; then
   timeout 60 python3 scripts/gpu_expect.py --framework jax > "$OUT/expect-jax.json" 2>> "$txt" || echo '{}' > "$OUT/expect-jax.json"
   start=$(date +%s)
-  timeout -k 10 200 python3 envkit/certify/payload/envkit_check --framework jax --mode certify \
+  timeout -k 10 200 python3 envkit/payload/envkit_check --framework jax --mode certify \
     --expect "$OUT/expect-jax.json" --json --timeout 150 > "$OUT/gpu-validation-jax.json" 2> "$OUT/gpu-validation-jax.stderr"
   echo "jax payload exit=$? wall_s=$(( $(date +%s) - start ))" >> "$txt"
   python3 scripts/gpu_summary.py "$OUT/gpu-validation-jax.json" jax >> "$txt" 2>&1

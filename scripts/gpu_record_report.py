@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from envkit import __version__  # noqa: E402
 from envkit.certify.certificate import certificate_from  # noqa: E402
-from envkit.report import write_reports  # noqa: E402
+from envkit.certify.report import write_reports  # noqa: E402
 
 # document -> (its expect file, the summary whose first line is the run's date)
 RUNS = {"gpu-validation.json": ("expect.json", "gpu-validation.txt"),

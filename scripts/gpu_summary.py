@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-PAYLOAD = Path(__file__).resolve().parent.parent / "envkit" / "certify" / "payload" / "envkit_check"
+PAYLOAD = Path(__file__).resolve().parent.parent / "envkit" / "payload" / "envkit_check"
 
 
 def main(path: str, framework: str = "torch") -> int:

@@ -35,8 +35,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import CatalogError, Location
-from ..yamlsource import parse_yaml
-from .text import utf8_text
+from ..support.yamlsource import parse_yaml
+from ..frameworks import FRAMEWORKS
 
 FILE = "companions.yaml"
 KEY = "companions"
@@ -164,7 +164,14 @@ def read_companions(directory: Path) -> bytes | None:
 def check_companions(path: Path, raw: bytes, releases: dict[str, tuple[str, ...]],
                      sources: dict[str, str]) -> Companions:
     """The file's rows, or a CatalogError at the file:line:col of the first bad value."""
-    text = utf8_text(path, raw)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = raw.rfind(b"\n", 0, exc.start) + 1
+        column = len(raw[start:exc.start].decode("utf-8", errors="replace")) + 1
+        raise CatalogError(f"catalog file {path.name} is not UTF-8 text: byte 0x{raw[exc.start]:02x} cannot be decoded",
+                           hint="save the file as UTF-8 (YAML files are UTF-8 text)",
+                           location=Location(str(path), raw[:exc.start].count(b"\n") + 1, column)) from None
     try:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
@@ -221,7 +228,7 @@ def _check_row(framework: str, i: int, item, known: tuple[str, ...], sources: di
         if key not in item:
             raise fail(f"{where} has no {key}", *at)
     version = item["version"]
-    file = {"torch": "pytorch.yaml", "jax": "jax.yaml", "tensorflow": "tensorflow.yaml"}[framework]
+    file = f"{FRAMEWORKS[framework].catalog_file}.yaml"
     if not isinstance(version, str):
         raise fail(f"{where}.version must be a quoted string, not {version!r}", *at, "version",
                    hint='quote it: version: "2.10" (unquoted, YAML reads 2.10 as the number 2.1)')

@@ -24,23 +24,24 @@ from typing import Annotated
 
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints, ValidationError
+from pydantic import Field, StrictStr, StringConstraints, ValidationError
 
 from ..errors import CatalogError, Location
-from ..yamlsource import parse_yaml
+from ..support.yamlsource import parse_yaml
+from ..frameworks import FRAMEWORKS
+from ..support.models import Frozen
 
 KEY = "excluded"
 # framework (as team.yaml and the resolver name it) -> the catalog file (without .yaml) holding its rows
-FRAMEWORK_FILES = {"torch": "pytorch", "jax": "jax", "tensorflow": "tensorflow"}
+FRAMEWORK_FILES = {name: fw.catalog_file for name, fw in FRAMEWORKS.items()}
 _ROW_HINT = ('each row: {version: "X.Y.Z", reason: "why it is left out", sources: [KEY of sources.yaml]} '
              "(optional added: YYYY-MM-DD); see docs/catalog.md")
 _Text = Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1)]
 
 
-class ExclusionRow(BaseModel):
+class ExclusionRow(Frozen):
     """One ``excluded:`` row as written."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     version: StrictStr
     reason: _Text
     sources: tuple[_Text, ...] = Field(min_length=1)

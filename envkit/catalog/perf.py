@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from ..errors import CatalogError
-from . import Verified, data_dir, packaged_dir
+from ..support.models import Frozen
+from .files import perf_path
+from .models import Verified
 
 # the payload's measured keys a floor may name (its matmul probe; see perf.yaml on why copies are not here)
 KEYS = ("bf16_matmul_tflops", "fp16_matmul_tflops")
-FILE = "perf.yaml"
 
 
 def _positive(value: float) -> float:
@@ -33,8 +34,7 @@ def _positive(value: float) -> float:
 Floor = Annotated[float, AfterValidator(_positive)]
 
 
-class ModelFloors(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ModelFloors(Frozen):
     models: tuple[Annotated[str, Field(min_length=1)], ...] = Field(min_length=1)
     bf16_matmul_tflops: Floor | None = None
     fp16_matmul_tflops: Floor | None = None
@@ -46,8 +46,7 @@ class ModelFloors(BaseModel):
         return {k: getattr(self, k) for k in KEYS if getattr(self, k) is not None}
 
 
-class PerfFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class PerfFile(Frozen):
     version: int = Field(ge=1, le=1)
     sources: dict[str, str]
     floors: tuple[ModelFloors, ...]
@@ -70,12 +69,6 @@ def model_key(name: str) -> str:
     """'NVIDIA H200' and 'nvidia h200 ' are the same model (the run gate compares names the same way)."""
     name = " ".join(str(name).split()).lower()
     return name[len("nvidia "):] if name.startswith("nvidia ") else name
-
-
-def perf_path() -> Path:
-    """The team catalog's ``perf.yaml`` when it has one, else the packaged one."""
-    team = data_dir() / FILE
-    return team if team.exists() else packaged_dir() / FILE
 
 
 def load_perf(path: str | Path | None = None) -> PerfFile:

@@ -1,1 +1,2 @@
-"""Certification of built images: the in-image payload and its host-side contract."""
+"""The host's verdict on a built image (``verdict``), the certificate that records it (``certificate``), the reports
+(``report``: JSON, JUnit, HTML), and the gate ``envkit run`` puts before a job (``gate``)."""

@@ -29,43 +29,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
-from ..catalog import vtuple
-from ..catalog.perf import floors_for
-from ..errors import EnvkitError, VerificationError
-from ..frameworks import REQUESTED, REQUESTED_CHECK, TORCH, Framework, Pin, of_expect
-from ..labels import LOCK_LABEL
-from ..resolve import covers
-from .harness import RESERVE_S as HARNESS_RESERVE_S
+from ..errors import VerificationError
+from ..support.labels import LOCK_LABEL
+from ..support.models import Frozen
+from .verdict import CheckStatus, Status, as_number, decide
+from .. import __version__
+from ..payload.harness import run_payload
 
 CERTIFICATE_VERSION = 1
-PAYLOAD_SCHEMA = "envkit.payload/1"
 LABEL_PREFIX = "io.envkit.certified."
-
-Status = Literal["certified", "verified", "failed"]
-CheckStatus = Literal["passed", "failed", "skipped"]
-
-# Per framework (``envkit/frameworks.py``): the payload's GPU-only checks in run order, those that
-# must have passed for ``certified`` (they prove the GPU really ran the stack), and those that can
-# honestly pass with no device usable by the framework (the driver probe, NVML sampling). The
-# framework is the lock's (the expect document), never the payload's word. PyTorch's, by name:
-GPU_CHECKS = TORCH.gpu_checks
-REQUIRED_GPU_CHECKS = TORCH.required_gpu_checks
-DEVICELESS_GPU_CHECKS = TORCH.deviceless_gpu_checks
-GPU_LIBRARIES = ("cuda", "cudnn", "nccl")  # a lock giving none of these means a CPU-only build
-NO_GPU_REQUESTED = "certification asked for a GPU but none is visible in the container"
 MAX_SAMPLES_PER_GPU = 500  # plotted samples kept per GPU; the maxima are over every sample
-_ARCH = re.compile(r"^(sm|compute)_\d{2,3}[af]?$")
 _SLUG = re.compile(r"[^a-z0-9]+")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CheckRecord(_Frozen):
+class CheckRecord(Frozen):
     """One payload check, as reported."""
 
     name: str
@@ -76,7 +55,7 @@ class CheckRecord(_Frozen):
     seconds: float = 0.0
 
 
-class TelemetrySummary(_Frozen):
+class TelemetrySummary(Frozen):
     """The peaks of one GPU's NVML samples (None where NVML gave no reading)."""
 
     gpu: int
@@ -88,7 +67,7 @@ class TelemetrySummary(_Frozen):
     clock_event_reasons: tuple[str, ...] = ()  # every reason seen, sorted
 
 
-class TelemetrySample(_Frozen):
+class TelemetrySample(Frozen):
     t: float
     gpu: int
     util_pct: float | None = None
@@ -98,7 +77,7 @@ class TelemetrySample(_Frozen):
     clock_event_reasons: tuple[str, ...] | None = None
 
 
-class Certificate(_Frozen):
+class Certificate(Frozen):
     version: Literal[1] = CERTIFICATE_VERSION
     image: str  # the reference that was run (tag)
     image_id: str  # the engine's image id (content digest)
@@ -141,248 +120,6 @@ class Certificate(_Frozen):
         return json.dumps(self.to_json(), indent=2, sort_keys=True).encode() + b"\n"
 
 
-# ----------------------------------------------------------------------- the verdict
-def _n(text: Any, parts: int) -> tuple[int, ...]:
-    """The first ``parts`` integer components of a version, missing ones as 0."""
-    nums = [int(x) for x in re.findall(r"\d+", str(text))]
-    return tuple((nums + [0] * parts)[:parts])
-
-
-def _public(version: Any) -> str:
-    return str(version).partition("+")[0].strip()
-
-
-def _same(have: Any, want: Any, pin: Pin) -> bool:
-    if pin.public:
-        try:
-            return Version(_public(have)).public == Version(_public(want)).public
-        except InvalidVersion:
-            return _public(have) == _public(want)
-    parts = pin.parts or max(len(re.findall(r"\d+", str(want))), len(re.findall(r"\d+", str(have))))
-    return _n(want, parts) == _n(have, parts)
-
-
-def _compare_versions(facts: dict, expect: dict, fw: Framework) -> list[str]:
-    reasons = []
-    for pin in fw.pins:
-        if pin.key not in expect:
-            continue  # the lock says nothing: nothing to compare
-        want, have = expect[pin.key], facts.get(pin.key)
-        if pin.public:  # a project's own version (torch, jax): compared when the lock gives one
-            if want is not None and (have is None or not _same(have, want, pin)):
-                reasons.append(f"{pin.label}: the lock expects {want} but the image has {have or 'none'}")
-            continue
-        if want is None and (have is None or pin.key not in GPU_LIBRARIES):
-            continue  # none expected and none found; or no Python pin given (an image without its label)
-        if want is None:
-            reasons.append(f"{pin.label}: the lock expects none (CPU-only build) but the image has {have}")
-        elif have is None:
-            reasons.append(f"{pin.label}: the lock expects {want} but the image has none")
-        elif not _same(have, want, pin):
-            how = f"the first {pin.parts} components" if pin.parts else "every component"
-            reasons.append(f"{pin.label}: the lock expects {want} but the image has {have} (compared on {how})")
-    if fw.coverage == "arch_list" and "arch_list" in expect:
-        want = set(expect.get("arch_list") or [])
-        have = set(facts.get("arch_list") or [])
-        if want != have:
-            reasons.append(f"arch list: the lock expects {' '.join(sorted(want)) or '(none)'} but {fw.name} was built "
-                           f"for {' '.join(sorted(have)) or '(none)'}")
-    return reasons
-
-
-def _cc_of(gpu: dict) -> str | None:
-    cc = str(gpu.get("cc") or "")
-    if re.fullmatch(r"\d+\.\d+", cc):
-        return cc
-    from ..catalog import load_catalog  # only when the device did not say
-
-    try:
-        arch = load_catalog().gpu(str(gpu.get("name") or ""))
-    except Exception:
-        return None
-    return arch.cc if arch else None
-
-
-def _coverage(facts: dict, expect: dict, fw: Framework) -> list[str]:
-    """Every visible GPU must be covered: by the compiled arch list (torch: the lock's; tensorflow,
-    whose lock carries none: the one the image reports from its build info), or by the framework
-    build's minimum compute capability (jax: the catalog's min_cc, carried by the lock)."""
-    if fw.coverage == "min_cc":
-        floor = expect.get("min_cc")
-        arches, shown = (), ""
-    else:
-        floor = None
-        arch_list = expect["arch_list"] if "arch_list" in expect else facts.get("arch_list")
-        arches = tuple(a for a in (arch_list or []) if _ARCH.match(str(a)))
-        shown = " ".join(arch_list or []) or "(none)"
-    reasons = []
-    for gpu in facts.get("gpus") or []:
-        name = gpu.get("name") or f"GPU {gpu.get('index', '?')}"
-        cc = _cc_of(gpu)
-        if cc is None:
-            reasons.append(f"cannot tell the compute capability of {name} (reported cc {gpu.get('cc')!r})")
-        elif fw.coverage == "min_cc":
-            if floor is None:
-                reasons.append(f"the lock gives no minimum compute capability for this {fw.title} build; "
-                               f"cannot tell whether it runs on {name} (cc {cc})")
-            elif vtuple(cc) < vtuple(str(floor)):
-                reasons.append(f"{fw.title} build needs compute capability >= {floor}; {name} is cc {cc}")
-        elif not covers(arches, cc, ptx_ok=True):
-            reasons.append(f"arch list {shown} has no kernels for {name} (cc {cc})")
-    return reasons
-
-
-def _driver(facts: dict, expect: dict, gpus: list) -> list[str]:
-    floor, driver = expect.get("driver_floor"), facts.get("driver")
-    if not floor:
-        return []
-    if not driver:
-        return [f"GPUs are visible but the driver version is unknown; cannot check the floor {floor}"] if gpus else []
-    try:
-        have, want = vtuple(str(driver)), vtuple(str(floor))
-    except ValueError:
-        return [f"driver version {driver!r} is not a dotted version; cannot compare it with the floor {floor}"]
-    width = max(len(have), len(want))
-    if have + (0,) * (width - len(have)) < want + (0,) * (width - len(want)):
-        return [f"driver {driver} is below the lock's driver floor {floor}"]
-    return []
-
-
-def _catalog_floors(by_name: dict, expect: dict, gpus: list) -> list[str]:
-    """The catalog's performance floors for GPU 0's model (``catalog/data/perf.yaml``; the probes measure on GPU 0)
-    against what the payload measured; a key the lock sets in its own ``perf_floors`` is left to the payload,
-    which judged it already. A value the payload did not report is not compared."""
-    if not gpus:
-        return []
-    first = next((g for g in gpus if g.get("index") == 0), gpus[0])
-    name = str(first.get("name") or "")
-    floors, sources = floors_for(name)
-    own = expect.get("perf_floors") if isinstance(expect.get("perf_floors"), dict) else {}
-    measured = {k: v for c in by_name.values() if isinstance(c.get("value"), dict) for k, v in c["value"].items()}
-    out = []
-    for key, floor in floors.items():
-        value = _num(measured.get(key))
-        if key not in own and value is not None and value < floor:
-            out.append(f"{key} {value:g} on {name} is below the catalog's floor {floor:g} for that model "
-                       f"(perf.yaml, from {', '.join(sources)}): the GPU runs slower than one of its kind should "
-                       "(throttling, power or clock limits, another job on it)")
-    return out
-
-
-REQUESTED_STATUSES = ("ok", "failed", "no_modules")  # per package, in requested_imports' value
-
-
-def _same_release(have: Any, want: Any) -> bool:
-    """The same version, local tag included (the image installs exactly the lock's pin)."""
-    try:
-        return Version(str(have)) == Version(str(want))
-    except InvalidVersion:
-        return str(have).strip().lower() == str(want).strip().lower()
-
-
-def _requested(by_name: dict, expect: dict) -> list[str]:
-    """The lock's requested packages against the payload's per-package report (``requested_imports``): reported,
-    not failed (the reason names the package and the error), at the lock's version. A failed check whose value
-    names no failed package still fails, by its message."""
-    check = by_name.get(REQUESTED_CHECK)
-    generic = ([f"check {REQUESTED_CHECK} failed: {check.get('message') or '(no message)'}"]
-               if check and check.get("status") == "failed" else [])
-    wanted = expect.get(REQUESTED)
-    if not wanted:
-        return generic
-    if not isinstance(wanted, dict):
-        return [f"the lock's requested packages are not a mapping of names to versions: {str(wanted)[:80]}"]
-    if check is None:
-        return [f"the payload did not check the requested packages ({', '.join(wanted)}): no {REQUESTED_CHECK} check"]
-    value = check.get("value") if isinstance(check.get("value"), list) else []
-    reported = {e.get("name"): e for e in value if isinstance(e, dict)}
-    reasons = []
-    for name, want in wanted.items():
-        entry = reported.get(name)
-        if entry is None:
-            reasons.append(f"requested package {name}: the payload reported nothing for it "
-                           f"({REQUESTED_CHECK} {check.get('status')}: {check.get('message') or 'no message'})")
-            continue
-        status, have = entry.get("status"), entry.get("version")
-        shown = f"{name} {have}" if have else name
-        if status == "failed":
-            reasons.append(f"requested package {shown} failed: {entry.get('error') or '(no error given)'}")
-        elif status not in REQUESTED_STATUSES:
-            reasons.append(f"requested package {shown} has unknown status {status!r}")
-        elif want is not None and (have is None or not _same_release(have, want)):
-            reasons.append(f"requested package {name}: the lock expects {want} but the image has {have or 'none'}")
-    return reasons or generic
-
-
-def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tuple[str, ...]]:
-    """The host's outcome for a payload document ``doc`` against the lock's ``expect``."""
-    if not isinstance(doc, dict):
-        return "failed", ("the payload's report is not a JSON object",)
-    reasons: list[str] = []
-    if doc.get("schema") != PAYLOAD_SCHEMA:
-        reasons.append(f"the payload's report has schema {doc.get('schema')!r}, not {PAYLOAD_SCHEMA!r}")
-    facts = doc.get("facts") if isinstance(doc.get("facts"), dict) else {}
-    checks = [c for c in doc.get("checks") or [] if isinstance(c, dict)]
-    if not checks:
-        reasons.append("the payload reported no checks")
-    by_name = {c.get("name"): c for c in checks}
-    gpus = [g for g in facts.get("gpus") or [] if isinstance(g, dict)]
-    try:
-        fw = of_expect(expect)
-    except EnvkitError as exc:
-        return "failed", (f"{exc.message}; the lock's expectations cannot be judged",)
-    if not fw.builds:
-        return "failed", (f"envkit does not verify {fw.title} images yet",)
-
-    for c in checks:
-        if c.get("name") == REQUESTED_CHECK and c.get("status") == "failed":
-            continue  # judged per package below (_requested)
-        if c.get("status") == "failed":
-            reasons.append(f"check {c.get('name')} failed: {c.get('message') or '(no message)'}")
-        elif c.get("status") not in ("passed", "skipped"):
-            reasons.append(f"check {c.get('name')} has unknown status {c.get('status')!r}")
-    late = by_name.get("timeout", {})
-    if late.get("status") == "failed":  # facts gathered after the stop are missing, not mismatched: say only why
-        value = late.get("value") if isinstance(late.get("value"), dict) else {}
-        reasons.append(f"the payload stopped at its time limit while running {value.get('running') or 'setup'}, "
-                       "so the checks after it never ran; certify again with a longer --timeout "
-                       f"(the payload stops {HARNESS_RESERVE_S} s before it, to report)")
-        return "failed", tuple(dict.fromkeys(reasons))
-    reasons += _requested(by_name, expect)
-    reasons += _compare_versions(facts, expect, fw)
-    reasons += fw.facts_rules(facts, expect)
-    reasons += _coverage(facts, expect, fw)
-    reasons += _driver(facts, expect, gpus)
-    reasons += _catalog_floors(by_name, expect, gpus)
-
-    if gpus:
-        for name in fw.required_gpu_checks:
-            status = by_name.get(name, {}).get("status")
-            if status != "passed" and gpu_requested and status != "failed":  # a failure is already a reason
-                reasons.append(f"GPU check {name} did not pass ({status or 'not reported'}) although "
-                               f"{len(gpus)} GPU(s) are visible")
-    else:
-        if gpu_requested:
-            reasons.append(NO_GPU_REQUESTED)
-        verify = doc.get("mode") != "certify"
-        for c in checks:
-            name = c.get("name")
-            if name in fw.gpu_checks and c.get("status") == "passed" and (verify or name not in fw.deviceless_gpu_checks):
-                reasons.append(f"claims GPU check {name} passed with no GPU visible")
-
-    if not reasons and doc.get("status") == "failed":
-        reasons.append("the payload reported failed although every check it listed held")
-    if reasons:
-        return "failed", tuple(dict.fromkeys(reasons))
-    certified = bool(gpus) and all(by_name.get(n, {}).get("status") == "passed" for n in fw.required_gpu_checks)
-    return ("certified" if certified else "verified"), ()
-
-
-# ------------------------------------------------------------------------- building
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-
 def summarize_telemetry(samples: list[dict]) -> tuple[TelemetrySummary, ...]:
     per_gpu: dict[int, list[dict]] = {}
     for s in samples:
@@ -393,7 +130,7 @@ def summarize_telemetry(samples: list[dict]) -> tuple[TelemetrySummary, ...]:
         rows = per_gpu[gpu]
 
         def peak(key: str) -> float | None:
-            return max((v for v in (_num(r.get(key)) for r in rows) if v is not None), default=None)
+            return max((v for v in (as_number(r.get(key)) for r in rows) if v is not None), default=None)
 
         seen = sorted({str(r) for s in rows for r in (s.get("clock_event_reasons") or [])})
         out.append(TelemetrySummary(gpu=gpu, samples=len(rows), max_util_pct=peak("util_pct"),
@@ -405,7 +142,7 @@ def summarize_telemetry(samples: list[dict]) -> tuple[TelemetrySummary, ...]:
 def _thin(samples: list[dict]) -> tuple[TelemetrySample, ...]:
     per_gpu: dict[int, list[dict]] = {}
     for s in samples:
-        if isinstance(s, dict) and isinstance(s.get("gpu"), int) and _num(s.get("t")) is not None:
+        if isinstance(s, dict) and isinstance(s.get("gpu"), int) and as_number(s.get("t")) is not None:
             per_gpu.setdefault(s["gpu"], []).append(s)
     kept = []
     for gpu in sorted(per_gpu):
@@ -416,8 +153,9 @@ def _thin(samples: list[dict]) -> tuple[TelemetrySample, ...]:
         for r in rows:
             reasons = r.get("clock_event_reasons")
             kept.append(TelemetrySample(
-                t=float(r["t"]), gpu=gpu, util_pct=_num(r.get("util_pct")), mem_used_mib=_num(r.get("mem_used_mib")),
-                power_w=_num(r.get("power_w")), temp_c=_num(r.get("temp_c")),
+                t=float(r["t"]), gpu=gpu, util_pct=as_number(r.get("util_pct")),
+                mem_used_mib=as_number(r.get("mem_used_mib")), power_w=as_number(r.get("power_w")),
+                temp_c=as_number(r.get("temp_c")),
                 clock_event_reasons=tuple(map(str, reasons)) if isinstance(reasons, list) else None))
     return tuple(kept)
 
@@ -426,7 +164,7 @@ def _check_record(c: dict) -> CheckRecord:
     status = c.get("status") if c.get("status") in ("passed", "failed", "skipped") else "failed"
     return CheckRecord(name=str(c.get("name") or "(unnamed)"), status=status, value=c.get("value"),
                        expected=c.get("expected"), message=str(c.get("message") or ""),
-                       seconds=_num(c.get("seconds")) or 0.0)
+                       seconds=as_number(c.get("seconds")) or 0.0)
 
 
 def gpu_model_of(facts: dict) -> str:
@@ -457,9 +195,6 @@ def utc_now() -> str:
 def certify_image(engine, ref: str, expect: dict, *, gpus: bool, timeout: int = 600,
                   created_at: str | None = None) -> Certificate:
     """Run the payload in ``ref`` (on the GPUs when ``gpus``) and certify the outcome."""
-    from .. import __version__
-    from .harness import run_payload
-
     info = engine.inspect(ref)
     if info is None:
         raise VerificationError(f"no image {ref} in the engine", hint="build it first with `envkit build SPEC`")
@@ -505,3 +240,17 @@ def slug(text: str) -> str:
 def certificate_label(cert: Certificate) -> dict[str, str]:
     """``{io.envkit.certified.<gpu-slug>: "<status> <driver> <YYYY-MM-DD>"}`` to record on the image."""
     return {f"{LABEL_PREFIX}{slug(cert.gpu_model)}": f"{cert.status} {cert.driver} {cert.created_at[:10]}"}
+
+
+PERF_CHECKS = ("matmul_tflops", "h2d_d2h_bandwidth", "nccl_allreduce")
+
+
+def perf_metrics(cert: Certificate) -> dict[str, float]:
+    """Numeric results of the performance probes, flattened: e.g. matmul_tflops.bf16_tflops."""
+    out: dict[str, float] = {}
+    for check in cert.checks:
+        if check.name in PERF_CHECKS and check.status == "passed" and isinstance(check.value, dict):
+            for key, value in check.value.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out[f"{check.name}.{key}"] = float(value)
+    return out

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from .common import FRAMEWORKS, SPEC, STORE, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
+from .common import SPEC, STORE, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
+from ..frameworks import ARCH_LISTED, NAMES
 
 
 @click.command("doctor")
@@ -27,7 +28,8 @@ def doctor_cmd(click_ctx, store_url, spec_path, offline, json_out):
 
     Every check runs. Exit 0 when none fails; else the first failing check's code: 6 the engine or this host
     (engine, GPUs, disk, ...), 2 the CA bundle or the catalog, 3 the package index, 9 the history store."""
-    from ..doctor import diagnose, exit_code
+    from ..ops.doctor import diagnose
+    from ..ops.findings import exit_code
     from ..engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)
@@ -52,7 +54,7 @@ def catalog_group():
 def catalog_refresh_cmd(click_ctx, apply_, frameworks, json_out):
     """Read new PyTorch, JAX and TensorFlow releases from the package index and propose catalog
     rows (a reviewable diff; --json lists them per framework)."""
-    from ..pipeline import refresh_catalog
+    from ..app.catalog import refresh_catalog
 
     c = _ctx(click_ctx, json_out)
     summary = run(c, lambda: refresh_catalog(apply=apply_, frameworks=frameworks, progress=c.progress))
@@ -71,7 +73,7 @@ def catalog_refresh_cmd(click_ctx, apply_, frameworks, json_out):
 
 
 @catalog_group.command("exclude")
-@click.argument("framework", type=click.Choice(FRAMEWORKS))
+@click.argument("framework", type=click.Choice(NAMES))
 @click.argument("version")
 @click.option("--reason", required=True, help="Why the release is left out (a bug, a regression, a policy).")
 @click.option("--source", required=True,
@@ -84,7 +86,7 @@ def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out)
     picks it. Written into the catalog in use ($ENVKIT_CATALOG, else the packaged one) like `refresh --apply`."""
     from datetime import date
 
-    from ..catalog import CATALOG_ENV, team_dir
+    from ..catalog.files import CATALOG_ENV, team_dir
     from ..catalog.refresh.exclude import exclude_release
 
     c = _ctx(click_ctx, json_out)
@@ -111,14 +113,14 @@ def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out)
 
 @catalog_group.command("check-arches")
 @click.option("--apply", "apply_", is_flag=True, help="Write the wheels' arch lists into the catalog.")
-@click.option("--framework", "frameworks", type=click.Choice(("torch", "tensorflow")), multiple=True,
-              help="Check only this framework (repeatable; default: torch and tensorflow).")
+@click.option("--framework", "frameworks", type=click.Choice(ARCH_LISTED), multiple=True,
+              help=f"Check only this framework (repeatable; default: {' and '.join(ARCH_LISTED)}).")
 @json_option
 @click.pass_context
 def catalog_check_arches_cmd(click_ctx, apply_, frameworks, json_out):
     """Compare the catalog's compiled arch lists with the wheels on the package index (the default
     torch variant of each series, each TensorFlow release) and propose corrections (a reviewable diff)."""
-    from ..pipeline import check_catalog_arches
+    from ..app.catalog import check_catalog_arches
 
     c = _ctx(click_ctx, json_out)
     summary = run(c, lambda: check_catalog_arches(apply=apply_, frameworks=frameworks, progress=c.progress))
@@ -142,7 +144,7 @@ def catalog_check_arches_cmd(click_ctx, apply_, frameworks, json_out):
 @click.pass_context
 def catalog_export_cmd(click_ctx, dest, json_out):
     """Copy the catalog into DEST, for a team to keep, review and refresh (then set ENVKIT_CATALOG=DEST)."""
-    from ..catalog import CATALOG_ENV, export_catalog
+    from ..catalog.files import CATALOG_ENV, export_catalog
 
     c = _ctx(click_ctx, json_out)
     path = run(c, lambda: export_catalog(dest))

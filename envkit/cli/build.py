@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..engine import BuildEvent
+from ..engine.protocol import BuildEvent
 from ..lock import PIP_TOPIC, named_extras
 from .common import IMAGE, SPEC, Ctx, _ctx, _short, builder_option, emit, json_option, locked_option, run, table
 
@@ -26,7 +26,7 @@ IMAGE_HEADER = ["IMAGE", "FRAMEWORK", "VARIANT", "CUDA", "CUDNN", "NCCL", "PYTHO
 @click.pass_context
 def resolve_cmd(click_ctx, spec, lock_path, json_out):
     """Resolve SPEC to exact pins and write its lock."""
-    from ..pipeline import resolve_spec
+    from ..app.resolve import resolve_spec
 
     c = _ctx(click_ctx, json_out)
     r = run(c, lambda: resolve_spec(spec, lock_path=lock_path, progress=c.progress))
@@ -67,7 +67,7 @@ def _echo_extras(image, indent: str = "") -> None:
 def lock_cmd(click_ctx, spec, check, lock_path, json_out):
     """Check that SPEC's lock is current: exit 5 when the spec or the catalog changed since it was written
     (`envkit resolve SPEC` writes a new one). Writes nothing."""
-    from ..pipeline import check_lock
+    from ..app.resolve import check_lock
 
     c = _ctx(click_ctx, json_out)
     reasons = run(c, lambda: check_lock(spec, lock_path))
@@ -86,7 +86,7 @@ def lock_cmd(click_ctx, spec, check, lock_path, json_out):
 @click.pass_context
 def explain_cmd(click_ctx, spec, image, json_out):
     """Show why IMAGE of SPEC resolves as it does (or why it cannot)."""
-    from ..pipeline import explain, locked_image
+    from ..app.resolve import explain, locked_image
 
     c = _ctx(click_ctx, json_out)
     p = run(c, lambda: explain(spec, image))
@@ -141,7 +141,7 @@ def render_cmd(click_ctx, spec, out_root, images, locked, json_out):
 
     A missing or stale lock (the spec or the catalog changed) is re-resolved and written first, and said so;
     with --locked it fails instead."""
-    from ..pipeline import render_spec
+    from ..app.build import render_spec
 
     c = _ctx(click_ctx, json_out)
     resolved, rendered = run(c, lambda: render_spec(spec, out_root, only=list(images) or None, locked=locked,
@@ -168,7 +168,7 @@ def build_cmd(click_ctx, spec, images, out_root, no_verify, builder, locked, jso
     The lock is reused while it matches the spec and the catalog; a missing or stale one is re-resolved and
     written first, and said so; with --locked it fails instead."""
     from ..engine.docker_engine import connect
-    from ..pipeline import build_spec
+    from ..app.build import build_spec
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
@@ -233,7 +233,7 @@ def bundle_make_cmd(click_ctx, spec, out_dir, image, json_out):
     archive, the Debian packages and a manifest. Build it later with `envkit bundle build DIR`.
     """
     from ..engine.docker_engine import connect
-    from ..pipeline import bundle_spec
+    from ..app.build import bundle_spec
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
@@ -256,7 +256,7 @@ def bundle_build_cmd(click_ctx, bundle_dir, no_verify, no_cache, builder, json_o
 
     Every file is checked against the manifest first; the base is loaded from the bundle.
     """
-    from ..bundle import build_from_bundle
+    from ..build.bundle import build_from_bundle
     from ..engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)
@@ -288,7 +288,7 @@ def bundle_build_cmd(click_ctx, bundle_dir, no_verify, no_cache, builder, json_o
 def verify_cmd(click_ctx, image, lock_path, json_out):
     """Check inside IMAGE that its versions match its pins (no GPU needed)."""
     from ..engine.docker_engine import connect
-    from ..pipeline import verify_image
+    from ..app.certify import verify_image
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ..certify.harness import MIN_TIMEOUT_S, RESERVE_S
+from ..payload.harness import MIN_TIMEOUT_S, RESERVE_S
 from ..errors import RunInProgressError
 from .common import (IMAGE, REGISTRY, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
                      refresh_framework_option, run, table)
@@ -30,7 +30,7 @@ from .common import (IMAGE, REGISTRY, SPEC, STORE, STORE_HELP, _ctx, _short, bui
 def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, json_out):
     """Certify IMAGE: on a GPU, `certified`; without one, `verified` with GPU checks skipped."""
     from ..engine.docker_engine import connect
-    from ..pipeline import certify
+    from ..app.certify import certify
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
@@ -87,8 +87,8 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     same store; 2-9 are input, index, resolution, lock, engine and store errors.
     """
     from ..engine.docker_engine import connect
-    from ..nightly import run_nightly
-    from ..store import Store
+    from ..app.nightly import run_nightly
+    from ..store.history import Store
 
     if locked and refresh_catalog:
         raise click.UsageError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked: "
@@ -106,7 +106,7 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     # cache holds the layers of the images gc removes, so with BuildKit what this run has not used goes too
     from datetime import datetime, timezone
 
-    from ..gc import CacheCutoff, unused_for
+    from ..ops.gc_plan import CacheCutoff, unused_for
 
     cutoff = CacheCutoff(datetime.now(timezone.utc), "this nightly run started") if builder == "buildkit" else None
     reclaim = (lambda tags: _nightly_gc(c, engine, spec, tags, store_url, keep, cutoff)) if gc else None
@@ -139,7 +139,7 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
         for r in result.images:
             for line in r.notes + r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
                 click.echo(f"  {r.name}: {line}", err=True)
-        from ..nightly import EXIT_NAMES
+        from ..app.nightly import EXIT_NAMES
 
         if result.catalog and result.catalog["changed"]:
             done = ("applied to " + ", ".join(result.catalog["files"]) if result.catalog["applied"]
@@ -155,8 +155,8 @@ def _lock_tags(spec) -> list[str]:
     """The image tags of the spec's lock as it is on disk (none when there is no readable lock)."""
     from ..errors import EnvkitError
     from ..lock import load_lock
-    from ..pipeline import lock_path_for
-    from ..render import image_tag
+    from ..app.resolve import lock_path_for
+    from ..render.files import image_tag
 
     try:
         lock = load_lock(lock_path_for(spec))
@@ -172,8 +172,8 @@ def _nightly_gc(c, engine, spec, tags, store_url, keep, build_cache=None) -> dic
     code: the images are already judged."""
     from ..engine.docker_gc import DockerImageHost
     from ..errors import EnvkitError
-    from ..gc import collect_garbage
-    from ..pipeline import load
+    from ..ops.gc import collect_garbage
+    from ..app.resolve import load
     from .gc import _bytes
 
     try:

@@ -20,10 +20,10 @@ import click
 
 from ..engine.space import host_out_of_space
 from ..errors import EngineError, EnvkitError, Interrupted
+from ..engine.protocol import BUILDERS
+from ..frameworks import NAMES
 
 SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
-BUILDERS = ("classic", "buildkit")  # envkit.render.BUILDERS (not imported here: the CLI starts without jinja2)
-FRAMEWORKS = ("torch", "jax", "tensorflow")  # envkit.candidates.FRAMEWORKS (not imported here: nor the catalog)
 
 
 class Checked(click.ParamType):
@@ -46,14 +46,14 @@ class Checked(click.ParamType):
 
 def _registry(value: str) -> str:
     """HOST[:PORT][/PATH] as it is used: without the spaces and trailing slashes parse_registry forgives."""
-    from ..remote_parse import parse_registry
+    from ..registry.remote_parse import parse_registry
 
     host, prefix = parse_registry(value)
     return f"{host}/{prefix}" if prefix else host
 
 
 def _image(value: str) -> None:
-    from ..remote_parse import check_image_ref, parse_ref
+    from ..registry.remote_parse import check_image_ref, parse_ref
 
     if not value.strip():
         raise EnvkitError("an image is needed, and this one is empty",
@@ -63,13 +63,13 @@ def _image(value: str) -> None:
 
 
 def _store(value: str) -> None:
-    from ..store import locate
+    from ..store.records import locate
 
     locate(value)  # empty, or a URL envkit cannot use: before any work
 
 
 def _team(value: str) -> None:
-    from ..gc import check_team
+    from ..ops.gc_plan import check_team
 
     check_team(value)
 
@@ -112,9 +112,9 @@ def locked_option(f):
 def refresh_framework_option(name: str):
     """The framework(s) a catalog refresh reads (``catalog refresh --framework``, ``nightly --refresh-framework``)."""
     return click.option(
-        name, "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
+        name, "frameworks", type=click.Choice(NAMES), multiple=True,
         help="Refresh only this framework's catalog rows (repeatable; default: all of "
-             + ", ".join(FRAMEWORKS) + ").")
+             + ", ".join(NAMES) + ").")
 
 
 STORE_HELP = ("History store: a SQLite file path, sqlite:///relative/path, sqlite:////absolute/path or "
@@ -169,7 +169,7 @@ def _engine_gone(exc: Exception) -> EngineError | None:
     docker-py call no step of envkit expected to fail), or for docker-py's own errors; None for others."""
     if type(exc).__module__.split(".")[0] not in ("docker", "requests", "urllib3"):
         return None  # (docker-py is imported only when a command talks to the engine)
-    from ..engine.docker_engine import ENGINE_GONE, GONE_HINT, reason_of
+    from ..engine.docker_engine import ENGINE_GONE, ENGINE_REFUSED, GONE_HINT, reason_of
 
     if isinstance(exc, ENGINE_GONE):
         registry = _registry_call(exc)
@@ -179,15 +179,13 @@ def _engine_gone(exc: Exception) -> EngineError | None:
                                hint="check the registry address and that a registry answers there "
                                     f"(`curl https://{registry or 'HOST'}/v2/`); run with --debug for where")
         return EngineError(f"{_command()}: the engine stopped answering ({reason_of(exc)})", hint=GONE_HINT)
-    import docker.errors
-
-    if isinstance(exc, docker.errors.DockerException):
+    if isinstance(exc, ENGINE_REFUSED):
         return EngineError(f"{_command()}: the engine refused: {reason_of(exc)}",
                            hint="`docker info` and the engine's log say more; run with --debug for where")
     return None
 
 
-REGISTRY_MODULES = ("envkit.registry_api", "envkit.registry_auth", "envkit.registry_tls")
+REGISTRY_MODULES = ("envkit.registry.api", "envkit.registry.auth", "envkit.registry.tls")
 
 
 def _registry_call(exc: BaseException) -> str | None:

@@ -43,7 +43,8 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, cache_hours, json_out):
     from ..engine.docker_engine import connect
     from ..engine.docker_gc import DockerImageHost
     from ..errors import EngineError
-    from ..gc import collect_garbage, unused_for
+    from ..ops.gc import collect_garbage
+    from ..ops.gc_plan import unused_for
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)

@@ -6,7 +6,7 @@ import click
 
 from .common import REGISTRY, _ctx, emit, json_option, run, table
 
-DEFAULT_KEEP = 5  # envkit.retention.DEFAULT_KEEP (not imported here: the CLI starts without requests)
+DEFAULT_KEEP = 5  # envkit.registry.retention.DEFAULT_KEEP (not imported here: the CLI starts without requests)
 
 
 @click.group("registry")
@@ -32,7 +32,7 @@ def prune_cmd(click_ctx, where, keep, older_than, dry_run, json_out):
     disk is freed only by the registry's own garbage collector (`registry garbage-collect`),
     which envkit cannot run.
     """
-    from ..retention import prune_registry
+    from ..registry.retention import prune_registry
     from .researchers import _engine_for_registry
 
     c = _ctx(click_ctx, json_out)
@@ -66,6 +66,6 @@ def _human(result) -> None:
                f"{n['images_kept']} image(s) kept")
     if result.skipped:
         click.echo(f"({len(result.skipped)} base mirror repository(ies) not touched; --json lists them)")
-    from ..retention import GC_NOTE
+    from ..registry.retention import GC_NOTE
 
     click.echo(f"note: {GC_NOTE}")

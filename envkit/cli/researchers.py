@@ -11,7 +11,7 @@ from contextlib import contextmanager, nullcontext
 
 import click
 
-from ..engine import RUN_SHM_SIZE, RUN_TIMEOUT
+from ..engine.protocol import RUN_SHM_SIZE, RUN_TIMEOUT
 from ..errors import EnvkitError
 from .common import IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
 
@@ -49,7 +49,7 @@ def _engine_if_any():
 @click.pass_context
 def ls_cmd(click_ctx, store_url, registry, json_out):
     """Images envkit built, their stack and certification per GPU model."""
-    from ..pipeline import list_images, list_registry_images
+    from ..app.researchers import list_images, list_registry_images
 
     c = _ctx(click_ctx, json_out)
     if registry is None:
@@ -94,8 +94,8 @@ def show_cmd(click_ctx, image, store_url, json_out):
     (host[:port]/repository:tag or ...@sha256:...) that is not local: read from the registry
     without pulling (manifest, labels, the certificate artifacts, whether :certified points at it).
     """
-    from ..pipeline import show_image
-    from ..remote import parse_ref
+    from ..app.researchers import show_image
+    from ..registry.remote_parse import parse_ref
 
     c = _ctx(click_ctx, json_out)
     remote = run(c, lambda: parse_ref(image))
@@ -155,7 +155,7 @@ def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_
     they come; with -i, envkit's stdin is the job's. With --json: the output is collected instead, and one
     document holds the gate's verdict, the exit code and the output."""
     from ..engine.docker_engine import connect
-    from ..pipeline import run_in_image
+    from ..app.researchers import run_in_image
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)

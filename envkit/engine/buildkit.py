@@ -18,9 +18,9 @@ from collections import deque
 from pathlib import Path
 from typing import Iterator
 
-from .. import procs, scratch
+from ..support import procs, scratch
 from ..errors import BuildError
-from . import BuildEvent
+from .protocol import BuildEvent
 from .space import engine_out_of_space
 
 DOCKER_CLI = "/usr/bin/docker"  # Debian's 20.10 CLI: BuildKit built in (newer CLIs need the buildx plugin)

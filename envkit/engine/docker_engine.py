@@ -18,9 +18,11 @@ import requests
 import urllib3.exceptions
 
 from ..errors import BuildError, CommandNotFoundError, EngineError
-from ..labels import CONTAINER_LABEL
-from . import BuildEvent, ImageInfo, RunOptions, RunResult
+from ..support.labels import CONTAINER_LABEL
+from .protocol import BuildEvent, ImageInfo, RunOptions, RunResult
+from . import docker_registry
 from .space import engine_out_of_space
+from ..index.login import netrc_not_text, netrc_path
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 _NOT_FOUND = re.compile(r'exec: "([^"]+)": (?:executable file not found|stat [^:]*: no such file or directory)')
@@ -30,6 +32,7 @@ _RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")  # the container 
 # What a request or a stream raises when the engine goes away (stopped, restarted, killed) while envkit
 # talks to it: requests wraps most; a build's event stream, read raw, raises urllib3's own.
 ENGINE_GONE = (requests.RequestException, urllib3.exceptions.HTTPError)
+ENGINE_REFUSED = (docker.errors.DockerException,)  # docker-py's own errors: the engine refused, or docker-py did
 GONE_HINT = ("is the engine still running (`docker info`; `make engine` starts it)? Its log says why it stopped; "
              "then run the command again (a rebuild reuses the steps that finished)")
 
@@ -64,6 +67,19 @@ def connect(base_url: str | None = None) -> "DockerEngine":
     return DockerEngine(client)
 
 
+def as_engine(client) -> "DockerEngine":
+    """A ``DockerEngine`` for ``client``: itself, or a ``docker.DockerClient`` (or anything holding one as
+    ``.client``) wrapped, so that callers and tests may pass either."""
+    if isinstance(client, DockerEngine):
+        return client
+    if isinstance(client, docker.DockerClient):
+        return DockerEngine(client)
+    inner = getattr(client, "client", None)
+    if isinstance(inner, docker.DockerClient):
+        return DockerEngine(inner)
+    raise TypeError(f"expected a docker.DockerClient or a DockerEngine, got {type(client).__name__}")
+
+
 def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
     """The first exception of ``kind`` in ``exc``'s chain of causes and contexts."""
     while exc is not None and not isinstance(exc, kind):
@@ -72,8 +88,6 @@ def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | Non
 
 
 def _netrc_not_text(exc: UnicodeDecodeError) -> EngineError:
-    from ..index_login import netrc_not_text, netrc_path
-
     error = netrc_not_text(netrc_path() or os.environ.get("NETRC") or "~/.netrc", exc)
     return EngineError(f"cannot talk to the engine: {error.message} ({error.location})",
                        hint=f"requests (under docker-py) reads it for every connection, even to the engine's socket; "
@@ -136,6 +150,25 @@ class DockerEngine:
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
         self.client.images.get(image_id).tag(repo, tag)
+
+    # --- registries and image archives (docker_registry) -----------------------------
+    def tag_image(self, ref: str, repository: str, tag: str) -> None:
+        docker_registry.tag_image(self.client, ref, repository, tag)
+
+    def push(self, repository: str, tag: str, auth_config: dict | None) -> Iterator[dict]:
+        return docker_registry.push(self.client, repository, tag, auth_config)
+
+    def pull(self, repository: str, tag: str, auth_config: dict | None) -> Iterator[dict]:
+        return docker_registry.pull(self.client, repository, tag, auth_config)
+
+    def registry_config(self) -> dict:
+        return docker_registry.registry_config(self.client)
+
+    def save(self, ref: str, path: Path) -> None:
+        docker_registry.save(self, ref, path)
+
+    def load(self, path: Path) -> list[str]:
+        return docker_registry.load(self, path)
 
     def build(self, context: Path, tag: str, labels: dict[str, str], *, dockerfile: str = "Dockerfile",
               network: bool = True, no_cache: bool = False) -> Iterator[BuildEvent]:

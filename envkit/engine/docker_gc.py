@@ -22,9 +22,8 @@ from typing import Iterable
 import docker.errors
 
 from ..errors import EngineError
-from ..gc import (CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL, CacheRecord, Candidate,
-                  LeftContainer, Removal, StageImage, is_candidate, is_stage)
-from ..labels import CONTAINER_LABEL
+from ..support.labels import CONTAINER_LABEL, CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
+from .inventory import CacheRecord, Candidate, LeftContainer, Removal, StageImage, is_candidate, is_stage
 
 _NONE = ("<none>:<none>", "<none>@<none>")
 STOPPED = ("created", "exited", "dead")

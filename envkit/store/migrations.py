@@ -1,8 +1,9 @@
 """The history store's schema: versioned migrations, written once for SQLite and PostgreSQL.
 
-A ``Dialect`` supplies the few column types the two databases spell differently. The
-migration runner is shared; where the applied version lives (``PRAGMA user_version`` or the
-``schema_version`` table) is each backend's business.
+Schema changes are ordered, named migrations (``_m001_initial``, ``_m002_...``). A ``Dialect`` supplies the few
+column types the two databases spell differently. The migration runner is shared; where the applied version lives
+(``PRAGMA user_version`` in SQLite, the highest ``schema_version`` row in PostgreSQL, where concurrent openers
+serialize on an advisory lock) is each backend's business.
 """
 
 from __future__ import annotations

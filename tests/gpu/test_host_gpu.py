@@ -16,10 +16,10 @@ import subprocess
 import pytest
 
 from envkit.certify.certificate import gpu_model_of
-from envkit.certify.harness import gpu_key
-from envkit.engine import RunResult
+from envkit.payload.harness import gpu_key
+from envkit.engine.protocol import RunResult
 from envkit.errors import EngineError
-from envkit.gate import host_gpus, judge
+from envkit.certify.gate import host_gpus, judge
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs nvidia-smi")]
 
@@ -67,7 +67,7 @@ def test_the_gate_passes_a_certificate_of_this_gpu_model_and_refuses_another_mod
 
 
 def test_doctor_sees_the_driver_and_the_gpus():
-    from envkit.doctor import diagnose
+    from envkit.ops.doctor import diagnose
 
     def no_engine():
         raise EngineError("no engine on this machine")

@@ -5,7 +5,7 @@ jax has no CUDA plugin), as on CI's machines: it runs on a
 GPU workstation or the project's lent GPU machine (`python3 -m pytest tests/gpu`). What it
 asserts is what certification needs from the GPU path: every GPU check passes on a GPU, with
 the figures the checks promise, and the host's verdict of the document is `certified`.
-The committed record of such a run is judged on CI by tests/unit/test_gpu_record.py.
+The committed record of such a run is judged on CI by tests/unit/payload/test_gpu_record.py.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def torch_sees_a_gpu() -> bool:
 
 needs_torch_gpu = pytest.mark.skipif(not torch_sees_a_gpu(), reason="needs an NVIDIA GPU that torch can use")
 
-PAYLOAD = ROOT / "envkit" / "certify" / "payload" / "envkit_check"
+PAYLOAD = ROOT / "envkit" / "payload" / "envkit_check"
 GPU_CHECKS = [name for name, _, gpu in payload_module("envkit_check_torch").REGISTRY if gpu]  # GPU-only checks
 
 
@@ -86,7 +86,7 @@ def test_the_checks_measure_what_they_promise(run):
 
 @needs_torch_gpu
 def test_the_host_certifies_the_document(run):
-    from envkit.certify.certificate import decide
+    from envkit.certify.verdict import decide
 
     expect, doc = run
     checks = {c["name"]: c for c in doc["checks"]}
@@ -111,7 +111,7 @@ def jax_cuda_plugin() -> str | None:
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None or jax_cuda_plugin() is None,
                     reason="needs jax with its CUDA plugin")
 def test_the_jax_path_certifies_too(tmp_path):
-    from envkit.certify.certificate import decide
+    from envkit.certify.verdict import decide
 
     expect = gpu_expect().installed_jax_expect()
     doc = certify(expect, tmp_path)

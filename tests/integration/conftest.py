@@ -47,7 +47,7 @@ def _rebuild_when_stages_were_pruned(engine) -> None:
     import docker.errors
 
     from envkit.engine.docker_gc import DockerImageHost
-    from envkit.labels import LOCK_LABEL
+    from envkit.support.labels import LOCK_LABEL
     from envkit.lock import load_lock
 
     lock = load_lock(ROOT / "examples" / "team.lock")
@@ -81,7 +81,7 @@ def base(dc) -> str:
 def empty_store(tmp_path: Path) -> Path:
     """A history store with no record (``h.sqlite`` under ``tmp_path``), for commands that read one: a store
     named with --store must exist (show, run, ls and gc refuse a name that is not there)."""
-    from envkit.store import Store
+    from envkit.store.history import Store
 
     path = tmp_path / "h.sqlite"
     Store.open(path).close()

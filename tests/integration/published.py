@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import docker.errors
 
 from envkit.certify.certificate import Certificate
-from envkit.publish import attach_certificate, mirror_base, promote, push
+from envkit.registry.artifacts import attach_certificate
+from envkit.registry.publish import mirror_base, promote, push
 
 STACK_A = "2.5.1-cu124-py3.11-aaaaaaaa"
 STACK_B = "2.5.1-cu124-py3.11-bbbbbbbb"

@@ -25,17 +25,17 @@ from pathlib import Path
 
 import pytest
 
-from envkit import scratch
-from envkit.base import ensure_base
-from envkit.bundle import make_bundle
-from envkit.catalog import load_catalog
-from envkit.engine import RunOptions
+from envkit.support import scratch
+from envkit.build.base import ensure_base
+from envkit.build.bundle import make_bundle
+from envkit.catalog.files import load_catalog
+from envkit.engine.protocol import RunOptions
 from envkit.engine.buildkit import DOCKER_CLI, BuildKitBuilder
 from envkit.engine.docker_engine import connect
 from envkit.errors import EngineError
-from envkit.labels import CONTAINER_LABEL, CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, TEAM_LABEL
+from envkit.support.labels import CONTAINER_LABEL, CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, TEAM_LABEL
 from envkit.lock import write_lock
-from envkit.resolve import spec_digest
+from envkit.resolve.plan import spec_digest
 from envkit.spec import load_spec
 from tests.integration.conftest import ROOT
 from tests.integration.test_buildkit import ca_bundle, small_lock
@@ -368,8 +368,8 @@ def cache_gc_on(small_engine: SmallEngine, tmp_path: Path) -> None:
     time.sleep(1.1)  # a newer Created time (seconds) for the new build
     new = buildkit_build(small_engine, tmp_path, "cachegc/a:new", 60 << 20, labelled(2))
     store = tmp_path / "h.sqlite"
-    subprocess.run([sys.executable, "-c", f"from envkit.store import Store; Store.open({str(store)!r}).close()"],
-                   cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-c",
+                    f"from envkit.store.history import Store; Store.open({str(store)!r}).close()"], cwd=ROOT, check=True)
     proc, plan = gc_on(small_engine, "--team", "cachegc", "--keep", "1", "--store", str(store), "--build-cache",
                        "0", "--dry-run")
     assert proc.returncode == 0, proc.stderr

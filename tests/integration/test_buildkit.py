@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from envkit.build import CONTEXT_LABEL, build_image, run_build, stage_context
-from envkit.engine import BuildEvent, RunOptions
+from envkit.build.builder import CONTEXT_LABEL, build_image, run_build, stage_context
+from envkit.engine.protocol import BuildEvent, RunOptions
 from envkit.engine.buildkit import BuildKitBuilder, PlainProgress
 from envkit.errors import BuildError
-from envkit.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
+from envkit.support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from envkit.lock import Package, load_lock, sealed
-from envkit.render import render_files
+from envkit.render.files import render_files
 from tests.integration.conftest import ROOT
 
 PLAIN = """\
@@ -85,7 +85,7 @@ def test_command_line():
 
 @functools.lru_cache(maxsize=None)
 def _small_packages() -> tuple[Package, ...]:
-    from envkit.closure import compile_closure
+    from envkit.index.closure import compile_closure
 
     pins = compile_closure(["numpy==2.1.*", "typing-extensions"], python="3.11", glibc="2.36",
                            index_url="https://pypi.org/simple")
@@ -163,7 +163,7 @@ def test_available(buildkit):
 
 @pytest.mark.integration
 def test_failure_raises_with_the_log_tail(engine, buildkit, tmp_path):
-    from envkit.base import ensure_base
+    from envkit.build.base import ensure_base
 
     base = load_lock(ROOT / "examples" / "team.lock").images[0].base
     ensure_base(engine, base)

@@ -12,11 +12,11 @@ import subprocess
 
 import pytest
 
-from envkit import bundle as bundle_mod
-from envkit.build import LOCK_LABEL
-from envkit.bundle import (BUNDLE_LABEL, build_from_bundle, check_wheels, make_bundle, manylinux_tags,
-                           verify_bundle)
-from envkit.engine import Mount, RunOptions
+from envkit.build.builder import LOCK_LABEL
+from envkit.build.bundle_manifest import BUNDLE_LABEL, verify_bundle
+from envkit.build.bundle import build_from_bundle, make_bundle
+from envkit.build.wheelhouse import check_wheels, manylinux_tags
+from envkit.engine.protocol import Mount, RunOptions
 from envkit.errors import BuildError
 from envkit.lock import Package, load_lock, write_lock
 from tests.integration.conftest import ROOT, envkit
@@ -219,7 +219,7 @@ def test_manylinux_tags_cover_older_glibc():
     tags = manylinux_tags("x86_64-manylinux_2_36")
     assert tags[0] == "manylinux_2_36_x86_64" and "manylinux_2_17_x86_64" in tags
     assert {"manylinux2014_x86_64", "manylinux1_x86_64"} <= set(tags)
-    older = bundle_mod.manylinux_tags("aarch64-manylinux_2_17")
+    older = manylinux_tags("aarch64-manylinux_2_17")
     assert "manylinux2014_aarch64" in older and "manylinux_2_18_aarch64" not in older
     with pytest.raises(Exception, match="platform"):
         manylinux_tags("win_amd64")

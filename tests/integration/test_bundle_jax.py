@@ -19,8 +19,10 @@ import time
 
 import pytest
 
-from envkit.build import LOCK_LABEL
-from envkit.bundle import BUNDLE_LABEL, build_from_bundle, bundle_size, check_wheels, make_bundle, verify_bundle
+from envkit.build.builder import LOCK_LABEL
+from envkit.build.bundle_manifest import BUNDLE_LABEL, bundle_size, verify_bundle
+from envkit.build.bundle import build_from_bundle, make_bundle
+from envkit.build.wheelhouse import check_wheels
 from envkit.lock import load_lock, sealed
 from tests.integration.conftest import ROOT, envkit
 from tests.integration.test_buildkit import ca_bundle, collect_created, remove_images

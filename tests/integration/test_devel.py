@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from envkit import devel
-from envkit.build import build_image
-from envkit.engine import Mount, RunOptions
+from envkit.resolve import devel
+from envkit.build.builder import build_image
+from envkit.engine.protocol import Mount, RunOptions
 from envkit.lock import load_lock, sealed
 from tests.integration.conftest import ROOT
 
@@ -112,7 +112,8 @@ def test_torch_cpp_extension_with_a_kernel_builds_and_loads(devel_image, engine,
 def test_devel_builds_offline_from_a_bundle(engine, tmp_path):
     """The devel template's offline variant: toolchain .debs, the toolkit .deb and the nvcc wheels
     all from a bundle, built with no network (a small closure: numpy and the CUDA runtime wheel)."""
-    from envkit.bundle import build_from_bundle, make_bundle, verify_bundle
+    from envkit.build.bundle import build_from_bundle, make_bundle
+    from envkit.build.bundle_manifest import verify_bundle
     from tests.integration.test_buildkit import collect_created, remove_images
 
     lock, image = _small_devel_lock()
@@ -136,7 +137,7 @@ def test_devel_builds_offline_from_a_bundle(engine, tmp_path):
 
 
 def _small_devel_lock():
-    from envkit.closure import compile_closure
+    from envkit.index.closure import compile_closure
     from envkit.lock import Package
 
     lock = load_lock(ROOT / "examples" / "team.lock")

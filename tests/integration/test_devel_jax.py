@@ -13,7 +13,7 @@ and its CPU handler runs through ``jax.ffi.ffi_call``. Nothing runs a kernel.
 
 import pytest
 
-from envkit import devel
+from envkit.resolve import devel
 from tests.integration.test_devel import _options, assert_nvcc_compiles_and_links, built_devel_example
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from envkit.doctor import CA_HINT, index_finding, trust_for
-from envkit.index import DEFAULT_INDEX
+from envkit.ops.doctor_index import CA_HINT, index_finding, trust_for
+from envkit.index.urls import DEFAULT_INDEX
 
 pytestmark = pytest.mark.network
 
@@ -49,7 +49,7 @@ def test_pypi_with_public_roots_only(pip_cert):
 @pytest.mark.integration
 def test_doctor_reports_the_engines_disk(engine):
     """engine.disk_usage over docker-py, and the finding made of it, on the real engine (local: measured)."""
-    from envkit.doctor import disk_finding
+    from envkit.ops.doctor import disk_finding
 
     usage = engine.disk_usage()
     assert usage["root"] and usage["images_bytes"] > 0 and usage["build_cache_bytes"] >= 0

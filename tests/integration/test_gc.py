@@ -16,8 +16,9 @@ from itertools import count
 import docker.errors
 import pytest
 
-from envkit.gc import CONTEXT_LABEL, IDENTITY, IMAGE_LABEL, LOCK_LABEL, TEAM_LABEL
-from envkit.store import Store
+from envkit.support.labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, TEAM_LABEL
+from envkit.engine.inventory import IDENTITY
+from envkit.store.history import Store
 from tests.integration.conftest import envkit
 
 TEAM = f"gctest-{uuid.uuid4().hex[:10]}"

@@ -1,6 +1,6 @@
 """`envkit gc` and the classic builder's stage images, on the real engine.
 
-Two builds of one image (two locks) in the shape of envkit's template (tests/unit/test_render.py checks
+Two builds of one image (two locks) in the shape of envkit's template (tests/unit/render/test_render.py checks
 the template itself): an ``os`` stage, a ``builder`` stage whose 3 MB layer stands for the framework's
 venv (the same instruction in both builds, so the classic cache shares it), an ``extras`` stage with
 1 MB of each lock's own and envkit's stage label last, and a final stage that copies from both. The
@@ -21,8 +21,9 @@ import docker.errors
 import pytest
 
 from envkit.engine.docker_gc import DockerImageHost
-from envkit.gc import STAGE_GRACE, collect_garbage
-from envkit.labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
+from envkit.ops.gc_plan import STAGE_GRACE
+from envkit.ops.gc import collect_garbage
+from envkit.support.labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from tests.integration.conftest import envkit
 
 pytestmark = pytest.mark.integration
@@ -99,7 +100,7 @@ def builds(engine, dc, base, tmp_path_factory):
 
 def test_stage_images_are_listed_with_their_build_and_kept_while_young(builds, dc, tmp_path):
     """The CLI, now: build 1 goes (--keep 1), its stage image is too young to go."""
-    from envkit.store import Store
+    from envkit.store.history import Store
 
     Store.open(tmp_path / "empty.sqlite").close()  # a store with no history: nothing is protected by it
     proc = envkit("gc", "--team", TEAM, "--keep", "1", "--store", str(tmp_path / "empty.sqlite"), "--json")

@@ -16,11 +16,11 @@ import uuid
 
 import pytest
 
-from envkit.build import build_image
-from envkit.bundle import download_wheels
-from envkit.engine import RunOptions
+from envkit.build.builder import build_image
+from envkit.build.wheelhouse import download_wheels
+from envkit.engine.protocol import RunOptions
 from envkit.errors import BuildError
-from envkit.index import DEFAULT_INDEX
+from envkit.index.urls import DEFAULT_INDEX
 from tests.integration.pyindex import PackageIndexServer
 from tests.integration.test_buildkit import ca_bundle, remove_images
 from tests.integration.test_private_index import PROBE, SPEC, _fetched_wheels, gateway, mirror_lock, wheels  # noqa: F401

@@ -27,9 +27,10 @@ import docker.errors
 import pytest
 
 from envkit.engine.docker_gc import DockerImageHost
-from envkit.gc import CONTAINER_GRACE, collect_garbage
-from envkit.labels import CONTAINER_LABEL, TEAM_LABEL
-from envkit.store import Store
+from envkit.ops.gc_plan import CONTAINER_GRACE
+from envkit.ops.gc import collect_garbage
+from envkit.support.labels import CONTAINER_LABEL, TEAM_LABEL
+from envkit.store.history import Store
 from tests.integration.conftest import ENVKIT, ROOT
 
 pytestmark = pytest.mark.integration
@@ -187,7 +188,7 @@ for event in BuildKitBuilder(connect()).build(Path(sys.argv[1]), sys.argv[2], {}
 def test_a_buildkit_build_of_an_envkit_killed_outright_is_cancelled(dc, base, tmp_path):
     """SIGKILL runs no clean-up in envkit, but the kernel sends its `docker build` SIGTERM
     (PR_SET_PDEATHSIG): the CLI cancels the build instead of finishing it as an orphan and tagging it."""
-    from envkit import scratch
+    from envkit.support import scratch
     from envkit.engine.buildkit import BuildKitBuilder
     from envkit.engine.docker_engine import connect
 
@@ -233,7 +234,7 @@ def test_a_buildkit_build_of_an_envkit_killed_outright_is_cancelled(dc, base, tm
 
 BOOTSTRAP = """
 import sys
-from envkit.base import bootstrap
+from envkit.build.base import bootstrap
 from envkit.cli import main
 from envkit.engine.docker_engine import connect
 from envkit.lock import BaseImage
@@ -256,8 +257,8 @@ def test_a_signal_while_debootstrap_has_proc_mounted_in_its_target_leaves_no_mou
     directory, never through a mount. envkit SIGKILLed runs no clean-up, but the kernel still sends
     debootstrap SIGTERM (PR_SET_PDEATHSIG): it unmounts, and what stays is an unmounted scratch directory
     `envkit gc` removes."""
-    from envkit import scratch
-    from envkit.scratch import mounts_under
+    from envkit.support import scratch
+    from envkit.support.scratch import mounts_under
 
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()

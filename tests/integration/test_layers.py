@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from envkit.build import build_image
-from envkit.closure import compile_closure
+from envkit.build.builder import build_image
+from envkit.index.closure import compile_closure
 from envkit.lock import Package, load_lock, sealed
 from tests.integration.conftest import ROOT
 
@@ -39,7 +39,7 @@ def test_changing_only_an_extra_reuses_the_framework_layer(example_build, engine
 
 
 def _pin(p):
-    from envkit.closure import Pin
+    from envkit.index.closure import Pin
 
     return Pin(p.name, p.version, p.hashes)
 

@@ -19,15 +19,15 @@ from pathlib import Path
 import docker.errors
 import pytest
 
-from envkit.catalog import load_catalog
-from envkit.closure import Pin, compile_closure
-from envkit.labels import CONTAINER_LABEL, CONTEXT_LABEL, TEAM_LABEL
+from envkit.catalog.files import load_catalog
+from envkit.index.closure import Pin, compile_closure
+from envkit.support.labels import CONTAINER_LABEL, CONTEXT_LABEL, TEAM_LABEL
 from envkit.lock import Package, load_lock, sealed, write_lock
-from envkit.render import image_tag
-from envkit.resolve import spec_digest
+from envkit.render.files import image_tag
+from envkit.resolve.plan import spec_digest
 from envkit.spec import load_spec
-from envkit.publish import read_certificate
-from envkit.store import Store
+from envkit.registry.artifacts import read_certificate
+from envkit.store.history import Store
 from tests.integration.conftest import ROOT
 from tests.integration.published import untag_registry_refs
 from tests.integration.registry import registry  # noqa: F401  (fixture)
@@ -137,7 +137,7 @@ def test_nightly_gc_reclaims_older_builds_of_the_team_and_never_the_lock_it_ran(
     """`--gc --keep 1`: two older builds of team nightly's image (small stand-ins with envkit's build labels,
     made after the real one, so newer by creation time) are judged as `envkit gc` judges them, except that
     the build of the lock the nightly just ran is kept whatever its age."""
-    from envkit.labels import IMAGE_LABEL, LOCK_LABEL
+    from envkit.support.labels import IMAGE_LABEL, LOCK_LABEL
 
     root, tag = workspace
     nightly(root, "gc.sqlite")  # the lock's build exists (built here if no earlier test left it), before the others
@@ -176,7 +176,8 @@ def test_nightly_gc_reclaims_older_builds_of_the_team_and_never_the_lock_it_ran(
 def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine, registry):  # noqa: F811
     """nightly's publish step against the real registry, on the small base image (a CUDA
     image would take minutes to compress and push; the step is the same code)."""
-    from envkit.nightly import ImageReport, _publish
+    from envkit.app.nightly import ImageReport
+    from envkit.app.nightly_publish import _publish
 
     base = load_lock(ROOT / "examples" / "team.lock").images[0].base.ref
     info = engine.inspect(base)
@@ -349,7 +350,7 @@ def _wait_for_pg_step(url: str, step: str, proc, timeout=900):
 
 LOCK_HOLDER = """
 import sys, time
-from envkit.store import Store
+from envkit.store.history import Store
 store = Store.open(sys.argv[1])
 with store.run_lock("nightly:nightly", "the nightly run of team 'nightly'"):
     print("holding", flush=True)
@@ -410,7 +411,8 @@ def test_a_runner_without_the_base_restores_it_from_the_team_mirror(tmp_path, en
     import tarfile
     import uuid
 
-    from envkit.nightly import ImageReport, _mirror_base, restore_base
+    from envkit.app.nightly import ImageReport
+    from envkit.app.nightly_publish import _mirror_base, restore_base
 
     nonce = uuid.uuid4().hex[:12]
     rootfs = tmp_path / "rootfs" / "etc"

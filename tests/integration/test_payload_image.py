@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from envkit.engine import RunOptions
+from envkit.engine.protocol import RunOptions
 from envkit.lock import load_lock
 from tests.integration.conftest import ROOT, envkit
 
@@ -34,7 +34,7 @@ def lab_image(engine, tmp_path_factory, request):
     locked = load_lock(LOCK).images[0]
     base = _existing(engine, locked) or request.getfixturevalue("example_build")[0]["images"][0]["tag"]
     ctx = tmp_path_factory.mktemp("lab-image")
-    from envkit.certify.harness import payload_files
+    from envkit.payload.contents import payload_files
 
     (ctx / "envkit_check").mkdir()
     for name, data in payload_files().items():

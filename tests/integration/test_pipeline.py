@@ -4,9 +4,11 @@ import json
 
 import pytest
 
-from envkit.certify.harness import payload_sha256, run_payload
+from envkit.payload.contents import payload_sha256
+from envkit.payload.harness import run_payload
 from envkit.lock import load_lock
 from tests.integration.conftest import ROOT, empty_store, envkit
+from envkit.frameworks import expected
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +87,7 @@ def test_mismatch_is_a_failure(example_build, engine):
     doc, _ = example_build
     tag = doc["images"][0]["tag"]
     lock = load_lock(ROOT / "examples" / "team.lock")
-    expect = lock.images[0].expect() | {"nccl": "2.99.1", "torch": "2.4.0"}
+    expect = expected(lock.images[0]) | {"nccl": "2.99.1", "torch": "2.4.0"}
     result = run_payload(engine, tag, expect)
     assert result.status == "failed"
     failed = {m.split(":")[0] for m in result.mismatches}
@@ -98,7 +100,7 @@ def test_the_images_own_self_check_is_this_envkits_payload(example_build, engine
     own copy, and the one the mounted copy reports."""
     doc, _ = example_build
     tag = doc["images"][0]["tag"]
-    from envkit.engine import RunOptions
+    from envkit.engine.protocol import RunOptions
 
     result = engine.run(tag, ["python3", "/opt/envkit/envkit_check", "--json", "--expect", "/opt/envkit/expect.json"],
                         RunOptions(timeout=300))
@@ -118,7 +120,7 @@ def test_verify_refuses_an_image_envkit_did_not_build(engine, example_build):
 
 
 def _opts():
-    from envkit.engine import RunOptions
+    from envkit.engine.protocol import RunOptions
 
     return RunOptions(timeout=60)
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from envkit.build import build_image
-from envkit.bundle import download_wheels
-from envkit.engine import RunOptions
-from envkit.index import DEFAULT_INDEX
+from envkit.build.builder import build_image
+from envkit.build.wheelhouse import download_wheels
+from envkit.engine.protocol import RunOptions
+from envkit.index.urls import DEFAULT_INDEX
 from envkit.lock import Package, sealed
 from tests.integration.pyindex import PackageIndexServer, bridge_gateway, make_wheel
 from tests.integration.test_buildkit import ca_bundle, remove_images, small_lock

@@ -14,7 +14,8 @@ import docker.errors
 import pytest
 import requests
 
-from envkit.publish import attach_certificate, mirror_base, promote, push
+from envkit.registry.artifacts import attach_certificate
+from envkit.registry.publish import mirror_base, promote, push
 from tests.integration.conftest import envkit
 from tests.integration.published import NO_WAIT, certificate, label_image, labels_for, untag_registry_refs
 from tests.integration.registry import registry, running_registry  # noqa: F401  (a fixture)
@@ -139,7 +140,7 @@ def test_prune_keeps_certified_and_the_newest_and_deletes_the_rest_with_their_ar
     assert results == ["deleted"] * 6
 
     # what researchers read still reads (from a store that exists: a named store must)
-    from envkit.store import Store
+    from envkit.store.history import Store
 
     with Store.open(str(tmp_path / "h.sqlite")):
         pass

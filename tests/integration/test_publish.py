@@ -8,9 +8,9 @@ import docker.errors
 import pytest
 
 from envkit.errors import EngineError
-from envkit.publish import (CERTIFIED_TAG, PushResult, _classify, mirror_base, promote, pull_by_digest, push,
-                            remote_digest, split_repository)
-from envkit.store import Store
+from envkit.registry.remote_parse import CERTIFIED_TAG, split_repository
+from envkit.registry.publish import PushResult, _classify, mirror_base, promote, pull_by_digest, push, remote_digest
+from envkit.store.history import Store
 from tests.integration.published import untag_registry_refs
 from tests.integration.registry import registry, running_registry  # noqa: F401  (a fixture)
 

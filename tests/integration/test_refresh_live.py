@@ -12,12 +12,13 @@ import shutil
 import pytest
 import yaml
 
-from envkit.catalog import data_dir, load_catalog
-from envkit.catalog.refresh import refresh, refresh_catalog
+from envkit.catalog.files import data_dir, load_catalog
+from envkit.catalog.refresh.torch import refresh
+from envkit.catalog.refresh.run import refresh_catalog
 from envkit.catalog.refresh.jax import refresh as refresh_jax
 from envkit.catalog.refresh.tensorflow import refresh as refresh_tf
 from envkit.errors import PackageIndexError
-from envkit.index import PackageIndex
+from envkit.index.client import PackageIndex
 from tests.unit.refreshfake import drop_companions
 
 pytestmark = pytest.mark.network
@@ -27,7 +28,7 @@ TODAY = "2026-12-02"
 
 @pytest.fixture
 def live_index(monkeypatch):
-    monkeypatch.setattr("envkit.index.TIMEOUT", 20)  # an unreachable index skips in seconds, not minutes
+    monkeypatch.setattr("envkit.index.client.TIMEOUT", 20)  # an unreachable index skips in seconds, not minutes
     return PackageIndex()
 
 

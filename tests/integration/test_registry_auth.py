@@ -1,7 +1,7 @@
 """Publishing to, and reading from, registries that require authentication: the real engine and
 Debian's docker-registry over TLS, with htpasswd basic auth or token auth (tokenserver.py).
 
-Everything goes through envkit's own code paths: push/promote/attach/pull (``envkit.publish``,
+Everything goes through envkit's own code paths: push/promote/attach/pull (``envkit.registry.publish``,
 the engine pushes with the ``auth_config`` envkit resolved) and ``envkit show`` / ``envkit ls
 --registry`` through the CLI. Credentials from ENVKIT_REGISTRY_USER/PASSWORD, from a
 ``DOCKER_CONFIG`` config.json (``auths``) and from a credential helper it names.
@@ -23,9 +23,10 @@ import pytest
 import requests
 
 from envkit.errors import EngineError
-from envkit.publish import (CERTIFIED_TAG, attach_certificate, certificate_tag, promote, pull_by_digest, push,
-                            read_certificate, remote_digest)
-from envkit.registry_auth import RegistryAuthError, open_session
+from envkit.registry.remote_parse import CERTIFIED_TAG, certificate_tag
+from envkit.registry.artifacts import attach_certificate, read_certificate
+from envkit.registry.publish import promote, pull_by_digest, push, remote_digest
+from envkit.registry.auth import RegistryAuthError, open_session
 from tests.integration.conftest import empty_store, envkit
 from tests.integration.published import LOCK_A, STACK_A, certificate, labels_for, untag_registry_refs
 from tests.integration.secure_registry import AuthRegistry, auth_registry, trust_ca
@@ -257,7 +258,7 @@ def test_tokens_are_reused_per_scope_not_fetched_per_request(dc, tiny, secure, l
     login.env("pusher", secure.password("pusher"))
     promote(dc, secure.repo(REPO), "cached", certified=True, image=tiny, **NO_WAIT)
     before = len(secure.tokens.requests)
-    from envkit.remote import inspect_remote
+    from envkit.registry.remote import inspect_remote
 
     image = inspect_remote(dc, f"{secure.repo(REPO)}:cached", **NO_WAIT)  # tags, manifests, config blob, certs
     assert image.certified

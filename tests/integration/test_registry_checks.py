@@ -18,7 +18,7 @@ import docker.errors
 import pytest
 import requests
 
-from envkit.publish import mirror_base, promote
+from envkit.registry.publish import mirror_base, promote
 from tests.integration.conftest import envkit
 from tests.integration.published import NO_WAIT, label_image, labels_for, untag_registry_refs
 from tests.integration.registry import free_port, registry, running_registry  # noqa: F401  (a fixture)

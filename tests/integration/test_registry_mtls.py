@@ -21,15 +21,16 @@ from pathlib import Path
 import pytest
 
 from envkit.errors import EngineError
-from envkit.publish import pull_by_digest, push, remote_digest
-from envkit.registry_api import _RegistryHTTP
-from envkit.registry_auth import RegistryAuthError
+from envkit.registry.publish import pull_by_digest, push, remote_digest
+from envkit.registry.api import _RegistryHTTP
+from envkit.registry.auth import RegistryAuthError
 from tests.integration.conftest import empty_store, envkit
 from tests.integration.published import STACK_A, untag_registry_refs
 from tests.integration.registry import Registry, find_binary
 from tests.integration.secure_registry import CERTS_D, trust_ca
 from tests.integration.test_registry_auth import _host_address, tiny  # noqa: F401  (the fixture)
 from tests.integration.tokenserver import make_pki
+from envkit.engine.docker_engine import as_engine
 
 pytestmark = pytest.mark.integration
 
@@ -133,7 +134,8 @@ def test_with_the_pair_in_certs_d_the_engine_pushes_and_pulls_and_envkit_reads(d
     with placed(reg.host, client_cert=cert, client_key=key):  # no engine restart
         digest = push(dc, tiny, reg.repo(REPO), STACK_A).digest
         assert reg.manifest_digest(REPO, STACK_A) == digest == remote_digest(dc, reg.repo(REPO), STACK_A)
-        manifest = _RegistryHTTP(dc, reg.repo(REPO)).get_manifest(digest)  # by digest, through envkit's client
+        # by digest, through envkit's client
+        manifest = _RegistryHTTP(as_engine(dc), reg.repo(REPO)).get_manifest(digest)
         assert manifest is not None and manifest.digest == digest
         shown = cli_json("show", f"{reg.repo(REPO)}:{STACK_A}", "--store", empty_store(tmp_path))
         assert shown["registry"]["digest"] == digest

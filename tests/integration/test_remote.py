@@ -6,7 +6,7 @@ import json
 import docker.errors
 import pytest
 
-from envkit.store import Store
+from envkit.store.history import Store
 from tests.integration.conftest import empty_store, envkit
 from tests.integration.published import (LOCK_A, LOCK_B, STACK_A, STACK_B, Team, publish_team, remove_local,
                                          untag_registry_refs)
@@ -132,7 +132,7 @@ def test_a_stopped_registry_fails_with_its_name_and_a_hint(tmp_path):
 
 
 def test_a_local_copy_shows_the_engine_and_store_view_plus_the_registry_view(dc, team, tmp_path):
-    from envkit.publish import pull_by_digest
+    from envkit.registry.publish import pull_by_digest
 
     pinned = f"{team.host}/vision/torch25@{team.digest_a}"
     try:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from envkit.report import write_reports
+from envkit.certify.report import write_reports
 
-from ..unit.test_certificate import build, cpu_doc, gpu_doc, set_check
+from ..unit.certify.test_certificate import build, cpu_doc, gpu_doc, set_check
 
 pytestmark = pytest.mark.integration
 

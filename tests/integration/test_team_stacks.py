@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 
-from envkit.labels import TEAM_LABEL
+from envkit.support.labels import TEAM_LABEL
 
 from .conftest import ROOT, envkit
 

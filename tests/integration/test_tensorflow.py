@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from envkit.certify.certificate import decide
-from envkit.certify.harness import run_payload
-from envkit.engine import RunOptions
-from envkit.frameworks import TENSORFLOW
+from envkit.certify.verdict import decide
+from envkit.payload.harness import run_payload
+from envkit.engine.protocol import RunOptions
+from envkit.frameworks import TENSORFLOW, expected
 from envkit.lock import load_lock
 from tests.integration.conftest import ROOT, envkit
 
@@ -84,7 +84,7 @@ def test_certify_without_a_gpu_and_a_mismatch_are_judged_on_the_host(tf_build, e
     assert (cert["status"], cert["gpu_model"]) == ("verified", "none")
     assert {c["status"] for c in cert["checks"] if c["name"] in TENSORFLOW.gpu_checks} == {"skipped"}
 
-    wrong = locked.expect() | {"cudnn": "9.28.1.4", "tensorflow": "2.19.1"}
+    wrong = expected(locked) | {"cudnn": "9.28.1.4", "tensorflow": "2.19.1"}
     result = run_payload(engine, image["tag"], wrong)
     assert result.status == "failed"
     assert {m.split(":")[0] for m in result.mismatches} == {"cudnn_version", "tensorflow_version"}

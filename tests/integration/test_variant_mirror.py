@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit.index import DEFAULT_INDEX
+from envkit.index.urls import DEFAULT_INDEX
 from tests.integration.conftest import ENVKIT, ROOT
 from tests.integration.pyindex import PackageIndexServer, make_torch_standin
 

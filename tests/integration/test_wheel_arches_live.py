@@ -8,18 +8,18 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from envkit.catalog import load_catalog
+from envkit.catalog.files import load_catalog
 from envkit.catalog.refresh.arches import check_arches
 from envkit.errors import PackageIndexError, WheelReadError
-from envkit.index import PackageIndex
-from envkit.wheel_arches import read_arches
+from envkit.index.client import PackageIndex
+from envkit.index.wheel_arches import read_arches
 
 pytestmark = pytest.mark.network
 
 
 @pytest.fixture
 def live_index(monkeypatch):
-    monkeypatch.setattr("envkit.index.TIMEOUT", 20)
+    monkeypatch.setattr("envkit.index.client.TIMEOUT", 20)
     return PackageIndex()
 
 

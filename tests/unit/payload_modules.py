@@ -15,7 +15,7 @@ from types import ModuleType
 
 from tests.conftest import ROOT
 
-PAYLOAD_DIR = ROOT / "envkit" / "certify" / "payload" / "envkit_check"
+PAYLOAD_DIR = ROOT / "envkit" / "payload" / "envkit_check"
 
 
 def payload_module(name: str) -> ModuleType:

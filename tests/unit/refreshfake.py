@@ -15,9 +15,10 @@ import json
 import shutil
 from pathlib import Path
 
-from envkit.catalog import data_dir
+from envkit.catalog.files import data_dir
 from envkit.errors import WheelReadError
-from envkit.index import JSON_ACCEPT, PackageIndex
+from envkit.index.urls import JSON_ACCEPT
+from envkit.index.client import PackageIndex
 
 DATA = Path(__file__).parent / "data" / "refresh"
 BASE = "https://index.invalid/simple"

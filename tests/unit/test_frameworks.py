@@ -15,20 +15,21 @@ import json
 import pytest
 
 from envkit import frameworks
-from envkit.build import build_image
-from envkit.certify.certificate import decide
-from envkit.certify.harness import expect_from_labels
+from envkit.build.builder import build_image
+from envkit.certify.verdict import decide
+from envkit.payload.harness import expect_from_labels
 from envkit.errors import BuildError, EnvkitError
 from envkit.lock import Package, load_lock
-from envkit.pipeline import build_spec
-from envkit.render import context_for, render_files
+from envkit.app.build import build_spec
+from envkit.render.files import context_for, render_files
 from tests.conftest import ROOT
 from tests.unit.lockfixtures import make_image, make_jax_image, make_lock, make_tf_image
 from tests.unit.payload_modules import payload_module, payload_sources, rendered_payload
+from envkit.frameworks import expected
 
 FRAMEWORKS_LOCK = ROOT / "examples" / "frameworks.lock"
 JAX = make_jax_image()
-EXPECT = JAX.expect()
+EXPECT = expected(JAX)
 STATIC = ("python_version", "jax_version", "cuda_runtime", "cudnn_version", "nccl_version", "pip_check",
           "cpu_train_step")
 H200 = {"index": 0, "name": "NVIDIA H200", "cc": "9.0", "memory_gib": 105.0}
@@ -43,7 +44,7 @@ def test_jax_expect_comes_from_the_lock():
 
 
 def test_torch_expect_is_unchanged():
-    assert make_image().expect() == {"torch": "2.5.1", "cuda": "12.4", "cudnn": "9.1.0.70", "nccl": "2.21.5",
+    assert expected(make_image()) == {"torch": "2.5.1", "cuda": "12.4", "cudnn": "9.1.0.70", "nccl": "2.21.5",
                                      "arch_list": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
                                      "python": "3.11", "driver_floor": "525.60.13"}
 
@@ -52,7 +53,7 @@ def test_torch_expect_is_unchanged():
 def test_pin_labels_say_what_the_lock_says(image):
     """`envkit verify IMAGE` without a lock reads the labels: the same expectations as the lock."""
     labels = dict(context_for(make_lock(image), image, "team.yaml").labels)
-    assert expect_from_labels(labels) == image.expect()
+    assert expect_from_labels(labels) == expected(image)
 
 
 def test_jax_labels_carry_its_own_pins_and_no_arch_list():
@@ -86,7 +87,7 @@ def test_jax_dockerfile_is_the_runtime_flavour(example_jax):
     for pin in ("jax==0.12.0.1", "jaxlib==0.12.0.1", "jax-cuda13-plugin==0.12.0.1", "nvidia-cudnn-cu13==9.28.1.4",
                 "nvidia-nccl-cu13==2.32.6", "nvidia-cuda-runtime==13.5.37"):
         assert f"{pin} \\\n    --hash=sha256:" in framework, pin
-    assert json.loads(files["envkit/expect.json"]) == image.expect()
+    assert json.loads(files["envkit/expect.json"]) == expected(image)
     assert rendered_payload(files) == payload_sources()
 
 
@@ -260,7 +261,7 @@ def test_jax_gpu_check_claimed_passed_without_a_gpu_fails():
 
 def test_framework_is_the_locks_not_the_payloads():
     """A JAX document judged against a torch lock (the wrong image, or a payload that says otherwise) fails."""
-    status, reasons = decide(gpu_doc(), make_image().expect(), gpu_requested=True)
+    status, reasons = decide(gpu_doc(), expected(make_image()), gpu_requested=True)
     assert status == "failed"
     assert "torch: the lock expects 2.5.1 but the image has none" in reasons
     assert any("GPU check cuda_available did not pass" in r for r in reasons)
@@ -268,7 +269,7 @@ def test_framework_is_the_locks_not_the_payloads():
 
 def test_images_of_a_framework_envkit_does_not_build_are_not_judged(tensorflow_not_built):
     tf = load_lock(FRAMEWORKS_LOCK).image("tf")
-    assert decide(cpu_doc(), tf.expect(), gpu_requested=False) == (
+    assert decide(cpu_doc(), expected(tf), gpu_requested=False) == (
         "failed", ("envkit does not verify TensorFlow images yet",))
 
 

@@ -13,18 +13,19 @@ import json
 import pytest
 
 from envkit import frameworks
-from envkit.certify.certificate import decide
-from envkit.certify.harness import expect_from_labels
+from envkit.certify.verdict import decide
+from envkit.payload.harness import expect_from_labels
 from envkit.errors import BuildError, EnvkitError
 from envkit.lock import load_lock
-from envkit.render import context_for, render_files
+from envkit.render.files import context_for, render_files
 from tests.conftest import ROOT
 from tests.unit.lockfixtures import make_lock, make_tf_image
 from tests.unit.payload_modules import payload_sources, rendered_payload
+from envkit.frameworks import expected
 
 FRAMEWORKS_LOCK = ROOT / "examples" / "frameworks.lock"
 TF = make_tf_image()
-EXPECT = TF.expect()
+EXPECT = expected(TF)
 STATIC = ("python_version", "tensorflow_version", "cuda_runtime", "cudnn_version", "nccl_version", "build_info",
           "pip_check", "cpu_train_step")
 BUILT_FOR = ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]  # tf.sysconfig.get_build_info() in the 2.20.0 image
@@ -61,7 +62,7 @@ def test_tf_dockerfile_is_the_runtime_flavour():
     for pin in ("tensorflow==2.20.0", "nvidia-cudnn-cu12==9.28.0.42", "nvidia-nccl-cu12==2.32.3",
                 "nvidia-cuda-runtime-cu12==12.9.79"):
         assert f"{pin} \\\n    --hash=sha256:" in framework, pin
-    assert json.loads(files["envkit/expect.json"]) == image.expect()
+    assert json.loads(files["envkit/expect.json"]) == expected(image)
     assert rendered_payload(files) == payload_sources()
 
 
@@ -197,5 +198,5 @@ def test_framework_is_the_locks_not_the_payloads():
     """A TensorFlow document judged against a JAX lock fails on the JAX pins."""
     from tests.unit.lockfixtures import make_jax_image
 
-    status, reasons = decide(gpu_doc(), make_jax_image().expect(), gpu_requested=True)
+    status, reasons = decide(gpu_doc(), expected(make_jax_image()), gpu_requested=True)
     assert status == "failed" and "jax: the lock expects 0.12.0.1 but the image has none" in reasons

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from envkit.errors import LockError
-from envkit.atomic import write_atomic
+from envkit.support.atomic import write_atomic
 from envkit.lock import load_lock, write_lock
 from tests.unit.lockfixtures import make_image, make_lock
 
@@ -119,7 +119,7 @@ def test_a_lock_that_cannot_be_read_is_never_replaced_behind_the_users_back(tmp_
     import shutil
     from pathlib import Path
 
-    from envkit import pipeline
+    from envkit.app import resolve as pipeline
 
     root = Path(__file__).resolve().parents[2]
     spec = tmp_path / "team.yaml"

@@ -12,14 +12,15 @@ from __future__ import annotations
 import pytest
 
 from envkit import frameworks
-from envkit.certify import harness
-from envkit.certify.certificate import decide
+from envkit.payload import contents
+from envkit.certify.verdict import decide
 from envkit.errors import VerificationError
 from envkit.lock import Package
-from envkit.render import context_for, render_files
+from envkit.render.files import context_for, render_files
 from tests.unit.lockfixtures import make_image, make_jax_image, make_lock, make_tf_image
 from tests.unit.payload_modules import payload_module
-from tests.unit.test_certificate import EXPECT, check, cpu_doc, set_check
+from tests.unit.certify.test_certificate import EXPECT, check, cpu_doc, set_check
+from envkit.frameworks import expected
 
 core = payload_module("envkit_check_core")
 EXTRAS = (("transformers", "4.46.3"), ("torchaudio", "2.5.1+cu124"), ("accelerate", "1.1.1"))
@@ -35,14 +36,14 @@ def with_requested(image, names=("transformers", "torchaudio", "accelerate")):
 @pytest.mark.parametrize("make", [make_image, make_jax_image, make_tf_image], ids=["torch", "jax", "tf"])
 def test_every_frameworks_expect_carries_the_requested_packages_with_their_pins(make):
     plain = make()
-    expect = with_requested(plain).expect()
-    assert expect == {**plain.expect(), "requested": REQUESTED}
-    assert "requested" not in plain.expect()  # a spec without pip: packages: the expect file as before
+    expect = expected(with_requested(plain))
+    assert expect == {**expected(plain), "requested": REQUESTED}
+    assert "requested" not in expected(plain)  # a spec without pip: packages: the expect file as before
 
 
 def test_a_requested_name_is_canonical_and_a_package_the_lock_lacks_has_no_version():
     image = with_requested(make_image(), names=("Torch_Audio.Extra", "transformers"))
-    assert image.expect()["requested"] == {"torch-audio-extra": None, "transformers": "4.46.3"}
+    assert expected(image)["requested"] == {"torch-audio-extra": None, "transformers": "4.46.3"}
 
 
 @pytest.mark.parametrize("make", [make_image, make_jax_image, make_tf_image], ids=["torch", "jax", "tf"])
@@ -51,7 +52,7 @@ def test_the_pin_label_says_what_the_lock_says(make):
     image = with_requested(make())
     labels = dict(context_for(make_lock(image), image, "team.yaml").labels)
     assert labels["io.envkit.requested"] == "transformers==4.46.3 torchaudio==2.5.1+cu124 accelerate==1.1.1"
-    assert frameworks.expect_from_labels(labels) == image.expect()
+    assert frameworks.expect_from_labels(labels) == expected(image)
     assert "io.envkit.requested" not in dict(context_for(make_lock(make()), make(), "team.yaml").labels)
 
 
@@ -79,7 +80,7 @@ def test_the_payload_refuses_a_malformed_requested(value, named):
 
 def test_the_payload_takes_every_requested_envkit_writes():
     for make in (make_image, make_jax_image, make_tf_image):
-        assert core.expect_problems(harness.payload_expect(with_requested(make()).expect())) == []
+        assert core.expect_problems(contents.payload_expect(expected(with_requested(make())))) == []
     assert core.expect_problems({"requested": {"torchaudio": None, "a-b-c9": "1.0rc1+local"}}) == []
 
 
@@ -87,7 +88,7 @@ def test_the_harness_names_what_the_payload_would_refuse_before_running_it():
     """A pin label made by hand (or damaged) would make the payload exit 2 with no report: named here instead."""
     labels = {"io.envkit.framework": "torch==2.5.1", "io.envkit.requested": "Torch_Audio==2.5.1"}
     with pytest.raises(VerificationError, match="'Torch_Audio' not a canonical name"):
-        harness.payload_expect(frameworks.expect_from_labels(labels))
+        contents.payload_expect(frameworks.expect_from_labels(labels))
 
 
 # ------------------------------------------------------------------ the host's verdict

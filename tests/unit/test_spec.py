@@ -5,9 +5,9 @@ import shutil
 import certifi
 import pytest
 
-from envkit.catalog import load_catalog
+from envkit.catalog.files import load_catalog
 from envkit.errors import SpecError
-from envkit.resolve import check_gpus
+from envkit.resolve.plan import check_gpus
 from envkit.spec import load_spec
 from tests.conftest import MINIMAL, ROOT
 

@@ -34,7 +34,7 @@ def test_loadgroup_keeps_the_groups_of_tests_conftest(tmp_path):
     ids = tmp_path / "ids.txt"
     tests = ["tests/integration/test_examples.py::test_the_examples_with_locks_are_the_ones_the_readme_builds",
              "tests/integration/test_jax.py::test_jax_image_builds_and_verifies_with_gpu_checks_skipped",
-             "tests/unit/test_gc.py::test_keep_below_one_is_refused"]
+             "tests/unit/ops/test_gc.py::test_keep_below_one_is_refused"]
     env = dict(os.environ, ENVKIT_TEST_IDS=str(ids), PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "1", "--dist", "loadgroup", "--setup-plan", "-q",
                            "-p", "idrecorder", "-p", "no:cacheprovider", *tests],

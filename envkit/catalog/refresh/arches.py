@@ -2,7 +2,7 @@
 
 For every PyTorch row (its index-default variant: the only one the package index serves) and
 every TensorFlow release, the newest patch's Linux wheel is read by range requests
-(``envkit.wheel_arches``) and its flags compared with what the catalog plans with. A row that
+(``envkit.index.wheel_arches``) and its flags compared with what the catalog plans with. A row that
 disagrees gets the wheel's list, spelled in the file's own notation (pytorch.yaml:
 ``arch_list: "7.5;...;12.0"``; tensorflow.yaml: the release's ``arches: [sm_60, ...]``), and a
 source key per wheel (``wheel_arches_<framework>_<version>`` in sources.yaml, naming the file,
@@ -23,13 +23,15 @@ from pathlib import Path
 from packaging.version import Version
 
 from ...errors import CatalogError
-from ...wheel_arches import ArchReading, same_arches
-from .. import Catalog, data_dir as default_data_dir
+from ...index.wheel_arches import ArchReading, same_arches
+from ..models import Catalog
+from ..files import data_dir as default_data_dir
 from .common import RefreshResult, apply_texts, check_today, load_yaml, q, read_file, splice, wheel_reading
 from .tensorflow import _ROW as _TF_ROW
 from .torch import _release_blocks
+from ...frameworks import ARCH_LISTED
 
-ARCH_FRAMEWORKS = ("torch", "tensorflow")
+ARCH_FRAMEWORKS = ARCH_LISTED  # the frameworks whose GPU coverage is a compiled arch list (envkit.frameworks)
 _VARIANT = re.compile(r'^(?P<indent>\s+)- \{tag: (?P<tag>[A-Za-z0-9_.]+), .*arch_list: (?P<q>"[^"]*")\}\s*$')
 _SOURCES = re.compile(r"^(?P<indent>\s+)sources: \[(?P<keys>[^\]]*)\]")
 

@@ -24,9 +24,14 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ... import scratch
+from ...support import scratch
 from ...errors import CatalogError, PackageIndexError
-from .. import FRAMEWORK_FILES, Catalog, load_catalog, vtuple
+from ..exclusions import FRAMEWORK_FILES
+from ..models import Catalog, vtuple
+from ..files import load_catalog
+from ...index.wheel_arches import read_arches
+from ...index.wheel_facts import bundled_pins
+from ...support.atomic import directories_locked, replace_all
 
 SOURCE = "pypi_index"  # the sources.yaml key every refreshed row names
 FILENAMES = {fw: f"{name}.yaml" for fw, name in FRAMEWORK_FILES.items()}  # torch -> pytorch.yaml
@@ -42,7 +47,7 @@ def load_yaml(text: str):
 
 
 class RefreshIndex(Protocol):
-    """What a refresh asks of the index (``envkit.index.PackageIndex`` answers it)."""
+    """What a refresh asks of the index (``envkit.index.client.PackageIndex`` answers it)."""
 
     def versions(self, project: str) -> list[Version]: ...
     def wheels(self, project: str) -> list: ...
@@ -142,9 +147,6 @@ def wheel_reading(index, framework: str, version: str, python: str, glibc: str, 
     wheel, py = pick_wheel(index, framework, v, pys, python, glibc) if pys else (None, None)
     if wheel is None:
         return f"no Linux x86_64 CPython wheel of {framework} {version} on {index.url}"
-    from ...resolve import bundled_pins
-    from ...wheel_arches import read_arches
-
     try:
         if cuda is not None:
             pinned = bundled_pins(index.requires(wheel), py).get("cuda")
@@ -278,15 +280,11 @@ class RefreshResult:
 def apply_texts(directory: Path, results) -> list[Path]:
     """Check every changed file is as read, validate all proposals together, then write them all or none, holding
     the directory's lock throughout (another run's write in between is then seen as a change, not lost)."""
-    from ...atomic import directories_locked
-
     with directories_locked([directory]):
         return _apply_texts(directory, results)
 
 
 def _apply_texts(directory: Path, results) -> list[Path]:
-    from ...atomic import replace_all
-
     changed = [r for r in results if r.changed]
     for r in changed:
         target = directory / r.filename

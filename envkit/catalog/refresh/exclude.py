@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...atomic import directories_locked
+from ...support.atomic import directories_locked
 from ...errors import CatalogError
-from .. import data_dir as default_data_dir, load_catalog
+from ..files import data_dir as default_data_dir, load_catalog
 from ..exclusions import FRAMEWORK_FILES, KEY, version_problem
 from .arches import sources_result
 from .common import FILENAMES, RefreshResult, apply_texts, check_parses_back, check_today, q, read_file, splice

@@ -25,19 +25,18 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ...candidates import ALLOWED_EXTRAS
 from ...errors import CatalogError
-from .. import Catalog, Jax, data_dir as default_data_dir, vtuple
+from ..models import Catalog, Jax, vtuple
+from ..files import data_dir as default_data_dir
 from .common import (RefreshIndex, RefreshResult, check_parses_back, check_source, check_today, exact_version,
                      extras_of, floor_version, for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel,
                      published, py_text, python_tags, q, read_file, skip_excluded, spec_text, splice)
+from ...frameworks import JAX
+from ...index.wheel_facts import library_of
 
 FILENAME = "jax.yaml"
 PROJECT = "jax"
 _CUDA_EXTRA = re.compile(r"^cuda(?P<major>\d+)$")
-_RUNTIME = re.compile(r"^nvidia-cuda-runtime(-cu\d+)?$")
-_CUDNN = re.compile(r"^nvidia-cudnn-cu\d+$")
-_NCCL = re.compile(r"^nvidia-nccl-cu\d+$")
 _WIDTH = 118
 
 
@@ -135,11 +134,12 @@ def _read_plugin(index: RefreshIndex, extra: str, plugin: str, version: Version,
     pjrt = next((exact_version(r) for r in requires if canonicalize_name(r.name) == pjrt_name and r.marker is None), None)
     found: dict[str, str] = {}
     for name, r in for_extra(requires, "with-cuda", py).items():
-        if _RUNTIME.match(name):
+        library = library_of(name)
+        if library == "cuda":
             found["cuda"] = floor_version(r) or ""
-        elif _CUDNN.match(name):
+        elif library == "cudnn":
             found["cudnn"] = spec_text(r.specifier)
-        elif _NCCL.match(name):
+        elif library == "nccl":
             found["nccl"] = spec_text(r.specifier)
     missing = [k for k in ("cuda", "cudnn", "nccl") if not found.get(k)]
     if missing:
@@ -264,8 +264,8 @@ def _propose(state: dict, read: JaxRead, catalog: Catalog, notes: list[str], war
                                    "cudnn": p.cudnn, "nccl": p.nccl})
         tails[(p.extra, "new")] = newest.extra
         changes.append(f"new extra {p.extra} (min_cc {newest.min_cc} carried forward from {newest.extra} - review)")
-        if p.extra not in ALLOWED_EXTRAS["jax"]:
-            warnings.append(f"{v}: team.yaml cannot ask for jax[{p.extra}] yet (envkit.candidates.ALLOWED_EXTRAS); "
+        if p.extra not in JAX.extras:
+            warnings.append(f"{v}: team.yaml cannot ask for jax[{p.extra}] yet (the extras of envkit.frameworks.JAX); "
                             "a spec without an extra gets the newest one")
     state["versions"] = sorted({*state["versions"], read.version}, key=Version, reverse=True)
     notes.append(f"{v}: added from {read.source}" + (f"; {'; '.join(changes)}" if changes else "")

@@ -8,7 +8,7 @@ tags give the Python range. A new patch of a known series changes only that row'
 ``patches`` (a disagreeing pin is a warning); a new series is a new row. The file-wide
 ``min_driver`` is not in wheel metadata: it stays as it is, and the row's comment says so, to
 be reviewed. A new series' compiled targets are read from the wheel itself
-(``tensorflow/python/platform/build_info.py``, by range requests: ``envkit.wheel_arches``)
+(``tensorflow/python/platform/build_info.py``, by range requests: ``envkit.index.wheel_arches``)
 into the row's ``arches``; when the wheel cannot be read the row has none and plans with the
 file-wide ``arch_list``, with a warning.
 """
@@ -22,18 +22,17 @@ from pathlib import Path
 from packaging.version import Version
 
 from ...errors import CatalogError
-from .. import Catalog, TfRelease, data_dir as default_data_dir
+from ..models import Catalog, TfRelease
+from ..files import data_dir as default_data_dir
 from .common import (RefreshIndex, RefreshResult, check_parses_back, check_source, check_today, floor_version,
                      for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel, published, py_text,
                      python_tags, q, read_file, skip_excluded, spec_text, splice, wheel_reading)
+from ...index.wheel_facts import library_of
 
 FILENAME = "tensorflow.yaml"
 PROJECT = "tensorflow"
 _ROW = re.compile(r'^    - \{version: "(?P<v>[0-9][0-9.]*)",')
 _PATCHES = re.compile(r"patches: \[[^\]]*\]")
-_RUNTIME = re.compile(r"^nvidia-cuda-runtime(-cu\d+)?$")
-_CUDNN = re.compile(r"^nvidia-cudnn-cu\d+$")
-_NCCL = re.compile(r"^nvidia-nccl-cu\d+$")
 
 
 @dataclass(frozen=True)
@@ -68,11 +67,12 @@ def _read(index: RefreshIndex, wheels, version: Version, extra: str, python: str
     source = metadata_source(wheel)
     found: dict[str, str | None] = {}
     for name, r in for_extra(index.requires(wheel), extra, py).items():
-        if _RUNTIME.match(name):
+        library = library_of(name)
+        if library == "cuda":
             found["cuda"] = floor_version(r)
-        elif _CUDNN.match(name):
+        elif library == "cudnn":
             found["cudnn"] = floor_version(r)
-        elif _NCCL.match(name):
+        elif library == "nccl":
             found["nccl"] = spec_text(r.specifier)
     missing = [k for k in ("cuda", "cudnn") if not found.get(k)]
     if missing:

@@ -4,7 +4,7 @@ The index tells what was published: the torch versions, the Python tags of their
 and (in each Linux wheel's METADATA ``Requires-Dist``) the CUDA runtime, cuDNN and NCCL
 that wheel bundles. The compiled arch list is not in the metadata: a new series reads it
 from the wheel itself (``torch/lib/libtorch_python.so``'s CUDA arch flags, by range
-requests: ``envkit.wheel_arches``) and names the wheel's URL; only when the wheel cannot be
+requests: ``envkit.index.wheel_arches``) and names the wheel's URL; only when the wheel cannot be
 read is the list carried over from the catalog's nearest CUDA variant, with a warning to
 confirm it. New rows are ``verified: partial`` (only the index's default variant is known).
 
@@ -26,8 +26,9 @@ from pathlib import Path
 from packaging.version import Version
 
 from ...errors import CatalogError
-from ...resolve import bundled_pins
-from .. import Catalog, TorchRelease, data_dir as default_data_dir, vtuple
+from ...index.wheel_facts import bundled_pins
+from ..models import Catalog, TorchRelease, vtuple
+from ..files import data_dir as default_data_dir
 from .common import (SOURCE, RefreshIndex, RefreshResult, check_parses_back, check_source, check_today,
                      metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file, skip_excluded,
                      splice, wheel_reading)

@@ -1,9 +1,9 @@
-"""Record a real registry's answers to envkit's registry reads, for tests/unit/test_remote.py.
+"""Record a real registry's answers to envkit's registry reads, for tests/unit/registry/test_remote.py.
 
     .venv/bin/python -m tests.unit.data.registry.record   # needs the engine, docker-registry, a local envkit base
 
 Starts Debian's docker-registry on loopback, publishes tests/integration/published.py's team
-into it, then runs ``envkit.remote``'s reads through a recording transport and writes every
+into it, then runs ``envkit.registry.remote``'s reads through a recording transport and writes every
 request and answer (status, the headers envkit reads, the body) to answers.json. The unit
 tests replay them with no registry and no engine.
 """
@@ -20,7 +20,7 @@ from requests.adapters import HTTPAdapter
 
 from envkit.engine.docker_engine import connect
 from envkit.errors import EngineError
-from envkit.remote import inspect_remote, list_registry
+from envkit.registry.remote import inspect_remote, list_registry
 from tests.integration.published import STACK_A, STACK_B, publish_team, remove_local
 from tests.integration.registry import running_registry
 

@@ -1,0 +1,96 @@
+"""render, build, bundle make: the lock's images as build contexts, images and offline bundles (``envkit render``,
+``build``, ``bundle make``; a missing or stale lock is resolved and written first, unless ``--locked``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..build.builder import BuildProgress, Outcome, build_image, require_builder
+from ..errors import SpecError
+from ..frameworks import require_buildable, require_bundle
+from ..index.urls import DEFAULT_INDEX
+from ..lock import LockedImage
+from ..render.files import Rendered, render
+from ..spec import env_ca_skip_note
+from .resolve import Resolved, resolve_spec
+from ..support.progress import Progress
+from ..build.bundle_manifest import MANIFEST, bundle_size
+from ..build.bundle import check_replaceable, make_bundle
+
+
+def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = None, locked: bool = False,
+                only: list[str] | None = None, progress=lambda _: None) -> tuple[Resolved, Rendered]:
+    """Render the lock's images; a missing or stale lock is re-resolved and written first, unless ``locked``."""
+    resolved = resolve_spec(spec_path, lock_path=lock_path, reuse=True, locked=locked, progress=progress)
+    for name in only or ():
+        resolved.spec.image(name)
+    rendered = render(resolved.lock, out_root, _display(spec_path), only)
+    return resolved, rendered
+
+
+def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | None = None, locked: bool = False,
+               only: list[str] | None = None, verify: bool = True, builder: str = "classic",
+               progress: BuildProgress = lambda *_: None) -> tuple[Resolved, list[Outcome]]:
+    require_builder(engine, builder)  # before resolving: BuildKit without its CLI fails at once
+    resolved, _ = render_spec(spec_path, out_root, lock_path=lock_path, locked=locked, only=only,
+                              progress=lambda msg: progress("*", msg))
+    ca = resolved.spec.ca_bundle_path()
+    if resolved.reused and (note := env_ca_skip_note(resolved.spec)):  # (a resolve said so already)
+        progress("*", note)
+    for image in resolved.lock.images:  # refuse before building any
+        if not only or image.name in only:
+            require_buildable(image)
+    outcomes = []
+    for image in resolved.lock.images:
+        if only and image.name not in only:
+            continue
+        outcomes.append(build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
+                                    progress=progress, verify=verify, builder=builder))
+    return resolved, outcomes
+
+
+@dataclass
+class Bundled:
+    resolved: Resolved
+    image: LockedImage
+    path: Path
+    manifest: dict
+    size: int
+
+    def to_json(self) -> dict:
+        return {"bundle": str(self.path), "image": self.image.name, "tag": self.manifest["tag"],
+                "lock": str(self.resolved.lock_path), "lock_reused": self.resolved.reused,
+                "lock_hash": self.image.hash, "base": self.manifest["base"], "files": len(self.manifest["files"]),
+                "wheels": sum(1 for f in self.manifest["files"] if f.startswith("context/wheelhouse/")),
+                "size_bytes": self.size}
+
+
+def bundle_spec(spec_path: Path, out_dir: Path, engine, *, image: str | None = None,
+                progress: Progress = lambda _: None) -> Bundled:
+    """Resolve (or reuse the lock of) the spec and write an offline bundle of one image into ``out_dir``."""
+    check_replaceable(Path(out_dir).absolute())  # before resolving: nothing is fetched for a bad --out
+    resolved = resolve_spec(spec_path, reuse=True, progress=progress)
+    if image is None:
+        names = [i.name for i in resolved.lock.images]
+        if len(names) != 1:
+            raise SpecError(f"{spec_path} has {len(names)} images ({', '.join(names)}); a bundle holds one",
+                            hint="choose it with --image NAME")
+        image = names[0]
+    resolved.spec.image(image)
+    locked = resolved.lock.image(image)
+    require_bundle(locked)
+    progress(f"bundling {image} into {out_dir} (written beside it, renamed into place when complete)")
+    path = make_bundle(engine, resolved.lock, image, out_dir, ca_bundle=resolved.spec.ca_bundle_path(),
+                       spec_name=_display(spec_path), progress=progress,
+                       extra_index_url=resolved.spec.build.index_url or DEFAULT_INDEX)  # as the resolver's
+    manifest = json.loads((path / MANIFEST).read_text())
+    return Bundled(resolved, locked, path, manifest, bundle_size(path))
+
+
+def _display(spec_path: Path) -> str:
+    try:
+        return str(spec_path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(spec_path)

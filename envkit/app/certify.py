@@ -1,0 +1,73 @@
+"""verify and certify an image: the payload run inside it, its verdict judged again by the host (``envkit verify``,
+``certify``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..build.builder import LOCK_LABEL
+from ..payload.harness import Verification, expect_from_labels, run_payload
+from ..errors import EngineError, VerificationError
+from ..frameworks import expected
+from ..lock import load_lock
+from ..store.history import Store
+from ..certify.verdict import decide
+from ..certify.certificate import certify_image, slug, perf_metrics
+from ..support.atomic import check_writable
+from ..catalog.perf import load_perf
+from ..certify.report import FILES, write_reports
+
+
+def expectations(engine, ref: str, lock_path: Path | None):
+    """The image, its lock hash, and what must hold inside it: its pin labels, or the lock's entry."""
+    info = engine.inspect(ref)
+    if info is None:
+        raise EngineError(f"no image {ref!r} in the engine", hint="build it with `envkit build SPEC`")
+    lock_hash = info.labels.get(LOCK_LABEL)
+    if not lock_hash:
+        raise VerificationError(f"{ref} was not built by envkit (it has no {LOCK_LABEL} label)",
+                                hint="envkit verifies and certifies the images it builds, by the pins their labels "
+                                     "carry: build this stack with `envkit build SPEC` and verify that image "
+                                     "(`envkit ls` and `docker images` list the envkit images here)")
+    if lock_path is None:
+        return info, lock_hash, expect_from_labels(info.labels)
+    match = [i for i in load_lock(lock_path).images if i.hash == lock_hash]
+    if not match:
+        raise VerificationError(f"{ref} was built from lock hash {lock_hash[:19]}, which {lock_path} does not contain",
+                                hint="rebuild it with `envkit build SPEC`, or pass the lock it came from")
+    return info, lock_hash, expected(match[0])
+
+
+def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verification:
+    """Check inside ``ref`` that what it holds equals its pin labels (and the lock, if given). The payload's
+    own verdict is judged again by the host's rules (``verdict.decide``, as certify does): a document that
+    says ``verified`` beside a failed check, or claims a GPU check passed with no GPU, fails here too."""
+    _, _, expect = expectations(engine, ref, lock_path)
+    v = run_payload(engine, ref, expect)
+    status, reasons = decide(v.raw, expect, gpu_requested=False)
+    if status == "failed":
+        v.status = "failed"
+        # a failed check is already in mismatches as "name: message"; add what only the host saw
+        v.mismatches += [r for r in reasons if not r.startswith("check ")]
+    return v
+
+
+def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_dir: Path,
+            store_url: str | None, timeout: int = 600):
+    """Certify ``ref``; write the certificate and the reports into ``out_dir`` (one set, replacing what is there),
+    then record the certificate in the store. Both places are tried before the payload runs, so a path that cannot
+    be used fails in seconds, not after the run; the store is written last, as the record ``run``'s gate trusts."""
+    info, lock_hash, expect = expectations(engine, ref, lock_path)
+    load_perf()  # the floors the verdict judges: a broken team perf.yaml fails now, not after the payload ran
+    for name in FILES.values():
+        check_writable(out_dir / name)
+    with Store.open(store_url):
+        pass
+    use_gpus = engine.nvidia_runtime() if gpus is None else gpus
+    cert = certify_image(engine, ref, expect, gpus=use_gpus, timeout=timeout)
+    paths = write_reports([cert], out_dir, also={"certificate": (f"certificate-{slug(cert.gpu_model)}.json",
+                                                                 cert.to_bytes())})
+    with Store.open(store_url) as store:
+        store.record_certificate(info.id, cert.gpu_model, cert.driver, status=cert.status, lock_hash=lock_hash,
+                                 document=cert.to_json(), metrics=perf_metrics(cert))
+    return cert, paths

@@ -1,0 +1,315 @@
+"""The nightly job: re-resolve, rebuild what changed, certify, promote, remember.
+
+Every step is recorded in the store before and after it runs, inside transactions, so a
+run killed at any point (SIGKILL included) is finished by the next one: it resumes the
+unfinished run, rebuilds only what has no completed build, re-certifies only what has no
+certificate, and never records a push that did not happen.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .. import __version__
+from ..support.atomic import check_writable, write_atomic
+from ..build.builder import CONTEXT_LABEL, build_image, require_builder
+from ..certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now, perf_metrics
+from ..payload.harness import gpu_key
+from ..engine.space import engine_full
+from ..errors import BuildError, EngineError, LockError, VerificationError
+from ..lock import LockedImage, load_lock, lock_changes, write_lock
+from ..render.files import image_tag
+from ..store.history import Store
+from ..frameworks import expected
+from ..catalog.files import CATALOG_ENV, load_catalog, team_dir
+from ..catalog.refresh.run import parse_frameworks, refresh_catalog
+from ..index.client import PackageIndex
+from .resolve import load, lock_path_for, resolve_spec
+from .build import render_spec
+from ..catalog.perf import load_perf
+from ..certify.report import FILES, write_reports
+from .nightly_publish import Asked, _publish, restore_base
+from ..support.progress import Progress
+from ..payload.contents import SCHEMA
+
+# Exit codes, distinct from the error codes of errors.py.
+PASSED, NOTHING_TO_DO, BUILD_FAILED, CERT_FAILED, REGRESSION, PUBLISH_FAILED = 0, 10, 11, 12, 13, 14
+EXIT_NAMES = {PASSED: "passed", NOTHING_TO_DO: "nothing to do", BUILD_FAILED: "build failure",
+              CERT_FAILED: "certification failure", REGRESSION: "regression", PUBLISH_FAILED: "publish failure"}
+
+
+@dataclass
+class ImageReport:
+    name: str
+    tag: str
+    changes: list[str] = field(default_factory=list)
+    build: str = "pending"  # built | skipped | failed | not built (the engine's disk was full)
+    status: str = "pending"  # certified | verified | failed | (pending)
+    reasons: list[str] = field(default_factory=list)
+    regressions: list[str] = field(default_factory=list)
+    pushed: list[str] = field(default_factory=list)
+    publish_error: str | None = None
+    notes: list[str] = field(default_factory=list)  # what the run did about it that was not asked (a gc to make room)
+    worked: bool = False  # anything was done for it in this run
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class NightlyResult:
+    run_id: int
+    exit_code: int
+    images: list[ImageReport]
+    reports: dict[str, str]
+    seconds: float
+    resumed: bool
+    catalog: dict | None = None  # what --refresh-catalog found and did
+    reclaimed: dict | None = None  # the gc run when a build filled the engine's disk (``reclaim``)
+
+    def to_json(self) -> dict:
+        return {"run_id": self.run_id, "exit_code": self.exit_code, "outcome": EXIT_NAMES[self.exit_code],
+                "resumed": self.resumed, "seconds": round(self.seconds, 2), "reports": self.reports,
+                "catalog": self.catalog, "reclaimed": self.reclaimed, "images": [i.to_json() for i in self.images]}
+
+
+@dataclass
+class Disk:
+    """The engine's disk through one run. The first build that fills it may be tried once more after
+    ``reclaim`` (``nightly --gc``: gc for the team, given the tags it must keep; with BuildKit, also the build
+    cache this run has not used) removed something;
+    once it is full for good, no further build is tried: each would download gigabytes to fail the
+    same way. Images already built are still certified and published."""
+
+    reclaim: Callable[[list[str]], dict] | None = None
+    reclaimed: dict | None = None  # reclaim's result: gc's JSON, or {"error": ...}
+    full: str | None = None  # the image whose build found it full for good
+
+    def try_reclaim(self, tags: list[str], progress: Progress) -> bool:
+        """Reclaim once per run; True when something was removed (the build is worth trying again)."""
+        if self.reclaim is None or self.reclaimed is not None:
+            return False
+        progress("the engine's disk is full: running gc for the team now, then building it again")
+        self.reclaimed = self.reclaim(tags)
+        cache = self.reclaimed.get("build_cache") or {}
+        return bool(self.reclaimed.get("removed") or self.reclaimed.get("removed_containers") or cache.get("freed_bytes"))
+
+    def said(self) -> str:
+        """What the reclaim removed, for the image's notes."""
+        cache = (self.reclaimed or {}).get("build_cache") or {}
+        return (f"gc removed {len((self.reclaimed or {}).get('removed', []))} image(s)"
+                + (f" and {len(cache['pruned'])} build cache record(s) ({cache['freed_bytes'] / 1e6:.0f} MB)"
+                   if cache.get("pruned") else ""))
+
+
+def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = None, frameworks=(),
+                         progress: Progress = lambda _: None) -> dict:
+    """``--refresh-catalog``: ask the package index for the releases of ``frameworks`` (default:
+    torch, jax and tensorflow) that the catalog lacks.
+
+    A team's own catalog (``$ENVKIT_CATALOG``, made with ``envkit catalog export``) is updated
+    in place before re-resolving, so new patch releases reach the images tonight; the diff is
+    kept beside the reports for review. The catalog packaged with envkit is never edited: its
+    proposed diff is written for review and the run goes on with the catalog as it is.
+    """
+    from datetime import date
+
+
+    chosen = parse_frameworks(frameworks)
+    progress(f"refreshing the catalog ({', '.join(chosen)}) from the package index")
+    result = refresh_catalog(load_catalog(), index or PackageIndex(), today=today or date.today().isoformat(),
+                             frameworks=chosen)
+    doc: dict = {"changed": result.changed, "applied": False, "files": [], "diff": None,
+                 "frameworks": {r.framework: {"added_series": list(r.added_series),
+                                              "added_patches": list(r.added_patches),
+                                              "warnings": list(r.warnings),
+                                              "skipped": list(r.skipped)} for r in result.results}}
+    if not result.changed:
+        return doc
+    diff_path = Path(reports_dir) / "catalog-refresh.diff"
+    write_atomic(diff_path, result.diff().encode())
+    doc["diff"] = str(diff_path)
+    if team_dir() is not None:
+        doc["files"] = [str(p) for p in result.apply()]
+        doc["applied"] = True
+        progress(f"catalog refreshed: {', '.join(doc['files'])} (diff in {diff_path})")
+    else:
+        doc["note"] = (f"the catalog packaged with envkit is not edited; point {CATALOG_ENV} at a team copy "
+                       f"(`envkit catalog export DIR`) to apply refreshes in nightly runs")
+        progress(f"catalog refresh proposed (not applied): {diff_path}")
+    return doc
+
+
+def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, reports_dir: Path,
+                registry: str | None = None, locked: bool = False, gpus: bool | None = None,
+                threshold: float = 0.10, builder: str = "classic", refresh_catalog: bool = False,
+                refresh_frameworks=(), reclaim: Callable[[list[str]], dict] | None = None,
+                progress: Progress = lambda _: None) -> NightlyResult:
+    """``builder`` builds what changed; an image whose build is already recorded is kept as it is.
+    ``reclaim``: frees the engine's disk when a build fills it, never removing the images tagged as
+    given (``Disk``); without it the first full disk ends the run's building."""
+    require_builder(engine, builder)
+    if refresh_catalog and locked:
+        raise LockError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked",
+                        hint="refresh on the CPU build job; the GPU job certifies its lock with --locked")
+    started = time.monotonic()
+    spec, catalog = load(spec_path)
+    lock_path = lock_path_for(spec_path)
+
+    load_perf()  # the floors certification judges: a broken team perf.yaml fails before the builds
+
+    for name in FILES.values():  # where the reports go, tried before an hour of builds, not after them
+        check_writable(Path(reports_dir) / name)
+    # One nightly per team at a time against this store (two CI runners, or a run that overlaps
+    # the next): the lock goes with the process, so a killed run never blocks its own resume.
+    with store.run_lock(f"nightly:{spec.team}", f"the nightly run of team {spec.team!r}"):
+        catalog_doc = (refresh_catalog_step(reports_dir, frameworks=refresh_frameworks, progress=progress)
+                       if refresh_catalog else None)
+        try:
+            old = load_lock(lock_path) if lock_path.exists() else None
+        except LockError:
+            old = None
+        if locked:  # a missing or stale lock fails (exit 5), never rewritten
+            lock = render_spec(spec_path, out_root, locked=True, progress=progress)[0].lock
+        else:
+            progress("re-resolving against the catalog and the package index")
+            lock = resolve_spec(spec_path, progress=progress).lock
+            render_spec(spec_path, out_root, progress=progress)
+        changes = lock_changes(old, lock)
+        digest = lock.spec_digest
+        resumed = store.unfinished_run(digest)
+        run_id = resumed or store.start_run(digest)
+        if resumed:
+            progress(f"resuming unfinished run {run_id}")
+        use_gpus = engine.nvidia_runtime() if gpus is None else gpus
+        ca = spec.ca_bundle_path()
+        reports: list[ImageReport] = []
+        certificates: list[Certificate] = []
+        disk = Disk(reclaim)
+        asked = Asked()
+        tags = [image_tag(lock.team, i) for i in lock.images]
+        for image in lock.images:
+            report = ImageReport(image.name, image_tag(lock.team, image), changes.get(image.name, []))
+            reports.append(report)
+            info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress, builder, disk, tags)
+            if info is None:
+                continue
+            cert = _certify(engine, store, run_id, image, report, info, use_gpus, threshold, progress)
+            if cert is not None:
+                certificates.append(cert)
+            if registry and report.status in ("certified", "verified") and not report.regressions:
+                _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert, asked)
+        written = {}
+        if certificates:
+            written = {k: str(v) for k, v in write_reports(certificates, reports_dir).items()}
+        code = _exit_code(reports)
+        store.finish_run(run_id, EXIT_NAMES[code], code)
+        if not locked:
+            write_lock(lock, lock_path)
+        result = NightlyResult(run_id, code, reports, written, time.monotonic() - started, bool(resumed),
+                               catalog_doc, disk.reclaimed)
+    return result
+
+
+def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, report, progress, builder="classic",
+           disk: Disk | None = None, tags: list[str] = ()):
+    disk = disk or Disk()
+    tag = report.tag
+    info = engine.inspect(tag)
+    ctx = info.labels.get(CONTEXT_LABEL, "") if info else ""
+    known = store.find_build(image.name, image.hash, ctx) if info else None
+    if known is not None and known.image_id == info.id:
+        report.build = "skipped"
+        return info
+    if disk.full is not None:
+        report.build, report.status = "not built", "failed"
+        report.reasons.append(f"not built: the engine's disk filled up building {disk.full} in this run"
+                              + (" and gc could not make room" if disk.reclaimed is not None else "")
+                              + "; free space on it (`envkit gc --dry-run` shows what gc would remove; "
+                              "`envkit nightly --gc` runs it) and run the nightly again: it rebuilds only what is missing")
+        report.worked = True
+        return None
+    started_here = "build" in store.steps(run_id, image.name)
+    store.mark_step(run_id, image.name, "build", "started", image.hash)
+    restore_base(engine, store, image, progress)
+    while True:
+        try:
+            outcome = build_image(engine, lock, image, str(spec_path), ca_bundle=ca, verify=False, builder=builder,
+                                  progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]))
+            break
+        except (BuildError, EngineError) as exc:
+            if engine_full(exc) and disk.try_reclaim(list(tags), lambda msg: progress(f"[{image.name}] {msg}")):
+                report.notes.append(f"the engine's disk filled up ({exc.message}); {disk.said()}, and the build was "
+                                    "tried again")
+                continue
+            if engine_full(exc):
+                disk.full = image.name
+            report.build, report.status = "failed", "failed"
+            report.reasons.append(exc.message)
+            report.worked = True
+            return None
+    info = engine.inspect(tag)
+    # A build this run started (or an earlier killed attempt of it) counts as built.
+    action = "built" if outcome.action == "built" or started_here else "skipped"
+    store.record_build(image.name, image.hash, info.labels.get(CONTEXT_LABEL, ""), tag=tag, image_id=info.id,
+                       size=info.size, seconds=outcome.seconds, action=action, run_id=run_id)
+    store.mark_step(run_id, image.name, "build", "done", image.hash)
+    report.build = action
+    report.worked = True
+    return info
+
+
+def _certify(engine, store, run_id, image, report, info, gpus, threshold, progress) -> Certificate | None:
+    # the newest verdict on a runner like this one stands when it passed: with no GPU, any GPU-less verdict;
+    # with GPUs, only one on the same GPU model and driver as this runner's (a certificate is keyed by both,
+    # and runners sharing a store may differ), asked of the engine only when there is one to reuse. A failed
+    # one is tried again (a host fault, a payload timeout), else a failure would be reported forever without
+    # its reasons, and an older pass is not taken over a newer failure (a manual `envkit certify` after a
+    # driver change, say)
+    records = [r for r in store.certificates_for(info.id) if (r.gpu_model != "none") == gpus]
+    if gpus and records:
+        here = gpu_key(engine, report.tag)
+        records = [r for r in records if here is not None and (r.gpu_model, r.driver) == here]
+    newest = records[-1] if records else None
+    if newest is not None and newest.status == ("certified" if gpus else "verified"):
+        report.status = newest.status
+        # certified by this run before it was killed: its work, so a resumed run is not "nothing to do"
+        report.worked = report.worked or "certify" in store.steps(run_id, image.name)
+        return parse_certificate(json.dumps(newest.document))
+    store.mark_step(run_id, image.name, "certify", "started", image.hash)
+    progress(f"[{image.name}] {'certifying on the GPUs' if gpus else 'verifying (no GPU on this runner)'}")
+    try:
+        cert = certify_image(engine, report.tag, expected(image), gpus=gpus)
+    except (VerificationError, EngineError) as exc:
+        doc = {"schema": SCHEMA, "status": "failed", "facts": {},
+               "checks": [{"name": "harness", "status": "failed", "message": exc.message}]}
+        cert = certificate_from(doc, expected(image), image=report.tag, image_id=info.id, lock_hash=image.hash,
+                                gpu_requested=gpus, created_at=utc_now(), envkit_version=__version__)
+    metrics = perf_metrics(cert)
+    if cert.status == "certified":
+        report.regressions = store.regressions(cert.gpu_model, metrics, threshold, exclude_image=info.id)
+    store.record_certificate(info.id, cert.gpu_model, cert.driver, status=cert.status, lock_hash=image.hash,
+                             document=cert.to_json(), metrics=metrics)
+    store.mark_step(run_id, image.name, "certify", "done", image.hash)
+    report.status = cert.status
+    report.reasons += list(cert.reasons)
+    report.worked = True
+    return cert
+
+
+def _exit_code(reports: list[ImageReport]) -> int:
+    if any(r.build in ("failed", "not built") for r in reports):
+        return BUILD_FAILED
+    if any(r.status == "failed" for r in reports):
+        return CERT_FAILED
+    if any(r.regressions for r in reports):
+        return REGRESSION
+    if any(r.publish_error for r in reports):
+        return PUBLISH_FAILED
+    if not any(r.worked or r.changes for r in reports):
+        return NOTHING_TO_DO
+    return PASSED

@@ -1,0 +1,130 @@
+"""The nightly's publishing: push the stack tag, move `:certified` for a certified image, attach its certificate,
+mirror its base by digest (and restore a missing base from that mirror); what an earlier run published is
+trusted only while the registry named this run still holds it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..certify.certificate import Certificate, slug
+from ..errors import EnvkitError
+from ..lock import LockedImage
+from ..registry.artifacts import attach_certificate
+from ..registry.publish import promote, remote_digest, pull_by_digest, mirror_base
+from ..registry.remote_parse import certificate_tag
+from ..support.progress import Progress
+
+
+@dataclass
+class Asked:
+    """What this run learnt of the registry: once it could not be asked, the other images do not wait on it."""
+
+    unanswered: str | None = None
+
+
+def _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert: Certificate | None = None,
+             asked: Asked | None = None):
+    repo = f"{registry.rstrip('/')}/{lock.team}/{image.name}"
+    stack_tag = report.tag.split(":", 1)[1]
+    if _published(engine, store, repo, stack_tag, image, report, info, cert, asked or Asked()):
+        return
+    store.mark_step(run_id, image.name, "publish", "started", image.hash)
+    progress(f"[{image.name}] pushing to {repo}")
+    try:
+        result = promote(engine, repo, stack_tag, certified=report.status == "certified", image=report.tag,
+                         progress=lambda msg: None)
+    except EnvkitError as exc:
+        report.publish_error = exc.message
+        report.worked = True
+        return
+    store.record_push(info.id, result.stack.ref, result.stack.digest, "stack")
+    report.pushed.append(result.stack.pinned)
+    if cert is not None:  # the certificate travels with the image: an artifact whose subject is it
+        try:
+            report.pushed.append(attach_certificate(engine, repo, stack_tag, cert.to_bytes(),
+                                                    gpu_slug=slug(cert.gpu_model), status=cert.status))
+        except EnvkitError as exc:
+            report.publish_error = exc.message
+    if result.certified:
+        store.record_push(info.id, result.certified.ref, result.certified.digest, "certified")
+        report.pushed.append(result.certified.ref)
+    _mirror_base(engine, store, lock, image, registry, report)
+    store.mark_step(run_id, image.name, "publish", "done", image.hash)
+    report.worked = True
+
+
+def _published(engine, store, repo, stack_tag, image, report, info, cert: Certificate | None, asked: Asked) -> bool:
+    """Whether ``repo`` (the registry named this run) already holds what this run would publish: the stack tag with
+    the digest the store recorded (asked of the registry, which may have lost it to a prune or a reset since),
+    the certificate artifact, the base mirror, and a recorded ``:certified`` push when certified (where
+    ``:certified`` points now is not asked: a newer image may have moved it). A push recorded for another registry
+    or path counts for nothing here. A registry that cannot be asked changes nothing that was published: the run
+    notes it (once it failed, the other images do not ask again) and publishes nothing more for the image."""
+    pushes = [p for p in store.pushes_for(info.id) if p.ref.startswith(f"{repo}:")]
+    kinds = {p.tag_kind for p in pushes}
+    if not ({"stack", "certified"} if report.status == "certified" else {"stack"}) <= kinds:
+        return False
+    if _base_unmirrored(engine, store, repo.rsplit("/", 1)[0], image):
+        return False
+    if asked.unanswered is None:
+        try:
+            stack = next(p.digest for p in reversed(pushes) if p.tag_kind == "stack")
+            if remote_digest(engine, repo, stack_tag, retries=1) != stack:
+                return False
+            if cert is not None and remote_digest(engine, repo, certificate_tag(stack_tag, slug(cert.gpu_model)),
+                                                  retries=1) is None:
+                return False
+            return True
+        except EnvkitError as exc:
+            asked.unanswered = exc.message
+    report.notes.append(f"published by an earlier run, not confirmed in {repo} now (the registry did not answer: "
+                        f"{asked.unanswered}); the next run checks again")
+    return True
+
+
+def restore_base(engine, store, image: LockedImage, progress: Progress = lambda _: None) -> str | None:
+    """A runner whose engine lacks the image's base gets it back from the team registry's
+    mirror, by digest (newest mirror first), instead of pulling upstream or bootstrapping a
+    new one: the rebuild then stands on the very base the last one did. Returns the mirror
+    used, or None (base present, never mirrored, or no mirror answered: the build then makes
+    or finds the base as usual and says why if it cannot)."""
+    if engine.inspect(image.base.ref) is not None:
+        return None
+    for pinned in reversed(store.mirrors_for(image.base.ref)):
+        try:
+            info = pull_by_digest(engine, pinned, retries=2)
+        except EnvkitError as exc:
+            progress(f"base mirror {pinned} did not answer: {exc.message}")
+            continue
+        engine.tag(info.id, image.base.ref)
+        progress(f"restored base {image.base.ref} from the team registry ({pinned})")
+        return pinned
+    return None
+
+
+def _base_mirror_repo(team_repo: str, image: LockedImage) -> str:
+    return f"{team_repo}/{image.base.mirror_name}"
+
+
+def _base_unmirrored(engine, store, team_repo: str, image: LockedImage) -> bool:
+    """The image's base is on this engine and not mirrored (by its digest) in ``team_repo``'s registry path."""
+    base = engine.inspect(image.base.ref)
+    if base is None:
+        return False
+    mirrored = {m for m in store.mirrors_for(image.base.ref) if m.startswith(_base_mirror_repo(team_repo, image) + "@")}
+    return not mirrored & set(base.repo_digests)
+
+
+def _mirror_base(engine, store, lock, image, registry, report) -> None:
+    """Keep the image's base in the team registry, pinned by digest, so an upstream
+    deletion never breaks a rebuild (``envkit`` records where the mirror is)."""
+    team_repo = f"{registry.rstrip('/')}/{lock.team}"
+    if not _base_unmirrored(engine, store, team_repo, image):
+        return  # no base here, or this very base (by digest) is mirrored there already
+    try:
+        pinned = mirror_base(engine, image.base.ref, _base_mirror_repo(team_repo, image))
+    except EnvkitError as exc:
+        report.publish_error = exc.message
+        return
+    store.record_mirror(image.base.ref, pinned)
+    report.pushed.append(pinned)

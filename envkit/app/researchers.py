@@ -1,0 +1,193 @@
+"""What researchers ask: the images built and certified (``envkit ls``, ``show``: the store, the engine and the
+registry), and running one after the certification gate (``envkit run``)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import replace
+from typing import Callable
+
+from ..build.builder import LOCK_LABEL
+from ..engine.protocol import RUN_TIMEOUT, GPU_ULIMITS, RunOptions
+from ..errors import EngineError, EnvkitError, VerificationError
+from ..support.labels import SHOWN, IMAGE_LABEL, TEAM_LABEL
+from ..store.history import Store
+from ..registry.remote import list_registry, merge_store, inspect_remote
+from ..registry.remote_parse import parse_ref
+from ..certify.gate import host_gpus, judge
+
+
+def _store_images(store) -> dict[str, dict]:
+    """image id -> {"tag", "created", "certificates": [(gpu model, status, created_at)], "records": [...]}."""
+    out = {}
+    for image_id, tag, created in store.images():
+        records = store.certificates_for(image_id)
+        out[image_id] = {"tag": tag, "created": created, "records": records,
+                         "certificates": [(c.gpu_model, c.status, c.created_at) for c in records]}
+    return out
+
+
+def stack_of(ref: str) -> str | None:
+    """The tag of ``ref`` (``host:port/team/image:TAG@digest`` -> TAG), or None for a reference without one (an
+    image id, ``name@sha256:...``): the port of a registry host is not a tag."""
+    name = ref.partition("@")[0]
+    last = name.rpartition("/")[2]
+    if ":" not in last or re.fullmatch(r"sha256:[0-9a-f]{12,64}", name):
+        return None
+    return last.rpartition(":")[2]
+
+
+def envkit_tag(labels: dict[str, str], tags: tuple[str, ...] = ()) -> str | None:
+    """An envkit image's own tag (``<team>/<image>:<stack>``) from its labels, preferring one of ``tags`` with that
+    name; None when the labels do not name a team and an image."""
+    team, image = labels.get(TEAM_LABEL), labels.get(IMAGE_LABEL)
+    if not team or not image:
+        return None
+    repo = f"{team}/{image}"
+    mine = sorted(t for t in tags if t.rpartition(":")[0] == repo)
+    if mine:
+        return mine[0]
+    version = labels.get("org.opencontainers.image.version")
+    return f"{repo}:{version}" if version else None
+
+
+def list_images(store_url: str | None, engine_of: Callable[[], object | None] | None = None) -> list[dict]:
+    """Every image the store knows (built by nightly, or certified), with its certifications. The store keeps the
+    reference an image was certified by (an id, a registry tag); with an engine (``engine_of()``, asked only when
+    the store knows an image; None: no engine), an envkit image still there is named by its own tag
+    (``<team>/<image>:<stack>``, from its labels). ``reference``: what the store recorded."""
+    store = Store.open_existing(store_url, must_exist=True)  # creates none; a named one must be there
+    if store is None:
+        return []
+    with store:
+        images = _store_images(store)
+    engine = engine_of() if images and engine_of is not None else None
+    rows = []
+    for image_id, known in images.items():
+        certs = known["records"]
+        info = _inspect_quietly(engine, image_id)
+        tag = (envkit_tag(info.labels, info.tags) if info is not None else None) or known["tag"]
+        rows.append({"tag": tag, "reference": known["tag"], "image_id": image_id, "stack": stack_of(tag),
+                     "certification": {c.gpu_model: c.status for c in certs},
+                     "date": max([known["created"], *[c.created_at for c in certs]])[:10]})
+    return sorted(rows, key=lambda r: r["tag"])
+
+
+def _inspect_quietly(engine, ref: str):
+    """``engine.inspect(ref)``, or None without an engine or when it cannot say (ls names the image as recorded)."""
+    if engine is None:
+        return None
+    try:
+        return engine.inspect(ref)
+    except EnvkitError:
+        return None
+
+
+def list_registry_images(client, registry: str, store_url: str | None, **read) -> dict:
+    """What the registry holds (every envkit image, certification per GPU model from its certificate
+    artifacts), joined with the store's rows for the same images when a store is at hand."""
+    store = Store.open_existing(store_url, must_exist=True)  # a named store adds to it: a typo fails at once
+    listing = list_registry(client, registry, **read)
+    if store is None:
+        return {**listing.to_json(), "store": None}
+    with store:
+        known = _store_images(store)
+        where = store.where
+    return {**listing.to_json(), "images": merge_store(listing.rows, known), "store": where}
+
+
+def _cert_doc(c) -> dict:
+    return {"status": c.status, "gpu_model": c.gpu_model, "driver": c.driver, "created_at": c.created_at,
+            "reasons": c.document.get("reasons", []), "source": "store"}
+
+
+def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
+    """An image's pins, lock hash and certificates.
+
+    From the local engine and the store when the engine has ``ref``; else, when ``ref`` names a
+    registry (``host[:port]/repo:tag`` or ``...@sha256:``), from the registry without pulling it
+    (manifest, config labels, certificate artifacts, ``:certified``). A local image named by a
+    registry reference also gets the registry's view (under ``registry``).
+
+    ``certificates`` holds every certificate the gate of ``envkit run`` weighs: the store's and, for a
+    registry reference (local copy or not), the registry's artifacts, each with its ``source``. A store
+    named (``store_url``, ``$ENVKIT_STORE``) that does not exist is an error, never read as no certificates.
+    """
+    info = engine.inspect(ref) if engine is not None else None
+    if info is None:
+        remote_ref = parse_ref(ref)
+        if remote_ref is None:
+            raise EngineError(f"no image {ref!r} in the engine",
+                              hint="pull it, build it with `envkit build SPEC`, or name it in the registry "
+                                   "(host[:port]/repository:tag) to read it from there without pulling")
+        store = Store.open_existing(store_url, must_exist=True)  # before the registry: a typo fails at once
+        remote = inspect_remote(engine, remote_ref, **read)
+        view = remote.to_json()
+        certs = list(view["certificates"])
+        if store is not None:
+            with store:
+                certs = certs + [_cert_doc(c) for c in store.certificates_for(remote.facts.config_digest)]
+        return {"image": ref, "source": "registry", "id": view["id"], "size": None,
+                "compressed_size": view["compressed_size"], "user": view["user"],
+                "require_cuda": view["require_cuda"], "labels": view["labels"], "certificates": certs,
+                "registry": view}
+    labels = {k: v for k, v in sorted(info.labels.items()) if k.startswith(SHOWN)}
+    certs = []
+    store = Store.open_existing(store_url, must_exist=True)  # reading leaves no empty history database behind
+    if store is not None:
+        with store:
+            certs = [_cert_doc(c) for c in store.certificates_for(info.id)]
+    doc = {"image": ref, "source": "local", "id": info.id, "size": info.size, "user": info.user,
+           "require_cuda": info.env.get("NVIDIA_REQUIRE_CUDA"), "labels": labels, "certificates": certs}
+    remote_ref = parse_ref(ref)
+    if remote_ref is not None:  # a local copy of a registry image: add what the registry says
+        try:
+            doc["registry"] = inspect_remote(engine, remote_ref, **read).to_json()
+        except EnvkitError as exc:
+            doc["registry"] = {"error": exc.message, "hint": exc.hint}
+        else:  # its certificates are this image's too, as the gate weighs them
+            doc["certificates"] = [*certs, *doc["registry"]["certificates"]]
+    return doc
+
+
+def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None):
+    """Whether ``ref`` was certified for this host's GPUs (``gate.judge``), from the certificates ``show_image``
+    gives: the store's and, for a registry reference, the registry's certificate artifacts (unreadable: the
+    store's alone, noted)."""
+    doc = show_image(engine, ref, store_url)
+    registry = doc.get("registry") or {}
+    gpus, unread = host_gpus() if on_gpus else ([], None)
+    labels = doc.get("labels")
+    verdict = judge(doc["certificates"], gpus, on_gpus=on_gpus, image=ref,
+                    envkit_built=labels is None or bool(labels.get(LOCK_LABEL)))
+    notes = [f"this host's GPUs could not be read ({unread}), so a certified certificate on any model counts"] if unread else []
+    if registry.get("error") and not verdict.passed:
+        notes.append(f"the registry's certificates could not be read: {registry['error']}")
+    if notes:
+        verdict = replace(verdict, message=f"{verdict.message} ({'; '.join(notes)})")
+    return verdict
+
+
+def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str,
+                 store_url: str | None = None, require_certified: bool = False, warn=lambda _: None,
+                 timeout: int = RUN_TIMEOUT, output=None, stdin=None,
+                 tty: Callable[[], tuple[int, int]] | None = None, around_job=contextlib.nullcontext):
+    """Run ``command`` in ``ref`` with the flags it needs, after the certification gate: an image not certified
+    for this host runs with ``warn(message)``, or (``require_certified``) is refused (exit 8). ``output``: stream
+    the job's output to it as it comes (``RunOptions.output``); else it is collected in the result. Stopped after
+    ``timeout`` seconds (the result's ``timed_out``, exit 124). ``stdin``: a binary stream fed to the job's stdin
+    (``RunOptions.stdin``); None: the job's stdin is closed. ``tty``: a pseudo-terminal whose (rows, columns)
+    this gives (``RunOptions.tty``). ``around_job``: a context manager factory entered around the job alone,
+    after the gate has spoken (the CLI puts the user's terminal in raw mode there)."""
+    use_gpus = engine.nvidia_runtime() if gpus is None else gpus
+    verdict = certification_gate(engine, ref, on_gpus=use_gpus, store_url=store_url)
+    if not verdict.passed:
+        if require_certified:
+            raise VerificationError(f"refusing to run it: {verdict.message}", hint=verdict.hint + " (or drop "
+                                    "--require-certified / ENVKIT_REQUIRE_CERTIFIED to run it anyway, with a warning)")
+        warn(f"warning: {verdict.message}\n  hint: {verdict.hint}")
+    options = RunOptions(gpus=use_gpus, shm_size=shm_size, timeout=timeout, output=output, stdin=stdin, tty=tty,
+                         ulimits=GPU_ULIMITS if use_gpus else {})
+    with around_job():
+        return engine.run(ref, command or ["python3", "/opt/envkit/envkit_check"], options), verdict

@@ -1,0 +1,1 @@
+"""Build each locked image: bases, the builders, and offline bundles."""

@@ -1,0 +1,156 @@
+"""Build each locked image (skipping ones already built from the same lock and context),
+then verify it with the payload.
+
+Two builders: ``classic`` (the engine's API through docker-py) and ``buildkit`` (the docker
+CLI; pip's cache in a cache mount, the site CA as a build secret). Each renders its own
+Dockerfile, so the context hash differs and switching builders rebuilds.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ..support import scratch
+from .base import ensure_base
+from ..payload.harness import Verification, run_payload
+from ..engine.protocol import BUILDERS, BuildEvent
+from ..engine.space import low_space
+from ..engine.buildkit import BuildKitBuilder
+from ..errors import BuildError
+from ..frameworks import expected, require_buildable
+from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
+from ..lock import Lock, LockedImage
+from ..render.files import context_hash, image_tag, index_urls, render_files
+
+BuildProgress = Callable[[str, BuildEvent | str], None]  # (image name, a build event or a line)
+
+from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
+
+
+@dataclass
+class Outcome:
+    name: str
+    tag: str
+    action: str  # built | skipped
+    image_id: str = ""
+    size: int = 0
+    seconds: float = 0.0
+    verification: Verification | None = None
+    labels: dict = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return self.verification.status if self.verification else "built"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "tag": self.tag, "action": self.action, "image_id": self.image_id,
+                "size_bytes": self.size, "build_seconds": round(self.seconds, 1), "status": self.status,
+                "verification": self.verification.to_json() if self.verification else None}
+
+
+def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
+                progress: BuildProgress, verify: bool = True, builder: str = "classic") -> Outcome:
+    """Build ``image`` with ``builder`` ("classic" | "buildkit") unless an identical build exists."""
+    check_builder(builder)
+    require_buildable(image)  # nightly builds through here too
+    buildkit = builder == "buildkit"
+    files = render_files(lock, image, spec_name, buildkit=buildkit)
+    identity = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash(files)}
+    tag = image_tag(lock.team, image)
+    started = time.monotonic()
+    existing = engine.find_image(identity)
+    if existing is not None:
+        if tag not in existing.tags:
+            engine.tag(existing.id, tag)
+        progress(image.name, f"unchanged since its last build ({existing.id[:19]}); skipping")
+        outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size)
+    else:
+        if (warning := low_space(engine)) is not None:
+            progress(image.name, warning)
+        base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg))
+        labels = dict(identity, **{BASE_LABEL: base.id})
+        with scratch.directory(f"ctx-{image.name}") as tmp, \
+                scratch.directory("secrets") as secrets:
+            # BuildKit gets the CA and the index logins as build secrets: they are never written into the context
+            ctx = stage_context(Path(tmp), files, ca_bundle=None if buildkit else ca_bundle)
+            netrc = _index_netrc(image, Path(secrets)) if buildkit else None
+            image_id = ""
+            try:
+                for event in run_build(engine, ctx, tag, labels, builder=builder, ca_bundle=ca_bundle, netrc=netrc):
+                    if event.kind == "done":
+                        image_id = event.text
+                    progress(image.name, event)
+            except BuildError as exc:
+                raise _login_failure(exc, image, builder, netrc is not None) from None
+        info = engine.inspect(tag)
+        outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
+                          time.monotonic() - started)
+    if verify:
+        progress(image.name, "verifying inside the image")
+        outcome.verification = run_payload(engine, tag, expected(image))
+    return outcome
+
+
+def _index_netrc(image: LockedImage, directory: Path) -> Path | None:
+    """The netrc lines for the lock's own index hosts (nothing else of the user's file), as a private file."""
+    text = netrc_for(index_urls(image))
+    if text is None:
+        return None
+    scratch.sweep_secrets()
+    path = directory / "netrc"
+    path.touch(mode=0o600)
+    path.write_bytes(text)
+    return path
+
+
+def _login_failure(exc: BuildError, image: LockedImage, builder: str, passed: bool) -> BuildError:
+    """A build whose pip met a 401/403 from one of the lock's indexes, with what to do about it."""
+    url = refused_index(f"{exc.message}\n{exc.hint or ''}", index_urls(image))
+    if url is None:
+        return exc
+    return BuildError(exc.message, hint=login_refused(url, builder=builder, passed=passed) + "\n  " + (exc.hint or ""))
+
+
+def check_builder(builder: str) -> None:
+    if builder not in BUILDERS:
+        raise BuildError(f"unknown builder {builder!r}", hint=f"use one of: {', '.join(BUILDERS)}")
+
+
+def require_builder(engine, builder: str) -> None:
+    """Fail before any work when ``builder`` is unknown or cannot build here (BuildKit without its CLI)."""
+    check_builder(builder)
+    if builder == "buildkit":
+        BuildKitBuilder(engine).require()
+
+
+def stage_context(directory: Path, files: dict[str, bytes], *, ca_bundle: Path | None = None) -> Path:
+    """Write rendered ``files`` into ``directory`` (and the CA bundle as site-ca/ca.pem, classic builds)."""
+    for rel, data in files.items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        (directory / rel).write_bytes(data)
+    if ca_bundle is not None:
+        (directory / "site-ca").mkdir(exist_ok=True)
+        shutil.copyfile(ca_bundle, directory / "site-ca" / "ca.pem")
+    return directory
+
+
+def run_build(engine, context: Path, tag: str, labels: dict[str, str], *, builder: str = "classic",
+              ca_bundle: Path | None = None, dockerfile: str = "Dockerfile", network: bool = True,
+              no_cache: bool = False, netrc: Path | None = None) -> Iterator[BuildEvent]:
+    """Build a staged context with either builder; ``network=False`` cuts RUN steps off the network.
+
+    The classic builder reads the CA from the context (``stage_context``); BuildKit gets
+    ``ca_bundle`` as the build secret ``site-ca``, and ``netrc`` (the index hosts' logins) as ``index-netrc``.
+    """
+    require_builder(engine, builder)
+    if builder == "buildkit":
+        secrets = {sid: path for sid, path in (("site-ca", ca_bundle), (SECRET_ID, netrc)) if path is not None} or None
+        yield from BuildKitBuilder(engine).build(context, tag, labels, secrets=secrets, network=network,
+                                                 no_cache=no_cache,
+                                                 dockerfile=None if dockerfile == "Dockerfile" else dockerfile)
+    else:
+        yield from engine.build(context, tag, labels, dockerfile=dockerfile, network=network, no_cache=no_cache)

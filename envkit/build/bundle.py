@@ -1,0 +1,277 @@
+"""Offline bundles: everything a rebuild of one locked image needs, built with no network.
+
+A bundle directory holds (docs/images.md):
+
+    manifest.json          what it is, and the sha256 of every other file in it
+    envkit.lock            the lock, cut down to this image (its hash still checks)
+    base.tar               ``docker save`` of the base image the Dockerfile starts FROM
+    context/               the build context, rendered in wheelhouse mode
+      Dockerfile             for the classic builder
+      buildkit.Dockerfile    for BuildKit (bind mounts instead of copies)
+      requirements/ envkit/  as in an online build
+      wheelhouse/            every wheel pip installs, sha256-checked against the lock
+      debs/<stage>/          the Debian packages each stage installs, resolved against the base
+
+``make_bundle`` needs the network (the package index and the Debian mirror);
+``build_from_bundle`` does not: it checks every file against the manifest, loads the base
+and builds with the network cut off inside the build.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+
+from .. import __version__
+from ..support import scratch
+from .base import ensure_base
+from .builder import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, require_builder, run_build
+from ..payload.harness import run_payload
+from ..engine.protocol import Mount, RunOptions
+from ..engine.space import host_out_of_space, low_space
+from ..errors import BuildError, EnvkitError
+from ..support.atomic import write_atomic
+from ..lock import Lock, LockedImage, load_lock
+from ..resolve.devel import APT as DEVEL_APT
+from ..resolve.devel import fetch_toolkit_deb, toolkit_deb
+from ..render.files import context_for, context_hash, image_tag, install_packages, render_files
+from ..frameworks import expected
+from ..support.progress import Progress
+from .bundle_manifest import (BASE_ARCHIVE, BUNDLE_LABEL, BUNDLE_VERSION, CONTEXT, DOCKERFILES, LOCK_FILE, MANIFEST,
+                              REMAKE_HOW, is_bundle, sha256_of, file_hashes, verify_bundle)
+from .wheelhouse import lock_indexes, download_wheels
+
+
+# Fetches each stage's Debian packages (and what they pull in) against the base's own state:
+# os first (then installed), then builder and devel, each relative to the os stage.
+_FETCH_DEBS = r"""
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+fetch() {
+  local group=$1; shift
+  mkdir -p "/out/$group"
+  apt-get install -y -qq --download-only --no-install-recommends "$@" >/dev/null
+  find /var/cache/apt/archives -maxdepth 1 -name '*.deb' -exec mv -t "/out/$group/" {} +
+}
+apt-get update -qq
+fetch os $OS_PACKAGES
+apt-get install -y -qq --no-install-recommends /out/os/*.deb >/dev/null
+fetch builder $BUILDER_PACKAGES
+if [ -n "$DEVEL_PACKAGES" ]; then fetch devel $DEVEL_PACKAGES; fi
+"""
+
+
+def make_bundle(engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle: Path | None,
+                spec_name: str = "team.yaml", extra_index_url: str | None = None,
+                progress: Progress = lambda _: None) -> Path:
+    """Export what an offline rebuild of ``image_name`` needs into ``out_dir`` (replaced atomically).
+
+    Wheels come from the lock's index, then ``extra_index_url`` (the spec's index, where the resolver
+    found the extras of a framework on an index of its own, e.g. a PyTorch variant's); every file is
+    checked against the lock's hashes, whichever index served it.
+
+    The bundle is made in a directory beside ``out_dir`` and renamed into place only when whole;
+    an existing ``out_dir`` is replaced only when it is empty or an envkit bundle.
+    """
+    image = lock.image(image_name)
+    out_dir = Path(out_dir).absolute()
+    check_replaceable(out_dir)
+    lock = lock.model_copy(update={"images": (image,)})
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        for stale in stale_staging(out_dir):
+            progress(f"removing {stale.name}, left by an envkit that was killed while making this bundle")
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=_staging_prefix(out_dir)))
+    except OSError as exc:
+        raise EnvkitError(f"cannot create the bundle beside {out_dir}: {exc}",
+                          hint="choose an --out whose parent directory is writable") from None
+    try:
+        base = ensure_base(engine, image.base, progress)
+        write_atomic(staging / LOCK_FILE, lock.to_bytes())
+        context = staging / CONTEXT
+        for rel, data in render_files(lock, image, spec_name, wheelhouse=True).items():
+            (context / rel).parent.mkdir(parents=True, exist_ok=True)
+            (context / rel).write_bytes(data)
+        (context / DOCKERFILES["buildkit"]).write_bytes(
+            render_files(lock, image, spec_name, buildkit=True, wheelhouse=True)["Dockerfile"])
+        progress(f"downloading {len(install_packages(image))} wheel(s) from "
+                 + " then ".join(lock_indexes(image, extra_index_url)))
+        download_wheels(image, context / "wheelhouse", ca_bundle=ca_bundle, extra_index_url=extra_index_url)
+        progress(f"fetching Debian packages against {image.base.ref}")
+        fetch_debs(engine, lock, image, context / "debs")
+        if image.flavour == "devel" and toolkit_deb(image):  # CUDA 12: the compiler's programs
+            progress("downloading the CUDA compiler's Debian package")
+            fetch_toolkit_deb(image, context / "debs" / "nvcc")
+        progress(f"saving {image.base.ref}")
+        save_image(engine, image.base.ref, staging / BASE_ARCHIVE)
+        manifest = {
+            "generated": f"generated by envkit {__version__} - do not edit; regenerate with `envkit bundle make`",
+            "version": BUNDLE_VERSION, "team": lock.team, "image": image.name, "tag": image_tag(lock.team, image),
+            "lock_hash": image.hash, "flavour": image.flavour,
+            "base": {"ref": image.base.ref, "id": base.id}, "dockerfiles": DOCKERFILES,
+            "files": file_hashes(staging),
+        }
+        write_atomic(staging / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+        _replace_dir(staging, out_dir)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        full = host_out_of_space(exc, f"making the bundle {out_dir} failed", measure=out_dir.parent,
+                                 hint=f"nothing was written to {out_dir}; ")
+        if full is not None:
+            raise full from None
+        raise EnvkitError(f"making the bundle {out_dir} failed: {exc}",
+                          hint=f"nothing was written to {out_dir}; check the free space and permissions of "
+                               f"{out_dir.parent}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _staging_prefix(out_dir: Path, pid: int | None = None) -> str:
+    """``.<bundle>.envkit-<host>-<pid>-``: a staging directory says whose it is, so that a later run can tell
+    one whose maker was killed (SIGKILL, a lost runner: no clean-up ran, GBs of wheels stay) from one
+    another run on this or another host is still filling."""
+    return f".{out_dir.name}.envkit-{scratch.owner(pid)}"
+
+
+def stale_staging(out_dir: Path) -> list[Path]:
+    """The staging directories beside ``out_dir`` made on this host by an envkit no longer running."""
+    mine = re.compile(re.escape(f".{out_dir.name}.envkit-") + scratch.owner_pattern() + r"[^/]+")
+    stale = []
+    for path in sorted(out_dir.parent.glob(f".{glob.escape(out_dir.name)}.envkit-*")):
+        m = mine.fullmatch(path.name)
+        if m and path.is_dir() and not path.is_symlink() and not scratch.running(int(m.group("pid"))):
+            stale.append(path)
+    return stale
+
+
+def check_replaceable(out_dir: Path) -> None:
+    """``out_dir`` may be (re)written: absent, an empty directory, or an envkit bundle."""
+    if not out_dir.exists() and not out_dir.is_symlink():
+        return
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        raise EnvkitError(f"{out_dir} exists and is not a directory; a bundle is a directory",
+                          hint="choose another --out")
+    here, real = Path.cwd().resolve(), out_dir.resolve()
+    if real == here or real in here.parents:
+        raise EnvkitError(f"{out_dir} is the working directory (or holds it); refusing to replace it with a bundle",
+                          hint="choose a new directory for --out, e.g. out/<image>.bundle")
+    if any(out_dir.iterdir()) and not is_bundle(out_dir):
+        raise EnvkitError(f"{out_dir} exists and is not an envkit bundle; refusing to replace it",
+                          hint="choose a new directory for --out, or remove this one first")
+
+
+def _replace_dir(new: Path, target: Path) -> None:
+    """Put the finished directory ``new`` at ``target``; an old ``target`` is moved aside first and
+    removed only once ``new`` is in place (restored if the rename fails)."""
+    if not target.exists():
+        new.rename(target)
+        return
+    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=_staging_prefix(target) + "old-")) / target.name
+    target.rename(old)
+    try:
+        new.rename(target)
+    except BaseException:
+        old.rename(target)
+        old.parent.rmdir()
+        raise
+    shutil.rmtree(old.parent, ignore_errors=True)
+
+
+def build_from_bundle(engine, bundle_dir: Path, *, builder: str = "classic", verify: bool = True,
+                      no_cache: bool = False, progress: Progress = lambda _: None) -> Outcome:
+    """Check the bundle, load its base and build its image with no network inside the build.
+
+    ``no_cache`` runs every step again (the builders' caches do not key on the network mode).
+    """
+    require_builder(engine, builder)
+    bundle_dir = Path(bundle_dir)
+    manifest = verify_bundle(bundle_dir)
+    dockerfile = manifest["dockerfiles"].get(builder)
+    if dockerfile is None or f"{CONTEXT}/{dockerfile}" not in manifest["files"]:
+        where = (f"names {CONTEXT}/{dockerfile}, which is not among its files" if dockerfile is not None
+                 else f"names no Dockerfile for it (dockerfiles: {', '.join(sorted(manifest['dockerfiles']))})")
+        raise BuildError(f"{bundle_dir / MANIFEST}: the {builder} builder was asked for, but the manifest {where}",
+                         hint=f"choose a builder the bundle has, or {REMAKE_HOW}")
+    lock = load_lock(bundle_dir / LOCK_FILE)
+    image = lock.image(manifest["image"])
+    if image.hash != manifest["lock_hash"]:
+        raise BuildError(f"{bundle_dir}: the lock's image hash differs from the manifest's")
+    started = time.monotonic()
+    if (warning := low_space(engine)) is not None:
+        progress(warning)
+    progress(f"loading {manifest['base']['ref']} from {BASE_ARCHIVE}")
+    load_image(engine, bundle_dir / BASE_ARCHIVE, manifest["base"]["id"], manifest["base"]["ref"])
+    context = bundle_dir / CONTEXT
+    labels = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash(_rendered(context, dockerfile)),
+              BASE_LABEL: manifest["base"]["id"],
+              BUNDLE_LABEL: "sha256:" + sha256_of(bundle_dir / MANIFEST)}
+    tag = manifest["tag"]
+    image_id = ""
+    for event in run_build(engine, context, tag, labels, builder=builder, dockerfile=dockerfile, network=False,
+                           no_cache=no_cache):
+        if event.kind == "done":
+            image_id = event.text
+        progress(event.text if event.kind != "step" else f"step {event.step}/{event.total}: {event.text}")
+    info = engine.inspect(tag)
+    outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
+                      time.monotonic() - started, labels=labels)
+    if verify:
+        outcome.verification = run_payload(engine, tag, expected(image))
+    return outcome
+
+
+# --- wheels --------------------------------------------------------------------------
+
+
+# --- Debian packages and images ------------------------------------------------------
+
+def fetch_debs(engine, lock: Lock, image: LockedImage, dest: Path) -> None:
+    """Download, in a throwaway container of the base, the .debs each stage installs."""
+    ctx = context_for(lock, image, "bundle")
+    dest.mkdir(parents=True, exist_ok=True)
+    env = {"OS_PACKAGES": " ".join(ctx.os_packages), "BUILDER_PACKAGES": " ".join(ctx.builder_packages),
+           "DEVEL_PACKAGES": " ".join(DEVEL_APT) if image.flavour == "devel" else ""}
+    options = RunOptions(timeout=900, network=True, env=env, user="0", role="fetch-debs",
+                         mounts=(Mount(str(dest.resolve()), "/out", read_only=False),))
+    result = engine.run(image.base.ref, ["bash", "-c", _FETCH_DEBS], options)
+    if result.exit_code != 0:
+        tail = "\n    ".join((result.stdout + result.stderr).strip().splitlines()[-10:])
+        raise BuildError(f"fetching the Debian packages of {image.name} failed (exit {result.exit_code})",
+                         hint=f"is the base's mirror reachable?\n    {tail}")
+
+
+def save_image(engine, ref: str, path: Path) -> None:
+    """``docker save`` ``ref`` (with its tag) into ``path`` (``Engine.save``)."""
+    engine.save(ref, path)
+
+
+def load_image(engine, path: Path, expected_id: str, ref: str) -> None:
+    """``docker load`` ``path``; the loaded image must be ``expected_id``. Nothing to do when ``ref``
+    already names that image (a load writes the whole archive to the engine's disk first, even then)."""
+    if (here := engine.inspect(ref)) is not None and here.id == expected_id:
+        return
+    loaded = engine.load(path)
+    if expected_id not in loaded:
+        raise BuildError(f"{path} holds {', '.join(i[:19] for i in loaded) or 'no image'}, "
+                         f"not the base {expected_id[:19]} the manifest names")
+
+
+def _rendered(context: Path, dockerfile: str) -> dict[str, bytes]:
+    """The rendered files of the chosen variant, as build_image hashes them (without wheels, debs)."""
+    files = {"Dockerfile": (context / dockerfile).read_bytes()}
+    for sub in ("requirements", "envkit"):
+        for p in sorted((context / sub).rglob("*")):
+            if p.is_file():
+                files[str(p.relative_to(context))] = p.read_bytes()
+    return files
+
+

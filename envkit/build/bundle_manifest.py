@@ -1,0 +1,125 @@
+"""What an offline bundle is, checked before any of it is used: its layout (``manifest.json``, ``envkit.lock``,
+``base.tar``, ``context/``), the manifest's shape (``Manifest``) and every file's sha256 against it
+(``verify_bundle``: nothing changed, missing or added)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, StrictInt, StrictStr, ValidationError
+
+from ..errors import BuildError
+from ..support.models import Strict
+
+
+BUNDLE_VERSION = 1
+MANIFEST = "manifest.json"
+LOCK_FILE = "envkit.lock"
+BASE_ARCHIVE = "base.tar"
+CONTEXT = "context"
+DOCKERFILES = {"classic": "Dockerfile", "buildkit": "buildkit.Dockerfile"}
+BUNDLE_LABEL = "io.envkit.bundle"  # the manifest's sha256, on images built from a bundle
+_Digest = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+
+
+class _ManifestBase(Strict):
+    ref: StrictStr = Field(min_length=1)
+    id: StrictStr = _Digest
+
+
+class Manifest(Strict):
+    """manifest.json's shape (what ``make_bundle`` writes), checked before any of it is used; a key it does not
+    know is ignored (a newer envkit's manifest)."""
+
+    model_config = ConfigDict(extra="ignore")
+    version: StrictInt
+    image: StrictStr = Field(min_length=1)
+    tag: StrictStr = Field(min_length=1)
+    lock_hash: StrictStr = Field(min_length=1)
+    base: _ManifestBase
+    # builder -> the Dockerfile's name in context/
+    dockerfiles: dict[StrictStr, StrictStr] = Field(min_length=1)
+    # every other file of the bundle (relative path) -> its sha256
+    files: dict[StrictStr, Annotated[StrictStr, _Digest]] = Field(min_length=1)
+    team: StrictStr | None = None
+    flavour: StrictStr | None = None
+    generated: StrictStr | None = None
+
+
+REMAKE_HOW = "make the bundle again with `envkit bundle make SPEC --out DIR`"
+_REMAKE = f"the manifest is damaged or was edited: {REMAKE_HOW}"
+
+
+def _shape_error(path: Path, exc: ValidationError) -> BuildError:
+    """The first problem of a manifest that does not have make_bundle's shape: its field and value."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "missing":
+        return BuildError(f"{path}: the manifest has no {field!r}", hint=_REMAKE)
+    return BuildError(f"{path}: manifest field {field!r} is {_shown(err.get('input'))}: {err['msg']}", hint=_REMAKE)
+
+
+def _shown(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def is_bundle(path: Path) -> bool:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and "version" in manifest and "files" in manifest
+
+
+def verify_bundle(bundle_dir: Path) -> dict:
+    """The manifest, once every file is present, unchanged, and no file was added."""
+    path = Path(bundle_dir) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
+        raise BuildError(f"{bundle_dir} is not an envkit bundle: {exc}",
+                         hint="make one with `envkit bundle make SPEC --out DIR`") from None
+    if not isinstance(manifest, dict):
+        kind = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
+            type(manifest), "null")
+        raise BuildError(f"{path}: the manifest is {kind} ({_shown(manifest)}), not a JSON object",
+                         hint=_REMAKE)
+    if manifest.get("version") != BUNDLE_VERSION:
+        raise BuildError(f"{path}: unsupported bundle version {manifest.get('version')!r}",
+                         hint=f"this envkit reads bundle version {BUNDLE_VERSION}; {REMAKE_HOW}")
+    try:
+        Manifest.model_validate(manifest)
+    except ValidationError as exc:
+        raise _shape_error(path, exc) from None
+    expected, found = manifest["files"], file_hashes(Path(bundle_dir))
+    problems = [f"{name}: changed" for name in sorted(expected) if name in found and found[name] != expected[name]]
+    problems += [f"{name}: missing" for name in sorted(set(expected) - set(found))]
+    problems += [f"{name}: not in the manifest" for name in sorted(set(found) - set(expected))]
+    if problems:
+        raise BuildError(f"{bundle_dir} does not match its manifest ({len(problems)} file(s))",
+                         hint="\n    ".join(problems[:20]) + "\n    make the bundle again")
+    return manifest
+
+
+def file_hashes(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` (but the manifest), by relative path."""
+    return {str(p.relative_to(root)): "sha256:" + sha256_of(p) for p in sorted(root.rglob("*"))
+            if p.is_file() and str(p.relative_to(root)) != MANIFEST}
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def bundle_size(bundle_dir: Path) -> int:
+    return sum(p.stat().st_size for p in Path(bundle_dir).rglob("*") if p.is_file())
+
+

@@ -1,0 +1,264 @@
+"""Lock -> build contexts (dockerfiles/<image>/) and compose/<team>.yaml.
+
+The templates' whole input is a typed ``RenderContext`` built from the lock; nothing is
+re-derived. Every value that reaches a template is a lock value (validated when the spec
+was loaded) and goes through the ``dq`` filter, which refuses anything that could break
+out of a double-quoted Dockerfile or YAML string. Output directories are replaced
+atomically: a failed render leaves the previous one intact.
+
+Two render options select Dockerfile features (see docs/images.md): ``buildkit`` (pip's
+download cache in a cache mount, the site CA as a build secret) and ``wheelhouse`` (an
+offline build from a bundle: Debian packages and wheels from the context, no index).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+from .. import __version__
+from ..resolve import devel
+from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files
+from ..frameworks import framework, requested_labels, expected
+from ..index import login as index_login_
+from ..index.urls import DEFAULT_INDEX, trusted_hosts
+from ..support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
+from ..support.atomic import replace_all
+from ..lock import Lock, LockedImage, Package
+from .templates import dq, environment
+
+UID = 1000
+USER = "envkit"
+VENV = "/opt/venv"
+EXTRAS = "/opt/extras"  # the extras' install prefix in the build; merged into the venv at runtime
+PIP_FLAGS = "--no-cache-dir --disable-pip-version-check --no-deps --require-hashes --only-binary=:all:"
+# With BuildKit pip's cache lives in a cache mount (never in a layer), so pip may use it.
+PIP_FLAGS_BUILDKIT = PIP_FLAGS.replace("--no-cache-dir ", "")
+CA_PATH = "/etc/envkit/site-ca/ca.pem"  # where the build sees the site CA (a copied file, or a secret mount)
+# PIP_CERT only when the build context carries a site CA bundle.
+PIP_ENV = f'if [ -f {CA_PATH} ]; then export PIP_CERT={CA_PATH}; fi;'
+# BuildKit: pip downloads into this directory of the cache mount, then installs from it (pip's own
+# HTTP cache keeps nothing when the index or a proxy sends no cache headers).
+WHEEL_CACHE = "/root/.cache/pip/envkit-wheels"
+WHEELHOUSE = "/tmp/envkit/wheelhouse"  # the bundle's wheels, inside the build (wheelhouse mode)
+DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
+
+
+def image_tag(team: str, image: LockedImage) -> str:
+    """<team>/<image>:<framework-version>-<variant>-py<python>-<lockhash8>"""
+    return f"{team}/{image.name}:{image.framework_version}-{image.variant}-py{image.python}-{image.hash8}"
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    generated: str
+    tag: str
+    lock_hash: str
+    base_ref: str
+    os_packages: tuple[str, ...]
+    builder_packages: tuple[str, ...]
+    venv: str
+    extras_prefix: str
+    pip_flags: str
+    pip_env: str
+    require_cuda: str
+    labels: tuple[tuple[str, str], ...]
+    stage_labels: tuple[tuple[str, str], ...] = ()  # whose a leaf stage's last image is (labels.STAGE_LABEL)
+    stage_label: str = STAGE_LABEL
+    uid: int = UID
+    user: str = USER
+    # render options (see the module doc)
+    buildkit: bool = False
+    wheelhouse: bool = False
+    ca_path: str = CA_PATH
+    index_login: bool = False  # BuildKit, online, from an index other than PyPI: pip RUNs mount its netrc secret
+    netrc_secret: str = index_login_.SECRET_ID
+    netrc_target: str = index_login_.NETRC_TARGET
+    wheelhouse_dir: str = WHEELHOUSE
+    wheel_cache: str = WHEEL_CACHE
+    debs_dir: str = DEBS
+    # the devel flavour
+    flavour: str = "runtime"
+    python: str = "3"
+    devel_apt: tuple[str, ...] = devel.APT
+    devel_prefix: str = devel.PREFIX
+    cuda_home: str = devel.CUDA_HOME
+    nvcc_tools: str = devel.TOOLS
+    nvcc_deb_url: str = ""  # CUDA 12: Debian's toolkit .deb the compiler's programs come from ("": CUDA 13+)
+    nvcc_deb_sha256: str = ""
+    devel_wheels: bool = True  # the lock's devel group is not empty (jax[cuda13]'s closure holds the whole compiler)
+
+
+def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
+                wheelhouse: bool = False) -> RenderContext:
+    base_ref = image.base.ref if not image.base.digest or "@" in image.base.ref else f"{image.base.ref}@{image.base.digest}"
+    labels = {
+        "org.opencontainers.image.title": f"{lock.team}/{image.name}",
+        "org.opencontainers.image.version": image_tag(lock.team, image).split(":", 1)[1],
+        "org.opencontainers.image.description": f"{image.framework} {image.framework_version} ({image.variant}) on {image.base.distro} {image.base.suite}",
+        "org.opencontainers.image.vendor": lock.team,
+        "org.opencontainers.image.base.name": image.base.ref,
+        TEAM_LABEL: lock.team,
+        IMAGE_LABEL: image.name,
+        LOCK_LABEL: image.hash,
+        "io.envkit.framework": f"{image.framework}=={image.framework_version}",
+        "io.envkit.variant": image.variant,
+        "io.envkit.cuda": image.cuda or "none",
+        "io.envkit.cudnn": image.cudnn or "none",
+        "io.envkit.nccl": image.nccl or "none",
+        "io.envkit.python": image.python,
+        "io.envkit.driver-floor": image.driver_floor or "none",
+        "io.envkit.envkit-version": __version__,
+        **framework(image.framework).labels(image),  # the framework's own pins (torch: the arch list)
+        **requested_labels(image),  # the spec's pip: packages with their pins (none: no label)
+    }
+    if image.flavour != "runtime":  # (runtime images carry no flavour label, as before devel existed)
+        labels["io.envkit.flavour"] = image.flavour
+    return RenderContext(
+        generated=f"generated by envkit {__version__} - do not edit; regenerate with `envkit render {spec_name}`",
+        tag=image_tag(lock.team, image),
+        lock_hash=image.hash,
+        base_ref=base_ref,
+        os_packages=("python3", "ca-certificates", *image.apt),
+        builder_packages=("python3-venv",),
+        venv=VENV,
+        extras_prefix=EXTRAS,
+        pip_flags=_pip_flags(image, buildkit=buildkit, wheelhouse=wheelhouse),
+        # offline builds reach no index, so they need no CA
+        pip_env="" if wheelhouse else PIP_ENV,
+        require_cuda=image.require_cuda or "cuda>=0.0",
+        labels=tuple(sorted(labels.items())),
+        stage_labels=((TEAM_LABEL, lock.team), (IMAGE_LABEL, image.name), (LOCK_LABEL, image.hash)),
+        buildkit=buildkit,
+        wheelhouse=wheelhouse,
+        index_login=buildkit and not wheelhouse and needs_index_login(image),
+        flavour=image.flavour,
+        python=image.python,
+        **(_devel_fields(image) if image.flavour == "devel" else {}),
+    )
+
+
+def _devel_fields(image: LockedImage) -> dict:
+    wheels = devel.wheels_to_add(image)  # refused here when the lock has no compiler for it
+    deb = devel.toolkit_deb(image)
+    return dict(nvcc_deb_url=devel.toolkit_deb_url(image), nvcc_deb_sha256=deb.sha256 if deb else "",
+                devel_wheels=bool(wheels))
+
+
+def _pip_flags(image: LockedImage, *, buildkit: bool, wheelhouse: bool) -> str:
+    if wheelhouse:  # no index, and no cache mount: the wheels are local
+        return f"{PIP_FLAGS} --no-index --find-links {WHEELHOUSE}"
+    return (PIP_FLAGS_BUILDKIT if buildkit else PIP_FLAGS) + _index_flags(image)
+
+
+def _index_flags(image: LockedImage) -> str:
+    """The indexes the lock's packages come from, as the resolver asked them: the framework's (a non-default
+    torch variant's own, or the spec's mirror), then the spec's for the rest. None for pip's default, PyPI,
+    so contexts of images from PyPI are as they were. Hashes pin every file, whichever index serves it,
+    so a plain-http index is named a trusted host (pip ignores it otherwise)."""
+    flags = f" --index-url {dq(image.index_url)}" if image.index_url != DEFAULT_INDEX else ""
+    if image.extra_index_url and image.extra_index_url != image.index_url:
+        flags += f" --extra-index-url {dq(image.extra_index_url)}"
+    flags += "".join(f" --trusted-host {dq(h)}" for h in trusted_hosts([image.index_url, image.extra_index_url]))
+    return flags
+
+
+def index_urls(image: LockedImage) -> list[str]:
+    """The indexes other than PyPI the lock's packages come from (the ones that may ask for a login)."""
+    return [u for u in dict.fromkeys((image.index_url, image.extra_index_url)) if u and u != DEFAULT_INDEX]
+
+
+def needs_index_login(image: LockedImage) -> bool:
+    """Whether BuildKit's pip RUNs mount the ``index-netrc`` secret: for any index but PyPI (which never
+    asks), so the rendered Dockerfile does not depend on which logins this host happens to hold."""
+    return bool(index_urls(image))
+
+
+def requirements_text(image: LockedImage, group: str) -> str:
+    # No image name here: images sharing a framework closure must share this file's bytes
+    # (and so the builder's cached layer).
+    return _requirements([p for p in image.packages if p.group == group], f"the {group} packages from the lock")
+
+
+def _requirements(packages, what: str) -> str:
+    lines = [f"# generated by envkit - do not edit; {what}, pinned by hash\n"]
+    for p in packages:
+        hashes = "".join(f" \\\n    --hash={h}" for h in p.hashes)
+        lines.append(f"{p.name}=={p.version}{hashes}\n")
+    return "".join(lines)
+
+
+def install_packages(image: LockedImage) -> tuple[Package, ...]:
+    """Every package a build of ``image`` installs with pip (the lock's: every group)."""
+    return image.packages
+
+
+def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
+                 wheelhouse: bool = False) -> dict[str, bytes]:
+    """Every file of one build context, by relative path.
+
+    The site CA is added at build time (a copied file for the classic builder, a build
+    secret for BuildKit); in ``wheelhouse`` mode the bundle adds ``wheelhouse/`` and ``debs/``.
+    """
+    ctx = context_for(lock, image, spec_name, buildkit=buildkit, wheelhouse=wheelhouse)
+    dockerfile = environment().get_template(f"{image.flavour}.Dockerfile.j2").render(**ctx.__dict__)
+    files = {
+        "Dockerfile": dockerfile.encode(),
+        "requirements/framework.txt": requirements_text(image, "framework").encode(),
+        "requirements/extra.txt": requirements_text(image, "extra").encode(),
+        # what the image's own self-check compares against, in the shape the payload accepts (as the harness mounts it)
+        "envkit/expect.json": (json.dumps(payload_expect(expected(image)), indent=2, sort_keys=True) + "\n").encode(),
+    }
+    # the payload directory (__main__.py + envkit_check_*.py), run in the image as python3 /opt/envkit/envkit_check
+    files.update({f"envkit/{PAYLOAD_NAME}/{name}": data for name, data in payload_files().items()})
+    if image.flavour == "devel":
+        files["requirements/devel.txt"] = requirements_text(image, devel.GROUP).encode()
+    if not buildkit and not wheelhouse:
+        files["site-ca/README"] = (b"A CA bundle (ca.pem) is placed here at build time when the build runs behind "
+                                   b"a TLS-intercepting proxy.\n")
+    return files
+
+
+GENERATED = b"# generated by envkit "  # how a Dockerfile's first line starts: it names the spec as it was typed
+
+
+def context_hash(files: dict[str, bytes]) -> str:
+    """A build context's identity: every file by name and bytes, except a Dockerfile's first line, which says
+    `regenerate with envkit render SPEC` with the spec as it was typed (team.yaml, ./team.yaml, a CI checkout's
+    absolute path): how the spec was named decides nothing built, so it must not make a built image look stale."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        data = files[name]
+        if (name == "Dockerfile" or name.endswith(".Dockerfile")) and data.startswith(GENERATED):
+            data = data.partition(b"\n")[2]
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return "sha256:" + h.hexdigest()
+
+
+def render_compose(lock: Lock, spec_name: str) -> bytes:
+    services = [{"name": i.name, "tag": image_tag(lock.team, i), "lock_hash": i.hash} for i in lock.images]
+    text = environment().get_template("compose.yaml.j2").render(
+        generated=f"generated by envkit {__version__} - do not edit; regenerate with `envkit render {spec_name}`",
+        team=lock.team, services=services, uid=UID)
+    return text.encode()
+
+
+@dataclass
+class Rendered:
+    contexts: dict[str, Path] = field(default_factory=dict)
+    compose: Path | None = None
+
+
+def render(lock: Lock, out_root: Path, spec_name: str, only: list[str] | None = None) -> Rendered:
+    # Render everything in memory first: a template error leaves no file touched.
+    trees = {i.name: render_files(lock, i, spec_name) for i in lock.images if not only or i.name in only}
+    compose = render_compose(lock, spec_name)
+    # Then write it all beside where it goes, and only then rename it into place: a file in the way, an unwritable
+    # or immutable target, a disk that fills up on the second image leave every tree and the compose file as they were.
+    result = Rendered(contexts={name: out_root / "dockerfiles" / name for name in trees},
+                      compose=out_root / "compose" / f"{lock.team}.yaml")
+    replace_all({result.contexts[name]: files for name, files in trees.items()}, {result.compose: compose})
+    return result

@@ -1,0 +1,43 @@
+"""envkit's Jinja templates (``templates/``: the Dockerfiles, compose, the HTML report): where they are, and the
+environment the build contexts are rendered with (``StrictUndefined``; the ``dq`` filter refuses any value that
+could leave a double-quoted Dockerfile or YAML string)."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from ..errors import EnvkitError
+
+
+# `~` (Debian versions) is literal inside double quotes, in a Dockerfile's shell and in YAML alike.
+SAFE = re.compile(r'^[A-Za-z0-9 ._:/=<>+,@()~-]*$')
+
+
+def templates_dir() -> Path:
+    packaged = Path(str(resources.files("envkit"))) / "templates"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "templates"
+
+
+def dq(value: object) -> str:
+    text = str(value)
+    if not SAFE.fullmatch(text):
+        raise EnvkitError(f"refusing to render unsafe value {text[:60]!r}",
+                          hint="values reaching a Dockerfile must be plain versions, names or references")
+    return text
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["dq"] = dq
+    return env

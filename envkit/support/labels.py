@@ -1,0 +1,21 @@
+"""The image labels envkit reads back from images (engine or registry): one owner for their names.
+
+A light module (no imports) so that readers of images, such as ``remote``, need not pull in the
+renderer or the builder. The other pin labels are written in ``render.files.context_for`` and
+``frameworks``; they are read back only through ``frameworks.of_labels``.
+"""
+
+PREFIX = "io.envkit."
+LOCK_LABEL = PREFIX + "lock-hash"  # the image's lock hash: what it was built from
+CONTEXT_LABEL = PREFIX + "context-hash"  # the hash of every rendered file of its build context
+BASE_LABEL = PREFIX + "base-id"  # the id of the base image it was built on
+TEAM_LABEL = PREFIX + "team"  # the team and image names of the spec (render.context_for)
+IMAGE_LABEL = PREFIX + "image"
+# On the last image of each build stage nothing else is built FROM (extras; devel: nvcc, nvcc-tools): the
+# stage's name. With the team, image and lock-hash labels it tells `envkit gc` whose the classic builder's
+# leftover stage images are (the final image's build labels are not on them).
+STAGE_LABEL = PREFIX + "stage"
+# On every container envkit starts (engine.run): what for (RunOptions.role: certify, fetch-debs, run). envkit
+# removes its containers when they end; one it left (the process was killed) is `envkit gc`'s to remove.
+CONTAINER_LABEL = PREFIX + "container"
+SHOWN = (PREFIX, "org.opencontainers.")  # the label prefixes `envkit show` reports

@@ -1,0 +1,44 @@
+"""The strict pydantic bases every document envkit reads or writes stands on (one owner of the config).
+
+``Frozen``: an unknown key is refused and an instance never changes (the lock, the catalog's files, certificates,
+performance floors, exclusions, a bundle's manifest). ``Strict``: frozen, and no value is coerced to the declared
+type (team.yaml: ``python: 3.10`` is refused as a number rather than read as "3.1"). ``fields_at``: the keys a
+model allows at a path (for "unknown key ...: allowed keys" and "did you mean").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Strict(Frozen):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def fields_at(model: type[BaseModel], loc: tuple) -> set[str]:
+    """The allowed keys of the model found by walking ``loc`` from ``model``."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if isinstance(current, type) else None
+        if field is None:
+            return set()
+        current = _model_in(field.annotation)
+    return set(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else set()
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
