@@ -35,7 +35,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import CatalogError, Location
-from ..support.yamlsource import parse_yaml
+from ..support.yamlsource import parse_yaml, utf8_text
 from ..frameworks import FRAMEWORKS
 
 FILE = "companions.yaml"
@@ -164,14 +164,7 @@ def read_companions(directory: Path) -> bytes | None:
 def check_companions(path: Path, raw: bytes, releases: dict[str, tuple[str, ...]],
                      sources: dict[str, str]) -> Companions:
     """The file's rows, or a CatalogError at the file:line:col of the first bad value."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        start = raw.rfind(b"\n", 0, exc.start) + 1
-        column = len(raw[start:exc.start].decode("utf-8", errors="replace")) + 1
-        raise CatalogError(f"catalog file {path.name} is not UTF-8 text: byte 0x{raw[exc.start]:02x} cannot be decoded",
-                           hint="save the file as UTF-8 (YAML files are UTF-8 text)",
-                           location=Location(str(path), raw[:exc.start].count(b"\n") + 1, column)) from None
+    text = utf8_text(raw, path, error=CatalogError, what=f"catalog file {path.name} is ")
     try:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:

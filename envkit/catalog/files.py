@@ -18,7 +18,7 @@ from packaging.version import Version
 from pydantic import ValidationError
 
 from ..errors import CatalogError, Location
-from ..support.yamlsource import parse_yaml
+from ..support.yamlsource import parse_yaml, utf8_text
 from .companions import FILE as COMPANIONS_FILE, check_companions, known_releases, read_companions
 from .exclusions import FRAMEWORK_FILES, check_rows, pop_rows
 from .models import Catalog, CatalogData, norm_gpu, vtuple
@@ -126,14 +126,7 @@ def _read(path: Path, directory: Path) -> tuple[bytes, object]:
         raw = path.read_bytes()
     except OSError as exc:
         raise CatalogError(f"cannot load catalog file {path}: {exc}", hint=hint) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        start = raw.rfind(b"\n", 0, exc.start) + 1
-        column = len(raw[start:exc.start].decode("utf-8", errors="replace")) + 1
-        raise CatalogError(f"catalog file {path.name} is not UTF-8 text: byte 0x{raw[exc.start]:02x} cannot be decoded",
-                           hint="save the file as UTF-8 (YAML files are UTF-8 text)",
-                           location=Location(str(path), raw[:exc.start].count(b"\n") + 1, column)) from None
+    text = utf8_text(raw, path, error=CatalogError, what=f"catalog file {path.name} is ")
     try:
         return raw, yaml.load(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:

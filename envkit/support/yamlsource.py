@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import Location, SpecError
+from ..errors import EnvkitError, Location, SpecError
 
 MAX_BYTES = 1 << 20  # a team.yaml is a page or two; refuse anything absurd
 Path_ = tuple[str | int, ...]
@@ -46,13 +46,20 @@ def load_yaml(path: str | Path, *, error: type[SpecError] = SpecError) -> Docume
     if len(raw) > MAX_BYTES:
         raise error(f"over the limit of {MAX_BYTES} bytes", hint="is this the spec? team.yaml files are a few KB",
                     location=Location(str(p)))
+    return parse_yaml(utf8_text(raw, p, error=error), str(p), error=error)
+
+
+def utf8_text(raw: bytes, path: Path, *, error: type[EnvkitError] = SpecError, what: str = "") -> str:
+    """``raw`` as UTF-8 text, or ``error`` at the line and column of the first byte that is not (``what``: how the
+    message names the file, e.g. "catalog file gpus.yaml is ")."""
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise error(f"not UTF-8 text: byte 0x{raw[exc.start]:02x} cannot be decoded",
-                    hint="save the file as UTF-8 (YAML files are UTF-8 text)", location=Location(str(p), line)) from None
-    return parse_yaml(text, str(p), error=error)
+        start = raw.rfind(b"\n", 0, exc.start) + 1
+        column = len(raw[start:exc.start].decode("utf-8", errors="replace")) + 1
+        raise error(f"{what}not UTF-8 text: byte 0x{raw[exc.start]:02x} cannot be decoded",
+                    hint="save the file as UTF-8 (YAML files are UTF-8 text)",
+                    location=Location(str(path), raw[:exc.start].count(b"\n") + 1, column)) from None
 
 
 def parse_yaml(text: str, name: str, *, error: type[SpecError] = SpecError) -> Document:
