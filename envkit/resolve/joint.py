@@ -43,10 +43,12 @@ PROBE_RETRIES = 4  # versions the index has and the catalog does not, skipped on
 
 
 class Index(Protocol):
+    """What the resolver asks of a package index (``index.client.PackageIndex``; fakes in the tests)."""
     url: str
 
     def versions(self, project: str) -> list[Version]: ...
     def wheel_for(self, project: str, version, python: str, glibc: str): ...
+    def requires(self, wheel) -> list[Requirement]: ...
 
 
 @dataclass(frozen=True)

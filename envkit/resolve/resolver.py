@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable, Protocol
+from typing import Callable
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -18,6 +18,7 @@ from packaging.version import Version
 
 from .. import __version__
 from . import devel, joint
+from .joint import Index
 from .candidates import Candidate, candidates
 from ..catalog.models import Catalog, vtuple
 from ..index.closure import Pin, compile_closure, framework_group
@@ -30,12 +31,6 @@ from ..index.wheel_facts import bundled_pins, library_versions, runtime_package
 from .plan import ImagePlan, choose, plan, spec_digest
 from ..index.client import PackageIndex
 
-
-class Index(Protocol):
-    url: str
-
-    def wheel_for(self, project: str, version, python: str, glibc: str): ...
-    def requires(self, wheel) -> list[Requirement]: ...
 
 
 Closure = Callable[..., list[Pin]]

@@ -6,9 +6,9 @@ nlp:              torch 2.5 + transformers + torchaudio: the payload imports bot
                   made in the test runs a forward and a backward pass inside the image.
 vision-lightning: torch 2.5 + torchvision + lightning: the payload imports them (torchvision's compiled ops).
 
-Both use the example team's base and torch release, so on an engine that built examples/team.yaml the
-framework layer is usually reused (when the joint solve pins the framework's closure as the example's lock
-does) and only the extras are installed. The images (and the classic builder's stage images) are removed.
+Both use the example team's base and torch release (the framework layer is shared with the example's image
+only when the joint solve pins the framework's closure as the example's lock does; not measured). The images
+(and the classic builder's stage images) are removed.
 """
 
 from __future__ import annotations
