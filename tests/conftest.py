@@ -39,6 +39,30 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_data_home(tmp_path_factory):
+    """Every test, and every envkit it starts, keeps its default history store (this user's data directory,
+    ``store.records.default_path``) in a directory of its own, never in the real user's."""
+    import os
+
+    home = tmp_path_factory.mktemp("xdg-data")
+    before = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(home)
+    yield home
+    if before is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = before
+
+
+@pytest.fixture(autouse=True)
+def own_data_home(request, monkeypatch):
+    """Each test its own data directory (so its own default history store); module- and session-scoped
+    fixtures keep the session's (``user_data_home``)."""
+    home = request.getfixturevalue("tmp_path_factory").mktemp("data")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home))
+
+
 @pytest.fixture
 def write_spec(tmp_path):
     """Write a team.yaml (dedented) into a fresh directory and return its path."""

@@ -7,9 +7,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import __version__
 from ..build.builder import BuildProgress, Outcome, build_image, require_builder
+from ..certify.certificate import certificate_from, utc_now
 from ..errors import SpecError
-from ..frameworks import require_buildable, require_bundle
+from ..frameworks import expected, require_buildable, require_bundle
+from ..store.history import Store
+from ..support.labels import CONTEXT_LABEL
 from ..index.urls import DEFAULT_INDEX
 from ..lock import LockedImage
 from ..render.files import Rendered, render
@@ -32,8 +36,15 @@ def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = Non
 
 def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | None = None, locked: bool = False,
                only: list[str] | None = None, verify: bool = True, builder: str = "classic",
-               progress: BuildProgress = lambda *_: None) -> tuple[Resolved, list[Outcome]]:
+               progress: BuildProgress = lambda *_: None, store_url: str | None = None,
+               record: bool = True) -> tuple[Resolved, list[Outcome]]:
+    """Resolve (or reuse the lock), render, build and verify; then record each image in the history store
+    (``record``: the default store unless ``store_url`` names one), so `envkit ls` lists it: the build, and its
+    verification as the CPU-only certificate ``envkit certify`` without a GPU would write."""
     require_builder(engine, builder)  # before resolving: BuildKit without its CLI fails at once
+    if record:
+        with Store.open(store_url):  # a store that cannot be written fails now, not after the builds
+            pass
     resolved, _ = render_spec(spec_path, out_root, lock_path=lock_path, locked=locked, only=only,
                               progress=lambda msg: progress("*", msg))
     ca = resolved.spec.ca_bundle_path()
@@ -46,9 +57,26 @@ def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | Non
     for image in resolved.lock.images:
         if only and image.name not in only:
             continue
-        outcomes.append(build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
-                                    progress=progress, verify=verify, builder=builder))
+        outcome = build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
+                              progress=progress, verify=verify, builder=builder)
+        outcomes.append(outcome)
+        if record:
+            record_build(engine, store_url, image, outcome)
     return resolved, outcomes
+
+
+def record_build(engine, store_url: str | None, image: LockedImage, outcome: Outcome) -> None:
+    """The build in the store (by lock and context hash), and its verification as a CPU-only certificate."""
+    info = engine.inspect(outcome.image_id) if outcome.image_id else None
+    context = (info.labels.get(CONTEXT_LABEL) if info is not None else None) or ""
+    with Store.open(store_url) as store:
+        store.record_outcome(outcome, lock_hash=image.hash, context_hash=context)
+        if outcome.verification is not None and outcome.verification.raw:
+            cert = certificate_from(outcome.verification.raw, expected(image), image=outcome.tag,
+                                    image_id=outcome.image_id, lock_hash=image.hash, gpu_requested=False,
+                                    created_at=utc_now(), envkit_version=__version__)
+            store.record_certificate(outcome.image_id, cert.gpu_model, cert.driver, status=cert.status,
+                                     lock_hash=image.hash, document=cert.to_json())
 
 
 @dataclass

@@ -16,14 +16,16 @@ from ..store.history import Store
 from ..registry.remote import list_registry, merge_store, inspect_remote
 from ..registry.remote_parse import parse_ref
 from ..certify.gate import host_gpus, judge
+from .standing import certified_on, described, from_json, summary
 
 
 def _store_images(store) -> dict[str, dict]:
-    """image id -> {"tag", "created", "certificates": [(gpu model, status, created_at)], "records": [...]}."""
+    """image id -> {"tag", "created", "certificates": [(gpu model, status, created_at)], "records": [...],
+    "docs": [certificate dicts, as show gives them]}."""
     out = {}
     for image_id, tag, created in store.images():
         records = store.certificates_for(image_id)
-        out[image_id] = {"tag": tag, "created": created, "records": records,
+        out[image_id] = {"tag": tag, "created": created, "records": records, "docs": [_cert_doc(c) for c in records],
                          "certificates": [(c.gpu_model, c.status, c.created_at) for c in records]}
     return out
 
@@ -68,9 +70,11 @@ def list_images(store_url: str | None, engine_of: Callable[[], object | None] | 
         certs = known["records"]
         info = _inspect_quietly(engine, image_id)
         tag = (envkit_tag(info.labels, info.tags) if info is not None else None) or known["tag"]
-        rows.append({"tag": tag, "reference": known["tag"], "image_id": image_id, "stack": stack_of(tag),
-                     "certification": {c.gpu_model: c.status for c in certs},
-                     "date": max([known["created"], *[c.created_at for c in certs]])[:10]})
+        rows.append(described({"tag": tag, "reference": known["tag"], "image_id": image_id, "stack": stack_of(tag),
+                               "certification": {c.gpu_model: c.status for c in certs},
+                               "date": max([known["created"], *[c.created_at for c in certs]])[:10],
+                               "sources": ["store"]},
+                              known["docs"], info.labels if info is not None else None))
     return sorted(rows, key=lambda r: r["tag"])
 
 
@@ -89,17 +93,21 @@ def list_registry_images(client, registry: str, store_url: str | None, **read) -
     artifacts), joined with the store's rows for the same images when a store is at hand."""
     store = Store.open_existing(store_url, must_exist=True)  # a named store adds to it: a typo fails at once
     listing = list_registry(client, registry, **read)
-    if store is None:
-        return {**listing.to_json(), "store": None}
-    with store:
-        known = _store_images(store)
-        where = store.where
-    return {**listing.to_json(), "images": merge_store(listing.rows, known), "store": where}
+    known: dict[str, dict] = {}
+    where = None
+    if store is not None:
+        with store:
+            known = _store_images(store)
+            where = store.where
+    rows = [described(row, [*row["certificates"], *known.get(row["image_id"], {}).get("docs", [])],
+                      row["labels"]) for row in merge_store(listing.rows, known)]
+    return {**listing.to_json(), "images": rows, "store": where}
 
 
 def _cert_doc(c) -> dict:
     return {"status": c.status, "gpu_model": c.gpu_model, "driver": c.driver, "created_at": c.created_at,
-            "reasons": c.document.get("reasons", []), "source": "store"}
+            "reasons": c.document.get("reasons", []), "source": "store", "metrics": c.metrics,
+            "expect": c.document.get("expect") or {}}
 
 
 def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
@@ -155,7 +163,11 @@ def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None
     """Whether ``ref`` was certified for this host's GPUs (``gate.judge``), from the certificates ``show_image``
     gives: the store's and, for a registry reference, the registry's certificate artifacts (unreadable: the
     store's alone, noted)."""
-    doc = show_image(engine, ref, store_url)
+    return gate_of(show_image(engine, ref, store_url), ref, on_gpus=on_gpus)
+
+
+def gate_of(doc: dict, ref: str, *, on_gpus: bool):
+    """``certification_gate`` for what ``show_image`` gave (``envkit pull`` reads the image once for both)."""
     registry = doc.get("registry") or {}
     gpus, unread = host_gpus() if on_gpus else ([], None)
     labels = doc.get("labels")
@@ -191,3 +203,35 @@ def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm
                          ulimits=GPU_ULIMITS if use_gpus else {})
     with around_job():
         return engine.run(ref, command or ["python3", "/opt/envkit/envkit_check"], options), verdict
+
+
+def list_team_images(store_url: str | None, engine_of: Callable[[], object | None] | None, *,
+                     registry: str | None = None, client=None, gpu: str | None = None, certified: bool = False,
+                     **read) -> dict:
+    """`envkit ls`: the team's images, from the store (what build, certify and nightly recorded) and, with a
+    ``registry`` (HOST[:PORT][/PATH]), every envkit image there joined with the store's knowledge of it, plus the
+    store's images under that path the registry does not hold. Each row has its framework, CUDA and where it
+    stands per GPU model (``standing``). ``gpu``: each row's ``status`` is its state on that model;
+    ``certified``: only the images certified (on ``gpu``, else on any GPU model)."""
+    if registry is None:
+        doc: dict = {"images": list_images(store_url, engine_of), "registry": None}
+    else:
+        doc = list_registry_images(client, registry, store_url, **read)
+        if doc["store"] is not None:
+            seen = {r["image_id"] for r in doc["images"]}
+            doc["images"] += [r for r in list_images(store_url, engine_of)
+                              if r["image_id"] not in seen and _under(r["tag"], doc["prefix"] or "")]
+    doc["images"] = [r for r in (_for_gpu(r, gpu) for r in doc["images"])
+                     if not certified or certified_on(from_json(r["standing"]), gpu)]
+    return {**doc, "gpu": gpu, "certified_only": certified}
+
+
+def _for_gpu(row: dict, gpu: str | None) -> dict:
+    return row if gpu is None else {**row, "status": summary(from_json(row["standing"]), gpu)}
+
+
+def _under(tag: str, prefix: str) -> bool:
+    """A store row's tag (``team/image:stack``, or a registry reference) under a registry path prefix."""
+    repository = tag.rpartition(":")[0] if ":" in tag.rpartition("/")[2] else tag
+    names = {repository, repository.partition("/")[2]}
+    return not prefix or any(n == prefix or n.startswith(prefix + "/") for n in names)

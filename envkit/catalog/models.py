@@ -296,6 +296,16 @@ class Catalog:
     def gpu_names(self) -> list[str]:
         return sorted({m for a in self._f.architectures for m in a.models})
 
+    def unknown_gpu_hint(self, name: str) -> str:
+        """What to say of a GPU the catalog does not know: the nearest names, then every model it knows."""
+        import difflib
+
+        names = self.gpu_names()
+        near = difflib.get_close_matches(norm_gpu(name), [norm_gpu(n) for n in names], n=3, cutoff=0.6)
+        shown = [n for n in names if norm_gpu(n) in near]
+        guess = f"did you mean {' or '.join(repr(n) for n in shown)}? " if shown else ""
+        return (f"{guess}give a model the catalog knows ({', '.join(names)}) or a compute capability like '9.0'")
+
     # --- operating-system bases -----------------------------------------------------
     def os_base(self, suite: str) -> OsBase | None:
         return next((b for b in self._f.bases if b.suite == suite), None)

@@ -5,7 +5,7 @@ the commands live in modules by audience and are registered here:
 
 * ``build``: resolve, lock, explain, render, build, bundle, verify (whoever builds the stacks)
 * ``certify``: certify, nightly (the certifying runners)
-* ``researchers``: ls, show, run (what was built and certified; running an image)
+* ``researchers``: ls, show, pull, run (what was built and certified; pulling and running an image)
 * ``admin``: doctor, schema, catalog (hosts, the spec's schema, the compatibility catalog)
 * ``gc``: gc (a build host's disk: old envkit images)
 * ``registry``: registry prune (retention in the team registry)
@@ -37,7 +37,7 @@ def main(ctx, debug, verbose):
 
 for _command in (build.resolve_cmd, build.lock_cmd, build.explain_cmd, build.render_cmd, build.build_cmd,
                  build.bundle_group, build.verify_cmd, admin.doctor_cmd, gc.gc_cmd, certify.certify_cmd, admin.catalog_group,
-                 certify.nightly_cmd, researchers.ls_cmd, researchers.show_cmd, researchers.run_cmd,
+                 certify.nightly_cmd, researchers.ls_cmd, researchers.show_cmd, researchers.pull_cmd, researchers.run_cmd,
                  admin.schema_cmd, registry.registry_group):
     main.add_command(_command)
 del _command

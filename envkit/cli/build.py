@@ -9,7 +9,7 @@ import click
 
 from ..engine.protocol import BuildEvent
 from ..lock import PIP_TOPIC, named_extras
-from .common import IMAGE, SPEC, Ctx, _ctx, _short, builder_option, emit, json_option, locked_option, run, table
+from .common import IMAGE, SPEC, STORE, STORE_HELP, Ctx, _ctx, _short, builder_option, emit, json_option, locked_option, run, table
 
 
 def _image_row(i) -> list[str]:
@@ -158,11 +158,13 @@ def render_cmd(click_ctx, spec, out_root, images, locked, json_out):
 @click.option("--image", "images", multiple=True, help="Only this image (repeatable).")
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
 @click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
+@click.option("--store", "store_url", type=STORE, default=None,
+              help="Record the builds (and their verification) in this history store, for `envkit ls`. " + STORE_HELP)
 @builder_option
 @locked_option
 @json_option
 @click.pass_context
-def build_cmd(click_ctx, spec, images, out_root, no_verify, builder, locked, json_out):
+def build_cmd(click_ctx, spec, images, out_root, no_verify, store_url, builder, locked, json_out):
     """Resolve, render, build and verify SPEC's images.
 
     The lock is reused while it matches the spec and the catalog; a missing or stale one is re-resolved and
@@ -174,7 +176,7 @@ def build_cmd(click_ctx, spec, images, out_root, no_verify, builder, locked, jso
     engine = run(c, connect)
     resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
                                                    verify=not no_verify, builder=builder, locked=locked,
-                                                   progress=_build_progress(c)))
+                                                   progress=_build_progress(c), store_url=store_url))
     doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
            "builder": builder, "images": [o.to_json() for o in outcomes]}
 

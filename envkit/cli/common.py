@@ -22,6 +22,7 @@ from ..engine.space import host_out_of_space
 from ..errors import EngineError, EnvkitError, Interrupted
 from ..engine.protocol import BUILDERS
 from ..frameworks import NAMES
+from ..store.records import DEFAULT_HELP
 
 SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
 
@@ -74,6 +75,18 @@ def _team(value: str) -> None:
     check_team(value)
 
 
+def _gpu(value: str) -> str:
+    """A GPU model the catalog knows ('h100' -> 'H100'); an unknown one with the nearest names and the full list."""
+    from ..catalog.files import load_catalog
+
+    catalog = load_catalog()
+    if catalog.gpu(value) is None:
+        raise EnvkitError(f"unknown GPU {value!r}", hint=catalog.unknown_gpu_hint(value))
+    known = {n.lower(): n for n in catalog.gpu_names()}
+    return known.get(" ".join(value.split()).lower(), value.strip())
+
+
+GPU = Checked("gpu", _gpu)  # a GPU model, as team.yaml's fleet.gpus names them
 REGISTRY = Checked("registry", _registry)  # HOST[:PORT][/PATH]
 TEAM = Checked("team", _team)  # a team name, as team.yaml's team:
 IMAGE = Checked("image", _image)  # a local image, or a registry reference (then well formed)
@@ -118,8 +131,8 @@ def refresh_framework_option(name: str):
 
 
 STORE_HELP = ("History store: a SQLite file path, sqlite:///relative/path, sqlite:////absolute/path or "
-              "postgresql://[user@]host[:port]/db (default: $ENVKIT_STORE, else .envkit/history.sqlite; passwords "
-              "via PGPASSWORD or ~/.pgpass).")
+              "postgresql://[user@]host[:port]/db (default: " + DEFAULT_HELP + "; passwords via PGPASSWORD or "
+              "~/.pgpass).")
 
 
 def run(ctx_obj: Ctx, fn):

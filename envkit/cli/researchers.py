@@ -13,7 +13,7 @@ import click
 
 from ..engine.protocol import RUN_SHM_SIZE, RUN_TIMEOUT
 from ..errors import EnvkitError
-from .common import IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
+from .common import GPU, IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
 
 
 def _engine_for_registry(c: Ctx, needed: bool):
@@ -42,38 +42,37 @@ def _engine_if_any():
 
 @click.command("ls")
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
-@click.option("--registry", type=REGISTRY, default=None, metavar="HOST[:PORT][/PATH]",
-              help="List the images in this registry (under PATH) with their certificate artifacts, joined with "
-                   "the store's rows for the same images; read over the registry's HTTP API, nothing is pulled.")
+@click.option("--registry", type=REGISTRY, default=None, metavar="HOST[:PORT][/PATH]", envvar="ENVKIT_REGISTRY",
+              help="Also list the envkit images in this registry (under PATH) with their certificate artifacts, "
+                   "joined with the store's rows for the same images; read over the registry's HTTP API, nothing "
+                   "is pulled. Default: $ENVKIT_REGISTRY.")
+@click.option("--gpu", type=GPU, default=None, metavar="MODEL",
+              help="Say where each image stands on this GPU model (H100, A100, ...): certified, verified only "
+                   "(a CPU-only verification), failed or not certified.")
+@click.option("--certified", "certified_only", is_flag=True,
+              help="Only images certified on a GPU (on --gpu MODEL when given).")
 @json_option
 @click.pass_context
-def ls_cmd(click_ctx, store_url, registry, json_out):
-    """Images envkit built, their stack and certification per GPU model."""
-    from ..app.researchers import list_images, list_registry_images
+def ls_cmd(click_ctx, store_url, registry, gpu, certified_only, json_out):
+    """The team's images: tag, framework, CUDA and where each stands per GPU model.
+
+    From the history store (what build, certify and nightly recorded; by default in this user's data directory,
+    the same from every working directory) and, with --registry or $ENVKIT_REGISTRY, the team registry."""
+    from ..app.researchers import list_team_images
 
     c = _ctx(click_ctx, json_out)
-    if registry is None:
-        rows = run(c, lambda: list_images(store_url, _engine_if_any))
-
-        def human():
-            table([[r["tag"], r["stack"] or "-", ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-",
-                    r["date"]] for r in rows], ["IMAGE", "STACK", "CERTIFICATION", "DATE"])
-            if not rows:
-                click.echo("(no image in the history store: nightly and certify record them there, and build's "
-                           "images show with `envkit show IMAGE`; --store or $ENVKIT_STORE names another store)",
-                           err=True)
-
-        emit(c, {"images": rows}, human)
-        return
-    engine = _engine_for_registry(c, needed=False)
-    doc = run(c, lambda: list_registry_images(engine, registry, store_url))
+    _store_note(c, store_url)
+    engine = _engine_for_registry(c, needed=False) if registry is not None else None
+    doc = run(c, lambda: list_team_images(store_url, _engine_if_any, registry=registry, client=engine, gpu=gpu,
+                                          certified=certified_only))
 
     def human():
-        table([[r["tag"], "yes" if r["certified_tag"] else "-",
-                ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-", r["date"] or "-",
-                "+".join(r["sources"])] for r in doc["images"]],
-              ["IMAGE", ":CERTIFIED", "CERTIFICATION", "DATE", "SOURCE"])
-        if doc["skipped"]:
+        table([[r["tag"] + (" (:certified)" if r.get("certified_tag") else ""), r["framework"] or "-",
+                r["cuda"] or "-", r["status"]] for r in doc["images"]],
+              ["IMAGE", "FRAMEWORK", "CUDA", f"ON {gpu}" if gpu else "STATUS PER GPU MODEL"])
+        if not doc["images"]:
+            click.echo(_nothing_listed(doc, gpu, certified_only), err=True)
+        if doc.get("skipped"):
             click.echo(f"({len(doc['skipped'])} other reference(s) skipped: base mirrors and images envkit did not "
                        f"build; --json lists them)", err=True)
         for warning in doc.get("warnings") or ():
@@ -82,47 +81,141 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
     emit(c, doc, human)
 
 
+def _nothing_listed(doc: dict, gpu: str | None, certified_only: bool) -> str:
+    if certified_only:
+        return (f"(no image certified on {gpu or 'a GPU'}: `envkit ls` without --certified lists the others; "
+                f"`envkit certify IMAGE` on a GPU host certifies one)")
+    where = f"registry {doc['registry']} or the history store" if doc.get("registry") else "the history store"
+    return (f"(no image in {where}: `envkit build SPEC`, certify and nightly record them; --store or $ENVKIT_STORE "
+            f"names another store, --registry or $ENVKIT_REGISTRY the team registry)")
+
+
+def _store_note(c: Ctx, store_url: str | None) -> None:
+    """Say once when the store used is the one in the working directory envkit used before (``locate``'s note)."""
+    from ..store.records import locate
+
+    note = run(c, lambda: locate(store_url)).note
+    if note:
+        c.progress(note)
+
+
 @click.command("show")
 @click.argument("image", type=IMAGE)
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
+@click.option("--gpu", "gpus", type=GPU, multiple=True, metavar="MODEL",
+              help="Also say where it stands on this GPU model, certified or not (repeatable).")
+@click.option("--all", "show_all", is_flag=True, help="Then the labels, the registry's view and every certificate.")
 @json_option
 @click.pass_context
-def show_cmd(click_ctx, image, store_url, json_out):
-    """An image's pins, lock hash and certificates.
+def show_cmd(click_ctx, image, store_url, gpus, show_all, json_out):
+    """Does IMAGE run on my GPU? Framework, CUDA, driver floor, where it stands per GPU model, how to run it.
 
     IMAGE in the local engine: from the engine and the store. IMAGE as a registry reference
     (host[:port]/repository:tag or ...@sha256:...) that is not local: read from the registry
     without pulling (manifest, labels, the certificate artifacts, whether :certified points at it).
+    A repository without a tag (vision/torch25, host:5000/vision/torch25) means its newest tag.
     """
+    from ..app.pull import newest_ref, summarize
     from ..app.researchers import show_image
     from ..registry.remote_parse import parse_ref
 
     c = _ctx(click_ctx, json_out)
     remote = run(c, lambda: parse_ref(image))
     engine = _engine_for_registry(c, needed=remote is None)
-    doc = run(c, lambda: show_image(engine, image, store_url))
+    ref = run(c, lambda: newest_ref(engine, image))
+    doc = run(c, lambda: summarize(show_image(engine, ref, store_url), gpus))
+    emit(c, doc, lambda: _show_human(doc, show_all))
+
+
+def _show_human(doc: dict, show_all: bool) -> None:
+    where = "here" if doc["source"] == "local" else f"in registry {doc['registry']['registry']}, not pulled"
+    click.echo(f"{doc['image']} ({where})")
+    floor = f"needs driver >= {doc['driver_floor']}" if doc.get("driver_floor") not in (None, "none") else ""
+    cuda = f"CUDA {doc['cuda']}" if doc.get("cuda") not in (None, "none") else "no CUDA (CPU only)"
+    click.echo("  " + ", ".join(filter(None, [doc.get("framework") or "framework unknown (no envkit pin labels)", cuda, floor])))
+    if (doc.get("registry") or {}).get("certified_tag"):
+        click.echo("  the team's :certified tag points at this image")
+    rows = [[s["gpu_model"] and short(s["gpu_model"]) or "CPU only", s["status"], s["created_at"][:10],
+             f"driver {s['driver']}" if s["driver"] else "-",
+             f"bf16 {s['bf16_tflops']:g} TFLOP/s" if s["bf16_tflops"] is not None else "-", s["source"]]
+            for s in doc["standing"]]
+    listed = {short(r[0]).lower() for r in rows}
+    rows += [[short(g["gpu_model"]), g["state"], "-", "-", "-", "-"] for g in doc["gpus"]
+             if short(g["gpu_model"]).lower() not in listed]
+    if rows:
+        table([[f"  {r[0]}", *r[1:]] for r in rows], ["  GPU", "STATUS", "WHEN", "DRIVER", "MEASURED", "FROM"])
+    click.echo("get and run it:" if len(doc["commands"]) > 1 else "run it:")
+    for line in doc["commands"]:
+        click.echo(f"  {line}")
+    if doc["next"]:
+        click.echo(f"next: {doc['next'].replace('IMAGE', doc['image'])}")
+    if show_all:
+        _show_all(doc)
+    else:
+        click.echo("(--all: labels, the registry's view and every certificate; --json: all of it)")
+
+
+def short(model: str) -> str:
+    from ..app.standing import short_model
+
+    return short_model(model)
+
+
+def _show_all(doc: dict) -> None:
+    reg = doc.get("registry") or {}
+    if reg.get("digest"):
+        click.echo(f"{'registry':32} {reg['pinned']}")
+        click.echo(f"{'compressed size':32} {reg['compressed_size'] / 2**20:.1f} MiB in {reg['layers']} layer(s)")
+        click.echo(f"{'tags':32} {', '.join(reg['tags']) or '-'}")
+        where = "this image" if reg["certified_tag"] else (reg["certified_digest"] or "nothing (no such tag)")
+        click.echo(f"{':certified points at':32} {where}")
+    elif reg.get("error"):
+        click.echo(f"warning: the registry view failed: {reg['error']}", err=True)
+    for k, v in doc["labels"].items():
+        click.echo(f"{k:32} {v}")
+    for cert in doc["certificates"]:
+        model = "no GPU" if cert["gpu_model"] in ("", "none") else cert["gpu_model"]
+        driver = f" driver {cert['driver']}" if cert["driver"] not in ("", "none") else ""
+        click.echo(f"certificate: {cert['status']} on {model}{driver} ({cert['created_at']}, "
+                   f"{cert.get('source', 'store')})")
+        for reason in cert["reasons"]:
+            click.echo(f"  reason: {reason}")
+    if not doc["certificates"]:
+        click.echo("certificate: none")
+
+
+@click.command("pull")
+@click.argument("image", type=IMAGE)
+@click.option("--require-certified", is_flag=True, envvar="ENVKIT_REQUIRE_CERTIFIED",
+              help="Refuse (exit 8, nothing pulled) an image not certified for this host's GPUs (without GPUs: "
+                   "with no certificate that passed) instead of pulling it with a warning. Also "
+                   "$ENVKIT_REQUIRE_CERTIFIED=1, as for run.")
+@click.option("--gpus/--no-gpus", default=None,
+              help="Judge it for a run with (or without) GPUs, as `envkit run` would. Default: when the engine has "
+                   "the NVIDIA runtime.")
+@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
+@json_option
+@click.pass_context
+def pull_cmd(click_ctx, image, require_certified, gpus, store_url, json_out):
+    """Pull IMAGE from the team registry by its digest, after the certification gate of `envkit run`.
+
+    IMAGE is host[:port]/team/image[:tag]; without a tag, its newest. The image's certificates (the registry's
+    artifacts and the store's) must cover this host's GPU models, or it is pulled with a warning (refused with
+    --require-certified). The tag is set on the pulled copy, so `envkit run IMAGE` runs exactly it."""
+    from ..app.pull import pull_image
+    from ..engine.docker_engine import connect
+
+    c = _ctx(click_ctx, json_out)
+    engine = run(c, connect)
+    pulled = run(c, lambda: pull_image(engine, image, store_url=store_url, require_certified=require_certified,
+                                       gpus=gpus, warn=lambda text: click.echo(text, err=True), progress=c.progress))
 
     def human():
-        reg = doc.get("registry") or {}
-        if reg.get("digest"):
-            click.echo(f"{'registry':32} {reg['pinned']}")
-            click.echo(f"{'compressed size':32} {reg['compressed_size'] / 2**20:.1f} MiB in {reg['layers']} layer(s)")
-            click.echo(f"{'tags':32} {', '.join(reg['tags']) or '-'}")
-            where = "this image" if reg["certified_tag"] else (reg["certified_digest"] or "nothing (no such tag)")
-            click.echo(f"{':certified points at':32} {where}")
-        elif reg.get("error"):
-            click.echo(f"warning: the registry view failed: {reg['error']}", err=True)
-        for k, v in doc["labels"].items():
-            click.echo(f"{k:32} {v}")
-        for cert in doc["certificates"]:
-            click.echo(f"certificate: {cert['status']} on {cert['gpu_model']} driver {cert['driver']} "
-                       f"({cert['created_at']}, {cert.get('source', 'store')})")
-            for reason in cert["reasons"]:
-                click.echo(f"  reason: {reason}")
-        if not doc["certificates"]:
-            click.echo("certificate: none")
+        click.echo(f"pulled {pulled.pinned}\n  as {pulled.ref} ({pulled.info.size / 2**30:.2f} GiB)")
+        click.echo(f"  gate: {pulled.verdict.message}")
+        click.echo(f"run it: envkit run {pulled.ref} -- COMMAND")
 
-    emit(c, doc, human)
+    emit(c, pulled.to_json(), human)
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True})

@@ -259,7 +259,7 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
     store = Store.open_existing(store_url, must_exist=True)
     if store is None:
         certified, current, where = {}, {}, None
-        notes.append("no history store here (--store, $ENVKIT_STORE or .envkit/history.sqlite): no image is kept for a "
+        notes.append("no history store here (--store, $ENVKIT_STORE or the default in this user's data directory): no image is kept for a "
                      "certificate or a :certified push; name the team's store to keep them")
     else:
         with store:

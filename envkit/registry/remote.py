@@ -293,7 +293,8 @@ def registry_row(ref: str, digest: str, facts: ImageFacts, certs: list[RemoteCer
     repository, stack = ref.rsplit(":", 1)
     dates = [d for d in [facts.created, *(c.created_at for c in certs)] if d]
     return {"tag": ref, "repository": repository, "stack": stack, "digest": digest,
-            "pinned": f"{repository}@{digest}", "image_id": facts.config_digest,
+            "pinned": f"{repository}@{digest}", "image_id": facts.config_digest, "labels": shown_labels(facts.labels),
+            "created": facts.created,
             "lock_hash": facts.labels.get(LOCK_LABEL), "compressed_size": facts.compressed_size,
             "certified_tag": certified_digest == digest,
             "certification": latest_per_gpu([(c.gpu_model, c.status, c.created_at) for c in certs]),

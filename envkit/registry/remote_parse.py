@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import EngineError, EnvkitError
 from ..support.labels import SHOWN
-from ..certify.certificate import parse_certificate
+from ..certify.certificate import parse_certificate, perf_metrics
 
 _HOST = re.compile(r"^(?:localhost|\[[0-9a-fA-F:]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?$")
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
@@ -300,11 +300,13 @@ class RemoteCertificate:
     reasons: tuple[str, ...]
     image_id: str
     lock_hash: str
+    metrics: dict[str, float] = field(default_factory=dict)  # the performance probes' numbers (perf_metrics)
 
     def to_json(self) -> dict:
         return {"status": self.status, "gpu_model": self.gpu_model, "driver": self.driver,
                 "created_at": self.created_at, "reasons": list(self.reasons), "source": "registry",
-                "artifact": self.artifact, "tag": self.tag, "image_id": self.image_id, "lock_hash": self.lock_hash}
+                "artifact": self.artifact, "tag": self.tag, "image_id": self.image_id, "lock_hash": self.lock_hash,
+                "metrics": self.metrics}
 
 
 def certificate_of(artifact: CertificateArtifact) -> RemoteCertificate:
@@ -319,7 +321,7 @@ def certificate_of(artifact: CertificateArtifact) -> RemoteCertificate:
             from None
     return RemoteCertificate(artifact.ref.rsplit(":", 1)[1], artifact.pinned, artifact.subject, cert.status,
                              cert.gpu_model, cert.driver, cert.created_at, tuple(cert.reasons), cert.image_id,
-                             cert.lock_hash)
+                             cert.lock_hash, perf_metrics(cert))
 
 
 def latest_per_gpu(certs: list[tuple[str, str, str]]) -> dict[str, str]:

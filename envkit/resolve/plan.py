@@ -71,8 +71,7 @@ def check_gpus(spec: Spec, catalog: Catalog) -> list[Arch]:
             raise SpecError(
                 f"unknown GPU {name!r} in fleet.gpus",
                 location=spec.locate("fleet", "gpus", i),
-                hint="give a model the catalog knows (e.g. " + ", ".join(catalog.gpu_names()[:12])
-                     + ", ...) or a compute capability like '9.0'",
+                hint=catalog.unknown_gpu_hint(name),
             )
         arches.append(arch)
     return arches

@@ -133,7 +133,7 @@ def directory_error(path: Path) -> StoreError:
 
 
 # for a file that is not an envkit history: a mistyped path is the likelier cause than a damaged store
-NOT_A_STORE_HINT = ("check the path (--store, else $ENVKIT_STORE, else .envkit/history.sqlite); if it is the "
+NOT_A_STORE_HINT = ("check the path (--store, else $ENVKIT_STORE, else the default in this user's data directory); if it is the "
                     "store and it is damaged, move it aside and envkit creates a fresh one on the next run")
 
 

@@ -1,6 +1,6 @@
 """The history store: builds, certificates, metrics, pushes and the nightly's steps.
 
-SQLite by default (one file, no server: ``.envkit/history.sqlite``); PostgreSQL for teams that share one history
+SQLite by default (one file, no server: ``records.default_path()``); PostgreSQL for teams that share one history
 between CI runners (``postgresql://host/db``, through psycopg, the ``envkit[postgres]`` extra). The nightly asks it
 "was this exact image built already?", "what did the last certified run on this GPU model measure?" and "which
 steps of this run are done?", and records the answers as it goes.
@@ -57,7 +57,7 @@ class Store:
         """Open (creating and migrating as needed) a history store.
 
         ``url_or_path``: a file path, ``sqlite:///path`` or ``postgresql://[user@]host[:port]/db``.
-        Default: the ``ENVKIT_STORE`` environment variable, else ``.envkit/history.sqlite``.
+        Default: the ``ENVKIT_STORE`` environment variable, else ``records.default_path()``.
         """
         target = locate(url_or_path)
         backend: Backend = SQLiteBackend.open(target.path) if target.path else PostgresBackend.open(target.url)

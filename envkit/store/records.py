@@ -1,5 +1,6 @@
-"""Where the history store is (``locate``: ``--store``, ``$ENVKIT_STORE``, else ``.envkit/history.sqlite``; a
-SQLite file or a PostgreSQL URL) and the records it gives back (builds, certificates, pushes)."""
+"""Where the history store is (``locate``: ``--store``, ``$ENVKIT_STORE``, else this user's data directory:
+``default_path()``, the same from every working directory; a SQLite file or a PostgreSQL URL) and the records it
+gives back (builds, certificates, pushes)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,21 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import platformdirs
+
 from ..errors import EnvkitError, StoreError
 from .backends import redact
 
 
-DEFAULT_PATH = Path(".envkit") / "history.sqlite"
+LEGACY_PATH = Path(".envkit") / "history.sqlite"  # the default before 0.2, relative to the working directory
 STORE_ENV = "ENVKIT_STORE"
+DEFAULT_HELP = "$ENVKIT_STORE, else history.sqlite in this user's data directory (`envkit doctor` names it)"
+
+
+def default_path() -> Path:
+    """The history store when none is named: ``history.sqlite`` in this user's data directory
+    (``$XDG_DATA_HOME/envkit``, else ``~/.local/share/envkit`` on Linux), whatever the working directory."""
+    return platformdirs.user_data_path("envkit") / "history.sqlite"
 BUILD_ACTIONS = ("built", "skipped")
 TAG_KINDS = ("stack", "certified")
 STEP_STATES = ("started", "done")
@@ -24,11 +34,13 @@ class Target:
 
     path: Path | None = None
     url: str | None = None
+    default: bool = False  # nothing (argument or environment) named it: ``default_path()`` or the legacy file
+    note: str = ""  # said once by the command: e.g. that a store in the legacy place was used
 
     @property
     def named(self) -> bool:
         """False only for the default file, when nothing (argument or environment) named a store."""
-        return self.url is not None or self.path != DEFAULT_PATH
+        return not self.default
 
     def __str__(self) -> str:
         return str(self.path) if self.path is not None else redact(self.url or "")
@@ -37,12 +49,14 @@ class Target:
 def locate(url_or_path: str | Path | None = None) -> Target:
     """The store ``url_or_path`` names, without opening it: a file path, ``sqlite:///rel``,
     ``sqlite:////abs``, ``postgresql[+driver]://...`` (or ``postgres://``). ``None``: the
-    ``ENVKIT_STORE`` environment variable, else ``.envkit/history.sqlite``."""
+    ``ENVKIT_STORE`` environment variable, else ``default_path()`` (``default_target``)."""
     if isinstance(url_or_path, str) and not url_or_path.strip():
         raise StoreError("the history store is named by an empty value",
                          hint="give a file path, sqlite:///relative/path, sqlite:////absolute/path or "
-                              "postgresql://host/db, or leave --store out for $ENVKIT_STORE, else .envkit/history.sqlite")
-    target = url_or_path if url_or_path is not None else (os.environ.get(STORE_ENV) or DEFAULT_PATH)
+                              f"postgresql://host/db, or leave --store out for {DEFAULT_HELP}")
+    target = url_or_path if url_or_path is not None else os.environ.get(STORE_ENV)
+    if target is None or target == "":
+        return default_target()
     if isinstance(target, Path) or "://" not in target:
         return Target(path=Path(target))
     scheme = target.split("://", 1)[0].split("+", 1)[0].lower()
@@ -56,6 +70,18 @@ def locate(url_or_path: str | Path | None = None) -> Target:
         return Target(url=target)
     raise StoreError(f"unknown history store URL scheme {scheme!r} in {redact(target)!r}",
                      hint="use a file path, sqlite:///path or postgresql://host/database")
+
+
+def default_target() -> Target:
+    """``default_path()``; while it does not exist and the working directory holds a store in the place envkit
+    used before (``.envkit/history.sqlite``), that one, with a note saying how to move it: it stays readable."""
+    path = default_path()
+    if not path.exists() and LEGACY_PATH.is_file():
+        return Target(path=LEGACY_PATH, default=True,
+                      note=f"using the history store in the working directory ({LEGACY_PATH}), where envkit kept it "
+                           f"before; the default is now {path}: move it there (`mkdir -p {path.parent} && mv "
+                           f"{LEGACY_PATH} {path}`), or name it with --store / $ENVKIT_STORE")
+    return Target(path=path, default=True)
 
 
 @dataclass(frozen=True)

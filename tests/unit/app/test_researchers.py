@@ -72,7 +72,9 @@ def test_show_and_run_refuse_a_named_store_that_is_not_there(fake_engine, tmp_pa
 
 def test_show_without_a_named_store_still_reads_as_no_certificates(fake_engine):
     result = invoke("show", TAG)
-    assert result.exit_code == 0 and "certificate: none" in result.stdout
+    assert result.exit_code == 0 and "next: no certificate yet: certify it on a GPU host" in result.stdout
+    assert f"envkit certify {TAG} --gpus" in result.stdout and "IMAGE" not in result.stdout
+    assert "certificate: none" in invoke("show", TAG, "--all").stdout
     assert invoke("show", TAG, "--json").exit_code == 0
 
 
@@ -107,10 +109,11 @@ def test_a_local_copy_of_a_registry_image_shows_the_registry_certificates_with_t
     assert verdict.passed and verdict.certificates == [registry_cert]
     # and the human output says it, with its source
     monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: engine)
-    human = invoke("show", ref, "--store", db)
+    human = invoke("show", ref, "--store", db, "--all")
     assert human.exit_code == 0, human.output
-    assert "certificate: verified on none driver none (2026-12-01T00:00:00Z, registry)" in human.stdout
+    assert "certificate: verified on no GPU (2026-12-01T00:00:00Z, registry)" in human.stdout
     assert "certificate: failed on NVIDIA H200" in human.stdout and "certificate: none" not in human.stdout
+    assert "on none" not in human.stdout and "driver none" not in human.stdout
 
 
 def test_a_registry_that_cannot_be_read_leaves_the_stores_certificates(tmp_path, monkeypatch):

@@ -631,7 +631,7 @@ def test_ls_never_creates_a_history_store(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ENVKIT_STORE", raising=False)
     result = invoke("ls", "--json")
-    assert result.exit_code == 0 and json.loads(result.stdout) == {"images": []}
+    assert result.exit_code == 0 and json.loads(result.stdout)["images"] == []
     assert "no image in the history store" in invoke("ls").stderr
     named = tmp_path / "no" / "such" / "history.sqlite"
     monkeypatch.setenv("ENVKIT_STORE", str(named))
@@ -639,6 +639,9 @@ def test_ls_never_creates_a_history_store(tmp_path, monkeypatch):
         result = invoke("ls", *args, "--json")
         assert result.exit_code == 9 and json.loads(result.stdout)["message"] == f"no history store at {named}"
     assert not (tmp_path / "no").exists() and not (tmp_path / ".envkit").exists()
+    from envkit.store.records import default_path
+
+    assert not default_path().exists()
 
 
 def test_usage_errors_under_json_are_json_documents(tmp_path):
@@ -737,7 +740,7 @@ def test_resolve_and_build_print_the_skipped_ca_variable(example_copy, tmp_path,
     seen = []
     monkeypatch.setattr(building, "build_image", lambda *a, **k: Outcome("torch25", "t", "skipped", "sha256:1", 1, 0.0))
     monkeypatch.setattr(building, "require_builder", lambda *a: None)
-    _, outcomes = building.build_spec(example_copy, tmp_path / "out", FakeEngine(), locked=True,
+    _, outcomes = building.build_spec(example_copy, tmp_path / "out", FakeEngine(), locked=True, record=False,
                                       progress=lambda name, msg: seen.append(msg))
     assert [m for m in seen if m.startswith("warning:")] == [m for m in seen if warning in m] and len(seen) >= 1
     assert sum(warning in m for m in seen) == 1 and outcomes[0].action == "skipped"

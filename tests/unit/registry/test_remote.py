@@ -312,6 +312,13 @@ def test_cli_ls_registry_json_without_an_engine_leaves_no_store_behind(replayed)
 def test_cli_show_registry_ref_human_and_json(replayed):
     result = invoke("show", f"{HOST}/vision/torch25:{STACK_A}")
     assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{HOST}/vision/torch25:{STACK_A} (in registry {HOST}, not pulled)"
+    assert "  the team's :certified tag points at this image" in lines
+    h200 = next(line for line in lines if line.split()[:1] == ["H200"])
+    assert h200.split()[:4] == ["H200", "certified", "2026-12-01", "driver"] and "570.124.06" in h200
+    assert f"  envkit pull {HOST}/vision/torch25:{STACK_A}" in lines
+    result = invoke("show", f"{HOST}/vision/torch25:{STACK_A}", "--all")
     assert ":certified points at             this image" in result.stdout
     assert "certificate: certified on NVIDIA H200 driver 570.124.06 (2026-12-01T03:00:00Z, registry)" in result.stdout
     result = invoke("show", f"{HOST}/broken/torch25:{STACK_A}", "--json")

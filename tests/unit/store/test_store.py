@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from envkit.errors import EnvkitError, RunInProgressError, StoreError
-from envkit.store.records import DEFAULT_PATH, STORE_ENV
+from envkit.store.records import LEGACY_PATH, STORE_ENV, default_path
 from envkit.store.migrations import MIGRATIONS, SCHEMA_VERSION, migrate
 from envkit.store.backends import PostgresBackend
 from envkit.store.history import Store
@@ -81,7 +81,7 @@ def test_sqlite_url_and_default_path(tmp_path, monkeypatch):
     assert (tmp_path / "rel.sqlite").exists()
     with Store.open():
         pass
-    assert (tmp_path / DEFAULT_PATH).exists()
+    assert default_path().exists() and not (tmp_path / LEGACY_PATH).exists()
 
 
 @pytest.mark.parametrize("url", ["postgresql://envkit:s3cret@127.0.0.1:1/envkit",
@@ -509,7 +509,7 @@ def test_locate_names_a_store_without_opening_it(tmp_path, monkeypatch):
     from envkit.store.records import locate
 
     monkeypatch.delenv(STORE_ENV, raising=False)
-    assert locate().path == DEFAULT_PATH and not locate().named
+    assert locate().path == default_path() and not locate().named
     assert locate(f"sqlite:///{tmp_path}/a.sqlite").path == tmp_path / "a.sqlite"  # sqlite:////abs
     assert locate("sqlite:///rel.sqlite").path == Path("rel.sqlite")
     pg = locate("postgresql+psycopg://u:pw@db/envkit")
@@ -519,3 +519,28 @@ def test_locate_names_a_store_without_opening_it(tmp_path, monkeypatch):
     with pytest.raises(StoreError, match="bad SQLite URL"):
         locate("sqlite://relative")
     assert not list(tmp_path.iterdir())  # nothing was created
+
+
+def test_the_default_store_does_not_depend_on_the_working_directory(tmp_path, monkeypatch):
+    """The default is in this user's data directory ($XDG_DATA_HOME/envkit), the same from any directory; a store
+    left in the old place (./.envkit/history.sqlite) stays readable while the new one does not exist, with a note
+    saying how to move it."""
+    from envkit.store.records import locate
+
+    monkeypatch.delenv(STORE_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    where_a = locate().path
+    monkeypatch.chdir(tmp_path / "b")
+    assert locate().path == where_a == tmp_path / "data" / "envkit" / "history.sqlite"
+    assert locate().note == ""
+    old = tmp_path / "b" / LEGACY_PATH
+    old.parent.mkdir()
+    Store.open(old).close()
+    legacy = locate()
+    assert legacy.path == LEGACY_PATH and not legacy.named and "mv .envkit/history.sqlite" in legacy.note
+    assert Store.open_existing() is not None  # readable as before
+    Store.open(where_a).close()  # once the new default exists, it wins
+    assert locate().path == where_a
