@@ -136,7 +136,7 @@ def _show_human(doc: dict, show_all: bool) -> None:
     if (doc.get("registry") or {}).get("certified_tag"):
         click.echo("  the team's :certified tag points at this image")
     rows = [[s["gpu_model"] and short(s["gpu_model"]) or "CPU only", s["status"], s["created_at"][:10],
-             f"driver {s['driver']}" if s["driver"] else "-",
+             s["driver"] or "-",
              f"bf16 {s['bf16_tflops']:g} TFLOP/s" if s["bf16_tflops"] is not None else "-", s["source"]]
             for s in doc["standing"]]
     listed = {short(r[0]).lower() for r in rows}
