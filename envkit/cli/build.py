@@ -9,7 +9,8 @@ import click
 
 from ..engine.protocol import BuildEvent
 from ..lock import PIP_TOPIC, named_extras
-from .common import IMAGE, SPEC, STORE, STORE_HELP, Ctx, _ctx, _short, builder_option, emit, json_option, locked_option, run, table
+from .common import (IMAGE, SPEC, STORE, STORE_HELP, Ctx, _ctx, _short, builder_option, emit, from_renamed,
+                     json_option, lock_option, locked_option, renamed_option, run, table)
 
 
 def _image_row(i) -> list[str]:
@@ -21,7 +22,7 @@ IMAGE_HEADER = ["IMAGE", "FRAMEWORK", "VARIANT", "CUDA", "CUDNN", "NCCL", "PYTHO
 
 @click.command("resolve")
 @click.argument("spec", type=SPEC)
-@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock).")
+@lock_option
 @json_option
 @click.pass_context
 def resolve_cmd(click_ctx, spec, lock_path, json_out):
@@ -60,37 +61,46 @@ def _echo_extras(image, indent: str = "") -> None:
 
 @click.command("lock")
 @click.argument("spec", type=SPEC)
-@click.option("--check", is_flag=True, help="Check (what `envkit lock` does; accepted for scripts that say so).")
-@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock).")
+@click.option("--check", is_flag=True,
+              help="Only check that the lock is current (exit 5 when the spec or the catalog changed since it was "
+                   "written); write nothing.")
+@lock_option
 @json_option
 @click.pass_context
 def lock_cmd(click_ctx, spec, check, lock_path, json_out):
-    """Check that SPEC's lock is current: exit 5 when the spec or the catalog changed since it was written
-    (`envkit resolve SPEC` writes a new one). Writes nothing."""
-    from ..app.resolve import check_lock
+    """Write SPEC's lock when it is missing or stale (as uv, poetry and npm lock); keep a current one as it is.
+
+    With --check, only check it: exit 5 when it is stale, writing nothing (for CI)."""
+    from ..app.resolve import check_lock, resolve_spec
 
     c = _ctx(click_ctx, json_out)
+    if not check:
+        r = run(c, lambda: resolve_spec(spec, lock_path=lock_path, reuse=True, progress=c.progress))
+        emit(c, {"lock": str(r.lock_path), "written": not r.reused, "current": True},
+             lambda: click.echo(f"{r.lock_path} is current" if r.reused else f"wrote {r.lock_path}"))
+        return
     reasons = run(c, lambda: check_lock(spec, lock_path))
     emit(c, {"current": not reasons, "reasons": reasons},
          lambda: click.echo("lock is current" if not reasons else "lock is stale: " + "; ".join(reasons)))
     if reasons:
         if not c.json:
-            click.echo(f"  hint: run `envkit resolve {spec}`", err=True)
+            click.echo(f"  hint: run `envkit lock {spec}` to write it again", err=True)
         sys.exit(5)
 
 
 @click.command("explain")
 @click.argument("spec", type=SPEC)
 @click.argument("image")
+@lock_option
 @json_option
 @click.pass_context
-def explain_cmd(click_ctx, spec, image, json_out):
+def explain_cmd(click_ctx, spec, image, lock_path, json_out):
     """Show why IMAGE of SPEC resolves as it does (or why it cannot)."""
     from ..app.resolve import explain, locked_image
 
     c = _ctx(click_ctx, json_out)
     p = run(c, lambda: explain(spec, image))
-    locked = run(c, lambda: locked_image(spec, image))
+    locked = run(c, lambda: locked_image(spec, image, lock_path))
     ch = p.chosen
 
     def human():
@@ -133,10 +143,11 @@ def explain_cmd(click_ctx, spec, image, json_out):
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Where dockerfiles/ and compose/ are written.")
 @click.option("--image", "images", multiple=True, help="Only this image (repeatable).")
+@lock_option
 @locked_option
 @json_option
 @click.pass_context
-def render_cmd(click_ctx, spec, out_root, images, locked, json_out):
+def render_cmd(click_ctx, spec, out_root, images, lock_path, locked, json_out):
     """Write build contexts (dockerfiles/<image>/) and compose/<team>.yaml from SPEC's lock.
 
     A missing or stale lock (the spec or the catalog changed) is re-resolved and written first, and said so;
@@ -145,7 +156,7 @@ def render_cmd(click_ctx, spec, out_root, images, locked, json_out):
 
     c = _ctx(click_ctx, json_out)
     resolved, rendered = run(c, lambda: render_spec(spec, out_root, only=list(images) or None, locked=locked,
-                                                    progress=c.progress))
+                                                    lock_path=lock_path, progress=c.progress))
     doc = {"lock": str(resolved.lock_path), "lock_reused": resolved.reused,
            "contexts": {k: str(v) for k, v in rendered.contexts.items()}, "compose": str(rendered.compose)}
     written = [*([] if resolved.reused else [f"{resolved.lock_path} (re-resolved)"]),
@@ -161,10 +172,11 @@ def render_cmd(click_ctx, spec, out_root, images, locked, json_out):
 @click.option("--store", "store_url", type=STORE, default=None,
               help="Record the builds (and their verification) in this history store, for `envkit ls`. " + STORE_HELP)
 @builder_option
+@lock_option
 @locked_option
 @json_option
 @click.pass_context
-def build_cmd(click_ctx, spec, images, out_root, no_verify, store_url, builder, locked, json_out):
+def build_cmd(click_ctx, spec, images, out_root, no_verify, store_url, builder, lock_path, locked, json_out):
     """Resolve, render, build and verify SPEC's images.
 
     The lock is reused while it matches the spec and the catalog; a missing or stale one is re-resolved and
@@ -176,7 +188,8 @@ def build_cmd(click_ctx, spec, images, out_root, no_verify, store_url, builder, 
     engine = run(c, connect)
     resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
                                                    verify=not no_verify, builder=builder, locked=locked,
-                                                   progress=_build_progress(c), store_url=store_url))
+                                                   progress=_build_progress(c), store_url=store_url,
+                                                   lock_path=lock_path))
     doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
            "builder": builder, "images": [o.to_json() for o in outcomes]}
 
@@ -222,14 +235,15 @@ def bundle_group():
 
 @bundle_group.command("make")
 @click.argument("spec", type=SPEC)
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
-              help="The bundle directory (made beside it, renamed into place when complete; an existing "
-                   "bundle there is replaced).")
+@click.option("--bundle", "out_dir", type=click.Path(path_type=Path), default=None, callback=from_renamed(required=True),
+              metavar="DIR", help="The bundle directory (made beside it, renamed into place when complete; an "
+                                  "existing bundle there is replaced). Required.")
+@renamed_option("--out", "--bundle", "out_dir", type=click.Path(path_type=Path))
 @click.option("--image", "image", default=None, help="The image to bundle (needed when SPEC has several).")
 @json_option
 @click.pass_context
 def bundle_make_cmd(click_ctx, spec, out_dir, image, json_out):
-    """Write one image's offline bundle into --out (needs the network).
+    """Write one image's offline bundle into --bundle DIR (needs the network).
 
     Resolves SPEC (or reuses its lock), then writes the lock, hash-checked wheels, the base image
     archive, the Debian packages and a manifest. Build it later with `envkit bundle build DIR`.

@@ -11,7 +11,7 @@ from click.core import ParameterSource
 from ..payload.harness import MIN_TIMEOUT_S, RESERVE_S
 from ..errors import RunInProgressError
 from .common import (IMAGE, REGISTRY, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
-                     refresh_framework_option, run, table)
+                     from_renamed, refresh_framework_option, renamed_option, run, table)
 
 
 @click.command("certify")
@@ -19,8 +19,10 @@ from .common import (IMAGE, REGISTRY, SPEC, STORE, STORE_HELP, _ctx, _short, bui
 @click.option("--lock", "lock_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Expect what this lock says (default: the image's own pin labels).")
 @click.option("--gpus/--no-gpus", default=None, help="Certify on the GPUs (default: when the engine has the NVIDIA runtime).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
-              show_default=True, help="Where the certificate and reports are written.")
+@click.option("--reports", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              callback=from_renamed(Path("reports")), metavar="DIR",
+              help="Where the certificate and reports are written (default: reports).")
+@renamed_option("--out", "--reports", "out_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--timeout", type=click.IntRange(min=MIN_TIMEOUT_S), default=600, show_default=True,
               help=f"Hard limit for the in-image run, seconds (at least {MIN_TIMEOUT_S}: the payload stops "
@@ -60,7 +62,8 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True)
-@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
+@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+              metavar="DIR", help="Where dockerfiles/ and compose/ are written (as for render and build).")
 @builder_option
 @click.option("--refresh-catalog", is_flag=True,
               help="First read new PyTorch, JAX and TensorFlow releases from the index: applied to "

@@ -148,7 +148,7 @@ def test_cli_bundle_make_then_build_offline(engine, tmp_path):
     write_lock(lock, spec.with_suffix(".lock"))
     out = tmp_path / "out" / "torch25.bundle"
 
-    made = envkit("bundle", "make", "team.yaml", "--out", out, "--json", cwd=tmp_path, timeout=900)
+    made = envkit("bundle", "make", "team.yaml", "--bundle", out, "--json", cwd=tmp_path, timeout=900)
     assert made.returncode == 0, made.stderr[-4000:]
     doc = json.loads(made.stdout)
     assert doc["bundle"] == str(out) and doc["image"] == "torch25" and doc["lock_reused"] is True

@@ -28,7 +28,7 @@ def tf_bundle(engine, tmp_path_factory):
     """`envkit bundle make examples/frameworks.yaml --image tf` (the committed lock is reused)."""
     out = tmp_path_factory.mktemp("tf-bundle") / "tf.bundle"
     started = time.monotonic()
-    made = envkit("bundle", "make", "examples/frameworks.yaml", "--image", "tf", "--out", out, "--json", timeout=1800)
+    made = envkit("bundle", "make", "examples/frameworks.yaml", "--image", "tf", "--bundle", out, "--json", timeout=1800)
     assert made.returncode == 0, made.stderr[-4000:]
     doc = json.loads(made.stdout)
     print(f"tf bundle: {doc['size_bytes']} bytes, made in {time.monotonic() - started:.1f} s")

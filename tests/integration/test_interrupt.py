@@ -57,7 +57,7 @@ def image(example_build, dc):
 def certify(tmp_path: Path, tag: str) -> tuple[subprocess.Popen, Path]:
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
-    proc = subprocess.Popen([*ENVKIT, "certify", tag, "--no-gpus", "--lock", "examples/team.lock", "--out",
+    proc = subprocess.Popen([*ENVKIT, "certify", tag, "--no-gpus", "--lock", "examples/team.lock", "--reports",
                              str(tmp_path / "r"), "--store", str(tmp_path / "h.sqlite"), "--json"], cwd=ROOT,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=dict(os.environ, TMPDIR=str(tmpdir)))

@@ -72,7 +72,7 @@ def test_jax_image_builds_and_verifies_with_gpu_checks_skipped(jax_build, engine
 
 def test_certify_without_a_gpu_and_a_mismatch_are_judged_on_the_host(jax_build, engine, tmp_path):
     image, locked = jax_build
-    proc = envkit("certify", image["tag"], "--no-gpus", "--lock", LOCK, "--out", tmp_path / "r",
+    proc = envkit("certify", image["tag"], "--no-gpus", "--lock", LOCK, "--reports", tmp_path / "r",
                   "--store", tmp_path / "h.sqlite", "--json")
     assert proc.returncode == 0, proc.stderr
     cert = json.loads(proc.stdout)["certificate"]

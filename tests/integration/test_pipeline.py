@@ -128,7 +128,7 @@ def _opts():
 def test_certify_without_gpu_is_verified_with_gpu_checks_skipped(example_build, tmp_path):
     doc, _ = example_build
     tag = doc["images"][0]["tag"]
-    proc = envkit("certify", tag, "--no-gpus", "--lock", "examples/team.lock", "--out", tmp_path / "r",
+    proc = envkit("certify", tag, "--no-gpus", "--lock", "examples/team.lock", "--reports", tmp_path / "r",
                   "--store", tmp_path / "h.sqlite", "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -158,7 +158,7 @@ def test_run_gates_on_certification_refusing_until_the_image_is_certified_here(e
     assert f"envkit certify {tag}" in refused.stderr
     warned = envkit("run", tag, "--no-gpus", "--store", store, "--", *cmd)
     assert warned.returncode == 0 and warned.stdout == "ran\n" and "warning: " in warned.stderr
-    envkit("certify", tag, "--no-gpus", "--lock", "examples/team.lock", "--out", tmp_path / "r", "--store", store,
+    envkit("certify", tag, "--no-gpus", "--lock", "examples/team.lock", "--reports", tmp_path / "r", "--store", store,
            check=True)
     passed = envkit("run", tag, "--no-gpus", "--require-certified", "--store", store, "--json", "--", *cmd)
     assert passed.returncode == 0, passed.stderr

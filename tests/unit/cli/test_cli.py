@@ -355,7 +355,7 @@ def offline_parts(monkeypatch):
 
 def test_bundle_make_writes_a_bundle(engine, example_resolved, offline_parts, tmp_path):
     out = tmp_path / "out" / "torch25.bundle"
-    result = invoke("bundle", "make", "examples/team.yaml", "--out", out, "--json")
+    result = invoke("bundle", "make", "examples/team.yaml", "--bundle", out, "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     lock = load_lock(ROOT / "examples" / "team.lock")
@@ -371,17 +371,17 @@ def test_bundle_make_writes_a_bundle(engine, example_resolved, offline_parts, tm
 def test_bundle_make_replaces_an_old_bundle_only_when_the_new_one_is_whole(engine, example_resolved,
                                                                           offline_parts, tmp_path):
     out = tmp_path / "torch25.bundle"
-    assert invoke("bundle", "make", "examples/team.yaml", "--out", out).exit_code == 0
+    assert invoke("bundle", "make", "examples/team.yaml", "--bundle", out).exit_code == 0
     before = bundle_mod.file_hashes(out)
     offline_parts["fail"] = True
-    result = invoke("bundle", "make", "examples/team.yaml", "--out", out)
+    result = invoke("bundle", "make", "examples/team.yaml", "--bundle", out)
     assert result.exit_code == 7
     assert "downloading the wheels of torch25 failed" in result.stderr and "hint: is it reachable?" in result.stderr
     assert bundle_mod.file_hashes(out) == before  # the old bundle, untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["torch25.bundle"]  # no half-written staging dir
     offline_parts["fail"] = False
     (out / "context" / "wheelhouse" / "stray.whl").write_bytes(b"old")
-    assert invoke("bundle", "make", "examples/team.yaml", "--out", out).exit_code == 0
+    assert invoke("bundle", "make", "examples/team.yaml", "--bundle", out).exit_code == 0
     assert not (out / "context" / "wheelhouse" / "stray.whl").exists()  # replaced as a whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["torch25.bundle"]
 
@@ -393,7 +393,7 @@ def test_a_full_disk_on_this_host_is_an_error_not_a_traceback(engine, example_re
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr(bundle_mod, "save_image", save_image)
-    result = invoke("bundle", "make", "examples/team.yaml", "--out", tmp_path / "torch25.bundle", "--json")
+    result = invoke("bundle", "make", "examples/team.yaml", "--bundle", tmp_path / "torch25.bundle", "--json")
     assert result.exit_code == 1 and "Traceback" not in result.output
     doc = json.loads(result.stdout)
     assert doc["error"] == "EnvkitError" and "/base.tar (" in doc["message"]
@@ -453,7 +453,7 @@ def test_bundle_make_refuses_to_replace_what_is_not_a_bundle(engine, example_res
     out = tmp_path / "results"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    result = invoke("bundle", "make", "examples/team.yaml", "--out", out, "--json")
+    result = invoke("bundle", "make", "examples/team.yaml", "--bundle", out, "--json")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert doc["message"] == f"{out} exists and is not an envkit bundle; refusing to replace it"
@@ -465,18 +465,18 @@ def test_bundle_make_refuses_to_replace_what_is_not_a_bundle(engine, example_res
 def test_bundle_make_refuses_the_working_directory(engine, example_resolved, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "team.yaml").write_text("")
-    result = invoke("bundle", "make", "team.yaml", "--out", ".")
+    result = invoke("bundle", "make", "team.yaml", "--bundle", ".")
     assert result.exit_code == 1
     assert "is the working directory" in result.stderr and "hint: choose a new directory" in result.stderr
     assert (tmp_path / "team.yaml").exists()
 
 
 def test_bundle_make_needs_image_when_the_spec_has_several(engine, example_resolved, tmp_path):
-    result = invoke("bundle", "make", "examples/frameworks.yaml", "--out", tmp_path / "b", "--json")
+    result = invoke("bundle", "make", "examples/frameworks.yaml", "--bundle", tmp_path / "b", "--json")
     assert result.exit_code == 2
     doc = json.loads(result.stdout)
     assert "a bundle holds one" in doc["message"] and doc["hint"] == "choose it with --image NAME"
-    result = invoke("bundle", "make", "examples/frameworks.yaml", "--out", tmp_path / "b", "--image", "nope")
+    result = invoke("bundle", "make", "examples/frameworks.yaml", "--bundle", tmp_path / "b", "--image", "nope")
     assert result.exit_code == 2 and "no image named 'nope'" in result.stderr
     assert not (tmp_path / "b").exists()
 
@@ -488,14 +488,14 @@ def test_bundle_make_refuses_images_envkit_cannot_bundle(engine, example_resolve
     from envkit import frameworks
 
     monkeypatch.setitem(frameworks.FRAMEWORKS, "tensorflow", dataclasses.replace(frameworks.TENSORFLOW, bundles=False))
-    result = invoke("bundle", "make", "examples/frameworks.yaml", "--out", tmp_path / "b", "--image", "tf")
+    result = invoke("bundle", "make", "examples/frameworks.yaml", "--bundle", tmp_path / "b", "--image", "tf")
     assert result.exit_code == 7 and "only PyTorch and JAX images" in result.stderr
     assert not (tmp_path / "b").exists()
 
 
-def test_bundle_make_needs_out():
+def test_bundle_make_needs_its_bundle_directory():
     result = invoke("bundle", "make", "examples/team.yaml")
-    assert result.exit_code == 2 and "Missing option '--out'" in result.output
+    assert result.exit_code == 2 and "Missing option '--bundle'" in result.output
 
 
 # --- envkit bundle build ----------------------------------------------------------------------------
