@@ -16,6 +16,7 @@ from ..certify.certificate import certify_image, slug, perf_metrics
 from ..support.atomic import check_writable
 from ..catalog.perf import load_perf
 from ..certify.report import FILES, write_reports
+from .standing import NO_GPU
 
 
 def expectations(engine, ref: str, lock_path: Path | None):
@@ -52,6 +53,12 @@ def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verifica
     return v
 
 
+def certificate_file(gpu_model: str) -> str:
+    """The certificate's file name in --reports: ``certificate-nvidia-h200.json``; ``certificate-cpu-only.json`` for a
+    verification without a GPU (whose model is recorded as ``none``)."""
+    return f"certificate-{'cpu-only' if gpu_model in NO_GPU else slug(gpu_model)}.json"
+
+
 def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_dir: Path,
             store_url: str | None, timeout: int = 600):
     """Certify ``ref``; write the certificate and the reports into ``out_dir`` (one set, replacing what is there),
@@ -65,7 +72,7 @@ def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_
         pass
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
     cert = certify_image(engine, ref, expect, gpus=use_gpus, timeout=timeout)
-    paths = write_reports([cert], out_dir, also={"certificate": (f"certificate-{slug(cert.gpu_model)}.json",
+    paths = write_reports([cert], out_dir, also={"certificate": (certificate_file(cert.gpu_model),
                                                                  cert.to_bytes())})
     with Store.open(store_url) as store:
         store.record_certificate(info.id, cert.gpu_model, cert.driver, status=cert.status, lock_hash=lock_hash,

@@ -82,7 +82,7 @@ def verify_bundle(bundle_dir: Path) -> dict:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
         raise BuildError(f"{bundle_dir} is not an envkit bundle: {exc}",
-                         hint="make one with `envkit bundle make SPEC --out DIR`") from None
+                         hint="make one with `envkit bundle make SPEC --bundle DIR`") from None
     if not isinstance(manifest, dict):
         kind = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
             type(manifest), "null")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import signal
 import sys
 import threading
@@ -256,9 +257,26 @@ def _registry_call(exc: BaseException) -> str | None:
     return registry if any(m in REGISTRY_MODULES for m in modules) else None
 
 
+SPEC_PLACEHOLDER = re.compile(r"(`envkit [^`]*?)\bSPEC\b")
+
+
+def filled(text: str | None) -> str | None:
+    """A hint's commands with the spec this command was given (else ./team.yaml's name, the convention) in place of
+    the literal ``SPEC`` placeholder, so it can be copied as it is."""
+    if not text or "SPEC" not in text:
+        return text
+    ctx = click.get_current_context(silent=True)
+    given = ctx.params.get("spec") if ctx is not None else None
+    spec = str(given) if given else "team.yaml"
+    while SPEC_PLACEHOLDER.search(text):
+        text = SPEC_PLACEHOLDER.sub(lambda m: m.group(1) + spec, text)
+    return text
+
+
 def fail(ctx_obj: Ctx, exc: EnvkitError):
     if ctx_obj.debug:
         traceback.print_exc()
+    exc.hint = filled(exc.hint)
     if ctx_obj.json:
         click.echo(json.dumps(exc.to_json(), indent=2))
     click.echo(f"error: {exc}", err=True)

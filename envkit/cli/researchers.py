@@ -13,7 +13,7 @@ import click
 
 from ..engine.protocol import RUN_SHM_SIZE, RUN_TIMEOUT
 from ..errors import EnvkitError
-from .common import GPU, IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
+from .common import GPU, IMAGE, filled, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
 
 
 def _engine_for_registry(c: Ctx, needed: bool):
@@ -86,7 +86,7 @@ def _nothing_listed(doc: dict, gpu: str | None, certified_only: bool) -> str:
         return (f"(no image certified on {gpu or 'a GPU'}: `envkit ls` without --certified lists the others; "
                 f"`envkit certify IMAGE` on a GPU host certifies one)")
     where = f"registry {doc['registry']} or the history store" if doc.get("registry") else "the history store"
-    return (f"(no image in {where}: `envkit build SPEC`, certify and nightly record them; --store or $ENVKIT_STORE "
+    return (f"(no image in {where}: `envkit build team.yaml`, certify and nightly record them; --store or $ENVKIT_STORE "
             f"names another store, --registry or $ENVKIT_REGISTRY the team registry)")
 
 
@@ -208,7 +208,7 @@ def pull_cmd(click_ctx, image, require_certified, gpus, store_url, json_out):
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
     pulled = run(c, lambda: pull_image(engine, image, store_url=store_url, require_certified=require_certified,
-                                       gpus=gpus, warn=lambda text: click.echo(text, err=True), progress=c.progress))
+                                       gpus=gpus, warn=lambda text: click.echo(filled(text), err=True), progress=c.progress))
 
     def human():
         click.echo(f"pulled {pulled.pinned}\n  as {pulled.ref} ({pulled.info.size / 2**30:.2f} GiB)")
@@ -255,7 +255,7 @@ def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_
     output = None if json_out else _passthrough
     result, verdict = run(c, lambda: run_in_image(engine, image, list(command), gpus=gpus, shm_size=shm_size,
                                                   store_url=store_url, require_certified=require_certified,
-                                                  warn=lambda text: click.echo(text, err=True), timeout=timeout,
+                                                  warn=lambda text: click.echo(filled(text), err=True), timeout=timeout,
                                                   output=output, stdin=sys.stdin.buffer if interactive else None,
                                                   tty=_terminal_size if tty else None,
                                                   around_job=_raw_terminal if tty and interactive else nullcontext))

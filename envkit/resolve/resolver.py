@@ -8,6 +8,7 @@ closure compiler are passed in, so tests use fakes.
 from __future__ import annotations
 
 import functools
+import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable
@@ -69,12 +70,24 @@ def _locked(spec: Spec, p: ImagePlan, future: Future) -> LockedImage:
             i = spec.index_of(p.target.name)
             extras = getattr(exc, "from_extras", False)  # the closure failed only with the extra packages
             exc.location = (_pip_entry(spec, i, getattr(exc, "package", None))
+                            or (_pip_entry(spec, i, _named_in(spec, i, exc.message)) if extras else None)
                             or (spec.locate("images", i, "pip") if extras else None)
                             or spec.locate("images", i, "name"))
             if not exc.message.startswith(f"image {p.target.name!r}"):
                 exc.message = f"image {p.target.name!r}: {exc.message}"
                 exc.args = (exc.message, *exc.args[1:])
         raise
+
+
+def _named_in(spec: Spec, i: int, message: str) -> str | None:
+    """The first of image ``i``'s pip: packages (then defaults.pip's) that a closure's refusal names: the item the
+    conflict is about, rather than the whole pip: list."""
+    words = {canonicalize_name(w) for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9._-]*", message)}
+    for entry in (*spec.images[i].pip, *spec.defaults.pip):
+        name = canonicalize_name(Requirement(str(entry)).name)
+        if name in words:
+            return name
+    return None
 
 
 def _pip_entry(spec: Spec, i: int, package: str | None) -> Location | None:

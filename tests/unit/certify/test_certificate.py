@@ -351,7 +351,7 @@ def test_certify_writes_the_certificate_and_reports_as_one_set_then_the_store(ce
     cert, paths = go(tmp_path / "r", tmp_path / "s.sqlite")
     assert cert.status == "verified"
     assert {k: p.name for k, p in paths.items()} == {"json": "report.json", "junit": "report.junit.xml",
-                                                    "html": "report.html", "certificate": "certificate-none.json"}
+                                                    "html": "report.html", "certificate": "certificate-cpu-only.json"}
     assert json.loads(paths["certificate"].read_text())["status"] == "verified"
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted(p.name for p in paths.values())
     with Store.open_existing(str(tmp_path / "s.sqlite")) as store:

@@ -440,6 +440,11 @@ def test_a_closure_that_cannot_be_solved_names_the_image_and_its_pip_line(catalo
     assert exc.value.message.startswith("image 'img': the Python closure could not be solved")
     loc = exc.value.location
     assert (loc.line, loc.column) == (12, 5), loc  # the image's pip: key
+    # a refusal that names one of the pip: packages points at that item, not at the pip: line
+    with pytest.raises(ResolutionError) as exc:
+        run(catalog, closure=refusing, pip=["numpy", "sympy==1.12"])
+    loc = exc.value.location
+    assert loc.line == 12 and loc.column == len('    pip: ["numpy", ') + 1, loc  # at "sympy==1.12"
 
 
 @pytest.mark.parametrize("where", ["image", "defaults"])
