@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 import click
@@ -17,7 +19,8 @@ from ..frameworks import ARCH_LISTED, NAMES
 @click.option("--spec", "spec_path", type=SPEC, default=None,
               help="Check this team.yaml's package index (build.index_url), the PyTorch variant indexes its images "
                    "need (build.variant_index_url's mirror, else PyTorch's own) and its CA bundle (build.ca_bundle), "
-                   "as resolve and build use them (default: PyPI and $ENVKIT_CA_BUNDLE, else $PIP_CERT).")
+                   "as resolve and build use them (default: ./team.yaml when there is one; else PyPI and "
+                   "$ENVKIT_CA_BUNDLE, else $PIP_CERT).")
 @click.option("--offline", is_flag=True, envvar="ENVKIT_OFFLINE",
               help="Ask no package index (the index check reports skip); also $ENVKIT_OFFLINE=1.")
 @json_option
@@ -33,12 +36,41 @@ def doctor_cmd(click_ctx, store_url, spec_path, offline, json_out):
     from ..engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)
+    found_here = spec_path is None and DEFAULT_SPEC.is_file()
+    if found_here:
+        spec_path = DEFAULT_SPEC
     findings = run(c, lambda: diagnose(connect, store_url, spec_path=spec_path, offline=offline))
     code = exit_code(findings)
-    emit(c, {"findings": [f.to_json() for f in findings], "exit_code": code},
-         lambda: table([[f.name, f.status, f.value, f.hint] for f in findings], ["CHECK", "STATUS", "VALUE", "HINT"]))
+
+    def human():
+        if spec_path is not None:
+            click.echo(f"spec: {spec_path}" + (" (found in this directory; --spec names another)" if found_here else ""))
+        for line in findings_lines(findings, min(DOCTOR_WIDTH, shutil.get_terminal_size((DOCTOR_WIDTH, 24)).columns)):
+            click.echo(line)
+
+    emit(c, {"findings": [f.to_json() for f in findings], "exit_code": code,
+             "spec": str(spec_path) if spec_path is not None else None}, human)
     if code:
         sys.exit(code)
+
+
+DEFAULT_SPEC = Path("team.yaml")  # doctor reads it when it is in the working directory
+DOCTOR_WIDTH = 100  # doctor's lines fit a 100-column terminal (or a narrower one)
+
+
+def findings_lines(findings, width: int = DOCTOR_WIDTH) -> list[str]:
+    """One block per check: name, status and value, then the hint, each wrapped to ``width`` columns."""
+    name_w = max([len("CHECK"), *(len(f.name) for f in findings)])
+    lead = name_w + 2 + 8
+    body = max(20, width - lead)
+    lines = [f"{'CHECK':{name_w}}  {'STATUS':8}VALUE"]
+    for f in findings:
+        value = textwrap.wrap(str(f.value), body, break_on_hyphens=False) or [""]
+        lines.append(f"{f.name:{name_w}}  {f.status:8}{value[0]}".rstrip())
+        lines += [" " * lead + v for v in value[1:]]
+        hint = textwrap.wrap(f"hint: {f.hint}", body, break_on_hyphens=False) if f.hint else []
+        lines += [" " * lead + h for h in hint]
+    return [line if len(line) <= width else line[:width - 3] + "..." for line in lines]
 
 
 @click.group("catalog")

@@ -62,3 +62,27 @@ def test_a_cpu_only_certificate_is_named_so_in_its_file_and_its_html():
     html = report_html([build(cpu_doc(), gpu_requested=False)], generated_at="2026-12-06T00:00:00Z").decode()
     assert "without a GPU (CPU only)" in html and "no GPU (CPU only)" in html
     assert "on none" not in html and ">none<" not in html and "none (no GPU)" in html
+
+
+def test_doctor_reads_the_team_yaml_here_and_fits_100_columns(monkeypatch, tmp_path):
+    from envkit.ops.findings import Finding
+
+    asked = {}
+
+    def diagnose(connect, store_url, *, spec_path=None, offline=False):
+        asked["spec"] = spec_path
+        return [Finding("index", "fail", "https://pypi.corp.example/simple: " + "a very long reason " * 12,
+                        "check the proxy (" + "and then more words " * 10 + ")"),
+                Finding("catalog", "ok", "/x/" + "y" * 150)]
+
+    monkeypatch.setattr("envkit.ops.doctor.diagnose", diagnose)
+    monkeypatch.chdir(tmp_path)
+    CliRunner().invoke(main, ["doctor"])
+    assert asked["spec"] is None  # no team.yaml here: none
+    (tmp_path / "team.yaml").write_text("version: 1\n")
+    result = CliRunner().invoke(main, ["doctor"])
+    assert str(asked["spec"]) == "team.yaml" and result.exit_code == 3
+    lines = result.stdout.splitlines()
+    assert lines[0] == "spec: team.yaml (found in this directory; --spec names another)"
+    assert max(len(line) for line in lines) <= 100 and any("hint: check the proxy" in line for line in lines)
+    assert json.loads(CliRunner().invoke(main, ["doctor", "--json"]).stdout)["spec"] == "team.yaml"
