@@ -19,7 +19,7 @@ from ..lock import LockedImage
 from ..render.files import Rendered, render
 from ..spec import env_ca_skip_note
 from .resolve import Resolved, resolve_spec
-from ..support.progress import Progress
+from ..support.progress import Planned, Progress
 from ..build.bundle_manifest import MANIFEST, bundle_size
 from ..build.bundle import check_replaceable, make_bundle
 
@@ -57,6 +57,7 @@ def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | Non
     for image in resolved.lock.images:
         if only and image.name not in only:
             continue
+        progress(image.name, Planned(len(image.packages)))
         outcome = build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
                               progress=progress, verify=verify, builder=builder)
         outcomes.append(outcome)

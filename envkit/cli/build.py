@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from ..engine.protocol import BuildEvent
 from ..lock import PIP_TOPIC, named_extras
-from .common import (IMAGE, SPEC, STORE, STORE_HELP, Ctx, _ctx, _short, builder_option, emit, from_renamed,
-                     json_option, lock_option, locked_option, renamed_option, run, table)
+from .progress import BuildView
+from .common import IMAGE, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option, run, table
+from .flags import from_renamed, lock_option, renamed_option
 
 
 def _image_row(i) -> list[str]:
@@ -186,10 +186,10 @@ def build_cmd(click_ctx, spec, images, out_root, no_verify, store_url, builder, 
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
-    resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
-                                                   verify=not no_verify, builder=builder, locked=locked,
-                                                   progress=_build_progress(c), store_url=store_url,
-                                                   lock_path=lock_path))
+    with BuildView(c) as view:
+        resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
+                                                       verify=not no_verify, builder=builder, locked=locked,
+                                                       progress=view, store_url=store_url, lock_path=lock_path))
     doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
            "builder": builder, "images": [o.to_json() for o in outcomes]}
 
@@ -203,21 +203,6 @@ def build_cmd(click_ctx, spec, images, out_root, no_verify, store_url, builder, 
     emit(c, doc, human)
     if any(o.status == "failed" for o in outcomes):
         sys.exit(8)
-
-
-def _build_progress(c: Ctx):
-    """Build steps on stderr; every build log line too with -v."""
-
-    def progress(name: str, event):
-        if isinstance(event, BuildEvent):
-            if event.kind == "step":
-                c.progress(f"[{name}] step {event.step}/{event.total}: {event.text[:100]}")
-            elif event.kind == "log" and c.verbose:
-                click.echo(f"[{name}]   {event.text}", err=True)
-        else:
-            c.progress(f"[{name}] {event}" if name != "*" else str(event))
-
-    return progress
 
 
 def _outcomes_table(outcomes) -> None:

@@ -11,7 +11,8 @@ from click.core import ParameterSource
 from ..payload.harness import MIN_TIMEOUT_S, RESERVE_S
 from ..errors import RunInProgressError
 from .common import (IMAGE, REGISTRY, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
-                     from_renamed, refresh_framework_option, renamed_option, run, table)
+                     refresh_framework_option, run, table)
+from .flags import from_renamed, renamed_option
 
 
 @click.command("certify")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import json
-import re
 import signal
 import sys
 import threading
@@ -24,6 +23,7 @@ from ..errors import EngineError, EnvkitError, Interrupted
 from ..engine.protocol import BUILDERS
 from ..frameworks import NAMES
 from ..store.records import DEFAULT_HELP
+from .flags import filled, hoist_global_flags
 
 SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
 
@@ -123,46 +123,6 @@ def locked_option(f):
              "For CI building a committed lock, or a GPU runner after a CPU build job.")(f)
 
 
-def lock_option(f=None, *, exists: bool = False, help: str = "The lock file (default: SPEC with .lock)."):
-    """``--lock FILE``: the lock file, one meaning on every command that takes one (resolve, lock, explain, render,
-    build write or read SPEC's; verify and certify hold an image to it)."""
-    def decorate(fn):
-        return click.option("--lock", "lock_path", type=click.Path(exists=exists, dir_okay=False, path_type=Path),
-                            metavar="FILE", help=help)(fn)
-
-    return decorate(f) if f is not None else decorate
-
-
-RENAMED = "envkit.renamed"  # ctx.meta key: values given under an old spelling, by parameter name
-
-
-def renamed_option(old: str, new: str, dest: str, type=None):
-    """An old spelling of ``new`` kept working for one release: hidden from --help, it says on stderr that it is
-    deprecated and hands its value to ``new`` (whose option takes ``callback=from_renamed(default)``)."""
-    def remember(ctx, param, value):
-        if value is not None:
-            click.echo(f"envkit: {old} is deprecated here and will go in the next release: use {new} "
-                       f"(one meaning per flag across commands; README, \"Flags\")", err=True)
-            ctx.meta.setdefault(RENAMED, {})[dest] = value
-        return value
-
-    return click.option(old, f"renamed_{dest}", type=type, default=None, hidden=True, expose_value=False,
-                        callback=remember, is_eager=True)
-
-
-def from_renamed(default=None, *, required: bool = False):
-    """The callback of an option that has an old spelling (``renamed_option``): its value, else the old spelling's,
-    else ``default``; ``required``: neither given is a usage error."""
-    def pick(ctx, param, value):
-        if value is None:
-            value = ctx.meta.get(RENAMED, {}).get(param.name, default)
-        if value is None and required:
-            raise click.MissingParameter(ctx=ctx, param=param)
-        return value
-
-    return pick
-
-
 def refresh_framework_option(name: str):
     """The framework(s) a catalog refresh reads (``catalog refresh --framework``, ``nightly --refresh-framework``)."""
     return click.option(
@@ -257,22 +217,6 @@ def _registry_call(exc: BaseException) -> str | None:
     return registry if any(m in REGISTRY_MODULES for m in modules) else None
 
 
-SPEC_PLACEHOLDER = re.compile(r"(`envkit [^`]*?)\bSPEC\b")
-
-
-def filled(text: str | None) -> str | None:
-    """A hint's commands with the spec this command was given (else ./team.yaml's name, the convention) in place of
-    the literal ``SPEC`` placeholder, so it can be copied as it is."""
-    if not text or "SPEC" not in text:
-        return text
-    ctx = click.get_current_context(silent=True)
-    given = ctx.params.get("spec") if ctx is not None else None
-    spec = str(given) if given else "team.yaml"
-    while SPEC_PLACEHOLDER.search(text):
-        text = SPEC_PLACEHOLDER.sub(lambda m: m.group(1) + spec, text)
-    return text
-
-
 def fail(ctx_obj: Ctx, exc: EnvkitError):
     if ctx_obj.debug:
         traceback.print_exc()
@@ -329,28 +273,6 @@ def signals_unwind():
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-
-
-GLOBAL_FLAGS = ("-v", "--verbose", "--debug")  # the group's own flags, also accepted after the subcommand
-PASSTHROUGH = ("run",)  # commands whose arguments after the image are the job's: never taken from them
-
-
-def hoist_global_flags(args: list[str], commands: dict) -> list[str]:
-    """``envkit build SPEC -v`` as ``envkit -v build SPEC``, and ``envkit --json ls`` as ``envkit ls --json``: the
-    group's flags after the subcommand move before it, and ``--json`` before it moves after it (before any ``--``).
-    Nothing is taken from ``envkit run IMAGE ...``, whose arguments are the job's."""
-    at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
-    if at is None or args[at] not in commands:
-        return args
-    head, name, tail = args[:at], args[at], args[at + 1:]
-    wants_json = "--json" in head
-    head = [a for a in head if a != "--json"]
-    if name in PASSTHROUGH:
-        return [*head, name, *(["--json"] if wants_json else []), *tail]
-    end = tail.index("--") if "--" in tail else len(tail)
-    moved = [a for a in tail[:end] if a in GLOBAL_FLAGS]
-    rest = [a for a in tail[:end] if a not in GLOBAL_FLAGS]
-    return [*head, *moved, name, *rest, *(["--json"] if wants_json else []), *tail[end:]]
 
 
 class EnvkitGroup(click.Group):

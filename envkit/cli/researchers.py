@@ -13,7 +13,8 @@ import click
 
 from ..engine.protocol import RUN_SHM_SIZE, RUN_TIMEOUT
 from ..errors import EnvkitError
-from .common import GPU, IMAGE, filled, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
+from .common import GPU, IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
+from .flags import filled
 
 
 def _engine_for_registry(c: Ctx, needed: bool):

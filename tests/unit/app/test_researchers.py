@@ -239,7 +239,7 @@ def test_verify_names_an_image_envkit_did_not_build_with_a_hint(monkeypatch):
     result = invoke("verify", "debian:12", "--json")
     assert result.exit_code == 8
     doc = json.loads(result.stdout)
-    assert "was not built by envkit" in doc["message"] and "envkit build SPEC" in doc["hint"]
+    assert "was not built by envkit" in doc["message"] and "envkit build team.yaml" in doc["hint"]
 
 
 def test_run_on_an_image_envkit_did_not_build_points_at_an_envkit_image_not_at_certify():

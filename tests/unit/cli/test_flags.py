@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from envkit.cli import main
-from envkit.cli.common import hoist_global_flags
+from envkit.cli.flags import hoist_global_flags
 
 ROOT = Path(__file__).resolve().parents[3]
 ROW = re.compile(r"^\| `(--[a-z-]+)[^`]*` \| [^|]+ \| (.+) \|$", re.M)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from envkit.app.certify import certificate_file
 from envkit.certify.report import report_html
 from envkit.cli import main
-from envkit.cli.common import filled
+from envkit.cli.flags import filled
 from tests.unit.certify.test_certificate import build, cpu_doc
 
 

@@ -1,0 +1,103 @@
+"""How a long build shows its progress: a bar per image on a terminal (rich), plain lines in a CI log.
+
+The events are the build's (``BuildProgress``: an image's name and a ``BuildEvent``, a ``Planned`` or a line of
+text). On a terminal (stderr is one, ``$CI`` is unset, ``$TERM`` is not ``dumb``) each image gets a bar of its build
+steps (step i of n, what the step runs) and, while pip installs the lock's closure, the packages taken up against the
+lock's count and the bytes downloaded; other lines print above the bars. Elsewhere each step is one line, and the
+install's count a line per ``EVERY`` packages, so a log shows the build moving without a line per package.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from ..engine.protocol import BuildEvent
+from ..support.progress import InstallCount, Planned
+from .common import Ctx
+
+EVERY = 10  # packages between two plain count lines
+STEP_TEXT = 60  # characters of a step's instruction shown
+
+
+def on_terminal(stream: Any = None) -> bool:
+    stream = stream if stream is not None else sys.stderr
+    return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("CI") \
+        and os.environ.get("TERM") != "dumb"
+
+
+class BuildView:
+    """The build's progress callback (``view(name, event)``), used as a context manager around the build."""
+
+    def __init__(self, c: Ctx, *, live: bool | None = None):
+        self.c = c
+        self.live = on_terminal() if live is None else live
+        self.bars: Progress | None = None
+        self.steps: dict[str, TaskID] = {}
+        self.installs: dict[str, TaskID] = {}
+        self.counts: dict[str, InstallCount] = {}
+
+    def __enter__(self) -> "BuildView":
+        if self.live:
+            self.bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            self.bars.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.bars is not None:
+            self.bars.stop()
+
+    def say(self, text: str) -> None:
+        if self.bars is not None:
+            self.bars.console.print(f"envkit: {text}", markup=False, highlight=False)
+        else:
+            self.c.progress(text)
+
+    def __call__(self, name: str, event: object) -> None:
+        if isinstance(event, Planned):
+            self.counts[name] = InstallCount(total=event.packages)
+        elif isinstance(event, BuildEvent):
+            self._build_event(name, event)
+        else:
+            self.say(f"[{name}] {event}" if name != "*" else str(event))
+
+    def _build_event(self, name: str, event: BuildEvent) -> None:
+        if event.kind == "step":
+            text = event.text[:STEP_TEXT]
+            if self.bars is None:
+                self.c.progress(f"[{name}] step {event.step}/{event.total}: {event.text[:100]}")
+                return
+            if name not in self.steps:
+                self.steps[name] = self.bars.add_task(f"[{name}] build", total=event.total)
+            self.bars.update(self.steps[name], completed=(event.step or 1) - 1, total=event.total,
+                             description=f"[{name}] step: {text}")
+        elif event.kind == "log":
+            if self.c.verbose:
+                self.say(f"[{name}]   {event.text}")
+            count = self.counts.setdefault(name, InstallCount())
+            moved = count.feed(event.text)
+            if moved:
+                self._count(name, count, moved)
+        elif event.kind == "done" and self.bars is not None:
+            for tasks in (self.steps, self.installs):
+                if name in tasks:
+                    task = self.bars.tasks[tasks[name]]
+                    self.bars.update(tasks[name], completed=task.total or task.completed)
+
+    def _count(self, name: str, count: InstallCount, moved: str) -> None:
+        if self.bars is None:
+            if moved == "package" and (count.done % EVERY == 0 or count.done == count.total):
+                self.c.progress(f"[{name}] {count.words()}")
+            return
+        if name not in self.installs:
+            self.installs[name] = self.bars.add_task(f"[{name}] install", total=count.total or None)
+        self.bars.update(self.installs[name], completed=count.done,
+                         description=f"[{name}] install: {count.words()}")
+
