@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ..engine.protocol import BuildEvent
@@ -75,9 +76,9 @@ class BuildView:
                 self.c.progress(f"[{name}] step {event.step}/{event.total}: {event.text[:100]}")
                 return
             if name not in self.steps:
-                self.steps[name] = self.bars.add_task(f"[{name}] build", total=event.total)
+                self.steps[name] = self.bars.add_task(escape(f"[{name}] build"), total=event.total)
             self.bars.update(self.steps[name], completed=(event.step or 1) - 1, total=event.total,
-                             description=f"[{name}] step: {text}")
+                             description=escape(f"[{name}] step: {text}"))
         elif event.kind == "log":
             if self.c.verbose:
                 self.say(f"[{name}]   {event.text}")
@@ -97,7 +98,7 @@ class BuildView:
                 self.c.progress(f"[{name}] {count.words()}")
             return
         if name not in self.installs:
-            self.installs[name] = self.bars.add_task(f"[{name}] install", total=count.total or None)
+            self.installs[name] = self.bars.add_task(escape(f"[{name}] install"), total=count.total or None)
         self.bars.update(self.installs[name], completed=count.done,
-                         description=f"[{name}] install: {count.words()}")
+                         description=escape(f"[{name}] install: {count.words()}"))
 

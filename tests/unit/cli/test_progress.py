@@ -1,0 +1,34 @@
+"""The build's progress model and its plain lines (the terminal bar: tests/integration/test_progress_terminal.py)."""
+
+from envkit.cli.common import Ctx
+from envkit.cli.progress import BuildView
+from envkit.engine.protocol import BuildEvent
+from envkit.support.progress import InstallCount, Planned
+
+
+def test_pip_lines_count_packages_and_bytes():
+    count = InstallCount(total=3)
+    assert count.feed("Collecting torch==2.5.1 (from -r /tmp/envkit/framework.txt (line 3))") == "package"
+    assert count.feed("  Downloading https://files.example/torch-2.5.1-cp311.whl (906.4 MB)") == "bytes"
+    assert count.feed("Collecting numpy==2.1.3") == "package"
+    assert count.feed("  Downloading https://files.example/numpy.whl (16.3 kB)") == "bytes"
+    assert count.feed("Installing collected packages: numpy, torch") is None
+    assert (count.done, round(count.downloaded)) == (2, 906_416_300)
+    assert count.words() == "packages 2/3, 0.91 GB downloaded"
+
+
+def test_a_ci_log_gets_a_line_per_step_and_per_ten_packages(capsys):
+    with BuildView(Ctx(False, False, False), live=False) as view:
+        view("torch25", Planned(25))
+        view("torch25", BuildEvent("step", "FROM base", 1, 3))
+        for i in range(25):
+            view("torch25", BuildEvent("log", f"Collecting pkg{i}==1.0"))
+        view("torch25", BuildEvent("step", "LABEL a=b", 3, 3))
+        view("torch25", "verifying inside the image")
+    assert capsys.readouterr().err.splitlines() == [
+        "envkit: [torch25] step 1/3: FROM base",
+        "envkit: [torch25] packages 10/25, 0.00 GB downloaded",
+        "envkit: [torch25] packages 20/25, 0.00 GB downloaded",
+        "envkit: [torch25] packages 25/25, 0.00 GB downloaded",
+        "envkit: [torch25] step 3/3: LABEL a=b",
+        "envkit: [torch25] verifying inside the image"]
