@@ -43,7 +43,7 @@ def test_a_terminal_sees_the_build_bar_advance(small_spec, tmp_path):
            "XDG_DATA_HOME": str(tmp_path / "data")}  # (the example build's CA and proxy settings: its cache)
     env.pop("CI", None)
     child = pexpect.spawn(sys.executable, ["-m", "envkit.cli", "build", str(small_spec), "--locked", "--no-verify",
-                                           "--store", str(tmp_path / "h.sqlite")],
+                                           "--store", str(tmp_path / "h.sqlite"), "--out", str(tmp_path / "out")],
                           cwd=str(ROOT), env=env, dimensions=(40, 120), timeout=900, encoding="utf-8")
     child.expect(pexpect.EOF)
     child.close()
@@ -60,7 +60,7 @@ def test_a_terminal_sees_the_build_bar_advance(small_spec, tmp_path):
 
 def test_a_ci_log_gets_plain_lines(small_spec, tmp_path):
     proc = subprocess.run([*ENVKIT, "build", str(small_spec), "--locked", "--no-verify", "--store",
-                           str(tmp_path / "h.sqlite")], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                           str(tmp_path / "h.sqlite"), "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "CI": "1", "XDG_DATA_HOME": str(tmp_path / "data")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "\x1b[" not in proc.stderr

@@ -65,7 +65,7 @@ def test_show_reads_a_published_image_from_the_registry_without_pulling(dc, team
     assert other["registry"]["certified_digest"] == team.digest_a
     assert [(c["gpu_model"], c["status"]) for c in other["certificates"]] == [("none", "verified")]
 
-    human = envkit("show", team.ref(STACK_A), "--store", empty_store(tmp_path))
+    human = envkit("show", team.ref(STACK_A), "--store", empty_store(tmp_path), "--all")
     assert human.returncode == 0, human.stderr
     assert ":certified points at             this image" in human.stdout
     assert "certificate: certified on NVIDIA H200 driver 570.124.06" in human.stdout
@@ -95,7 +95,8 @@ def test_ls_registry_lists_the_team_images_and_joins_the_store(dc, team, tmp_pat
 
     human = envkit("ls", "--registry", f"{team.host}/vision", "--store", db)
     assert human.returncode == 0, human.stderr
-    assert team.ref(STACK_A) in human.stdout and "NVIDIA H200: certified" in human.stdout
+    assert team.ref(STACK_A) in human.stdout and "H200 certified 2026-12-01" in human.stdout
+    assert "CPU only verified 2026-11-30" in human.stdout and "none" not in human.stdout
 
     # the whole registry: an image envkit did not build is skipped; a broken certificate artifact fails
     doc, proc = run_json("ls", "--registry", team.host, "--store", db, code=6)
@@ -146,7 +147,7 @@ def test_a_local_copy_shows_the_engine_and_store_view_plus_the_registry_view(dc,
         # the certificates run's gate weighs, each with its source, in JSON and in words
         assert {(c["gpu_model"], c["source"]) for c in doc["certificates"]} == {("NVIDIA H200", "registry"),
                                                                               ("none", "registry")}
-        human = envkit("show", pinned, "--store", store)
+        human = envkit("show", pinned, "--store", store, "--all")
         assert human.returncode == 0 and "certificate: none" not in human.stdout
         assert "certificate: certified on NVIDIA H200 driver 570.124.06" in human.stdout and ", registry)" in human.stdout
         ran = envkit("run", pinned, "--no-gpus", "--require-certified", "--store", store, "--json", "--", "true")
