@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import __version__
 from ..build.builder import BuildProgress, Outcome, build_image, require_builder
@@ -66,7 +67,7 @@ def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | Non
     return resolved, outcomes
 
 
-def record_build(engine, store_url: str | None, image: LockedImage, outcome: Outcome) -> None:
+def record_build(engine: Any, store_url: str | None, image: LockedImage, outcome: Outcome) -> None:
     """The build in the store (by lock and context hash), and its verification as a CPU-only certificate."""
     info = engine.inspect(outcome.image_id) if outcome.image_id else None
     context = (info.labels.get(CONTEXT_LABEL) if info is not None else None) or ""

@@ -4,8 +4,9 @@ stands (``envkit show``'s summary), and pull it by digest after the same certifi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..certify.gate import Verdict
 from ..engine.protocol import ImageInfo
@@ -26,7 +27,7 @@ def bare(ref: str) -> bool:
     return "@" not in ref and ":" not in ref.rpartition("/")[2]
 
 
-def newest_ref(engine, ref: str, **read: Any) -> str:
+def newest_ref(engine: Any, ref: str, **read: Any) -> str:
     """``ref`` itself, or for a bare repository its newest tag: in the registry (by build time), or here (the newest
     envkit image of that team/image, when the engine has no ``:latest`` of it)."""
     if not bare(ref):
@@ -87,7 +88,7 @@ class Pulled:
                 "gate": self.verdict.to_json(), "run": f"envkit run {self.ref} -- {RUN_EXAMPLE}"}
 
 
-def pull_image(engine, ref: str, *, store_url: str | None, require_certified: bool = False,
+def pull_image(engine: Any, ref: str, *, store_url: str | None, require_certified: bool = False,
                gpus: bool | None = None, warn: Callable[[str], None] = lambda _: None,
                progress: Progress | None = None) -> Pulled:
     """Pull ``ref`` (a registry reference; a bare repository: its newest tag) by its digest, after the gate

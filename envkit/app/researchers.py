@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 from ..build.builder import LOCK_LABEL
 from ..engine.protocol import RUN_TIMEOUT, GPU_ULIMITS, RunOptions
@@ -15,7 +15,7 @@ from ..support.labels import SHOWN, IMAGE_LABEL, TEAM_LABEL
 from ..store.history import Store
 from ..registry.remote import list_registry, merge_store, inspect_remote
 from ..registry.remote_parse import parse_ref
-from ..certify.gate import host_gpus, judge
+from ..certify.gate import Verdict, host_gpus, judge
 from .standing import certified_on, described, from_json, summary
 
 
@@ -166,7 +166,7 @@ def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None
     return gate_of(show_image(engine, ref, store_url), ref, on_gpus=on_gpus)
 
 
-def gate_of(doc: dict, ref: str, *, on_gpus: bool):
+def gate_of(doc: dict, ref: str, *, on_gpus: bool) -> Verdict:
     """``certification_gate`` for what ``show_image`` gave (``envkit pull`` reads the image once for both)."""
     registry = doc.get("registry") or {}
     gpus, unread = host_gpus() if on_gpus else ([], None)
@@ -206,8 +206,8 @@ def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm
 
 
 def list_team_images(store_url: str | None, engine_of: Callable[[], object | None] | None, *,
-                     registry: str | None = None, client=None, gpu: str | None = None, certified: bool = False,
-                     **read) -> dict:
+                     registry: str | None = None, client: Any = None, gpu: str | None = None,
+                     certified: bool = False, **read: Any) -> dict:
     """`envkit ls`: the team's images, from the store (what build, certify and nightly recorded) and, with a
     ``registry`` (HOST[:PORT][/PATH]), every envkit image there joined with the store's knowledge of it, plus the
     store's images under that path the registry does not hold. Each row has its framework, CUDA and where it

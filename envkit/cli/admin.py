@@ -12,6 +12,7 @@ import click
 
 from .common import SPEC, STORE, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
 from ..frameworks import ARCH_LISTED, NAMES
+from ..ops.findings import Finding
 
 
 @click.command("doctor")
@@ -58,7 +59,7 @@ DEFAULT_SPEC = Path("team.yaml")  # doctor reads it when it is in the working di
 DOCTOR_WIDTH = 100  # doctor's lines fit a 100-column terminal (or a narrower one)
 
 
-def findings_lines(findings, width: int = DOCTOR_WIDTH) -> list[str]:
+def findings_lines(findings: list[Finding], width: int = DOCTOR_WIDTH) -> list[str]:
     """One block per check: name, status and value, then the hint, each wrapped to ``width`` columns."""
     name_w = max([len("CHECK"), *(len(f.name) for f in findings)])
     lead = name_w + 2 + 8

@@ -4,28 +4,32 @@ flags after the subcommand; and hints whose commands name the spec given rather 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def lock_option(f=None, *, exists: bool = False, help: str = "The lock file (default: SPEC with .lock)."):
-    """``--lock FILE``: the lock file, one meaning on every command that takes one (resolve, lock, explain, render,
-    build write or read SPEC's; verify and certify hold an image to it)."""
-    def decorate(fn):
-        return click.option("--lock", "lock_path", type=click.Path(exists=exists, dir_okay=False, path_type=Path),
-                            metavar="FILE", help=help)(fn)
 
-    return decorate(f) if f is not None else decorate
+Decorator = Callable[[F], F]
+
+
+def lock_option(fn: F) -> F:
+    """``--lock FILE``: the lock file (default: SPEC with .lock), one meaning on every command that takes one
+    (resolve, lock, explain, render, build write or read SPEC's; verify and certify hold an image to it)."""
+    return click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+                        help="The lock file (default: SPEC with .lock).")(fn)
 
 
 RENAMED = "envkit.renamed"  # ctx.meta key: values given under an old spelling, by parameter name
 
 
-def renamed_option(old: str, new: str, dest: str, type=None):
+def renamed_option(old: str, new: str, dest: str, type: click.ParamType | None = None) -> Decorator:
     """An old spelling of ``new`` kept working for one release: hidden from --help, it says on stderr that it is
     deprecated and hands its value to ``new`` (whose option takes ``callback=from_renamed(default)``)."""
-    def remember(ctx, param, value):
+    def remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is not None:
             click.echo(f"envkit: {old} is deprecated here and will go in the next release: use {new} "
                        f"(one meaning per flag across commands; README, \"Flags\")", err=True)
@@ -36,12 +40,12 @@ def renamed_option(old: str, new: str, dest: str, type=None):
                         callback=remember, is_eager=True)
 
 
-def from_renamed(default=None, *, required: bool = False):
+def from_renamed(default: Any = None, *, required: bool = False) -> Callable[[click.Context, click.Parameter, Any], Any]:
     """The callback of an option that has an old spelling (``renamed_option``): its value, else the old spelling's,
     else ``default``; ``required``: neither given is a usage error."""
-    def pick(ctx, param, value):
+    def pick(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is None:
-            value = ctx.meta.get(RENAMED, {}).get(param.name, default)
+            value = ctx.meta.get(RENAMED, {}).get(str(param.name), default)
         if value is None and required:
             raise click.MissingParameter(ctx=ctx, param=param)
         return value
@@ -53,7 +57,7 @@ GLOBAL_FLAGS = ("-v", "--verbose", "--debug")  # the group's own flags, also acc
 PASSTHROUGH = ("run",)  # commands whose arguments after the image are the job's: never taken from them
 
 
-def hoist_global_flags(args: list[str], commands: dict) -> list[str]:
+def hoist_global_flags(args: list[str], commands: Mapping[str, object]) -> list[str]:
     """``envkit build SPEC -v`` as ``envkit -v build SPEC``, and ``envkit --json ls`` as ``envkit ls --json``: the
     group's flags after the subcommand move before it, and ``--json`` before it moves after it (before any ``--``).
     Nothing is taken from ``envkit run IMAGE ...``, whose arguments are the job's."""

@@ -16,7 +16,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from ..engine.protocol import BuildEvent
 from ..support.progress import InstallCount, Planned
@@ -43,7 +50,7 @@ class BuildView:
         self.installs: dict[str, TaskID] = {}
         self.counts: dict[str, InstallCount] = {}
 
-    def __enter__(self) -> "BuildView":
+    def __enter__(self) -> BuildView:
         if self.live:
             self.bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=Console(stderr=True), transient=False)
