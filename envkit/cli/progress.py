@@ -109,3 +109,43 @@ class BuildView:
         self.bars.update(self.installs[name], completed=count.done,
                          description=escape(f"[{name}] install: {count.words()}"))
 
+
+
+LAYER_DONE = ("Pull complete", "Already exists", "Pushed", "Layer already exists", "Mounted from")
+
+
+class LayerView:
+    """A push's or pull's progress (``Progress``: one engine status line, ``LAYER: STATUS``): on a terminal one bar
+    of layers done against the layers the engine announced; elsewhere the lines as they come."""
+
+    def __init__(self, c: Ctx, what: str, *, live: bool | None = None):
+        self.c = c
+        self.what = what
+        self.live = on_terminal() if live is None else live
+        self.bars: Progress | None = None
+        self.task: TaskID | None = None
+        self.layers: dict[str, bool] = {}
+
+    def __enter__(self) -> LayerView:
+        if self.live:
+            self.bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=Console(stderr=True))
+            self.bars.start()
+            self.task = self.bars.add_task(escape(f"{self.what}: layers"), total=None)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.bars is not None:
+            self.bars.stop()
+
+    def __call__(self, text: str) -> None:
+        layer, sep, status = text.partition(": ")
+        if self.bars is None or self.task is None or not sep or " " in layer:
+            if self.bars is not None:
+                self.bars.console.print(f"envkit: {text}", markup=False, highlight=False)
+            else:
+                self.c.progress(text)
+            return
+        self.layers[layer] = self.layers.get(layer, False) or status.startswith(LAYER_DONE)
+        self.bars.update(self.task, total=len(self.layers), completed=sum(self.layers.values()))

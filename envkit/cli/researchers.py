@@ -15,6 +15,7 @@ from ..engine.protocol import RUN_SHM_SIZE, RUN_TIMEOUT
 from ..errors import EnvkitError
 from .common import GPU, IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
 from .flags import filled
+from .progress import LayerView
 
 
 def _engine_for_registry(c: Ctx, needed: bool):
@@ -208,8 +209,10 @@ def pull_cmd(click_ctx, image, require_certified, gpus, store_url, json_out):
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
-    pulled = run(c, lambda: pull_image(engine, image, store_url=store_url, require_certified=require_certified,
-                                       gpus=gpus, warn=lambda text: click.echo(filled(text), err=True), progress=c.progress))
+    with LayerView(c, f"pull {image}") as view:
+        pulled = run(c, lambda: pull_image(engine, image, store_url=store_url, require_certified=require_certified,
+                                           gpus=gpus, warn=lambda text: click.echo(filled(text), err=True),
+                                           progress=view))
 
     def human():
         click.echo(f"pulled {pulled.pinned}\n  as {pulled.ref} ({pulled.info.size / 2**30:.2f} GiB)")

@@ -32,3 +32,18 @@ def test_a_ci_log_gets_a_line_per_step_and_per_ten_packages(capsys):
         "envkit: [torch25] packages 25/25, 0.00 GB downloaded",
         "envkit: [torch25] step 3/3: LABEL a=b",
         "envkit: [torch25] verifying inside the image"]
+
+
+def test_a_pull_counts_its_layers_on_a_terminal_and_prints_lines_elsewhere(capsys):
+    from envkit.cli.progress import LayerView
+
+    with LayerView(Ctx(False, False, False), "pull x", live=True) as view:
+        for line in ("a1: Pulling fs layer", "b2: Pulling fs layer", "a1: Verifying Checksum", "a1: Pull complete",
+                     "b2: Already exists"):
+            view(line)
+        task = view.bars.tasks[0]
+        assert (task.completed, task.total) == (2, 2)
+        view("Digest: sha256:abc")  # not a layer's line: printed above the bar
+    with LayerView(Ctx(False, False, False), "pull x", live=False) as view:
+        view("a1: Pull complete")
+    assert capsys.readouterr().err.splitlines()[-1] == "envkit: a1: Pull complete"
