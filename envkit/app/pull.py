@@ -5,13 +5,16 @@ stands (``envkit show``'s summary), and pull it by digest after the same certifi
 from __future__ import annotations
 
 from collections.abc import Callable
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..certify.gate import Verdict
 from ..engine.protocol import ImageInfo
-from ..errors import EngineError, VerificationError
+from ..errors import EngineError, EnvkitError, VerificationError
 from ..registry.publish import pull_by_digest
+from ..spec import load_spec
 from ..registry.remote import list_registry
 from ..registry.remote_parse import parse_ref
 from ..support.labels import IMAGE_LABEL, TEAM_LABEL
@@ -46,6 +49,24 @@ def newest_ref(engine: Any, ref: str, **read: Any) -> str:
     found = engine.find_image({TEAM_LABEL: team, IMAGE_LABEL: image}) if team else None
     tag = envkit_tag(found.labels, found.tags) if found is not None else None
     return tag or ref  # (nothing found: show and run say there is no such image)
+
+
+TEAM_SPEC = Path("team.yaml")  # the team's spec, when the working directory holds it (as doctor reads it)
+
+
+def fleet_models(spec_path: Path = TEAM_SPEC) -> tuple[tuple[str, ...], str | None]:
+    """The GPU models of the team's fleet (``fleet.gpus`` of ./team.yaml; compute capabilities left out), and why
+    none could be read (None when there is no such file, or it was read)."""
+    if not spec_path.is_file():
+        return (), None
+    try:
+        spec = load_spec(spec_path)
+    except EnvkitError as exc:
+        return (), f"{spec_path} was not read for the fleet's GPU models: {exc.message}"
+    return tuple(g for g in spec.fleet.gpus if not CAPABILITY.fullmatch(g)), None
+
+
+CAPABILITY = re.compile(r"\d+\.\d+")
 
 
 def summarize(doc: dict[str, Any], gpus: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -105,7 +105,8 @@ def _store_note(c: Ctx, store_url: str | None) -> None:
 @click.argument("image", type=IMAGE)
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--gpu", "gpus", type=GPU, multiple=True, metavar="MODEL",
-              help="Also say where it stands on this GPU model, certified or not (repeatable).")
+              help="Also say where it stands on this GPU model, certified or not (repeatable; default: the fleet's "
+                   "models when ./team.yaml is here).")
 @click.option("--all", "show_all", is_flag=True, help="Then the labels, the registry's view and every certificate.")
 @json_option
 @click.pass_context
@@ -117,7 +118,7 @@ def show_cmd(click_ctx, image, store_url, gpus, show_all, json_out):
     without pulling (manifest, labels, the certificate artifacts, whether :certified points at it).
     A repository without a tag (vision/torch25, host:5000/vision/torch25) means its newest tag.
     """
-    from ..app.pull import newest_ref, summarize
+    from ..app.pull import fleet_models, newest_ref, summarize
     from ..app.researchers import show_image
     from ..registry.remote_parse import parse_ref
 
@@ -125,6 +126,10 @@ def show_cmd(click_ctx, image, store_url, gpus, show_all, json_out):
     remote = run(c, lambda: parse_ref(image))
     engine = _engine_for_registry(c, needed=remote is None)
     ref = run(c, lambda: newest_ref(engine, image))
+    if not gpus:  # the team's fleet, when ./team.yaml is here
+        gpus, unread = fleet_models()
+        if unread:
+            c.progress(unread)
     doc = run(c, lambda: summarize(show_image(engine, ref, store_url), gpus))
     emit(c, doc, lambda: _show_human(doc, show_all))
 

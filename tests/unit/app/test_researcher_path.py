@@ -151,3 +151,16 @@ def test_next_step_when_nothing_certifies_it():
     assert "verified without a GPU only" in next_step(standing.standings([cert("none", "verified", "2026-12-01")]))
     doc = summarize({"image": "x:1", "source": "registry", "labels": {}, "certificates": []})
     assert doc["commands"] == ["envkit pull x:1", "envkit run x:1 -- python3 train.py"]
+
+
+def test_show_adds_the_fleets_models_from_the_team_yaml_here(team_store, tmp_path, monkeypatch):
+    db, _ = team_store
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "team.yaml").write_text('version: 1\nteam: vision\nfleet: {min_driver: "550.54.15", '
+                                        'gpus: [A100, H100, "8.9"]}\nimages: [{name: t, framework: "torch==2.5.*"}]\n')
+    out = CliRunner().invoke(main, ["show", TAG_A, "--store", str(db)])
+    rows = {line.split()[0]: line.split()[1:3] for line in out.stdout.splitlines() if line.startswith("  ")}
+    assert rows["H100"][0] == "certified" and rows["A100"] == ["verified", "only"] and "8.9" not in rows
+    (tmp_path / "team.yaml").write_text("version: 1\nteam: [\n")
+    broken = CliRunner().invoke(main, ["show", TAG_A, "--store", str(db)])
+    assert broken.exit_code == 0 and "team.yaml was not read for the fleet's GPU models" in broken.stderr
