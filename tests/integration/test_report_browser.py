@@ -75,6 +75,8 @@ def test_report_renders_in_headless_chromium(chromium, report, tmp_path):
     assert "<svg" in html and "<polyline" in html
     assert "<title>envkit certification report</title>" in html  # the escaped <script> did not run
     assert "&lt;script&gt;" in html
+    # the verification without a GPU reads as such, never as a GPU model called "none"
+    assert "without a GPU (CPU only)" in html and "no GPU (CPU only)" in html and "on none" not in html
 
     png = tmp_path / "report.png"
     shot = headless(chromium, tmp_path / "profile-shot", f"--screenshot={png}", "--window-size=1280,2000",
