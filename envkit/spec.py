@@ -358,11 +358,11 @@ def _spec_error(exc: ValidationError, doc: Document) -> SpecError:
         key = loc[-1]
         allowed = sorted(fields_at(Spec, loc[:-1]))
         close = difflib.get_close_matches(str(key), allowed, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        near = f"did you mean {close[0]!r}? " if close else ""
         return SpecError(
             f"unknown key {key!r} in {'.'.join(map(str, loc[:-1])) or 'the top level'}",
             location=where,
-            hint=f"{hint}allowed keys: {', '.join(allowed)}",
+            hint=f"{near}allowed keys: {', '.join(allowed)}",
         )
     if kind == "missing":
         return SpecError(f"missing required key {dotted!r}", location=where)
@@ -371,7 +371,7 @@ def _spec_error(exc: ValidationError, doc: Document) -> SpecError:
     if kind in ("string_type", "int_type", "list_type", "model_type", "dict_type"):
         msg = f"{dotted}: {msg}, got {_short(repr(value))}"
         if kind == "string_type" and isinstance(value, (int, float)) and not isinstance(value, bool):
-            hint = "quote versions in YAML, e.g. python: \"3.11\" (unquoted, 3.10 is the number 3.1)"
+            hint: str | None = "quote versions in YAML, e.g. python: \"3.11\" (unquoted, 3.10 is the number 3.1)"
         else:
             hint = {"list_type": "give a list, e.g. pip: [\"numpy==2.1.*\"]",
                     "model_type": "give a mapping of keys (see `envkit schema`)",

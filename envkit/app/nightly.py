@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from .. import __version__
 from ..support.atomic import check_writable, write_atomic
@@ -21,7 +21,7 @@ from ..certify.certificate import Certificate, certificate_from, certify_image, 
 from ..payload.harness import gpu_key
 from ..engine.space import engine_full
 from ..errors import BuildError, EngineError, LockError, VerificationError
-from ..lock import LockedImage, load_lock, lock_changes, write_lock
+from ..lock import Lock, LockedImage, load_lock, lock_changes, write_lock
 from ..render.files import image_tag
 from ..store.history import Store
 from ..frameworks import expected
@@ -96,7 +96,9 @@ class Disk:
         progress("the engine's disk is full: running gc for the team now, then building it again")
         self.reclaimed = self.reclaim(tags)
         cache = self.reclaimed.get("build_cache") or {}
-        return bool(self.reclaimed.get("removed") or self.reclaimed.get("removed_containers") or cache.get("freed_bytes"))
+        return bool(
+            self.reclaimed.get("removed") or self.reclaimed.get("removed_containers") or cache.get("freed_bytes")
+        )
 
     def said(self) -> str:
         """What the reclaim removed, for the image's notes."""
@@ -144,6 +146,22 @@ def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = N
     return doc
 
 
+def _locks(spec_path: Path, lock_path: Path, out_root: Path, *, locked: bool,
+           progress: Progress) -> tuple[Lock | None, Lock]:
+    """The lock before this run (None when missing or unreadable) and the one it builds, rendered to ``out_root``:
+    with ``locked``, the lock as it is (a missing or stale one fails, exit 5, never rewritten), else re-resolved."""
+    try:
+        old = load_lock(lock_path) if lock_path.exists() else None
+    except LockError:
+        old = None
+    if locked:
+        return old, render_spec(spec_path, out_root, locked=True, progress=progress)[0].lock
+    progress("re-resolving against the catalog and the package index")
+    lock = resolve_spec(spec_path, progress=progress).lock
+    render_spec(spec_path, out_root, progress=progress)
+    return old, lock
+
+
 def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, reports_dir: Path,
                 registry: str | None = None, locked: bool = False, gpus: bool | None = None,
                 threshold: float = 0.10, builder: str = "classic", refresh_catalog: bool = False,
@@ -169,16 +187,7 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
     with store.run_lock(f"nightly:{spec.team}", f"the nightly run of team {spec.team!r}"):
         catalog_doc = (refresh_catalog_step(reports_dir, frameworks=refresh_frameworks, progress=progress)
                        if refresh_catalog else None)
-        try:
-            old = load_lock(lock_path) if lock_path.exists() else None
-        except LockError:
-            old = None
-        if locked:  # a missing or stale lock fails (exit 5), never rewritten
-            lock = render_spec(spec_path, out_root, locked=True, progress=progress)[0].lock
-        else:
-            progress("re-resolving against the catalog and the package index")
-            lock = resolve_spec(spec_path, progress=progress).lock
-            render_spec(spec_path, out_root, progress=progress)
+        old, lock = _locks(spec_path, lock_path, out_root, locked=locked, progress=progress)
         changes = lock_changes(old, lock)
         digest = lock.spec_digest
         resumed = store.unfinished_run(digest)
@@ -216,7 +225,7 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
 
 
 def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, report, progress, builder="classic",
-           disk: Disk | None = None, tags: list[str] = ()):
+           disk: Disk | None = None, tags: Sequence[str] = ()):
     disk = disk or Disk()
     tag = report.tag
     info = engine.inspect(tag)
@@ -227,10 +236,12 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
         return info
     if disk.full is not None:
         report.build, report.status = "not built", "failed"
-        report.reasons.append(f"not built: the engine's disk filled up building {disk.full} in this run"
-                              + (" and gc could not make room" if disk.reclaimed is not None else "")
-                              + "; free space on it (`envkit gc --dry-run` shows what gc would remove; "
-                              "`envkit nightly --gc` runs it) and run the nightly again: it rebuilds only what is missing")
+        report.reasons.append(
+            f"not built: the engine's disk filled up building {disk.full} in this run"
+            + (" and gc could not make room" if disk.reclaimed is not None else "")
+            + "; free space on it (`envkit gc --dry-run` shows what gc would remove; "
+            "`envkit nightly --gc` runs it) and run the nightly again: it rebuilds only what is missing"
+        )
         report.worked = True
         return None
     started_here = "build" in store.steps(run_id, image.name)
@@ -238,8 +249,16 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
     restore_base(engine, store, image, progress)
     while True:
         try:
-            outcome = build_image(engine, lock, image, str(spec_path), ca_bundle=ca, verify=False, builder=builder,
-                                  progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]))
+            outcome = build_image(
+                engine,
+                lock,
+                image,
+                str(spec_path),
+                ca_bundle=ca,
+                verify=False,
+                builder=builder,
+                progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]),
+            )
             break
         except (BuildError, EngineError) as exc:
             if engine_full(exc) and disk.try_reclaim(list(tags), lambda msg: progress(f"[{image.name}] {msg}")):

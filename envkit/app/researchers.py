@@ -161,7 +161,11 @@ def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None
     labels = doc.get("labels")
     verdict = judge(doc["certificates"], gpus, on_gpus=on_gpus, image=ref,
                     envkit_built=labels is None or bool(labels.get(LOCK_LABEL)))
-    notes = [f"this host's GPUs could not be read ({unread}), so a certified certificate on any model counts"] if unread else []
+    notes = (
+        [f"this host's GPUs could not be read ({unread}), so a certified certificate on any model counts"]
+        if unread
+        else []
+    )
     if registry.get("error") and not verdict.passed:
         notes.append(f"the registry's certificates could not be read: {registry['error']}")
     if notes:

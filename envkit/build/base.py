@@ -33,7 +33,9 @@ def ensure_base(engine, base: BaseImage, progress: Progress = lambda _: None) ->
 
 def bootstrap(engine, base: BaseImage, progress: Progress) -> ImageInfo:
     recipe = base.bootstrap or {}
-    debootstrap = shutil.which("debootstrap") or ("/usr/sbin/debootstrap" if Path("/usr/sbin/debootstrap").exists() else None)
+    debootstrap = shutil.which("debootstrap") or (
+        "/usr/sbin/debootstrap" if Path("/usr/sbin/debootstrap").exists() else None
+    )
     if debootstrap is None:
         raise EngineError("debootstrap is not installed, so envkit cannot make the base image",
                           hint="apt-get install -y debootstrap (as root), or give an image base")

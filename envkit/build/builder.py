@@ -26,9 +26,9 @@ from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
 from ..lock import Lock, LockedImage
 from ..render.files import context_hash, image_tag, index_urls, render_files
 
-BuildProgress = Callable[[str, BuildEvent | str], None]  # (image name, a build event or a line)
-
 from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
+
+BuildProgress = Callable[[str, BuildEvent | str], None]  # (image name, a build event or a line)
 
 
 @dataclass

@@ -35,9 +35,24 @@ def main(ctx, debug, verbose):
     ctx.obj = {"debug": debug, "verbose": verbose}
 
 
-for _command in (build.resolve_cmd, build.lock_cmd, build.explain_cmd, build.render_cmd, build.build_cmd,
-                 build.bundle_group, build.verify_cmd, admin.doctor_cmd, gc.gc_cmd, certify.certify_cmd, admin.catalog_group,
-                 certify.nightly_cmd, researchers.ls_cmd, researchers.show_cmd, researchers.run_cmd,
-                 admin.schema_cmd, registry.registry_group):
+for _command in (
+    build.resolve_cmd,
+    build.lock_cmd,
+    build.explain_cmd,
+    build.render_cmd,
+    build.build_cmd,
+    build.bundle_group,
+    build.verify_cmd,
+    admin.doctor_cmd,
+    gc.gc_cmd,
+    certify.certify_cmd,
+    admin.catalog_group,
+    certify.nightly_cmd,
+    researchers.ls_cmd,
+    researchers.show_cmd,
+    researchers.run_cmd,
+    admin.schema_cmd,
+    registry.registry_group,
+):
     main.add_command(_command)
 del _command

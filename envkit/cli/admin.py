@@ -126,9 +126,20 @@ def catalog_check_arches_cmd(click_ctx, apply_, frameworks, json_out):
     summary = run(c, lambda: check_catalog_arches(apply=apply_, frameworks=frameworks, progress=c.progress))
 
     def human():
-        table([[r["framework"], r["version"], r["variant"], r["catalog"],  # torch: TORCH_CUDA_ARCH_LIST; tf: flags
-                r.get("read") or " ".join(r.get("flags") or []) or "-",
-                r["status"]] for r in summary["rows"]], ["FRAMEWORK", "VERSION", "VARIANT", "CATALOG", "WHEEL", "STATUS"])
+        table(
+            [
+                [
+                    r["framework"],
+                    r["version"],
+                    r["variant"],
+                    r["catalog"],  # torch: TORCH_CUDA_ARCH_LIST; tf: flags
+                    r.get("read") or " ".join(r.get("flags") or []) or "-",
+                    r["status"],
+                ]
+                for r in summary["rows"]
+            ],
+            ["FRAMEWORK", "VERSION", "VARIANT", "CATALOG", "WHEEL", "STATUS"],
+        )
         for note in summary["notes"] + summary["warnings"]:
             click.echo(f"note: {note}", err=True)
         click.echo(summary["diff"] or "the catalog's arch lists agree with every wheel read")

@@ -21,7 +21,9 @@ IMAGE_HEADER = ["IMAGE", "FRAMEWORK", "VARIANT", "CUDA", "CUDNN", "NCCL", "PYTHO
 
 @click.command("resolve")
 @click.argument("spec", type=SPEC)
-@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock).")
+@click.option(
+    "--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock)."
+)
 @json_option
 @click.pass_context
 def resolve_cmd(click_ctx, spec, lock_path, json_out):
@@ -61,7 +63,9 @@ def _echo_extras(image, indent: str = "") -> None:
 @click.command("lock")
 @click.argument("spec", type=SPEC)
 @click.option("--check", is_flag=True, help="Check (what `envkit lock` does; accepted for scripts that say so).")
-@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock).")
+@click.option(
+    "--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock)."
+)
 @json_option
 @click.pass_context
 def lock_cmd(click_ctx, spec, check, lock_path, json_out):
@@ -104,7 +108,9 @@ def explain_cmd(click_ctx, spec, image, json_out):
                                                                     ("NCCL", ch.nccl)) if v)
             libs += " (the closure picks the versions at resolve)"
         before = " (the fleet's pick, before its pip: packages)" if p.target.pip else ""
-        click.echo(f"{image}{before}: {ch.label}, {libs}, Python {p.python}, driver >= {p.driver_floor} ({p.require_cuda})")
+        click.echo(
+            f"{image}{before}: {ch.label}, {libs}, Python {p.python}, driver >= {p.driver_floor} ({p.require_cuda})"
+        )
         for d in p.decisions:
             click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")
             for rej in d.rejected:
@@ -119,13 +125,32 @@ def explain_cmd(click_ctx, spec, image, json_out):
             click.echo(f"- pip: {', '.join(p.target.pip)}\n    chosen at resolve, in one solve with the framework "
                        "(which they may hold back); `envkit resolve` locks them and this command then shows why")
 
-    emit(c, {"image": image, "framework": ch.framework, "version": ch.version, "variant": ch.variant,
-             "cuda": ch.cuda, "cuda_pinned": "exact" if ch.exact_pins else "lower bound", "python": p.python, "driver_floor": p.driver_floor, "require_cuda": p.require_cuda,
-             "index": ch.index, "decisions": [d.model_dump() for d in p.decisions],
-             "locked": None if locked is None else {
-                 "framework": locked.framework, "version": locked.framework_version, "variant": locked.variant,
-                 "decisions": [d.model_dump() for d in locked.decisions if d.topic == locked.framework],
-                 "extras": named_extras(locked)}}, human)
+    emit(
+        c,
+        {
+            "image": image,
+            "framework": ch.framework,
+            "version": ch.version,
+            "variant": ch.variant,
+            "cuda": ch.cuda,
+            "cuda_pinned": "exact" if ch.exact_pins else "lower bound",
+            "python": p.python,
+            "driver_floor": p.driver_floor,
+            "require_cuda": p.require_cuda,
+            "index": ch.index,
+            "decisions": [d.model_dump() for d in p.decisions],
+            "locked": None
+            if locked is None
+            else {
+                "framework": locked.framework,
+                "version": locked.framework_version,
+                "variant": locked.variant,
+                "decisions": [d.model_dump() for d in locked.decisions if d.topic == locked.framework],
+                "extras": named_extras(locked),
+            },
+        },
+        human,
+    )
 
 
 @click.command("render")
@@ -150,13 +175,15 @@ def render_cmd(click_ctx, spec, out_root, images, locked, json_out):
            "contexts": {k: str(v) for k, v in rendered.contexts.items()}, "compose": str(rendered.compose)}
     written = [*([] if resolved.reused else [f"{resolved.lock_path} (re-resolved)"]),
                *rendered.contexts.values(), rendered.compose]
-    emit(c, doc, lambda: [click.echo(f"wrote {p}") for p in written])
+    emit(c, doc, lambda: click.echo("\n".join(f"wrote {p}" for p in written)))
 
 
 @click.command("build")
 @click.argument("spec", type=SPEC)
 @click.option("--image", "images", multiple=True, help="Only this image (repeatable).")
-@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
+@click.option(
+    "--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True
+)
 @click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
 @builder_option
 @locked_option

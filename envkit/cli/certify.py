@@ -4,21 +4,41 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
 
 from ..payload.harness import MIN_TIMEOUT_S, RESERVE_S
 from ..errors import RunInProgressError
-from .common import (IMAGE, REGISTRY, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
-                     refresh_framework_option, run, table)
+
+if TYPE_CHECKING:
+    from ..app.nightly import NightlyResult
+from .common import (
+    IMAGE,
+    REGISTRY,
+    SPEC,
+    STORE,
+    STORE_HELP,
+    _ctx,
+    _short,
+    builder_option,
+    emit,
+    json_option,
+    locked_option,
+    refresh_framework_option,
+    run,
+    table,
+)
 
 
 @click.command("certify")
 @click.argument("image", type=IMAGE)
 @click.option("--lock", "lock_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Expect what this lock says (default: the image's own pin labels).")
-@click.option("--gpus/--no-gpus", default=None, help="Certify on the GPUs (default: when the engine has the NVIDIA runtime).")
+@click.option(
+    "--gpus/--no-gpus", default=None, help="Certify on the GPUs (default: when the engine has the NVIDIA runtime)."
+)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True, help="Where the certificate and reports are written.")
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
@@ -55,12 +75,18 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
 @click.argument("spec", type=SPEC)
 @click.option("--registry", type=REGISTRY, default=None, help="Team registry to push to (host[:port][/path]).")
 @locked_option
-@click.option("--gpus/--no-gpus", default=None, help="Certify on GPUs (default: when the engine has the NVIDIA runtime).")
-@click.option("--threshold", default=0.10, show_default=True, help="Regression: a probe dropping more than this fraction.")
+@click.option(
+    "--gpus/--no-gpus", default=None, help="Certify on GPUs (default: when the engine has the NVIDIA runtime)."
+)
+@click.option(
+    "--threshold", default=0.10, show_default=True, help="Regression: a probe dropping more than this fraction."
+)
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True)
-@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
+@click.option(
+    "--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True
+)
 @builder_option
 @click.option("--refresh-catalog", is_flag=True,
               help="First read new PyTorch, JAX and TensorFlow releases from the index: applied to "
@@ -71,7 +97,13 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
                    "builds of the lock just run; also once during the run when a build fills the engine's disk, "
                    "and then try that build again (with --builder buildkit, pruning too the build cache records "
                    "this run has not used).")
-@click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True, help="With --gc: builds to keep per image, newest first.")
+@click.option(
+    "--keep",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="With --gc: builds to keep per image, newest first.",
+)
 @click.option("--build-cache", "cache_hours", type=click.IntRange(min=0), default=None, metavar="HOURS",
               help="With --gc: the gc after the run also prunes BuildKit's build cache records not used in the last "
                    "HOURS hours, as `envkit gc --build-cache HOURS` does (engine-wide). Without it that gc leaves "
@@ -90,15 +122,8 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     from ..app.nightly import run_nightly
     from ..store.history import Store
 
-    if locked and refresh_catalog:
-        raise click.UsageError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked: "
-                               "refresh on the CPU build job; the GPU job certifies its lock with --locked")
-    if frameworks and not refresh_catalog:
-        raise click.UsageError("--refresh-framework chooses what --refresh-catalog reads; give --refresh-catalog too")
-    if click_ctx.get_parameter_source("keep") is not ParameterSource.DEFAULT and not gc:
-        raise click.UsageError("--keep says what --gc keeps; give --gc too")
-    if cache_hours is not None and not gc:
-        raise click.UsageError("--build-cache says what the gc after the run prunes; give --gc too")
+    _check_nightly_options(click_ctx, locked=locked, refresh_catalog=refresh_catalog, frameworks=frameworks, gc=gc,
+                           cache_hours=cache_hours)
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
     store = run(c, lambda: Store.open(store_url))
@@ -131,24 +156,38 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
                         store_url, keep, after) if gc else None
     if swept is not None:
         doc["gc"] = swept
-
-    def human():
-        rows = [[r.name, r.tag, r.build, r.status, ", ".join(r.pushed) or "-", "; ".join(r.changes)[:50] or "-"]
-                for r in result.images]
-        table(rows, ["IMAGE", "TAG", "BUILD", "STATUS", "PUSHED", "CHANGES"])
-        for r in result.images:
-            for line in r.notes + r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
-                click.echo(f"  {r.name}: {line}", err=True)
-        from ..app.nightly import EXIT_NAMES
-
-        if result.catalog and result.catalog["changed"]:
-            done = ("applied to " + ", ".join(result.catalog["files"]) if result.catalog["applied"]
-                    else "proposed, not applied")
-            click.echo(f"catalog refresh: {done}; diff in {result.catalog['diff']}", err=True)
-        click.echo(f"nightly run {result.run_id}: {EXIT_NAMES[result.exit_code]} in {result.seconds:.1f}s")
-
-    emit(c, doc, human)
+    emit(c, doc, lambda: _nightly_table(result))
     sys.exit(result.exit_code)
+
+
+def _check_nightly_options(click_ctx: click.Context, *, locked: bool, refresh_catalog: bool,
+                           frameworks: tuple[str, ...], gc: bool, cache_hours: int | None) -> None:
+    """Refuse the options that say nothing without another one (or contradict one)."""
+    if locked and refresh_catalog:
+        raise click.UsageError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked: "
+                               "refresh on the CPU build job; the GPU job certifies its lock with --locked")
+    if frameworks and not refresh_catalog:
+        raise click.UsageError("--refresh-framework chooses what --refresh-catalog reads; give --refresh-catalog too")
+    if click_ctx.get_parameter_source("keep") is not ParameterSource.DEFAULT and not gc:
+        raise click.UsageError("--keep says what --gc keeps; give --gc too")
+    if cache_hours is not None and not gc:
+        raise click.UsageError("--build-cache says what the gc after the run prunes; give --gc too")
+
+
+def _nightly_table(result: NightlyResult) -> None:
+    from ..app.nightly import EXIT_NAMES
+
+    rows = [[r.name, r.tag, r.build, r.status, ", ".join(r.pushed) or "-", "; ".join(r.changes)[:50] or "-"]
+            for r in result.images]
+    table(rows, ["IMAGE", "TAG", "BUILD", "STATUS", "PUSHED", "CHANGES"])
+    for r in result.images:
+        for line in r.notes + r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
+            click.echo(f"  {r.name}: {line}", err=True)
+    if result.catalog and result.catalog["changed"]:
+        done = ("applied to " + ", ".join(result.catalog["files"]) if result.catalog["applied"]
+                else "proposed, not applied")
+        click.echo(f"catalog refresh: {done}; diff in {result.catalog['diff']}", err=True)
+    click.echo(f"nightly run {result.run_id}: {EXIT_NAMES[result.exit_code]} in {result.seconds:.1f}s")
 
 
 def _lock_tags(spec) -> list[str]:
@@ -189,8 +228,11 @@ def _nightly_gc(c, engine, spec, tags, store_url, keep, build_cache=None) -> dic
         c.progress(f"gc for the nightly failed: {exc}")
         return {"error": exc.to_json()}
     reclaimed, exact = swept.reclaimed()
-    c.progress(f"gc: removed {len(swept.removed)} image(s) of team {team}, {_bytes(reclaimed)}"
-               + ("" if exact else " at most") + (f"; {len(swept.failed)} could not be removed" if swept.failed else ""))
+    c.progress(
+        f"gc: removed {len(swept.removed)} image(s) of team {team}, {_bytes(reclaimed)}"
+        + ("" if exact else " at most")
+        + (f"; {len(swept.failed)} could not be removed" if swept.failed else "")
+    )
     cache = swept.cache_json()
     if cache is not None:
         c.progress(f"gc: the prune of BuildKit's build cache failed: {cache['error']}" if cache["error"] else

@@ -275,7 +275,7 @@ class EnvkitGroup(click.Group):
                     raise
                 report_usage(exc)
             except KeyboardInterrupt:
-                signum = signal.SIGINT
+                signum: int = signal.SIGINT
             except Interrupted as exc:
                 signum = exc.signum
         # Only the number is kept: the exception's traceback would keep the unwound frames (and any

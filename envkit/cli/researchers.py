@@ -26,7 +26,10 @@ def _engine_for_registry(c: Ctx, needed: bool):
     try:
         return connect()
     except EnvkitError:
-        c.progress("no container engine here: reading the registry directly (https; the engine's insecure fallbacks only for 127.0.0.0/8)")
+        c.progress(
+            "no container engine here: reading the registry directly "
+            "(https; the engine's insecure fallbacks only for 127.0.0.0/8)"
+        )
         return None
 
 
@@ -55,7 +58,7 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
     if registry is None:
         rows = run(c, lambda: list_images(store_url, _engine_if_any))
 
-        def human():
+        def human_store() -> None:
             table([[r["tag"], r["stack"] or "-", ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-",
                     r["date"]] for r in rows], ["IMAGE", "STACK", "CERTIFICATION", "DATE"])
             if not rows:
@@ -63,7 +66,7 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
                            "images show with `envkit show IMAGE`; --store or $ENVKIT_STORE names another store)",
                            err=True)
 
-        emit(c, {"images": rows}, human)
+        emit(c, {"images": rows}, human_store)
         return
     engine = _engine_for_registry(c, needed=False)
     doc = run(c, lambda: list_registry_images(engine, registry, store_url))

@@ -153,14 +153,14 @@ class BuildKitBuilder:
             cmd = self.command(context, tag, labels, secrets=secrets, dockerfile=dockerfile, network=network,
                                no_cache=no_cache, iidfile=iidfile)
             env = dict(os.environ, DOCKER_BUILDKIT="1")
-            parser, tail = PlainProgress(), deque(maxlen=TAIL)
+            parser, tail = PlainProgress(), deque[str](maxlen=TAIL)
             try:
                 proc = procs.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,  # SIGKILLed:
                                    errors="replace", env=env)  # the CLI still gets SIGTERM and cancels the build
             except OSError as exc:
                 raise BuildError(f"cannot run {self.cli}: {exc}", hint="install Docker's CLI (docker.io)") from None
             try:
-                for line in proc.stdout:
+                for line in proc.stdout or ():
                     tail.append(line.rstrip())
                     yield from parser.feed(line)
                 code = proc.wait()

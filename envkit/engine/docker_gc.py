@@ -6,7 +6,8 @@ on envkit's build labels, so the classic builder's step images are never among t
 read only to count the images built on a candidate). Stage images likewise: top-level images with
 envkit's stage label (the last image of a stage nothing is built FROM has no child).
 Containers: the stopped ones envkit started (its container label; state created, exited or dead) are
-listed for gc to remove, unforced, with their anonymous volumes. Removal of an image is never forced: every tag and digest reference is untagged, and the engine deletes the
+listed for gc to remove, unforced, with their anonymous volumes. Removal of an image is never forced:
+every tag and digest reference is untagged, and the engine deletes the
 image (with the step images no other image uses) when the last one goes, as ``docker rmi`` does.
 The build cache's records come from ``docker system df -v``; the prune is the engine's own (``POST
 /build/prune`` with an ``until`` filter, never ``all``), so it decides, by the rule gc's plan mirrors.

@@ -86,7 +86,8 @@ def load(engine, path: Path) -> list[str]:
 def login_config_file() -> str | None:
     """The file `docker login` keeps credentials in here (``$DOCKER_CONFIG/config.json``, else
     ``~/.docker/config.json``), as docker-py finds it; None when there is none."""
-    return docker.utils.config.find_config_file()
+    found = docker.utils.config.find_config_file()
+    return str(found) if found else None
 
 
 def stored_login(path: str, registry: str) -> tuple[str | None, dict]:

@@ -94,8 +94,11 @@ def host_full(what: str, where: str | os.PathLike | None, hint: str, *, writing:
     with the free space there now; ``kind``: the error class of the step that failed."""
     free = free_bytes(where)
     place = f" writing {writing}" if writing else (f" in {where}" if where else "")
-    return kind(f"{what}: this host ran out of disk space{place}" + (f" ({size(free)} free there now)" if free is not None
-                                                                     else ""), hint=hint)
+    return kind(
+        f"{what}: this host ran out of disk space{place}"
+        + (f" ({size(free)} free there now)" if free is not None else ""),
+        hint=hint,
+    )
 
 
 def host_out_of_space(exc: OSError, what: str, *, measure: str | os.PathLike | None = None,

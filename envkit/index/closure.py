@@ -56,7 +56,7 @@ def framework_group(pins: list[Pin], root: str) -> set[str]:
     """The names in ``pins`` that ``root`` needs: itself and, transitively, what it requires (read backwards
     from the ``via`` annotations). In a joint solve of the framework and the extras these are the framework's
     closure as the extras allowed it; the rest is the extras'."""
-    root = canonicalize_name(root)
+    root = str(canonicalize_name(root))
     children: dict[str, set[str]] = {}
     for pin in pins:
         for parent in pin.via:

@@ -99,7 +99,8 @@ def check_netrc() -> Path | None:
 
 def _may_ask(url: str | None) -> bool:
     """Whether the keyring may be asked about ``url``: an index other than PyPI."""
-    return bool(url) and url.rstrip("/") != DEFAULT_INDEX.rstrip("/") and host_of(url) not in (None, "pypi.org")
+    return url is not None and bool(url) and url.rstrip("/") != DEFAULT_INDEX.rstrip("/") \
+        and host_of(url) not in (None, "pypi.org")
 
 
 def keyring_login(url: str) -> tuple[str, str] | None:
@@ -114,7 +115,7 @@ def keyring_login(url: str) -> tuple[str, str] | None:
     except ImportError:
         return None
     parts = urlsplit(url)
-    for service in dict.fromkeys((url, parts.netloc.rsplit("@", 1)[-1], parts.hostname)):
+    for service in dict.fromkeys(s for s in (url, parts.netloc.rsplit("@", 1)[-1], parts.hostname) if s):
         try:
             found = keyring.get_credential(service, None)
         except Exception:  # noqa: BLE001 - any backend's failure (locked, no D-Bus, a plugin's own) is "no login"
@@ -212,7 +213,7 @@ def refused_index(output: str, urls) -> str | None:
     private = [u for u in dict.fromkeys(urls) if u and u != DEFAULT_INDEX]
     if not private or not UNAUTHORIZED.search(output):
         return None
-    return next((u for u in private if host_of(u) in output), private[0])
+    return next((u for u in private if (host_of(u) or "\0") in output), private[0])
 
 
 def netrc_named_amiss() -> str | None:

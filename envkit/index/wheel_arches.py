@@ -108,6 +108,8 @@ def to_arch_list(flags: tuple[str, ...]) -> str | None:
     items = []
     for num in dict.fromkeys(sass):
         m = _FLAG.match("sm_" + num)
+        if m is None:  # sm_ flags were matched by _FLAG when read
+            return None
         digits, suffix = m.group(2), m.group(3)
         items.append(f"{digits[:-1]}.{digits[-1]}{suffix}" + ("+PTX" if num in ptx else ""))
     return ";".join(items)

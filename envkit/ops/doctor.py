@@ -19,7 +19,7 @@ from ..engine.buildkit import BuildKitBuilder
 from ..catalog.files import CATALOG_ENV, data_dir, load_catalog, team_dir, perf_path
 from ..catalog.perf import load_perf
 from ..store.migrations import SCHEMA_VERSION
-from ..store.records import locate
+from ..store.records import DEFAULT_PATH, locate
 from ..store.backends import NOT_A_STORE_HINT, PostgresBackend, directory_error
 from ..engine.docker_gc import DockerImageHost
 from .doctor_index import MIRROR_HINT, framework_indexes, index_finding, trust_for
@@ -39,12 +39,21 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
     try:
         engine = connect()
         v = engine.version()
-        findings.append(Finding("engine", "ok", f"{v['engine']} {v['version']} (API {v['api']}, {v['os']}/{v['arch']})"))
+        findings.append(
+            Finding("engine", "ok", f"{v['engine']} {v['version']} (API {v['api']}, {v['os']}/{v['arch']})")
+        )
         has_nvidia = engine.nvidia_runtime()
-        findings.append(Finding("nvidia_runtime", "ok" if has_nvidia else "warn",
-                                "registered" if has_nvidia else "not registered",
-                                "" if has_nvidia else "install the NVIDIA Container Toolkit to certify on GPUs "
-                                "(nvidia-ctk runtime configure --runtime=docker); builds and verification work without it"))
+        findings.append(
+            Finding(
+                "nvidia_runtime",
+                "ok" if has_nvidia else "warn",
+                "registered" if has_nvidia else "not registered",
+                ""
+                if has_nvidia
+                else "install the NVIDIA Container Toolkit to certify on GPUs "
+                "(nvidia-ctk runtime configure --runtime=docker); builds and verification work without it",
+            )
+        )
     except EnvkitError as exc:
         findings.append(Finding("engine", "fail", exc.message, exc.hint or ""))
     gpus, why = host_gpus()
@@ -71,7 +80,8 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
         for url, images in (framework_indexes(spec) if spec is not None else {}).items():
             found = index_finding(url, trust.bundle, project="torch")  # a variant index holds its framework
             hint = found.hint
-            if found.status == "fail" and not spec.build.variant_index_url and "login" not in found.value:
+            if found.status == "fail" and spec is not None and not spec.build.variant_index_url \
+                    and "login" not in found.value:
                 hint = (f"{hint}; " if hint else "") + MIRROR_HINT
             findings.append(Finding("framework_index", found.status, f"{found.value} (for {', '.join(images)})", hint))
     if engine is not None:
@@ -130,11 +140,16 @@ def scratch_finding(root=None) -> Finding:
         return Finding("scratch", "ok", "no scratch directory left by a killed envkit")
     kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(Counter(d.kind.split("-")[0] for d in left).items()))
     mounted = sum(1 for d in left if d.mounts)
-    return Finding("scratch", "warn", f"{len(left)} scratch director(ies) left by a killed envkit ({kinds}; "
-                   f"{sum(d.bytes for d in left) / 1e6:.1f} MB" + (f"; {mounted} with a mount still in it" if mounted else "")
-                   + f") in {left[0].path.parent}",
-                   "`envkit gc` removes them" + (" (it unmounts first what a killed debootstrap left mounted: run it as root)"
-                                                 if mounted else ""))
+    return Finding(
+        "scratch",
+        "warn",
+        f"{len(left)} scratch director(ies) left by a killed envkit ({kinds}; "
+        f"{sum(d.bytes for d in left) / 1e6:.1f} MB"
+        + (f"; {mounted} with a mount still in it" if mounted else "")
+        + f") in {left[0].path.parent}",
+        "`envkit gc` removes them"
+        + (" (it unmounts first what a killed debootstrap left mounted: run it as root)" if mounted else ""),
+    )
 
 
 def buildkit_finding(engine) -> Finding:
@@ -179,10 +194,10 @@ def store_finding(store_url: str | None) -> Finding:
         finally:
             backend.close()
         return _schema_finding(f"{target} (PostgreSQL {server})", version, SCHEMA_VERSION)
-    path = target.path
+    path = target.path or DEFAULT_PATH
     if path.is_dir():
         error = directory_error(path)
-        return Finding("store", "fail", error.message, error.hint)
+        return Finding("store", "fail", error.message, error.hint or "")
     if not path.exists():
         return Finding("store", "ok", f"{path} (SQLite; created on first use)")
     try:
@@ -198,5 +213,9 @@ def _schema_finding(where: str, version: int, known: int) -> Finding:
     if version > known:
         return Finding("store", "fail", f"{where}: schema version {version}, newer than this envkit ({known})",
                        "upgrade envkit to the version that wrote it")
-    note = "up to date" if version == known else f"schema {version}, migrated to {known} by the next command that uses it (doctor never changes it)"
+    note = (
+        "up to date"
+        if version == known
+        else f"schema {version}, migrated to {known} by the next command that uses it (doctor never changes it)"
+    )
     return Finding("store", "ok", f"{where}, {note}")

@@ -24,7 +24,7 @@ import re
 import socket
 import warnings
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Callable, TypedDict, TypeVar
 
 import requests
 import urllib3
@@ -68,6 +68,14 @@ _PERMANENT = re.compile(
 
 Sleep = Callable[[float], None]
 T = TypeVar("T")
+
+
+class Retries(TypedDict):
+    """How ``_retrying`` retries: ``retries`` times, waiting ``backoff`` * 2**n seconds with ``sleep``."""
+
+    retries: int
+    backoff: float
+    sleep: Sleep
 
 
 # --- names, credentials, http or https -------------------------------------------------------------
@@ -227,8 +235,9 @@ class _RegistryHTTP:
         headers = dict(kw.pop("headers", {}))
         sent = self.auth.header(self.scope)
         r = self._request(method, url, {**headers, **sent}, **kw)
-        if r.status_code == 400 and PROXY_REFUSED.search(r.text[:2000]):  # nginx's ssl_verify_client, over HTTP
-            title = PROXY_REFUSED.search(r.text[:2000]).group(0)
+        refused = PROXY_REFUSED.search(r.text[:2000]) if r.status_code == 400 else None
+        if refused:  # nginx's ssl_verify_client, over HTTP
+            title = refused.group(0)
             raise client_refusal(self.registry, f"HTTP 400 {title!r} from {url.split('?', 1)[0]}")
         for _ in range(2):
             if r.status_code != 401:

@@ -50,7 +50,9 @@ def attach_certificate(client, registry_repo: str, stack_tag: str, certificate: 
     _check_tag(tag)
     artifact = _Manifest("sha256:" + hashlib.sha256(manifest).hexdigest(), "application/vnd.oci.image.manifest.v1+json",
                          manifest)
-    digest = _retrying(lambda: reg.put_manifest(tag, artifact), retries=retries, backoff=backoff, sleep=sleep, fail=fail)
+    digest = _retrying(
+        lambda: reg.put_manifest(tag, artifact), retries=retries, backoff=backoff, sleep=sleep, fail=fail
+    )
     return f"{_strip_tag(registry_repo)}@{digest}"
 
 

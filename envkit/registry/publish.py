@@ -32,7 +32,8 @@ from typing import Callable
 
 from ..engine.protocol import ImageInfo, EngineCallError, ImageMissing
 from ..errors import EngineError
-from .api import PASSWORD_ENV, USER_ENV, Sleep, _classify, _Failure, _insecure, _RegistryHTTP, _retrying
+from .api import (PASSWORD_ENV, USER_ENV, Retries, Sleep, _classify, _Failure, _insecure, _Manifest, _RegistryHTTP,
+                  _retrying)
 from .remote_parse import _strip_tag, split_repository, CERTIFIED_TAG
 from .auth import AuthFailure, Credentials, credentials_for, engine_refusal, engine_tls_failure
 from ..support.progress import Progress
@@ -173,6 +174,19 @@ def remote_digest(client, registry_repo: str, tag: str, *, retries: int = 4, bac
     return manifest.digest if manifest else None
 
 
+def _check_same_image(existing: _Manifest, registry_repo: str, ref: str, local: str, info: ImageInfo) -> None:
+    """Refuse to move stack tag ``ref``, which holds ``existing``, to another image than the local ``info``."""
+    same = (existing.config_digest == info.id if existing.config_digest
+            else f"{registry_repo}@{existing.digest}" in set(info.repo_digests))
+    if not same:
+        raise EngineError(
+            f"refusing to overwrite {ref}: stack tags are immutable, and it already points to "
+            f"{existing.digest} (image {existing.config_digest or 'unknown'}), not to {local} ({info.id})",
+            hint="a changed stack gets a new lock hash and so a new stack tag: re-resolve and rebuild; "
+                 "to replace the tag anyway, delete it in the registry first, deliberately",
+        )
+
+
 def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, image: str | None = None,
             retries: int = 4, backoff: float = 1.0, sleep: Sleep = time.sleep,
             progress: Progress | None = None) -> PromoteResult:
@@ -193,11 +207,9 @@ def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, imag
     if info is None:
         raise EngineError(f"cannot promote {local}: the engine has no such image",
                           hint="build it first (envkit build SPEC), or pass the local image reference")
-    image_id = info.id
-    repo_digests = set(info.repo_digests)
     reg = _RegistryHTTP(engine, registry_repo)
     ref = f"{registry_repo}:{stack_tag}"
-    opts = dict(retries=retries, backoff=backoff, sleep=sleep)
+    opts = Retries(retries=retries, backoff=backoff, sleep=sleep)
 
     def unreadable(what: str):
         return lambda f, n: EngineError(f"cannot {what} in registry {reg.registry}: {f.message}; {local} is "
@@ -208,15 +220,7 @@ def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, imag
         stack = push(engine, local, registry_repo, stack_tag, progress=progress, **opts)
         pushed = True
     else:
-        same = (existing.config_digest == image_id if existing.config_digest
-                else f"{registry_repo}@{existing.digest}" in repo_digests)
-        if not same:
-            raise EngineError(
-                f"refusing to overwrite {ref}: stack tags are immutable, and it already points to "
-                f"{existing.digest} (image {existing.config_digest or 'unknown'}), not to {local} ({image_id})",
-                hint="a changed stack gets a new lock hash and so a new stack tag: re-resolve and rebuild; "
-                     "to replace the tag anyway, delete it in the registry first, deliberately",
-            )
+        _check_same_image(existing, registry_repo, ref, local, info)
         if progress:
             progress(f"{ref} already holds this image ({existing.digest}); not pushing again")
         stack = PushResult(ref, existing.digest)

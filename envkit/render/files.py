@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..resolve import devel
-from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files
+from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files, payload_sha256
 from ..frameworks import framework, requested_labels, expected
 from ..index import login as index_login_
 from ..index.urls import DEFAULT_INDEX, trusted_hosts
@@ -45,7 +45,7 @@ PIP_ENV = f'if [ -f {CA_PATH} ]; then export PIP_CERT={CA_PATH}; fi;'
 WHEEL_CACHE = "/root/.cache/pip/envkit-wheels"
 WHEELHOUSE = "/tmp/envkit/wheelhouse"  # the bundle's wheels, inside the build (wheelhouse mode)
 DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
-
+PAYLOAD_DIGEST = "payload.sha256"  # a context's record of its payload: sha256 by the payload's rule, and where it is
 
 def image_tag(team: str, image: LockedImage) -> str:
     """<team>/<image>:<framework-version>-<variant>-py<python>-<lockhash8>"""
@@ -94,11 +94,14 @@ class RenderContext:
 
 def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
                 wheelhouse: bool = False) -> RenderContext:
-    base_ref = image.base.ref if not image.base.digest or "@" in image.base.ref else f"{image.base.ref}@{image.base.digest}"
+    base_ref = (
+        image.base.ref if not image.base.digest or "@" in image.base.ref else f"{image.base.ref}@{image.base.digest}"
+    )
     labels = {
         "org.opencontainers.image.title": f"{lock.team}/{image.name}",
         "org.opencontainers.image.version": image_tag(lock.team, image).split(":", 1)[1],
-        "org.opencontainers.image.description": f"{image.framework} {image.framework_version} ({image.variant}) on {image.base.distro} {image.base.suite}",
+        "org.opencontainers.image.description": f"{image.framework} {image.framework_version} ({image.variant}) "
+                                                f"on {image.base.distro} {image.base.suite}",
         "org.opencontainers.image.vendor": lock.team,
         "org.opencontainers.image.base.name": image.base.ref,
         TEAM_LABEL: lock.team,
@@ -212,8 +215,10 @@ def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bo
         # what the image's own self-check compares against, in the shape the payload accepts (as the harness mounts it)
         "envkit/expect.json": (json.dumps(payload_expect(expected(image)), indent=2, sort_keys=True) + "\n").encode(),
     }
-    # the payload directory (__main__.py + envkit_check_*.py), run in the image as python3 /opt/envkit/envkit_check
+    # the payload directory (__main__.py + envkit_check_*.py), run in the image as python3 /opt/envkit/envkit_check;
+    # its identity beside the Dockerfile (not copied into the image): what a committed example context keeps of it
     files.update({f"envkit/{PAYLOAD_NAME}/{name}": data for name, data in payload_files().items()})
+    files[PAYLOAD_DIGEST] = f"{payload_sha256()}  envkit/{PAYLOAD_NAME}\n".encode()
     if image.flavour == "devel":
         files["requirements/devel.txt"] = requirements_text(image, devel.GROUP).encode()
     if not buildkit and not wheelhouse:
@@ -258,7 +263,7 @@ def render(lock: Lock, out_root: Path, spec_name: str, only: list[str] | None = 
     compose = render_compose(lock, spec_name)
     # Then write it all beside where it goes, and only then rename it into place: a file in the way, an unwritable
     # or immutable target, a disk that fills up on the second image leave every tree and the compose file as they were.
-    result = Rendered(contexts={name: out_root / "dockerfiles" / name for name in trees},
-                      compose=out_root / "compose" / f"{lock.team}.yaml")
-    replace_all({result.contexts[name]: files for name, files in trees.items()}, {result.compose: compose})
+    compose_path = out_root / "compose" / f"{lock.team}.yaml"
+    result = Rendered(contexts={name: out_root / "dockerfiles" / name for name in trees}, compose=compose_path)
+    replace_all({result.contexts[name]: files for name, files in trees.items()}, {compose_path: compose})
     return result

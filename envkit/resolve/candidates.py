@@ -61,7 +61,9 @@ def variant_index_for(catalog: Catalog, tag: str, variant_index: str | None = No
 def _torch(catalog: Catalog, admits, variant_index: str | None) -> list[Candidate]:
     out = []
     for release in sorted(catalog.torch_releases(), key=lambda r: vtuple(r.version), reverse=True):
-        variants = sorted(release.variants, key=lambda v: (v.tag != release.index_default, [-x for x in vtuple(v.cuda)]))
+        variants = sorted(
+            release.variants, key=lambda v: (v.tag != release.index_default, [-x for x in vtuple(v.cuda)])
+        )
         for patch in sorted(release.patches, key=Version, reverse=True):
             if not admits(patch):
                 continue

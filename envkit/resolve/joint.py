@@ -243,7 +243,9 @@ def no_wheel(t: Target, exc: ClosureError, index: Index) -> NoWheelError:
     asked = next((e for e in t.extras if canonicalize_name(Requirement(e).name) == name), None)
     where = f"CPython {t.python} on x86_64 with glibc {t.glibc}"
     newest = newest_with_wheel(index, name, t.python, t.glibc)
-    what = f"{asked!r} (pip:)" if asked else f"{name} (required by another package: {' '.join(exc.cause.split())[:300]})"
+    what = (
+        f"{asked!r} (pip:)" if asked else f"{name} (required by another package: {' '.join(exc.cause.split())[:300]})"
+    )
     if newest is None:
         has = f"no release of {name} on {index.url} has a wheel for {where}"
         pin = ""

@@ -54,6 +54,7 @@ def check_excluded_pin(spec: Spec, target: Target, catalog: Catalog, fleet: Flee
     cuda_spec = SpecifierSet(target.cuda) if target.cuda else None
     fits = [c.version for c in candidates(req, catalog, ignore_version=True)
             if reject_reason(c, python, catalog, fleet, cuda_spec) is None]
+    assert pinned is not None  # an excluded release was found for it
     series = Version(pinned).release[:2]
     near = next((v for v in fits if Version(v).release[:2] == series), None)
     if near:
@@ -70,7 +71,9 @@ def check_excluded_pin(spec: Spec, target: Target, catalog: Catalog, fleet: Flee
              f"(its row at {ex.location})")
 
 
-def reject_reason(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec: SpecifierSet | None) -> str | None:
+def reject_reason(
+    c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec: SpecifierSet | None
+) -> str | None:
     """Why ``c`` cannot serve this image, or None when it can."""
     ex = catalog.excluded(c.framework, c.version)
     if ex is not None:
@@ -84,7 +87,8 @@ def reject_reason(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cud
     except CatalogError as exc:  # a catalog gap for this CUDA under strict policy
         return exc.message
     if vtuple(fleet.min_driver) < vtuple(floor):
-        return f"needs driver >= {floor} for CUDA {c.cuda} (policy {fleet.policy}); the fleet's oldest is {fleet.min_driver}"
+        return (f"needs driver >= {floor} for CUDA {c.cuda} (policy {fleet.policy}); "
+                f"the fleet's oldest is {fleet.min_driver}")
     # PTX JIT needs a driver at least as new as the toolkit; minor-version compatibility is not enough.
     try:
         jit_floor = catalog.toolkit_floor(c.cuda)
@@ -102,8 +106,11 @@ def uncovered(c: Candidate, fleet: Fleet, ptx_ok: bool, jit_floor: str | None) -
                 return f"needs compute capability >= {c.min_cc}; {gpu.family} ({', '.join(gpu.models[:2])}) is {gpu.cc}"
         elif not covers(c.arches, gpu.cc, ptx_ok=ptx_ok):
             only_ptx = covers(c.arches, gpu.cc, ptx_ok=True)
-            why = (f"only PTX covers {gpu.family} (cc {gpu.cc}) and JIT needs driver >= {jit_floor or 'an unknown floor'}"
-                   if only_ptx else f"has no kernels for {gpu.family} (cc {gpu.cc}); arch list {' '.join(c.arches)}")
+            why = (
+                f"only PTX covers {gpu.family} (cc {gpu.cc}) and JIT needs driver >= {jit_floor or 'an unknown floor'}"
+                if only_ptx
+                else f"has no kernels for {gpu.family} (cc {gpu.cc}); arch list {' '.join(c.arches)}"
+            )
             return why
     return None
 
@@ -140,7 +147,7 @@ def ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
         if both:
             ways.append("drop " + ", ".join(sorted({f"{g.models[0]} (cc {g.cc})" for g in both}))
                         + " from fleet.gpus (serve it with another image) and raise fleet.min_driver to >= "
-                        + _lowest(list(both.values())))
+                        + str(_lowest(list(both.values()))))
     ways += _other_python(req, python, catalog, fleet, cuda_spec)
     if cuda_spec is not None:
         ways.append(f"relax the cuda constraint {cuda_spec}")
@@ -201,8 +208,8 @@ def _driver_needed(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cu
             floors.append(floor())
         except CatalogError:  # a catalog gap (no floor for this CUDA): that way is not offered
             pass
-    for floor in sorted({f for f in floors if f}, key=vtuple):
-        driver = max(floor, fleet.min_driver, key=vtuple)
+    for found in sorted({f for f in floors if f}, key=vtuple):
+        driver = max(found, fleet.min_driver, key=vtuple)
         if reject_reason(c, python, catalog, replace(fleet, min_driver=driver), cuda_spec) is None:
             return driver
     return None
@@ -257,7 +264,7 @@ def rejections(rejected: list[str], shown: int = 4) -> str:
 
 def base_for(catalog: Catalog, suite: str) -> str:
     """How a spec asks for ``suite``: Debian's are bootstrapped here; others are images (pin them by digest)."""
-    distro = catalog.os_base(suite).distro
+    distro = getattr(catalog.os_base(suite), "distro", None)
     if distro == "debian":
         return f"base: {{bootstrap: {{suite: {suite}}}}}"
     return f'base: {{image: "{distro}:{suite}@sha256:..."}}'

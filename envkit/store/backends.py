@@ -195,9 +195,11 @@ class PostgresBackend:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if parts.password:
                 message = message.replace(parts.password, "***")
-            raise StoreError(f"cannot connect to the history database {redact(url)}: {message}",
-                             hint="check host, port, database and user; give the password through PGPASSWORD "
-                                  "or ~/.pgpass (or the ENVKIT_STORE variable), never on a shared command line") from None
+            raise StoreError(
+                f"cannot connect to the history database {redact(url)}: {message}",
+                hint="check host, port, database and user; give the password through PGPASSWORD "
+                "or ~/.pgpass (or the ENVKIT_STORE variable), never on a shared command line",
+            ) from None
         return cls(url, conn, psycopg)
 
     def _failed(self, exc: Exception) -> StoreError:
@@ -249,7 +251,9 @@ class PostgresBackend:
                                  WHERE l.locktype = 'advisory' AND l.granted
                                    AND l.classid::bigint = ? AND l.objid::bigint = ?""",
                               ((k >> 32) & 0xFFFFFFFF, k & 0xFFFFFFFF))
-            holder = f"{rows[0]['who']}, connected since {rows[0]['since']:%Y-%m-%d %H:%M:%S}" if rows else "another session"
+            holder = (
+                f"{rows[0]['who']}, connected since {rows[0]['since']:%Y-%m-%d %H:%M:%S}" if rows else "another session"
+            )
             raise RunInProgressError(
                 f"{what} is already running against {self.where} ({holder})",
                 hint="wait for it to finish; a run that was killed releases the lock, and the next run resumes it")

@@ -60,7 +60,7 @@ class Store:
         Default: the ``ENVKIT_STORE`` environment variable, else ``.envkit/history.sqlite``.
         """
         target = locate(url_or_path)
-        backend: Backend = SQLiteBackend.open(target.path) if target.path else PostgresBackend.open(target.url)
+        backend: Backend = SQLiteBackend.open(target.path) if target.path else PostgresBackend.open(target.postgres_url)
         try:
             backend.migrate(MIGRATIONS, clock)
         except BaseException:
@@ -105,7 +105,7 @@ class Store:
         """Open ``target`` to read it: nothing is created or written. A database without envkit's schema (an empty
         file) or with a newer one is a ``StoreError``; an older one is migrated (``_upgraded``)."""
         backend: Backend = (SQLiteBackend.open(target.path, read_only=True) if target.path
-                            else PostgresBackend.open(target.url))
+                            else PostgresBackend.open(target.postgres_url))
         try:
             version = backend.stored_version()
             if version == 0:
@@ -180,8 +180,8 @@ class Store:
     def unfinished_run(self, spec_digest: str) -> int | None:
         """The newest run of this spec that never finished (killed mid-way): the one to resume."""
         rows = self.backend.query(
-            "SELECT id FROM runs WHERE spec_digest = ? AND finished_at IS NULL ORDER BY started_at DESC, id DESC LIMIT 1",
-            (spec_digest,))
+            "SELECT id FROM runs WHERE spec_digest = ? AND finished_at IS NULL "
+            "ORDER BY started_at DESC, id DESC LIMIT 1", (spec_digest,))
         return rows[0]["id"] if rows else None
 
     # --- builds ---------------------------------------------------------------------------

@@ -27,7 +27,8 @@ def fields_at(model: type[BaseModel], loc: tuple) -> set[str]:
     for part in loc:
         if isinstance(part, int):
             continue
-        field = current.model_fields.get(part) if isinstance(current, type) else None
+        field = current.model_fields.get(part) if isinstance(current, type) and issubclass(current, BaseModel) \
+            else None
         if field is None:
             return set()
         current = _model_in(field.annotation)

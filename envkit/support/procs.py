@@ -71,7 +71,9 @@ def stop(procs: Sequence[subprocess.Popen], grace: float = GRACE) -> None:
             p.wait()
 
 
-def run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, grace: float = GRACE) -> subprocess.CompletedProcess:
+def run(
+    cmd: Sequence[str], *, env: Mapping[str, str] | None = None, grace: float = GRACE
+) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, capture_output=True, text=True, stdin=DEVNULL)``, stopped gently when interrupted."""
     return run_all([cmd], env=env, grace=grace)[0]
 

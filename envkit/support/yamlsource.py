@@ -62,7 +62,7 @@ def utf8_text(raw: bytes, path: Path, *, error: type[EnvkitError] = SpecError, w
                     location=Location(str(path), raw[:exc.start].count(b"\n") + 1, column)) from None
 
 
-def parse_yaml(text: str, name: str, *, error: type[SpecError] = SpecError) -> Document:
+def parse_yaml(text: str, name: str, *, error: type[EnvkitError] = SpecError) -> Document:
     loader = None
     try:
         loader = yaml.SafeLoader(text)  # its reader refuses characters YAML does not allow, here already

@@ -28,7 +28,7 @@ from ..models import Catalog
 from ..files import data_dir as default_data_dir
 from .common import RefreshResult, apply_texts, check_today, load_yaml, q, read_file, splice, wheel_reading
 from .tensorflow import _ROW as _TF_ROW
-from .torch import _release_blocks
+from .torch_text import release_blocks
 from ...frameworks import ARCH_LISTED
 
 ARCH_FRAMEWORKS = ARCH_LISTED  # the frameworks whose GPU coverage is a compiled arch list (envkit.frameworks)
@@ -98,7 +98,7 @@ def check_arches(catalog: Catalog, index, *, today: str, frameworks=ARCH_FRAMEWO
 def _torch(catalog, index, directory, today, python, glibc, rows, notes, warnings, sources) -> RefreshResult:
     text, _ = read_file(directory, "pytorch.yaml")
     lines = text.splitlines(keepends=True)
-    blocks = {b[0]: b for b in _release_blocks(lines)}
+    blocks = {b[0]: b for b in release_blocks(lines)}
     replace: dict[int, list[str]] = {}
     unconfirmed = []
     for release in catalog.torch_releases():
@@ -124,7 +124,9 @@ def _torch(catalog, index, directory, today, python, glibc, rows, notes, warning
             rows.append({**row, "status": "unspellable"})
             continue
         _, first, end = blocks[release.version]
-        hits = [i for i in range(first, end) if (m := _VARIANT.match(lines[i].rstrip("\r\n"))) and m["tag"] == variant.tag]
+        hits = [
+            i for i in range(first, end) if (m := _VARIANT.match(lines[i].rstrip("\r\n"))) and m["tag"] == variant.tag
+        ]
         src = [i for i in range(first, end) if _SOURCES.match(lines[i])]
         if len(hits) != 1 or len(src) != 1:
             raise CatalogError(f"pytorch.yaml: the {release.version} row has no one-line {variant.tag} variant and "
@@ -132,7 +134,7 @@ def _torch(catalog, index, directory, today, python, glibc, rows, notes, warning
         key = source_key(got, newest)
         sources[key] = source_text(got, today)
         line = lines[hits[0]]
-        indent = _VARIANT.match(line.rstrip("\r\n"))["indent"]
+        indent = line[:len(line) - len(line.lstrip())]  # the variant line's own (_VARIANT matched it)
         eol = "\r\n" if line.endswith("\r\n") else "\n"
         replace[hits[0]] = [f"{indent}# arch_list read from {got.wheel} ({key}, {today}); was {variant.arch_list}{eol}",
                             line.replace(f'arch_list: {q(variant.arch_list)}}}', f'arch_list: {q(got.arch_list)}}}')]
@@ -150,6 +152,8 @@ def _torch(catalog, index, directory, today, python, glibc, rows, notes, warning
 
 def _add_source(line: str, key: str) -> str:
     m = _SOURCES.match(line)
+    if m is None:  # matched when the row was read
+        raise CatalogError(f"pytorch.yaml: {line.strip()!r} is not a one-line 'sources: [...]'")
     keys = [k.strip() for k in m["keys"].split(",") if k.strip()]
     if key in keys:
         return line
@@ -232,8 +236,7 @@ def sources_result(directory: Path, new: dict[str, str]) -> RefreshResult:
             end += 1
         while end > start + 1 and not lines[end - 1].strip():
             end -= 1
-        drop = {i for i in range(start + 1, end) if re.match(r"^  (\S+):", lines[i])
-                and re.match(r"^  (\S+):", lines[i])[1] in add}
+        drop = {i for i in range(start + 1, end) if (m := re.match(r"^  (\S+):", lines[i])) and m[1] in add}
         if drop:  # a key read again with another value: replace its (one-line) entry
             lines = [line for i, line in enumerate(lines) if i not in drop]
             end -= len({i for i in drop if i < end})

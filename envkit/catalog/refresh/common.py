@@ -145,7 +145,7 @@ def wheel_reading(index, framework: str, version: str, python: str, glibc: str, 
     wheels = index.wheels(framework)
     pys = python_tags(wheels, v)
     wheel, py = pick_wheel(index, framework, v, pys, python, glibc) if pys else (None, None)
-    if wheel is None:
+    if wheel is None or py is None:
         return f"no Linux x86_64 CPython wheel of {framework} {version} on {index.url}"
     try:
         if cuda is not None:
@@ -172,9 +172,11 @@ def extras_of(requirement: Requirement) -> set[str]:
 
 def for_extra(requirements: list[Requirement], extra: str, python: str) -> dict[str, Requirement]:
     """canonical name -> requirement, for what ``pip install X[extra]`` adds on Linux x86_64."""
-    out = {}
+    out: dict[str, Requirement] = {}
     for r in requirements:
-        names = {e for e in _EXTRA_IN_MARKER.findall(str(r.marker))} if r.marker is not None else set()
+        if r.marker is None:
+            continue
+        names = set(_EXTRA_IN_MARKER.findall(str(r.marker)))
         spelled = next((e for e in names if canonicalize_name(e) == canonicalize_name(extra)), None)
         env = {**_LINUX, "python_version": python, "python_full_version": python + ".0", "extra": spelled or ""}
         if spelled is not None and r.marker.evaluate(env):
@@ -235,6 +237,17 @@ def splice(lines: list[str], insert: dict[int, list[str]], replace: dict[int, li
 
 
 # --- one file's result -----------------------------------------------------------------------
+@dataclass
+class RefreshLog:
+    """What a refresh says besides its rows, gathered as it reads: notes, warnings, the reads of the index it made
+    (a framework's own type), the releases it skipped as excluded."""
+
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    reads: list[Any] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class RefreshResult:
     """One catalog file as read and as proposed, with what was added and why."""
