@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, model_serializer
+from pydantic import AfterValidator, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from .support.atomic import write_atomic
 from .errors import LockError
@@ -101,7 +101,7 @@ class LockedImage(Frozen):
     decisions: tuple[Decision, ...] = ()
 
     @model_serializer(mode="wrap")
-    def _without_unset_extra_index(self, handler) -> dict:
+    def _without_unset_extra_index(self, handler: SerializerFunctionWrapHandler) -> dict:
         """No ``extra_index_url`` key when there is none, no ``requested`` when empty: locks (and image hashes)
         made before these fields stay as they were."""
         data = handler(self)
@@ -174,7 +174,7 @@ def named_extras(image: LockedImage) -> list[dict]:
              "held_back": d.reason.startswith(HELD_BACK)} for d in image.decisions if d.topic.startswith(PIP_TOPIC)]
 
 
-def canonical(obj) -> bytes:
+def canonical(obj: object) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -29,6 +29,11 @@ from .errors import Location, SpecError
 from .support.yamlsource import Document, load_yaml
 from .support.ca_bundle import check_pem, env_ca_skipped, env_ca_source
 from .support.models import Strict, fields_at
+
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler, SerializerFunctionWrapHandler
+    from pydantic.json_schema import JsonSchemaValue
+    from pydantic_core import CoreSchema
 
 SPEC_VERSION = 1
 
@@ -70,12 +75,12 @@ class _grammar:
             raise ValueError(f"{_short(value)!r} is not a valid {self.what}")
         return value
 
-    def __get_pydantic_core_schema__(self, source, handler):
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
         from pydantic_core import core_schema
 
         return core_schema.no_info_after_validator_function(self.check, handler(source))
 
-    def __get_pydantic_json_schema__(self, schema, handler):
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         out = handler(schema)
         out.update(pattern=self.regex.pattern, maxLength=MAX_VALUE)
         return out
@@ -209,7 +214,7 @@ class BuildOptions(Strict):
                           "the resolve")
 
     @model_serializer(mode="wrap")
-    def _without_unset_variant_index(self, handler) -> dict:
+    def _without_unset_variant_index(self, handler: SerializerFunctionWrapHandler) -> dict:
         """No ``variant_index_url`` or ``held_back`` key when unset: the spec digest locks keep (``model_dump``) stays
         as it was before the fields existed, so their locks stay current."""
         data = handler(self)

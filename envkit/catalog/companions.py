@@ -57,7 +57,7 @@ class _Loader(_Fast):
     """libyaml's safe loader (the file is parsed at every catalog load), refusing a key written twice; the
     error path parses the file again with positions (``parse_yaml``), which names where."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool=False) -> dict:
         keys = [self.construct_object(k, deep=True) for k, _ in node.value]
         if len({repr(k) for k in keys}) != len(keys):
             raise yaml.constructor.ConstructorError(None, None, "a key is written twice", node.start_mark)
@@ -71,7 +71,7 @@ class _Positions:
         self.text, self.path = text, path
         self.doc: Document | None = None
 
-    def locate(self, loc) -> Location:
+    def locate(self, loc: tuple) -> Location:
         if self.doc is None:
             try:
                 self.doc = _parse(self.text, self.path)
@@ -80,7 +80,7 @@ class _Positions:
         return self.doc.locate(loc)
 
 
-def _parse(text: str, path: Path):
+def _parse(text: str, path: Path) -> Document:
     try:
         return parse_yaml(text, str(path), error=CatalogError)
     except CatalogError as exc:  # not YAML, a key written twice, an anchor: said where, with what to do
@@ -157,12 +157,6 @@ class Companions:
         return tuple(r for r in self.rows if r.framework == framework)
 
 
-def known_releases(files) -> dict[str, tuple[str, ...]]:
-    """framework -> the release keys its catalog file has (torch/tensorflow series, JAX versions)."""
-    return {"torch": tuple(r.version for r in files.releases), "jax": tuple(files.jax.versions),
-            "tensorflow": tuple(r.version for r in files.tensorflow.releases)}
-
-
 def read_companions(directory: Path) -> bytes | None:
     """The file's bytes, or None when ``directory`` has no companions.yaml."""
     path = directory / FILE
@@ -181,7 +175,7 @@ def check_companions(path: Path, raw: bytes, releases: dict[str, tuple[str, ...]
     data = _load_yaml(text, path)
     doc = _Positions(text, path)
 
-    def fail(message: str, *at, hint: str = _ROW_HINT) -> CatalogError:
+    def fail(message: str, *at: str | int, hint: str = _ROW_HINT) -> CatalogError:
         return CatalogError(f"{path.name}: {message}", location=doc.locate(at), hint=hint)
 
     if not isinstance(data, dict) or data.get("version") != 1:
@@ -330,4 +324,4 @@ def _check_spec(where: str, spec: object, pat: tuple, fail: _Fail) -> str:
 
 
 __all__ = ["BY_SERIES", "FILE", "KEY", "CompanionRow", "Companions", "catalog_key", "check_companions",
-           "known_releases", "read_companions", "release_key"]
+           "read_companions", "release_key"]

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Hashable, Iterator, Sequence
 
 import yaml
 from packaging.version import Version
@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from ..errors import CatalogError, Location
 from ..support.yamlsource import parse_yaml, utf8_text
-from .companions import FILE as COMPANIONS_FILE, check_companions, known_releases, read_companions
+from .companions import FILE as COMPANIONS_FILE, check_companions, read_companions
 from .exclusions import FRAMEWORK_FILES, check_rows, pop_rows
 from .models import Catalog, CatalogData, TfRelease, TorchRelease, norm_gpu, vtuple
 
@@ -102,7 +102,7 @@ def _locate(path: Path | None, loc: tuple, directory: Path) -> Location:
 class _Loader(yaml.SafeLoader):
     """yaml's safe loader, refusing a key written twice in one mapping (plain YAML keeps the last)."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool=False) -> dict:
         seen: dict = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
@@ -147,7 +147,7 @@ def _refuse(loc: tuple, message: str, hint: str, files_of: dict[str, Path], dire
                         location=_locate(files_of.get(loc[0]), loc, directory))
 
 
-def _twice(values) -> tuple[int, int] | None:
+def _twice(values: Sequence[Hashable]) -> tuple[int, int] | None:
     """(index of the first, index of the repeat) of the first value written twice, else None."""
     first: dict = {}
     for i, v in enumerate(values):
@@ -224,6 +224,12 @@ def _cross_check(files: CatalogData) -> Iterator[_Broken]:
     if (dup := _twice([e.extra for e in files.jax.extras])) is not None:
         yield (("jax", "extras", dup[1], "extra"), f"the extra {files.jax.extras[dup[1]].extra!r} has two rows "
                f"(also jax.extras.{dup[0]})", keep_one)
+
+
+def known_releases(files: CatalogData) -> dict[str, tuple[str, ...]]:
+    """framework -> the release keys its catalog file has (torch/tensorflow series, JAX versions)."""
+    return {"torch": tuple(r.version for r in files.releases), "jax": tuple(files.jax.versions),
+            "tensorflow": tuple(r.version for r in files.tensorflow.releases)}
 
 
 def load_catalog(directory: str | Path | None = None) -> Catalog:

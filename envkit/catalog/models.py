@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, Field, field_validator
@@ -23,7 +23,7 @@ Verified = Literal[True, False, "partial"]
 
 
 # --- the grammars of the values the code computes with (vtuple, Version, rules.covers) -----------------
-def _grammar(pattern: str, what: str, example: str):
+def _grammar(pattern: str, what: str, example: str) -> Any:
     rx = re.compile(pattern)
 
     def check(value: str) -> str:

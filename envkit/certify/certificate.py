@@ -27,7 +27,7 @@ import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -37,6 +37,9 @@ from ..support.models import Frozen
 from .verdict import CheckStatus, Status, as_dict, as_number, decide
 from .. import __version__
 from ..payload.harness import run_payload
+
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
 
 CERTIFICATE_VERSION: Literal[1] = 1
 LABEL_PREFIX = "io.envkit.certified."
@@ -196,7 +199,7 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def certify_image(engine, ref: str, expect: dict, *, gpus: bool, timeout: int = 600,
+def certify_image(engine: Engine, ref: str, expect: dict, *, gpus: bool, timeout: int = 600,
                   created_at: str | None = None) -> Certificate:
     """Run the payload in ``ref`` (on the GPUs when ``gpus``) and certify the outcome."""
     info = engine.inspect(ref)

@@ -30,7 +30,7 @@ __all__ = ["main", "BUILDERS", "SPEC", "STORE_HELP", "Ctx", "builder_option", "e
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.option("-v", "--verbose", is_flag=True, help="Show every build log line.")
 @click.pass_context
-def main(ctx, debug, verbose):
+def main(ctx: click.Context, debug: bool, verbose: bool) -> None:
     """Resolve, render, build and verify GPU software stacks."""
     ctx.obj = {"debug": debug, "verbose": verbose}
 

@@ -12,14 +12,13 @@ from click.core import ParameterSource
 from ..payload.harness import MIN_TIMEOUT_S, RESERVE_S
 from ..errors import RunInProgressError
 
-if TYPE_CHECKING:
-    from ..app.nightly import NightlyResult
 from .common import (
     IMAGE,
     REGISTRY,
     SPEC,
     STORE,
     STORE_HELP,
+    Ctx,
     _ctx,
     _short,
     builder_option,
@@ -30,6 +29,11 @@ from .common import (
     run,
     table,
 )
+
+if TYPE_CHECKING:
+    from ..engine.docker_engine import DockerEngine
+    from ..ops.gc_plan import CacheCutoff
+    from ..app.nightly import NightlyResult
 
 
 @click.command("certify")
@@ -47,7 +51,16 @@ from .common import (
                    f"{RESERVE_S} s before it, to report what it found).")
 @json_option
 @click.pass_context
-def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, json_out):
+def certify_cmd(
+    click_ctx: click.Context,
+    image: str,
+    lock_path: Path | None,
+    gpus: bool | None,
+    out_dir: Path,
+    store_url: str | None,
+    timeout: int,
+    json_out: bool,
+) -> None:
     """Certify IMAGE: on a GPU, `certified`; without one, `verified` with GPU checks skipped."""
     from ..engine.docker_engine import connect
     from ..app.certify import certify
@@ -57,7 +70,7 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
     cert, paths = run(c, lambda: certify(engine, image, lock_path=lock_path, gpus=gpus, out_dir=out_dir,
                                          store_url=store_url, timeout=timeout))
 
-    def human():
+    def human() -> None:
         table([[ch.name, ch.status, _short(ch.value), (ch.message or "")[:70]] for ch in cert.checks],
               ["CHECK", "STATUS", "VALUE", "MESSAGE"])
         for reason in cert.reasons:
@@ -110,8 +123,24 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
                    "the cache for the next rebuild, and only a disk-full reclaim prunes it.")
 @json_option
 @click.pass_context
-def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, reports_dir, out_root, builder,
-                refresh_catalog, frameworks, gc, keep, cache_hours, json_out):
+def nightly_cmd(
+    click_ctx: click.Context,
+    spec: Path,
+    registry: str | None,
+    locked: bool,
+    gpus: bool | None,
+    threshold: float,
+    store_url: str | None,
+    reports_dir: Path,
+    out_root: Path,
+    builder: str,
+    refresh_catalog: bool,
+    frameworks: tuple[str, ...],
+    gc: bool,
+    keep: int,
+    cache_hours: int | None,
+    json_out: bool,
+) -> None:
     """Re-resolve, rebuild what changed, certify, promote and remember.
 
     Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure,
@@ -190,7 +219,7 @@ def _nightly_table(result: NightlyResult) -> None:
     click.echo(f"nightly run {result.run_id}: {EXIT_NAMES[result.exit_code]} in {result.seconds:.1f}s")
 
 
-def _lock_tags(spec) -> list[str]:
+def _lock_tags(spec: Path) -> list[str]:
     """The image tags of the spec's lock as it is on disk (none when there is no readable lock)."""
     from ..errors import EnvkitError
     from ..lock import load_lock
@@ -204,7 +233,15 @@ def _lock_tags(spec) -> list[str]:
     return [image_tag(lock.team, image) for image in lock.images]
 
 
-def _nightly_gc(c, engine, spec, tags, store_url, keep, build_cache=None) -> dict:
+def _nightly_gc(
+    c: Ctx,
+    engine: DockerEngine,
+    spec: Path,
+    tags: list[str],
+    store_url: str | None,
+    keep: int,
+    build_cache: CacheCutoff | None = None,
+) -> dict:
     """`envkit gc --team TEAM --keep N` for a nightly (after it, or when a build filled the disk), never removing
     the images ``tags`` name (the builds of the lock it runs); ``build_cache``: also prune BuildKit's records not
     used since that cutoff. Its failure is reported (stderr, and the JSON's ``gc.error``), not the nightly's exit

@@ -48,7 +48,15 @@ def _bytes(n: int) -> str:
 )
 @json_option
 @click.pass_context
-def gc_cmd(click_ctx, team, keep, dry_run, store_url, cache_hours, json_out):
+def gc_cmd(
+    click_ctx: click.Context,
+    team: str | None,
+    keep: int,
+    dry_run: bool,
+    store_url: str | None,
+    cache_hours: int | None,
+    json_out: bool,
+) -> None:
     """Remove envkit images this host no longer needs, keeping per (team, image) the --keep newest builds,
     the newest certified one on each GPU model (the store's certificates), the one each :certified
     reference points at, and any a container (running or stopped) uses. Then the classic builder's stage

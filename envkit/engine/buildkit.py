@@ -16,12 +16,15 @@ import shutil
 import subprocess
 from collections import deque
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ..support import procs, scratch
 from ..errors import BuildError
 from .protocol import BuildEvent
 from .space import engine_out_of_space
+
+if TYPE_CHECKING:
+    from .protocol import Engine
 
 DOCKER_CLI = "/usr/bin/docker"  # Debian's 20.10 CLI: BuildKit built in (newer CLIs need the buildx plugin)
 MIN_API = (1, 39)  # the engine API that has BuildKit sessions (Docker 18.09)
@@ -78,7 +81,7 @@ class PlainProgress:
 class BuildKitBuilder:
     """Builds with BuildKit through ``cli``; ``engine`` (a DockerEngine) answers the API version."""
 
-    def __init__(self, engine=None, cli: str | None = None):
+    def __init__(self, engine: Engine | None=None, cli: str | None = None) -> None:
         self.engine = engine
         self.cli = cli or DOCKER_CLI
 

@@ -9,7 +9,7 @@ import re
 import socket
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import docker
 import docker.errors
@@ -66,7 +66,7 @@ def connect(base_url: str | None = None) -> "DockerEngine":
     return DockerEngine(client)
 
 
-def as_engine(client) -> "DockerEngine":
+def as_engine(client: Any) -> "DockerEngine":
     """A ``DockerEngine`` for ``client``: itself, or a ``docker.DockerClient`` (or anything holding one as
     ``.client``) wrapped, so that callers and tests may pass either."""
     if isinstance(client, DockerEngine):
@@ -119,7 +119,7 @@ class DockerEngine:
                                          if not e.get("Shared"))}
 
     # --- images -------------------------------------------------------------------
-    def _info(self, image) -> ImageInfo:
+    def _info(self, image: Any) -> ImageInfo:
         attrs = image.attrs
         cfg = attrs.get("Config") or {}
         env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
@@ -208,7 +208,7 @@ class DockerEngine:
         yield BuildEvent("done", image_id or tag)
 
     @staticmethod
-    def _remove(container) -> None:
+    def _remove(container: Any) -> None:
         try:
             container.remove(force=True)
         except (docker.errors.APIError, *ENGINE_GONE):
@@ -236,7 +236,7 @@ class DockerEngine:
         return info
 
     # --- containers ---------------------------------------------------------------
-    def _create(self, ref: str, command: list[str], options: RunOptions):
+    def _create(self, ref: str, command: list[str], options: RunOptions) -> Any:
         """The job's container, created, not started."""
         kwargs: dict = dict(
             image=ref, command=command, shm_size=options.shm_size, labels={CONTAINER_LABEL: options.role},
@@ -284,7 +284,7 @@ class DockerEngine:
                 ended.set()
         return self._wait(container, frames, stdin, options)
 
-    def _wait(self, container, frames, stdin, options: RunOptions) -> RunResult:
+    def _wait(self, container: Any, frames: Any, stdin: Any, options: RunOptions) -> RunResult:
         """Feed stdin, then stream or collect the started job's output until it ends or times out."""
         if stdin is not None:
             threading.Thread(target=_feed, args=(options.stdin, stdin), name="envkit-stdin", daemon=True).start()
@@ -304,13 +304,13 @@ class DockerEngine:
             container.remove(force=True)
         return RunResult(code, stdout, stderr, timed_out)
 
-    def _stream(self, container, frames, options: RunOptions) -> RunResult:
+    def _stream(self, container: Any, frames: Any, options: RunOptions) -> RunResult:
         """Pass the container's output to ``options.output`` as it comes (stdout and stderr apart, in order); a
         watchdog kills it after ``options.timeout`` seconds (exit 124, ``timed_out``). Interrupted, the container
         is removed all the same."""
         timed_out = threading.Event()
 
-        def expire():
+        def expire() -> None:
             try:
                 container.kill()
                 timed_out.set()  # only once killed: a job that ended on its own as the timer fired kept its status
@@ -337,7 +337,7 @@ class DockerEngine:
         return RunResult(code, "", "", False)
 
 
-def _follow_size(container, size, ended: threading.Event, every: float = 0.5) -> None:
+def _follow_size(container: Any, size: Any, ended: threading.Event, every: float = 0.5) -> None:
     """Keep the job's pseudo-terminal at ``size()`` until ``ended``: set at once, then again whenever it changes."""
     last = None
     while not ended.is_set():
@@ -351,7 +351,7 @@ def _follow_size(container, size, ended: threading.Event, every: float = 0.5) ->
         ended.wait(every)
 
 
-def _feed(source, sock) -> None:
+def _feed(source: Any, sock: Any) -> None:
     """Copy ``source`` to the job's attached stdin until its end, then close the connection: with StdinOnce the
     engine then closes the job's stdin, so a job reading it sees end-of-file. A job that ended first (its stdin
     gone) stops the copy; a source that never ends (a terminal nobody types into) leaves this daemon thread
@@ -372,7 +372,7 @@ def _feed(source, sock) -> None:
         _close(sock)
 
 
-def _close(frames) -> None:
+def _close(frames: Any) -> None:
     """Close an attach stream (its socket), if there is one; one already closed or broken is left as it is."""
     close = getattr(frames, "close", None)
     if close is not None:

@@ -20,7 +20,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import requests
 from packaging.requirements import Requirement
@@ -247,7 +247,7 @@ class PackageIndex:
                                  f"match its directory entry ({entry.usize:,} bytes, CRC {entry.crc:08x})")
         return raw
 
-    def _get(self, url: str, **headers) -> requests.Response:
+    def _get(self, url: str, **headers: str) -> requests.Response:
         try:
             resp = self.session.get(url, headers=headers, timeout=TIMEOUT, **self._tls)
         except requests.RequestException as exc:
@@ -301,7 +301,7 @@ def _is_metadata(name: str) -> bool:
     return name.endswith(".dist-info/METADATA") and name.count("/") == 1
 
 
-def _entries(cd: bytes):
+def _entries(cd: bytes) -> Iterator[_Entry]:
     """Every central-directory entry of ``cd``, zip64 sizes and offsets resolved."""
     pos = 0
     while pos + 46 <= len(cd) and cd[pos:pos + 4] == b"PK\x01\x02":

@@ -20,6 +20,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -46,7 +47,7 @@ class ClosureError(ResolutionError):
     """uv found no solution. ``cause``: uv's own explanation; ``no_wheel``: the package uv said has no wheel
     for the image (binary only), when that is why."""
 
-    def __init__(self, message: str, *, cause: str, no_wheel: str | None = None, **kw):
+    def __init__(self, message: str, *, cause: str, no_wheel: str | None = None, **kw: Any):
         super().__init__(message, **kw)
         self.cause = cause
         self.no_wheel = no_wheel

@@ -7,6 +7,7 @@ import os
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from ..engine.space import DISK_FAIL, DISK_WARN, free_bytes, reclaim_hint
 from ..certify.gate import host_gpus
@@ -24,11 +25,16 @@ from ..store.backends import NOT_A_STORE_HINT, PostgresBackend, directory_error
 from ..engine.docker_gc import DockerImageHost
 from .doctor_index import MIRROR_HINT, framework_indexes, index_finding, trust_for
 from .findings import Finding
+
+if TYPE_CHECKING:
+    from ..engine.docker_engine import DockerEngine
+    from ..engine.protocol import Engine
+    from ..engine.inventory import ImageHost
 # the variables a CA bundle comes from when the spec names none, in order: doctor names one that points
 # nowhere (the choice itself skips it quietly)
 
 
-def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = None,
+def diagnose(connect: Callable[[], DockerEngine], store_url: str | None = None, *, spec_path: Path | None = None,
              offline: bool = False) -> list[Finding]:
     """``connect`` returns an engine or raises EngineError; ``store_url`` as ``--store`` takes it;
     ``spec_path``: check that spec's index and CA bundle; ``offline``: ask no index."""
@@ -95,7 +101,7 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
     return findings
 
 
-def disk_finding(engine) -> Finding:
+def disk_finding(engine: Engine) -> Finding:
     """Free space where the engine keeps images (a full disk fails builds midway), and what to reclaim."""
     try:
         usage = engine.disk_usage()
@@ -117,7 +123,7 @@ def disk_finding(engine) -> Finding:
                             if free < DISK_FAIL else ": a few CUDA framework builds will fill it"), hint)
 
 
-def containers_finding(host) -> Finding:
+def containers_finding(host: ImageHost) -> Finding:
     """The stopped containers a killed envkit left (``host``: gc's view of the engine): each keeps its
     multi-GB image from `envkit gc` until it is removed."""
     try:
@@ -132,7 +138,7 @@ def containers_finding(host) -> Finding:
                    "judges the images they kept")
 
 
-def scratch_finding(root=None) -> Finding:
+def scratch_finding(root: Path | None=None) -> Finding:
     """The scratch directories a killed envkit left under the temporary directory (``support/scratch.py``): build
     contexts and rootfs trees of hundreds of MB, and the build secrets' netrc, a credential on disk."""
     left = scratch.leftovers(root)
@@ -152,7 +158,7 @@ def scratch_finding(root=None) -> Finding:
     )
 
 
-def buildkit_finding(engine) -> Finding:
+def buildkit_finding(engine: Engine) -> Finding:
     builder = BuildKitBuilder(engine)
     problem = builder.unavailable()
     if problem is None:

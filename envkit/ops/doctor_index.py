@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..catalog.files import load_catalog
 from ..errors import EnvkitError, SpecError
@@ -19,6 +19,9 @@ from ..index.urls import JSON_ACCEPT
 from ..index.login import check_netrc_text, keyring_logins, login_hint, login_source
 from ..store.backends import redact
 from .findings import Finding
+
+if TYPE_CHECKING:
+    from ..spec import Spec
 
 
 PROBE_PROJECT = "six"  # a small page (~20 kB) that every PyPI mirror holds
@@ -45,7 +48,7 @@ class Trust:
 
 
 # --- trust and the package index --------------------------------------------------------------
-def framework_indexes(spec) -> dict[str, list[str]]:
+def framework_indexes(spec: Spec) -> dict[str, list[str]]:
     """The indexes other than the spec's that resolve will ask (a non-default PyTorch variant's own: the spec's
     ``build.variant_index_url`` mirror, else the catalog's, e.g. download.pytorch.org/whl/cu126), each with the
     images that need it, from the catalog alone (``plan``). An image the plan refuses is left out: `envkit resolve`
@@ -62,7 +65,7 @@ def framework_indexes(spec) -> dict[str, list[str]]:
     return found
 
 
-def trust_for(spec=None) -> Trust:
+def trust_for(spec: Spec | None=None) -> Trust:
     """The bundle resolve and build would take (``Spec.ca_bundle_path``: the spec's, else the first of
     CA_ENV naming a file), whether it holds PEM certificates, and any variable that names nothing."""
     try:

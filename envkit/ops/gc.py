@@ -81,7 +81,7 @@ from ..engine.inventory import Candidate, ImageHost, Removal, StageImage
 
 # --- the store's side --------------------------------------------------------------------------
 
-def store_protection(store, ids: Iterable[str]) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+def store_protection(store: Store, ids: Iterable[str]) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
     """(image id -> GPU models its newest certificate on is ``certified``, image id -> ``:certified``
     references whose newest push is that image), for ``ids`` (the candidates)."""
     ids = list(ids)
@@ -348,7 +348,7 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
     return result
 
 
-def _prune_build_cache(host: ImageHost, result: GcResult, cutoff: CacheCutoff, progress) -> None:
+def _prune_build_cache(host: ImageHost, result: GcResult, cutoff: CacheCutoff, progress: Progress) -> None:
     """Read the cache after the images went (their layers are no longer shared), plan, and prune by the cutoff."""
     result.cache_cutoff = cutoff
     try:

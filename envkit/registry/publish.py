@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 from ..engine.protocol import ImageInfo, EngineCallError, ImageMissing
 from ..errors import EngineError
@@ -90,7 +90,7 @@ def _auth_config(registry: str) -> tuple[dict | None, Credentials | None]:
     return {"username": creds.user, "password": creds.secret, "serveraddress": registry}, creds
 
 
-def _stream(chunks, progress: Progress | None, refused: Callable[[str], AuthFailure] | None = None,
+def _stream(chunks: Iterable[dict], progress: Progress | None, refused: Callable[[str], AuthFailure] | None = None,
             registry: str | None = None) -> str | None:
     """Consume a push/pull progress stream; return the digest it reports; raise on an error line
     (``refused(message)`` when the registry refused the credentials; what ``engine_tls_failure`` makes
@@ -135,7 +135,7 @@ def _unpushed(image: str, ref: str, registry: str, failure: _Failure, attempts: 
                        f"{image} is left unpushed", hint=hint)
 
 
-def push(client, image_ref_local: str, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
+def push(client: Any, image_ref_local: str, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
          sleep: Sleep = time.sleep, progress: Progress | None = None) -> PushResult:
     """Tag ``image_ref_local`` as ``registry_repo:tag`` and push it; return the pushed manifest digest."""
     engine = as_engine(client)
@@ -164,7 +164,7 @@ def push(client, image_ref_local: str, registry_repo: str, tag: str, *, retries:
     return PushResult(ref, digest)
 
 
-def remote_digest(client, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
+def remote_digest(client: Any, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
                   sleep: Sleep = time.sleep) -> str | None:
     """The manifest digest ``registry_repo:tag`` points to in the registry, or None if no such tag."""
     reg = _RegistryHTTP(as_engine(client), registry_repo)
@@ -187,7 +187,7 @@ def _check_same_image(existing: _Manifest, registry_repo: str, ref: str, local: 
         )
 
 
-def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, image: str | None = None,
+def promote(client: Any, registry_repo: str, stack_tag: str, *, certified: bool, image: str | None = None,
             retries: int = 4, backoff: float = 1.0, sleep: Sleep = time.sleep,
             progress: Progress | None = None) -> PromoteResult:
     """Publish the immutable ``stack_tag``; when ``certified``, point ``:certified`` at the same digest.
@@ -211,7 +211,7 @@ def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, imag
     ref = f"{registry_repo}:{stack_tag}"
     opts = Retries(retries=retries, backoff=backoff, sleep=sleep)
 
-    def unreadable(what: str):
+    def unreadable(what: str) -> Callable[[_Failure, int], EngineError]:
         return lambda f, n: EngineError(f"cannot {what} in registry {reg.registry}: {f.message}; {local} is "
                                         f"left unpromoted", hint="is the registry up, and may you push to it?")
 
@@ -245,7 +245,7 @@ def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, imag
     return PromoteResult(stack, moved, pushed)
 
 
-def mirror_base(client, base_ref: str, registry_repo: str, *, tag: str | None = None, retries: int = 4,
+def mirror_base(client: Any, base_ref: str, registry_repo: str, *, tag: str | None = None, retries: int = 4,
                 backoff: float = 1.0, sleep: Sleep = time.sleep, progress: Progress | None = None) -> str:
     """Push a (local) base image into the team registry; return ``registry/repo@sha256:...``.
 
@@ -264,7 +264,7 @@ def mirror_base(client, base_ref: str, registry_repo: str, *, tag: str | None = 
     return result.pinned
 
 
-def pull_by_digest(client, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
+def pull_by_digest(client: Any, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
                    sleep: Sleep = time.sleep, progress: Progress | None = None) -> ImageInfo:
     """Pull ``registry/repo@sha256:...`` into the engine and return what the engine now holds."""
     m = _PINNED.fullmatch(ref_with_digest or "")

@@ -34,7 +34,7 @@ import json
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import requests
 
@@ -332,7 +332,7 @@ class _Deleter:
         return "deleted" if gone else "already gone"
 
 
-def prune_registry(client, where: str, *, keep: int = DEFAULT_KEEP, older_than_days: int | None = None,
+def prune_registry(client: Any, where: str, *, keep: int = DEFAULT_KEEP, older_than_days: int | None = None,
                    dry_run: bool = False, now: datetime | None = None, retries: int = 2, backoff: float = 0.5,
                    sleep: Sleep = time.sleep, session: requests.Session | None = None,
                    progress: Progress | None = None) -> PruneResult:
@@ -375,7 +375,7 @@ def _carry_out(plan: RepositoryPlan, path: str, delete: _Deleter,
                progress: Progress | None) -> RepositoryPlan:
     """Images first, then their artifacts: an interrupted prune leaves artifacts whose image is gone,
     which the next prune deletes; the other order would leave images without their certificates."""
-    def carry(items, name):
+    def carry(items: Iterable[Any], name: Callable[[Any], str]) -> tuple:
         done = []
         for item in items:
             if item.delete:

@@ -58,7 +58,7 @@ def spec_digests(spec: Spec) -> set[str]:
     return {spec_digest(spec), _sha256(spec.model_dump(mode="json"))}
 
 
-def _sha256(body) -> str:
+def _sha256(body: object) -> str:
     return "sha256:" + hashlib.sha256(canonical(body)).hexdigest()
 
 
@@ -217,7 +217,7 @@ def choose(p: ImagePlan, chosen: Candidate, catalog: Catalog, why: str | None = 
     )
 
 
-def _devel_plan(target: Target, c, where: Location | None) -> Decision:
+def _devel_plan(target: Target, c: Candidate, where: Location | None) -> Decision:
     """The devel flavour, judged when planning (explain, and resolve before the network) where the catalog
     knows enough: a framework envkit makes no devel image of, or an exactly pinned CUDA it has no compiler for,
     is refused at the image's flavour: line, as is a CUDA 12 range starting above Debian's toolkits (jax[cuda12]:
@@ -236,7 +236,7 @@ def _devel_plan(target: Target, c, where: Location | None) -> Decision:
                     "locked at resolve, constrained by the framework's closure (see docs/images.md, the devel flavour)")
 
 
-def _base(base: Base, catalog: Catalog, decisions: list[Decision], where) -> tuple[BaseImage, OsBase]:
+def _base(base: Base, catalog: Catalog, decisions: list[Decision], where: Location | None) -> tuple[BaseImage, OsBase]:
     if base.bootstrap:
         b = base.bootstrap
         os_base = catalog.os_base(b.suite)

@@ -202,7 +202,7 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         decisions=tuple(decisions)))
 
 
-def confirm_arches(p: ImagePlan, catalog: Catalog, fw_index: Index, wheel, reader: ArchReader,
+def confirm_arches(p: ImagePlan, catalog: Catalog, fw_index: Index, wheel: WheelFile | None, reader: ArchReader,
                    decisions: list[Decision]) -> tuple[str, ...]:
     """The arch list to lock: the wheel's own (read by range requests), else the catalog's, said unconfirmed.
 

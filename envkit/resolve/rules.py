@@ -115,7 +115,8 @@ def uncovered(c: Candidate, fleet: Fleet, ptx_ok: bool, jit_floor: str | None) -
     return None
 
 
-def ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
+def ways_out(req: Requirement, python: str, catalog: Catalog, fleet: Fleet, cuda_spec: SpecifierSet | None,
+             rejected: list[str]) -> str:
     """The nearest relaxations that would resolve: another version, driver, GPU list or CUDA."""
     ways = []
     other = next((c for c in candidates(req, catalog, ignore_version=True)
@@ -199,7 +200,8 @@ def unreachable_variant_ways_out(chosen: Candidate, catalog: Catalog, fleet: Fle
     return "ways out:\n" + "\n".join(f"    - {w}" for w in ways)
 
 
-def _driver_needed(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec) -> str | None:
+def _driver_needed(c: Candidate, python: str, catalog: Catalog, fleet: Fleet,
+                   cuda_spec: SpecifierSet | None) -> str | None:
     """The oldest driver with which ``c`` fits ``fleet`` (its GPUs as they are), or None when no driver does: its
     CUDA's floor under the policy, else the toolkit's own floor (PTX JIT), each checked by the rules again."""
     floors = []
@@ -220,7 +222,8 @@ def _lowest(drivers: list[str | None]) -> str | None:
     return min(found, key=vtuple) if found else None
 
 
-def _other_extra(req, python, catalog, fleet, cuda_spec) -> list[str]:
+def _other_extra(req: Requirement, python: str, catalog: Catalog, fleet: Fleet,
+                 cuda_spec: SpecifierSet | None) -> list[str]:
     """The same framework with another CUDA extra (jax[cuda12] for jax[cuda13]), when one of its builds fits."""
     name = req.name.lower()
     out = []
@@ -235,10 +238,12 @@ def _other_extra(req, python, catalog, fleet, cuda_spec) -> list[str]:
     return out
 
 
-def _other_python(req, python, catalog, fleet, cuda_spec) -> list[str]:
+def _other_python(req: Requirement, python: str, catalog: Catalog, fleet: Fleet,
+                  cuda_spec: SpecifierSet | None) -> list[str]:
     """Another Python a catalog base ships, with which a build of ``req`` fits the fleet as it is (the
     newest build first, the nearest Python for it)."""
-    shipped = sorted({catalog.os_base(s).python for s in catalog.suites()} - {python}, key=vtuple)
+    os_bases = [b for s in catalog.suites() if (b := catalog.os_base(s)) is not None]
+    shipped = sorted({b.python for b in os_bases} - {python}, key=vtuple)
     for c in candidates(req, catalog):
         for other in sorted(shipped, key=lambda p: abs(vtuple(p)[1] - vtuple(python)[1])):
             if reject_reason(c, other, catalog, fleet, cuda_spec) is None:

@@ -15,7 +15,7 @@ import socket
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import RunInProgressError, StoreError
@@ -150,7 +150,7 @@ def redact(url: str) -> str:
 class _PgExecutor:
     """``execute(sql, params)`` with ``?`` placeholders over a psycopg connection."""
 
-    def __init__(self, conn):
+    def __init__(self, conn: Any) -> None:
         self.conn = conn
 
     @staticmethod
@@ -159,7 +159,7 @@ class _PgExecutor:
             raise ValueError("store SQL must not contain '%' (psycopg reads it as a placeholder)")
         return text.replace("?", "%s")
 
-    def execute(self, sql: str, params: Sequence = ()):
+    def execute(self, sql: str, params: Sequence = ()) -> Any:
         return self.conn.execute(self.sql(sql), tuple(params))
 
     def executemany(self, sql: str, rows: Sequence[Sequence]) -> None:
@@ -172,7 +172,7 @@ class PostgresBackend:
 
     MIGRATION_LOCK = _lock_key("envkit:migrations")
 
-    def __init__(self, url: str, conn, psycopg):
+    def __init__(self, url: str, conn: Any, psycopg: Any) -> None:
         self.where = redact(url)
         self.path = self.where  # what messages call the store
         self.conn = conn

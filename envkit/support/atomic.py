@@ -218,7 +218,8 @@ def directories_locked(directories: Iterable[Path], wait: float = LOCK_WAIT) -> 
 def _replace_all(trees: dict[Path, dict[str, bytes]], files: dict[Path, bytes]) -> None:
     swaps: list[_Swap] = []
     try:
-        for target, content in [*((d, c) for d, c in trees.items()), *((f, b) for f, b in files.items())]:
+        staged: list[tuple[Path, dict[str, bytes] | bytes]] = [*trees.items(), *files.items()]
+        for target, content in staged:
             try:
                 _stage(swaps, target, content, target in trees)
             except OSError as exc:  # named by its target, not by the private names staged beside it
@@ -262,13 +263,13 @@ def _clean_up(swap: _Swap) -> None:
         shutil.rmtree(swap.aside, ignore_errors=True)
 
 
-def _stage(swaps: list[_Swap], target: Path, content, tree: bool) -> None:
+def _stage(swaps: list[_Swap], target: Path, content: dict[str, bytes] | bytes, tree: bool) -> None:
     """Write ``target``'s new content beside it, and keep a link to (or copy of) an old file, as a new swap."""
     target.parent.mkdir(parents=True, exist_ok=True)
     swap = _Swap(target, tree, Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old.")))
     swaps.append(swap)
     swap.had_old = target.exists() or target.is_symlink()
-    if tree:
+    if isinstance(content, dict):
         swap.staging = stage_tree(target, content)
     else:
         swap.staging = stage_file(target, content)

@@ -8,9 +8,8 @@ model allows at a path (for "unknown key ...: allowed keys" and "did you mean").
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 
 class Frozen(BaseModel):

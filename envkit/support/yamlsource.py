@@ -95,7 +95,8 @@ def parse_yaml(text: str, name: str, *, error: type[EnvkitError] = SpecError) ->
     return Document(name, data, positions)
 
 
-def _convert(node, path, positions, loader, name, error, seen):
+def _convert(node: yaml.Node, path: tuple, positions: dict[tuple, tuple[int, int]], loader: yaml.SafeLoader, name: str,
+             error: type[EnvkitError], seen: set[int]) -> Any:
     pos = (node.start_mark.line + 1, node.start_mark.column + 1)
     positions[path] = pos
     if id(node) in seen:

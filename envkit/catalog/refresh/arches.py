@@ -30,6 +30,8 @@ from .common import RefreshResult, apply_texts, check_today, load_yaml, q, read_
 from .tensorflow import _ROW as _TF_ROW
 from .torch_text import release_blocks
 from ...frameworks import ARCH_LISTED
+from typing import Any, Iterable
+from .common import ReadingIndex
 
 ARCH_FRAMEWORKS = ARCH_LISTED  # the frameworks whose GPU coverage is a compiled arch list (envkit.frameworks)
 _VARIANT = re.compile(r'^(?P<indent>\s+)- \{tag: (?P<tag>[A-Za-z0-9_.]+), .*arch_list: (?P<q>"[^"]*")\}\s*$')
@@ -72,7 +74,7 @@ def source_text(reading: ArchReading, today: str) -> str:
             + f" = '{' '.join(reading.flags)}', read by HTTP range requests (envkit catalog check-arches, {today})")
 
 
-def check_arches(catalog: Catalog, index, *, today: str, frameworks=ARCH_FRAMEWORKS,
+def check_arches(catalog: Catalog, index: ReadingIndex, *, today: str, frameworks: Iterable[str]=ARCH_FRAMEWORKS,
                  data_dir: str | Path | None = None, python: str = "3.12", glibc: str = "2.36") -> ArchCheck:
     """Compare the catalog's arch lists with the wheels on ``index``; reads only."""
     check_today(today)
@@ -95,7 +97,18 @@ def check_arches(catalog: Catalog, index, *, today: str, frameworks=ARCH_FRAMEWO
 
 
 # --- pytorch.yaml --------------------------------------------------------------------------
-def _torch(catalog, index, directory, today, python, glibc, rows, notes, warnings, sources) -> RefreshResult:
+def _torch(
+    catalog: Catalog,
+    index: ReadingIndex,
+    directory: Path,
+    today: str,
+    python: str,
+    glibc: str,
+    rows: list[dict],
+    notes: list[str],
+    warnings: list[str],
+    sources: dict[str, str],
+) -> RefreshResult:
     text, _ = read_file(directory, "pytorch.yaml")
     lines = text.splitlines(keepends=True)
     blocks = {b[0]: b for b in release_blocks(lines)}
@@ -108,7 +121,12 @@ def _torch(catalog, index, directory, today, python, glibc, rows, notes, warning
             warnings.append(f"torch {release.version}: no row/variant {release.index_default} to compare")
             continue
         newest = max(release.patches, key=Version)
-        row = {"framework": "torch", "version": newest, "variant": variant.tag, "catalog": variant.arch_list}
+        row: dict[str, Any] = {
+            "framework": "torch",
+            "version": newest,
+            "variant": variant.tag,
+            "catalog": variant.arch_list,
+        }
         got = wheel_reading(index, "torch", newest, python, glibc, cuda=variant.cuda)
         if isinstance(got, str):
             warnings.append(f"torch {release.version} {variant.tag}: {got}")
@@ -161,7 +179,18 @@ def _add_source(line: str, key: str) -> str:
 
 
 # --- tensorflow.yaml -----------------------------------------------------------------------
-def _tensorflow(catalog, index, directory, today, python, glibc, rows, notes, warnings, sources) -> RefreshResult:
+def _tensorflow(
+    catalog: Catalog,
+    index: ReadingIndex,
+    directory: Path,
+    today: str,
+    python: str,
+    glibc: str,
+    rows: list[dict],
+    notes: list[str],
+    warnings: list[str],
+    sources: dict[str, str],
+) -> RefreshResult:
     text, _ = read_file(directory, "tensorflow.yaml")
     lines = text.splitlines(keepends=True)
     at = {m["v"]: i for i, line in enumerate(lines) if (m := _TF_ROW.match(line))}
@@ -171,8 +200,13 @@ def _tensorflow(catalog, index, directory, today, python, glibc, rows, notes, wa
     for release in tf.releases:
         newest = max(release.patches, key=Version)
         have = tf.arches_for(release)
-        row = {"framework": "tensorflow", "version": newest, "variant": tf.extra, "catalog": " ".join(have),
-               "catalog_from": "release" if release.arches is not None else "file-wide arch_list"}
+        row: dict[str, Any] = {
+            "framework": "tensorflow",
+            "version": newest,
+            "variant": tf.extra,
+            "catalog": " ".join(have),
+            "catalog_from": "release" if release.arches is not None else "file-wide arch_list",
+        }
         got = wheel_reading(index, "tensorflow", newest, python, glibc)
         if isinstance(got, str):
             warnings.append(f"tensorflow {release.version}: {got}")
@@ -203,7 +237,7 @@ def _tensorflow(catalog, index, directory, today, python, glibc, rows, notes, wa
     return RefreshResult(framework="tensorflow", data_dir=directory, current_text=text, proposed_text=proposed)
 
 
-def _tf_line(line: str, flags, key: str, today: str) -> str:
+def _tf_line(line: str, flags: Iterable[str], key: str, today: str) -> str:
     body = line.rstrip("\r\n")
     eol = line[len(body):] or "\n"
     code, sep, comment = body.partition("  #")

@@ -35,9 +35,10 @@ from packaging.version import Version
 from ..models import Catalog
 from ..files import data_dir as default_data_dir
 from ..companions import FILE, KEY, catalog_key
-from .common import SOURCE, RefreshIndex, RefreshResult, check_parses_back, load_yaml, not_loaded_from
+from .common import SOURCE, ReadingIndex, RefreshResult, check_parses_back, load_yaml, not_loaded_from
 from .companions_read import Proposal, Reader, exact_spec, provenance, admits
 from .companions_text import edit_text
+from typing import Iterable
 
 
 def _widenable(spec: str) -> tuple[str, ...] | None:
@@ -91,8 +92,8 @@ def proposals(catalog: Catalog, reader: Reader, framework: str, new: dict[str, l
     return out
 
 
-def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, results: dict[str, RefreshResult],
-            frameworks, data_dir: str | Path | None = None, python: str = "3.12",
+def refresh(catalog: Catalog, index: ReadingIndex, *, today: str, results: dict[str, RefreshResult],
+            frameworks: Iterable[str], data_dir: str | Path | None = None, python: str = "3.12",
             glibc: str = "2.36") -> RefreshResult:
     """Propose companions.yaml changes for ``frameworks``, given their refresh ``results``; reads only."""
     directory = Path(data_dir) if data_dir is not None else default_data_dir()

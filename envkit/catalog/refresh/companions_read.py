@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -15,8 +16,12 @@ from packaging.version import InvalidVersion, Version
 
 from ...errors import PackageIndexError
 from ..companions import release_key
-from .common import (RefreshIndex, for_extra, metadata_source,
+from .common import (ReadingIndex, for_extra, metadata_source,
                      published, spec_text)
+
+if TYPE_CHECKING:
+    from ...index.client import WheelFile
+    from ..companions import CompanionRow
 
 
 # the companions whose own METADATA names the framework: project -> (style, pairs by its own number)
@@ -69,12 +74,12 @@ class Proposal:
 
 
 # --- specifiers ------------------------------------------------------------------------------------
-def exact_spec(versions) -> str:
+def exact_spec(versions: Iterable[str]) -> str:
     vs = sorted({Version(v) for v in versions})
     return f"=={vs[0]}" if len(vs) == 1 else f">={vs[0]},<={vs[-1]}"
 
 
-def series_spec(versions) -> tuple[str, str | None]:
+def series_spec(versions: Iterable[str]) -> tuple[str, str | None]:
     """'==A.B.*' for the newest companion series among ``versions`` (and a warning when there are several)."""
     groups = sorted({Version(v).release[:2] for v in versions})
     newest = ".".join(str(p) for p in groups[-1])
@@ -100,7 +105,7 @@ def exact_of(spec: SpecifierSet) -> str | None:
 
 
 # --- reading -------------------------------------------------------------------------------------------
-def _linux_wheel(index: RefreshIndex, project: str, version: Version, python: str, glibc: str):
+def _linux_wheel(index: ReadingIndex, project: str, version: Version, python: str, glibc: str) -> WheelFile | None:
     """A Linux x86_64 (or pure) wheel of ``version``: the requested CPython's, else any CPython's."""
     for py in (python, *(p for p in _PYTHONS if p != python)):
         wheel = index.wheel_for(project, version, py, glibc)
@@ -134,7 +139,7 @@ def _pairing(req: Requirement, framework: str) -> Version | None:
 
 
 class Reader:
-    def __init__(self, index: RefreshIndex, python: str, glibc: str):
+    def __init__(self, index: ReadingIndex, python: str, glibc: str):
         self.index = index
         self.python = python
         self.glibc = glibc
@@ -142,7 +147,7 @@ class Reader:
         self.warnings: list[str] = []
         self.reads: list[CompanionRead] = []
 
-    def requires(self, project: str, version: Version):
+    def requires(self, project: str, version: Version) -> tuple[list[Requirement], str] | None:
         """(requirements, metadata URL) of ``version``'s Linux wheel, or None (said in a note)."""
         wheel = _linux_wheel(self.index, project, version, self.python, self.glibc)
         if wheel is None:
@@ -162,7 +167,7 @@ class Reader:
             return None
 
     # --- pinned by the framework's own wheels -------------------------------------------------------------
-    def pinned(self, framework: str, key: str, patches) -> dict[str, Proposal]:
+    def pinned(self, framework: str, key: str, patches: Iterable[str]) -> dict[str, Proposal]:
         if framework == "jax":
             return self._jax(key)
         per: dict[str, list[tuple[str, SpecifierSet, str, str]]] = {}  # package -> (patch, spec, marker, url)
@@ -184,7 +189,7 @@ class Reader:
             out[name] = self._combine(framework, key, name, rows)
         return out
 
-    def _combine(self, framework: str, key: str, name: str, rows) -> Proposal:
+    def _combine(self, framework: str, key: str, name: str, rows: list[tuple[str, SpecifierSet, str, str]]) -> Proposal:
         owner = framework
         reads = []
         for patch, spec, marker, url in rows:
@@ -273,7 +278,9 @@ class Reader:
             out[pjrt] = Proposal(exact_spec(pins), tuple(pins), "exact", reads)
 
     # --- declared by the companions' own wheels -------------------------------------------------------------
-    def declared(self, framework: str, keys: set[Version], rows) -> dict[Version, dict[str, Proposal]]:
+    def declared(
+        self, framework: str, keys: set[Version], rows: Iterable[CompanionRow]
+    ) -> dict[Version, dict[str, Proposal]]:
         out: dict[Version, dict[str, Proposal]] = {}
         for project, (style, same_number) in DECLARED[framework].items():
             name = canonicalize_name(project)

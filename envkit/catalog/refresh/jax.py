@@ -20,6 +20,7 @@ import copy
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -28,12 +29,15 @@ from packaging.version import Version
 from ...errors import CatalogError
 from ..models import Catalog, Jax, vtuple
 from ..files import data_dir as default_data_dir
-from .common import (RefreshIndex, RefreshResult, check_parses_back, check_source, check_today, exact_version,
+from .common import (ReadingIndex, RefreshResult, check_parses_back, check_source, check_today, exact_version,
                      extras_of, floor_version, for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel,
                      published, py_text, python_tags, read_file, skip_excluded, spec_text)
 from ...frameworks import JAX
 from ...index.wheel_facts import library_of
 from .jax_text import FILENAME, edit_text
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 PROJECT = "jax"
 _CUDA_EXTRA = re.compile(r"^cuda(?P<major>\d+)$")
@@ -84,7 +88,7 @@ class JaxRead:
 
 
 # --- reading the index ---------------------------------------------------------------------
-def _read(index: RefreshIndex, version: Version, python: str, glibc: str) -> JaxRead | str:
+def _read(index: ReadingIndex, version: Version, python: str, glibc: str) -> JaxRead | str:
     """What the index says about jax ``version``, or why it cannot give what the catalog needs."""
     wheel = index.wheel_for(PROJECT, version, python, glibc)
     if wheel is None:
@@ -115,13 +119,13 @@ def _read(index: RefreshIndex, version: Version, python: str, glibc: str) -> Jax
     return JaxRead(version=str(version), wheel=wheel.filename, source=source, jaxlib=jaxlib, extras=tuple(plugins))
 
 
-def _newest_in(index: RefreshIndex, project: str, req) -> str | None:
+def _newest_in(index: ReadingIndex, project: str, req: Requirement) -> str | None:
     """A jax-only release takes a range of plugins (e.g. >=0.4.36,<=0.4.37): pip installs the newest there."""
     fits = [v for v in published(index, project) if req.specifier.contains(v)]
     return str(fits[-1]) if fits else None
 
 
-def _read_plugin(index: RefreshIndex, extra: str, plugin: str, version: Version, python: str,
+def _read_plugin(index: ReadingIndex, extra: str, plugin: str, version: Version, python: str,
                  glibc: str) -> PluginRead | str:
     wheels = index.wheels(plugin)
     pys = python_tags(wheels, version)
@@ -157,7 +161,7 @@ def _read_plugin(index: RefreshIndex, extra: str, plugin: str, version: Version,
 
 
 # --- the refresh ---------------------------------------------------------------------------
-def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str | Path | None = None,
+def refresh(catalog: Catalog, index: ReadingIndex, *, today: str, data_dir: str | Path | None = None,
             python: str = "3.12", glibc: str = "2.36") -> RefreshResult:
     """Compare the catalog's JAX entry with the jax releases on ``index``; reads only."""
     check_today(today)

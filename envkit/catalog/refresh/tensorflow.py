@@ -18,16 +18,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
 from ...errors import CatalogError
 from ..models import Catalog, TfRelease
 from ..files import data_dir as default_data_dir
-from .common import (RefreshIndex, RefreshLog, RefreshResult, check_parses_back, check_source, check_today,
+from .common import (ReadingIndex, RefreshLog, RefreshResult, check_parses_back, check_source, check_today,
                      floor_version, for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel, published,
                      py_text, python_tags, q, read_file, skip_excluded, spec_text, splice, wheel_reading)
 from ...index.wheel_facts import library_of
+
+if TYPE_CHECKING:
+    from ...index.client import WheelFile
 
 FILENAME = "tensorflow.yaml"
 PROJECT = "tensorflow"
@@ -59,7 +63,9 @@ class TfRead:
                 "cudnn_series": self.pins[1], "python_range": {"min": self.python_min, "max": self.python_max}}
 
 
-def _read(index: RefreshIndex, wheels, version: Version, extra: str, python: str, glibc: str) -> TfRead | str:
+def _read(
+    index: ReadingIndex, wheels: list[WheelFile], version: Version, extra: str, python: str, glibc: str
+) -> TfRead | str:
     pys = python_tags(wheels, version)
     wheel, py = pick_wheel(index, PROJECT, version, pys, python, glibc) if pys else (None, None)
     if wheel is None or py is None:
@@ -89,7 +95,7 @@ def _text(read: TfRead) -> str:
 
 
 # --- the refresh ---------------------------------------------------------------------------
-def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str | Path | None = None,
+def refresh(catalog: Catalog, index: ReadingIndex, *, today: str, data_dir: str | Path | None = None,
             python: str = "3.12", glibc: str = "2.36") -> RefreshResult:
     """Compare the catalog's TensorFlow rows with the tensorflow releases on ``index``; reads only."""
     check_today(today)
@@ -143,7 +149,7 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str 
                          reads=tuple(sorted(log.reads, key=lambda r: Version(r.version))))
 
 
-def _new_versions(catalog: Catalog, index: RefreshIndex, known: dict[str, TfRelease],
+def _new_versions(catalog: Catalog, index: ReadingIndex, known: dict[str, TfRelease],
                   log: RefreshLog) -> dict[str, list[Version]]:
     """The index's releases the catalog lacks, by series (a release whose post-release the row lists is not)."""
     oldest = min(Version(s) for s in known)
@@ -185,7 +191,7 @@ def _add_patches(row: dict, release: TfRelease, series_reads: list[TfRead], comm
     return got
 
 
-def _new_series(catalog: Catalog, index: RefreshIndex, series: str, series_reads: list[TfRead], glibc: str,
+def _new_series(catalog: Catalog, index: ReadingIndex, series: str, series_reads: list[TfRead], glibc: str,
                 today: str, comments: dict[str, str], log: RefreshLog) -> dict:
     """A new series' row from its newest patch's wheel (its arches read from the wheel when they can be)."""
     tf = catalog.tensorflow

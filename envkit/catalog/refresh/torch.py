@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable
 from pathlib import Path
 
 from packaging.version import Version
@@ -31,7 +31,7 @@ from ..files import data_dir as default_data_dir
 from .torch_text import FILENAME, edit_text, render_row
 from .common import (
     SOURCE,
-    RefreshIndex,
+    ReadingIndex,
     RefreshLog,
     RefreshResult,
     check_parses_back,
@@ -47,8 +47,11 @@ from .common import (
     wheel_reading,
 )
 
-PROJECT = "torch"
+if TYPE_CHECKING:
+    from ...index.client import WheelFile
+    from ..models import TorchVariant
 
+PROJECT = "torch"
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ class IndexRead:
 
 
 # --- the refresh ---------------------------------------------------------------------------
-def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glibc: str = "2.36", today: str,
+def refresh(catalog: Catalog, index: ReadingIndex, *, python: str = "3.12", glibc: str = "2.36", today: str,
             data_dir: str | Path | None = None) -> RefreshResult:
     """Compare the catalog's PyTorch rows with the torch releases on ``index``.
 
@@ -156,7 +159,7 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
     )
 
 
-def _new_versions(catalog: Catalog, index: RefreshIndex, known: dict[str, TorchRelease],
+def _new_versions(catalog: Catalog, index: ReadingIndex, known: dict[str, TorchRelease],
                   log: RefreshLog) -> tuple[dict[str, list[Version]], dict[str, list[Version]]]:
     """The index's releases the catalog lacks: (new series, new patches of known series), each by series."""
     oldest = min(Version(s) for s in known)
@@ -180,7 +183,7 @@ def _new_versions(catalog: Catalog, index: RefreshIndex, known: dict[str, TorchR
     return new_series, new_patches
 
 
-def _read_patches(index: RefreshIndex, wheels: list, release: TorchRelease, versions: list[Version], python: str,
+def _read_patches(index: ReadingIndex, wheels: list, release: TorchRelease, versions: list[Version], python: str,
                   glibc: str, log: RefreshLog) -> list[str]:
     """The new patches of a known series whose wheel could be read, each compared with the row."""
     default = release.variant(release.index_default)
@@ -197,7 +200,7 @@ def _read_patches(index: RefreshIndex, wheels: list, release: TorchRelease, vers
     return added
 
 
-def _series_row(catalog: Catalog, index: RefreshIndex, series: str, series_reads: list[IndexRead], glibc: str,
+def _series_row(catalog: Catalog, index: ReadingIndex, series: str, series_reads: list[IndexRead], glibc: str,
                 today: str, log: RefreshLog) -> dict | None:
     """A new series' row from its newest patch's wheel; None (with a warning) when it cannot be written."""
     newest = series_reads[-1]
@@ -224,7 +227,7 @@ def _series_row(catalog: Catalog, index: RefreshIndex, series: str, series_reads
     return row
 
 
-def _arch_list(catalog: Catalog, index: RefreshIndex, series: str, newest: IndexRead, glibc: str,
+def _arch_list(catalog: Catalog, index: ReadingIndex, series: str, newest: IndexRead, glibc: str,
                log: RefreshLog) -> tuple[str, str] | None:
     """(arch list, where it came from) of a new series: read from the wheel, else carried over from a variant of
     the same CUDA major (warned); None (warned) when neither can be had."""
@@ -247,7 +250,7 @@ def _arch_list(catalog: Catalog, index: RefreshIndex, series: str, newest: Index
 
 
 # --- reading the index ---------------------------------------------------------------------
-def _read(index: RefreshIndex, wheels, version: Version, python: str, glibc: str) -> IndexRead | None:
+def _read(index: ReadingIndex, wheels: list[WheelFile], version: Version, python: str, glibc: str) -> IndexRead | None:
     pys = python_tags(wheels, version)
     wheel, py = pick_wheel(index, PROJECT, version, pys, python, glibc) if pys else (None, None)
     if wheel is None or py is None:
@@ -275,7 +278,7 @@ def _carry_arch_list(catalog: Catalog, cuda: str) -> tuple[str, str] | None:
     return None
 
 
-def _compare_patch(release: TorchRelease, default, read: IndexRead) -> list[str]:
+def _compare_patch(release: TorchRelease, default: TorchVariant | None, read: IndexRead) -> list[str]:
     """Warnings when a new patch's wheel disagrees with its series' index-default variant."""
     if default is None:
         return [f"{release.version}: index_default {release.index_default} names no variant of the row"]
@@ -292,7 +295,7 @@ def _compare_patch(release: TorchRelease, default, read: IndexRead) -> list[str]
     return out
 
 
-def _python_range_warnings(releases, wheels) -> list[str]:
+def _python_range_warnings(releases: Iterable[TorchRelease], wheels: list[WheelFile]) -> list[str]:
     """Catalog Python ranges that admit an interpreter the index has no wheel for."""
     out = []
     for r in releases:

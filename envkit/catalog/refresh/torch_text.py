@@ -9,13 +9,14 @@ from packaging.version import Version
 
 from ...errors import CatalogError
 from .common import q, splice
+from typing import Iterable
 
 FILENAME = "pytorch.yaml"
 _VERSION_LINE = re.compile(r'^  - version: "?(?P<v>[0-9][0-9.]*)"?\s*$')
 _PATCHES_LINE = re.compile(r"^(?P<indent>    )patches: \[.*\]\s*$")
 
 
-def _patches_line(indent: str, patches) -> str:
+def _patches_line(indent: str, patches: Iterable[str]) -> str:
     return f"{indent}patches: [{', '.join(q(p) for p in patches)}]\n"
 
 
