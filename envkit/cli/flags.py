@@ -40,7 +40,10 @@ def renamed_option(old: str, new: str, dest: str, type: click.ParamType | None =
                         callback=remember, is_eager=True)
 
 
-def from_renamed(default: Any = None, *, required: bool = False) -> Callable[[click.Context, click.Parameter, Any], Any]:
+Callback = Callable[[click.Context, click.Parameter, Any], Any]
+
+
+def from_renamed(default: Any = None, *, required: bool = False) -> Callback:
     """The callback of an option that has an old spelling (``renamed_option``): its value, else the old spelling's,
     else ``default``; ``required``: neither given is a usage error."""
     def pick(ctx: click.Context, param: click.Parameter, value: Any) -> Any:

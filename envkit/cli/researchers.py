@@ -8,6 +8,7 @@ import sys
 import termios
 import tty as tty_mode
 from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,8 +18,12 @@ from .common import GPU, IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, js
 from .flags import filled
 from .progress import LayerView
 
+if TYPE_CHECKING:
+    from ..engine.docker_engine import DockerEngine
+    from typing import Iterator
 
-def _engine_for_registry(c: Ctx, needed: bool):
+
+def _engine_for_registry(c: Ctx, needed: bool) -> DockerEngine | None:
     """The engine (its insecure-registries setting decides http vs https), or None when reading a
     registry needs no engine and none runs here."""
     from ..engine.docker_engine import connect
@@ -28,11 +33,14 @@ def _engine_for_registry(c: Ctx, needed: bool):
     try:
         return connect()
     except EnvkitError:
-        c.progress("no container engine here: reading the registry directly (https; the engine's insecure fallbacks only for 127.0.0.0/8)")
+        c.progress(
+            "no container engine here: reading the registry directly "
+            "(https; the engine's insecure fallbacks only for 127.0.0.0/8)"
+        )
         return None
 
 
-def _engine_if_any():
+def _engine_if_any() -> DockerEngine | None:
     """The engine when one answers, else None (quietly: what it adds is optional)."""
     from ..engine.docker_engine import connect
 
@@ -55,7 +63,8 @@ def _engine_if_any():
               help="Only images certified on a GPU (on --gpu MODEL when given).")
 @json_option
 @click.pass_context
-def ls_cmd(click_ctx, store_url, registry, gpu, certified_only, json_out):
+def ls_cmd(click_ctx: click.Context, store_url: str | None, registry: str | None, gpu: str | None,
+           certified_only: bool, json_out: bool) -> None:
     """The team's images: tag, framework, CUDA and where each stands per GPU model.
 
     From the history store (what build, certify and nightly recorded; by default in this user's data directory,
@@ -68,7 +77,7 @@ def ls_cmd(click_ctx, store_url, registry, gpu, certified_only, json_out):
     doc = run(c, lambda: list_team_images(store_url, _engine_if_any, registry=registry, client=engine, gpu=gpu,
                                           certified=certified_only))
 
-    def human():
+    def human() -> None:
         table([[r["tag"] + (" (:certified)" if r.get("certified_tag") else ""), r["framework"] or "-",
                 r["cuda"] or "-", r["status"]] for r in doc["images"]],
               ["IMAGE", "FRAMEWORK", "CUDA", f"ON {gpu}" if gpu else "STATUS PER GPU MODEL"])
@@ -88,8 +97,8 @@ def _nothing_listed(doc: dict, gpu: str | None, certified_only: bool) -> str:
         return (f"(no image certified on {gpu or 'a GPU'}: `envkit ls` without --certified lists the others; "
                 f"`envkit certify IMAGE` on a GPU host certifies one)")
     where = f"registry {doc['registry']} or the history store" if doc.get("registry") else "the history store"
-    return (f"(no image in {where}: `envkit build team.yaml`, certify and nightly record them; --store or $ENVKIT_STORE "
-            f"names another store, --registry or $ENVKIT_REGISTRY the team registry)")
+    return (f"(no image in {where}: `envkit build team.yaml`, certify and nightly record them; --store or "
+            f"$ENVKIT_STORE names another store, --registry or $ENVKIT_REGISTRY the team registry)")
 
 
 def _store_note(c: Ctx, store_url: str | None) -> None:
@@ -110,7 +119,8 @@ def _store_note(c: Ctx, store_url: str | None) -> None:
 @click.option("--all", "show_all", is_flag=True, help="Then the labels, the registry's view and every certificate.")
 @json_option
 @click.pass_context
-def show_cmd(click_ctx, image, store_url, gpus, show_all, json_out):
+def show_cmd(click_ctx: click.Context, image: str, store_url: str | None, gpus: tuple[str, ...], show_all: bool,
+             json_out: bool) -> None:
     """Does IMAGE run on my GPU? Framework, CUDA, driver floor, where it stands per GPU model, how to run it.
 
     IMAGE in the local engine: from the engine and the store. IMAGE as a registry reference
@@ -139,7 +149,8 @@ def _show_human(doc: dict, show_all: bool) -> None:
     click.echo(f"{doc['image']} ({where})")
     floor = f"needs driver >= {doc['driver_floor']}" if doc.get("driver_floor") not in (None, "none") else ""
     cuda = f"CUDA {doc['cuda']}" if doc.get("cuda") not in (None, "none") else "no CUDA (CPU only)"
-    click.echo("  " + ", ".join(filter(None, [doc.get("framework") or "framework unknown (no envkit pin labels)", cuda, floor])))
+    framework = doc.get("framework") or "framework unknown (no envkit pin labels)"
+    click.echo("  " + ", ".join(filter(None, [framework, cuda, floor])))
     if (doc.get("registry") or {}).get("certified_tag"):
         click.echo("  the team's :certified tag points at this image")
     rows = [[s["gpu_model"] and short(s["gpu_model"]) or "CPU only", s["status"], s["created_at"][:10],
@@ -203,7 +214,8 @@ def _show_all(doc: dict) -> None:
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @json_option
 @click.pass_context
-def pull_cmd(click_ctx, image, require_certified, gpus, store_url, json_out):
+def pull_cmd(click_ctx: click.Context, image: str, require_certified: bool, gpus: bool | None, store_url: str | None,
+             json_out: bool) -> None:
     """Pull IMAGE from the team registry by its digest, after the certification gate of `envkit run`.
 
     IMAGE is host[:port]/team/image[:tag]; without a tag, its newest. The image's certificates (the registry's
@@ -219,7 +231,7 @@ def pull_cmd(click_ctx, image, require_certified, gpus, store_url, json_out):
                                            gpus=gpus, warn=lambda text: click.echo(filled(text), err=True),
                                            progress=view))
 
-    def human():
+    def human() -> None:
         click.echo(f"pulled {pulled.pinned}\n  as {pulled.ref} ({pulled.info.size / 2**30:.2f} GiB)")
         click.echo(f"  gate: {pulled.verdict.message}")
         click.echo(f"run it: envkit run {pulled.ref} -- COMMAND")
@@ -248,8 +260,19 @@ def pull_cmd(click_ctx, image, require_certified, gpus, store_url, json_out):
                    "`envkit run -it IMAGE -- bash`.")
 @json_option
 @click.pass_context
-def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_url, timeout, interactive, tty,
-            json_out):
+def run_cmd(
+    click_ctx: click.Context,
+    image: str,
+    command: tuple[str, ...],
+    gpus: bool | None,
+    shm_size: str,
+    require_certified: bool,
+    store_url: str | None,
+    timeout: int,
+    interactive: bool,
+    tty: bool,
+    json_out: bool,
+) -> None:
     """Run COMMAND in IMAGE with the GPU, shared-memory and ulimit flags it needs.
 
     First the certification gate: the image's certificates (store; registry artifacts for a registry
@@ -292,7 +315,7 @@ def _terminal_size() -> tuple[int, int]:
 
 
 @contextmanager
-def _raw_terminal():
+def _raw_terminal() -> Iterator[None]:
     """envkit's stdin terminal in raw mode while the job runs (its pseudo-terminal does the echo and line editing,
     and Ctrl-C reaches the job as a byte), restored however the job ends; nothing when stdin is no terminal."""
     if not sys.stdin.isatty():
