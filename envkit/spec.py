@@ -379,20 +379,13 @@ def _spec_error(exc: ValidationError, doc: Document) -> SpecError:
         if kind == "string_type" and isinstance(value, (int, float)) and not isinstance(value, bool):
             hint: str | None = "quote versions in YAML, e.g. python: \"3.11\" (unquoted, 3.10 is the number 3.1)"
         else:
-            hint = {"list_type": _list_hint(loc, value),
+            hint = {"list_type": f"give a list, e.g. {loc[-1]}: [{json.dumps(value, default=str)}]",
                     "model_type": "give a mapping of keys (see `envkit schema`)",
                     "dict_type": "give a mapping of keys (see `envkit schema`)"}.get(kind)
         return SpecError(msg, location=where, hint=hint)
     if kind == "literal_error":
         return SpecError(f"{dotted}: {_short(repr(value))} is not allowed; {msg.lower()}", location=where)
     return SpecError(f"{dotted}: {msg}", location=where)
-
-
-def _list_hint(loc: tuple, value: Any) -> str:
-    """'give a list, e.g. gpus: ["H100"]': the key and the value given, as a list of one."""
-    key = next((str(k) for k in reversed(loc) if isinstance(k, str)), "pip")
-    item = json.dumps(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else '"..."'
-    return f"give a list, e.g. {key}: [{item}]"
 
 
 def json_schema() -> dict[str, Any]:
