@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,13 +14,14 @@ from pathlib import Path
 from .. import __version__
 from ..certify.certificate import Certificate, perf_metrics, slug, utc_now
 from ..certify.report import FILES, write_reports
-from ..dispatch.jobs import FleetJob
+from ..dispatch.jobs import FleetJob, mount_name
 from ..dispatch.runner import Scheduler, run_jobs
 from ..dispatch.slurm import SlurmCli
 from ..dispatch.verdict import Gate, fleet_certificate, gate
 from ..errors import DispatchError, EnvkitError, LockError, SpecError
 from ..frameworks import expected
 from ..lock import load_lock
+from ..payload.contents import payload_sha256
 from ..payload.harness import write_mount
 from ..registry.artifacts import attach_certificate
 from ..registry.publish import promote
@@ -81,7 +83,7 @@ def shared_dir(spec: Spec, dispatch: Dispatch) -> Path:
 
 
 def _jobs(spec: Spec, dispatch: Dispatch, shared: Path, team: str, name: str, ref: str, image_id: str,
-          timeout: int) -> list[FleetJob]:
+          timeout: int, mount_id: str) -> list[FleetJob]:
     jobs = []
     for model in dict.fromkeys(spec.fleet.gpus):
         target = dispatch.target(model)
@@ -91,8 +93,25 @@ def _jobs(spec: Spec, dispatch: Dispatch, shared: Path, team: str, name: str, re
             raise DispatchError(f"dispatch.gpus.{model} is a Kubernetes target, which this envkit validates but does "
                                 "not submit yet", location=spec.locate("dispatch", "gpus", model),
                                 hint="certify the Kubernetes models another way for now; Slurm targets are submitted")
-        jobs.append(FleetJob(team, name, ref, image_id, model, target, shared, timeout))
+        jobs.append(FleetJob(team, name, ref, image_id, model, target, shared, timeout, mount_id))
     return jobs
+
+
+def _write_mount(mount: Path, expect: dict) -> None:
+    """The payload and its expectations at ``mount`` (named by their digest: left as it is when there, since a job
+    of an earlier run may be reading it), written beside it and renamed into place whole."""
+    if mount.is_dir():
+        return
+    mount.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{mount.name}-", dir=mount.parent))
+    try:
+        write_mount(staging, expect)
+        staging.rename(mount)
+    except OSError:
+        if not mount.is_dir():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _registry_ref(engine, registry: str, team: str, name: str, tag: str, progress: Progress) -> str:
@@ -135,12 +154,10 @@ def certify_fleet(spec_path: Path, engine, *, store_url: str | None, out_dir: Pa
         if not registry and runtimes - {"docker"}:
             raise DispatchError(f"{', '.join(sorted(runtimes - {'docker'}))} nodes pull the image from a registry, "
                                 f"and {tag} is only in this host's engine", hint="give --registry HOST[/PATH]")
-        image_jobs = _jobs(spec, dispatch, shared, lock.team, image.name, ref, info.id, timeout)
+        image_jobs = _jobs(spec, dispatch, shared, lock.team, image.name, ref, info.id, timeout,
+                           mount_name(payload_sha256(), expected(image)))
         if image_jobs:
-            mount = image_jobs[0].mount_dir
-            shutil.rmtree(mount, ignore_errors=True)
-            mount.mkdir(parents=True)
-            write_mount(mount, expected(image))
+            _write_mount(image_jobs[0].mount_dir, expected(image))
         images.append((image, tag, info, image_jobs))
         jobs += image_jobs
     progress(f"dispatching {len(jobs)} job(s): {len(images)} image(s) x {len(spec.fleet.gpus)} GPU model(s), "

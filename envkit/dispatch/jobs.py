@@ -10,6 +10,8 @@ when the payload finished: a killed job leaves none).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ class FleetJob:
     target: SlurmTarget | KubernetesTarget
     shared: Path
     timeout: int  # the payload's, seconds
+    mount_id: str = "mount"  # ``mount_name``: the payload and expectations' own digest
 
     @property
     def key(self) -> str:
@@ -55,7 +58,7 @@ class FleetJob:
 
     @property
     def mount_dir(self) -> Path:
-        return self.image_dir / "mount"
+        return self.image_dir / self.mount_id
 
     @property
     def workdir(self) -> Path:
@@ -65,6 +68,13 @@ class FleetJob:
     def name(self) -> str:
         """The scheduler's job name: envkit-<team>-<image>-<model>."""
         return f"envkit-{self.team}-{self.image_name}-{model_slug(self.model)}"[:120]
+
+
+def mount_name(payload_sha256: str, expect: dict) -> str:
+    """The payload directory's name: its content's digest, so a run never rewrites what a running job reads (a
+    resumed run re-attaches to jobs that read the one an earlier run wrote)."""
+    body = json.dumps({"payload": payload_sha256, "expect": expect}, sort_keys=True, default=str).encode()
+    return "mount-" + hashlib.sha256(body).hexdigest()[:16]
 
 
 def time_limit(job: FleetJob) -> str:

@@ -20,6 +20,7 @@ from ..payload.contents import SCHEMA
 from .runner import Outcome
 
 NO_ROUTE = "no dispatch target"
+STDERR_KINDS = ("failed", "no report", "killed")  # faults whose cause the job's own stderr may name
 _CC = re.compile(r"\d{1,2}\.\d")  # a fleet entry that is a compute capability, not a model name
 
 
@@ -53,8 +54,8 @@ def fleet_certificate(outcome: Outcome, expect: dict, *, lock_hash: str, schedul
             message = f"{fault.kind}: {fault.message}"
         else:
             message = "the job left no report"
-        said = _tail(job.workdir / "payload.err")
-        doc = _failed_document(f"{job.model}: {message}" + (f"; the job's stderr ended with: {said}" if said else ""))
+        said = _tail(job.workdir / "payload.err") if fault is not None and fault.kind in STDERR_KINDS else ""
+        doc = _failed_document(message + (f"; the job's stderr ended with: {said}" if said else ""))
     else:
         doc = outcome.report
     cert = certificate_from(doc, expect, image=job.image, image_id=job.image_id, lock_hash=lock_hash,
