@@ -207,6 +207,14 @@ class Spec(Strict):
 
     _doc: Document | None = PrivateAttr(None)
 
+    @model_serializer(mode="wrap")
+    def _without_unset_dispatch(self, handler: Any) -> dict:
+        """No ``dispatch`` key when unset: a spec without one dumps as it did before the section existed."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("dispatch") is None:
+            data.pop("dispatch", None)
+        return data
+
     # --- questions ------------------------------------------------------------------
     def locate(self, *path: str | int) -> Location | None:
         return self._doc.locate(path) if self._doc else None

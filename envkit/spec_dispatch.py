@@ -11,7 +11,7 @@ have no GPU; the report says no GPU ran). Every value that reaches a job script 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -119,6 +119,9 @@ class Dispatch(Strict):
         return _merged(KubernetesTarget, self.kubernetes, route.kubernetes)
 
 
-def _merged(kind: type[SlurmTarget] | type[KubernetesTarget], shared: Strict | None, own: Strict) -> Strict:
+T = TypeVar("T", SlurmTarget, KubernetesTarget)
+
+
+def _merged(kind: type[T], shared: T | None, own: T) -> T:
     body = {**(shared.model_dump(exclude_none=True) if shared else {}), **own.model_dump(exclude_none=True)}
     return kind.model_validate(body)

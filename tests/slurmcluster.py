@@ -68,7 +68,7 @@ class Cluster:
         nodes = "\n".join(
             f"NodeName={name} NodeAddr=127.0.0.1 NodeHostname={host} Port={port} CPUs=2 RealMemory=1000 "
             f"Features={feature} Gres=gpu:{feature}:1 State=UNKNOWN"
-            for (name, feature), port in zip(NODES, node_ports))
+            for (name, feature), port in zip(NODES, node_ports, strict=True))
         names = ",".join(n for n, _ in NODES)
         self.conf.write_text(f"""\
 ClusterName=envkittest
@@ -158,7 +158,7 @@ PartitionName=gpu Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscr
 
     def stop(self) -> None:
         try:
-            self.slurm("scancel", "--full", f"--partition=gpu", timeout=5)
+            self.slurm("scancel", "--full", "--partition=gpu", timeout=5)
         except (subprocess.TimeoutExpired, OSError):
             pass
         for proc in self.procs:

@@ -20,7 +20,8 @@ from ..dispatch.slurm import SlurmCli
 from ..dispatch.verdict import Gate, fleet_certificate, gate
 from ..errors import DispatchError, EnvkitError, LockError, SpecError
 from ..frameworks import expected
-from ..lock import load_lock
+from ..engine.protocol import Engine
+from ..lock import LockedImage, load_lock
 from ..payload.contents import payload_sha256
 from ..payload.harness import write_mount
 from ..registry.artifacts import attach_certificate
@@ -114,7 +115,7 @@ def _write_mount(mount: Path, expect: dict) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _registry_ref(engine, registry: str, team: str, name: str, tag: str, progress: Progress) -> str:
+def _registry_ref(engine: Engine, registry: str, team: str, name: str, tag: str, progress: Progress) -> str:
     """Push the stack tag (only) so that nodes pull it; the reference they pull."""
     repo = f"{registry.rstrip('/')}/{team}/{name}"
     stack_tag = tag.split(":", 1)[1]
@@ -123,9 +124,45 @@ def _registry_ref(engine, registry: str, team: str, name: str, tag: str, progres
     return result.stack.ref
 
 
-def certify_fleet(spec_path: Path, engine, *, store_url: str | None, out_dir: Path, registry: str | None = None,
-                  timeout: int = 600, poll_s: float = 2.0, scheduler: Scheduler | None = None,
-                  progress: Progress = lambda _: None) -> FleetResult:
+@dataclass
+class _Planned:
+    image: LockedImage
+    tag: str
+    image_id: str
+    jobs: list[FleetJob]
+
+
+def _plan(spec_path: Path, spec: Spec, dispatch: Dispatch, engine: Engine, registry: str | None, timeout: int,
+          progress: Progress) -> tuple[str, list[_Planned]]:
+    """The lock's team and, per image (built, in the engine; pushed first with a registry), its jobs, with the
+    payload written where they read it."""
+    shared = shared_dir(spec, dispatch)
+    lock_path = lock_path_for(spec_path)
+    if not lock_path.exists():
+        raise LockError(f"no lock {lock_path}", hint=f"resolve and build first: `envkit build {spec_path}`")
+    lock = load_lock(lock_path)
+    runtimes = {t.runtime or "docker" for m in spec.fleet.gpus if isinstance(t := dispatch.target(m), SlurmTarget)}
+    planned = []
+    for image in lock.images:
+        tag = image_tag(lock.team, image)
+        info = engine.inspect(tag)
+        if info is None:
+            raise EnvkitError(f"no image {tag} in the engine", hint=f"build it first: `envkit build {spec_path}`")
+        if not registry and runtimes - {"docker"}:
+            raise DispatchError(f"{', '.join(sorted(runtimes - {'docker'}))} nodes pull the image from a registry, "
+                                f"and {tag} is only in this host's engine", hint="give --registry HOST[/PATH]")
+        ref = _registry_ref(engine, registry, lock.team, image.name, tag, progress) if registry else tag
+        jobs = _jobs(spec, dispatch, shared, lock.team, image.name, ref, info.id, timeout,
+                     mount_name(payload_sha256(), expected(image)))
+        if jobs:
+            _write_mount(jobs[0].mount_dir, expected(image))
+        planned.append(_Planned(image, tag, info.id, jobs))
+    return lock.team, planned
+
+
+def certify_fleet(spec_path: Path, engine: Engine, *, store_url: str | None, out_dir: Path,
+                  registry: str | None = None, timeout: int = 600, poll_s: float = 2.0,
+                  scheduler: Scheduler | None = None, progress: Progress = lambda _: None) -> FleetResult:
     """Certify every image of the lock on every fleet model through ``dispatch:``; see the module."""
     started = time.monotonic()
     spec = load_spec(spec_path)
@@ -133,61 +170,42 @@ def certify_fleet(spec_path: Path, engine, *, store_url: str | None, out_dir: Pa
     if dispatch is None:
         raise SpecError(f"{spec_path} has no dispatch: section", hint="add one mapping each fleet GPU model to a "
                         "Slurm or Kubernetes target (README: Certify across the fleet)")
-    shared = shared_dir(spec, dispatch)
-    lock_path = lock_path_for(spec_path)
-    if not lock_path.exists():
-        raise LockError(f"no lock {lock_path}", hint=f"resolve and build first: `envkit build {spec_path}`")
-    lock = load_lock(lock_path)
     for name in [*FILES.values(), FLEET_FILE]:
         check_writable(out_dir / name)
     with Store.open(store_url):
         pass
-    images, jobs = [], []
-    for image in lock.images:
-        tag = image_tag(lock.team, image)
-        info = engine.inspect(tag)
-        if info is None:
-            raise EnvkitError(f"no image {tag} in the engine", hint=f"build it first: `envkit build {spec_path}`")
-        ref = _registry_ref(engine, registry, lock.team, image.name, tag, progress) if registry else tag
-        runtimes = {t.runtime or "docker" for m in spec.fleet.gpus
-                    if isinstance(t := dispatch.target(m), SlurmTarget)}
-        if not registry and runtimes - {"docker"}:
-            raise DispatchError(f"{', '.join(sorted(runtimes - {'docker'}))} nodes pull the image from a registry, "
-                                f"and {tag} is only in this host's engine", hint="give --registry HOST[/PATH]")
-        image_jobs = _jobs(spec, dispatch, shared, lock.team, image.name, ref, info.id, timeout,
-                           mount_name(payload_sha256(), expected(image)))
-        if image_jobs:
-            _write_mount(image_jobs[0].mount_dir, expected(image))
-        images.append((image, tag, info, image_jobs))
-        jobs += image_jobs
-    progress(f"dispatching {len(jobs)} job(s): {len(images)} image(s) x {len(spec.fleet.gpus)} GPU model(s), "
+    team, planned = _plan(spec_path, spec, dispatch, engine, registry, timeout, progress)
+    jobs = [job for p in planned for job in p.jobs]
+    progress(f"dispatching {len(jobs)} job(s): {len(planned)} image(s) x {len(spec.fleet.gpus)} GPU model(s), "
              f"at most {dispatch.max_parallel} at once")
     outcomes = {o.job.key: o for o in run_jobs(
         jobs, scheduler or SlurmCli(), max_parallel=dispatch.max_parallel, pending_limit=dispatch.pending_limit,
         retries=dispatch.retries, envkit_version=__version__, poll_s=poll_s, progress=progress)}
-    results, certificates = [], []
+    fleet = list(dict.fromkeys(spec.fleet.gpus))
+    images: list[FleetImage] = []
     with Store.open(store_url) as store:
-        for image, tag, info, image_jobs in images:
-            certs = [fleet_certificate(outcomes[j.key], expected(image), lock_hash=image.hash, scheduler="slurm",
-                                       runtime=(j.target.runtime or "docker") if isinstance(j.target, SlurmTarget)
-                                       else "", created_at=utc_now(), envkit_version=__version__)
-                     for j in image_jobs]
+        for p in planned:
+            certs = [fleet_certificate(outcomes[j.key], expected(p.image), lock_hash=p.image.hash, scheduler="slurm",
+                                       runtime=_runtime(j), created_at=utc_now(), envkit_version=__version__)
+                     for j in p.jobs]
             for cert in certs:
-                store.record_certificate(info.id, cert.record_model, cert.driver, status=cert.status,
-                                         lock_hash=image.hash, document=cert.to_json(), metrics=perf_metrics(cert))
-            verdict = gate(tag, list(dict.fromkeys(spec.fleet.gpus)), certs, dispatch.require)
-            result = FleetImage(image.name, tag, info.id, certs, verdict)
-            _publish(engine, result, lock.team, registry, progress)
-            results.append(result)
-            certificates += certs
-    result = FleetResult(results, {}, time.monotonic() - started)
+                store.record_certificate(p.image_id, cert.record_model, cert.driver, status=cert.status,
+                                         lock_hash=p.image.hash, document=cert.to_json(), metrics=perf_metrics(cert))
+            image = FleetImage(p.image.name, p.tag, p.image_id, certs, gate(p.tag, fleet, certs, dispatch.require))
+            _publish(engine, image, team, registry, progress)
+            images.append(image)
+    result = FleetResult(images, {}, time.monotonic() - started)
     doc = json.dumps(result.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-    paths = write_reports(certificates, out_dir, also={"fleet": (FLEET_FILE, doc)})
+    paths = write_reports([c for i in images for c in i.certificates], out_dir, also={"fleet": (FLEET_FILE, doc)})
     result.reports = {k: str(v) for k, v in paths.items()}
     return result
 
 
-def _publish(engine, result: FleetImage, team: str, registry: str | None, progress: Progress) -> None:
+def _runtime(job: FleetJob) -> str:
+    return (job.target.runtime or "docker") if isinstance(job.target, SlurmTarget) else ""
+
+
+def _publish(engine: Engine, result: FleetImage, team: str, registry: str | None, progress: Progress) -> None:
     """Move the promoted tag to the image when its gate passed: ``<team>/<image>:certified`` in this engine, and
     with a registry its ``:certified`` (the certificates attached as artifacts there either way)."""
     if result.gate.promote:

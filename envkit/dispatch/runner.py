@@ -120,17 +120,8 @@ def run_jobs(jobs: list[FleetJob], scheduler: Scheduler, *, max_parallel: int, p
              now: Callable[[], datetime] = datetime.now) -> list[Outcome]:
     """Run every job to its end; one ``Outcome`` per job, in ``jobs``' order."""
     outcomes = {job.key: Outcome(job) for job in jobs}
-    active: dict[str, _Tracked] = {}
-    queue = deque(jobs)
-    saved = {job.key: saved_job(job) for job in jobs}
-    known = scheduler.states(i for i in saved.values() if i)
-    for job in list(queue):
-        job_id = saved[job.key]
-        if job_id and job_id in known:
-            queue.remove(job)
-            outcomes[job.key].attempts.append(Attempt(job_id, known[job_id], reattached=True))
-            active[job_id] = _Tracked(outcomes[job.key], clock())
-            progress(f"[{job.key}] re-attached to {known[job_id].describe()} (submitted by an earlier run)")
+    active = _reattach(jobs, scheduler, outcomes, clock, progress)
+    queue = deque(job for job in jobs if not outcomes[job.key].attempts)
     try:
         while queue or active:
             while queue and len(active) < max_parallel:
@@ -145,25 +136,49 @@ def run_jobs(jobs: list[FleetJob], scheduler: Scheduler, *, max_parallel: int, p
             for job_id, tracked in list(active.items()):
                 if _step(job_id, tracked, states.get(job_id), scheduler, pending_limit, clock, now, progress):
                     del active[job_id]
-                    outcome = tracked.outcome
-                    _save(outcome.job, job_id, finished=True, scheduler=scheduler.scheduler)
-                    fault = outcome.fault
-                    tries = sum(1 for a in outcome.attempts if not a.reattached)
-                    if fault is not None and fault.retry and tries <= retries:
-                        progress(f"[{outcome.job.key}] {fault.kind} ({fault.state}): submitting again "
-                                 f"(retry {tries} of {retries})")
-                        queue.appendleft(outcome.job)
+                    _save(tracked.outcome.job, job_id, finished=True, scheduler=scheduler.scheduler)
+                    if _retry(tracked.outcome, retries, progress):
+                        queue.appendleft(tracked.outcome.job)
     finally:
         if active:  # interrupted, or the scheduler failed us: leave nothing queued behind
-            try:
-                scheduler.cancel(list(active))
-            except EnvkitError:
-                pass
-            for job_id, tracked in active.items():
-                tracked.outcome.cancelled = True
-                progress(f"[{tracked.outcome.job.key}] cancelled job {job_id}")
-                _save(tracked.outcome.job, job_id, finished=True, scheduler=scheduler.scheduler)
+            _cancel_all(active, scheduler, progress)
     return [outcomes[job.key] for job in jobs]
+
+
+def _reattach(jobs: list[FleetJob], scheduler: Scheduler, outcomes: dict[str, Outcome], clock: Callable[[], float],
+              progress: Progress) -> dict[str, _Tracked]:
+    """The jobs an earlier run submitted that the scheduler still knows, tracked again instead of submitted."""
+    saved = {job.key: saved_job(job) for job in jobs}
+    known = scheduler.states(i for i in saved.values() if i)
+    active = {}
+    for job in jobs:
+        job_id = saved[job.key]
+        if job_id and job_id in known:
+            outcomes[job.key].attempts.append(Attempt(job_id, known[job_id], reattached=True))
+            active[job_id] = _Tracked(outcomes[job.key], clock())
+            progress(f"[{job.key}] re-attached to {known[job_id].describe()} (submitted by an earlier run)")
+    return active
+
+
+def _retry(outcome: Outcome, retries: int, progress: Progress) -> bool:
+    """Whether a finished job is submitted again: its fault may pass on another attempt, and retries are left."""
+    fault = outcome.fault
+    tries = sum(1 for a in outcome.attempts if not a.reattached)
+    if fault is None or not fault.retry or tries > retries:
+        return False
+    progress(f"[{outcome.job.key}] {fault.kind} ({fault.state}): submitting again (retry {tries} of {retries})")
+    return True
+
+
+def _cancel_all(active: dict[str, _Tracked], scheduler: Scheduler, progress: Progress) -> None:
+    try:
+        scheduler.cancel(list(active))
+    except EnvkitError:
+        pass
+    for job_id, tracked in active.items():
+        tracked.outcome.cancelled = True
+        progress(f"[{tracked.outcome.job.key}] cancelled job {job_id}")
+        _save(tracked.outcome.job, job_id, finished=True, scheduler=scheduler.scheduler)
 
 
 def _step(job_id: str, tracked: _Tracked, state: JobState | None, scheduler: Scheduler, pending_limit: int,

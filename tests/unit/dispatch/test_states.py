@@ -1,4 +1,5 @@
-"""What Slurm says of a job (``scontrol --oneliner show job``, as Slurm 22.05 prints it) and the faults named from it."""
+"""What Slurm says of a job (``scontrol --oneliner show job``, as Slurm 22.05 prints it) and the faults named
+from it."""
 
 from __future__ import annotations
 
