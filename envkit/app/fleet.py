@@ -179,8 +179,8 @@ def certify_fleet(spec_path: Path, engine: Engine, *, store_url: str | None, out
     progress(f"dispatching {len(jobs)} job(s): {len(planned)} image(s) x {len(spec.fleet.gpus)} GPU model(s), "
              f"at most {dispatch.max_parallel} at once")
     outcomes = {o.job.key: o for o in run_jobs(
-        jobs, scheduler or SlurmCli(), max_parallel=dispatch.max_parallel, pending_limit=dispatch.pending_limit,
-        retries=dispatch.retries, envkit_version=__version__, poll_s=poll_s, progress=progress)}
+        jobs, scheduler or SlurmCli(__version__), max_parallel=dispatch.max_parallel,
+        pending_limit=dispatch.pending_limit, retries=dispatch.retries, poll_s=poll_s, progress=progress)}
     fleet = list(dict.fromkeys(spec.fleet.gpus))
     images: list[FleetImage] = []
     with Store.open(store_url) as store:

@@ -22,15 +22,20 @@ from ..errors import EnvkitError
 from ..payload.harness import encodable, read_report
 from ..support.atomic import write_atomic
 from ..support.progress import Progress
-from .jobs import NODE, REPORT, STATE, FleetJob, job_script, sbatch_args
+from .jobs import NODE, REPORT, STATE, FleetJob
 from .states import Fault, JobState, classify, lost_fault, pending_fault
 
 
 class Scheduler(Protocol):
+    """A scheduler as the runner uses it (``slurm.SlurmCli``, ``kube_api.KubeJobs``): ``submit`` one job (its
+    directory is cleared first), read ``states`` of many in one call, ``collect`` a finished job's report and node
+    into its directory (where they are not there already), ``cancel``."""
+
     scheduler: str
 
-    def submit(self, script: Path, args: list[str]) -> str: ...
+    def submit(self, job: FleetJob) -> str: ...
     def states(self, job_ids: Iterable[str]) -> dict[str, JobState]: ...
+    def collect(self, job: FleetJob, job_id: str) -> None: ...
     def cancel(self, job_ids: Iterable[str]) -> None: ...
 
 
@@ -103,19 +108,15 @@ def _save(job: FleetJob, job_id: str, *, finished: bool, scheduler: str) -> None
     write_atomic(job.workdir / STATE, json.dumps(doc, sort_keys=True).encode() + b"\n")
 
 
-def prepare(job: FleetJob, envkit_version: str) -> Path:
-    """Write ``job``'s script into its directory (clearing what an earlier attempt left); its path."""
+def clear(job: FleetJob) -> None:
+    """``job``'s directory, without what an earlier attempt left there."""
     job.workdir.mkdir(parents=True, exist_ok=True)
     for name in (REPORT, NODE):
         (job.workdir / name).unlink(missing_ok=True)
-    script = job.workdir / "job.sh"
-    write_atomic(script, job_script(job, envkit_version).encode())
-    script.chmod(0o755)
-    return script
 
 
 def run_jobs(jobs: list[FleetJob], scheduler: Scheduler, *, max_parallel: int, pending_limit: int, retries: int,
-             envkit_version: str, poll_s: float = 2.0, progress: Progress = lambda _: None,
+             poll_s: float = 2.0, progress: Progress = lambda _: None,
              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
              now: Callable[[], datetime] = datetime.now) -> list[Outcome]:
     """Run every job to its end; one ``Outcome`` per job, in ``jobs``' order."""
@@ -126,7 +127,8 @@ def run_jobs(jobs: list[FleetJob], scheduler: Scheduler, *, max_parallel: int, p
         while queue or active:
             while queue and len(active) < max_parallel:
                 job = queue.popleft()
-                job_id = scheduler.submit(prepare(job, envkit_version), sbatch_args(job))
+                clear(job)
+                job_id = scheduler.submit(job)
                 _save(job, job_id, finished=False, scheduler=scheduler.scheduler)
                 outcomes[job.key].attempts.append(Attempt(job_id))
                 active[job_id] = _Tracked(outcomes[job.key], clock())
@@ -181,6 +183,13 @@ def _cancel_all(active: dict[str, _Tracked], scheduler: Scheduler, progress: Pro
         _save(tracked.outcome.job, job_id, finished=True, scheduler=scheduler.scheduler)
 
 
+def _collect(scheduler: Scheduler, job: FleetJob, job_id: str) -> None:
+    try:
+        scheduler.collect(job, job_id)
+    except EnvkitError:
+        pass  # nothing collected: the job is then judged as one that left no report
+
+
 def _step(job_id: str, tracked: _Tracked, state: JobState | None, scheduler: Scheduler, pending_limit: int,
           clock: Callable[[], float], now: Callable[[], datetime], progress: Progress) -> bool:
     """Look at one job's new state; True when it is over (its outcome filled in)."""
@@ -188,6 +197,7 @@ def _step(job_id: str, tracked: _Tracked, state: JobState | None, scheduler: Sch
     attempt = outcome.attempts[-1]
     job = outcome.job
     if state is None:  # gone from the controller: finished long ago (MinJobAge), or lost
+        _collect(scheduler, job, job_id)
         outcome.report = read_job_report(job)
         outcome.node = _read_json(job.workdir / NODE)
         attempt.fault = None if outcome.report is not None else lost_fault(job_id)
@@ -208,6 +218,7 @@ def _step(job_id: str, tracked: _Tracked, state: JobState | None, scheduler: Sch
         return True
     if not state.finished:
         return False
+    _collect(scheduler, job, job_id)
     outcome.report = read_job_report(job)
     outcome.node = _read_json(job.workdir / NODE)
     attempt.fault = classify(state, reported=outcome.report is not None)

@@ -11,6 +11,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import DispatchError
+from ..support.atomic import write_atomic
+from .jobs import FleetJob, job_script, sbatch_args
+from .runner import clear
 from .states import JobState, parse_scontrol
 
 CLIENT_TIMEOUT_S = 60  # a client retries for minutes while the controller is down: cut it short and say so
@@ -26,12 +29,22 @@ _HINTS = (
 )
 
 
+def prepare(job: FleetJob, envkit_version: str) -> Path:
+    """Write ``job``'s batch script into its cleared directory; its path."""
+    clear(job)
+    script = job.workdir / "job.sh"
+    write_atomic(script, job_script(job, envkit_version).encode())
+    script.chmod(0o755)
+    return script
+
+
 class SlurmCli:
     """``submit``, ``states`` and ``cancel`` over Slurm's clients, each one subprocess."""
 
     scheduler = "slurm"
 
-    def __init__(self, env: dict[str, str] | None = None, timeout: float = CLIENT_TIMEOUT_S):
+    def __init__(self, envkit_version: str, env: dict[str, str] | None = None, timeout: float = CLIENT_TIMEOUT_S):
+        self.envkit_version = envkit_version
         self.env = env
         self.timeout = timeout
 
@@ -48,9 +61,10 @@ class SlurmCli:
                                 hint="is slurmctld up and reachable? `scontrol ping`") from None
         return proc
 
-    def submit(self, script: Path, args: list[str]) -> str:
-        """Submit ``script`` with sbatch ``args`` (which hold --parsable); the job id."""
-        proc = self._run(["sbatch", *args, str(script)], "submit a job")
+    def submit(self, job: FleetJob) -> str:
+        """Write ``job``'s batch script and submit it with its sbatch arguments; the job id."""
+        script = prepare(job, self.envkit_version)
+        proc = self._run(["sbatch", *sbatch_args(job), str(script)], "submit a job")
         out = proc.stdout.strip()
         job_id = out.split(";")[0].strip() if out else ""
         if proc.returncode != 0 or not job_id.isdigit():
@@ -70,6 +84,9 @@ class SlurmCli:
             raise DispatchError(f"scontrol could not read the jobs: {(proc.stderr or proc.stdout).strip()[-300:]}",
                                 hint="is slurmctld up? `scontrol ping`")
         return {k: v for k, v in parse_scontrol(proc.stdout).items() if k in wanted}
+
+    def collect(self, job: FleetJob, job_id: str) -> None:
+        """Nothing to fetch: the job script wrote its report and node into the shared directory."""
 
     def cancel(self, job_ids: Iterable[str]) -> None:
         ids = sorted(set(job_ids))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from envkit.dispatch.jobs import REPORT
-from envkit.dispatch.runner import _save, prepare, run_jobs, saved_job
+from envkit.dispatch.runner import _save, clear, run_jobs, saved_job
 from envkit.dispatch.states import JobState
 from envkit.payload.contents import SCHEMA
 
@@ -28,10 +28,9 @@ class Scripted:
         self.cancelled: list[str] = []
         self.in_flight_max = 0
 
-    def submit(self, script: Path, args: list[str]) -> str:
-        model = next(a for a in args if a.startswith("--job-name=")).rsplit("-", 1)[1].upper()
+    def submit(self, job) -> str:
         job_id = str(100 + len(self.jobs))
-        self.jobs[job_id] = (model, list(self.plans[model].pop(0)), script.parent)
+        self.jobs[job_id] = (job.model, list(self.plans[job.model].pop(0)), job.workdir)
         self.submitted.append(job_id)
         return job_id
 
@@ -50,12 +49,15 @@ class Scripted:
             out[job_id] = JobState(job_id, state, node=model.lower())
         return out
 
+    def collect(self, job, job_id) -> None:
+        pass
+
     def cancel(self, job_ids) -> None:
         self.cancelled += list(job_ids)
 
 
 def run(jobs, scheduler, **kw):
-    kw = {"max_parallel": 8, "pending_limit": 3600, "retries": 1, "envkit_version": "0", "poll_s": 0,
+    kw = {"max_parallel": 8, "pending_limit": 3600, "retries": 1, "poll_s": 0,
           "sleep": lambda _: None, **kw}
     return run_jobs(jobs, scheduler, **kw)
 
@@ -105,7 +107,7 @@ def test_an_interruption_cancels_every_submitted_job(make_job):
 
 def test_a_second_run_reattaches_to_a_job_an_earlier_run_left_running(make_job):
     job = make_job("A100")
-    prepare(job, "0")
+    clear(job)
     _save(job, "42", finished=False, scheduler="slurm")  # what a run killed by SIGKILL leaves
     sched = Scripted({}, report={"A100"}, known={"42": ("A100", ["RUNNING", "COMPLETED"], job.workdir)})
     (outcome,) = run([job], sched)
@@ -115,7 +117,7 @@ def test_a_second_run_reattaches_to_a_job_an_earlier_run_left_running(make_job):
 
 def test_an_unfinished_job_the_scheduler_no_longer_knows_is_submitted_again(make_job):
     job = make_job("A100")
-    prepare(job, "0")
+    clear(job)
     _save(job, "42", finished=False, scheduler="slurm")
     sched = Scripted({"A100": [["COMPLETED"]]}, report={"A100"})
     (outcome,) = run([job], sched)
