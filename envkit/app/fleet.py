@@ -15,7 +15,7 @@ from .. import __version__
 from ..certify.certificate import Certificate, perf_metrics, slug, utc_now
 from ..certify.report import FILES, write_reports
 from ..dispatch.jobs import FleetJob, mount_name
-from ..dispatch.runner import Scheduler, run_jobs
+from ..dispatch.runner import Routed, Scheduler, run_jobs
 from ..dispatch.slurm import SlurmCli
 from ..dispatch.verdict import Gate, fleet_certificate, gate
 from ..errors import DispatchError, EnvkitError, LockError, SpecError
@@ -90,10 +90,6 @@ def _jobs(spec: Spec, dispatch: Dispatch, shared: Path, team: str, name: str, re
         target = dispatch.target(model)
         if target is None:
             continue  # the gate names it: no target, nothing certified it
-        if isinstance(target, KubernetesTarget):
-            raise DispatchError(f"dispatch.gpus.{model} is a Kubernetes target, which this envkit validates but does "
-                                "not submit yet", location=spec.locate("dispatch", "gpus", model),
-                                hint="certify the Kubernetes models another way for now; Slurm targets are submitted")
         jobs.append(FleetJob(team, name, ref, image_id, model, target, shared, timeout, mount_id))
     return jobs
 
@@ -141,7 +137,7 @@ def _plan(spec_path: Path, spec: Spec, dispatch: Dispatch, engine: Engine, regis
     if not lock_path.exists():
         raise LockError(f"no lock {lock_path}", hint=f"resolve and build first: `envkit build {spec_path}`")
     lock = load_lock(lock_path)
-    runtimes = {t.runtime or "docker" for m in spec.fleet.gpus if isinstance(t := dispatch.target(m), SlurmTarget)}
+    runtimes = {_target_runtime(dispatch.target(m)) for m in spec.fleet.gpus if dispatch.target(m) is not None}
     planned = []
     for image in lock.images:
         tag = image_tag(lock.team, image)
@@ -179,14 +175,16 @@ def certify_fleet(spec_path: Path, engine: Engine, *, store_url: str | None, out
     progress(f"dispatching {len(jobs)} job(s): {len(planned)} image(s) x {len(spec.fleet.gpus)} GPU model(s), "
              f"at most {dispatch.max_parallel} at once")
     outcomes = {o.job.key: o for o in run_jobs(
-        jobs, scheduler or SlurmCli(__version__), max_parallel=dispatch.max_parallel,
+        jobs, scheduler or _schedulers(jobs, planned), max_parallel=dispatch.max_parallel,
         pending_limit=dispatch.pending_limit, retries=dispatch.retries, poll_s=poll_s, progress=progress)}
     fleet = list(dict.fromkeys(spec.fleet.gpus))
     images: list[FleetImage] = []
     with Store.open(store_url) as store:
         for p in planned:
-            certs = [fleet_certificate(outcomes[j.key], expected(p.image), lock_hash=p.image.hash, scheduler="slurm",
-                                       runtime=_runtime(j), created_at=utc_now(), envkit_version=__version__)
+            certs = [fleet_certificate(outcomes[j.key], expected(p.image), lock_hash=p.image.hash,
+                                       scheduler="kubernetes" if isinstance(j.target, KubernetesTarget) else "slurm",
+                                       runtime=_target_runtime(j.target), created_at=utc_now(),
+                                       envkit_version=__version__)
                      for j in p.jobs]
             for cert in certs:
                 store.record_certificate(p.image_id, cert.record_model, cert.driver, status=cert.status,
@@ -201,8 +199,23 @@ def certify_fleet(spec_path: Path, engine: Engine, *, store_url: str | None, out
     return result
 
 
-def _runtime(job: FleetJob) -> str:
-    return (job.target.runtime or "docker") if isinstance(job.target, SlurmTarget) else ""
+def _target_runtime(target: SlurmTarget | KubernetesTarget | None) -> str:
+    return (target.runtime or "docker") if isinstance(target, SlurmTarget) else "kubernetes"
+
+
+def _schedulers(jobs: list[FleetJob], planned: list[_Planned]) -> Scheduler:
+    """Slurm's clients, and a Kubernetes API client where a target is on Kubernetes (the ``kubernetes`` package
+    is imported only then)."""
+    slurm = SlurmCli(__version__) if any(isinstance(j.target, SlurmTarget) for j in jobs) else None
+    kube = None
+    if any(isinstance(j.target, KubernetesTarget) for j in jobs):
+        try:
+            from ..dispatch.kube_api import KubeJobs, connect
+        except ImportError:
+            raise DispatchError("a dispatch target is on Kubernetes, and the kubernetes client is not installed",
+                                hint="pip install 'envkit[kubernetes]'") from None
+        kube = KubeJobs(connect(), {p.image_id: expected(p.image) for p in planned})
+    return Routed(slurm, kube)
 
 
 def _publish(engine: Engine, result: FleetImage, team: str, registry: str | None, progress: Progress) -> None:

@@ -8,13 +8,14 @@ removes it after envkit read it), ``restartPolicy: Never``, the ``nvidia.com/gpu
 ``/dev/shm`` (the 64 MB default starves data loaders and NCCL), the runtime class, pull secret, priority class and
 service account the target names. The payload and its expectations travel in a ConfigMap mounted read-only at the
 harness's ``MOUNT``; the payload's JSON document comes back in the pod's log. Validated against the official
-schemas (``kubernetes-validate``, strict) in the tests; submitted by no code yet.
+schemas (``kubernetes-validate``, strict) in the tests; submitted and watched by ``kube_api.KubeJobs``.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client
@@ -24,6 +25,7 @@ from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files
 from ..payload.harness import MOUNT, payload_command
 from ..spec_dispatch import KubernetesTarget
 from .jobs import SLACK_S, FleetJob, model_slug
+from .states import JobState
 
 GFD_PRODUCT = "nvidia.com/gpu.product"  # GPU Feature Discovery's node label
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource
@@ -72,8 +74,9 @@ def _volumes(job: FleetJob) -> list[client.V1Volume]:
                                                                                 size_limit=_shm_limit()))]
 
 
-def job_manifest(job: FleetJob) -> client.V1Job:
-    """The Job that certifies ``job.image`` on a node of ``job.model``."""
+def job_manifest(job: FleetJob, name: str | None = None) -> client.V1Job:
+    """The Job that certifies ``job.image`` on a node of ``job.model`` (``name``: this attempt's; default
+    ``k8s_name``)."""
     t = job.target
     assert isinstance(t, KubernetesTarget)
     gpus = str(t.gpus or 1)
@@ -90,7 +93,8 @@ def job_manifest(job: FleetJob) -> client.V1Job:
         image_pull_secrets=[client.V1LocalObjectReference(name=t.image_pull_secret)] if t.image_pull_secret else None)
     return client.V1Job(
         api_version="batch/v1", kind="Job",
-        metadata=client.V1ObjectMeta(name=k8s_name(job), namespace=t.namespace or "default", labels=_labels(job)),
+        metadata=client.V1ObjectMeta(name=name or k8s_name(job), namespace=t.namespace or "default",
+                                     labels=_labels(job)),
         spec=client.V1JobSpec(
             backoff_limit=0, active_deadline_seconds=job.timeout + SLACK_S, ttl_seconds_after_finished=TTL_S,
             template=client.V1PodTemplateSpec(metadata=client.V1ObjectMeta(labels=_labels(job)), spec=pod)))
@@ -100,3 +104,69 @@ def as_document(obj: Any) -> dict:
     """A client model as the API's JSON (camelCase keys, no nulls)."""
     doc: dict = client.ApiClient().sanitize_for_serialization(obj)
     return doc
+
+
+# ----------------------------------------------------------------------- what the API says
+def _ts(value: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
+def _terminated(pod: dict) -> dict:
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        done = (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated")
+        if done:
+            return dict(done)
+    return {}
+
+
+def _disruption(pod: dict) -> str:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return str(cond.get("reason") or "")
+    return ""
+
+
+def _waiting(pod: dict) -> str:
+    status = pod.get("status") or {}
+    for c in status.get("containerStatuses") or []:
+        reason = ((c.get("state") or {}).get("waiting") or {}).get("reason")
+        if reason:
+            return str(reason)
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("reason") or "Unschedulable")
+    return ""
+
+
+def job_state(job_id: str, job: dict, pods: list[dict]) -> JobState:
+    """A Job and its pods (the API's JSON) in Slurm's words, so one runner and one ``classify`` serve both:
+    Complete -> COMPLETED; DeadlineExceeded -> TIMEOUT; a container OOMKilled -> OUT_OF_MEMORY; a pod the scheduler
+    preempted -> PREEMPTED; one lost with its node -> NODE_FAIL; other failures -> FAILED; a running pod ->
+    RUNNING; else PENDING with its reason (Unschedulable, ImagePullBackOff, ...)."""
+    status = job.get("status") or {}
+    conds = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+    pod = max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""), default={})
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    done = _terminated(pod)
+    started = _ts(((pod.get("status") or {}).get("startTime"))) or _ts(status.get("startTime"))
+    submitted = _ts((job.get("metadata") or {}).get("creationTimestamp"))
+    exit_code = f"{done.get('exitCode', '')}:{done.get('signal', 0) or 0}" if done else ""
+    if "Complete" in conds or status.get("succeeded"):
+        state, reason, ended = "COMPLETED", "", _ts(status.get("completionTime"))
+    elif "Failed" in conds:
+        reason = str(conds["Failed"].get("reason") or "")
+        ended = _ts(conds["Failed"].get("lastTransitionTime"))
+        disrupted = _disruption(pod)
+        state = ("TIMEOUT" if reason == "DeadlineExceeded" else
+                 "OUT_OF_MEMORY" if done.get("reason") == "OOMKilled" else
+                 "PREEMPTED" if disrupted == "PreemptionByScheduler" else
+                 "NODE_FAIL" if disrupted in ("DeletionByTaintManager", "TerminationByKubelet") else "FAILED")
+    elif (pod.get("status") or {}).get("phase") == "Running":
+        state, reason, ended = "RUNNING", "", None
+    else:
+        state, reason, ended, started = "PENDING", _waiting(pod) or "Pending", None, None
+    return JobState(job_id, state, reason=reason, node=node, exit_code=exit_code, submitted=submitted,
+                    started=started, ended=ended)

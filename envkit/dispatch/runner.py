@@ -21,6 +21,7 @@ from typing import Protocol
 from ..errors import EnvkitError
 from ..payload.harness import encodable, read_report
 from ..support.atomic import write_atomic
+from ..spec_dispatch import KubernetesTarget
 from ..support.progress import Progress
 from .jobs import NODE, REPORT, STATE, FleetJob
 from .states import Fault, JobState, classify, lost_fault, pending_fault
@@ -37,6 +38,46 @@ class Scheduler(Protocol):
     def states(self, job_ids: Iterable[str]) -> dict[str, JobState]: ...
     def collect(self, job: FleetJob, job_id: str) -> None: ...
     def cancel(self, job_ids: Iterable[str]) -> None: ...
+
+
+class Routed:
+    """One scheduler for a fleet whose models live on several: Slurm's jobs to ``slurm``, Kubernetes' to ``kube``
+    (their ids never collide: Kubernetes' are ``namespace/name``)."""
+
+    scheduler = "routed"
+
+    def __init__(self, slurm: Scheduler | None, kube: Scheduler | None):
+        self.slurm, self.kube = slurm, kube
+
+    def _for_id(self, job_id: str) -> Scheduler | None:
+        return self.kube if "/" in job_id else self.slurm
+
+    def _for_job(self, job: FleetJob) -> Scheduler:
+        chosen = self.kube if isinstance(job.target, KubernetesTarget) else self.slurm
+        assert chosen is not None, f"no scheduler for {job.key}"
+        return chosen
+
+    def submit(self, job: FleetJob) -> str:
+        return self._for_job(job).submit(job)
+
+    def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
+        out: dict[str, JobState] = {}
+        ids = list(job_ids)
+        for backend in (self.slurm, self.kube):
+            mine = [i for i in ids if backend is not None and self._for_id(i) is backend]
+            if backend is not None and mine:
+                out.update(backend.states(mine))
+        return out
+
+    def collect(self, job: FleetJob, job_id: str) -> None:
+        self._for_job(job).collect(job, job_id)
+
+    def cancel(self, job_ids: Iterable[str]) -> None:
+        ids = list(job_ids)
+        for backend in (self.slurm, self.kube):
+            mine = [i for i in ids if backend is not None and self._for_id(i) is backend]
+            if backend is not None and mine:
+                backend.cancel(mine)
 
 
 @dataclass
