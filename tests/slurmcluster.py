@@ -95,7 +95,8 @@ ReturnToService=2
 SchedulerType=sched/backfill
 SlurmdParameters=config_overrides
 MinJobAge=600
-KillWait=5
+KillWait=30
+UnkillableStepTimeout=180
 InactiveLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=30
@@ -155,6 +156,16 @@ PartitionName=gpu Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscr
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"the nodes did not become idle in {timeout}s: {last}; logs in {self.root}")
+
+    def ready(self, timeout: float = 60) -> None:
+        """Every node idle again, before a test: a node a killed job drained ("Kill task failed" on a busy host) is
+        resumed, and the jobs an earlier test left are waited for."""
+        out = self.slurm("sinfo", "--Node", "--noheader", "--format=%N %t", timeout=10).stdout
+        for line in out.splitlines():
+            name, _, state = line.strip().partition(" ")
+            if state.rstrip("*~#!%$@^-") in ("drain", "drng", "down", "fail", "inval"):
+                self.slurm("scontrol", "update", f"nodename={name}", "state=resume", timeout=10)
+        self.wait_idle(timeout)
 
     def stop(self) -> None:
         try:
