@@ -3,8 +3,8 @@ two CPUs each, so six jobs run at once), each job a stub payload that sleeps JOB
 
 Prints the overhead per job (wall time less what the cluster needed to run the jobs back to back in waves of six
 at their mean run time, divided by the jobs: envkit's and Slurm's scheduling and launch together), envkit's own
-share of it (the time spent in Slurm's clients) and the end-to-end time against the slowest job and against the sum of the
-jobs (goal: overhead under 1 s per job; wall time near the waves' time, far below the sum). The anchor is the
+share of it (the time spent in Slurm's clients) and the end-to-end time against the slowest job and against the
+sum of the jobs (goal: overhead under 1 s per job; wall time near the waves' time, far below the sum). The anchor is the
 same jobs' run time, measured in the same run. Run: .venv/bin/python benchmarks/fleet_dispatch.py [--images 50]
 [--models 4] [--job-s 1] (needs Debian's slurm-wlm and munge: scripts/ensure-slurm.sh).
 """
@@ -56,9 +56,9 @@ class StubSlurm(SlurmCli):
         clear(job)
         script = job.workdir / "job.sh"
         report = json.dumps({"schema": SCHEMA, "status": "verified", "checks": []})
-        write_atomic(script, (f"#!/bin/bash\nsleep {self.job_s}\necho '{report}' > {job.workdir}/report.json\n"
-                              f"echo '{{\"node\": \"'$SLURMD_NODENAME'\", \"gpu\": false}}' > {job.workdir}/node.json\n")
-                     .encode())
+        node = f"echo '{{\"node\": \"'$SLURMD_NODENAME'\", \"gpu\": false}}' > {job.workdir}/node.json\n"
+        text = f"#!/bin/bash\nsleep {self.job_s}\necho '{report}' > {job.workdir}/report.json\n{node}"
+        write_atomic(script, text.encode())
         script.chmod(0o755)
         args = [a for a in sbatch_args(job) if not a.startswith("--gres")]  # the stub needs no GPU slot
         proc = self._run(["sbatch", *args, "--cpus-per-task=1", str(script)], "submit a job")
