@@ -8,9 +8,8 @@ model allows at a path (for "unknown key ...: allowed keys" and "did you mean").
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 
 class Frozen(BaseModel):
@@ -29,7 +28,8 @@ def fields_at(model: type[BaseModel], loc: tuple) -> set[str]:
         if isinstance(part, int) or keyed:
             keyed = False
             continue
-        field = current.model_fields.get(part) if isinstance(current, type) else None
+        field = current.model_fields.get(part) if isinstance(current, type) and issubclass(current, BaseModel) \
+            else None
         if field is None:
             return set()
         keyed = _is_mapping(field.annotation)
