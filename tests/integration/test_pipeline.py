@@ -56,15 +56,19 @@ def test_image_carries_pins_lock_hash_and_driver_floor(example_build, engine):
         assert uid == "1000"
 
 
-def test_the_classic_builders_extras_stage_image_carries_the_stage_labels_gc_reads(example_build, engine):
-    """The real template through the real classic builder: the untagged extras stage image it leaves
-    says whose it is (envkit gc removes it once no build of its lock stays: test_gc_stages.py)."""
+def test_the_online_classic_build_leaves_no_stage_image_and_nothing_of_the_installer(example_build, engine):
+    """The real template through the real classic builder: the environment is installed where it runs, so no
+    stage image is left untagged beside the image (offline builds' stage images carry the labels gc reads:
+    test_gc_stages.py), and no layer holds uv, its cache or the site CA."""
     from envkit.engine.docker_gc import DockerImageHost
+    from tests.integration.test_buildkit import _files_in_layers
 
     lock = load_lock(ROOT / "examples" / "team.lock")
     stages = {(s.image, s.lock_hash, s.stage) for s in DockerImageHost(engine.client).stage_images(lock.team)}
-    for image in lock.images:
-        assert (image.name, image.hash, "extras") in stages
+    doc, _ = example_build
+    for image, built in zip(lock.images, doc["images"]):
+        assert not [s for s in stages if s[:2] == (image.name, image.hash)]
+        assert not _files_in_layers(engine, built["tag"], "envkit-uv") and not _files_in_layers(engine, built["tag"], "ca.pem")
 
 
 def test_second_build_rebuilds_nothing(example_build):
