@@ -26,7 +26,7 @@ from ..resolve import devel
 from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files
 from ..frameworks import framework, requested_labels, expected
 from ..index import login as index_login_
-from ..index.urls import DEFAULT_INDEX, trusted_hosts
+from ..index.urls import DEFAULT_INDEX, trusted_hosts, uv_index_args
 from ..index.wheel_facts import is_cuda_wheel
 from ..support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from ..support.atomic import replace_all
@@ -51,7 +51,9 @@ WHEEL_CACHE = "/root/.cache/pip/envkit-wheels"
 WHEELHOUSE = "/tmp/envkit/wheelhouse"  # the bundle's wheels, inside the build (wheelhouse mode)
 DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
 UV_DIR = "/tmp/envkit-uv"  # the installer inside an install step (and, classic, its cache and the site CA)
-UV_CACHE = "/tmp/envkit-uv-cache"  # BuildKit: uv's cache mount
+# BuildKit: uv's cache mount, on the base's own empty /mnt (BuildKit leaves a mount point it had to make in the
+# layer, as an empty directory; files in /tmp leave nothing)
+UV_CACHE = "/mnt"
 UV_CA = "/tmp/envkit-ca.pem"  # BuildKit: the site CA's secret mount in an install step
 # Online builds: the environment's layers, lowest first (requirements/<group>.txt each), and what each holds.
 LAYER_GROUPS: dict[str, str] = {
@@ -164,7 +166,7 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         python=image.python,
         direct=not wheelhouse,
         layer_groups=tuple(g for g, packages in layer_packages(image).items() if packages),
-        uv_flags=installer.FLAGS + _index_flags(image),
+        uv_flags=installer.FLAGS + _uv_index_flags(image),
         **(_devel_fields(image) if image.flavour == "devel" else {}),
     )
 
@@ -180,21 +182,27 @@ def _pip_flags(image: LockedImage, *, buildkit: bool, wheelhouse: bool) -> str:
     """pip's flags: offline (wheelhouse) builds only, the one path that installs with pip (online ones use uv)."""
     if wheelhouse:  # no index, and no cache mount: the wheels are local
         return f"{PIP_FLAGS} --no-index --find-links {WHEELHOUSE}"
-    return (PIP_FLAGS_BUILDKIT if buildkit else PIP_FLAGS) + _index_flags(image, pip=True)
+    return (PIP_FLAGS_BUILDKIT if buildkit else PIP_FLAGS) + _pip_index_flags(image)
 
 
-def _index_flags(image: LockedImage, *, pip: bool = False) -> str:
-    """The indexes the lock's packages come from, as the resolver asked them: the framework's (a non-default
-    torch variant's own, or the spec's mirror), then the spec's for the rest. None for the default, PyPI,
-    so contexts of images from PyPI name none. Hashes pin every file, whichever index serves it, so for pip a
-    plain-http index is named a trusted host (pip ignores it otherwise); uv takes an http index as given (its
-    --trusted-host, an alias of --allow-insecure-host, would turn off TLS checks: never used)."""
+def _uv_index_flags(image: LockedImage) -> str:
+    """The indexes the lock's packages come from, asked as the resolver asked them (``index.urls.uv_index_args``:
+    the framework's own index first, each package from the first index that has it), so the build finds each
+    locked file where the lock found it. None for the default, PyPI, so contexts of images from PyPI name none.
+    uv takes an http index as named (its --trusted-host, an alias of --allow-insecure-host, would turn off TLS
+    checks: never used); every file is pinned by hash whichever index serves it."""
+    if image.index_url == DEFAULT_INDEX and image.extra_index_url in (None, DEFAULT_INDEX):
+        return ""
+    return "".join(f" {dq(arg)}" for arg in uv_index_args(image.index_url, image.extra_index_url))
+
+
+def _pip_index_flags(image: LockedImage) -> str:
+    """pip asks every index alike: the lock's indexes, and a plain-http one named a trusted host (pip ignores it
+    otherwise)."""
     flags = f" --index-url {dq(image.index_url)}" if image.index_url != DEFAULT_INDEX else ""
     if image.extra_index_url and image.extra_index_url != image.index_url:
         flags += f" --extra-index-url {dq(image.extra_index_url)}"
-    if pip:
-        flags += "".join(f" --trusted-host {dq(h)}" for h in trusted_hosts([image.index_url, image.extra_index_url]))
-    return flags
+    return flags + "".join(f" --trusted-host {dq(h)}" for h in trusted_hosts([image.index_url, image.extra_index_url]))
 
 
 def index_urls(image: LockedImage) -> list[str]:

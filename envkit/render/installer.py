@@ -29,8 +29,7 @@ FETCH = ("import hashlib, io, sys, urllib.request, zipfile; url, sha, dest = sys
          "sys.exit(f\"uv wheel {url}: sha256 {got}, expected {sha}\") if got != sha else None; "
          "z = zipfile.ZipFile(io.BytesIO(data)); "
          "open(dest, \"wb\").write(z.read(next(n for n in z.namelist() if n.endswith(\".data/scripts/uv\"))))")
-# Flags of every `uv pip install` (the index flags follow): the lock's exact files, nothing resolved, wheels only,
-# any index may serve a pinned file (pip's behaviour; uv's default stops at the first index naming a package),
-# bytecode compiled as pip does, no uv.toml of the build's own.
-FLAGS = ("--no-config --no-deps --require-hashes --only-binary :all: --index-strategy unsafe-best-match "
-         "--compile-bytecode")
+# Flags of every `uv pip install` (the index flags follow, as the resolver gave them: index.urls.uv_index_args):
+# the lock's exact files, nothing resolved, wheels only, bytecode compiled as pip does, no uv.toml of the
+# build's own.
+FLAGS = "--no-config --no-deps --require-hashes --only-binary :all: --compile-bytecode"
