@@ -8,7 +8,7 @@ download  pip: an install RUN from its start to "Installing collected packages";
 install   pip: from that line to the RUN's last output (unpack, bytecode); uv: "Installed N packages in T"
           (link or copy from its cache into the venv)
 compile   uv: "Bytecode compiled N files in T" (pip compiles while it installs: in "install")
-commit    classic: from a RUN's last output to the engine's "Removed intermediate container" (the layer's
+commit    classic: from a RUN's last output to the engine's "Removing intermediate container" (the layer's
           diff and commit); BuildKit: its "exporting layers" at the end (every layer's diff)
 copy      COPY --from steps (the finished venv copied between stages)
 other     the rest (context upload, FROM, ENV, LABEL, small COPYs)
@@ -31,7 +31,7 @@ _UV = re.compile(r"^(Prepared|Installed|Bytecode compiled) \d+ \w+ in ((?:\d+m )
 _UV_PHASE = {"Prepared": "download", "Installed": "install", "Bytecode compiled": "compile"}
 _DOWNLOADED = re.compile(r"Installing collected packages|^Prepared \d+ packages?")
 _EXPORT = re.compile(r"exporting layers (\d+(?:\.\d+)?)s done")
-_REMOVED = re.compile(r"Removed intermediate container")
+_REMOVED = re.compile(r"Removing intermediate container")
 _DONE = re.compile(r"^(?:\[[^\]]*\] )?(.*): (?:done in (\d+(?:\.\d+)?)s|cached)$")
 _INSTALLER = re.compile(r"\bpip (install|download)\b|\buv\b|envkit-install")
 

@@ -169,12 +169,14 @@ def timed(engine, ctx: Path, tag: str, builder: str, ca, made: list[str], *, no_
     load = os.getloadavg()[0]
     log(f"{label}: starting (load {load:.2f})")
     breakdown = Breakdown()
+    events: list[tuple[float, str, str]] = []  # the timeline, in --json (the breakdown can be recomputed from it)
     started = time.monotonic()
     cached = False
     for event in run_build(engine, ctx, tag, {"io.envkit.bench": "build_times"}, builder=builder,
                            ca_bundle=ca, no_cache=no_cache):
         now = time.monotonic() - started
         breakdown.feed(now, event)
+        events.append((round(now, 3), event.kind, event.text[:300]))
         if event.kind == "step":
             log(f"  {fmt(now):>7} step {event.step}/{event.total}: {event.text[:90]}")
             cached = event.text.startswith("FROM ")  # FROM makes no image
@@ -184,7 +186,7 @@ def timed(engine, ctx: Path, tag: str, builder: str, ca, made: list[str], *, no_
             made.append(m.group(1))  # an image this build created (classic), not a cache hit
     seconds = time.monotonic() - started
     log(f"{label}: {fmt(seconds)}")
-    return {"seconds": seconds, "load": load, "phases": breakdown.phases()}
+    return {"seconds": seconds, "load": load, "phases": breakdown.phases(), "events": events}
 
 
 def cache_id(files: dict[str, bytes], run_id: str) -> dict[str, bytes]:
