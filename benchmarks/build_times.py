@@ -6,8 +6,7 @@ naive   the anchor: one stage, apt python3 + python3-venv, a venv, `pip install 
         torch==<locked> numpy==<locked>` (no hashes, pip's resolver): what a team writes by hand
 envkit  the example lock's rendered context, built as `envkit build` builds it
 
-each of them: cold  = every step again (`--no-cache`; envkit's BuildKit cache mount gets a fresh id,
-                      so nothing downloaded earlier is reused either)
+each of them: cold  = every step again (`--no-cache`, which also gives BuildKit cache mounts empty)
               warm  = the same build again, nothing changed
               extra = numpy 2.0.* instead of 2.1.* (envkit: resolved against the same framework pins;
                       naive: the pin in its one pip RUN changed), built right after the warm build
@@ -17,9 +16,11 @@ issue's targets: cold <= 0.6x naive, warm <= 2 s, extra <= 0.1x envkit's cold), 
 where each cold build spent its time (benchmarks/build_breakdown.py). The load average before each build
 is printed beside it: the machine may be shared, so compare ratios from one run, not seconds across runs.
 
-Takes a long time (four cold builds of the CUDA torch closure) and about 12 GB of disk per builder at its
-peak; each builder's images are removed before the next starts (`--keep` keeps them). BuildKit's cache
-mount of a run stays in BuildKit's cache (a shared engine's cache is not this script's to prune).
+Order, per builder: naive cold, envkit cold, naive warm, envkit warm, naive extra, envkit extra (each pair
+back to back: on a shared machine the load drifts). Takes a long time (six full installs of the CUDA torch
+closure) and about 18 GB of disk per builder at its peak; each builder's images are removed before the next
+starts (`--keep` keeps them). BuildKit's cache records of the run stay (a shared engine's cache is not this
+script's to prune).
 Run: .venv/bin/python benchmarks/build_times.py [--builders classic,buildkit] [--skip naive-extra] [--json F]
 """
 
@@ -77,41 +78,38 @@ def main() -> None:
     numpy = {p.name: p.version for p in image.packages}["numpy"]
     numpy_extra = {p.name: p.version for p in extra_image.packages}["numpy"]
     ca = ca_bundle()
-    run_id = time.strftime("%Y%m%d%H%M%S")
     results: dict[str, dict] = {}
     started = time.monotonic()
     for builder in args.builders.split(","):
         made: list[str] = []
         tags: list[str] = []
-        check_disk(14)
+        check_disk(18)
+        naive = {"torch": image.framework_version, "numpy": numpy, "base": image.base.ref}
+        files = render_files(lock, image, "examples/team.yaml", buildkit=builder == "buildkit")
+        extra = render_files(extra_lock, extra_image, "examples/team.yaml", buildkit=builder == "buildkit")
+        anchor, row = results.setdefault(f"naive {builder}", {}), results.setdefault(f"envkit {builder}", {})
+        naive_tag, tag = f"{TAG}:naive-{builder}", f"{TAG}:{builder}"
+        tags += [naive_tag, tag, naive_tag + "-numpy20", tag + "-numpy20"]
         try:
-            if "naive" not in skip:
-                naive = {"torch": image.framework_version, "numpy": numpy, "base": image.base.ref}
-                row = results[f"naive {builder}"] = {}
-                tags.append(f"{TAG}:naive-{builder}")
-                row["cold"] = build_naive(engine, naive, tags[-1], builder, ca, made, no_cache=True)
-                row["size"] = engine.inspect(tags[-1]).size
-                row["warm"] = build_naive(engine, naive, tags[-1], builder, ca, made)
-                if "naive-extra" not in skip:
-                    row["extra"] = build_naive(engine, dict(naive, numpy=numpy_extra), tags[-1] + "-numpy20",
-                                               builder, ca, made)
-                    tags.append(tags[-1] + "-numpy20")
-            row = results[f"envkit {builder}"] = {}
-            files = render_files(lock, image, "examples/team.yaml", buildkit=builder == "buildkit")
-            tags.append(f"{TAG}:{builder}")
-            row["cold"] = build(engine, cache_id(files, run_id), tags[-1], builder, ca, made, no_cache=True)
-            row["size"] = engine.inspect(tags[-1]).size
-            row["layers"] = layers(engine, tags[-1])
-            row["warm"] = build(engine, cache_id(files, run_id), tags[-1], builder, ca, made)
-            extra = render_files(extra_lock, extra_image, "examples/team.yaml", buildkit=builder == "buildkit")
-            tags.append(f"{TAG}:{builder}-numpy20")
-            row["extra"] = build(engine, cache_id(extra, run_id), tags[-1], builder, ca, made)
-            extra_layers = layers(engine, tags[-1])
+            # each envkit build right after the naive build it is compared with: the machine's load drifts
+            for kind in ("cold", "warm", "extra"):
+                if "naive" not in skip and not (kind == "extra" and "naive-extra" in skip):
+                    values = dict(naive, numpy=numpy_extra) if kind == "extra" else naive
+                    anchor[kind] = build_naive(engine, values, naive_tag + ("-numpy20" if kind == "extra" else ""),
+                                               builder, ca, made, no_cache=kind == "cold")
+                    anchor.setdefault("size", engine.inspect(naive_tag).size)
+                row[kind] = build(engine, extra if kind == "extra" else files,
+                                  tag + ("-numpy20" if kind == "extra" else ""), builder, ca, made,
+                                  no_cache=kind == "cold")
+            row["size"] = engine.inspect(tag).size
+            row["layers"] = layers(engine, tag)
+            extra_layers = layers(engine, tag + "-numpy20")
             row["shared_layers"] = next((i for i, (a, b) in enumerate(zip(row["layers"], extra_layers)) if a != b),
                                         min(len(row["layers"]), len(extra_layers)))
         finally:
             if not args.keep:
                 cleanup(engine, builder, tags, made)
+    results = {k: v for k, v in results.items() if v}
     log(f"all done in {fmt(time.monotonic() - started)}")
     print_table(results)
     if args.json:
@@ -187,15 +185,6 @@ def timed(engine, ctx: Path, tag: str, builder: str, ca, made: list[str], *, no_
     seconds = time.monotonic() - started
     log(f"{label}: {fmt(seconds)}")
     return {"seconds": seconds, "load": load, "phases": breakdown.phases(), "events": events}
-
-
-def cache_id(files: dict[str, bytes], run_id: str) -> dict[str, bytes]:
-    """BuildKit cache mounts of this run only: a cold build downloads everything again, while the warm and
-    extra builds of the run share its cache like successive `envkit build`s do."""
-    text = files["Dockerfile"].decode()
-    return dict(files, Dockerfile=re.sub(r"--mount=type=cache,(id=[^,]+,)?target=",
-                                         lambda m: f"--mount=type=cache,id=bench-{run_id}-"
-                                                   f"{(m.group(1) or 'id=default,')[3:-1]},target=", text).encode())
 
 
 def numpy20(lock, image):

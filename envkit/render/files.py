@@ -51,9 +51,7 @@ WHEEL_CACHE = "/root/.cache/pip/envkit-wheels"
 WHEELHOUSE = "/tmp/envkit/wheelhouse"  # the bundle's wheels, inside the build (wheelhouse mode)
 DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
 UV_DIR = "/tmp/envkit-uv"  # the installer inside an install step (and, classic, its cache and the site CA)
-# BuildKit: uv's cache mount, on the base's own empty /mnt (BuildKit leaves a mount point it had to make in the
-# layer, as an empty directory; files in /tmp leave nothing)
-UV_CACHE = "/mnt"
+UV_CACHE = "/tmp/envkit-uv-cache"  # BuildKit: uv's cache in an install step (the classic builder's: in UV_DIR)
 UV_CA = "/tmp/envkit-ca.pem"  # BuildKit: the site CA's secret mount in an install step
 # Online builds: the environment's layers, lowest first (requirements/<group>.txt each), and what each holds.
 LAYER_GROUPS: dict[str, str] = {
