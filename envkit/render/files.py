@@ -147,7 +147,9 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         tag=image_tag(lock.team, image),
         lock_hash=image.hash,
         base_ref=base_ref,
-        os_packages=("python3", "ca-certificates", *image.apt),
+        # online builds make the venv in the runtime stage: python3-venv there (Debian's pip and setuptools
+        # wheels, the venv they made before: `pip check` for verify, setuptools for torch's cpp_extension)
+        os_packages=("python3", "ca-certificates", *(() if wheelhouse else ("python3-venv",)), *image.apt),
         builder_packages=("python3-venv",),
         venv=VENV,
         extras_prefix=EXTRAS,

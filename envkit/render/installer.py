@@ -14,11 +14,11 @@ VERSION = "0.13.9"
 _FILES = "https://files.pythonhosted.org/packages"
 # `uname -m` inside the build -> (the manylinux wheel's URL, its sha256)
 WHEELS: dict[str, tuple[str, str]] = {
-    "x86_64": (f"{_FILES}/3d/aa/26d64642d808de4a652579ef950d7cd2d37f080a8babf9c67c6b75fc4c3f/"
-               f"uv-{VERSION}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+    "x86_64": ((f"{_FILES}/3d/aa/26d64642d808de4a652579ef950d7cd2d37f080a8babf9c67c6b75fc4c3f/"
+                f"uv-{VERSION}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"),
                "d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19"),
-    "aarch64": (f"{_FILES}/fe/2f/51a5de367c602592c018a42a23d57fba5f2689fe6c3bf025dcf043b39c61/"
-                f"uv-{VERSION}-py3-none-manylinux_2_28_aarch64.whl",
+    "aarch64": ((f"{_FILES}/fe/2f/51a5de367c602592c018a42a23d57fba5f2689fe6c3bf025dcf043b39c61/"
+                 f"uv-{VERSION}-py3-none-manylinux_2_28_aarch64.whl"),
                 "ecb6028d79dc96fbeafffe5c8af62a7099487ebc05a701e76714eebcffd06375"),
 }
 # What an install step runs (python3 is in the OS layer; no curl there): fetch the wheel, refuse it unless its
