@@ -66,7 +66,7 @@ def devel_image(example_build, engine):
     lock = lock.model_copy(update={"images": (image,)})
     outcome = build_image(engine, lock, image, "examples/team.yaml", ca_bundle=_ca(), progress=lambda *_: None,
                           verify=False)
-    yield outcome, doc["images"][0]["tag"], image
+    yield outcome, doc["images"][0]["image_id"], image  # by id: another build of the same lock may move the tag
     try:
         engine.client.images.remove(outcome.tag, force=True)
     except Exception:  # noqa: BLE001 - best effort cleanup

@@ -30,7 +30,7 @@ def test_changing_only_an_extra_reuses_the_framework_layer(example_build, engine
     outcome = build_image(engine, lock_b, b, "examples/team.yaml", ca_bundle=_ca(), progress=lambda *a: None,
                           verify=False)
     try:
-        layers_a = _layers(engine, doc["images"][0]["tag"])
+        layers_a = _layers(engine, doc["images"][0]["image_id"])  # (by id: a tag may be moved by another build)
         layers_b = _layers(engine, outcome.tag)
         # base, OS packages + user, the CUDA wheels, the rest of the framework: identical; the extras' differ
         shared = len(_layers(engine, a.base.ref)) + _layers_through_framework(lock, a)
