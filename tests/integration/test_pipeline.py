@@ -69,7 +69,7 @@ def test_the_online_classic_build_leaves_no_stage_image_and_nothing_of_the_insta
         text = render_files(lock, image, "examples/team.yaml")["Dockerfile"].decode()
         assert [line.split(" AS ")[1] for line in text.splitlines() if line.startswith("FROM ")] == ["os", "runtime"]
         found = engine.run(built["image_id"], ["bash", "-c", "find / -xdev \\( -name 'envkit-uv*' -o -name 'envkit-ca*' "
-                                                         "-o -path '*site-ca*' \\) -print"], _opts())
+                                                         "-o -path '*site-ca*' \\) -print"], _opts(user="0"))
         assert found.exit_code == 0 and found.stdout.strip() == "", found.stdout + found.stderr
 
 
@@ -125,10 +125,10 @@ def test_verify_refuses_an_image_envkit_did_not_build(engine, example_build):
     assert "not built by envkit" in doc["message"] and "envkit build SPEC" in doc["hint"]
 
 
-def _opts():
+def _opts(**options):
     from envkit.engine.protocol import RunOptions
 
-    return RunOptions(timeout=60)
+    return RunOptions(timeout=60, **options)
 
 
 def test_certify_without_gpu_is_verified_with_gpu_checks_skipped(example_build, tmp_path):
