@@ -27,7 +27,8 @@ from envkit.engine.protocol import BuildEvent
 
 PHASES = ("apt", "download", "install", "compile", "commit", "copy", "other")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_UV = re.compile(r"^(Prepared|Installed|Bytecode compiled) \d+ \w+ in ((?:\d+m )?\d+(?:\.\d+)?m?s)$")
+# (the classic builder's stream cuts uv's lines into pieces: they are matched in the step's text run together)
+_UV = re.compile(r"(Prepared|Installed|Bytecode compiled) \d+ \w+ in ((?:\d+m )?\d+(?:\.\d+)?m?s)")
 _UV_PHASE = {"Prepared": "download", "Installed": "install", "Bytecode compiled": "compile"}
 _DOWNLOADED = re.compile(r"Installing collected packages|^Prepared \d+ packages?")
 _EXPORT = re.compile(r"exporting layers (\d+(?:\.\d+)?)s done")
@@ -45,6 +46,7 @@ class _Step:
     committed: float | None = None  # classic: the intermediate container removed (layer committed)
     done: float | None = None  # BuildKit: the vertex's own "DONE" seconds (stages may run side by side)
     uv: dict[str, float] = field(default_factory=dict)  # uv's own timings, by phase
+    output: str = ""  # the step's output run together, from the last uv timing on
 
 
 @dataclass
@@ -60,7 +62,10 @@ class Breakdown:
             return
         if event.kind != "log" or not self.steps:
             return
-        text = _ANSI.sub("", event.text).strip()
+        piece = _ANSI.sub("", event.text)
+        text = piece.strip()
+        if not text:  # the classic builder's colour reset after a step's stderr, which comes after the commit
+            return
         if (m := _EXPORT.search(text)) is not None:
             self.exported += float(m.group(1))
             return
@@ -71,16 +76,19 @@ class Breakdown:
                     break
             return
         step = self.steps[-1]
-        if _DOWNLOADED.search(text) or _UV.match(text):  # BuildKit: the install step under way, the last started
+        if _DOWNLOADED.search(text) or _UV.search(text):  # BuildKit: the install step under way, the last started
             step = next((s for s in reversed(self.steps) if _INSTALLER.search(s.text) and s.done is None), step)
         if _REMOVED.search(text):
             step.committed = t
-        elif not text.startswith(" ---> "):
+        elif not text.startswith("---> "):
             step.last_output = t
-            if (uv := _UV.match(text)) is not None:
+            step.output = (step.output + piece)[-400:]
+            for uv in list(_UV.finditer(step.output)):
                 phase = _UV_PHASE[uv.group(1)]
                 step.uv[phase] = step.uv.get(phase, 0.0) + _seconds(uv.group(2))
-            elif step.marked is None and _DOWNLOADED.search(text):
+            if (last := list(_UV.finditer(step.output))):
+                step.output = step.output[last[-1].end():]
+            if step.marked is None and _DOWNLOADED.search(text):
                 step.marked = t
 
     def phases(self) -> dict[str, float]:

@@ -44,6 +44,7 @@ from envkit.build.base import ensure_base  # noqa: E402
 from envkit.build.builder import run_build, stage_context  # noqa: E402
 from envkit.index.closure import Pin, compile_closure  # noqa: E402
 from envkit.engine.docker_engine import connect  # noqa: E402
+from envkit.engine.protocol import BuildEvent  # noqa: E402
 from envkit.lock import Package, load_lock, sealed  # noqa: E402
 from envkit.render.files import render_files  # noqa: E402
 
@@ -68,7 +69,18 @@ def main() -> None:
     parser.add_argument("--skip", default="", help="comma-separated: naive-extra, naive (no anchor: no ratios)")
     parser.add_argument("--keep", action="store_true", help="keep the images")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--table", type=Path, help="print the table of an earlier run's --json file (no builds)")
     args = parser.parse_args()
+    if args.table:
+        results = json.loads(args.table.read_text())
+        for row in results.values():  # the breakdown again, from the timeline (as this version cuts it)
+            if "events" in row.get("cold", {}):
+                breakdown = Breakdown()
+                for t, kind, text in row["cold"]["events"]:
+                    breakdown.feed(t, BuildEvent(kind, text) if kind != "step" else BuildEvent(kind, text, 0, 0))
+                row["cold"]["phases"] = breakdown.phases()
+        print_table(results)
+        return
     skip = set(filter(None, args.skip.split(",")))
     engine = connect()
     lock = load_lock(ROOT / "examples" / "team.lock")

@@ -51,3 +51,21 @@ def test_pip_is_cut_at_installing_and_buildkit_uses_its_own_step_times_and_expor
 
 def test_uvs_elapsed_times():
     assert (_seconds("450ms"), _seconds("3.21s"), _seconds("1m 02s")) == (0.45, 3.21, 62.0)
+
+
+def test_the_classic_builders_cut_lines_are_read_run_together_and_its_image_ids_are_no_output():
+    """The classic stream cuts uv's stderr into pieces (``Bytecode compiled 4368 files `` then ``in 27.05s``);
+    `` ---> <id>`` after a step is the engine's, not the step's output."""
+    phases = _feed([
+        (0.0, "step", "RUN mkdir -p /tmp/envkit-uv && /tmp/envkit-uv/uv pip install -r /tmp/envkit/framework.txt"),
+        (10.0, "log", "\x1b[91mPrepared 10 packages in 9.5s"),
+        (11.0, "log", "\x1b[91mBytecode compiled 4368 files \x1b[0m"),
+        (11.0, "log", "\x1b[91min 27.05s"),
+        (11.0, "log", "\x1b[0m"),
+        (50.0, "log", "Removing intermediate container 1"),
+        (50.0, "log", " ---> 2abe22c72182"),
+        (51.0, "step", "COPY envkit/ /opt/envkit/"),
+        (51.0, "done", "sha256:x"),
+    ])
+    assert (phases["download"], phases["compile"]) == (9.5, 27.05)
+    assert phases["commit"] == 39.0
