@@ -7,7 +7,7 @@ TORCH_TEST ?= torch==2.13.0
 # Two workers; tests sharing an image stay on one (tests/conftest.py). XDIST= runs in one process.
 XDIST ?= -n 2 --dist loadgroup
 
-.PHONY: venv engine demo test unit integration lint clean schema
+.PHONY: venv engine demo check test unit integration lint clean schema
 
 $(BIN)/envkit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,16 @@ demo: venv engine
 	$(BIN)/envkit doctor
 	$(BIN)/envkit build examples/team.yaml
 
-test: venv engine
+# ruff and mypy over envkit/ (pyproject.toml: [tool.ruff], [tool.mypy]); the payload, a program of its own that images
+# run on Python 3.9+ and whose modules import one another by bare name, in a second mypy run rooted at its directory
+# (3.10: the oldest Python mypy checks against).
+PAYLOAD := envkit/payload/envkit_check
+check: venv
+	$(BIN)/ruff check envkit
+	$(BIN)/mypy
+	MYPYPATH=$(PAYLOAD) $(BIN)/mypy --explicit-package-bases --python-version 3.10 $(PAYLOAD)/*.py
+
+test: venv engine check
 	./scripts/ensure-browser.sh || echo "note: no chromium; the HTML report browser test will be skipped"
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q $(XDIST) --durations=25 tests
 
@@ -35,8 +44,8 @@ unit: venv
 integration: venv engine
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q $(XDIST) --durations=25 tests/integration
 
-# hadolint (with .hadolint.yaml's reasons) over the committed Dockerfiles and freshly rendered ones.
-lint: venv
+# hadolint (with .hadolint.yaml's reasons) over the committed Dockerfiles and freshly rendered ones; then `check`.
+lint: venv check
 	$(BIN)/hadolint --config .hadolint.yaml dockerfiles/*/Dockerfile
 	$(BIN)/python -m pytest -q tests/unit/render/test_lint.py
 
@@ -44,4 +53,4 @@ schema: venv
 	$(BIN)/envkit schema > schema/team.schema.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -29,6 +29,7 @@ class EnvkitError(Exception):
     """Base of every error envkit raises on purpose."""
 
     exit_code = 1
+    engine_full = False  # True: the engine's disk filled up (engine.space.engine_out_of_space)
 
     def __init__(self, message: str, *, hint: str | None = None, location: Location | None = None):
         super().__init__(message)
@@ -78,6 +79,7 @@ class ResolutionError(EnvkitError):
     """No stack satisfies the spec's constraints."""
 
     exit_code = 4
+    from_extras = False  # True: the solve failed only with the image's pip: packages, which the error is about
 
 
 class LockError(EnvkitError):

@@ -92,7 +92,10 @@ class Framework:
     # the framework's own verdict rules on the payload's facts (beyond pins and coverage): reasons to fail
     facts_rules: Callable[[dict, dict], list[str]] = lambda facts, expect: []
     # devel=False: why envkit makes no devel flavour of it, and what to do instead
-    devel_refusal: tuple[str, str] = ("", "use flavour: runtime for it (the runtime image has the framework's CUDA libraries)")
+    devel_refusal: tuple[str, str] = (
+        "",
+        "use flavour: runtime for it (the runtime image has the framework's CUDA libraries)",
+    )
 
 
 # --- PyTorch -------------------------------------------------------------------------

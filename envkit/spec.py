@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -29,6 +29,11 @@ from .errors import Location, SpecError
 from .support.yamlsource import Document, load_yaml
 from .support.ca_bundle import check_pem, env_ca_skipped, env_ca_source
 from .support.models import Strict, fields_at
+
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler, SerializerFunctionWrapHandler
+    from pydantic.json_schema import JsonSchemaValue
+    from pydantic_core import CoreSchema
 
 SPEC_VERSION = 1
 
@@ -70,12 +75,12 @@ class _grammar:
             raise ValueError(f"{_short(value)!r} is not a valid {self.what}")
         return value
 
-    def __get_pydantic_core_schema__(self, source, handler):
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
         from pydantic_core import core_schema
 
         return core_schema.no_info_after_validator_function(self.check, handler(source))
 
-    def __get_pydantic_json_schema__(self, schema, handler):
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         out = handler(schema)
         out.update(pattern=self.regex.pattern, maxLength=MAX_VALUE)
         return out
@@ -209,7 +214,7 @@ class BuildOptions(Strict):
                           "the resolve")
 
     @model_serializer(mode="wrap")
-    def _without_unset_variant_index(self, handler) -> dict:
+    def _without_unset_variant_index(self, handler: SerializerFunctionWrapHandler) -> dict:
         """No ``variant_index_url`` or ``held_back`` key when unset: the spec digest locks keep (``model_dump``) stays
         as it was before the fields existed, so their locks stay current."""
         data = handler(self)
@@ -358,11 +363,11 @@ def _spec_error(exc: ValidationError, doc: Document) -> SpecError:
         key = loc[-1]
         allowed = sorted(fields_at(Spec, loc[:-1]))
         close = difflib.get_close_matches(str(key), allowed, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        near = f"did you mean {close[0]!r}? " if close else ""
         return SpecError(
             f"unknown key {key!r} in {'.'.join(map(str, loc[:-1])) or 'the top level'}",
             location=where,
-            hint=f"{hint}allowed keys: {', '.join(allowed)}",
+            hint=f"{near}allowed keys: {', '.join(allowed)}",
         )
     if kind == "missing":
         return SpecError(f"missing required key {dotted!r}", location=where)
@@ -371,7 +376,7 @@ def _spec_error(exc: ValidationError, doc: Document) -> SpecError:
     if kind in ("string_type", "int_type", "list_type", "model_type", "dict_type"):
         msg = f"{dotted}: {msg}, got {_short(repr(value))}"
         if kind == "string_type" and isinstance(value, (int, float)) and not isinstance(value, bool):
-            hint = "quote versions in YAML, e.g. python: \"3.11\" (unquoted, 3.10 is the number 3.1)"
+            hint: str | None = "quote versions in YAML, e.g. python: \"3.11\" (unquoted, 3.10 is the number 3.1)"
         else:
             hint = {"list_type": "give a list, e.g. pip: [\"numpy==2.1.*\"]",
                     "model_type": "give a mapping of keys (see `envkit schema`)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..build.builder import BuildProgress, Outcome, build_image, require_builder
 from ..errors import SpecError
@@ -19,9 +20,12 @@ from ..support.progress import Progress
 from ..build.bundle_manifest import MANIFEST, bundle_size
 from ..build.bundle import check_replaceable, make_bundle
 
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
+
 
 def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = None, locked: bool = False,
-                only: list[str] | None = None, progress=lambda _: None) -> tuple[Resolved, Rendered]:
+                only: list[str] | None = None, progress: Progress = lambda _: None) -> tuple[Resolved, Rendered]:
     """Render the lock's images; a missing or stale lock is re-resolved and written first, unless ``locked``."""
     resolved = resolve_spec(spec_path, lock_path=lock_path, reuse=True, locked=locked, progress=progress)
     for name in only or ():
@@ -30,7 +34,7 @@ def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = Non
     return resolved, rendered
 
 
-def build_spec(spec_path: Path, out_root: Path, engine, *, lock_path: Path | None = None, locked: bool = False,
+def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Path | None = None, locked: bool = False,
                only: list[str] | None = None, verify: bool = True, builder: str = "classic",
                progress: BuildProgress = lambda *_: None) -> tuple[Resolved, list[Outcome]]:
     require_builder(engine, builder)  # before resolving: BuildKit without its CLI fails at once
@@ -67,7 +71,7 @@ class Bundled:
                 "size_bytes": self.size}
 
 
-def bundle_spec(spec_path: Path, out_dir: Path, engine, *, image: str | None = None,
+def bundle_spec(spec_path: Path, out_dir: Path, engine: Engine, *, image: str | None = None,
                 progress: Progress = lambda _: None) -> Bundled:
     """Resolve (or reuse the lock of) the spec and write an offline bundle of one image into ``out_dir``."""
     check_replaceable(Path(out_dir).absolute())  # before resolving: nothing is fetched for a bad --out

@@ -3,14 +3,20 @@ written when asked)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 
 from ..catalog.files import load_catalog
 from ..index.client import PackageIndex
 from ..catalog.refresh.run import parse_frameworks, refresh_catalog as refresh
 from ..catalog.refresh.arches import ARCH_FRAMEWORKS, check_arches
 
+if TYPE_CHECKING:
+    from typing import Iterable
+    from ..support.progress import Progress
 
-def refresh_catalog(*, apply: bool, frameworks=(), progress=lambda _: None) -> dict:
+
+def refresh_catalog(*, apply: bool, frameworks: Iterable[str]=(), progress: Progress=lambda _: None) -> dict:
     """Propose catalog rows for new releases of ``frameworks`` (default: all); write them when ``apply``."""
     from datetime import date
 
@@ -24,7 +30,7 @@ def refresh_catalog(*, apply: bool, frameworks=(), progress=lambda _: None) -> d
     return {**result.summary(), "applied": bool(apply and result.changed)}  # "files": what changes, or would
 
 
-def check_catalog_arches(*, apply: bool, frameworks=(), progress=lambda _: None) -> dict:
+def check_catalog_arches(*, apply: bool, frameworks: Iterable[str]=(), progress: Progress=lambda _: None) -> dict:
     """Compare the catalog's compiled arch lists with the index's wheels; write the corrections when ``apply``."""
     from datetime import date
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..build.builder import LOCK_LABEL
 from ..payload.harness import Verification, expect_from_labels, run_payload
@@ -17,8 +18,13 @@ from ..support.atomic import check_writable
 from ..catalog.perf import load_perf
 from ..certify.report import FILES, write_reports
 
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
+    from ..engine.protocol import ImageInfo
+    from ..certify.certificate import Certificate
 
-def expectations(engine, ref: str, lock_path: Path | None):
+
+def expectations(engine: Engine, ref: str, lock_path: Path | None) -> tuple[ImageInfo, str, dict]:
     """The image, its lock hash, and what must hold inside it: its pin labels, or the lock's entry."""
     info = engine.inspect(ref)
     if info is None:
@@ -38,7 +44,7 @@ def expectations(engine, ref: str, lock_path: Path | None):
     return info, lock_hash, expected(match[0])
 
 
-def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verification:
+def verify_image(engine: Engine, ref: str, *, lock_path: Path | None = None) -> Verification:
     """Check inside ``ref`` that what it holds equals its pin labels (and the lock, if given). The payload's
     own verdict is judged again by the host's rules (``verdict.decide``, as certify does): a document that
     says ``verified`` beside a failed check, or claims a GPU check passed with no GPU, fails here too."""
@@ -52,8 +58,8 @@ def verify_image(engine, ref: str, *, lock_path: Path | None = None) -> Verifica
     return v
 
 
-def certify(engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_dir: Path,
-            store_url: str | None, timeout: int = 600):
+def certify(engine: Engine, ref: str, *, lock_path: Path | None, gpus: bool | None, out_dir: Path,
+            store_url: str | None, timeout: int = 600) -> tuple[Certificate, dict[str, Path]]:
     """Certify ``ref``; write the certificate and the reports into ``out_dir`` (one set, replacing what is there),
     then record the certificate in the store. Both places are tried before the payload runs, so a path that cannot
     be used fails in seconds, not after the run; the store is written last, as the record ``run``'s gate trusts."""

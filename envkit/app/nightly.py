@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from .. import __version__
 from ..support.atomic import check_writable, write_atomic
@@ -21,7 +21,7 @@ from ..certify.certificate import Certificate, certificate_from, certify_image, 
 from ..payload.harness import gpu_key
 from ..engine.space import engine_full
 from ..errors import BuildError, EngineError, LockError, VerificationError
-from ..lock import LockedImage, load_lock, lock_changes, write_lock
+from ..lock import Lock, LockedImage, load_lock, lock_changes, write_lock
 from ..render.files import image_tag
 from ..store.history import Store
 from ..frameworks import expected
@@ -32,32 +32,18 @@ from .resolve import load, lock_path_for, resolve_spec
 from .build import render_spec
 from ..catalog.perf import load_perf
 from ..certify.report import FILES, write_reports
-from .nightly_publish import Asked, _publish, restore_base
+from .nightly_publish import Asked, ImageReport, _publish, restore_base
 from ..support.progress import Progress
 from ..payload.contents import SCHEMA
+
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine, ImageInfo
+    from ..catalog.refresh.common import ReadingIndex
 
 # Exit codes, distinct from the error codes of errors.py.
 PASSED, NOTHING_TO_DO, BUILD_FAILED, CERT_FAILED, REGRESSION, PUBLISH_FAILED = 0, 10, 11, 12, 13, 14
 EXIT_NAMES = {PASSED: "passed", NOTHING_TO_DO: "nothing to do", BUILD_FAILED: "build failure",
               CERT_FAILED: "certification failure", REGRESSION: "regression", PUBLISH_FAILED: "publish failure"}
-
-
-@dataclass
-class ImageReport:
-    name: str
-    tag: str
-    changes: list[str] = field(default_factory=list)
-    build: str = "pending"  # built | skipped | failed | not built (the engine's disk was full)
-    status: str = "pending"  # certified | verified | failed | (pending)
-    reasons: list[str] = field(default_factory=list)
-    regressions: list[str] = field(default_factory=list)
-    pushed: list[str] = field(default_factory=list)
-    publish_error: str | None = None
-    notes: list[str] = field(default_factory=list)  # what the run did about it that was not asked (a gc to make room)
-    worked: bool = False  # anything was done for it in this run
-
-    def to_json(self) -> dict:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -96,7 +82,9 @@ class Disk:
         progress("the engine's disk is full: running gc for the team now, then building it again")
         self.reclaimed = self.reclaim(tags)
         cache = self.reclaimed.get("build_cache") or {}
-        return bool(self.reclaimed.get("removed") or self.reclaimed.get("removed_containers") or cache.get("freed_bytes"))
+        return bool(
+            self.reclaimed.get("removed") or self.reclaimed.get("removed_containers") or cache.get("freed_bytes")
+        )
 
     def said(self) -> str:
         """What the reclaim removed, for the image's notes."""
@@ -106,8 +94,14 @@ class Disk:
                    if cache.get("pruned") else ""))
 
 
-def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = None, frameworks=(),
-                         progress: Progress = lambda _: None) -> dict:
+def refresh_catalog_step(
+    reports_dir: Path,
+    *,
+    index: ReadingIndex | None = None,
+    today: str | None = None,
+    frameworks: Iterable[str] = (),
+    progress: Progress = lambda _: None,
+) -> dict:
     """``--refresh-catalog``: ask the package index for the releases of ``frameworks`` (default:
     torch, jax and tensorflow) that the catalog lacks.
 
@@ -144,10 +138,26 @@ def refresh_catalog_step(reports_dir: Path, *, index=None, today: str | None = N
     return doc
 
 
-def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, reports_dir: Path,
+def _locks(spec_path: Path, lock_path: Path, out_root: Path, *, locked: bool,
+           progress: Progress) -> tuple[Lock | None, Lock]:
+    """The lock before this run (None when missing or unreadable) and the one it builds, rendered to ``out_root``:
+    with ``locked``, the lock as it is (a missing or stale one fails, exit 5, never rewritten), else re-resolved."""
+    try:
+        old = load_lock(lock_path) if lock_path.exists() else None
+    except LockError:
+        old = None
+    if locked:
+        return old, render_spec(spec_path, out_root, locked=True, progress=progress)[0].lock
+    progress("re-resolving against the catalog and the package index")
+    lock = resolve_spec(spec_path, progress=progress).lock
+    render_spec(spec_path, out_root, progress=progress)
+    return old, lock
+
+
+def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path, reports_dir: Path,
                 registry: str | None = None, locked: bool = False, gpus: bool | None = None,
                 threshold: float = 0.10, builder: str = "classic", refresh_catalog: bool = False,
-                refresh_frameworks=(), reclaim: Callable[[list[str]], dict] | None = None,
+                refresh_frameworks: Iterable[str]=(), reclaim: Callable[[list[str]], dict] | None = None,
                 progress: Progress = lambda _: None) -> NightlyResult:
     """``builder`` builds what changed; an image whose build is already recorded is kept as it is.
     ``reclaim``: frees the engine's disk when a build fills it, never removing the images tagged as
@@ -169,16 +179,7 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
     with store.run_lock(f"nightly:{spec.team}", f"the nightly run of team {spec.team!r}"):
         catalog_doc = (refresh_catalog_step(reports_dir, frameworks=refresh_frameworks, progress=progress)
                        if refresh_catalog else None)
-        try:
-            old = load_lock(lock_path) if lock_path.exists() else None
-        except LockError:
-            old = None
-        if locked:  # a missing or stale lock fails (exit 5), never rewritten
-            lock = render_spec(spec_path, out_root, locked=True, progress=progress)[0].lock
-        else:
-            progress("re-resolving against the catalog and the package index")
-            lock = resolve_spec(spec_path, progress=progress).lock
-            render_spec(spec_path, out_root, progress=progress)
+        old, lock = _locks(spec_path, lock_path, out_root, locked=locked, progress=progress)
         changes = lock_changes(old, lock)
         digest = lock.spec_digest
         resumed = store.unfinished_run(digest)
@@ -215,22 +216,36 @@ def run_nightly(spec_path: Path, engine, store: Store, *, out_root: Path, report
     return result
 
 
-def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, report, progress, builder="classic",
-           disk: Disk | None = None, tags: list[str] = ()):
+def _build(
+    engine: Engine,
+    store: Store,
+    run_id: int,
+    lock: Lock,
+    image: LockedImage,
+    spec_path: Path,
+    ca: Path | None,
+    report: ImageReport,
+    progress: Progress,
+    builder: str = "classic",
+    disk: Disk | None = None,
+    tags: Sequence[str] = (),
+) -> ImageInfo | None:
     disk = disk or Disk()
     tag = report.tag
     info = engine.inspect(tag)
     ctx = info.labels.get(CONTEXT_LABEL, "") if info else ""
     known = store.find_build(image.name, image.hash, ctx) if info else None
-    if known is not None and known.image_id == info.id:
+    if info is not None and known is not None and known.image_id == info.id:
         report.build = "skipped"
         return info
     if disk.full is not None:
         report.build, report.status = "not built", "failed"
-        report.reasons.append(f"not built: the engine's disk filled up building {disk.full} in this run"
-                              + (" and gc could not make room" if disk.reclaimed is not None else "")
-                              + "; free space on it (`envkit gc --dry-run` shows what gc would remove; "
-                              "`envkit nightly --gc` runs it) and run the nightly again: it rebuilds only what is missing")
+        report.reasons.append(
+            f"not built: the engine's disk filled up building {disk.full} in this run"
+            + (" and gc could not make room" if disk.reclaimed is not None else "")
+            + "; free space on it (`envkit gc --dry-run` shows what gc would remove; "
+            "`envkit nightly --gc` runs it) and run the nightly again: it rebuilds only what is missing"
+        )
         report.worked = True
         return None
     started_here = "build" in store.steps(run_id, image.name)
@@ -238,8 +253,16 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
     restore_base(engine, store, image, progress)
     while True:
         try:
-            outcome = build_image(engine, lock, image, str(spec_path), ca_bundle=ca, verify=False, builder=builder,
-                                  progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]))
+            outcome = build_image(
+                engine,
+                lock,
+                image,
+                str(spec_path),
+                ca_bundle=ca,
+                verify=False,
+                builder=builder,
+                progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]),
+            )
             break
         except (BuildError, EngineError) as exc:
             if engine_full(exc) and disk.try_reclaim(list(tags), lambda msg: progress(f"[{image.name}] {msg}")):
@@ -253,6 +276,8 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
             report.worked = True
             return None
     info = engine.inspect(tag)
+    if info is None:
+        raise BuildError(f"{tag} is not in the engine right after its build", hint="is something removing images?")
     # A build this run started (or an earlier killed attempt of it) counts as built.
     action = "built" if outcome.action == "built" or started_here else "skipped"
     store.record_build(image.name, image.hash, info.labels.get(CONTEXT_LABEL, ""), tag=tag, image_id=info.id,
@@ -263,7 +288,17 @@ def _build(engine, store, run_id, lock, image: LockedImage, spec_path, ca, repor
     return info
 
 
-def _certify(engine, store, run_id, image, report, info, gpus, threshold, progress) -> Certificate | None:
+def _certify(
+    engine: Engine,
+    store: Store,
+    run_id: int,
+    image: LockedImage,
+    report: ImageReport,
+    info: ImageInfo,
+    gpus: bool,
+    threshold: float,
+    progress: Progress,
+) -> Certificate | None:
     # the newest verdict on a runner like this one stands when it passed: with no GPU, any GPU-less verdict;
     # with GPUs, only one on the same GPU model and driver as this runner's (a certificate is keyed by both,
     # and runners sharing a store may differ), asked of the engine only when there is one to reuse. A failed

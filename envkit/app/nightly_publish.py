@@ -4,7 +4,8 @@ trusted only while the registry named this run still holds it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..certify.certificate import Certificate, slug
 from ..errors import EnvkitError
@@ -14,6 +15,29 @@ from ..registry.publish import promote, remote_digest, pull_by_digest, mirror_ba
 from ..registry.remote_parse import certificate_tag
 from ..support.progress import Progress
 
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine, ImageInfo
+    from ..lock import Lock
+    from ..store.history import Store
+
+
+@dataclass
+class ImageReport:
+    name: str
+    tag: str
+    changes: list[str] = field(default_factory=list)
+    build: str = "pending"  # built | skipped | failed | not built (the engine's disk was full)
+    status: str = "pending"  # certified | verified | failed | (pending)
+    reasons: list[str] = field(default_factory=list)
+    regressions: list[str] = field(default_factory=list)
+    pushed: list[str] = field(default_factory=list)
+    publish_error: str | None = None
+    notes: list[str] = field(default_factory=list)  # what the run did about it that was not asked (a gc to make room)
+    worked: bool = False  # anything was done for it in this run
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
 
 @dataclass
 class Asked:
@@ -22,8 +46,19 @@ class Asked:
     unanswered: str | None = None
 
 
-def _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert: Certificate | None = None,
-             asked: Asked | None = None):
+def _publish(
+    engine: Engine,
+    store: Store,
+    run_id: int,
+    lock: Lock,
+    image: LockedImage,
+    report: ImageReport,
+    info: ImageInfo,
+    registry: str,
+    progress: Progress,
+    cert: Certificate | None = None,
+    asked: Asked | None = None,
+) -> None:
     repo = f"{registry.rstrip('/')}/{lock.team}/{image.name}"
     stack_tag = report.tag.split(":", 1)[1]
     if _published(engine, store, repo, stack_tag, image, report, info, cert, asked or Asked()):
@@ -53,7 +88,17 @@ def _publish(engine, store, run_id, lock, image, report, info, registry, progres
     report.worked = True
 
 
-def _published(engine, store, repo, stack_tag, image, report, info, cert: Certificate | None, asked: Asked) -> bool:
+def _published(
+    engine: Engine,
+    store: Store,
+    repo: str,
+    stack_tag: str,
+    image: LockedImage,
+    report: ImageReport,
+    info: ImageInfo,
+    cert: Certificate | None,
+    asked: Asked,
+) -> bool:
     """Whether ``repo`` (the registry named this run) already holds what this run would publish: the stack tag with
     the digest the store recorded (asked of the registry, which may have lost it to a prune or a reset since),
     the certificate artifact, the base mirror, and a recorded ``:certified`` push when certified (where
@@ -82,7 +127,7 @@ def _published(engine, store, repo, stack_tag, image, report, info, cert: Certif
     return True
 
 
-def restore_base(engine, store, image: LockedImage, progress: Progress = lambda _: None) -> str | None:
+def restore_base(engine: Engine, store: Store, image: LockedImage, progress: Progress = lambda _: None) -> str | None:
     """A runner whose engine lacks the image's base gets it back from the team registry's
     mirror, by digest (newest mirror first), instead of pulling upstream or bootstrapping a
     new one: the rebuild then stands on the very base the last one did. Returns the mirror
@@ -106,7 +151,7 @@ def _base_mirror_repo(team_repo: str, image: LockedImage) -> str:
     return f"{team_repo}/{image.base.mirror_name}"
 
 
-def _base_unmirrored(engine, store, team_repo: str, image: LockedImage) -> bool:
+def _base_unmirrored(engine: Engine, store: Store, team_repo: str, image: LockedImage) -> bool:
     """The image's base is on this engine and not mirrored (by its digest) in ``team_repo``'s registry path."""
     base = engine.inspect(image.base.ref)
     if base is None:
@@ -115,7 +160,9 @@ def _base_unmirrored(engine, store, team_repo: str, image: LockedImage) -> bool:
     return not mirrored & set(base.repo_digests)
 
 
-def _mirror_base(engine, store, lock, image, registry, report) -> None:
+def _mirror_base(
+    engine: Engine, store: Store, lock: Lock, image: LockedImage, registry: str, report: ImageReport
+) -> None:
     """Keep the image's base in the team registry, pinned by digest, so an upstream
     deletion never breaks a rebuild (``envkit`` records where the mirror is)."""
     team_repo = f"{registry.rstrip('/')}/{lock.team}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..build.builder import LOCK_LABEL
 from ..engine.protocol import RUN_TIMEOUT, GPU_ULIMITS, RunOptions
@@ -17,8 +17,16 @@ from ..registry.remote import list_registry, merge_store, inspect_remote
 from ..registry.remote_parse import parse_ref
 from ..certify.gate import host_gpus, judge
 
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
+    from ..engine.protocol import ImageInfo, RunResult
+    from ..store.history import Store
+    from ..store.records import CertificateRecord
+    from ..certify.gate import Verdict
+    from typing import Any, BinaryIO, ContextManager
 
-def _store_images(store) -> dict[str, dict]:
+
+def _store_images(store: Store) -> dict[str, dict]:
     """image id -> {"tag", "created", "certificates": [(gpu model, status, created_at)], "records": [...]}."""
     out = {}
     for image_id, tag, created in store.images():
@@ -52,7 +60,7 @@ def envkit_tag(labels: dict[str, str], tags: tuple[str, ...] = ()) -> str | None
     return f"{repo}:{version}" if version else None
 
 
-def list_images(store_url: str | None, engine_of: Callable[[], object | None] | None = None) -> list[dict]:
+def list_images(store_url: str | None, engine_of: Callable[[], Engine | None] | None = None) -> list[dict]:
     """Every image the store knows (built by nightly, or certified), with its certifications. The store keeps the
     reference an image was certified by (an id, a registry tag); with an engine (``engine_of()``, asked only when
     the store knows an image; None: no engine), an envkit image still there is named by its own tag
@@ -74,7 +82,7 @@ def list_images(store_url: str | None, engine_of: Callable[[], object | None] | 
     return sorted(rows, key=lambda r: r["tag"])
 
 
-def _inspect_quietly(engine, ref: str):
+def _inspect_quietly(engine: Engine | None, ref: str) -> ImageInfo | None:
     """``engine.inspect(ref)``, or None without an engine or when it cannot say (ls names the image as recorded)."""
     if engine is None:
         return None
@@ -84,7 +92,7 @@ def _inspect_quietly(engine, ref: str):
         return None
 
 
-def list_registry_images(client, registry: str, store_url: str | None, **read) -> dict:
+def list_registry_images(client: Any, registry: str, store_url: str | None, **read: Any) -> dict:
     """What the registry holds (every envkit image, certification per GPU model from its certificate
     artifacts), joined with the store's rows for the same images when a store is at hand."""
     store = Store.open_existing(store_url, must_exist=True)  # a named store adds to it: a typo fails at once
@@ -97,12 +105,12 @@ def list_registry_images(client, registry: str, store_url: str | None, **read) -
     return {**listing.to_json(), "images": merge_store(listing.rows, known), "store": where}
 
 
-def _cert_doc(c) -> dict:
+def _cert_doc(c: CertificateRecord) -> dict:
     return {"status": c.status, "gpu_model": c.gpu_model, "driver": c.driver, "created_at": c.created_at,
             "reasons": c.document.get("reasons", []), "source": "store"}
 
 
-def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
+def show_image(engine: Engine | None, ref: str, store_url: str | None, **read: Any) -> dict:
     """An image's pins, lock hash and certificates.
 
     From the local engine and the store when the engine has ``ref``; else, when ``ref`` names a
@@ -138,7 +146,7 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
     if store is not None:
         with store:
             certs = [_cert_doc(c) for c in store.certificates_for(info.id)]
-    doc = {"image": ref, "source": "local", "id": info.id, "size": info.size, "user": info.user,
+    doc: dict[str, Any] = {"image": ref, "source": "local", "id": info.id, "size": info.size, "user": info.user,
            "require_cuda": info.env.get("NVIDIA_REQUIRE_CUDA"), "labels": labels, "certificates": certs}
     remote_ref = parse_ref(ref)
     if remote_ref is not None:  # a local copy of a registry image: add what the registry says
@@ -151,17 +159,21 @@ def show_image(engine, ref: str, store_url: str | None, **read) -> dict:
     return doc
 
 
-def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None):
+def certification_gate(engine: Engine | None, ref: str, *, on_gpus: bool, store_url: str | None) -> Verdict:
     """Whether ``ref`` was certified for this host's GPUs (``gate.judge``), from the certificates ``show_image``
     gives: the store's and, for a registry reference, the registry's certificate artifacts (unreadable: the
     store's alone, noted)."""
     doc = show_image(engine, ref, store_url)
-    registry = doc.get("registry") or {}
+    registry: dict = doc.get("registry") or {}
     gpus, unread = host_gpus() if on_gpus else ([], None)
     labels = doc.get("labels")
     verdict = judge(doc["certificates"], gpus, on_gpus=on_gpus, image=ref,
                     envkit_built=labels is None or bool(labels.get(LOCK_LABEL)))
-    notes = [f"this host's GPUs could not be read ({unread}), so a certified certificate on any model counts"] if unread else []
+    notes = (
+        [f"this host's GPUs could not be read ({unread}), so a certified certificate on any model counts"]
+        if unread
+        else []
+    )
     if registry.get("error") and not verdict.passed:
         notes.append(f"the registry's certificates could not be read: {registry['error']}")
     if notes:
@@ -169,10 +181,13 @@ def certification_gate(engine, ref: str, *, on_gpus: bool, store_url: str | None
     return verdict
 
 
-def run_in_image(engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str,
-                 store_url: str | None = None, require_certified: bool = False, warn=lambda _: None,
-                 timeout: int = RUN_TIMEOUT, output=None, stdin=None,
-                 tty: Callable[[], tuple[int, int]] | None = None, around_job=contextlib.nullcontext):
+def run_in_image(engine: Engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str,
+                 store_url: str | None = None, require_certified: bool = False,
+                 warn: Callable[[str], None] = lambda _: None, timeout: int = RUN_TIMEOUT,
+                 output: Callable[[bytes, bool], None] | None = None, stdin: BinaryIO | None = None,
+                 tty: Callable[[], tuple[int, int]] | None = None,
+                 around_job: Callable[[], ContextManager[object]] = contextlib.nullcontext,
+                 ) -> tuple[RunResult, Verdict]:
     """Run ``command`` in ``ref`` with the flags it needs, after the certification gate: an image not certified
     for this host runs with ``warn(message)``, or (``require_certified``) is refused (exit 8). ``output``: stream
     the job's output to it as it comes (``RunOptions.output``); else it is collected in the result. Stopped after

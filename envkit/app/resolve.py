@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..catalog.models import Catalog
 from ..catalog.files import load_catalog
@@ -29,6 +30,9 @@ from ..resolve.resolver import resolve
 from ..spec import Spec, env_ca_skip_note, load_spec
 from ..support.progress import Progress
 from ..resolve.rules import unreachable_variant_ways_out
+
+if TYPE_CHECKING:
+    from ..resolve.plan import ImagePlan
 
 
 def lock_path_for(spec_path: Path, lock_path: Path | None = None) -> Path:
@@ -145,7 +149,7 @@ def _planned(spec: Spec, catalog: Catalog) -> list:
     return plans
 
 
-def _builds(p) -> list:
+def _builds(p: ImagePlan) -> list:
     """The builds a plan may lock: its choice, then the others that fit."""
     return list(dict.fromkeys((p.chosen, *p.viable)))
 
@@ -188,7 +192,7 @@ def _unreachable_variant(exc: EnvkitError, spec: Spec, catalog: Catalog) -> None
         return
 
 
-def _locked(spec_path: Path, spec: Spec, catalog: Catalog, lock_path: Path, progress) -> Resolved:
+def _locked(spec_path: Path, spec: Spec, catalog: Catalog, lock_path: Path, progress: Progress) -> Resolved:
     if not lock_path.exists():
         raise LockError(f"--locked needs a lock at {lock_path}, and there is none",
                         hint=f"run `envkit resolve {spec_path}` first (and commit the lock), or drop --locked")
@@ -201,7 +205,7 @@ def _locked(spec_path: Path, spec: Spec, catalog: Catalog, lock_path: Path, prog
     return Resolved(spec, lock, lock_path, True)
 
 
-def explain(spec_path: Path, image: str):
+def explain(spec_path: Path, image: str) -> ImagePlan:
     """The plan for one image: every choice and rejected alternative (catalog only, no network)."""
     spec, catalog = load(spec_path)
     spec.image(image)

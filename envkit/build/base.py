@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import tarfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..support import procs, scratch
 from ..engine.protocol import ImageInfo
@@ -18,8 +19,11 @@ from ..errors import EngineError
 from ..lock import BaseImage
 from ..support.progress import Progress
 
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
 
-def ensure_base(engine, base: BaseImage, progress: Progress = lambda _: None) -> ImageInfo:
+
+def ensure_base(engine: Engine, base: BaseImage, progress: Progress = lambda _: None) -> ImageInfo:
     info = engine.inspect(base.ref)
     if info is not None:
         return info
@@ -31,9 +35,11 @@ def ensure_base(engine, base: BaseImage, progress: Progress = lambda _: None) ->
     return bootstrap(engine, base, progress)
 
 
-def bootstrap(engine, base: BaseImage, progress: Progress) -> ImageInfo:
+def bootstrap(engine: Engine, base: BaseImage, progress: Progress) -> ImageInfo:
     recipe = base.bootstrap or {}
-    debootstrap = shutil.which("debootstrap") or ("/usr/sbin/debootstrap" if Path("/usr/sbin/debootstrap").exists() else None)
+    debootstrap = shutil.which("debootstrap") or (
+        "/usr/sbin/debootstrap" if Path("/usr/sbin/debootstrap").exists() else None
+    )
     if debootstrap is None:
         raise EngineError("debootstrap is not installed, so envkit cannot make the base image",
                           hint="apt-get install -y debootstrap (as root), or give an image base")
@@ -47,7 +53,8 @@ def bootstrap(engine, base: BaseImage, progress: Progress) -> ImageInfo:
     return info
 
 
-def _bootstrap_in(tmp: Path, engine, base: BaseImage, recipe: dict, debootstrap: str, progress: Progress) -> ImageInfo:
+def _bootstrap_in(tmp: Path, engine: Engine, base: BaseImage, recipe: dict, debootstrap: str,
+                  progress: Progress) -> ImageInfo:
     root = tmp / "rootfs"
     cmd = [debootstrap, f"--variant={recipe['variant']}", recipe["suite"], str(root), recipe["mirror"]]
     progress(f"bootstrapping {recipe['suite']} from {recipe['mirror']} (about a minute)")

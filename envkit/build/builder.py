@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..support import scratch
 from ..support.ca_bundle import site_certificates
@@ -26,9 +26,12 @@ from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
 from ..lock import Lock, LockedImage
 from ..render.files import CA_ARG, context_hash, image_tag, index_urls, render_files
 
-BuildProgress = Callable[[str, BuildEvent | str], None]  # (image name, a build event or a line)
-
 from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
+
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
+
+BuildProgress = Callable[[str, BuildEvent | str], None]  # (image name, a build event or a line)
 
 
 @dataclass
@@ -52,7 +55,7 @@ class Outcome:
                 "verification": self.verification.to_json() if self.verification else None}
 
 
-def build_image(engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
+def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
                 progress: BuildProgress, verify: bool = True, builder: str = "classic") -> Outcome:
     """Build ``image`` with ``builder`` ("classic" | "buildkit") unless an identical build exists."""
     check_builder(builder)
@@ -121,7 +124,7 @@ def check_builder(builder: str) -> None:
         raise BuildError(f"unknown builder {builder!r}", hint=f"use one of: {', '.join(BUILDERS)}")
 
 
-def require_builder(engine, builder: str) -> None:
+def require_builder(engine: Engine, builder: str) -> None:
     """Fail before any work when ``builder`` is unknown or cannot build here (BuildKit without its CLI)."""
     check_builder(builder)
     if builder == "buildkit":
@@ -139,8 +142,8 @@ def _site_ca_arg(ca_bundle: Path) -> str:
         raise BuildError(f"the CA bundle {ca_bundle} holds {len(text) // 1000} kB of certificates that are not public "
                          f"roots; the classic builder passes them as a build argument, which holds at most "
                          f"{MAX_ARG // 1000} kB",
-                         hint="name a bundle of only the site's CA (ENVKIT_CA_BUNDLE), or build with --builder buildkit "
-                              "(which mounts the bundle as a secret)")
+                         hint="name a bundle of only the site's CA (ENVKIT_CA_BUNDLE), or build with "
+                              "--builder buildkit (which mounts the bundle as a secret)")
     return text
 
 
@@ -152,7 +155,7 @@ def stage_context(directory: Path, files: dict[str, bytes]) -> Path:
     return directory
 
 
-def run_build(engine, context: Path, tag: str, labels: dict[str, str], *, builder: str = "classic",
+def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *, builder: str = "classic",
               ca_bundle: Path | None = None, dockerfile: str = "Dockerfile", network: bool = True,
               no_cache: bool = False, netrc: Path | None = None) -> Iterator[BuildEvent]:
     """Build a staged context with either builder; ``network=False`` cuts RUN steps off the network.

@@ -26,6 +26,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 
 from .. import __version__
@@ -47,6 +48,9 @@ from .bundle_manifest import (BASE_ARCHIVE, BUNDLE_LABEL, BUNDLE_VERSION, CONTEX
                               REMAKE_HOW, is_bundle, sha256_of, file_hashes, verify_bundle)
 from .wheelhouse import lock_indexes, download_wheels
 
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
+
 
 # Fetches each stage's Debian packages (and what they pull in) against the base's own state:
 # os first (then installed), then builder and devel, each relative to the os stage.
@@ -67,7 +71,7 @@ if [ -n "$DEVEL_PACKAGES" ]; then fetch devel $DEVEL_PACKAGES; fi
 """
 
 
-def make_bundle(engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle: Path | None,
+def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle: Path | None,
                 spec_name: str = "team.yaml", extra_index_url: str | None = None,
                 progress: Progress = lambda _: None) -> Path:
     """Export what an offline rebuild of ``image_name`` needs into ``out_dir`` (replaced atomically).
@@ -186,7 +190,7 @@ def _replace_dir(new: Path, target: Path) -> None:
     shutil.rmtree(old.parent, ignore_errors=True)
 
 
-def build_from_bundle(engine, bundle_dir: Path, *, builder: str = "classic", verify: bool = True,
+def build_from_bundle(engine: Engine, bundle_dir: Path, *, builder: str = "classic", verify: bool = True,
                       no_cache: bool = False, progress: Progress = lambda _: None) -> Outcome:
     """Check the bundle, load its base and build its image with no network inside the build.
 
@@ -234,7 +238,7 @@ def build_from_bundle(engine, bundle_dir: Path, *, builder: str = "classic", ver
 
 # --- Debian packages and images ------------------------------------------------------
 
-def fetch_debs(engine, lock: Lock, image: LockedImage, dest: Path) -> None:
+def fetch_debs(engine: Engine, lock: Lock, image: LockedImage, dest: Path) -> None:
     """Download, in a throwaway container of the base, the .debs each stage installs."""
     ctx = context_for(lock, image, "bundle", wheelhouse=True)  # the offline build's stages
     dest.mkdir(parents=True, exist_ok=True)
@@ -249,12 +253,12 @@ def fetch_debs(engine, lock: Lock, image: LockedImage, dest: Path) -> None:
                          hint=f"is the base's mirror reachable?\n    {tail}")
 
 
-def save_image(engine, ref: str, path: Path) -> None:
+def save_image(engine: Engine, ref: str, path: Path) -> None:
     """``docker save`` ``ref`` (with its tag) into ``path`` (``Engine.save``)."""
     engine.save(ref, path)
 
 
-def load_image(engine, path: Path, expected_id: str, ref: str) -> None:
+def load_image(engine: Engine, path: Path, expected_id: str, ref: str) -> None:
     """``docker load`` ``path``; the loaded image must be ``expected_id``. Nothing to do when ``ref``
     already names that image (a load writes the whole archive to the engine's disk first, even then)."""
     if (here := engine.inspect(ref)) is not None and here.id == expected_id:

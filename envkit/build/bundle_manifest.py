@@ -62,7 +62,7 @@ def _shape_error(path: Path, exc: ValidationError) -> BuildError:
     return BuildError(f"{path}: manifest field {field!r} is {_shown(err.get('input'))}: {err['msg']}", hint=_REMAKE)
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     text = json.dumps(value)
     return text if len(text) <= 80 else text[:77] + "..."
 

@@ -73,7 +73,9 @@ def download_wheels(image: LockedImage, dest: Path, *, ca_bundle: Path | None,
                                 hint="a CUDA framework's wheels take GBs (TensorFlow 2.20's: 3.66 GB): free space "
                                      f"there, or give --out a larger disk\n    {tail}")
             refused = refused_index(output, indexes)
-            hint = login_hint(refused) if refused else f"is {' and '.join(indexes)} reachable (and the CA bundle right)?"
+            hint = (
+                login_hint(refused) if refused else f"is {' and '.join(indexes)} reachable (and the CA bundle right)?"
+            )
             raise BuildError(f"downloading the wheels of {image.name} failed (pip exit {proc.returncode})",
                              hint=f"{hint}\n    {tail}")
     return check_wheels(packages, dest)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -35,7 +36,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import CatalogError, Location
-from ..support.yamlsource import parse_yaml, utf8_text
+from ..support.yamlsource import Document, parse_yaml, utf8_text
 from ..frameworks import FRAMEWORKS
 
 FILE = "companions.yaml"
@@ -46,14 +47,17 @@ BY_SERIES = {"torch": True, "jax": False, "tensorflow": True}
 ROW_KEYS = ("version", "sources", "note", "packages")
 _NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 _SERIES = re.compile(r"[0-9]+\.[0-9]+")
-_Fast = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:
+    _Fast = yaml.SafeLoader
+else:
+    _Fast = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Loader(_Fast):
     """libyaml's safe loader (the file is parsed at every catalog load), refusing a key written twice; the
     error path parses the file again with positions (``parse_yaml``), which names where."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool=False) -> dict:
         keys = [self.construct_object(k, deep=True) for k, _ in node.value]
         if len({repr(k) for k in keys}) != len(keys):
             raise yaml.constructor.ConstructorError(None, None, "a key is written twice", node.start_mark)
@@ -64,9 +68,10 @@ class _Positions:
     """The file's positions, parsed only when an error must name one (``Document.locate``)."""
 
     def __init__(self, text: str, path: Path):
-        self.text, self.path, self.doc = text, path, None
+        self.text, self.path = text, path
+        self.doc: Document | None = None
 
-    def locate(self, loc) -> Location:
+    def locate(self, loc: tuple) -> Location:
         if self.doc is None:
             try:
                 self.doc = _parse(self.text, self.path)
@@ -75,7 +80,7 @@ class _Positions:
         return self.doc.locate(loc)
 
 
-def _parse(text: str, path: Path):
+def _parse(text: str, path: Path) -> Document:
     try:
         return parse_yaml(text, str(path), error=CatalogError)
     except CatalogError as exc:  # not YAML, a key written twice, an anchor: said where, with what to do
@@ -97,7 +102,7 @@ class CompanionRow:
     sources: tuple[str, ...]
     note: str | None
     at: tuple = ()  # its key path in the file
-    positions: object = field(default=None, compare=False, repr=False)
+    positions: _Positions | None = field(default=None, compare=False, repr=False)
 
     @property
     def location(self) -> Location:
@@ -107,6 +112,14 @@ class CompanionRow:
     def to_json(self) -> dict:
         return {"framework": self.framework, "version": self.version, "packages": dict(self.packages),
                 "sources": list(self.sources), "note": self.note, "location": str(self.location)}
+
+
+def catalog_key(framework: str, version: str) -> Version:
+    """``release_key`` of a release the catalog lists (a version it validated)."""
+    key = release_key(framework, version)
+    if key is None:
+        raise CatalogError(f"{framework} {version!r} is not a version")
+    return key
 
 
 def release_key(framework: str, version: str) -> Version | None:
@@ -144,12 +157,6 @@ class Companions:
         return tuple(r for r in self.rows if r.framework == framework)
 
 
-def known_releases(files) -> dict[str, tuple[str, ...]]:
-    """framework -> the release keys its catalog file has (torch/tensorflow series, JAX versions)."""
-    return {"torch": tuple(r.version for r in files.releases), "jax": tuple(files.jax.versions),
-            "tensorflow": tuple(r.version for r in files.tensorflow.releases)}
-
-
 def read_companions(directory: Path) -> bytes | None:
     """The file's bytes, or None when ``directory`` has no companions.yaml."""
     path = directory / FILE
@@ -165,17 +172,10 @@ def check_companions(path: Path, raw: bytes, releases: dict[str, tuple[str, ...]
                      sources: dict[str, str]) -> Companions:
     """The file's rows, or a CatalogError at the file:line:col of the first bad value."""
     text = utf8_text(raw, path, error=CatalogError, what=f"catalog file {path.name} is ")
-    try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
-    except yaml.YAMLError as exc:
-        _parse(text, path)  # names the line, as parse_yaml words it
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        raise CatalogError(f"catalog file {path.name} is not valid YAML: {exc}", hint="fix the file",
-                           location=Location(str(path), mark.line + 1, mark.column + 1) if mark else Location(str(path))
-                           ) from None
+    data = _load_yaml(text, path)
     doc = _Positions(text, path)
 
-    def fail(message: str, *at, hint: str = _ROW_HINT) -> CatalogError:
+    def fail(message: str, *at: str | int, hint: str = _ROW_HINT) -> CatalogError:
         return CatalogError(f"{path.name}: {message}", location=doc.locate(at), hint=hint)
 
     if not isinstance(data, dict) or data.get("version") != 1:
@@ -195,21 +195,45 @@ def check_companions(path: Path, raw: bytes, releases: dict[str, tuple[str, ...]
             continue
         if not isinstance(items, list):
             raise fail(f"{KEY}.{framework} must be a list of rows, not {type(items).__name__}", KEY, framework)
-        seen: dict[Version, int] = {}
-        for i, item in enumerate(items):
-            row = _check_row(framework, i, item, releases[framework], sources, fail)
-            key = release_key(framework, row.version)
-            if key in seen:
-                raise fail(f"{KEY}.{framework}[{i}]: {framework} {row.version} already has the row "
-                           f"{KEY}.{framework}[{seen[key]}]", KEY, framework, i, "version",
-                           hint="keep one row per release (merge their packages)")
-            seen[key] = i
-            rows.append(CompanionRow(framework=framework, version=row.version, packages=row.packages,
-                                     sources=row.sources, note=row.note, at=(KEY, framework, i), positions=doc))
+        rows += _framework_rows(framework, items, releases[framework], sources, fail, doc)
     return Companions(tuple(rows), path)
 
 
-def _check_row(framework: str, i: int, item, known: tuple[str, ...], sources: dict[str, str], fail) -> CompanionRow:
+def _load_yaml(text: str, path: Path) -> object:
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        _parse(text, path)  # names the line, as parse_yaml words it
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        raise CatalogError(f"catalog file {path.name} is not valid YAML: {exc}", hint="fix the file",
+                           location=Location(str(path), mark.line + 1, mark.column + 1) if mark else Location(str(path))
+                           ) from None
+
+
+def _framework_rows(framework: str, items: list, known: tuple[str, ...], sources: dict[str, str], fail: _Fail,
+                    doc: _Positions) -> list[CompanionRow]:
+    """One framework's rows, each checked, one per release."""
+    rows = []
+    seen: dict[Version, int] = {}
+    for i, item in enumerate(items):
+        row = _check_row(framework, i, item, known, sources, fail)
+        key = release_key(framework, row.version)
+        assert key is not None  # _check_version refused a version that is none
+        if key in seen:
+            raise fail(f"{KEY}.{framework}[{i}]: {framework} {row.version} already has the row "
+                       f"{KEY}.{framework}[{seen[key]}]", KEY, framework, i, "version",
+                       hint="keep one row per release (merge their packages)")
+        seen[key] = i
+        rows.append(CompanionRow(framework=framework, version=row.version, packages=row.packages,
+                                 sources=row.sources, note=row.note, at=(KEY, framework, i), positions=doc))
+    return rows
+
+
+_Fail = Callable[..., CatalogError]  # (message, *key path, hint=...) -> the error at that path's file:line:col
+
+
+def _check_row(framework: str, i: int, item: object, known: tuple[str, ...], sources: dict[str, str],
+               fail: _Fail) -> CompanionRow:
     at = (KEY, framework, i)
     where = f"{KEY}.{framework}[{i}]"
     if not isinstance(item, dict):
@@ -220,7 +244,25 @@ def _check_row(framework: str, i: int, item, known: tuple[str, ...], sources: di
     for key in ("version", "sources", "packages"):
         if key not in item:
             raise fail(f"{where} has no {key}", *at)
-    version = item["version"]
+    version = _check_version(framework, where, at, item["version"], known, fail)
+    srcs = item["sources"]
+    if not isinstance(srcs, list) or not srcs or not all(isinstance(s, str) for s in srcs):
+        raise fail(f"{where}.sources must be a non-empty list of keys of sources.yaml", *at, "sources")
+    for j, key in enumerate(srcs):
+        if key not in sources:
+            raise fail(f"{where}.sources names unknown source {key!r}", *at, "sources", j,
+                       hint="add it to sources.yaml (where the fact was read, and when), or name an existing key")
+    note = item.get("note")
+    if note is not None and not isinstance(note, str):
+        raise fail(f"{where}.note must be text", *at, "note")
+    return CompanionRow(framework=framework, version=version,
+                        packages=_check_packages(framework, where, at, item["packages"], fail), sources=tuple(srcs),
+                        note=note)
+
+
+def _check_version(framework: str, where: str, at: tuple, version: object, known: tuple[str, ...],
+                   fail: _Fail) -> str:
+    """A row's version: a quoted series (torch, tensorflow) or version (jax) of a release the framework's file has."""
     file = f"{FRAMEWORKS[framework].catalog_file}.yaml"
     if not isinstance(version, str):
         raise fail(f"{where}.version must be a quoted string, not {version!r}", *at, "version",
@@ -239,17 +281,12 @@ def _check_row(framework: str, i: int, item, known: tuple[str, ...], sources: di
     if not listed:
         raise fail(f"{where}.version: {framework} {version} is not a release of {file}", *at, "version",
                    hint=f"add the release to {file} first (envkit catalog refresh), or remove this row")
-    srcs = item["sources"]
-    if not isinstance(srcs, list) or not srcs or not all(isinstance(s, str) for s in srcs):
-        raise fail(f"{where}.sources must be a non-empty list of keys of sources.yaml", *at, "sources")
-    for j, key in enumerate(srcs):
-        if key not in sources:
-            raise fail(f"{where}.sources names unknown source {key!r}", *at, "sources", j,
-                       hint="add it to sources.yaml (where the fact was read, and when), or name an existing key")
-    note = item.get("note")
-    if note is not None and not isinstance(note, str):
-        raise fail(f"{where}.note must be text", *at, "note")
-    packages = item["packages"]
+    return version
+
+
+def _check_packages(framework: str, where: str, at: tuple, packages: object,
+                    fail: _Fail) -> tuple[tuple[str, str], ...]:
+    """A row's packages: (canonical name, specifier), each named once, none the framework itself."""
     if not isinstance(packages, dict) or not packages:
         raise fail(f"{where}.packages must be a non-empty mapping of package -> specifier", *at, "packages",
                    hint='e.g. packages: {torchvision: "==0.21.*"}')
@@ -267,20 +304,24 @@ def _check_row(framework: str, i: int, item, known: tuple[str, ...], sources: di
         if canon == canonicalize_name(framework):
             raise fail(f"{where}.packages names {framework} itself", *pat, hint="list only its companions")
         first[canon] = name
-        if not isinstance(spec, str) or not spec.strip():
-            raise fail(f"{where}.packages.{name} must be a PEP 440 specifier as a quoted string, not {spec!r}", *pat,
-                       hint='e.g. "==0.21.*", "==3.2.0" or ">=12.5.3.2,<13.0"')
-        try:
-            parsed = SpecifierSet(spec)
-        except InvalidSpecifier:
-            raise fail(f"{where}.packages.{name}: {spec!r} is not a PEP 440 specifier", *pat,
-                       hint='e.g. "==0.21.*", "==3.2.0" or ">=12.5.3.2,<13.0"') from None
-        if not len(parsed):
-            raise fail(f"{where}.packages.{name}: {spec!r} is not a PEP 440 specifier", *pat)
-        out.append((canon, spec.strip()))
-    return CompanionRow(framework=framework, version=version, packages=tuple(out), sources=tuple(srcs),
-                        note=note)
+        out.append((canon, _check_spec(f"{where}.packages.{name}", spec, pat, fail)))
+    return tuple(out)
 
 
-__all__ = ["BY_SERIES", "FILE", "KEY", "CompanionRow", "Companions", "check_companions", "known_releases",
+def _check_spec(where: str, spec: object, pat: tuple, fail: _Fail) -> str:
+    """A package's PEP 440 specifier, stripped."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise fail(f"{where} must be a PEP 440 specifier as a quoted string, not {spec!r}", *pat,
+                   hint='e.g. "==0.21.*", "==3.2.0" or ">=12.5.3.2,<13.0"')
+    try:
+        parsed = SpecifierSet(spec)
+    except InvalidSpecifier:
+        raise fail(f"{where}: {spec!r} is not a PEP 440 specifier", *pat,
+                   hint='e.g. "==0.21.*", "==3.2.0" or ">=12.5.3.2,<13.0"') from None
+    if not len(parsed):
+        raise fail(f"{where}: {spec!r} is not a PEP 440 specifier", *pat)
+    return spec.strip()
+
+
+__all__ = ["BY_SERIES", "FILE", "KEY", "CompanionRow", "Companions", "catalog_key", "check_companions",
            "read_companions", "release_key"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Callable
 
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
@@ -127,52 +127,78 @@ def version_problem(text: str) -> tuple[str, str] | None:
     return None
 
 
+def _validated(item: object, i: int, fail: Callable[..., CatalogError]) -> ExclusionRow:
+    """Row ``i`` as its model reads it, or the error of its first bad field."""
+    try:
+        return ExclusionRow.model_validate(item)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        field = ".".join(str(p) for p in loc) or "row"
+        if err["type"] == "missing":
+            what = {
+                "reason": "reason (why the release is left out)",
+                "sources": "sources (keys of sources.yaml saying where the reason comes from)",
+            }.get(field, field)
+            raise fail(f"{KEY}[{i}] has no {what}", i) from None
+        if err["type"] == "extra_forbidden":
+            raise fail(f"{KEY}[{i}]: unknown key {field!r}", i, *loc) from None
+        raise fail(f"{KEY}[{i}].{field}: {err['msg']}", i, *loc) from None
+
+
+def _check_added_and_sources(row: ExclusionRow, i: int, sources: dict[str, str],
+                             fail: Callable[..., CatalogError]) -> None:
+    if row.added is not None:
+        try:
+            datetime.date.fromisoformat(row.added)
+        except ValueError:
+            raise fail(f"{KEY}[{i}].added {row.added!r} is not an ISO date (YYYY-MM-DD)", i, "added") from None
+    for j, key in enumerate(row.sources):
+        if key not in sources:
+            raise fail(f"{KEY}[{i}].sources names unknown source {key!r}", i, "sources", j,
+                       hint="add it to sources.yaml (a URL or citation), or name an existing key")
+
+
 def check_rows(raw: RawRows, sources: dict[str, str]) -> tuple[Exclusion, ...]:
     """The file's exclusions, or a CatalogError naming the file:line of the first bad row."""
     if raw.rows is None:
         return ()
     doc = parse_yaml(raw.text, str(raw.path), error=CatalogError)
 
-    def fail(message: str, *at, hint: str = _ROW_HINT):
+    def fail(message: str, *at: str | int, hint: str = _ROW_HINT) -> CatalogError:
         return CatalogError(message, location=doc.locate((KEY, *at)), hint=hint)
 
     if not isinstance(raw.rows, list):
         raise fail(f"'{KEY}' must be a list of rows, not {type(raw.rows).__name__}")
     out: list[Exclusion] = []
     for i, item in enumerate(raw.rows):
-        try:
-            row = ExclusionRow.model_validate(item)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = tuple(err["loc"])
-            field = ".".join(str(p) for p in loc) or "row"
-            if err["type"] == "missing":
-                what = {"reason": "reason (why the release is left out)",
-                        "sources": "sources (keys of sources.yaml saying where the reason comes from)"}.get(field, field)
-                raise fail(f"{KEY}[{i}] has no {what}", i) from None
-            if err["type"] == "extra_forbidden":
-                raise fail(f"{KEY}[{i}]: unknown key {field!r}", i, *loc) from None
-            raise fail(f"{KEY}[{i}].{field}: {err['msg']}", i, *loc) from None
+        row = _validated(item, i, fail)
         problem = version_problem(row.version)
         if problem is not None:
             raise fail(f"{KEY}[{i}].version {problem[0]}", i, "version", hint=problem[1])
         twin = next((e for e in out if e.matches(row.version)), None)
         if twin is not None:
-            raise fail(f"{KEY}[{i}]: {raw.framework} {row.version} is already excluded at {twin.location}", i, "version",
-                       hint="keep one row per release")
-        if row.added is not None:
-            try:
-                datetime.date.fromisoformat(row.added)
-            except ValueError:
-                raise fail(f"{KEY}[{i}].added {row.added!r} is not an ISO date (YYYY-MM-DD)", i, "added") from None
-        for j, key in enumerate(row.sources):
-            if key not in sources:
-                raise fail(f"{KEY}[{i}].sources names unknown source {key!r}", i, "sources", j,
-                           hint="add it to sources.yaml (a URL or citation), or name an existing key")
+            raise fail(
+                f"{KEY}[{i}]: {raw.framework} {row.version} is already excluded at {twin.location}",
+                i,
+                "version",
+                hint="keep one row per release",
+            )
+        _check_added_and_sources(row, i, sources, fail)
         out.append(Exclusion(framework=raw.framework, version=row.version, reason=row.reason,
                              sources=tuple((k, sources[k]) for k in row.sources), added=row.added,
                              location=doc.locate((KEY, i))))
     return tuple(out)
 
 
-__all__ = ["FRAMEWORK_FILES", "KEY", "Exclusion", "ExclusionRow", "RawRows", "check_rows", "exact_pin", "pop_rows", "version_problem"]
+__all__ = [
+    "FRAMEWORK_FILES",
+    "KEY",
+    "Exclusion",
+    "ExclusionRow",
+    "RawRows",
+    "check_rows",
+    "exact_pin",
+    "pop_rows",
+    "version_problem",
+]

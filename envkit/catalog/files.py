@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from importlib import resources
 from pathlib import Path
+from typing import Hashable, Iterator, Sequence
 
 import yaml
 from packaging.version import Version
@@ -19,9 +20,9 @@ from pydantic import ValidationError
 
 from ..errors import CatalogError, Location
 from ..support.yamlsource import parse_yaml, utf8_text
-from .companions import FILE as COMPANIONS_FILE, check_companions, known_releases, read_companions
+from .companions import FILE as COMPANIONS_FILE, check_companions, read_companions
 from .exclusions import FRAMEWORK_FILES, check_rows, pop_rows
-from .models import Catalog, CatalogData, norm_gpu, vtuple
+from .models import Catalog, CatalogData, TfRelease, TorchRelease, norm_gpu, vtuple
 
 
 FILES = ("sources", "cuda", "gpus", "os", *FRAMEWORK_FILES.values())  # in this order into the digest
@@ -101,7 +102,7 @@ def _locate(path: Path | None, loc: tuple, directory: Path) -> Location:
 class _Loader(yaml.SafeLoader):
     """yaml's safe loader, refusing a key written twice in one mapping (plain YAML keeps the last)."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool=False) -> dict:
         seen: dict = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
@@ -146,7 +147,7 @@ def _refuse(loc: tuple, message: str, hint: str, files_of: dict[str, Path], dire
                         location=_locate(files_of.get(loc[0]), loc, directory))
 
 
-def _twice(values) -> tuple[int, int] | None:
+def _twice(values: Sequence[Hashable]) -> tuple[int, int] | None:
     """(index of the first, index of the repeat) of the first value written twice, else None."""
     first: dict = {}
     for i, v in enumerate(values):
@@ -156,7 +157,45 @@ def _twice(values) -> tuple[int, int] | None:
     return None
 
 
-def _cross_check(files: CatalogData):
+_Broken = tuple[tuple, str, str]  # (key path, message, hint)
+
+
+def _release_rules(base: tuple[str, ...], name: str,
+                   releases: Sequence[TorchRelease | TfRelease]) -> Iterator[_Broken]:
+    """Each series' patches in it and listed once; its Python range not empty."""
+    patches_seen: dict[Version, str] = {}
+    for i, r in enumerate(releases):
+        for j, patch in enumerate(r.patches):
+            v = Version(patch)
+            if v.release[:2] != vtuple(r.version)[:2]:
+                yield ((*base, i, "patches", j), f"{name} {patch!r} is not a release of the series {r.version}",
+                       f"move it to the {'.'.join(map(str, v.release[:2]))} row")
+            if v in patches_seen:
+                yield ((*base, i, "patches", j), f"{name} {patch!r} is listed twice (also at {patches_seen[v]})",
+                       "list each release once")
+            patches_seen.setdefault(v, f"{'.'.join(map(str, base))}.{i}.patches.{j}")
+        if Version(r.python.min) > Version(r.python.max):
+            yield ((*base, i, "python", "min"), f"Python range {r.python.min}-{r.python.max} is empty",
+                   "write min <= max")
+
+
+def _variant_rules(releases: Sequence[TorchRelease]) -> Iterator[_Broken]:
+    """Each torch series' variants listed once, and its index_default one of them."""
+    keep_one = "keep one row per value (the resolver would silently use one of them)"
+    for i, r in enumerate(releases):
+        tags = [v.tag for v in r.variants]
+        if (dup := _twice(tags)) is not None:
+            yield (("releases", i, "variants", dup[1], "tag"),
+                   f"torch {r.version} has the variant {tags[dup[1]]!r} twice", keep_one)
+        if r.index_default not in tags:
+            yield (("releases", i, "index_default"),
+                   f"{r.index_default!r} names no variant of torch {r.version} (its variants: "
+                   f"{', '.join(tags)})",
+                   "set index_default to the tag of the variant the package index serves by default "
+                   "(it picks the wheel source), or add that variant to the row")
+
+
+def _cross_check(files: CatalogData) -> Iterator[_Broken]:
     """Rules between values that each pass their own grammar: (loc, message, hint) of the first broken one."""
     keep_one = "keep one row per value (the resolver would silently use one of them)"
     for key, rows, what in (("minor_version_compat", [r.major for r in files.minor_version_compat], "major"),
@@ -176,42 +215,21 @@ def _cross_check(files: CatalogData):
         yield (("tensorflow", "releases", dup[1], "version"),
                f"version {files.tensorflow.releases[dup[1]].version!r} is already the row tensorflow.releases.{dup[0]}",
                keep_one)
-    patches_seen: dict[Version, str] = {}
-    for key, releases in (("releases", files.releases), ("tensorflow", files.tensorflow.releases)):
-        base = ("releases",) if key == "releases" else ("tensorflow", "releases")
-        name = "torch" if key == "releases" else "tensorflow"
-        patches_seen.clear()
-        for i, r in enumerate(releases):
-            for j, patch in enumerate(r.patches):
-                v = Version(patch)
-                if v.release[:2] != vtuple(r.version)[:2]:
-                    yield ((*base, i, "patches", j), f"{name} {patch!r} is not a release of the series {r.version}",
-                           f"move it to the {'.'.join(map(str, v.release[:2]))} row")
-                if v in patches_seen:
-                    yield ((*base, i, "patches", j), f"{name} {patch!r} is listed twice (also at {patches_seen[v]})",
-                           "list each release once")
-                patches_seen.setdefault(v, f"{'.'.join(map(str, base))}.{i}.patches.{j}")
-            if Version(r.python.min) > Version(r.python.max):
-                yield ((*base, i, "python", "min"), f"Python range {r.python.min}-{r.python.max} is empty",
-                       "write min <= max")
-        if key == "releases":
-            for i, r in enumerate(releases):
-                tags = [v.tag for v in r.variants]
-                if (dup := _twice(tags)) is not None:
-                    yield (("releases", i, "variants", dup[1], "tag"),
-                           f"torch {r.version} has the variant {tags[dup[1]]!r} twice", keep_one)
-                if r.index_default not in tags:
-                    yield (("releases", i, "index_default"),
-                           f"{r.index_default!r} names no variant of torch {r.version} (its variants: "
-                           f"{', '.join(tags)})",
-                           "set index_default to the tag of the variant the package index serves by default "
-                           "(it picks the wheel source), or add that variant to the row")
+    yield from _release_rules(("releases",), "torch", files.releases)
+    yield from _release_rules(("tensorflow", "releases"), "tensorflow", files.tensorflow.releases)
+    yield from _variant_rules(files.releases)
     if (dup := _twice([Version(v) for v in files.jax.versions])) is not None:
         yield (("jax", "versions", dup[1]), f"jax {files.jax.versions[dup[1]]!r} is listed twice "
                f"(also jax.versions.{dup[0]})", "list each release once")
     if (dup := _twice([e.extra for e in files.jax.extras])) is not None:
         yield (("jax", "extras", dup[1], "extra"), f"the extra {files.jax.extras[dup[1]].extra!r} has two rows "
                f"(also jax.extras.{dup[0]})", keep_one)
+
+
+def known_releases(files: CatalogData) -> dict[str, tuple[str, ...]]:
+    """framework -> the release keys its catalog file has (torch/tensorflow series, JAX versions)."""
+    return {"torch": tuple(r.version for r in files.releases), "jax": tuple(files.jax.versions),
+            "tensorflow": tuple(r.version for r in files.tensorflow.releases)}
 
 
 def load_catalog(directory: str | Path | None = None) -> Catalog:
@@ -253,7 +271,7 @@ def load_catalog(directory: str | Path | None = None) -> Catalog:
                 value, (str, int, float, bool))) else "")
             msg = first["msg"] + shown
         raise CatalogError(f"catalog entry {where}: {msg}{more}", hint=hint,
-                           location=_locate(files_of.get(first["loc"][0]) if first["loc"] else None, first["loc"],
+                           location=_locate(files_of.get(str(first["loc"][0])) if first["loc"] else None, first["loc"],
                                             directory)) from None
     for loc, message, why in _cross_check(files):
         raise _refuse(loc, message, f"{why}; {hint}", files_of, directory)
@@ -266,8 +284,8 @@ def load_catalog(directory: str | Path | None = None) -> Catalog:
         raise CatalogError(f"catalog entries name unknown sources: {', '.join(missing)}",
                            hint="add them to sources.yaml")
     exclusions = tuple(e for rows in excluded for e in check_rows(rows, files.sources))
-    raw, companions = read_companions(directory), None  # optional; in the digest when present
-    if raw is not None:
-        companions = check_companions(directory / COMPANIONS_FILE, raw, known_releases(files), files.sources)
-        h.update(b"companions\0" + raw)
+    companions_raw, companions = read_companions(directory), None  # optional; in the digest when present
+    if companions_raw is not None:
+        companions = check_companions(directory / COMPANIONS_FILE, companions_raw, known_releases(files), files.sources)
+        h.update(b"companions\0" + companions_raw)
     return Catalog(files, "sha256:" + h.hexdigest(), exclusions, companions)

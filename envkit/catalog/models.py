@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, Field, field_validator
@@ -23,7 +23,7 @@ Verified = Literal[True, False, "partial"]
 
 
 # --- the grammars of the values the code computes with (vtuple, Version, rules.covers) -----------------
-def _grammar(pattern: str, what: str, example: str):
+def _grammar(pattern: str, what: str, example: str) -> Any:
     rx = re.compile(pattern)
 
     def check(value: str) -> str:
@@ -161,7 +161,10 @@ class JaxExtra(Frozen):
     def cuda_for(self, version: str) -> str:
         """The CUDA toolkit this extra's plugin was built with at ``version``."""
         rows = [r for r in self.built_with if Version(r.since) <= Version(version)]
-        return rows[-1].cuda if rows else self.built_with[0].cuda
+        cuda = rows[-1].cuda if rows else self.built_with[0].cuda
+        if cuda is None:
+            raise CatalogError(f"jax.yaml: the {self.extra} extra's built_with row for {version} gives no cuda")
+        return cuda
 
 
 class Jax(Entry):
@@ -172,7 +175,7 @@ class Jax(Entry):
 
     def python_range(self, version: str) -> PyRange:
         rows = [r for r in self.python_min if Version(r.since) <= Version(version)]
-        return PyRange(min=rows[-1].python if rows else "3.9", max=self.python_max)
+        return PyRange(min=(rows[-1].python if rows else None) or "3.9", max=self.python_max)
 
 
 class TfRelease(Frozen):

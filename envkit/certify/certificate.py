@@ -27,18 +27,21 @@ import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
 from ..errors import VerificationError
 from ..support.labels import LOCK_LABEL
 from ..support.models import Frozen
-from .verdict import CheckStatus, Status, as_number, decide
+from .verdict import CheckStatus, Status, as_dict, as_number, decide
 from .. import __version__
 from ..payload.harness import run_payload
 
-CERTIFICATE_VERSION = 1
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
+
+CERTIFICATE_VERSION: Literal[1] = 1
 LABEL_PREFIX = "io.envkit.certified."
 MAX_SAMPLES_PER_GPU = 500  # plotted samples kept per GPU; the maxima are over every sample
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -105,7 +108,8 @@ class Certificate(Frozen):
             when = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             raise ValueError(f"created_at {value!r} is not an ISO-8601 timestamp") from None
-        if when.utcoffset() is None or when.utcoffset().total_seconds() != 0:
+        offset = when.utcoffset()
+        if offset is None or offset.total_seconds() != 0:
             raise ValueError(f"created_at {value!r} must be in UTC (end in Z or +00:00)")
         return value
 
@@ -161,23 +165,26 @@ def _thin(samples: list[dict]) -> tuple[TelemetrySample, ...]:
 
 
 def _check_record(c: dict) -> CheckRecord:
-    status = c.get("status") if c.get("status") in ("passed", "failed", "skipped") else "failed"
+    status: CheckStatus = c["status"] if c.get("status") in ("passed", "failed", "skipped") else "failed"
     return CheckRecord(name=str(c.get("name") or "(unnamed)"), status=status, value=c.get("value"),
                        expected=c.get("expected"), message=str(c.get("message") or ""),
                        seconds=as_number(c.get("seconds")) or 0.0)
 
 
 def gpu_model_of(facts: dict) -> str:
-    names = list(dict.fromkeys(str(g.get("name") or "unknown GPU") for g in facts.get("gpus") or [] if isinstance(g, dict)))
+    names = list(
+        dict.fromkeys(str(g.get("name") or "unknown GPU") for g in facts.get("gpus") or [] if isinstance(g, dict))
+    )
     return " + ".join(names) if names else "none"
 
 
 def certificate_from(doc: dict, expect: dict, *, image: str, image_id: str, lock_hash: str, gpu_requested: bool,
                      created_at: str, envkit_version: str) -> Certificate:
     status, reasons = decide(doc, expect, gpu_requested=gpu_requested)
-    facts = doc.get("facts") if isinstance(doc.get("facts"), dict) else {}
-    payload = doc.get("payload") if isinstance(doc.get("payload"), dict) else {}
-    samples = doc.get("telemetry") if isinstance(doc.get("telemetry"), list) else []
+    facts = as_dict(doc.get("facts"))
+    payload = as_dict(doc.get("payload"))
+    samples = [s for s in doc.get("telemetry") or [] if isinstance(s, dict)] if isinstance(doc.get("telemetry"), list) \
+        else []
     return Certificate(
         image=image, image_id=image_id, lock_hash=lock_hash or "", gpu_model=gpu_model_of(facts),
         driver=str(facts.get("driver") or "none"), status=status, reasons=reasons, mode=str(doc.get("mode") or ""),
@@ -192,7 +199,7 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def certify_image(engine, ref: str, expect: dict, *, gpus: bool, timeout: int = 600,
+def certify_image(engine: Engine, ref: str, expect: dict, *, gpus: bool, timeout: int = 600,
                   created_at: str | None = None) -> Certificate:
     """Run the payload in ``ref`` (on the GPUs when ``gpus``) and certify the outcome."""
     info = engine.inspect(ref)
@@ -209,7 +216,9 @@ def parse_certificate(data: bytes | str, source: str = "certificate") -> Certifi
     try:
         obj = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise VerificationError(f"{source} is not JSON: {exc}", hint="re-run `envkit certify` to write it again") from None
+        raise VerificationError(
+            f"{source} is not JSON: {exc}", hint="re-run `envkit certify` to write it again"
+        ) from None
     version = obj.get("version") if isinstance(obj, dict) else None
     if version != CERTIFICATE_VERSION:
         raise VerificationError(f"{source}: unsupported certificate version {version!r}",

@@ -70,7 +70,9 @@ def judge(certificates: list[dict], gpus: list[HostGpu], *, on_gpus: bool, image
                "run an envkit image your team marks certified (its `:certified` tag; `envkit ls` lists them), or "
                "build one with `envkit build SPEC` and certify that")
     if not on_gpus or not gpus:  # no GPU, or GPUs whose models nvidia-smi did not give: a GPU run needs certified
-        good = [c for c in certificates if c.get("status") in (("certified",) if on_gpus else ("certified", "verified"))]
+        good = [
+            c for c in certificates if c.get("status") in (("certified",) if on_gpus else ("certified", "verified"))
+        ]
         if good:
             newest = max(good, key=_when)
             then = "this run uses no GPU" if not on_gpus else "this host's GPU models could not be checked against it"

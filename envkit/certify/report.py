@@ -175,8 +175,10 @@ def telemetry_charts(cert: Certificate, *, width: int = 560, height: int = 180) 
             pts = [(s.t, getattr(s, key)) for s in samples if s.gpu == gpu and getattr(s, key) is not None]
             if not pts:
                 continue
-            coords = " ".join(f"{left + (t - t0) / span * plot_w:.1f},{top + plot_h - min(v / top_value, 1.0) * plot_h:.1f}"
-                              for t, v in sorted(pts))
+            coords = " ".join(
+                f"{left + (t - t0) / span * plot_w:.1f},{top + plot_h - min(v / top_value, 1.0) * plot_h:.1f}"
+                for t, v in sorted(pts)
+            )
             series.append(Series(gpu=gpu, color=PALETTE[n % len(PALETTE)], points=coords))
         charts.append(Chart(title=title, unit=unit, width=width, height=height, left=left, top=top, plot_w=plot_w,
                             plot_h=plot_h, y_max=_fmt(top_value), x_min=_fmt(t0), x_max=_fmt(t1), series=tuple(series),

@@ -59,25 +59,32 @@ def _same(have: Any, want: Any, pin: Pin) -> bool:
     return _n(want, parts) == _n(have, parts)
 
 
+def _pin_reason(pin: Pin, want: Any, have: Any) -> str | None:
+    """Why the image's ``have`` does not match the lock's ``want`` for one pin; None when it does."""
+    if pin.public:  # a project's own version (torch, jax): compared when the lock gives one
+        if want is not None and (have is None or not _same(have, want, pin)):
+            return f"{pin.label}: the lock expects {want} but the image has {have or 'none'}"
+        return None
+    if want is None and (have is None or pin.key not in GPU_LIBRARIES):
+        return None  # none expected and none found; or no Python pin given (an image without its label)
+    if want is None:
+        return f"{pin.label}: the lock expects none (CPU-only build) but the image has {have}"
+    if have is None:
+        return f"{pin.label}: the lock expects {want} but the image has none"
+    if not _same(have, want, pin):
+        how = f"the first {pin.parts} components" if pin.parts else "every component"
+        return f"{pin.label}: the lock expects {want} but the image has {have} (compared on {how})"
+    return None
+
+
 def _compare_versions(facts: dict, expect: dict, fw: Framework) -> list[str]:
     reasons = []
     for pin in fw.pins:
         if pin.key not in expect:
             continue  # the lock says nothing: nothing to compare
-        want, have = expect[pin.key], facts.get(pin.key)
-        if pin.public:  # a project's own version (torch, jax): compared when the lock gives one
-            if want is not None and (have is None or not _same(have, want, pin)):
-                reasons.append(f"{pin.label}: the lock expects {want} but the image has {have or 'none'}")
-            continue
-        if want is None and (have is None or pin.key not in GPU_LIBRARIES):
-            continue  # none expected and none found; or no Python pin given (an image without its label)
-        if want is None:
-            reasons.append(f"{pin.label}: the lock expects none (CPU-only build) but the image has {have}")
-        elif have is None:
-            reasons.append(f"{pin.label}: the lock expects {want} but the image has none")
-        elif not _same(have, want, pin):
-            how = f"the first {pin.parts} components" if pin.parts else "every component"
-            reasons.append(f"{pin.label}: the lock expects {want} but the image has {have} (compared on {how})")
+        reason = _pin_reason(pin, expect[pin.key], facts.get(pin.key))
+        if reason is not None:
+            reasons.append(reason)
     if fw.coverage == "arch_list" and "arch_list" in expect:
         want = set(expect.get("arch_list") or [])
         have = set(facts.get("arch_list") or [])
@@ -153,7 +160,7 @@ def _catalog_floors(by_name: dict, expect: dict, gpus: list) -> list[str]:
     first = next((g for g in gpus if g.get("index") == 0), gpus[0])
     name = str(first.get("name") or "")
     floors, sources = floors_for(name)
-    own = expect.get("perf_floors") if isinstance(expect.get("perf_floors"), dict) else {}
+    own = as_dict(expect.get("perf_floors"))
     measured = {k: v for c in by_name.values() if isinstance(c.get("value"), dict) for k, v in c["value"].items()}
     out = []
     for key, floor in floors.items():
@@ -210,6 +217,51 @@ def _requested(by_name: dict, expect: dict) -> list[str]:
     return reasons or generic
 
 
+def _check_statuses(checks: list[dict]) -> list[str]:
+    """Each failed check (the requested packages' apart: judged per package by ``_requested``) and unknown status."""
+    reasons = []
+    for c in checks:
+        if c.get("name") == REQUESTED_CHECK and c.get("status") == "failed":
+            continue  # judged per package (_requested)
+        if c.get("status") == "failed":
+            reasons.append(f"check {c.get('name')} failed: {c.get('message') or '(no message)'}")
+        elif c.get("status") not in ("passed", "skipped"):
+            reasons.append(f"check {c.get('name')} has unknown status {c.get('status')!r}")
+    return reasons
+
+
+def _timed_out(by_name: dict) -> str | None:
+    """The reason when the payload stopped at its time limit, else None."""
+    late = by_name.get("timeout", {})
+    if late.get("status") != "failed":
+        return None
+    value = as_dict(late.get("value"))
+    return (f"the payload stopped at its time limit while running {value.get('running') or 'setup'}, "
+            "so the checks after it never ran; certify again with a longer --timeout "
+            f"(the payload stops {HARNESS_RESERVE_S} s before it, to report)")
+
+
+def _gpu_checks_missing(by_name: dict, fw: Framework, visible: int, *, gpu_requested: bool) -> list[str]:
+    """With GPUs visible and asked for: each required GPU check that neither passed nor failed."""
+    reasons = []
+    for name in fw.required_gpu_checks:
+        status = by_name.get(name, {}).get("status")
+        if status != "passed" and gpu_requested and status != "failed":  # a failure is already a reason
+            reasons.append(f"GPU check {name} did not pass ({status or 'not reported'}) although "
+                           f"{visible} GPU(s) are visible")
+    return reasons
+
+
+def _gpu_claims_without_gpu(checks: list[dict], fw: Framework, *, verify: bool, gpu_requested: bool) -> list[str]:
+    """With no GPU visible: GPUs asked for, and each GPU check that claims to have passed anyway."""
+    reasons = [NO_GPU_REQUESTED] if gpu_requested else []
+    for c in checks:
+        name = c.get("name")
+        if name in fw.gpu_checks and c.get("status") == "passed" and (verify or name not in fw.deviceless_gpu_checks):
+            reasons.append(f"claims GPU check {name} passed with no GPU visible")
+    return reasons
+
+
 def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tuple[str, ...]]:
     """The host's outcome for a payload document ``doc`` against the lock's ``expect``."""
     if not isinstance(doc, dict):
@@ -217,7 +269,7 @@ def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tup
     reasons: list[str] = []
     if doc.get("schema") != PAYLOAD_SCHEMA:
         reasons.append(f"the payload's report has schema {doc.get('schema')!r}, not {PAYLOAD_SCHEMA!r}")
-    facts = doc.get("facts") if isinstance(doc.get("facts"), dict) else {}
+    facts = as_dict(doc.get("facts"))
     checks = [c for c in doc.get("checks") or [] if isinstance(c, dict)]
     if not checks:
         reasons.append("the payload reported no checks")
@@ -230,41 +282,21 @@ def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tup
     if not fw.builds:
         return "failed", (f"envkit does not verify {fw.title} images yet",)
 
-    for c in checks:
-        if c.get("name") == REQUESTED_CHECK and c.get("status") == "failed":
-            continue  # judged per package below (_requested)
-        if c.get("status") == "failed":
-            reasons.append(f"check {c.get('name')} failed: {c.get('message') or '(no message)'}")
-        elif c.get("status") not in ("passed", "skipped"):
-            reasons.append(f"check {c.get('name')} has unknown status {c.get('status')!r}")
-    late = by_name.get("timeout", {})
-    if late.get("status") == "failed":  # facts gathered after the stop are missing, not mismatched: say only why
-        value = late.get("value") if isinstance(late.get("value"), dict) else {}
-        reasons.append(f"the payload stopped at its time limit while running {value.get('running') or 'setup'}, "
-                       "so the checks after it never ran; certify again with a longer --timeout "
-                       f"(the payload stops {HARNESS_RESERVE_S} s before it, to report)")
-        return "failed", tuple(dict.fromkeys(reasons))
+    reasons += _check_statuses(checks)
+    late = _timed_out(by_name)
+    if late is not None:  # facts gathered after the stop are missing, not mismatched: say only why
+        return "failed", tuple(dict.fromkeys([*reasons, late]))
     reasons += _requested(by_name, expect)
     reasons += _compare_versions(facts, expect, fw)
     reasons += fw.facts_rules(facts, expect)
     reasons += _coverage(facts, expect, fw)
     reasons += _driver(facts, expect, gpus)
     reasons += _catalog_floors(by_name, expect, gpus)
-
     if gpus:
-        for name in fw.required_gpu_checks:
-            status = by_name.get(name, {}).get("status")
-            if status != "passed" and gpu_requested and status != "failed":  # a failure is already a reason
-                reasons.append(f"GPU check {name} did not pass ({status or 'not reported'}) although "
-                               f"{len(gpus)} GPU(s) are visible")
+        reasons += _gpu_checks_missing(by_name, fw, len(gpus), gpu_requested=gpu_requested)
     else:
-        if gpu_requested:
-            reasons.append(NO_GPU_REQUESTED)
-        verify = doc.get("mode") != "certify"
-        for c in checks:
-            name = c.get("name")
-            if name in fw.gpu_checks and c.get("status") == "passed" and (verify or name not in fw.deviceless_gpu_checks):
-                reasons.append(f"claims GPU check {name} passed with no GPU visible")
+        reasons += _gpu_claims_without_gpu(checks, fw, verify=doc.get("mode") != "certify",
+                                           gpu_requested=gpu_requested)
 
     if not reasons and doc.get("status") == "failed":
         reasons.append("the payload reported failed although every check it listed held")
@@ -275,5 +307,10 @@ def decide(doc: dict, expect: dict, *, gpu_requested: bool) -> tuple[Status, tup
 
 
 # ------------------------------------------------------------------------- building
+def as_dict(x: Any) -> dict:
+    """``x`` when the payload's document has an object there, else {} (a malformed value judged as missing)."""
+    return x if isinstance(x, dict) else {}
+
+
 def as_number(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None

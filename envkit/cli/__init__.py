@@ -30,14 +30,29 @@ __all__ = ["main", "BUILDERS", "SPEC", "STORE_HELP", "Ctx", "builder_option", "e
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.option("-v", "--verbose", is_flag=True, help="Show every build log line.")
 @click.pass_context
-def main(ctx, debug, verbose):
+def main(ctx: click.Context, debug: bool, verbose: bool) -> None:
     """Resolve, render, build and verify GPU software stacks."""
     ctx.obj = {"debug": debug, "verbose": verbose}
 
 
-for _command in (build.resolve_cmd, build.lock_cmd, build.explain_cmd, build.render_cmd, build.build_cmd,
-                 build.bundle_group, build.verify_cmd, admin.doctor_cmd, gc.gc_cmd, certify.certify_cmd, admin.catalog_group,
-                 certify.nightly_cmd, researchers.ls_cmd, researchers.show_cmd, researchers.run_cmd,
-                 admin.schema_cmd, registry.registry_group):
+for _command in (
+    build.resolve_cmd,
+    build.lock_cmd,
+    build.explain_cmd,
+    build.render_cmd,
+    build.build_cmd,
+    build.bundle_group,
+    build.verify_cmd,
+    admin.doctor_cmd,
+    gc.gc_cmd,
+    certify.certify_cmd,
+    admin.catalog_group,
+    certify.nightly_cmd,
+    researchers.ls_cmd,
+    researchers.show_cmd,
+    researchers.run_cmd,
+    admin.schema_cmd,
+    registry.registry_group,
+):
     main.add_command(_command)
 del _command

@@ -22,7 +22,9 @@ from ..frameworks import ARCH_LISTED, NAMES
               help="Ask no package index (the index check reports skip); also $ENVKIT_OFFLINE=1.")
 @json_option
 @click.pass_context
-def doctor_cmd(click_ctx, store_url, spec_path, offline, json_out):
+def doctor_cmd(
+    click_ctx: click.Context, store_url: str | None, spec_path: Path | None, offline: bool, json_out: bool
+) -> None:
     """Is this host ready? Engine, NVIDIA runtime, GPUs and driver, debootstrap, CA bundle, whether the
     package index answers through it, BuildKit, the catalog in use and the history store (read, never created).
 
@@ -42,7 +44,7 @@ def doctor_cmd(click_ctx, store_url, spec_path, offline, json_out):
 
 
 @click.group("catalog")
-def catalog_group():
+def catalog_group() -> None:
     """The compatibility catalog."""
 
 
@@ -51,7 +53,7 @@ def catalog_group():
 @refresh_framework_option("--framework")
 @json_option
 @click.pass_context
-def catalog_refresh_cmd(click_ctx, apply_, frameworks, json_out):
+def catalog_refresh_cmd(click_ctx: click.Context, apply_: bool, frameworks: tuple[str, ...], json_out: bool) -> None:
     """Read new PyTorch, JAX and TensorFlow releases from the package index and propose catalog
     rows (a reviewable diff; --json lists them per framework)."""
     from ..app.catalog import refresh_catalog
@@ -59,7 +61,7 @@ def catalog_refresh_cmd(click_ctx, apply_, frameworks, json_out):
     c = _ctx(click_ctx, json_out)
     summary = run(c, lambda: refresh_catalog(apply=apply_, frameworks=frameworks, progress=c.progress))
 
-    def human():
+    def human() -> None:
         for note in summary["notes"] + summary["warnings"]:
             click.echo(f"note: {note}", err=True)
         for skip in summary["skipped"]:
@@ -81,7 +83,9 @@ def catalog_refresh_cmd(click_ctx, apply_, frameworks, json_out):
                    "as excluded_<framework>_<version>).")
 @json_option
 @click.pass_context
-def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out):
+def catalog_exclude_cmd(
+    click_ctx: click.Context, framework: str, version: str, reason: str, source: str, json_out: bool
+) -> None:
     """Leave FRAMEWORK VERSION out on purpose: `catalog refresh` stops proposing it and the resolver never
     picks it. Written into the catalog in use ($ENVKIT_CATALOG, else the packaged one) like `refresh --apply`."""
     from datetime import date
@@ -93,7 +97,7 @@ def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out)
     done = run(c, lambda: exclude_release(framework, version, reason=reason, source=source,
                                           today=date.today().isoformat()))
 
-    def human():
+    def human() -> None:
         click.echo(done.diff(), nl=False)
         click.echo(f"excluded {framework} {version} in {done.data_dir}: refresh will not propose it and the "
                    "resolver will not pick it; locks resolved before are stale (`envkit lock --check`)", err=True)
@@ -117,7 +121,9 @@ def catalog_exclude_cmd(click_ctx, framework, version, reason, source, json_out)
               help=f"Check only this framework (repeatable; default: {' and '.join(ARCH_LISTED)}).")
 @json_option
 @click.pass_context
-def catalog_check_arches_cmd(click_ctx, apply_, frameworks, json_out):
+def catalog_check_arches_cmd(
+    click_ctx: click.Context, apply_: bool, frameworks: tuple[str, ...], json_out: bool
+) -> None:
     """Compare the catalog's compiled arch lists with the wheels on the package index (the default
     torch variant of each series, each TensorFlow release) and propose corrections (a reviewable diff)."""
     from ..app.catalog import check_catalog_arches
@@ -125,10 +131,21 @@ def catalog_check_arches_cmd(click_ctx, apply_, frameworks, json_out):
     c = _ctx(click_ctx, json_out)
     summary = run(c, lambda: check_catalog_arches(apply=apply_, frameworks=frameworks, progress=c.progress))
 
-    def human():
-        table([[r["framework"], r["version"], r["variant"], r["catalog"],  # torch: TORCH_CUDA_ARCH_LIST; tf: flags
-                r.get("read") or " ".join(r.get("flags") or []) or "-",
-                r["status"]] for r in summary["rows"]], ["FRAMEWORK", "VERSION", "VARIANT", "CATALOG", "WHEEL", "STATUS"])
+    def human() -> None:
+        table(
+            [
+                [
+                    r["framework"],
+                    r["version"],
+                    r["variant"],
+                    r["catalog"],  # torch: TORCH_CUDA_ARCH_LIST; tf: flags
+                    r.get("read") or " ".join(r.get("flags") or []) or "-",
+                    r["status"],
+                ]
+                for r in summary["rows"]
+            ],
+            ["FRAMEWORK", "VERSION", "VARIANT", "CATALOG", "WHEEL", "STATUS"],
+        )
         for note in summary["notes"] + summary["warnings"]:
             click.echo(f"note: {note}", err=True)
         click.echo(summary["diff"] or "the catalog's arch lists agree with every wheel read")
@@ -142,7 +159,7 @@ def catalog_check_arches_cmd(click_ctx, apply_, frameworks, json_out):
 @click.argument("dest", type=click.Path(path_type=Path))
 @json_option
 @click.pass_context
-def catalog_export_cmd(click_ctx, dest, json_out):
+def catalog_export_cmd(click_ctx: click.Context, dest: Path, json_out: bool) -> None:
     """Copy the catalog into DEST, for a team to keep, review and refresh (then set ENVKIT_CATALOG=DEST)."""
     from ..catalog.files import CATALOG_ENV, export_catalog
 
@@ -154,7 +171,7 @@ def catalog_export_cmd(click_ctx, dest, json_out):
 
 @click.command("schema")
 @json_option
-def schema_cmd(json_out):
+def schema_cmd(json_out: bool) -> None:
     """Print the JSON Schema of team.yaml (always JSON; --json is accepted as every command accepts it)."""
     from ..spec import json_schema
 

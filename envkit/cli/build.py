@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,8 +12,13 @@ from ..engine.protocol import BuildEvent
 from ..lock import PIP_TOPIC, named_extras
 from .common import IMAGE, SPEC, Ctx, _ctx, _short, builder_option, emit, json_option, locked_option, run, table
 
+if TYPE_CHECKING:
+    from ..lock import LockedImage
+    from ..build.builder import BuildProgress, Outcome
+    from typing import Iterable
 
-def _image_row(i) -> list[str]:
+
+def _image_row(i: LockedImage) -> list[str]:
     return [i.name, f"{i.framework} {i.framework_version}", i.variant, i.cuda or "-", i.cudnn or "-",
             i.nccl or "-", i.python, i.driver_floor or "-", i.hash8]
 
@@ -21,17 +27,19 @@ IMAGE_HEADER = ["IMAGE", "FRAMEWORK", "VARIANT", "CUDA", "CUDNN", "NCCL", "PYTHO
 
 @click.command("resolve")
 @click.argument("spec", type=SPEC)
-@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock).")
+@click.option(
+    "--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock)."
+)
 @json_option
 @click.pass_context
-def resolve_cmd(click_ctx, spec, lock_path, json_out):
+def resolve_cmd(click_ctx: click.Context, spec: Path, lock_path: Path | None, json_out: bool) -> None:
     """Resolve SPEC to exact pins and write its lock."""
     from ..app.resolve import resolve_spec
 
     c = _ctx(click_ctx, json_out)
     r = run(c, lambda: resolve_spec(spec, lock_path=lock_path, progress=c.progress))
 
-    def human():
+    def human() -> None:
         table([_image_row(i) for i in r.lock.images], IMAGE_HEADER)
         for image in r.lock.images:
             _echo_extras(image)
@@ -46,7 +54,7 @@ def resolve_cmd(click_ctx, spec, lock_path, json_out):
              "moved": r.moved}, human)
 
 
-def _echo_extras(image, indent: str = "") -> None:
+def _echo_extras(image: LockedImage, indent: str = "") -> None:
     """One line per pip: package of ``image`` (version, and a held-back one's reason on its own line)."""
     extras = named_extras(image)
     if not extras:
@@ -61,10 +69,12 @@ def _echo_extras(image, indent: str = "") -> None:
 @click.command("lock")
 @click.argument("spec", type=SPEC)
 @click.option("--check", is_flag=True, help="Check (what `envkit lock` does; accepted for scripts that say so).")
-@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock).")
+@click.option(
+    "--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), help="Lock file (default: SPEC with .lock)."
+)
 @json_option
 @click.pass_context
-def lock_cmd(click_ctx, spec, check, lock_path, json_out):
+def lock_cmd(click_ctx: click.Context, spec: Path, check: bool, lock_path: Path | None, json_out: bool) -> None:
     """Check that SPEC's lock is current: exit 5 when the spec or the catalog changed since it was written
     (`envkit resolve SPEC` writes a new one). Writes nothing."""
     from ..app.resolve import check_lock
@@ -84,7 +94,7 @@ def lock_cmd(click_ctx, spec, check, lock_path, json_out):
 @click.argument("image")
 @json_option
 @click.pass_context
-def explain_cmd(click_ctx, spec, image, json_out):
+def explain_cmd(click_ctx: click.Context, spec: Path, image: str, json_out: bool) -> None:
     """Show why IMAGE of SPEC resolves as it does (or why it cannot)."""
     from ..app.resolve import explain, locked_image
 
@@ -93,7 +103,7 @@ def explain_cmd(click_ctx, spec, image, json_out):
     locked = run(c, lambda: locked_image(spec, image))
     ch = p.chosen
 
-    def human():
+    def human() -> None:
         if ch.exact_pins:  # the wheel pins its CUDA libraries: the catalog knows them
             libs = f"CUDA {ch.cuda}, cuDNN {ch.cudnn}, NCCL {ch.nccl or '-'}"
         else:  # ranges: the catalog holds their lower bounds; the closure picks at resolve (`envkit resolve`)
@@ -104,7 +114,9 @@ def explain_cmd(click_ctx, spec, image, json_out):
                                                                     ("NCCL", ch.nccl)) if v)
             libs += " (the closure picks the versions at resolve)"
         before = " (the fleet's pick, before its pip: packages)" if p.target.pip else ""
-        click.echo(f"{image}{before}: {ch.label}, {libs}, Python {p.python}, driver >= {p.driver_floor} ({p.require_cuda})")
+        click.echo(
+            f"{image}{before}: {ch.label}, {libs}, Python {p.python}, driver >= {p.driver_floor} ({p.require_cuda})"
+        )
         for d in p.decisions:
             click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")
             for rej in d.rejected:
@@ -119,13 +131,32 @@ def explain_cmd(click_ctx, spec, image, json_out):
             click.echo(f"- pip: {', '.join(p.target.pip)}\n    chosen at resolve, in one solve with the framework "
                        "(which they may hold back); `envkit resolve` locks them and this command then shows why")
 
-    emit(c, {"image": image, "framework": ch.framework, "version": ch.version, "variant": ch.variant,
-             "cuda": ch.cuda, "cuda_pinned": "exact" if ch.exact_pins else "lower bound", "python": p.python, "driver_floor": p.driver_floor, "require_cuda": p.require_cuda,
-             "index": ch.index, "decisions": [d.model_dump() for d in p.decisions],
-             "locked": None if locked is None else {
-                 "framework": locked.framework, "version": locked.framework_version, "variant": locked.variant,
-                 "decisions": [d.model_dump() for d in locked.decisions if d.topic == locked.framework],
-                 "extras": named_extras(locked)}}, human)
+    emit(
+        c,
+        {
+            "image": image,
+            "framework": ch.framework,
+            "version": ch.version,
+            "variant": ch.variant,
+            "cuda": ch.cuda,
+            "cuda_pinned": "exact" if ch.exact_pins else "lower bound",
+            "python": p.python,
+            "driver_floor": p.driver_floor,
+            "require_cuda": p.require_cuda,
+            "index": ch.index,
+            "decisions": [d.model_dump() for d in p.decisions],
+            "locked": None
+            if locked is None
+            else {
+                "framework": locked.framework,
+                "version": locked.framework_version,
+                "variant": locked.variant,
+                "decisions": [d.model_dump() for d in locked.decisions if d.topic == locked.framework],
+                "extras": named_extras(locked),
+            },
+        },
+        human,
+    )
 
 
 @click.command("render")
@@ -136,7 +167,9 @@ def explain_cmd(click_ctx, spec, image, json_out):
 @locked_option
 @json_option
 @click.pass_context
-def render_cmd(click_ctx, spec, out_root, images, locked, json_out):
+def render_cmd(
+    click_ctx: click.Context, spec: Path, out_root: Path, images: tuple[str, ...], locked: bool, json_out: bool
+) -> None:
     """Write build contexts (dockerfiles/<image>/) and compose/<team>.yaml from SPEC's lock.
 
     A missing or stale lock (the spec or the catalog changed) is re-resolved and written first, and said so;
@@ -150,19 +183,30 @@ def render_cmd(click_ctx, spec, out_root, images, locked, json_out):
            "contexts": {k: str(v) for k, v in rendered.contexts.items()}, "compose": str(rendered.compose)}
     written = [*([] if resolved.reused else [f"{resolved.lock_path} (re-resolved)"]),
                *rendered.contexts.values(), rendered.compose]
-    emit(c, doc, lambda: [click.echo(f"wrote {p}") for p in written])
+    emit(c, doc, lambda: click.echo("\n".join(f"wrote {p}" for p in written)))
 
 
 @click.command("build")
 @click.argument("spec", type=SPEC)
 @click.option("--image", "images", multiple=True, help="Only this image (repeatable).")
-@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
+@click.option(
+    "--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True
+)
 @click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
 @builder_option
 @locked_option
 @json_option
 @click.pass_context
-def build_cmd(click_ctx, spec, images, out_root, no_verify, builder, locked, json_out):
+def build_cmd(
+    click_ctx: click.Context,
+    spec: Path,
+    images: tuple[str, ...],
+    out_root: Path,
+    no_verify: bool,
+    builder: str,
+    locked: bool,
+    json_out: bool,
+) -> None:
     """Resolve, render, build and verify SPEC's images.
 
     The lock is reused while it matches the spec and the catalog; a missing or stale one is re-resolved and
@@ -178,7 +222,7 @@ def build_cmd(click_ctx, spec, images, out_root, no_verify, builder, locked, jso
     doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
            "builder": builder, "images": [o.to_json() for o in outcomes]}
 
-    def human():
+    def human() -> None:
         if not resolved.reused:
             click.echo(f"wrote {resolved.lock_path} (re-resolved)")
         _outcomes_table(outcomes)
@@ -190,10 +234,10 @@ def build_cmd(click_ctx, spec, images, out_root, no_verify, builder, locked, jso
         sys.exit(8)
 
 
-def _build_progress(c: Ctx):
+def _build_progress(c: Ctx) -> BuildProgress:
     """Build steps on stderr; every build log line too with -v."""
 
-    def progress(name: str, event):
+    def progress(name: str, event: BuildEvent | str) -> None:
         if isinstance(event, BuildEvent):
             if event.kind == "step":
                 c.progress(f"[{name}] step {event.step}/{event.total}: {event.text[:100]}")
@@ -205,7 +249,7 @@ def _build_progress(c: Ctx):
     return progress
 
 
-def _outcomes_table(outcomes) -> None:
+def _outcomes_table(outcomes: Iterable[Outcome]) -> None:
     rows = [[o.name, o.tag, o.action, f"{o.size / 2**30:.2f} GiB", f"{o.seconds:.0f}s", o.status] for o in outcomes]
     table(rows, ["IMAGE", "TAG", "ACTION", "SIZE", "TIME", "STATUS"])
     for o in outcomes:
@@ -214,7 +258,7 @@ def _outcomes_table(outcomes) -> None:
 
 
 @click.group("bundle")
-def bundle_group():
+def bundle_group() -> None:
     """Offline bundles: everything one image's rebuild needs, built later with no network."""
 
 
@@ -226,7 +270,7 @@ def bundle_group():
 @click.option("--image", "image", default=None, help="The image to bundle (needed when SPEC has several).")
 @json_option
 @click.pass_context
-def bundle_make_cmd(click_ctx, spec, out_dir, image, json_out):
+def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: str | None, json_out: bool) -> None:
     """Write one image's offline bundle into --out (needs the network).
 
     Resolves SPEC (or reuses its lock), then writes the lock, hash-checked wheels, the base image
@@ -251,7 +295,9 @@ def bundle_make_cmd(click_ctx, spec, out_dir, image, json_out):
 @builder_option
 @json_option
 @click.pass_context
-def bundle_build_cmd(click_ctx, bundle_dir, no_verify, no_cache, builder, json_out):
+def bundle_build_cmd(
+    click_ctx: click.Context, bundle_dir: Path, no_verify: bool, no_cache: bool, builder: str, json_out: bool
+) -> None:
     """Build the image of the bundle in DIR with no network.
 
     Every file is checked against the manifest first; the base is loaded from the bundle.
@@ -285,7 +331,7 @@ def bundle_build_cmd(click_ctx, bundle_dir, no_verify, no_cache, builder, json_o
               help="Also require the image to match this lock.")
 @json_option
 @click.pass_context
-def verify_cmd(click_ctx, image, lock_path, json_out):
+def verify_cmd(click_ctx: click.Context, image: str, lock_path: Path | None, json_out: bool) -> None:
     """Check inside IMAGE that its versions match its pins (no GPU needed)."""
     from ..engine.docker_engine import connect
     from ..app.certify import verify_image
@@ -294,7 +340,7 @@ def verify_cmd(click_ctx, image, lock_path, json_out):
     engine = run(c, connect)
     v = run(c, lambda: verify_image(engine, image, lock_path=lock_path))
 
-    def human():
+    def human() -> None:
         table([[ch["name"], ch["status"], _short(ch.get("value")), ch.get("message", "")[:70]] for ch in v.checks],
               ["CHECK", "STATUS", "VALUE", "MESSAGE"])
         click.echo(f"{image}: {v.status}")

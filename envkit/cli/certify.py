@@ -4,21 +4,45 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
 
 from ..payload.harness import MIN_TIMEOUT_S, RESERVE_S
 from ..errors import RunInProgressError
-from .common import (IMAGE, REGISTRY, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
-                     refresh_framework_option, run, table)
+
+from .common import (
+    IMAGE,
+    REGISTRY,
+    SPEC,
+    STORE,
+    STORE_HELP,
+    Ctx,
+    _ctx,
+    _short,
+    builder_option,
+    emit,
+    json_option,
+    locked_option,
+    refresh_framework_option,
+    run,
+    table,
+)
+
+if TYPE_CHECKING:
+    from ..engine.docker_engine import DockerEngine
+    from ..ops.gc_plan import CacheCutoff
+    from ..app.nightly import NightlyResult
 
 
 @click.command("certify")
 @click.argument("image", type=IMAGE)
 @click.option("--lock", "lock_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Expect what this lock says (default: the image's own pin labels).")
-@click.option("--gpus/--no-gpus", default=None, help="Certify on the GPUs (default: when the engine has the NVIDIA runtime).")
+@click.option(
+    "--gpus/--no-gpus", default=None, help="Certify on the GPUs (default: when the engine has the NVIDIA runtime)."
+)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True, help="Where the certificate and reports are written.")
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
@@ -27,7 +51,16 @@ from .common import (IMAGE, REGISTRY, SPEC, STORE, STORE_HELP, _ctx, _short, bui
                    f"{RESERVE_S} s before it, to report what it found).")
 @json_option
 @click.pass_context
-def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, json_out):
+def certify_cmd(
+    click_ctx: click.Context,
+    image: str,
+    lock_path: Path | None,
+    gpus: bool | None,
+    out_dir: Path,
+    store_url: str | None,
+    timeout: int,
+    json_out: bool,
+) -> None:
     """Certify IMAGE: on a GPU, `certified`; without one, `verified` with GPU checks skipped."""
     from ..engine.docker_engine import connect
     from ..app.certify import certify
@@ -37,7 +70,7 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
     cert, paths = run(c, lambda: certify(engine, image, lock_path=lock_path, gpus=gpus, out_dir=out_dir,
                                          store_url=store_url, timeout=timeout))
 
-    def human():
+    def human() -> None:
         table([[ch.name, ch.status, _short(ch.value), (ch.message or "")[:70]] for ch in cert.checks],
               ["CHECK", "STATUS", "VALUE", "MESSAGE"])
         for reason in cert.reasons:
@@ -55,12 +88,18 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
 @click.argument("spec", type=SPEC)
 @click.option("--registry", type=REGISTRY, default=None, help="Team registry to push to (host[:port][/path]).")
 @locked_option
-@click.option("--gpus/--no-gpus", default=None, help="Certify on GPUs (default: when the engine has the NVIDIA runtime).")
-@click.option("--threshold", default=0.10, show_default=True, help="Regression: a probe dropping more than this fraction.")
+@click.option(
+    "--gpus/--no-gpus", default=None, help="Certify on GPUs (default: when the engine has the NVIDIA runtime)."
+)
+@click.option(
+    "--threshold", default=0.10, show_default=True, help="Regression: a probe dropping more than this fraction."
+)
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True)
-@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
+@click.option(
+    "--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True
+)
 @builder_option
 @click.option("--refresh-catalog", is_flag=True,
               help="First read new PyTorch, JAX and TensorFlow releases from the index: applied to "
@@ -71,15 +110,37 @@ def certify_cmd(click_ctx, image, lock_path, gpus, out_dir, store_url, timeout, 
                    "builds of the lock just run; also once during the run when a build fills the engine's disk, "
                    "and then try that build again (with --builder buildkit, pruning too the build cache records "
                    "this run has not used).")
-@click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True, help="With --gc: builds to keep per image, newest first.")
+@click.option(
+    "--keep",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="With --gc: builds to keep per image, newest first.",
+)
 @click.option("--build-cache", "cache_hours", type=click.IntRange(min=0), default=None, metavar="HOURS",
               help="With --gc: the gc after the run also prunes BuildKit's build cache records not used in the last "
                    "HOURS hours, as `envkit gc --build-cache HOURS` does (engine-wide). Without it that gc leaves "
                    "the cache for the next rebuild, and only a disk-full reclaim prunes it.")
 @json_option
 @click.pass_context
-def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, reports_dir, out_root, builder,
-                refresh_catalog, frameworks, gc, keep, cache_hours, json_out):
+def nightly_cmd(
+    click_ctx: click.Context,
+    spec: Path,
+    registry: str | None,
+    locked: bool,
+    gpus: bool | None,
+    threshold: float,
+    store_url: str | None,
+    reports_dir: Path,
+    out_root: Path,
+    builder: str,
+    refresh_catalog: bool,
+    frameworks: tuple[str, ...],
+    gc: bool,
+    keep: int,
+    cache_hours: int | None,
+    json_out: bool,
+) -> None:
     """Re-resolve, rebuild what changed, certify, promote and remember.
 
     Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure,
@@ -90,15 +151,8 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
     from ..app.nightly import run_nightly
     from ..store.history import Store
 
-    if locked and refresh_catalog:
-        raise click.UsageError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked: "
-                               "refresh on the CPU build job; the GPU job certifies its lock with --locked")
-    if frameworks and not refresh_catalog:
-        raise click.UsageError("--refresh-framework chooses what --refresh-catalog reads; give --refresh-catalog too")
-    if click_ctx.get_parameter_source("keep") is not ParameterSource.DEFAULT and not gc:
-        raise click.UsageError("--keep says what --gc keeps; give --gc too")
-    if cache_hours is not None and not gc:
-        raise click.UsageError("--build-cache says what the gc after the run prunes; give --gc too")
+    _check_nightly_options(click_ctx, locked=locked, refresh_catalog=refresh_catalog, frameworks=frameworks, gc=gc,
+                           cache_hours=cache_hours)
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
     store = run(c, lambda: Store.open(store_url))
@@ -131,27 +185,41 @@ def nightly_cmd(click_ctx, spec, registry, locked, gpus, threshold, store_url, r
                         store_url, keep, after) if gc else None
     if swept is not None:
         doc["gc"] = swept
-
-    def human():
-        rows = [[r.name, r.tag, r.build, r.status, ", ".join(r.pushed) or "-", "; ".join(r.changes)[:50] or "-"]
-                for r in result.images]
-        table(rows, ["IMAGE", "TAG", "BUILD", "STATUS", "PUSHED", "CHANGES"])
-        for r in result.images:
-            for line in r.notes + r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
-                click.echo(f"  {r.name}: {line}", err=True)
-        from ..app.nightly import EXIT_NAMES
-
-        if result.catalog and result.catalog["changed"]:
-            done = ("applied to " + ", ".join(result.catalog["files"]) if result.catalog["applied"]
-                    else "proposed, not applied")
-            click.echo(f"catalog refresh: {done}; diff in {result.catalog['diff']}", err=True)
-        click.echo(f"nightly run {result.run_id}: {EXIT_NAMES[result.exit_code]} in {result.seconds:.1f}s")
-
-    emit(c, doc, human)
+    emit(c, doc, lambda: _nightly_table(result))
     sys.exit(result.exit_code)
 
 
-def _lock_tags(spec) -> list[str]:
+def _check_nightly_options(click_ctx: click.Context, *, locked: bool, refresh_catalog: bool,
+                           frameworks: tuple[str, ...], gc: bool, cache_hours: int | None) -> None:
+    """Refuse the options that say nothing without another one (or contradict one)."""
+    if locked and refresh_catalog:
+        raise click.UsageError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked: "
+                               "refresh on the CPU build job; the GPU job certifies its lock with --locked")
+    if frameworks and not refresh_catalog:
+        raise click.UsageError("--refresh-framework chooses what --refresh-catalog reads; give --refresh-catalog too")
+    if click_ctx.get_parameter_source("keep") is not ParameterSource.DEFAULT and not gc:
+        raise click.UsageError("--keep says what --gc keeps; give --gc too")
+    if cache_hours is not None and not gc:
+        raise click.UsageError("--build-cache says what the gc after the run prunes; give --gc too")
+
+
+def _nightly_table(result: NightlyResult) -> None:
+    from ..app.nightly import EXIT_NAMES
+
+    rows = [[r.name, r.tag, r.build, r.status, ", ".join(r.pushed) or "-", "; ".join(r.changes)[:50] or "-"]
+            for r in result.images]
+    table(rows, ["IMAGE", "TAG", "BUILD", "STATUS", "PUSHED", "CHANGES"])
+    for r in result.images:
+        for line in r.notes + r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
+            click.echo(f"  {r.name}: {line}", err=True)
+    if result.catalog and result.catalog["changed"]:
+        done = ("applied to " + ", ".join(result.catalog["files"]) if result.catalog["applied"]
+                else "proposed, not applied")
+        click.echo(f"catalog refresh: {done}; diff in {result.catalog['diff']}", err=True)
+    click.echo(f"nightly run {result.run_id}: {EXIT_NAMES[result.exit_code]} in {result.seconds:.1f}s")
+
+
+def _lock_tags(spec: Path) -> list[str]:
     """The image tags of the spec's lock as it is on disk (none when there is no readable lock)."""
     from ..errors import EnvkitError
     from ..lock import load_lock
@@ -165,7 +233,15 @@ def _lock_tags(spec) -> list[str]:
     return [image_tag(lock.team, image) for image in lock.images]
 
 
-def _nightly_gc(c, engine, spec, tags, store_url, keep, build_cache=None) -> dict:
+def _nightly_gc(
+    c: Ctx,
+    engine: DockerEngine,
+    spec: Path,
+    tags: list[str],
+    store_url: str | None,
+    keep: int,
+    build_cache: CacheCutoff | None = None,
+) -> dict:
     """`envkit gc --team TEAM --keep N` for a nightly (after it, or when a build filled the disk), never removing
     the images ``tags`` name (the builds of the lock it runs); ``build_cache``: also prune BuildKit's records not
     used since that cutoff. Its failure is reported (stderr, and the JSON's ``gc.error``), not the nightly's exit
@@ -189,8 +265,11 @@ def _nightly_gc(c, engine, spec, tags, store_url, keep, build_cache=None) -> dic
         c.progress(f"gc for the nightly failed: {exc}")
         return {"error": exc.to_json()}
     reclaimed, exact = swept.reclaimed()
-    c.progress(f"gc: removed {len(swept.removed)} image(s) of team {team}, {_bytes(reclaimed)}"
-               + ("" if exact else " at most") + (f"; {len(swept.failed)} could not be removed" if swept.failed else ""))
+    c.progress(
+        f"gc: removed {len(swept.removed)} image(s) of team {team}, {_bytes(reclaimed)}"
+        + ("" if exact else " at most")
+        + (f"; {len(swept.failed)} could not be removed" if swept.failed else "")
+    )
     cache = swept.cache_json()
     if cache is not None:
         c.progress(f"gc: the prune of BuildKit's build cache failed: {cache['error']}" if cache["error"] else

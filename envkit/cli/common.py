@@ -15,6 +15,7 @@ import threading
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
 import click
 
@@ -22,6 +23,12 @@ from ..engine.space import host_out_of_space
 from ..errors import EngineError, EnvkitError, Interrupted
 from ..engine.protocol import BUILDERS
 from ..frameworks import NAMES
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])  # a command, decorated
 
 SPEC = click.Path(exists=False, dir_okay=False, path_type=Path)
 
@@ -32,11 +39,11 @@ class Checked(click.ParamType):
     ``nightly --registry`` used to surface only at the push, after every build). The value passes on as ``check``
     returns it (normalised), or unchanged when it returns None."""
 
-    def __init__(self, name: str, check):
+    def __init__(self, name: str, check: Callable[[str], str | None]) -> None:
         self.name = name
         self.check = check
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
         try:
             normal = self.check(value)
         except EnvkitError as exc:
@@ -91,25 +98,25 @@ class Ctx:
         click.echo(f"envkit: {message}", err=True)
 
 
-def json_option(f):
+def json_option(f: F) -> F:
     return click.option("--json", "json_out", is_flag=True, help="Print one JSON document for machines.")(f)
 
 
-def builder_option(f):
+def builder_option(f: F) -> F:
     return click.option(
         "--builder", type=click.Choice(BUILDERS), default="classic", show_default=True,
         help="classic: the engine's API; buildkit: DOCKER_BUILDKIT=1 /usr/bin/docker build "
              "(pip cache mounts, the CA as a build secret; needs Debian's docker.io CLI).")(f)
 
 
-def locked_option(f):
+def locked_option(f: F) -> F:
     return click.option(
         "--locked", is_flag=True,
         help="Use the lock as it is, never re-resolving or writing it: a missing or stale lock fails (exit 5). "
              "For CI building a committed lock, or a GPU runner after a CPU build job.")(f)
 
 
-def refresh_framework_option(name: str):
+def refresh_framework_option(name: str) -> Callable[[F], F]:
     """The framework(s) a catalog refresh reads (``catalog refresh --framework``, ``nightly --refresh-framework``)."""
     return click.option(
         name, "frameworks", type=click.Choice(NAMES), multiple=True,
@@ -122,7 +129,7 @@ STORE_HELP = ("History store: a SQLite file path, sqlite:///relative/path, sqlit
               "via PGPASSWORD or ~/.pgpass).")
 
 
-def run(ctx_obj: Ctx, fn):
+def run(ctx_obj: Ctx, fn: Callable[[], T]) -> T:
     """Run ``fn``; turn envkit errors into a message and an exit code."""
     try:
         return fn()
@@ -203,7 +210,7 @@ def _registry_call(exc: BaseException) -> str | None:
     return registry if any(m in REGISTRY_MODULES for m in modules) else None
 
 
-def fail(ctx_obj: Ctx, exc: EnvkitError):
+def fail(ctx_obj: Ctx, exc: EnvkitError) -> NoReturn:
     if ctx_obj.debug:
         traceback.print_exc()
     if ctx_obj.json:
@@ -212,7 +219,7 @@ def fail(ctx_obj: Ctx, exc: EnvkitError):
     sys.exit(exc.exit_code)
 
 
-def emit(ctx_obj: Ctx, doc, human) -> None:
+def emit(ctx_obj: Ctx, doc: object, human: Callable[[], None]) -> None:
     if ctx_obj.json:
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
@@ -225,7 +232,7 @@ def table(rows: list[list[str]], header: list[str]) -> None:
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
-def _ctx(click_ctx, json_out) -> Ctx:
+def _ctx(click_ctx: click.Context, json_out: bool) -> Ctx:
     click_ctx.obj["json"] = json_out  # for EnvkitGroup: how to report an interruption
     return Ctx(json_out, click_ctx.obj["debug"], click_ctx.obj["verbose"])
 
@@ -235,7 +242,7 @@ UNWIND = (signal.SIGTERM, signal.SIGHUP)
 
 
 @contextmanager
-def signals_unwind():
+def signals_unwind() -> Iterator[None]:
     """While a command runs, SIGTERM and SIGHUP unwind it as Ctrl-C does (``Interrupted``), so its
     ``with`` and ``finally`` blocks clean up. The first signal restores the default actions: a second
     one during that clean-up ends the process at once, as a user pressing twice expects. A signal the
@@ -246,7 +253,7 @@ def signals_unwind():
     previous = {s: signal.getsignal(s) for s in (*UNWIND, signal.SIGINT)}
     mine = [s for s in UNWIND if previous[s] is not signal.SIG_IGN]
 
-    def unwind(signum, _frame):
+    def unwind(signum: int, _frame: FrameType | None) -> NoReturn:
         for s in (*mine, signal.SIGINT):
             signal.signal(s, signal.SIG_DFL)
         raise Interrupted(signum)
@@ -265,7 +272,7 @@ class EnvkitGroup(click.Group):
     the shell's exit code (128 + the signal: 130 for Ctrl-C, 143 for SIGTERM), one line saying what
     happened and what to do, and with ``--json`` an error document, instead of click's "Aborted!"."""
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context) -> Any:
         wants_json = "--json" in ctx.args  # what is left for the subcommand (its name is held apart by click)
         with signals_unwind():
             try:
@@ -275,7 +282,7 @@ class EnvkitGroup(click.Group):
                     raise
                 report_usage(exc)
             except KeyboardInterrupt:
-                signum = signal.SIGINT
+                signum: int = signal.SIGINT
             except Interrupted as exc:
                 signum = exc.signum
         # Only the number is kept: the exception's traceback would keep the unwound frames (and any
@@ -283,7 +290,7 @@ class EnvkitGroup(click.Group):
         report_interrupted(ctx.obj or {}, Interrupted(signum))
 
 
-def report_usage(exc: click.UsageError):
+def report_usage(exc: click.UsageError) -> NoReturn:
     """A usage error (a missing argument, an unknown option, a path that is not a file) under ``--json``: the error
     document on stdout, as every other error, and click's own text on stderr; exit 2."""
     where = exc.ctx.command_path if exc.ctx is not None else "envkit"
@@ -294,13 +301,13 @@ def report_usage(exc: click.UsageError):
     sys.exit(exc.exit_code)
 
 
-def report_interrupted(obj: dict, exc: Interrupted):
+def report_interrupted(obj: dict, exc: Interrupted) -> NoReturn:
     if obj.get("json"):
         click.echo(json.dumps(exc.to_json(), indent=2))
     click.echo(f"error: {exc}", err=True)
     sys.exit(exc.exit_code)
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     text = json.dumps(value) if not isinstance(value, str) else value
     return text if len(text) <= 40 else text[:37] + "..."

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from .common import STORE, STORE_HELP, TEAM, _ctx, emit, json_option, run, table
 
+if TYPE_CHECKING:
+    from ..ops.gc import GcResult
+
 
 def _bytes(n: int) -> str:
     """Decimal units, as `docker system df` prints them."""
+    value = float(n)
     for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    return f"{n:.2f} GB"
+        if abs(value) < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1000
+    return f"{value:.2f} GB"
 
 
 @click.command("gc")
@@ -24,14 +29,34 @@ def _bytes(n: int) -> str:
 @click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True,
               help="Builds to keep per (team, image), newest first by the image's creation time.")
 @click.option("--dry-run", is_flag=True, help="Say what would be kept and removed; remove nothing.")
-@click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP + " Its certificates and :certified pushes keep images.")
-@click.option("--build-cache", "cache_hours", type=click.IntRange(min=0), default=None, metavar="HOURS",
-              help="Then prune BuildKit's build cache records not used in the last HOURS hours (0: every one no "
-                   "build is using), as `docker builder prune --filter until=HOURSh` does: never one an image still "
-                   "here shares, nor BuildKit's own. The cache is the engine's, not a team's: --team does not narrow it.")
+@click.option(
+    "--store",
+    "store_url",
+    type=STORE,
+    default=None,
+    help=STORE_HELP + " Its certificates and :certified pushes keep images.",
+)
+@click.option(
+    "--build-cache",
+    "cache_hours",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="HOURS",
+    help="Then prune BuildKit's build cache records not used in the last HOURS hours (0: every one no "
+    "build is using), as `docker builder prune --filter until=HOURSh` does: never one an image still "
+    "here shares, nor BuildKit's own. The cache is the engine's, not a team's: --team does not narrow it.",
+)
 @json_option
 @click.pass_context
-def gc_cmd(click_ctx, team, keep, dry_run, store_url, cache_hours, json_out):
+def gc_cmd(
+    click_ctx: click.Context,
+    team: str | None,
+    keep: int,
+    dry_run: bool,
+    store_url: str | None,
+    cache_hours: int | None,
+    json_out: bool,
+) -> None:
     """Remove envkit images this host no longer needs, keeping per (team, image) the --keep newest builds,
     the newest certified one on each GPU model (the store's certificates), the one each :certified
     reference points at, and any a container (running or stopped) uses. Then the classic builder's stage
@@ -52,67 +77,98 @@ def gc_cmd(click_ctx, team, keep, dry_run, store_url, cache_hours, json_out):
     result = run(c, lambda: collect_garbage(DockerImageHost(engine.client), store_url, team=team, keep=keep,
                                             dry_run=dry_run, progress=c.progress, build_cache=cutoff))
 
-    def human():
-        failed = {d.image.id: result.removals[d.image.id].error for d in result.failed}
-        rows = []
-        for d in result.scratch:
-            error = result.scratch_removals.get(str(d.path))
-            action = "would remove" if dry_run else ("FAILED" if error else "removed")
-            what = f"left by envkit process {d.pid}, which is gone" + (f"; mounted: {', '.join(d.mounts)}" if d.mounts else "")
-            rows.append([action, f"directory {d.path}", "-", _bytes(d.bytes), f"not removed: {error}" if error else what])
-        for d in result.containers:
-            error = result.container_removals.get(d.container.id)
-            action = "keep" if d.keep else ("would remove" if dry_run else ("FAILED" if error else "removed"))
-            rows.append([action, f"container {d.container.name} ({d.container.role}, {d.container.state})",
-                         d.container.ended.strftime("%Y-%m-%d %H:%M"), "-",
-                         f"not removed: {error}" if error else "; ".join(d.reasons)])
-        for d in (*result.decisions, *result.stages):
-            action = "keep" if d.keep else ("would remove" if dry_run else ("FAILED" if d.image.id in failed else "removed"))
-            size = d.image.unique_size if d.image.unique_size is not None else d.image.size
-            why = "; ".join(d.reasons) if d.image.id not in failed else f"not removed: {failed[d.image.id]}"
-            rows.append([action, d.image.name, d.image.created.strftime("%Y-%m-%d %H:%M"), _bytes(size), why])
-        if rows:
-            table(rows, ["ACTION", "ITEM", "CREATED", "UNIQUE SIZE", "WHY"])  # images, containers, directories
-        scope = f"team {team}" if team else "every envkit team on this host"
-        reclaimed, exact = result.reclaimed()
-        amount = _bytes(reclaimed) + ("" if exact else " at most")
-        total = len(result.decisions) + len(result.stages)
-        counted = f"{total} image(s) ({len(result.decisions)} build(s), {len(result.stages)} stage image(s))"
-        if result.scratch:
-            done = len(result.scratch) if dry_run else len(result.removed_scratch)
-            click.echo(f"{'would remove' if dry_run else 'removed'} {done} scratch director(ies) a killed envkit left "
-                       f"({_bytes(sum(d.bytes for d in result.scratch))})"
-                       + (f"; {len(result.failed_scratch)} could not be removed" if result.failed_scratch else ""))
-        if result.containers_to_remove:
-            done = (len(result.containers_to_remove) if dry_run else len(result.removed_containers))
-            click.echo(f"{'would remove' if dry_run else 'removed'} {done} stopped container(s) a killed envkit left"
-                       + (f"; {len(result.failed_containers)} could not be removed" if result.failed_containers else ""))
-        if not total:
-            click.echo(f"no envkit images of {scope} here")
-        elif dry_run:
-            click.echo(f"dry run ({scope}): would remove {len(result.to_remove)} of {counted}, "
-                       f"reclaiming {amount}; nothing was removed")
-        else:
-            click.echo(f"{scope}: removed {len(result.removed)} of {counted}, reclaimed {amount}"
-                       + (f"; {len(result.failed)} could not be removed" if result.failed else ""))
-            if result.layers:
-                before, after = result.layers
-                click.echo(f"the engine's image layers: {_bytes(before)} -> {_bytes(after)} ({_bytes(before - after)} freed)")
-        cache = result.cache_json()
-        if cache is not None:
-            prune = result.cache_to_prune
-            held = f"{len(result.cache)} record(s), {_bytes(sum(d.record.size for d in result.cache))}"
-            if cache["error"]:
-                click.echo(f"BuildKit's build cache ({held}): the prune failed: {cache['error']}")
-            elif dry_run:
-                click.echo(f"BuildKit's build cache ({held}): would prune {len(prune)} record(s) not used since "
-                           f"{cache['since']}, {_bytes(cache['would_free_bytes'])}")
-            else:
-                click.echo(f"BuildKit's build cache ({held} before): pruned {len(cache['pruned'])} record(s) not used "
-                           f"since {cache['since']}, {_bytes(cache['freed_bytes'])} freed")
-        for note in result.notes:
-            click.echo(f"note: {note}", err=True)
-
-    emit(c, result.to_json(), human)
+    emit(c, result.to_json(), lambda: _table(result, team, dry_run))
     if result.failed or result.failed_containers or result.failed_scratch or result.cache_error:
         sys.exit(EngineError.exit_code)
+
+
+def _table(result: GcResult, team: str | None, dry_run: bool) -> None:
+    rows = _rows(result, dry_run)
+    if rows:
+        table(rows, ["ACTION", "ITEM", "CREATED", "UNIQUE SIZE", "WHY"])  # images, containers, directories
+    _say_left_behind(result, dry_run)
+    _say_images(result, team, dry_run)
+    _say_cache(result, dry_run)
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+
+
+def _rows(result: GcResult, dry_run: bool) -> list[list[str]]:
+    """A row per scratch directory, container, build and stage image: what gc did or would do, and why."""
+    failed = {d.image.id: result.removals[d.image.id].error for d in result.failed}
+    rows = []
+    for d in result.scratch:
+        error = result.scratch_removals.get(str(d.path))
+        action = "would remove" if dry_run else ("FAILED" if error else "removed")
+        what = f"left by envkit process {d.pid}, which is gone" + (
+            f"; mounted: {', '.join(d.mounts)}" if d.mounts else ""
+        )
+        rows.append(
+            [action, f"directory {d.path}", "-", _bytes(d.bytes), f"not removed: {error}" if error else what]
+        )
+    for c in result.containers:
+        error = result.container_removals.get(c.container.id)
+        action = "keep" if c.keep else ("would remove" if dry_run else ("FAILED" if error else "removed"))
+        rows.append([action, f"container {c.container.name} ({c.container.role}, {c.container.state})",
+                     c.container.ended.strftime("%Y-%m-%d %H:%M"), "-",
+                     f"not removed: {error}" if error else "; ".join(c.reasons)])
+    for i in (*result.decisions, *result.stages):
+        action = (
+            "keep" if i.keep else ("would remove" if dry_run else ("FAILED" if i.image.id in failed else "removed"))
+        )
+        size = i.image.unique_size if i.image.unique_size is not None else i.image.size
+        why = "; ".join(i.reasons) if i.image.id not in failed else f"not removed: {failed[i.image.id]}"
+        rows.append([action, i.image.name, i.image.created.strftime("%Y-%m-%d %H:%M"), _bytes(size), why])
+    return rows
+
+
+def _say_left_behind(result: GcResult, dry_run: bool) -> None:
+    """The scratch directories and stopped containers a killed envkit left."""
+    if result.scratch:
+        done = len(result.scratch) if dry_run else len(result.removed_scratch)
+        click.echo(f"{'would remove' if dry_run else 'removed'} {done} scratch director(ies) a killed envkit left "
+                   f"({_bytes(sum(d.bytes for d in result.scratch))})"
+                   + (f"; {len(result.failed_scratch)} could not be removed" if result.failed_scratch else ""))
+    if result.containers_to_remove:
+        done = (len(result.containers_to_remove) if dry_run else len(result.removed_containers))
+        click.echo(
+            f"{'would remove' if dry_run else 'removed'} {done} stopped container(s) a killed envkit left"
+            + (f"; {len(result.failed_containers)} could not be removed" if result.failed_containers else "")
+        )
+
+
+def _say_images(result: GcResult, team: str | None, dry_run: bool) -> None:
+    scope = f"team {team}" if team else "every envkit team on this host"
+    reclaimed, exact = result.reclaimed()
+    amount = _bytes(reclaimed) + ("" if exact else " at most")
+    total = len(result.decisions) + len(result.stages)
+    counted = f"{total} image(s) ({len(result.decisions)} build(s), {len(result.stages)} stage image(s))"
+    if not total:
+        click.echo(f"no envkit images of {scope} here")
+    elif dry_run:
+        click.echo(f"dry run ({scope}): would remove {len(result.to_remove)} of {counted}, "
+                   f"reclaiming {amount}; nothing was removed")
+    else:
+        click.echo(f"{scope}: removed {len(result.removed)} of {counted}, reclaimed {amount}"
+                   + (f"; {len(result.failed)} could not be removed" if result.failed else ""))
+        if result.layers:
+            before, after = result.layers
+            click.echo(
+                f"the engine's image layers: {_bytes(before)} -> {_bytes(after)} ({_bytes(before - after)} freed)"
+            )
+
+
+def _say_cache(result: GcResult, dry_run: bool) -> None:
+    cache = result.cache_json()
+    if cache is None:
+        return
+    prune = result.cache_to_prune
+    held = f"{len(result.cache)} record(s), {_bytes(sum(d.record.size for d in result.cache))}"
+    if cache["error"]:
+        click.echo(f"BuildKit's build cache ({held}): the prune failed: {cache['error']}")
+    elif dry_run:
+        click.echo(f"BuildKit's build cache ({held}): would prune {len(prune)} record(s) not used since "
+                   f"{cache['since']}, {_bytes(cache['would_free_bytes'])}")
+    else:
+        click.echo(f"BuildKit's build cache ({held} before): pruned {len(cache['pruned'])} record(s) not used "
+                   f"since {cache['since']}, {_bytes(cache['freed_bytes'])} freed")

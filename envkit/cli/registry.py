@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import click
+from typing import TYPE_CHECKING
 
 from .common import REGISTRY, _ctx, emit, json_option, run, table
+
+if TYPE_CHECKING:
+    from ..registry.retention import PruneResult
 
 DEFAULT_KEEP = 5  # envkit.registry.retention.DEFAULT_KEEP (not imported here: the CLI starts without requests)
 
 
 @click.group("registry")
-def registry_group():
+def registry_group() -> None:
     """Look after the team registry (retention)."""
 
 
@@ -23,7 +27,9 @@ def registry_group():
 @click.option("--dry-run", is_flag=True, help="Say what would be kept and deleted, and delete nothing.")
 @json_option
 @click.pass_context
-def prune_cmd(click_ctx, where, keep, older_than, dry_run, json_out):
+def prune_cmd(
+    click_ctx: click.Context, where: str, keep: int, older_than: int | None, dry_run: bool, json_out: bool
+) -> None:
     """Delete old stack images, and their certificate artifacts, from REGISTRY (under PATH).
 
     Per repository it keeps what :certified points at, the --keep newest envkit images, those
@@ -44,7 +50,7 @@ def prune_cmd(click_ctx, where, keep, older_than, dry_run, json_out):
         click.echo(f"warning: {warning}", err=True)
 
 
-def _human(result) -> None:
+def _human(result: PruneResult) -> None:
     verb = "would delete" if result.dry_run else "delete"
     rows = []
     for plan in result.repositories:

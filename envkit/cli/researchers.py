@@ -8,6 +8,7 @@ import sys
 import termios
 import tty as tty_mode
 from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,8 +16,12 @@ from ..engine.protocol import RUN_SHM_SIZE, RUN_TIMEOUT
 from ..errors import EnvkitError
 from .common import IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
 
+if TYPE_CHECKING:
+    from ..engine.docker_engine import DockerEngine
+    from typing import Iterator
 
-def _engine_for_registry(c: Ctx, needed: bool):
+
+def _engine_for_registry(c: Ctx, needed: bool) -> DockerEngine | None:
     """The engine (its insecure-registries setting decides http vs https), or None when reading a
     registry needs no engine and none runs here."""
     from ..engine.docker_engine import connect
@@ -26,11 +31,14 @@ def _engine_for_registry(c: Ctx, needed: bool):
     try:
         return connect()
     except EnvkitError:
-        c.progress("no container engine here: reading the registry directly (https; the engine's insecure fallbacks only for 127.0.0.0/8)")
+        c.progress(
+            "no container engine here: reading the registry directly "
+            "(https; the engine's insecure fallbacks only for 127.0.0.0/8)"
+        )
         return None
 
 
-def _engine_if_any():
+def _engine_if_any() -> DockerEngine | None:
     """The engine when one answers, else None (quietly: what it adds is optional)."""
     from ..engine.docker_engine import connect
 
@@ -47,7 +55,7 @@ def _engine_if_any():
                    "the store's rows for the same images; read over the registry's HTTP API, nothing is pulled.")
 @json_option
 @click.pass_context
-def ls_cmd(click_ctx, store_url, registry, json_out):
+def ls_cmd(click_ctx: click.Context, store_url: str | None, registry: str | None, json_out: bool) -> None:
     """Images envkit built, their stack and certification per GPU model."""
     from ..app.researchers import list_images, list_registry_images
 
@@ -55,7 +63,7 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
     if registry is None:
         rows = run(c, lambda: list_images(store_url, _engine_if_any))
 
-        def human():
+        def human_store() -> None:
             table([[r["tag"], r["stack"] or "-", ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-",
                     r["date"]] for r in rows], ["IMAGE", "STACK", "CERTIFICATION", "DATE"])
             if not rows:
@@ -63,12 +71,12 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
                            "images show with `envkit show IMAGE`; --store or $ENVKIT_STORE names another store)",
                            err=True)
 
-        emit(c, {"images": rows}, human)
+        emit(c, {"images": rows}, human_store)
         return
     engine = _engine_for_registry(c, needed=False)
     doc = run(c, lambda: list_registry_images(engine, registry, store_url))
 
-    def human():
+    def human() -> None:
         table([[r["tag"], "yes" if r["certified_tag"] else "-",
                 ", ".join(f"{g}: {s}" for g, s in r["certification"].items()) or "-", r["date"] or "-",
                 "+".join(r["sources"])] for r in doc["images"]],
@@ -87,7 +95,7 @@ def ls_cmd(click_ctx, store_url, registry, json_out):
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
 @json_option
 @click.pass_context
-def show_cmd(click_ctx, image, store_url, json_out):
+def show_cmd(click_ctx: click.Context, image: str, store_url: str | None, json_out: bool) -> None:
     """An image's pins, lock hash and certificates.
 
     IMAGE in the local engine: from the engine and the store. IMAGE as a registry reference
@@ -102,7 +110,7 @@ def show_cmd(click_ctx, image, store_url, json_out):
     engine = _engine_for_registry(c, needed=remote is None)
     doc = run(c, lambda: show_image(engine, image, store_url))
 
-    def human():
+    def human() -> None:
         reg = doc.get("registry") or {}
         if reg.get("digest"):
             click.echo(f"{'registry':32} {reg['pinned']}")
@@ -146,8 +154,19 @@ def show_cmd(click_ctx, image, store_url, json_out):
                    "`envkit run -it IMAGE -- bash`.")
 @json_option
 @click.pass_context
-def run_cmd(click_ctx, image, command, gpus, shm_size, require_certified, store_url, timeout, interactive, tty,
-            json_out):
+def run_cmd(
+    click_ctx: click.Context,
+    image: str,
+    command: tuple[str, ...],
+    gpus: bool | None,
+    shm_size: str,
+    require_certified: bool,
+    store_url: str | None,
+    timeout: int,
+    interactive: bool,
+    tty: bool,
+    json_out: bool,
+) -> None:
     """Run COMMAND in IMAGE with the GPU, shared-memory and ulimit flags it needs.
 
     First the certification gate: the image's certificates (store; registry artifacts for a registry
@@ -190,7 +209,7 @@ def _terminal_size() -> tuple[int, int]:
 
 
 @contextmanager
-def _raw_terminal():
+def _raw_terminal() -> Iterator[None]:
     """envkit's stdin terminal in raw mode while the job runs (its pseudo-terminal does the echo and line editing,
     and Ctrl-C reaches the job as a byte), restored however the job ends; nothing when stdin is no terminal."""
     if not sys.stdin.isatty():

@@ -16,12 +16,15 @@ import shutil
 import subprocess
 from collections import deque
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ..support import procs, scratch
 from ..errors import BuildError
 from .protocol import BuildEvent
 from .space import engine_out_of_space
+
+if TYPE_CHECKING:
+    from .protocol import Engine
 
 DOCKER_CLI = "/usr/bin/docker"  # Debian's 20.10 CLI: BuildKit built in (newer CLIs need the buildx plugin)
 MIN_API = (1, 39)  # the engine API that has BuildKit sessions (Docker 18.09)
@@ -78,7 +81,7 @@ class PlainProgress:
 class BuildKitBuilder:
     """Builds with BuildKit through ``cli``; ``engine`` (a DockerEngine) answers the API version."""
 
-    def __init__(self, engine=None, cli: str | None = None):
+    def __init__(self, engine: Engine | None=None, cli: str | None = None) -> None:
         self.engine = engine
         self.cli = cli or DOCKER_CLI
 
@@ -153,14 +156,14 @@ class BuildKitBuilder:
             cmd = self.command(context, tag, labels, secrets=secrets, dockerfile=dockerfile, network=network,
                                no_cache=no_cache, iidfile=iidfile)
             env = dict(os.environ, DOCKER_BUILDKIT="1")
-            parser, tail = PlainProgress(), deque(maxlen=TAIL)
+            parser, tail = PlainProgress(), deque[str](maxlen=TAIL)
             try:
                 proc = procs.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,  # SIGKILLed:
                                    errors="replace", env=env)  # the CLI still gets SIGTERM and cancels the build
             except OSError as exc:
                 raise BuildError(f"cannot run {self.cli}: {exc}", hint="install Docker's CLI (docker.io)") from None
             try:
-                for line in proc.stdout:
+                for line in proc.stdout or ():
                     tail.append(line.rstrip())
                     yield from parser.feed(line)
                 code = proc.wait()

@@ -9,7 +9,7 @@ import re
 import socket
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import docker
 import docker.errors
@@ -22,11 +22,10 @@ from ..support.labels import CONTAINER_LABEL
 from .protocol import BuildEvent, ImageInfo, RunOptions, RunResult
 from . import docker_registry
 from .space import engine_out_of_space
+from .classic_log import ClassicLog
 from ..index.login import netrc_not_text, netrc_path
 
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 _NOT_FOUND = re.compile(r'exec: "([^"]+)": (?:executable file not found|stat [^:]*: no such file or directory)')
-_RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")  # the container of the RUN step under way
 
 
 # What a request or a stream raises when the engine goes away (stopped, restarted, killed) while envkit
@@ -48,7 +47,7 @@ def connect(base_url: str | None = None) -> "DockerEngine":
         client.ping()
     except (docker.errors.DockerException, requests.RequestException) as exc:
         cause = _cause(exc, UnicodeDecodeError)  # docker-py wraps it as it fetches the API version
-        if cause is not None:
+        if isinstance(cause, UnicodeDecodeError):
             raise _netrc_not_text(cause) from None
         env = None if base_url else os.environ.get("DOCKER_HOST")
         where = base_url or (f"DOCKER_HOST {env!r}" if env else "the default socket, unix:///var/run/docker.sock")
@@ -67,7 +66,7 @@ def connect(base_url: str | None = None) -> "DockerEngine":
     return DockerEngine(client)
 
 
-def as_engine(client) -> "DockerEngine":
+def as_engine(client: Any) -> "DockerEngine":
     """A ``DockerEngine`` for ``client``: itself, or a ``docker.DockerClient`` (or anything holding one as
     ``.client``) wrapped, so that callers and tests may pass either."""
     if isinstance(client, DockerEngine):
@@ -82,9 +81,10 @@ def as_engine(client) -> "DockerEngine":
 
 def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
     """The first exception of ``kind`` in ``exc``'s chain of causes and contexts."""
-    while exc is not None and not isinstance(exc, kind):
-        exc = exc.__cause__ or exc.__context__
-    return exc
+    link: BaseException | None = exc
+    while link is not None and not isinstance(link, kind):
+        link = link.__cause__ or link.__context__
+    return link
 
 
 def _netrc_not_text(exc: UnicodeDecodeError) -> EngineError:
@@ -119,7 +119,7 @@ class DockerEngine:
                                          if not e.get("Shared"))}
 
     # --- images -------------------------------------------------------------------
-    def _info(self, image) -> ImageInfo:
+    def _info(self, image: Any) -> ImageInfo:
         attrs = image.attrs
         cfg = attrs.get("Config") or {}
         env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
@@ -181,9 +181,8 @@ class DockerEngine:
         cancels a classic build whose client went away, but not always: once here (Docker 20.10.24) a
         killed client's RUN step ran on and the engine tagged the image."""
         api = self.client.api
-        last: list[str] = []
+        log = ClassicLog()
         image_id = None
-        running: str | None = None
         try:
             stream = api.build(path=str(context), tag=tag, labels=labels, rm=True, forcerm=True,
                                decode=True, pull=False, dockerfile=dockerfile, nocache=no_cache,
@@ -192,38 +191,25 @@ class DockerEngine:
                 if "error" in chunk:
                     detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
                     raise engine_out_of_space(BuildError(f"building {tag} failed: {detail.strip()}",
-                                                         hint="last output:\n    " + "\n    ".join(last[-15:])), self)
-                text = chunk.get("stream") or chunk.get("status") or ""
+                                                         hint="last output:\n    " + log.tail()), self)
                 if "aux" in chunk and "ID" in chunk["aux"]:
                     image_id = chunk["aux"]["ID"]
-                for line in text.splitlines():
-                    line = line.rstrip()
-                    if not line:
-                        continue
-                    last.append(line)
-                    m = _STEP.match(line)
-                    if m:
-                        running = None  # the previous step is done
-                        yield BuildEvent("step", m.group(3), int(m.group(1)), int(m.group(2)))
-                        continue
-                    started = _RUNNING.match(line)
-                    running = started.group(1) if started else running
-                    yield BuildEvent("log", line)
+                yield from log.events(chunk.get("stream") or chunk.get("status") or "")
         except docker.errors.APIError as exc:
             raise engine_out_of_space(BuildError(f"building {tag} failed: {exc.explanation}"), self) from None
         except BuildError:
             raise
         except ENGINE_GONE as exc:  # the stream broke: the engine stopped or restarted mid-build
             raise BuildError(f"building {tag} failed: the engine stopped answering ({reason_of(exc)})",
-                             hint=f"{GONE_HINT}\n  last output:\n    " + "\n    ".join(last[-15:])) from None
+                             hint=f"{GONE_HINT}\n  last output:\n    " + log.tail()) from None
         except BaseException:  # an interruption, or the consumer closing the generator (GeneratorExit)
-            if running:
-                self._stop_step(running)
+            if log.running:
+                self._stop_step(log.running)
             raise
         yield BuildEvent("done", image_id or tag)
 
     @staticmethod
-    def _remove(container) -> None:
+    def _remove(container: Any) -> None:
         try:
             container.remove(force=True)
         except (docker.errors.APIError, *ENGINE_GONE):
@@ -242,14 +228,16 @@ class DockerEngine:
             with open(tarball, "rb") as fh:
                 self.client.api.import_image_from_data(fh, repository=repo, tag=tag, changes=changes)
         except docker.errors.APIError as exc:
-            raise engine_out_of_space(EngineError(f"cannot import {tarball} as {ref}: {exc.explanation}"), self) from None
+            raise engine_out_of_space(
+                EngineError(f"cannot import {tarball} as {ref}: {exc.explanation}"), self
+            ) from None
         info = self.inspect(ref)
         if info is None:
             raise EngineError(f"imported {ref} but the engine does not list it")
         return info
 
     # --- containers ---------------------------------------------------------------
-    def _create(self, ref: str, command: list[str], options: RunOptions):
+    def _create(self, ref: str, command: list[str], options: RunOptions) -> Any:
         """The job's container, created, not started."""
         kwargs: dict = dict(
             image=ref, command=command, shm_size=options.shm_size, labels={CONTAINER_LABEL: options.role},
@@ -297,7 +285,7 @@ class DockerEngine:
                 ended.set()
         return self._wait(container, frames, stdin, options)
 
-    def _wait(self, container, frames, stdin, options: RunOptions) -> RunResult:
+    def _wait(self, container: Any, frames: Any, stdin: Any, options: RunOptions) -> RunResult:
         """Feed stdin, then stream or collect the started job's output until it ends or times out."""
         if stdin is not None:
             threading.Thread(target=_feed, args=(options.stdin, stdin), name="envkit-stdin", daemon=True).start()
@@ -317,13 +305,13 @@ class DockerEngine:
             container.remove(force=True)
         return RunResult(code, stdout, stderr, timed_out)
 
-    def _stream(self, container, frames, options: RunOptions) -> RunResult:
+    def _stream(self, container: Any, frames: Any, options: RunOptions) -> RunResult:
         """Pass the container's output to ``options.output`` as it comes (stdout and stderr apart, in order); a
         watchdog kills it after ``options.timeout`` seconds (exit 124, ``timed_out``). Interrupted, the container
         is removed all the same."""
         timed_out = threading.Event()
 
-        def expire():
+        def expire() -> None:
             try:
                 container.kill()
                 timed_out.set()  # only once killed: a job that ended on its own as the timer fired kept its status
@@ -333,12 +321,13 @@ class DockerEngine:
         watchdog = threading.Timer(options.timeout, expire)
         watchdog.daemon = True
         watchdog.start()
+        output = options.output or (lambda _chunk, _is_err: None)
         try:
             for out, err in frames:
                 if out:
-                    options.output(out, False)
+                    output(out, False)
                 if err:
-                    options.output(err, True)
+                    output(err, True)
             code = int(container.wait().get("StatusCode", 1))
         finally:
             watchdog.cancel()
@@ -349,7 +338,7 @@ class DockerEngine:
         return RunResult(code, "", "", False)
 
 
-def _follow_size(container, size, ended: threading.Event, every: float = 0.5) -> None:
+def _follow_size(container: Any, size: Any, ended: threading.Event, every: float = 0.5) -> None:
     """Keep the job's pseudo-terminal at ``size()`` until ``ended``: set at once, then again whenever it changes."""
     last = None
     while not ended.is_set():
@@ -363,7 +352,7 @@ def _follow_size(container, size, ended: threading.Event, every: float = 0.5) ->
         ended.wait(every)
 
 
-def _feed(source, sock) -> None:
+def _feed(source: Any, sock: Any) -> None:
     """Copy ``source`` to the job's attached stdin until its end, then close the connection: with StdinOnce the
     engine then closes the job's stdin, so a job reading it sees end-of-file. A job that ended first (its stdin
     gone) stops the copy; a source that never ends (a terminal nobody types into) leaves this daemon thread
@@ -384,7 +373,7 @@ def _feed(source, sock) -> None:
         _close(sock)
 
 
-def _close(frames) -> None:
+def _close(frames: Any) -> None:
     """Close an attach stream (its socket), if there is one; one already closed or broken is left as it is."""
     close = getattr(frames, "close", None)
     if close is not None:

@@ -6,7 +6,8 @@ on envkit's build labels, so the classic builder's step images are never among t
 read only to count the images built on a candidate). Stage images likewise: top-level images with
 envkit's stage label (the last image of a stage nothing is built FROM has no child).
 Containers: the stopped ones envkit started (its container label; state created, exited or dead) are
-listed for gc to remove, unforced, with their anonymous volumes. Removal of an image is never forced: every tag and digest reference is untagged, and the engine deletes the
+listed for gc to remove, unforced, with their anonymous volumes. Removal of an image is never forced:
+every tag and digest reference is untagged, and the engine deletes the
 image (with the step images no other image uses) when the last one goes, as ``docker rmi`` does.
 The build cache's records come from ``docker system df -v``; the prune is the engine's own (``POST
 /build/prune`` with an ``until`` filter, never ``all``), so it decides, by the rule gc's plan mirrors.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timezone
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import docker.errors
 
@@ -44,18 +45,18 @@ def parse_created(text: str) -> datetime:
 
 
 class DockerImageHost:
-    def __init__(self, client):
+    def __init__(self, client: docker.DockerClient) -> None:
         self.client = client
         self._usage: dict | None = None
 
-    def _api(self, what: str, call):
+    def _api(self, what: str, call: Callable[[], Any]) -> Any:
         try:
             return call()
         except docker.errors.APIError as exc:
             raise EngineError(f"cannot {what}: {exc.explanation}",
                               hint="is the engine healthy? (`docker info`); nothing was removed by this step") from None
 
-    def _inspect(self, what: str, call) -> dict | None:
+    def _inspect(self, what: str, call: Callable[[], dict]) -> dict | None:
         """``call()``'s answer, or None when the object was removed meanwhile."""
         try:
             return call()
@@ -78,7 +79,7 @@ class DockerImageHost:
         return {i["Id"]: int(i["Size"]) - int(i["SharedSize"]) for i in self._df(fresh=True).get("Images") or []
                 if isinstance(i.get("SharedSize"), int) and i["SharedSize"] >= 0}
 
-    def _top_level(self, kind, labels: list[str], team: str | None, accept) -> list:
+    def _top_level(self, kind: Any, labels: list[str], team: str | None, accept: Callable[[Any, Any], bool]) -> list:
         """The top-level images with all of ``labels`` (and ``team``'s) that ``accept(labels, tags)`` takes,
         each as a ``kind`` (Candidate or StageImage)."""
         wanted = [f"{TEAM_LABEL}={team}" if team else TEAM_LABEL, *labels]
@@ -186,7 +187,7 @@ class DockerImageHost:
         untagged: list[str] = []
         deleted: list[str] = []
 
-        def record(answer) -> None:
+        def record(answer: dict) -> None:
             for item in answer or ():
                 untagged.extend([item["Untagged"]] if "Untagged" in item else [])
                 deleted.extend([item["Deleted"]] if "Deleted" in item else [])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Protocol
 
 import docker
 import docker.auth
@@ -18,8 +18,15 @@ import docker.utils.config
 import requests
 
 from ..errors import EngineError
-from .protocol import EngineCallError, ImageMissing
+from .protocol import Engine, EngineCallError, ImageMissing
 from .space import engine_out_of_space
+
+
+
+class ClientEngine(Engine, Protocol):
+    """An engine over docker-py (``docker_engine.DockerEngine``, which imports this module), its client at hand."""
+
+    client: docker.DockerClient
 
 
 def _refused(exc: docker.errors.APIError) -> EngineCallError:
@@ -43,7 +50,7 @@ def tag_image(client: docker.DockerClient, ref: str, repository: str, tag: str) 
         raise _refused(exc) from None
 
 
-def _stream(call) -> Iterator[dict]:
+def _stream(call: Callable[[], Iterator[dict]]) -> Iterator[dict]:
     try:
         yield from call()
     except docker.errors.APIError as exc:
@@ -58,7 +65,7 @@ def pull(client: docker.DockerClient, repository: str, tag: str, auth_config: di
     return _stream(lambda: client.api.pull(repository, tag=tag, stream=True, decode=True, auth_config=auth_config))
 
 
-def save(engine, ref: str, path: Path) -> None:
+def save(engine: ClientEngine, ref: str, path: Path) -> None:
     """``docker save`` ``ref`` (with its tag) into ``path``; the engine's full disk said plainly."""
     try:
         with open(path, "wb") as fh:
@@ -70,7 +77,7 @@ def save(engine, ref: str, path: Path) -> None:
         raise engine_out_of_space(EngineError(f"cannot save {ref}: {exc.explanation}"), engine) from None
 
 
-def load(engine, path: Path) -> list[str]:
+def load(engine: ClientEngine, path: Path) -> list[str]:
     """``docker load`` ``path``: the ids of the images it held."""
     try:
         with open(path, "rb") as fh:
@@ -79,14 +86,15 @@ def load(engine, path: Path) -> list[str]:
         raise engine_out_of_space(EngineError(f"cannot load {path}: {exc.explanation}"), engine) from None
     except docker.errors.ImageLoadError as exc:  # the engine's own error in the load's stream
         raise engine_out_of_space(EngineError(f"cannot load {path}: {exc}"), engine) from None
-    return [image.id for image in loaded]
+    return [str(image.id) for image in loaded]
 
 
 # --- what `docker login` stored ------------------------------------------------------------------------
 def login_config_file() -> str | None:
     """The file `docker login` keeps credentials in here (``$DOCKER_CONFIG/config.json``, else
     ``~/.docker/config.json``), as docker-py finds it; None when there is none."""
-    return docker.utils.config.find_config_file()
+    found = docker.utils.config.find_config_file()
+    return str(found) if found else None
 
 
 def stored_login(path: str, registry: str) -> tuple[str | None, dict]:

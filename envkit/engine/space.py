@@ -11,8 +11,12 @@ from __future__ import annotations
 import errno
 import os
 import re
+from typing import TYPE_CHECKING
 
 from ..errors import EnvkitError
+
+if TYPE_CHECKING:
+    from .protocol import Engine
 
 NO_SPACE = re.compile(r"no space left on device|\[Errno 28\]|disk quota exceeded", re.IGNORECASE)
 GIB = 1 << 30
@@ -44,7 +48,7 @@ def reclaim_hint(usage: dict) -> str:
             "larger disk")
 
 
-def low_space(engine) -> str | None:
+def low_space(engine: Engine) -> str | None:
     """A warning before a build when the engine's disk has too little free for a CUDA framework image
     (None: enough, or not measurable here). Only a warning: a small image still fits."""
     try:
@@ -58,7 +62,7 @@ def low_space(engine) -> str | None:
             f"about {DISK_FAIL // GIB} GB while it builds. `envkit gc --dry-run` shows what envkit can reclaim")
 
 
-def engine_out_of_space(exc: EnvkitError, engine) -> EnvkitError:
+def engine_out_of_space(exc: EnvkitError, engine: Engine) -> EnvkitError:
     """``exc`` itself, or, when its text says a disk filled up, an error of its kind that says it was the
     engine's: how much its data root has free now (the failed step's files are gone by then) and what
     to reclaim; the original message and output follow in the hint."""
@@ -94,8 +98,11 @@ def host_full(what: str, where: str | os.PathLike | None, hint: str, *, writing:
     with the free space there now; ``kind``: the error class of the step that failed."""
     free = free_bytes(where)
     place = f" writing {writing}" if writing else (f" in {where}" if where else "")
-    return kind(f"{what}: this host ran out of disk space{place}" + (f" ({size(free)} free there now)" if free is not None
-                                                                     else ""), hint=hint)
+    return kind(
+        f"{what}: this host ran out of disk space{place}"
+        + (f" ({size(free)} free there now)" if free is not None else ""),
+        hint=hint,
+    )
 
 
 def host_out_of_space(exc: OSError, what: str, *, measure: str | os.PathLike | None = None,

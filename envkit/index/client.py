@@ -20,7 +20,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import requests
 from packaging.requirements import Requirement
@@ -99,8 +99,10 @@ class PackageIndex:
         ``REQUESTS_CA_BUNDLE`` win over a session's own ``verify``."""
         self.url = url.rstrip("/")
         self.session = session or requests.Session()
-        self._tls = {"verify": str(ca_bundle)} if ca_bundle is not None else {}
-        self.cache_dir = cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "envkit" / "metadata"
+        self._tls: dict[str, Any] = {"verify": str(ca_bundle)} if ca_bundle is not None else {}
+        self.cache_dir = (
+            cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "envkit" / "metadata"
+        )
         self._projects: dict[str, list[WheelFile]] = {}
         self.bytes_fetched = 0  # response bodies read through this client, for reports
 
@@ -187,7 +189,9 @@ class PackageIndex:
             return cache.read_text()
         text = compute()
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(cache.suffix + f".tmp{os.getpid()}-{threading.get_ident()}")  # images resolve side by side
+        tmp = cache.with_suffix(
+            cache.suffix + f".tmp{os.getpid()}-{threading.get_ident()}"
+        )  # images resolve side by side
         tmp.write_text(text)
         tmp.replace(cache)
         return text
@@ -200,7 +204,8 @@ class PackageIndex:
         Three range requests at most: the last 64 KiB (the end-of-directory records, often
         the whole central directory), the directory when it lies further back, and the
         member's local header with its data. ``name`` is the member's path, or a test on
-        paths that exactly one member must pass (``what`` says which in messages). Raises ``WheelReadError`` when the server
+        paths that exactly one member must pass (``what`` says which in messages). Raises ``WheelReadError`` when
+        the server
         does not serve ranges, the member is absent, ambiguous, bigger than ``max_bytes``
         (compressed or inflated), stored with a compression other than deflate, or fails
         its CRC; a failed connection is a plain ``PackageIndexError``. Not cached: callers
@@ -242,7 +247,7 @@ class PackageIndex:
                                  f"match its directory entry ({entry.usize:,} bytes, CRC {entry.crc:08x})")
         return raw
 
-    def _get(self, url: str, **headers) -> requests.Response:
+    def _get(self, url: str, **headers: str) -> requests.Response:
         try:
             resp = self.session.get(url, headers=headers, timeout=TIMEOUT, **self._tls)
         except requests.RequestException as exc:
@@ -296,7 +301,7 @@ def _is_metadata(name: str) -> bool:
     return name.endswith(".dist-info/METADATA") and name.count("/") == 1
 
 
-def _entries(cd: bytes):
+def _entries(cd: bytes) -> Iterator[_Entry]:
     """Every central-directory entry of ``cd``, zip64 sizes and offsets resolved."""
     pos = 0
     while pos + 46 <= len(cd) and cd[pos:pos + 4] == b"PK\x01\x02":

@@ -20,6 +20,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -47,7 +48,7 @@ class ClosureError(ResolutionError):
     """uv found no solution. ``cause``: uv's own explanation; ``no_wheel``: the package uv said has no wheel
     for the image (binary only), when that is why."""
 
-    def __init__(self, message: str, *, cause: str, no_wheel: str | None = None, **kw):
+    def __init__(self, message: str, *, cause: str, no_wheel: str | None = None, **kw: Any):
         super().__init__(message, **kw)
         self.cause = cause
         self.no_wheel = no_wheel
@@ -57,7 +58,7 @@ def framework_group(pins: list[Pin], root: str) -> set[str]:
     """The names in ``pins`` that ``root`` needs: itself and, transitively, what it requires (read backwards
     from the ``via`` annotations). In a joint solve of the framework and the extras these are the framework's
     closure as the extras allowed it; the rest is the extras'."""
-    root = canonicalize_name(root)
+    root = str(canonicalize_name(root))
     children: dict[str, set[str]] = {}
     for pin in pins:
         for parent in pin.via:

@@ -28,7 +28,7 @@ import netrc
 import os
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 from urllib.parse import urlsplit
 
 from ..support import scratch
@@ -99,7 +99,8 @@ def check_netrc() -> Path | None:
 
 def _may_ask(url: str | None) -> bool:
     """Whether the keyring may be asked about ``url``: an index other than PyPI."""
-    return bool(url) and url.rstrip("/") != DEFAULT_INDEX.rstrip("/") and host_of(url) not in (None, "pypi.org")
+    return url is not None and bool(url) and url.rstrip("/") != DEFAULT_INDEX.rstrip("/") \
+        and host_of(url) not in (None, "pypi.org")
 
 
 def keyring_login(url: str) -> tuple[str, str] | None:
@@ -114,7 +115,7 @@ def keyring_login(url: str) -> tuple[str, str] | None:
     except ImportError:
         return None
     parts = urlsplit(url)
-    for service in dict.fromkeys((url, parts.netloc.rsplit("@", 1)[-1], parts.hostname)):
+    for service in dict.fromkeys(s for s in (url, parts.netloc.rsplit("@", 1)[-1], parts.hostname) if s):
         try:
             found = keyring.get_credential(service, None)
         except Exception:  # noqa: BLE001 - any backend's failure (locked, no D-Bus, a plugin's own) is "no login"
@@ -131,7 +132,7 @@ def _line(host: str, login: str, password: str, where: str) -> str:
     return f"machine {host} login {login} password {password}\n"
 
 
-def _keyring_lines(urls, parsed: netrc.netrc | None) -> dict[str, str]:
+def _keyring_lines(urls: Iterable[str | None], parsed: netrc.netrc | None) -> dict[str, str]:
     """Per host of ``urls`` that the netrc file has no entry for, the keyring's login as a netrc line."""
     lines: dict[str, str] = {}
     for url in dict.fromkeys(u for u in urls if u):
@@ -149,7 +150,7 @@ def _netrc() -> tuple[Path | None, netrc.netrc | None]:
     return path, (_parsed(path) if path is not None else None)
 
 
-def netrc_for(urls) -> bytes | None:
+def netrc_for(urls: Iterable[str | None]) -> bytes | None:
     """A netrc holding only the entries (``default`` applied as the tools apply it) for the hosts of
     ``urls`` (None entries skipped), from the netrc file, else from the system keyring; None when
     no host has one."""
@@ -179,7 +180,7 @@ def login_source(url: str | None) -> str | None:
 
 
 @contextlib.contextmanager
-def keyring_logins(urls) -> Iterator[list[str]]:
+def keyring_logins(urls: Iterable[str | None]) -> Iterator[list[str]]:
     """While open, the system keyring's logins for the hosts of ``urls`` that the netrc file lacks are where
     requests, uv and pip look: ``$NETRC`` names a private file (0600, in a build-secrets scratch directory)
     holding the user's netrc and then those lines. Yields those hosts (none: nothing changes)."""
@@ -206,13 +207,13 @@ def keyring_logins(urls) -> Iterator[list[str]]:
                 os.environ["NETRC"] = before
 
 
-def refused_index(output: str, urls) -> str | None:
+def refused_index(output: str, urls: Iterable[str | None]) -> str | None:
     """The index of ``urls`` (PyPI, which never asks, left out) that a tool's ``output`` shows asking for a
     login: the one whose host it names, else the first; None when it shows no 401/403 or none is private."""
     private = [u for u in dict.fromkeys(urls) if u and u != DEFAULT_INDEX]
     if not private or not UNAUTHORIZED.search(output):
         return None
-    return next((u for u in private if host_of(u) in output), private[0])
+    return next((u for u in private if (host_of(u) or "\0") in output), private[0])
 
 
 def netrc_named_amiss() -> str | None:

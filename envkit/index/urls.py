@@ -4,12 +4,13 @@ trust (an http index must be named a trusted host) and logins (the host a netrc 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
+from typing import Iterable
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"  # PEP 691
 
 
-def trusted_hosts(urls) -> list[str]:
+def trusted_hosts(urls: Iterable[str | None]) -> list[str]:
     """The ``host[:port]`` of each plain-http index in ``urls``, once each: pip ignores an http index on
     any host but localhost unless it is named with ``--trusted-host``. An index the user named is taken
     as meant (every file is pinned by its sha256 in the lock); https indexes are verified as usual."""

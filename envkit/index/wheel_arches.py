@@ -33,9 +33,12 @@ import ast
 import json
 import re
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from ..errors import WheelReadError
+
+if TYPE_CHECKING:
+    from .client import WheelFile
 
 CACHE_KIND = "arches-v1.json"  # the cache entry's name; bump when a reader changes
 _FLAG = re.compile(r"^(sm|compute)_([0-9]{2,3})([af]?)$")
@@ -48,8 +51,8 @@ class MemberIndex(Protocol):
 
     url: str
 
-    def member(self, wheel, name: str, *, max_bytes: int = ..., what: str | None = None) -> bytes: ...
-    def cached(self, wheel, kind: str, compute: Callable[[], str]) -> str: ...
+    def member(self, wheel: WheelFile, name: str, *, max_bytes: int = ..., what: str | None = None) -> bytes: ...
+    def cached(self, wheel: WheelFile, kind: str, compute: Callable[[], str]) -> str: ...
 
 
 def torch_flags(blob: bytes, where: str = "libtorch_python.so") -> tuple[str, ...]:
@@ -108,12 +111,14 @@ def to_arch_list(flags: tuple[str, ...]) -> str | None:
     items = []
     for num in dict.fromkeys(sass):
         m = _FLAG.match("sm_" + num)
+        if m is None:  # sm_ flags were matched by _FLAG when read
+            return None
         digits, suffix = m.group(2), m.group(3)
         items.append(f"{digits[:-1]}.{digits[-1]}{suffix}" + ("+PTX" if num in ptx else ""))
     return ";".join(items)
 
 
-def same_arches(a, b) -> bool:
+def same_arches(a: Iterable[str], b: Iterable[str]) -> bool:
     """Two arch lists (flags) hold the same targets, whatever their order."""
     return set(a) == set(b)
 
@@ -143,7 +148,7 @@ class ArchReading:
                 "flags": list(self.flags), "arch_list": self.arch_list}
 
 
-def read_arches(index: MemberIndex, wheel, framework: str) -> ArchReading:
+def read_arches(index: MemberIndex, wheel: WheelFile, framework: str) -> ArchReading:
     """What ``wheel`` (a torch or tensorflow wheel of ``index``) was compiled for.
 
     Raises ``WheelReadError`` when the wheel does not say (no ranges, no member, no single

@@ -7,6 +7,7 @@ import os
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from ..engine.space import DISK_FAIL, DISK_WARN, free_bytes, reclaim_hint
 from ..certify.gate import host_gpus
@@ -19,16 +20,21 @@ from ..engine.buildkit import BuildKitBuilder
 from ..catalog.files import CATALOG_ENV, data_dir, load_catalog, team_dir, perf_path
 from ..catalog.perf import load_perf
 from ..store.migrations import SCHEMA_VERSION
-from ..store.records import locate
+from ..store.records import DEFAULT_PATH, locate
 from ..store.backends import NOT_A_STORE_HINT, PostgresBackend, directory_error
 from ..engine.docker_gc import DockerImageHost
 from .doctor_index import MIRROR_HINT, framework_indexes, index_finding, trust_for
 from .findings import Finding
+
+if TYPE_CHECKING:
+    from ..engine.docker_engine import DockerEngine
+    from ..engine.protocol import Engine
+    from ..engine.inventory import ImageHost
 # the variables a CA bundle comes from when the spec names none, in order: doctor names one that points
 # nowhere (the choice itself skips it quietly)
 
 
-def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = None,
+def diagnose(connect: Callable[[], DockerEngine], store_url: str | None = None, *, spec_path: Path | None = None,
              offline: bool = False) -> list[Finding]:
     """``connect`` returns an engine or raises EngineError; ``store_url`` as ``--store`` takes it;
     ``spec_path``: check that spec's index and CA bundle; ``offline``: ask no index."""
@@ -39,12 +45,21 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
     try:
         engine = connect()
         v = engine.version()
-        findings.append(Finding("engine", "ok", f"{v['engine']} {v['version']} (API {v['api']}, {v['os']}/{v['arch']})"))
+        findings.append(
+            Finding("engine", "ok", f"{v['engine']} {v['version']} (API {v['api']}, {v['os']}/{v['arch']})")
+        )
         has_nvidia = engine.nvidia_runtime()
-        findings.append(Finding("nvidia_runtime", "ok" if has_nvidia else "warn",
-                                "registered" if has_nvidia else "not registered",
-                                "" if has_nvidia else "install the NVIDIA Container Toolkit to certify on GPUs "
-                                "(nvidia-ctk runtime configure --runtime=docker); builds and verification work without it"))
+        findings.append(
+            Finding(
+                "nvidia_runtime",
+                "ok" if has_nvidia else "warn",
+                "registered" if has_nvidia else "not registered",
+                ""
+                if has_nvidia
+                else "install the NVIDIA Container Toolkit to certify on GPUs "
+                "(nvidia-ctk runtime configure --runtime=docker); builds and verification work without it",
+            )
+        )
     except EnvkitError as exc:
         findings.append(Finding("engine", "fail", exc.message, exc.hint or ""))
     gpus, why = host_gpus()
@@ -71,7 +86,8 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
         for url, images in (framework_indexes(spec) if spec is not None else {}).items():
             found = index_finding(url, trust.bundle, project="torch")  # a variant index holds its framework
             hint = found.hint
-            if found.status == "fail" and not spec.build.variant_index_url and "login" not in found.value:
+            if found.status == "fail" and spec is not None and not spec.build.variant_index_url \
+                    and "login" not in found.value:
                 hint = (f"{hint}; " if hint else "") + MIRROR_HINT
             findings.append(Finding("framework_index", found.status, f"{found.value} (for {', '.join(images)})", hint))
     if engine is not None:
@@ -85,7 +101,7 @@ def diagnose(connect, store_url: str | None = None, *, spec_path: Path | None = 
     return findings
 
 
-def disk_finding(engine) -> Finding:
+def disk_finding(engine: Engine) -> Finding:
     """Free space where the engine keeps images (a full disk fails builds midway), and what to reclaim."""
     try:
         usage = engine.disk_usage()
@@ -107,7 +123,7 @@ def disk_finding(engine) -> Finding:
                             if free < DISK_FAIL else ": a few CUDA framework builds will fill it"), hint)
 
 
-def containers_finding(host) -> Finding:
+def containers_finding(host: ImageHost) -> Finding:
     """The stopped containers a killed envkit left (``host``: gc's view of the engine): each keeps its
     multi-GB image from `envkit gc` until it is removed."""
     try:
@@ -122,7 +138,7 @@ def containers_finding(host) -> Finding:
                    "judges the images they kept")
 
 
-def scratch_finding(root=None) -> Finding:
+def scratch_finding(root: Path | None=None) -> Finding:
     """The scratch directories a killed envkit left under the temporary directory (``support/scratch.py``): build
     contexts and rootfs trees of hundreds of MB, and the build secrets' netrc, a credential on disk."""
     left = scratch.leftovers(root)
@@ -130,14 +146,19 @@ def scratch_finding(root=None) -> Finding:
         return Finding("scratch", "ok", "no scratch directory left by a killed envkit")
     kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(Counter(d.kind.split("-")[0] for d in left).items()))
     mounted = sum(1 for d in left if d.mounts)
-    return Finding("scratch", "warn", f"{len(left)} scratch director(ies) left by a killed envkit ({kinds}; "
-                   f"{sum(d.bytes for d in left) / 1e6:.1f} MB" + (f"; {mounted} with a mount still in it" if mounted else "")
-                   + f") in {left[0].path.parent}",
-                   "`envkit gc` removes them" + (" (it unmounts first what a killed debootstrap left mounted: run it as root)"
-                                                 if mounted else ""))
+    return Finding(
+        "scratch",
+        "warn",
+        f"{len(left)} scratch director(ies) left by a killed envkit ({kinds}; "
+        f"{sum(d.bytes for d in left) / 1e6:.1f} MB"
+        + (f"; {mounted} with a mount still in it" if mounted else "")
+        + f") in {left[0].path.parent}",
+        "`envkit gc` removes them"
+        + (" (it unmounts first what a killed debootstrap left mounted: run it as root)" if mounted else ""),
+    )
 
 
-def buildkit_finding(engine) -> Finding:
+def buildkit_finding(engine: Engine) -> Finding:
     builder = BuildKitBuilder(engine)
     problem = builder.unavailable()
     if problem is None:
@@ -179,10 +200,10 @@ def store_finding(store_url: str | None) -> Finding:
         finally:
             backend.close()
         return _schema_finding(f"{target} (PostgreSQL {server})", version, SCHEMA_VERSION)
-    path = target.path
+    path = target.path or DEFAULT_PATH
     if path.is_dir():
         error = directory_error(path)
-        return Finding("store", "fail", error.message, error.hint)
+        return Finding("store", "fail", error.message, error.hint or "")
     if not path.exists():
         return Finding("store", "ok", f"{path} (SQLite; created on first use)")
     try:
@@ -198,5 +219,9 @@ def _schema_finding(where: str, version: int, known: int) -> Finding:
     if version > known:
         return Finding("store", "fail", f"{where}: schema version {version}, newer than this envkit ({known})",
                        "upgrade envkit to the version that wrote it")
-    note = "up to date" if version == known else f"schema {version}, migrated to {known} by the next command that uses it (doctor never changes it)"
+    note = (
+        "up to date"
+        if version == known
+        else f"schema {version}, migrated to {known} by the next command that uses it (doctor never changes it)"
+    )
     return Finding("store", "ok", f"{where}, {note}")

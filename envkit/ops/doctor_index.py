@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
 
 from ..catalog.files import load_catalog
 from ..errors import EnvkitError, SpecError
@@ -18,6 +19,9 @@ from ..index.urls import JSON_ACCEPT
 from ..index.login import check_netrc_text, keyring_logins, login_hint, login_source
 from ..store.backends import redact
 from .findings import Finding
+
+if TYPE_CHECKING:
+    from ..spec import Spec
 
 
 PROBE_PROJECT = "six"  # a small page (~20 kB) that every PyPI mirror holds
@@ -44,7 +48,7 @@ class Trust:
 
 
 # --- trust and the package index --------------------------------------------------------------
-def framework_indexes(spec) -> dict[str, list[str]]:
+def framework_indexes(spec: Spec) -> dict[str, list[str]]:
     """The indexes other than the spec's that resolve will ask (a non-default PyTorch variant's own: the spec's
     ``build.variant_index_url`` mirror, else the catalog's, e.g. download.pytorch.org/whl/cu126), each with the
     images that need it, from the catalog alone (``plan``). An image the plan refuses is left out: `envkit resolve`
@@ -61,7 +65,7 @@ def framework_indexes(spec) -> dict[str, list[str]]:
     return found
 
 
-def trust_for(spec=None) -> Trust:
+def trust_for(spec: Spec | None=None) -> Trust:
     """The bundle resolve and build would take (``Spec.ca_bundle_path``: the spec's, else the first of
     CA_ENV naming a file), whether it holds PEM certificates, and any variable that names nothing."""
     try:
@@ -126,8 +130,8 @@ def index_finding(index_url: str, bundle: Path | None, *, timeout: float = INDEX
     try:
         check_netrc_text()  # requests reads it for every request
         with keyring_logins([index_url]):  # as the resolver logs in: netrc, else the keyring
-            resp = requests.get(probe, headers={"Accept": JSON_ACCEPT}, timeout=timeout,
-                                **({"verify": str(bundle)} if bundle is not None else {}))
+            tls: dict[str, Any] = {"verify": str(bundle)} if bundle is not None else {}
+            resp = requests.get(probe, headers={"Accept": JSON_ACCEPT}, timeout=timeout, **tls)
     except (requests.RequestException, OSError) as exc:
         return _failure(probe, exc, bundle, proxy, timeout)
     except SpecError as exc:  # a netrc file that is not text, or cannot be parsed
@@ -153,9 +157,12 @@ def index_finding(index_url: str, bundle: Path | None, *, timeout: float = INDEX
     if not resp.ok:
         return Finding("index", "fail", f"{answered}", "the index is failing; retry, or ask whoever runs it")
     if "json" not in resp.headers.get("content-type", ""):
-        return Finding("index", "fail",
-                       f"{answered}, without the simple JSON API ({resp.headers.get('content-type', 'no content-type')})",
-                       f"envkit's resolver reads PEP 691 ({JSON_ACCEPT}); use an index that serves it")
+        return Finding(
+            "index",
+            "fail",
+            f"{answered}, without the simple JSON API ({resp.headers.get('content-type', 'no content-type')})",
+            f"envkit's resolver reads PEP 691 ({JSON_ACCEPT}); use an index that serves it",
+        )
     return Finding("index", "ok", answered)
 
 
@@ -169,6 +176,29 @@ def _proxy_for(url: str) -> str:
     return redact(proxy)
 
 
+def _tls_failure(probe: str, exc: Exception, bundle: Path | None) -> Finding:
+    """What failed in the TLS handshake: the certificate's name, age or issuer, the CA bundle, TLS itself."""
+    parts = urlsplit(probe)
+    host = parts.hostname or parts.netloc
+    text = str(exc)
+    trusted_by = f"the CA bundle {bundle}" if bundle is not None else "the default trust store"
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        if any(s in text for s in ("Hostname mismatch", "IP address mismatch", "doesn't match")):
+            return Finding("index", "fail", f"{probe}: the TLS certificate is not for {host}",
+                           "use the host name the index's certificate names in the index URL")
+        if "expired" in text:
+            return Finding("index", "fail", f"{probe}: the TLS certificate has expired",
+                           "ask whoever runs the index (or the proxy) to renew it")
+        return Finding("index", "fail", f"{probe}: the TLS certificate is not trusted by {trusted_by} "
+                                        f"(unknown issuer: a TLS-intercepting proxy?)", CA_HINT)
+    if bundle is not None and any(s in text for s in ("NO_CERTIFICATE_OR_CRL_FOUND", "PEM lib", "X509:")):
+        return Finding("index", "fail", f"{probe}: TLS cannot use {bundle}: {_reason(exc)}", "see ca_bundle")
+    if "WRONG_VERSION_NUMBER" in text or "record layer failure" in text:
+        return Finding("index", "fail", f"{probe}: {parts.netloc} does not speak TLS",
+                       "an http:// index? give its URL with http://")
+    return Finding("index", "fail", f"{probe}: TLS failed: {_reason(exc)}", CA_HINT)
+
+
 def _failure(probe: str, exc: Exception, bundle: Path | None, proxy: str, timeout: float) -> Finding:
     """Name what stopped the request: trust, DNS, connection, proxy or time, and the fix for each."""
     import requests
@@ -176,23 +206,8 @@ def _failure(probe: str, exc: Exception, bundle: Path | None, proxy: str, timeou
     parts = urlsplit(probe)
     host = parts.hostname or parts.netloc
     text = str(exc)
-    trusted_by = f"the CA bundle {bundle}" if bundle is not None else "the default trust store"
     if isinstance(exc, requests.exceptions.SSLError):
-        if "CERTIFICATE_VERIFY_FAILED" in text:
-            if any(s in text for s in ("Hostname mismatch", "IP address mismatch", "doesn't match")):
-                return Finding("index", "fail", f"{probe}: the TLS certificate is not for {host}",
-                               "use the host name the index's certificate names in the index URL")
-            if "expired" in text:
-                return Finding("index", "fail", f"{probe}: the TLS certificate has expired",
-                               "ask whoever runs the index (or the proxy) to renew it")
-            return Finding("index", "fail", f"{probe}: the TLS certificate is not trusted by {trusted_by} "
-                                            f"(unknown issuer: a TLS-intercepting proxy?)", CA_HINT)
-        if bundle is not None and any(s in text for s in ("NO_CERTIFICATE_OR_CRL_FOUND", "PEM lib", "X509:")):
-            return Finding("index", "fail", f"{probe}: TLS cannot use {bundle}: {_reason(exc)}", "see ca_bundle")
-        if "WRONG_VERSION_NUMBER" in text or "record layer failure" in text:
-            return Finding("index", "fail", f"{probe}: {parts.netloc} does not speak TLS",
-                           "an http:// index? give its URL with http://")
-        return Finding("index", "fail", f"{probe}: TLS failed: {_reason(exc)}", CA_HINT)
+        return _tls_failure(probe, exc, bundle)
     if isinstance(exc, requests.exceptions.ProxyError):
         if "407" in text:
             return Finding("index", "fail", f"{probe}: the proxy {proxy} needs a login (HTTP 407)",
@@ -202,9 +217,14 @@ def _failure(probe: str, exc: Exception, bundle: Path | None, proxy: str, timeou
                        "check HTTPS_PROXY (host and port), or list the index's host in NO_PROXY "
                        "if it is reached directly")
     if isinstance(exc, requests.exceptions.Timeout):
-        return Finding("index", "fail", f"{probe}: no answer within {timeout:g} s" + (f" via proxy {proxy}" if proxy else ""),
-                       f"the proxy {proxy} is slow or drops it; check HTTPS_PROXY" if proxy
-                       else f"a firewall may drop direct traffic: {PROXY_HINT}")
+        return Finding(
+            "index",
+            "fail",
+            f"{probe}: no answer within {timeout:g} s" + (f" via proxy {proxy}" if proxy else ""),
+            f"the proxy {proxy} is slow or drops it; check HTTPS_PROXY"
+            if proxy
+            else f"a firewall may drop direct traffic: {PROXY_HINT}",
+        )
     if isinstance(exc, requests.exceptions.ConnectionError):
         if any(s in text for s in ("NameResolutionError", "Name or service not known", "not resolve",
                                    "Temporary failure in name resolution", "nodename nor servname")):

@@ -53,7 +53,8 @@ is using, one holding a layer of an image still here ("shared"), or BuildKit's i
 The cache is the engine's, not a team's: ``--team`` does not narrow it. ``decide_build_cache`` is the
 plan (what a dry run shows); what the engine deleted is what the report says was removed.
 
-``decide``, ``decide_stages``, ``decide_containers`` and ``decide_build_cache`` are pure (tested on fake image lists); the engine's side is
+``decide``, ``decide_stages``, ``decide_containers`` and ``decide_build_cache`` are pure (tested on fake image
+lists); the engine's side is
 ``engine/docker_gc.py``.
 """
 
@@ -70,22 +71,23 @@ from ..support import scratch
 from ..support.scratch import Leftover
 from ..certify.gate import model_key
 from ..store.history import Store
+from ..store.records import CertificateRecord
 from ..support.progress import Progress
 from .gc_plan import (BUILD_CACHE_NOTE, CacheCutoff, CacheDecision, ContainerDecision, DEFAULT_KEEP, Decision,
                       Protection, UNLABELLED_STAGES_NOTE, check_keep, check_team, decide, decide_build_cache,
                       decide_containers, decide_stages)
-from ..engine.inventory import ImageHost, Removal, StageImage
+from ..engine.inventory import Candidate, ImageHost, Removal, StageImage
 
 
 # --- the store's side --------------------------------------------------------------------------
 
-def store_protection(store, ids: Iterable[str]) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+def store_protection(store: Store, ids: Iterable[str]) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
     """(image id -> GPU models its newest certificate on is ``certified``, image id -> ``:certified``
     references whose newest push is that image), for ``ids`` (the candidates)."""
     ids = list(ids)
     certified = {}
     for image_id in ids:
-        newest: dict[str, object] = {}
+        newest: dict[str, CertificateRecord] = {}
         for cert in store.certificates_for(image_id):  # oldest first: the last one per model wins
             newest[model_key(cert.gpu_model)] = cert
         models = tuple(sorted(c.gpu_model for c in newest.values() if c.status == "certified"))
@@ -142,7 +144,9 @@ class GcResult:
 
     @property
     def removed_scratch(self) -> list[Leftover]:
-        return [d for d in self.scratch if str(d.path) in self.scratch_removals and not self.scratch_removals[str(d.path)]]
+        return [
+            d for d in self.scratch if str(d.path) in self.scratch_removals and not self.scratch_removals[str(d.path)]
+        ]
 
     @property
     def failed_scratch(self) -> list[Leftover]:
@@ -186,33 +190,60 @@ class GcResult:
     def to_json(self) -> dict:
         reclaimed, exact = self.reclaimed()
         return {
-            "team": self.team, "keep": self.keep, "dry_run": self.dry_run, "store": self.store,
+            "team": self.team,
+            "keep": self.keep,
+            "dry_run": self.dry_run,
+            "store": self.store,
             "images": [self._decision_json(d) for d in self.decisions],
             "stages": [self._decision_json(d) for d in self.stages],
             "kept": [d.image.id for d in (*self.decisions, *self.stages) if d.keep],
             "removed": [d.image.id for d in self.removed],
             "would_remove": [d.image.id for d in self.to_remove] if self.dry_run else [],
             "failed": [{"id": d.image.id, "error": self.removals[d.image.id].error} for d in self.failed],
-            "containers": [dict(d.to_json(), **({"removed": not self.container_removals[d.container.id],
-                                                 "error": self.container_removals[d.container.id]}
-                                                if d.container.id in self.container_removals else {}))
-                           for d in self.containers],
+            "containers": [
+                dict(
+                    d.to_json(),
+                    **(
+                        {
+                            "removed": not self.container_removals[d.container.id],
+                            "error": self.container_removals[d.container.id],
+                        }
+                        if d.container.id in self.container_removals
+                        else {}
+                    ),
+                )
+                for d in self.containers
+            ],
             "removed_containers": [d.container.id for d in self.removed_containers],
             "would_remove_containers": [d.container.id for d in self.containers_to_remove] if self.dry_run else [],
-            "failed_containers": [{"id": d.container.id, "error": self.container_removals[d.container.id]}
-                                  for d in self.failed_containers],
-            "scratch": [dict(d.to_json(), **({"removed": not self.scratch_removals[str(d.path)],
-                                              "error": self.scratch_removals[str(d.path)]}
-                                             if str(d.path) in self.scratch_removals else {}))
-                        for d in self.scratch],
+            "failed_containers": [
+                {"id": d.container.id, "error": self.container_removals[d.container.id]} for d in self.failed_containers
+            ],
+            "scratch": [
+                dict(
+                    d.to_json(),
+                    **(
+                        {"removed": not self.scratch_removals[str(d.path)], "error": self.scratch_removals[str(d.path)]}
+                        if str(d.path) in self.scratch_removals
+                        else {}
+                    ),
+                )
+                for d in self.scratch
+            ],
             "removed_scratch": [str(d.path) for d in self.removed_scratch],
             "would_remove_scratch": [str(d.path) for d in self.scratch] if self.dry_run else [],
-            "failed_scratch": [{"path": str(d.path), "error": self.scratch_removals[str(d.path)]}
-                               for d in self.failed_scratch],
+            "failed_scratch": [
+                {"path": str(d.path), "error": self.scratch_removals[str(d.path)]} for d in self.failed_scratch
+            ],
             "reclaimed_bytes": reclaimed,
-            "reclaimed_basis": "unique sizes" if exact else "upper bound (whole image sizes: the engine gave no unique sizes)",
-            "engine_layers_bytes": ({"before": self.layers[0], "after": self.layers[1],
-                                     "freed": self.layers[0] - self.layers[1]} if self.layers else None),
+            "reclaimed_basis": "unique sizes"
+            if exact
+            else "upper bound (whole image sizes: the engine gave no unique sizes)",
+            "engine_layers_bytes": (
+                {"before": self.layers[0], "after": self.layers[1], "freed": self.layers[0] - self.layers[1]}
+                if self.layers
+                else None
+            ),
             "build_cache": self.cache_json(),
             "notes": self.notes,
         }
@@ -224,6 +255,51 @@ class GcResult:
 
 def _removal_json(r: Removal) -> dict:
     return {"untagged": list(r.untagged), "deleted": list(r.deleted), "error": r.error}
+
+
+def _remove_scratch(left: Iterable[Leftover], progress: Progress) -> dict[str, str | None]:
+    """Remove the scratch directories killed envkits left: each path's error (None: removed)."""
+    removals: dict[str, str | None] = {}
+    for d in left:
+        progress(f"removing {d.path} ({d.kind}), left by envkit process {d.pid}")
+        try:
+            scratch.remove(d.path)
+            error = None
+        except EnvkitError as exc:
+            error = f"{exc.message} ({exc.hint})" if exc.hint else exc.message
+        removals[str(d.path)] = error
+    return removals
+
+
+def _store_protection(store_url: str | None, candidates: list[Candidate],
+                      notes: list[str]) -> tuple[dict, dict, str | None]:
+    """What the history store's certificates keep (``store_protection``) and where the store is; with no store,
+    nothing, said in ``notes``."""
+    store = Store.open_existing(store_url, must_exist=True)
+    if store is None:
+        notes.append("no history store here (--store, $ENVKIT_STORE or .envkit/history.sqlite): no image is kept for a "
+                     "certificate or a :certified push; name the team's store to keep them")
+        return {}, {}, None
+    with store:
+        certified, current = store_protection(store, [c.id for c in candidates])
+        return certified, current, store.where
+
+
+def _remove_images(host: ImageHost, result: GcResult, progress: Progress) -> None:
+    """Remove the builds and stage images gc decided to remove, unless a container started using one meanwhile."""
+    before = host.layers_size(fresh=False)
+    for d in result.to_remove:
+        using = host.containers().get(d.image.id)  # again: a container may have started since
+        if using:
+            result.removals[d.image.id] = Removal(
+                error=f"a container started using it meanwhile: {', '.join(using)}"
+            )
+            continue
+        progress(f"removing {d.image.name}" + ("" if isinstance(d.image, StageImage) else f" ({d.image.group})"))
+        result.removals[d.image.id] = host.remove(d.image)
+    after = host.layers_size(fresh=True)
+    if before is not None and after is not None:
+        result.layers = (before, after)
 
 
 def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None = None, keep: int = DEFAULT_KEEP,
@@ -241,35 +317,19 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
         check_team(team)
     now = now or datetime.now(timezone.utc)
     left_dirs = scratch.leftovers(scratch_root)
-    scratch_removals: dict[str, str | None] = {}
-    if not dry_run:
-        for d in left_dirs:
-            progress(f"removing {d.path} ({d.kind}), left by envkit process {d.pid}")
-            try:
-                scratch.remove(d.path)
-                error = None
-            except EnvkitError as exc:
-                error = f"{exc.message} ({exc.hint})" if exc.hint else exc.message
-            scratch_removals[str(d.path)] = error
+    scratch_removals = {} if dry_run else _remove_scratch(left_dirs, progress)
     containers = decide_containers(host.leftover_containers(team), now)
     going = {d.container.id for d in containers if not d.keep}
     candidates = host.envkit_images(team)
     stages = host.stage_images(team)
-    notes = []
-    store = Store.open_existing(store_url, must_exist=True)
-    if store is None:
-        certified, current, where = {}, {}, None
-        notes.append("no history store here (--store, $ENVKIT_STORE or .envkit/history.sqlite): no image is kept for a "
-                     "certificate or a :certified push; name the team's store to keep them")
-    else:
-        with store:
-            certified, current = store_protection(store, [c.id for c in candidates])
-            where = store.where
+    notes: list[str] = []
+    certified, current, where = _store_protection(store_url, candidates, notes)
     # the containers this run removes keep no image (a dry run plans as if they were gone)
     protection = Protection(certified=certified, current_certified=current, containers=host.containers(skip=going),
                             children=host.children([i.id for i in (*candidates, *stages)]), caller=dict(needed or {}))
     decisions = decide(candidates, protection, keep)
-    stage_decisions = decide_stages(stages, [d.image for d in decisions if d.keep], protection, now)
+    kept = [d.image for d in decisions if d.keep and isinstance(d.image, Candidate)]
+    stage_decisions = decide_stages(stages, kept, protection, now)
     result = GcResult(team, keep, dry_run, where, decisions, stage_decisions, notes=notes, containers=containers,
                       scratch=left_dirs, scratch_removals=scratch_removals)
     if any(i.unique_size is None for i in (*candidates, *stages)):
@@ -279,17 +339,7 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
             progress(f"removing the stopped {d.container.role} container {d.container.name} of {d.container.image}")
             result.container_removals[d.container.id] = host.remove_container(d.container)
     if not dry_run and result.to_remove:
-        before = host.layers_size(fresh=False)
-        for d in result.to_remove:
-            using = host.containers().get(d.image.id)  # again: a container may have started since
-            if using:
-                result.removals[d.image.id] = Removal(error=f"a container started using it meanwhile: {', '.join(using)}")
-                continue
-            progress(f"removing {d.image.name}" + ("" if isinstance(d.image, StageImage) else f" ({d.image.group})"))
-            result.removals[d.image.id] = host.remove(d.image)
-        after = host.layers_size(fresh=True)
-        if before is not None and after is not None:
-            result.layers = (before, after)
+        _remove_images(host, result, progress)
     if build_cache is None:
         notes.append(BUILD_CACHE_NOTE)
     else:
@@ -298,7 +348,7 @@ def collect_garbage(host: ImageHost, store_url: str | None, *, team: str | None 
     return result
 
 
-def _prune_build_cache(host: ImageHost, result: GcResult, cutoff: CacheCutoff, progress) -> None:
+def _prune_build_cache(host: ImageHost, result: GcResult, cutoff: CacheCutoff, progress: Progress) -> None:
     """Read the cache after the images went (their layers are no longer shared), plan, and prune by the cutoff."""
     result.cache_cutoff = cutoff
     try:

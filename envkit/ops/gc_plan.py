@@ -37,11 +37,17 @@ BUILDKIT_OWN = ("internal", "frontend")  # record types the engine's prune keeps
 class Protection:
     """What, besides age, keeps an image (from the store and the engine), by image id."""
 
-    certified: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # GPU models its newest certificate on is certified
-    current_certified: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # :certified refs the store says point at it
+    certified: Mapping[str, tuple[str, ...]] = field(
+        default_factory=dict
+    )  # GPU models its newest certificate on is certified
+    current_certified: Mapping[str, tuple[str, ...]] = field(
+        default_factory=dict
+    )  # :certified refs the store says point at it
     containers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # containers using it ("name (state)")
     children: Mapping[str, int] = field(default_factory=dict)  # images built on it
-    caller: Mapping[str, str] = field(default_factory=dict)  # what the caller still needs, and why (nightly's current builds)
+    caller: Mapping[str, str] = field(
+        default_factory=dict
+    )  # what the caller still needs, and why (nightly's current builds)
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,19 @@ class Decision:
 
     def to_json(self) -> dict:
         return {**self.image.to_json(), "keep": self.keep, "reasons": list(self.reasons)}
+
+
+def _protected(c: Candidate, protection: Protection) -> list[str]:
+    """What keeps build ``c`` whatever its age: the store's current certified reference, a :certified tag here,
+    a container, an image built on it, the caller's need."""
+    why = [f"the store's current {ref}" for ref in protection.current_certified.get(c.id, ())]
+    why += [f"tagged {t} here" for t in c.tags if t.endswith(":" + CERTIFIED_TAG)]
+    why += [f"used by container {name}" for name in protection.containers.get(c.id, ())]
+    if protection.children.get(c.id):
+        why.append(f"{protection.children[c.id]} other image(s) are built on it")
+    if c.id in protection.caller:
+        why.append(protection.caller[c.id])
+    return why
 
 
 def decide(candidates: Iterable[Candidate], protection: Protection, keep: int) -> list[Decision]:
@@ -71,19 +90,11 @@ def decide(candidates: Iterable[Candidate], protection: Protection, keep: int) -
             for model in protection.certified.get(c.id, ()):
                 newest_certified.setdefault(model_key(model), c.id)
         for rank, c in enumerate(images):
-            why = []
-            if rank < keep:
-                why.append(f"one of the {keep} newest builds of {group}")
+            why = [f"one of the {keep} newest builds of {group}"] if rank < keep else []
             models = [m for m in protection.certified.get(c.id, ()) if newest_certified.get(model_key(m)) == c.id]
             if models:
                 why.append(f"the newest image of {group} certified on {', '.join(models)}")
-            why += [f"the store's current {ref}" for ref in protection.current_certified.get(c.id, ())]
-            why += [f"tagged {t} here" for t in c.tags if t.endswith(":" + CERTIFIED_TAG)]
-            why += [f"used by container {name}" for name in protection.containers.get(c.id, ())]
-            if protection.children.get(c.id):
-                why.append(f"{protection.children[c.id]} other image(s) are built on it")
-            if c.id in protection.caller:
-                why.append(protection.caller[c.id])
+            why += _protected(c, protection)
             if why:
                 out.append(Decision(c, True, tuple(why)))
             else:
@@ -109,8 +120,10 @@ def decide_stages(stages: Iterable[StageImage], kept: Iterable[Candidate], prote
             why.append(f"its build of {s.group} (lock {s.lock_hash[:19]}) stays")
         age = now - s.created
         if age < STAGE_GRACE:
-            why.append(f"made {max(age.total_seconds(), 0) / 60:.0f} min ago, under {STAGE_GRACE.total_seconds() / 3600:g} h: "
-                       "a build may still be using it")
+            why.append(
+                f"made {max(age.total_seconds(), 0) / 60:.0f} min ago, under {STAGE_GRACE.total_seconds() / 3600:g} h: "
+                "a build may still be using it"
+            )
         why += [f"tagged {t} here" for t in s.tags]
         why += [f"used by container {name}" for name in protection.containers.get(s.id, ())]
         if protection.children.get(s.id):
@@ -139,9 +152,17 @@ def decide_containers(containers: Iterable[LeftContainer], now: datetime) -> lis
             raise EnvkitError(f"container {c.name} is {c.state}", hint="gc only ever removes stopped containers")
         age = now - c.ended
         if age < CONTAINER_GRACE:
-            out.append(ContainerDecision(c, True, (
-                f"stopped {max(age.total_seconds(), 0) / 60:.0f} min ago, under {CONTAINER_GRACE.total_seconds() / 60:g} "
-                "min: the envkit that started it may still be reading its output",)))
+            out.append(
+                ContainerDecision(
+                    c,
+                    True,
+                    (
+                        f"stopped {max(age.total_seconds(), 0) / 60:.0f} min ago, "
+                        f"under {CONTAINER_GRACE.total_seconds() / 60:g} "
+                        "min: the envkit that started it may still be reading its output",
+                    ),
+                )
+            )
         else:
             out.append(ContainerDecision(c, False, (
                 f"the {c.role} container of {c.image}, {c.state}: envkit removes its containers when they end, "

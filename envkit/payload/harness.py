@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import frameworks
 from ..support import scratch
 from ..engine.protocol import GPU_ULIMITS, RUN_SHM_SIZE, Mount, RunOptions
 from ..errors import CommandNotFoundError, EnvkitError, VerificationError
 from .contents import PAYLOAD_NAME, SCHEMA, payload_expect, payload_files
+
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
 
 MOUNT = "/opt/envkit-run"
 RESERVE_S = 10  # the payload's own watchdog fires this long before the harness's limit, so that it still reports
@@ -40,7 +44,7 @@ class Verification:
                 "seconds": self.seconds}
 
 
-def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: int = 600,
+def run_payload(engine: Engine, ref: str, expect: dict, *, gpus: bool = False, timeout: int = 600,
                 mode: str = "auto") -> Verification:
     with scratch.directory("verify") as tmp:
         tmpdir = Path(tmp)
@@ -79,7 +83,7 @@ def run_payload(engine, ref: str, expect: dict, *, gpus: bool = False, timeout: 
                         seconds=float(doc.get("seconds", 0.0)), raw=doc)
 
 
-def gpu_key(engine, ref: str, timeout: int = 60) -> tuple[str, str] | None:
+def gpu_key(engine: Engine, ref: str, timeout: int = 60) -> tuple[str, str] | None:
     """(GPU model, driver) that certifying ``ref`` on this engine's GPUs would record, as the certificate
     spells them (``certify.certificate.gpu_model_of``: the distinct names joined by " + "), read by the NVIDIA
     Container Toolkit's nvidia-smi in a short container of the image; None when that cannot be read (no
@@ -124,7 +128,7 @@ def read_report(stdout: str) -> dict | None:
     return found
 
 
-def encodable(obj):
+def encodable(obj: Any) -> Any:
     """``obj`` with every string made encodable as UTF-8: JSON's ``\\udc80`` escapes decode to lone surrogates
     (a message the payload took from a tool's undecodable output), which the reports and the store cannot write."""
     if isinstance(obj, str):

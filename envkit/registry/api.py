@@ -24,7 +24,7 @@ import re
 import socket
 import warnings
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypedDict, TypeVar
 
 import requests
 import urllib3
@@ -37,6 +37,9 @@ from .auth import (UNTRUSTED, AuthFailure, Authenticator, RegistryAuthError, Tru
 from .tls import PROXY_REFUSED
 from .auth import Failure as _Failure
 from .remote_parse import split_repository
+
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
 
 class DeleteUnsupported(_Failure):
     """Permanent: the registry does not delete manifests (distribution's ``storage.delete.enabled`` is off)."""
@@ -70,10 +73,18 @@ Sleep = Callable[[float], None]
 T = TypeVar("T")
 
 
+class Retries(TypedDict):
+    """How ``_retrying`` retries: ``retries`` times, waiting ``backoff`` * 2**n seconds with ``sleep``."""
+
+    retries: int
+    backoff: float
+    sleep: Sleep
+
+
 # --- names, credentials, http or https -------------------------------------------------------------
 
 
-def _insecure(engine, registry: str) -> bool:
+def _insecure(engine: Engine | None, registry: str) -> bool:
     """Does the engine treat this registry as insecure (its insecure-registries setting)?
 
     For an insecure registry the engine tries https without verifying, then plain http
@@ -164,8 +175,8 @@ class _RegistryHTTP:
     Clients made by ``repository()`` share the first one's session, scheme and authorization
     (the Basic header, the tokens per scope)."""
 
-    def __init__(self, engine, registry_repo: str, timeout: float = 30.0, *,
-                 actions: str = "pull,push", session: requests.Session | None = None):
+    def __init__(self, engine: Engine | None, registry_repo: str, timeout: float = 30.0, *,
+                 actions: str = "pull,push", session: requests.Session | None = None) -> None:
         registry, path = split_repository(registry_repo)
         self._open(registry, _insecure(engine, registry), timeout, session)
         self._aim(path, f"repository:{path}:{actions}")
@@ -184,7 +195,7 @@ class _RegistryHTTP:
         self.scope = scope
 
     @classmethod
-    def at(cls, engine, registry: str, timeout: float = 30.0, *,
+    def at(cls, engine: Engine | None, registry: str, timeout: float = 30.0, *,
            session: requests.Session | None = None) -> "_RegistryHTTP":
         """A client for the whole registry (its catalog); ``repository`` gives one per repository."""
         self = cls.__new__(cls)
@@ -199,7 +210,7 @@ class _RegistryHTTP:
         other._aim(path, f"repository:{path}:{actions}")
         return other
 
-    def _request(self, method: str, url: str, headers: dict, **kw) -> requests.Response:
+    def _request(self, method: str, url: str, headers: dict, **kw: Any) -> requests.Response:
         with warnings.catch_warnings():  # an insecure registry's unverified https, as the engine does it
             warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
             try:
@@ -222,13 +233,14 @@ class _RegistryHTTP:
                 reason = str(exc.args[0] if exc.args else exc)[:300] or type(exc).__name__
                 raise _Failure(f"{method} {url.split('?', 1)[0]}: {type(exc).__name__}: {reason}", False) from None
 
-    def _send(self, method: str, url: str, **kw) -> requests.Response:
+    def _send(self, method: str, url: str, **kw: Any) -> requests.Response:
         """One call, answering up to two 401 challenges (a token for new scopes, then a refusal is final)."""
         headers = dict(kw.pop("headers", {}))
         sent = self.auth.header(self.scope)
         r = self._request(method, url, {**headers, **sent}, **kw)
-        if r.status_code == 400 and PROXY_REFUSED.search(r.text[:2000]):  # nginx's ssl_verify_client, over HTTP
-            title = PROXY_REFUSED.search(r.text[:2000]).group(0)
+        refused = PROXY_REFUSED.search(r.text[:2000]) if r.status_code == 400 else None
+        if refused:  # nginx's ssl_verify_client, over HTTP
+            title = refused.group(0)
             raise client_refusal(self.registry, f"HTTP 400 {title!r} from {url.split('?', 1)[0]}")
         for _ in range(2):
             if r.status_code != 401:

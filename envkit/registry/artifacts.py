@@ -13,12 +13,13 @@ from .api import Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
 from .remote_parse import _strip_tag, CERTIFICATE_TYPE, CertificateArtifact, certificate_tag
 from ..engine.docker_engine import as_engine
 from .publish import _check_tag
+from typing import Any
 
 
 EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 
 
-def attach_certificate(client, registry_repo: str, stack_tag: str, certificate: bytes, *, gpu_slug: str,
+def attach_certificate(client: Any, registry_repo: str, stack_tag: str, certificate: bytes, *, gpu_slug: str,
                        status: str, retries: int = 4, backoff: float = 1.0, sleep: Sleep = time.sleep) -> str:
     """Store a certificate in the registry beside the image it certifies.
 
@@ -50,7 +51,9 @@ def attach_certificate(client, registry_repo: str, stack_tag: str, certificate: 
     _check_tag(tag)
     artifact = _Manifest("sha256:" + hashlib.sha256(manifest).hexdigest(), "application/vnd.oci.image.manifest.v1+json",
                          manifest)
-    digest = _retrying(lambda: reg.put_manifest(tag, artifact), retries=retries, backoff=backoff, sleep=sleep, fail=fail)
+    digest = _retrying(
+        lambda: reg.put_manifest(tag, artifact), retries=retries, backoff=backoff, sleep=sleep, fail=fail
+    )
     return f"{_strip_tag(registry_repo)}@{digest}"
 
 
@@ -74,7 +77,7 @@ def fetch_certificate_artifact(reg: _RegistryHTTP, tag: str) -> CertificateArtif
     return CertificateArtifact(ref, manifest.digest, subject, annotations, reg.get_blob(layer))
 
 
-def read_certificate(client, registry_repo: str, stack_tag: str, gpu_slug: str) -> bytes | None:
+def read_certificate(client: Any, registry_repo: str, stack_tag: str, gpu_slug: str) -> bytes | None:
     """The certificate attached to ``registry_repo:stack_tag`` for ``gpu_slug``, if any."""
     reg = _RegistryHTTP(as_engine(client), registry_repo, actions="pull")
     tag = certificate_tag(stack_tag, gpu_slug)

@@ -28,11 +28,12 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 from ..engine.protocol import ImageInfo, EngineCallError, ImageMissing
 from ..errors import EngineError
-from .api import PASSWORD_ENV, USER_ENV, Sleep, _classify, _Failure, _insecure, _RegistryHTTP, _retrying
+from .api import (PASSWORD_ENV, USER_ENV, Retries, Sleep, _classify, _Failure, _insecure, _Manifest, _RegistryHTTP,
+                  _retrying)
 from .remote_parse import _strip_tag, split_repository, CERTIFIED_TAG
 from .auth import AuthFailure, Credentials, credentials_for, engine_refusal, engine_tls_failure
 from ..support.progress import Progress
@@ -89,7 +90,7 @@ def _auth_config(registry: str) -> tuple[dict | None, Credentials | None]:
     return {"username": creds.user, "password": creds.secret, "serveraddress": registry}, creds
 
 
-def _stream(chunks, progress: Progress | None, refused: Callable[[str], AuthFailure] | None = None,
+def _stream(chunks: Iterable[dict], progress: Progress | None, refused: Callable[[str], AuthFailure] | None = None,
             registry: str | None = None) -> str | None:
     """Consume a push/pull progress stream; return the digest it reports; raise on an error line
     (``refused(message)`` when the registry refused the credentials; what ``engine_tls_failure`` makes
@@ -134,7 +135,7 @@ def _unpushed(image: str, ref: str, registry: str, failure: _Failure, attempts: 
                        f"{image} is left unpushed", hint=hint)
 
 
-def push(client, image_ref_local: str, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
+def push(client: Any, image_ref_local: str, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
          sleep: Sleep = time.sleep, progress: Progress | None = None) -> PushResult:
     """Tag ``image_ref_local`` as ``registry_repo:tag`` and push it; return the pushed manifest digest."""
     engine = as_engine(client)
@@ -163,7 +164,7 @@ def push(client, image_ref_local: str, registry_repo: str, tag: str, *, retries:
     return PushResult(ref, digest)
 
 
-def remote_digest(client, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
+def remote_digest(client: Any, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
                   sleep: Sleep = time.sleep) -> str | None:
     """The manifest digest ``registry_repo:tag`` points to in the registry, or None if no such tag."""
     reg = _RegistryHTTP(as_engine(client), registry_repo)
@@ -173,7 +174,20 @@ def remote_digest(client, registry_repo: str, tag: str, *, retries: int = 4, bac
     return manifest.digest if manifest else None
 
 
-def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, image: str | None = None,
+def _check_same_image(existing: _Manifest, registry_repo: str, ref: str, local: str, info: ImageInfo) -> None:
+    """Refuse to move stack tag ``ref``, which holds ``existing``, to another image than the local ``info``."""
+    same = (existing.config_digest == info.id if existing.config_digest
+            else f"{registry_repo}@{existing.digest}" in set(info.repo_digests))
+    if not same:
+        raise EngineError(
+            f"refusing to overwrite {ref}: stack tags are immutable, and it already points to "
+            f"{existing.digest} (image {existing.config_digest or 'unknown'}), not to {local} ({info.id})",
+            hint="a changed stack gets a new lock hash and so a new stack tag: re-resolve and rebuild; "
+                 "to replace the tag anyway, delete it in the registry first, deliberately",
+        )
+
+
+def promote(client: Any, registry_repo: str, stack_tag: str, *, certified: bool, image: str | None = None,
             retries: int = 4, backoff: float = 1.0, sleep: Sleep = time.sleep,
             progress: Progress | None = None) -> PromoteResult:
     """Publish the immutable ``stack_tag``; when ``certified``, point ``:certified`` at the same digest.
@@ -193,13 +207,11 @@ def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, imag
     if info is None:
         raise EngineError(f"cannot promote {local}: the engine has no such image",
                           hint="build it first (envkit build SPEC), or pass the local image reference")
-    image_id = info.id
-    repo_digests = set(info.repo_digests)
     reg = _RegistryHTTP(engine, registry_repo)
     ref = f"{registry_repo}:{stack_tag}"
-    opts = dict(retries=retries, backoff=backoff, sleep=sleep)
+    opts = Retries(retries=retries, backoff=backoff, sleep=sleep)
 
-    def unreadable(what: str):
+    def unreadable(what: str) -> Callable[[_Failure, int], EngineError]:
         return lambda f, n: EngineError(f"cannot {what} in registry {reg.registry}: {f.message}; {local} is "
                                         f"left unpromoted", hint="is the registry up, and may you push to it?")
 
@@ -208,15 +220,7 @@ def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, imag
         stack = push(engine, local, registry_repo, stack_tag, progress=progress, **opts)
         pushed = True
     else:
-        same = (existing.config_digest == image_id if existing.config_digest
-                else f"{registry_repo}@{existing.digest}" in repo_digests)
-        if not same:
-            raise EngineError(
-                f"refusing to overwrite {ref}: stack tags are immutable, and it already points to "
-                f"{existing.digest} (image {existing.config_digest or 'unknown'}), not to {local} ({image_id})",
-                hint="a changed stack gets a new lock hash and so a new stack tag: re-resolve and rebuild; "
-                     "to replace the tag anyway, delete it in the registry first, deliberately",
-            )
+        _check_same_image(existing, registry_repo, ref, local, info)
         if progress:
             progress(f"{ref} already holds this image ({existing.digest}); not pushing again")
         stack = PushResult(ref, existing.digest)
@@ -241,7 +245,7 @@ def promote(client, registry_repo: str, stack_tag: str, *, certified: bool, imag
     return PromoteResult(stack, moved, pushed)
 
 
-def mirror_base(client, base_ref: str, registry_repo: str, *, tag: str | None = None, retries: int = 4,
+def mirror_base(client: Any, base_ref: str, registry_repo: str, *, tag: str | None = None, retries: int = 4,
                 backoff: float = 1.0, sleep: Sleep = time.sleep, progress: Progress | None = None) -> str:
     """Push a (local) base image into the team registry; return ``registry/repo@sha256:...``.
 
@@ -260,7 +264,7 @@ def mirror_base(client, base_ref: str, registry_repo: str, *, tag: str | None = 
     return result.pinned
 
 
-def pull_by_digest(client, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
+def pull_by_digest(client: Any, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
                    sleep: Sleep = time.sleep, progress: Progress | None = None) -> ImageInfo:
     """Pull ``registry/repo@sha256:...`` into the engine and return what the engine now holds."""
     m = _PINNED.fullmatch(ref_with_digest or "")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import requests
 
@@ -33,11 +33,14 @@ from ..errors import EngineError
 from ..support.labels import LOCK_LABEL
 from ..lock import MIRROR_REPO_PREFIX  # nightly's base mirrors: <team>/base-<distro>-<suite>
 from .artifacts import fetch_certificate_artifact
-from .api import PASSWORD_ENV, USER_ENV, Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
+from .api import PASSWORD_ENV, USER_ENV, Retries, Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
 from .remote_parse import (
     CERTIFIED_TAG, REF_HINT, ImageFacts, RegistryRef, RemoteCertificate, certificate_of, classify_tags, config_facts,
     latest_per_gpu, manifest_parts, parse_ref, parse_registry, pick_platform, shown_labels)
 from ..engine.docker_engine import as_engine
+
+if TYPE_CHECKING:
+    from ..engine.docker_engine import DockerEngine
 
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
 
@@ -81,11 +84,11 @@ class RemoteImage:
 class _Reader:
     """One registry, read with retries; every failure becomes an EngineError naming registry and reference."""
 
-    def __init__(self, client, registry: str, *, retries: int, backoff: float, sleep: Sleep,
-                 session: requests.Session | None = None):
+    def __init__(self, client: Any, registry: str, *, retries: int, backoff: float, sleep: Sleep,
+                 session: requests.Session | None = None) -> None:
         self.reg = _RegistryHTTP.at(_engine_or_none(client), registry, session=session)
         self.registry = registry
-        self.opts = dict(retries=retries, backoff=backoff, sleep=sleep)
+        self.opts = Retries(retries=retries, backoff=backoff, sleep=sleep)
         self._repos: dict[str, _RegistryHTTP] = {}
 
     def repo(self, path: str) -> _RegistryHTTP:
@@ -139,16 +142,17 @@ class _Reader:
         return certificate_of(artifact) if artifact else None
 
 
-def _engine_or_none(client):
+def _engine_or_none(client: Any) -> DockerEngine | None:
     return None if client is None else as_engine(client)
 
 
-def inspect_remote(client, ref: str | RegistryRef, *, retries: int = 2, backoff: float = 0.5,
+def inspect_remote(client: Any, ref: str | RegistryRef, *, retries: int = 2, backoff: float = 0.5,
                    sleep: Sleep = time.sleep, session: requests.Session | None = None) -> RemoteImage:
     """Read one image, its certificate artifacts and ``:certified`` from the registry (nothing is pulled)."""
-    ref = parse_ref(ref) if isinstance(ref, str) else ref
-    if ref is None:
+    parsed = parse_ref(ref) if isinstance(ref, str) else ref
+    if parsed is None:
         raise EngineError("not a registry reference", hint=REF_HINT)
+    ref = parsed
     r = _Reader(client, ref.registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
     tags = r.tags(ref.repository)
     if tags is None:
@@ -260,13 +264,13 @@ class Listing:
                 "warnings": self.warnings}
 
 
-def list_registry(client, where: str, *, retries: int = 2, backoff: float = 0.5, sleep: Sleep = time.sleep,
+def list_registry(client: Any, where: str, *, retries: int = 2, backoff: float = 0.5, sleep: Sleep = time.sleep,
                   session: requests.Session | None = None) -> Listing:
     """Every envkit image in the registry (under ``path``), with its certification per GPU model."""
     registry, prefix = parse_registry(where)
     r = _Reader(client, registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
     repos, skipped, warnings = team_repositories(r, registry, prefix)
-    rows = []
+    rows: list[dict] = []
     for path, found in repos.items():
         tags = classify_tags(found)
         before_rows, before_skipped = len(rows), len(skipped)

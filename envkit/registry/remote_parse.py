@@ -25,7 +25,8 @@ _MIRROR_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
 STACK_TAG = re.compile(r"^[0-9][0-9A-Za-z._]*-[0-9A-Za-z._-]+-py[0-9]+(?:\.[0-9]+)*-[0-9a-f]{8}$")
 NAME_MAX = 255  # distribution spec: registry host[:port] + "/" + repository name, at most 255 characters
 LABEL_MAX, HOST_MAX = 63, 253  # a DNS label, and a whole DNS name (RFC 1035)
-REF_HINT = "give host[:port]/repository:tag or host[:port]/repository@sha256:<64 hex>, e.g. 127.0.0.1:5000/vision/torch25:certified"
+REF_HINT = ("give host[:port]/repository:tag or host[:port]/repository@sha256:<64 hex>, "
+            "e.g. 127.0.0.1:5000/vision/torch25:certified")
 
 
 # --- references -------------------------------------------------------------------------------
@@ -92,44 +93,58 @@ def check_image_ref(ref: str) -> None:
     """Docker's reference grammar (distribution's ``reference`` package), checked before the engine sees the value,
     so a malformed one is named with what is wrong instead of the engine's "invalid reference format". An
     ``EnvkitError`` naming the value and its fault; None when it is well formed (an image id is too)."""
-    def bad(why: str) -> EnvkitError:
+    problem = _characters_problem(ref) or _reference_problem(ref)
+    if problem is not None:
         shown = repr(ref) if len(ref) <= 80 else f"{ref[:40]!r}... ({len(ref)} characters)"
-        return EnvkitError(f"bad image reference {shown}: {why}", hint=IMAGE_HINT)
+        raise EnvkitError(f"bad image reference {shown}: {problem}", hint=IMAGE_HINT)
 
+
+def _characters_problem(ref: str) -> str | None:
     for ch in ref:
         if ch.isspace():
-            raise bad("it contains whitespace")
+            return "it contains whitespace"
         if not (ch.isascii() and ch.isprintable()):
-            raise bad(f"{ch!r} is not allowed (references are ASCII)")
+            return f"{ch!r} is not allowed (references are ASCII)"
+    return None
+
+
+def _reference_problem(ref: str) -> str | None:
+    """What is wrong with the digest, the tag or the name of ``ref`` (None: nothing)."""
     name_tag, at, digest = ref.partition("@")
     if at and not _ANY_DIGEST.fullmatch(digest):
-        raise bad(f"the digest {digest!r} is not ALGORITHM:HEX (e.g. sha256:<64 hex>)")
-    name, tag = name_tag, None
+        return f"the digest {digest!r} is not ALGORITHM:HEX (e.g. sha256:<64 hex>)"
+    name = name_tag
     if ":" in name_tag.rpartition("/")[2]:
         name, _, tag = name_tag.rpartition(":")
         if not tag:
-            raise bad("the tag after ':' is empty")
+            return "the tag after ':' is empty"
         if not _TAG.fullmatch(tag):
-            raise bad(f"the tag {tag!r} is not 1-128 of A-Z a-z 0-9 _ . - (not starting with . or -)")
+            return f"the tag {tag!r} is not 1-128 of A-Z a-z 0-9 _ . - (not starting with . or -)"
     if not name:
-        raise bad("the name is empty")
+        return "the name is empty"
     if len(name) > NAME_MAX:
-        raise bad(f"the name is {len(name)} characters long; Docker allows at most {NAME_MAX}")
+        return f"the name is {len(name)} characters long; Docker allows at most {NAME_MAX}"
+    return _name_problem(name)
+
+
+def _name_problem(name: str) -> str | None:
+    """What is wrong with an image name's registry host or its /-separated parts (None: nothing)."""
     first, sep, rest = name.partition("/")
     path = name
     if sep and names_registry(first):
         problem = host_problem(first)
         if problem:
-            raise bad(problem)
+            return problem
         path = rest
     for part in path.split("/"):
         if not part:
-            raise bad("a part of the name is empty (two slashes together, or one at an end)")
+            return "a part of the name is empty (two slashes together, or one at an end)"
         if not _COMPONENT.fullmatch(part):
             if part.lower() != part and _COMPONENT.fullmatch(part.lower()):
-                raise bad(f"repository names are lower case ({part!r})")
-            raise bad(f"{part!r} is not a name part (lower-case letters and digits joined by . _ __ or -, "
-                      "beginning and ending with a letter or digit)")
+                return f"repository names are lower case ({part!r})"
+            return (f"{part!r} is not a name part (lower-case letters and digits joined by . _ __ or -, "
+                    "beginning and ending with a letter or digit)")
+    return None
 
 
 def _shown(value: str, most: int = 80) -> str:
@@ -153,19 +168,23 @@ def host_problem(host: str) -> str | None:
         name, port = host.rsplit(":", 1)
     if port is not None and not 1 <= int(port) <= 65535:
         return f"the registry port {port} is outside 1-65535"
-    if not name.startswith("["):
-        if len(name) > HOST_MAX:
-            return f"the registry host is {len(name)} characters long; a DNS name has at most {HOST_MAX}"
-        labels = name.split(".")
-        if any(not label for label in labels):
-            return f"the registry host {_shown(name)} has an empty label (two dots in a row, or a dot at an end)"
-        hyphen = next((label for label in labels if label.startswith("-") or label.endswith("-")), None)
-        if hyphen:
-            return f"a label of the registry host ({_shown(hyphen)}) begins or ends with '-', which DNS forbids"
-        long = next((label for label in labels if len(label) > LABEL_MAX), None)
-        if long:
-            return (f"a label of the registry host ({_shown(long)}) is {len(long)} characters long; a DNS label "
-                    f"(the part between dots) has at most {LABEL_MAX}")
+    return None if name.startswith("[") else _dns_name_problem(name)
+
+
+def _dns_name_problem(name: str) -> str | None:
+    """What DNS forbids in a registry host's name (None: nothing)."""
+    if len(name) > HOST_MAX:
+        return f"the registry host is {len(name)} characters long; a DNS name has at most {HOST_MAX}"
+    labels = name.split(".")
+    if any(not label for label in labels):
+        return f"the registry host {_shown(name)} has an empty label (two dots in a row, or a dot at an end)"
+    hyphen = next((label for label in labels if label.startswith("-") or label.endswith("-")), None)
+    if hyphen:
+        return f"a label of the registry host ({_shown(hyphen)}) begins or ends with '-', which DNS forbids"
+    long = next((label for label in labels if len(label) > LABEL_MAX), None)
+    if long:
+        return (f"a label of the registry host ({_shown(long)}) is {len(long)} characters long; a DNS label "
+                f"(the part between dots) has at most {LABEL_MAX}")
     return None
 
 

@@ -34,12 +34,13 @@ import json
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterable
 
 import requests
 
 from ..errors import EngineError
 from ..support.labels import LOCK_LABEL
-from .api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Sleep, _Failure, _retrying
+from .api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Retries, Sleep, _Failure, _retrying
 from .remote import INDEX_TYPES, _Reader, digest_of, mirror_repository, team_repositories
 from .remote_parse import CERTIFIED_TAG, classify_tags, envkit_made, parse_registry
 from ..support.progress import Progress
@@ -138,35 +139,38 @@ def parse_created(value: str | None) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
+def _decide(image: Image, listing: Listing, rank: dict[str, int], *, keep: int, older_than: timedelta | None,
+            now: datetime) -> Decision:
+    """Keep or delete one image (``rank``: its place among the repository's dated envkit images, newest first)."""
+    why: list[str] = []
+    when = parse_created(image.created)
+    if image.digest == listing.certified:
+        why.append(f":{CERTIFIED_TAG} points at it")
+    if image.digest in listing.protected:
+        why.append(listing.protected[image.digest])
+    if not image.envkit:
+        why.append(f"not an envkit image (no {LOCK_LABEL} label)")
+    elif when is None:
+        why.append("its build time is unknown (no created time in its config)")
+    else:
+        if rank[image.digest] <= keep:
+            why.append(f"one of the {keep} newest (#{rank[image.digest]})")
+        if older_than is not None and now - when < older_than:
+            why.append(f"built less than {older_than.days} day(s) ago")
+    if why or when is None:
+        return Decision(image.digest, image.tags, image.created, False, tuple(why))
+    age = f"built {(now - when).days} day(s) ago" if older_than is not None else ""
+    why = [f"not one of the {keep} newest (#{rank[image.digest]})", *([age] if age else [])]
+    return Decision(image.digest, image.tags, image.created, True, tuple(why))
+
+
 def plan_repository(listing: Listing, *, keep: int, older_than: timedelta | None, now: datetime) -> RepositoryPlan:
     """Keep or delete each image of one repository, and each certificate artifact, with the reasons."""
     dated = [(parse_created(i.created), i) for i in listing.images if i.envkit]
     ranked = sorted((p for p in dated if p[0] is not None), key=lambda p: (p[0], max(p[1].tags, default="")),
                     reverse=True)
     rank = {image.digest: n for n, (_, image) in enumerate(ranked, 1)}
-    decisions = []
-    for image in listing.images:
-        why: list[str] = []
-        when = parse_created(image.created)
-        if image.digest == listing.certified:
-            why.append(f":{CERTIFIED_TAG} points at it")
-        if image.digest in listing.protected:
-            why.append(listing.protected[image.digest])
-        if not image.envkit:
-            why.append(f"not an envkit image (no {LOCK_LABEL} label)")
-        elif when is None:
-            why.append("its build time is unknown (no created time in its config)")
-        else:
-            if rank[image.digest] <= keep:
-                why.append(f"one of the {keep} newest (#{rank[image.digest]})")
-            if older_than is not None and now - when < older_than:
-                why.append(f"built less than {older_than.days} day(s) ago")
-        if why:
-            decisions.append(Decision(image.digest, image.tags, image.created, False, tuple(why)))
-            continue
-        age = f"built {(now - when).days} day(s) ago" if older_than is not None else ""
-        why = [f"not one of the {keep} newest (#{rank[image.digest]})", *([age] if age else [])]
-        decisions.append(Decision(image.digest, image.tags, image.created, True, tuple(why)))
+    decisions = [_decide(image, listing, rank, keep=keep, older_than=older_than, now=now) for image in listing.images]
     deleted = {d.digest for d in decisions if d.delete}
     deleted_tags = {t for d in decisions if d.delete for t in d.tags}
     present = {i.digest for i in listing.images} | set(listing.held)
@@ -223,12 +227,10 @@ def _subject(raw: bytes) -> str | None:
     return subject if isinstance(subject, str) else None
 
 
-def _listing(r: _Reader, path: str, found: list[str]) -> Listing:
-    """Read one repository (``found``: its tags): every stack tag's manifest and config, :certified, mirrors and
-    artifacts."""
-    tags = classify_tags(found)
+def _stack_images(r: _Reader, path: str, stacks: Iterable[str]) -> dict[str, tuple[list[str], str | None, bool]]:
+    """Each manifest the stack tags point at: its tags, its created time and whether envkit built it."""
     by_digest: dict[str, tuple[list[str], str | None, bool]] = {}
-    for tag in tags.stacks:
+    for tag in stacks:
         manifest = r.manifest(path, tag)
         if manifest is None:  # deleted since the listing
             continue
@@ -239,19 +241,34 @@ def _listing(r: _Reader, path: str, found: list[str]) -> Listing:
                 facts = r.facts(path, manifest, f"{r.registry}/{path}:{tag}")
                 by_digest[manifest.digest] = ([], facts.created, LOCK_LABEL in facts.labels)
         by_digest[manifest.digest][0].append(tag)
-    images = tuple(Image(d, tuple(t), created, envkit) for d, (t, created, envkit) in by_digest.items())
-    certified = digest_of(r, path, CERTIFIED_TAG) if tags.certified else None
+    return by_digest
+
+
+def _protected(r: _Reader, path: str, images: tuple[Image, ...], mirrors: Iterable[str]) -> dict[str, str]:
+    """The images a tag envkit did not make, or a base mirror's tag, also points at: deleting the manifest would
+    take that tag (a user's :prod) with it."""
     protected = {}
-    for image in images:  # deleting the manifest would take a user's own tag (:prod) with it
+    for image in images:
         theirs = [t for t in image.tags if not envkit_made(t)]
         if image.envkit and theirs:
             protected[image.digest] = (f"also tagged {', '.join(theirs)}: a tag envkit did not make (its stack tags "
                                        f"are <version>-<variant>-py<python>-<lock hash>)")
-    for tag in tags.mirrors:
+    for tag in mirrors:
         digest = digest_of(r, path, tag)
         if digest:
             why = f"also tagged {tag} (a base mirror)"
             protected[digest] = f"{protected[digest]}; {why}" if digest in protected else why
+    return protected
+
+
+def _listing(r: _Reader, path: str, found: list[str]) -> Listing:
+    """Read one repository (``found``: its tags): every stack tag's manifest and config, :certified, mirrors and
+    artifacts."""
+    tags = classify_tags(found)
+    by_digest = _stack_images(r, path, tags.stacks)
+    images = tuple(Image(d, tuple(t), created, envkit) for d, (t, created, envkit) in by_digest.items())
+    certified = digest_of(r, path, CERTIFIED_TAG) if tags.certified else None
+    protected = _protected(r, path, images, tags.mirrors)
     artifacts, held = [], set()
     for stack, cert_tags in sorted(tags.certificates.items()):
         for tag in cert_tags:
@@ -269,7 +286,7 @@ NO_SUCH_MANIFEST = "sha256:" + "0" * 64  # a digest no manifest has
 
 
 class _Deleter:
-    def __init__(self, r: _Reader, opts: dict):
+    def __init__(self, r: _Reader, opts: Retries):
         self.r, self.opts, self.count = r, opts, 0
 
     def disabled(self, path: str) -> bool:
@@ -315,7 +332,7 @@ class _Deleter:
         return "deleted" if gone else "already gone"
 
 
-def prune_registry(client, where: str, *, keep: int = DEFAULT_KEEP, older_than_days: int | None = None,
+def prune_registry(client: Any, where: str, *, keep: int = DEFAULT_KEEP, older_than_days: int | None = None,
                    dry_run: bool = False, now: datetime | None = None, retries: int = 2, backoff: float = 0.5,
                    sleep: Sleep = time.sleep, session: requests.Session | None = None,
                    progress: Progress | None = None) -> PruneResult:
@@ -326,7 +343,7 @@ def prune_registry(client, where: str, *, keep: int = DEFAULT_KEEP, older_than_d
     registry, prefix = parse_registry(where)
     now = now or datetime.now(timezone.utc)
     older = timedelta(days=older_than_days) if older_than_days is not None else None
-    opts = dict(retries=retries, backoff=backoff, sleep=sleep)
+    opts = Retries(retries=retries, backoff=backoff, sleep=sleep)
     r = _Reader(client, registry, session=session, **opts)
     repos, skipped, warnings = team_repositories(r, registry, prefix)
     delete = _Deleter(r, opts)
@@ -358,7 +375,7 @@ def _carry_out(plan: RepositoryPlan, path: str, delete: _Deleter,
                progress: Progress | None) -> RepositoryPlan:
     """Images first, then their artifacts: an interrupted prune leaves artifacts whose image is gone,
     which the next prune deletes; the other order would leave images without their certificates."""
-    def carry(items, name):
+    def carry(items: Iterable[Any], name: Callable[[Any], str]) -> tuple:
         done = []
         for item in items:
             if item.delete:

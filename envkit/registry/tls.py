@@ -26,6 +26,7 @@ import ssl
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests.adapters
 
@@ -148,7 +149,7 @@ class TrustAdapter(requests.adapters.HTTPAdapter):
         self._context = context
         super().__init__()
 
-    def init_poolmanager(self, *args, **kwargs):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["ssl_context"] = self._context
         return super().init_poolmanager(*args, **kwargs)
 

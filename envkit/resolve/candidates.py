@@ -14,6 +14,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from ..catalog.models import Catalog, PyRange, vtuple
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,12 @@ def variant_index_for(catalog: Catalog, tag: str, variant_index: str | None = No
     return variant_index.replace("{variant}", tag) if variant_index else catalog.torch_variant_index(tag)
 
 
-def _torch(catalog: Catalog, admits, variant_index: str | None) -> list[Candidate]:
+def _torch(catalog: Catalog, admits: Callable[[str], bool], variant_index: str | None) -> list[Candidate]:
     out = []
     for release in sorted(catalog.torch_releases(), key=lambda r: vtuple(r.version), reverse=True):
-        variants = sorted(release.variants, key=lambda v: (v.tag != release.index_default, [-x for x in vtuple(v.cuda)]))
+        variants = sorted(
+            release.variants, key=lambda v: (v.tag != release.index_default, [-x for x in vtuple(v.cuda)])
+        )
         for patch in sorted(release.patches, key=Version, reverse=True):
             if not admits(patch):
                 continue
@@ -75,7 +78,7 @@ def _torch(catalog: Catalog, admits, variant_index: str | None) -> list[Candidat
     return out
 
 
-def _jax(catalog: Catalog, admits, extras: set[str]) -> list[Candidate]:
+def _jax(catalog: Catalog, admits: Callable[[str], bool], extras: set[str]) -> list[Candidate]:
     jax = catalog.jax
     chosen = [e for e in jax.extras if not extras or e.extra in extras]
     out = []
@@ -93,7 +96,7 @@ def _jax(catalog: Catalog, admits, extras: set[str]) -> list[Candidate]:
     return out
 
 
-def _tensorflow(catalog: Catalog, admits) -> list[Candidate]:
+def _tensorflow(catalog: Catalog, admits: Callable[[str], bool]) -> list[Candidate]:
     tf = catalog.tensorflow
     out = []
     for release in sorted(tf.releases, key=lambda r: vtuple(r.version), reverse=True):

@@ -30,6 +30,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ..index.closure import Pin, compile_closure
 from ..errors import BuildError, ResolutionError
@@ -37,7 +38,7 @@ from ..lock import LockedImage, Package, sealed
 from ..index.wheel_facts import runtime_package
 from ..frameworks import devel_refusal, framework, require_devel
 
-GROUP = "devel"  # the lock's package group of the compiler's wheels
+GROUP: Literal["devel"] = "devel"  # the lock's package group of the compiler's wheels
 APT = ("g++", "python3-dev", "ninja-build")  # a C++ toolchain for extensions, and the Python headers
 CUDA_HOME = "/opt/cuda"  # symlinks into the nvidia-* wheels (and the .deb's programs), in a toolkit's layout
 PREFIX = "/opt/devel"  # the compiler wheels' install prefix in the build; merged into the venv at runtime
@@ -67,9 +68,9 @@ def _major(cuda_mm: str) -> int:
     return int(cuda_mm.split(".")[0])
 
 
-def check_cuda(name: str, cuda_mm: str | None, requirement: str | None = None) -> None:
-    """Refuse, with the way out, a CUDA release envkit has no compiler for (``requirement``: the image's framework
-    requirement, whose extra may hold it to CUDA 12)."""
+def check_cuda(name: str, cuda_mm: str | None, requirement: str | None = None) -> str:
+    """``cuda_mm``, once known to be a CUDA release envkit has a compiler for; else refused with the way out
+    (``requirement``: the image's framework requirement, whose extra may hold it to CUDA 12)."""
     if not cuda_mm:
         raise ResolutionError(f"image {name!r} has no CUDA runtime, so a devel flavour has no nvcc to match",
                               hint="use flavour: runtime for CPU-only images")
@@ -81,6 +82,7 @@ def check_cuda(name: str, cuda_mm: str | None, requirement: str | None = None) -
             f"the devel flavour needs CUDA {known}",
             hint=_cuda12_extra_hint(requirement) or "pick a framework build with one of those CUDA versions (a "
                  "`cuda:` constraint, e.g. \">=13\"), or use flavour: runtime")
+    return cuda_mm
 
 
 def _cuda12_extra_hint(requirement: str | None) -> str | None:
@@ -142,11 +144,11 @@ def lock_packages(name: str, cuda_mm: str | None, locked: Sequence[Pin], *, requ
                   index_url: str, extra_index_url: str | None = None,
                   closure: Closure = compile_closure) -> list[Package]:
     """The devel group: the compiler's closure, constrained by ``locked``, less what ``locked`` holds."""
-    check_cuda(name, cuda_mm, requirement)
-    pins = closure(requirements(cuda_mm, locked), python=python, glibc=glibc, index_url=index_url,
+    cuda = check_cuda(name, cuda_mm, requirement)
+    pins = closure(requirements(cuda, locked), python=python, glibc=glibc, index_url=index_url,
                    extra_index_url=extra_index_url, constraints=list(locked))
-    nvcc = next((p for p in pins if p.name == compiler_names(cuda_mm)[0]), None)
-    if nvcc is not None and not nvcc.version.startswith(f"{cuda_mm}."):
+    nvcc = next((p for p in pins if p.name == compiler_names(cuda)[0]), None)
+    if nvcc is not None and not nvcc.version.startswith(f"{cuda}."):
         raise ResolutionError(
             f"image {name!r} locks the CUDA {cuda_mm} runtime, but its closure pins {nvcc.name} {nvcc.version}: "
             "nvcc must be of the runtime's CUDA release", hint="constrain the CUDA runtime or the framework so the "
@@ -174,8 +176,7 @@ def packages(image: LockedImage) -> tuple[Package, ...]:
     (jax[cuda13] locks the whole CUDA 13 compiler for ptxas, so its devel group is empty). A devel image
     whose lock lacks any of them (locked by an older envkit) is refused."""
     require_devel(image)
-    check_cuda(image.name, image.cuda_major_minor)
-    names = compiler_names(image.cuda_major_minor)
+    names = compiler_names(check_cuda(image.name, image.cuda_major_minor))
     found = tuple(p for p in image.packages if p.group == GROUP or p.name in names)
     missing = [n for n in names if n not in {p.name for p in found}]
     if missing:
@@ -194,8 +195,7 @@ def wheels_to_add(image: LockedImage) -> tuple[Package, ...]:
 
 def toolkit_deb(image: LockedImage) -> DebianToolkit | None:
     """Debian's toolkit .deb ``image`` takes the compiler's programs from (CUDA 12), else None."""
-    check_cuda(image.name, image.cuda_major_minor)
-    return DEBIAN_TOOLKITS.get(image.cuda_major_minor)
+    return DEBIAN_TOOLKITS.get(check_cuda(image.name, image.cuda_major_minor))
 
 
 def toolkit_deb_url(image: LockedImage) -> str:
@@ -212,7 +212,10 @@ def fetch_toolkit_deb(image: LockedImage, dest: Path) -> Path:
     checked against its pinned sha256."""
     import requests
 
-    url, expected = toolkit_deb_url(image), toolkit_deb(image).sha256
+    deb = toolkit_deb(image)
+    if deb is None:
+        raise BuildError(f"image {image.name!r} takes no toolkit .deb (CUDA {image.cuda_major_minor})")
+    url, expected = toolkit_deb_url(image), deb.sha256
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / url.rsplit("/", 1)[1]
     h = hashlib.sha256()

@@ -26,7 +26,7 @@ is refused naming it, the newest release that has one, and the ways out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -39,6 +39,9 @@ from ..index.closure import ClosureError, Pin
 from ..errors import PackageIndexError, ResolutionError
 from ..lock import HELD_BACK, PIP_TOPIC, Decision
 
+if TYPE_CHECKING:
+    from ..index.client import WheelFile
+
 PROBE_RETRIES = 4  # versions the index has and the catalog does not, skipped one at a time
 
 
@@ -47,8 +50,8 @@ class Index(Protocol):
     url: str
 
     def versions(self, project: str) -> list[Version]: ...
-    def wheel_for(self, project: str, version, python: str, glibc: str): ...
-    def requires(self, wheel) -> list[Requirement]: ...
+    def wheel_for(self, project: str, version: Version, python: str, glibc: str) -> WheelFile | None: ...
+    def requires(self, wheel: WheelFile) -> list[Requirement]: ...
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ class PackageRefusal(ResolutionError):
     """One package of the image's pip: cannot be had as asked (``package``: its canonical name, which the
     error's location points at)."""
 
-    def __init__(self, message: str, *, package: str, **kw):
+    def __init__(self, message: str, *, package: str, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.package = package
 
@@ -243,7 +246,9 @@ def no_wheel(t: Target, exc: ClosureError, index: Index) -> NoWheelError:
     asked = next((e for e in t.extras if canonicalize_name(Requirement(e).name) == name), None)
     where = f"CPython {t.python} on x86_64 with glibc {t.glibc}"
     newest = newest_with_wheel(index, name, t.python, t.glibc)
-    what = f"{asked!r} (pip:)" if asked else f"{name} (required by another package: {' '.join(exc.cause.split())[:300]})"
+    what = (
+        f"{asked!r} (pip:)" if asked else f"{name} (required by another package: {' '.join(exc.cause.split())[:300]})"
+    )
     if newest is None:
         has = f"no release of {name} on {index.url} has a wheel for {where}"
         pin = ""

@@ -58,7 +58,7 @@ def spec_digests(spec: Spec) -> set[str]:
     return {spec_digest(spec), _sha256(spec.model_dump(mode="json"))}
 
 
-def _sha256(body) -> str:
+def _sha256(body: object) -> str:
     return "sha256:" + hashlib.sha256(canonical(body)).hexdigest()
 
 
@@ -92,7 +92,8 @@ def check_frameworks(spec: Spec) -> None:
             raise SpecError(f"unknown extra {sorted(bad)[0]!r} for {name} in images[{i}].framework",
                             location=where, hint=f"allowed extras: {allowed}")
         # the framework in pip: too would be a second, conflicting pin, found only by the closure (exit 4)
-        listed = [((f"images[{i}].pip[{j}]", ("images", i, "pip", j)), r) for j, r in enumerate(image.pip)]
+        listed: list[tuple[tuple[str, tuple[str | int, ...]], str]] = [
+            ((f"images[{i}].pip[{j}]", ("images", i, "pip", j)), r) for j, r in enumerate(image.pip)]
         listed += [((f"defaults.pip[{j}]", ("defaults", "pip", j)), r) for j, r in enumerate(spec.defaults.pip)]
         for (shown, path), entry in listed:
             req_pip = Requirement(str(entry))
@@ -122,10 +123,12 @@ def check_mirror_names(spec: Spec, plans: list[ImagePlan]) -> None:
     for i, image in enumerate(spec.images):
         if image.name in mirrors:
             base = mirrors[image.name].base
-            raise SpecError(f"image name {image.name!r} is the registry repository envkit mirrors the "
-                            f"{base.distro} {base.suite} base to (nightly --registry pushes it to TEAM_PATH/{image.name})",
-                            location=spec.locate("images", i, "name"),
-                            hint=f"rename the image (e.g. {image.name.removeprefix('base-')}-base)")
+            raise SpecError(
+                f"image name {image.name!r} is the registry repository envkit mirrors the "
+                f"{base.distro} {base.suite} base to (nightly --registry pushes it to TEAM_PATH/{image.name})",
+                location=spec.locate("images", i, "name"),
+                hint=f"rename the image (e.g. {image.name.removeprefix('base-')}-base)",
+            )
 
 
 def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> ImagePlan:
@@ -136,11 +139,16 @@ def plan_image(spec: Spec, target: Target, catalog: Catalog, fleet: Fleet) -> Im
     if python != os_base.python:
         suites = catalog.python_suites(python)
         raise ResolutionError(
-            f"image {target.name!r} asks for Python {python} but its base ({base.distro} {base.suite}) ships {os_base.python}",
+            f"image {target.name!r} asks for Python {python} but its base ({base.distro} {base.suite}) "
+            f"ships {os_base.python}",
             location=where,
-            hint=(f"use a base that ships it: {' or '.join(base_for(catalog, s) for s in suites)}" if suites
-                  else f"use python: \"{os_base.python}\"")
-                 + "; envkit uses the base's own interpreter")
+            hint=(
+                f"use a base that ships it: {' or '.join(base_for(catalog, s) for s in suites)}"
+                if suites
+                else f'use python: "{os_base.python}"'
+            )
+            + "; envkit uses the base's own interpreter",
+        )
     decisions.append(Decision(topic="python", choice=python, reason=f"the interpreter of {base.distro} {base.suite}"))
 
     check_excluded_pin(spec, target, catalog, fleet, python)
@@ -175,11 +183,20 @@ def choose(p: ImagePlan, chosen: Candidate, catalog: Catalog, why: str | None = 
     decisions.append(Decision(topic=Requirement(p.target.framework).name, choice=chosen.label, reason=reason,
                               rejected=p.rejected))
     fleet = p.fleet
+    assert fleet is not None  # plan_image gives every plan its fleet
     floor = catalog.driver_floor_for(chosen.cuda, fleet.policy)
-    decisions.append(Decision(
-        topic="driver_floor", choice=floor,
-        reason=f"CUDA {chosen.cuda} under policy '{fleet.policy}' " + (
-            "(minor-version compatibility within the major)" if fleet.policy == "minor" else "(the toolkit's own floor)")))
+    decisions.append(
+        Decision(
+            topic="driver_floor",
+            choice=floor,
+            reason=f"CUDA {chosen.cuda} under policy '{fleet.policy}' "
+            + (
+                "(minor-version compatibility within the major)"
+                if fleet.policy == "minor"
+                else "(the toolkit's own floor)"
+            ),
+        )
+    )
     if p.target.flavour == "devel":
         decisions.append(_devel_plan(p.target, chosen, p.flavour_where))
     if fleet.gpus:
@@ -191,11 +208,16 @@ def choose(p: ImagePlan, chosen: Candidate, catalog: Catalog, why: str | None = 
         decisions.append(Decision(topic="gpus", choice="not checked",
                                   reason="fleet.gpus lists no GPU, so no compute capability was checked against the "
                                          "build's arch list; list the fleet's models to have it checked"))
-    return replace(p, chosen=chosen, driver_floor=floor, require_cuda=catalog.require_cuda_for(chosen.cuda, fleet.policy),
-                   decisions=decisions)
+    return replace(
+        p,
+        chosen=chosen,
+        driver_floor=floor,
+        require_cuda=catalog.require_cuda_for(chosen.cuda, fleet.policy),
+        decisions=decisions,
+    )
 
 
-def _devel_plan(target: Target, c, where: Location | None) -> Decision:
+def _devel_plan(target: Target, c: Candidate, where: Location | None) -> Decision:
     """The devel flavour, judged when planning (explain, and resolve before the network) where the catalog
     knows enough: a framework envkit makes no devel image of, or an exactly pinned CUDA it has no compiler for,
     is refused at the image's flavour: line, as is a CUDA 12 range starting above Debian's toolkits (jax[cuda12]:
@@ -214,11 +236,11 @@ def _devel_plan(target: Target, c, where: Location | None) -> Decision:
                     "locked at resolve, constrained by the framework's closure (see docs/images.md, the devel flavour)")
 
 
-def _base(base: Base, catalog: Catalog, decisions: list[Decision], where) -> tuple[BaseImage, OsBase]:
+def _base(base: Base, catalog: Catalog, decisions: list[Decision], where: Location | None) -> tuple[BaseImage, OsBase]:
     if base.bootstrap:
         b = base.bootstrap
         os_base = catalog.os_base(b.suite)
-        debian = [s for s in catalog.suites() if catalog.os_base(s).distro == "debian"]
+        debian = [s for s in catalog.suites() if getattr(catalog.os_base(s), "distro", None) == "debian"]
         if os_base is None or os_base.distro != "debian":
             raise ResolutionError(f"cannot bootstrap suite {b.suite!r}", location=where,
                                   hint=f"known Debian suites: {', '.join(debian)}")
@@ -229,6 +251,8 @@ def _base(base: Base, catalog: Catalog, decisions: list[Decision], where) -> tup
         return BaseImage(ref=f"envkit-base/debian:{b.suite}-{b.variant}-{rh}", digest=None,
                          distro="debian", suite=b.suite, bootstrap=recipe), os_base
     ref = base.image
+    if ref is None:  # the spec's base is bootstrap or image, one of them (spec.Base)
+        raise ResolutionError("the base names neither a bootstrap nor an image", location=where)
     name, _, digest = ref.partition("@")
     last = name.rsplit("/", 1)[-1]
     repo, tag = (name.rsplit(":", 1) if ":" in last else (name, "latest"))
@@ -239,6 +263,11 @@ def _base(base: Base, catalog: Catalog, decisions: list[Decision], where) -> tup
     if os_base is None:
         raise ResolutionError(f"cannot tell which OS release base image {ref!r} is", location=where,
                               hint=f"use a tag naming a known suite ({', '.join(catalog.suites())})")
-    decisions.append(Decision(topic="base", choice=ref,
-                              reason="given in the spec" + ("" if digest else " (pin it by digest for reproducible builds)")))
+    decisions.append(
+        Decision(
+            topic="base",
+            choice=ref,
+            reason="given in the spec" + ("" if digest else " (pin it by digest for reproducible builds)"),
+        )
+    )
     return BaseImage(ref=ref, digest=digest or None, distro=os_base.distro, suite=suite), os_base

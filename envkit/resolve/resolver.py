@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -29,13 +29,13 @@ from .rules import uncovered
 from ..index.wheel_arches import READERS, ArchReading, read_arches, same_arches
 from ..index.wheel_facts import bundled_pins, library_versions, runtime_package
 from .plan import ImagePlan, choose, plan, spec_digest
-from ..index.client import PackageIndex
+from ..index.client import PackageIndex, WheelFile
 
 
 
 Closure = Callable[..., list[Pin]]
 IndexFactory = Callable[[str], Index]
-ArchReader = Callable[[Index, object, str], ArchReading]  # (index, wheel, framework): wheel_arches.read_arches
+ArchReader = Callable[[Any, Any, str], ArchReading]  # (a MemberIndex, wheel, framework): wheel_arches.read_arches
 
 
 # --- lock (index + closure) ------------------------------------------------------------
@@ -88,6 +88,55 @@ def _pip_entry(spec: Spec, i: int, package: str | None) -> Location | None:
     return None
 
 
+def _solve_with_extras(p: ImagePlan, t: joint.Target, catalog: Catalog, index: Index,
+                       closure: Closure) -> joint.Joint:
+    """The framework build and the image's pip: packages solved together."""
+    known = {Version(x.version) for x in candidates(Requirement(p.chosen.framework), catalog, ignore_version=True)}
+    try:
+        return joint.solve(t, list(p.viable), catalog, index, closure, known)
+    except ResolutionError as exc:
+        exc.from_extras = True  # solved with the image's pip: packages, which the error is about
+        raise
+
+
+def _bundled(p: ImagePlan, fw_index: Index, decisions: list[Decision]) -> tuple[WheelFile, tuple[str | None, ...]]:
+    """The framework's wheel and the CUDA, cuDNN and NCCL versions its metadata pins (a build with exact pins)."""
+    c = p.chosen
+    wheel = fw_index.wheel_for(c.framework, _v(c.version), p.python, p.os.glibc)
+    if wheel is None:
+        raise ResolutionError(
+            f"{c.label} has no wheel for CPython {p.python} on glibc {p.os.glibc} at {fw_index.url}",
+            hint="choose another Python/base or framework version",
+        )
+    pins = bundled_pins(fw_index.requires(wheel), p.python)
+    cuda, cudnn, nccl = pins.get("cuda"), pins.get("cudnn"), pins.get("nccl")
+    if cuda and ".".join(cuda.split(".")[:2]) != c.cuda:
+        raise ResolutionError(
+            f"{wheel.filename} pins CUDA {cuda}, but the catalog says {c.label} is CUDA {c.cuda}",
+            hint="run `envkit catalog refresh` to update the catalog from the index",
+        )
+    decisions.append(Decision(topic="bundled", choice=f"CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}",
+                              reason=f"pinned by {wheel.filename}'s metadata on {fw_index.url}"))
+    return wheel, (cuda, cudnn, nccl)
+
+
+def _extras_decisions(p: ImagePlan, t: joint.Target, solved: joint.Joint, newest: dict[str, Future],
+                      catalog: Catalog, index: Index, closure: Closure, *, held_back: str) -> list[Decision]:
+    """A decision per pip: package (its version against the newest it admits); ``held_back='refuse'`` fails on one
+    held far behind."""
+    c = p.chosen
+    pairing = catalog.companions(c.framework, c.version)
+    newest_now = {n: f.result() for n, f in newest.items()}
+    for extra in t.extras:  # a companion's newest is the newest that pairs with this release (index cached)
+        n = canonicalize_name(Requirement(extra).name)
+        if n in pairing:
+            newest_now[n] = joint.newest_admitted(index, extra, p.python, p.os.glibc, pairing[n])
+    reports = joint.report_extras(t, solved, newest_now, closure)
+    if held_back == "refuse":
+        joint.refuse_held_back(reports)
+    return [r.decision for r in reports]
+
+
 def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
                index_for: IndexFactory | None, min_driver: str, arch_reader: ArchReader = read_arches, *,
                held_back: str = "show") -> LockedImage:
@@ -101,32 +150,15 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         for extra in t.extras:  # asked of the index while uv solves
             newest[canonicalize_name(Requirement(extra).name)] = pool.submit(
                 joint.newest_admitted, index, extra, p.python, p.os.glibc)
-        solved = None
-        if t.extras:
-            known = {Version(x.version) for x in candidates(Requirement(p.chosen.framework), catalog, ignore_version=True)}
-            try:
-                solved = joint.solve(t, list(p.viable), catalog, index, closure, known)
-            except ResolutionError as exc:
-                exc.from_extras = True  # solved with the image's pip: packages, which the error is about
-                raise
-            if solved.candidate != p.chosen:
-                p = choose(p, solved.candidate, catalog, solved.why)
+        solved = _solve_with_extras(p, t, catalog, index, closure) if t.extras else None
+        if solved is not None and solved.candidate != p.chosen:
+            p = choose(p, solved.candidate, catalog, solved.why)
         c = p.chosen
         decisions = list(p.decisions)
         fw_index = index if c.index is None else index_of(c.index)
         cuda = cudnn = nccl = wheel = None
         if c.exact_pins:
-            wheel = fw_index.wheel_for(c.framework, _v(c.version), p.python, p.os.glibc)
-            if wheel is None:
-                raise ResolutionError(f"{c.label} has no wheel for CPython {p.python} on glibc {p.os.glibc} at {fw_index.url}",
-                                      hint="choose another Python/base or framework version")
-            pins = bundled_pins(fw_index.requires(wheel), p.python)
-            cuda, cudnn, nccl = pins.get("cuda"), pins.get("cudnn"), pins.get("nccl")
-            if cuda and ".".join(cuda.split(".")[:2]) != c.cuda:
-                raise ResolutionError(f"{wheel.filename} pins CUDA {cuda}, but the catalog says {c.label} is CUDA {c.cuda}",
-                                      hint="run `envkit catalog refresh` to update the catalog from the index")
-            decisions.append(Decision(topic="bundled", choice=f"CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}",
-                                      reason=f"pinned by {wheel.filename}'s metadata on {fw_index.url}"))
+            wheel, (cuda, cudnn, nccl) = _bundled(p, fw_index, decisions)
         arches = c.arches
         if c.min_cc is None and c.framework in READERS:
             wheel = wheel or fw_index.wheel_for(c.framework, _v(c.version), p.python, p.os.glibc)
@@ -139,16 +171,7 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         else:
             closed = list(solved.pins)
             own = framework_group(closed, c.framework)  # the framework's closure, as the extras allowed it
-            pairing = catalog.companions(c.framework, c.version)
-            newest_now = {n: f.result() for n, f in newest.items()}
-            for extra in t.extras:  # a companion's newest is the newest that pairs with this release (index cached)
-                n = canonicalize_name(Requirement(extra).name)
-                if n in pairing:
-                    newest_now[n] = joint.newest_admitted(index, extra, p.python, p.os.glibc, pairing[n])
-            reports = joint.report_extras(t, solved, newest_now, closure)
-            if held_back == "refuse":
-                joint.refuse_held_back(reports)
-            decisions += [r.decision for r in reports]
+            decisions += _extras_decisions(p, t, solved, newest, catalog, index, closure, held_back=held_back)
     packages = [Package(name=x.name, version=x.version, hashes=x.hashes,
                         group="framework" if x.name in own else "extra") for x in closed]
     fw = [x for x in closed if x.name in own]
@@ -179,7 +202,7 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         decisions=tuple(decisions)))
 
 
-def confirm_arches(p: ImagePlan, catalog: Catalog, fw_index: Index, wheel, reader: ArchReader,
+def confirm_arches(p: ImagePlan, catalog: Catalog, fw_index: Index, wheel: WheelFile | None, reader: ArchReader,
                    decisions: list[Decision]) -> tuple[str, ...]:
     """The arch list to lock: the wheel's own (read by range requests), else the catalog's, said unconfirmed.
 
@@ -196,7 +219,9 @@ def confirm_arches(p: ImagePlan, catalog: Catalog, fw_index: Index, wheel, reade
         return c.arches
     said = f"read from {read.member} in {read.wheel} on {fw_index.url}"
     if same_arches(read.flags, c.arches):
-        decisions.append(Decision(topic="arch_list", choice=" ".join(read.flags), reason=said + "; as the catalog says"))
+        decisions.append(
+            Decision(topic="arch_list", choice=" ".join(read.flags), reason=said + "; as the catalog says")
+        )
         return read.flags
     catalog_list = " ".join(c.arches)
     if p.fleet is not None and p.fleet.gpus:

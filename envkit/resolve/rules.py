@@ -54,6 +54,7 @@ def check_excluded_pin(spec: Spec, target: Target, catalog: Catalog, fleet: Flee
     cuda_spec = SpecifierSet(target.cuda) if target.cuda else None
     fits = [c.version for c in candidates(req, catalog, ignore_version=True)
             if reject_reason(c, python, catalog, fleet, cuda_spec) is None]
+    assert pinned is not None  # an excluded release was found for it
     series = Version(pinned).release[:2]
     near = next((v for v in fits if Version(v).release[:2] == series), None)
     if near:
@@ -70,7 +71,9 @@ def check_excluded_pin(spec: Spec, target: Target, catalog: Catalog, fleet: Flee
              f"(its row at {ex.location})")
 
 
-def reject_reason(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec: SpecifierSet | None) -> str | None:
+def reject_reason(
+    c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec: SpecifierSet | None
+) -> str | None:
     """Why ``c`` cannot serve this image, or None when it can."""
     ex = catalog.excluded(c.framework, c.version)
     if ex is not None:
@@ -84,7 +87,8 @@ def reject_reason(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cud
     except CatalogError as exc:  # a catalog gap for this CUDA under strict policy
         return exc.message
     if vtuple(fleet.min_driver) < vtuple(floor):
-        return f"needs driver >= {floor} for CUDA {c.cuda} (policy {fleet.policy}); the fleet's oldest is {fleet.min_driver}"
+        return (f"needs driver >= {floor} for CUDA {c.cuda} (policy {fleet.policy}); "
+                f"the fleet's oldest is {fleet.min_driver}")
     # PTX JIT needs a driver at least as new as the toolkit; minor-version compatibility is not enough.
     try:
         jit_floor = catalog.toolkit_floor(c.cuda)
@@ -102,13 +106,17 @@ def uncovered(c: Candidate, fleet: Fleet, ptx_ok: bool, jit_floor: str | None) -
                 return f"needs compute capability >= {c.min_cc}; {gpu.family} ({', '.join(gpu.models[:2])}) is {gpu.cc}"
         elif not covers(c.arches, gpu.cc, ptx_ok=ptx_ok):
             only_ptx = covers(c.arches, gpu.cc, ptx_ok=True)
-            why = (f"only PTX covers {gpu.family} (cc {gpu.cc}) and JIT needs driver >= {jit_floor or 'an unknown floor'}"
-                   if only_ptx else f"has no kernels for {gpu.family} (cc {gpu.cc}); arch list {' '.join(c.arches)}")
+            why = (
+                f"only PTX covers {gpu.family} (cc {gpu.cc}) and JIT needs driver >= {jit_floor or 'an unknown floor'}"
+                if only_ptx
+                else f"has no kernels for {gpu.family} (cc {gpu.cc}); arch list {' '.join(c.arches)}"
+            )
             return why
     return None
 
 
-def ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
+def ways_out(req: Requirement, python: str, catalog: Catalog, fleet: Fleet, cuda_spec: SpecifierSet | None,
+             rejected: list[str]) -> str:
     """The nearest relaxations that would resolve: another version, driver, GPU list or CUDA."""
     ways = []
     other = next((c for c in candidates(req, catalog, ignore_version=True)
@@ -140,7 +148,7 @@ def ways_out(req, python, catalog, fleet, cuda_spec, rejected) -> str:
         if both:
             ways.append("drop " + ", ".join(sorted({f"{g.models[0]} (cc {g.cc})" for g in both}))
                         + " from fleet.gpus (serve it with another image) and raise fleet.min_driver to >= "
-                        + _lowest(list(both.values())))
+                        + str(_lowest(list(both.values()))))
     ways += _other_python(req, python, catalog, fleet, cuda_spec)
     if cuda_spec is not None:
         ways.append(f"relax the cuda constraint {cuda_spec}")
@@ -192,7 +200,8 @@ def unreachable_variant_ways_out(chosen: Candidate, catalog: Catalog, fleet: Fle
     return "ways out:\n" + "\n".join(f"    - {w}" for w in ways)
 
 
-def _driver_needed(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cuda_spec) -> str | None:
+def _driver_needed(c: Candidate, python: str, catalog: Catalog, fleet: Fleet,
+                   cuda_spec: SpecifierSet | None) -> str | None:
     """The oldest driver with which ``c`` fits ``fleet`` (its GPUs as they are), or None when no driver does: its
     CUDA's floor under the policy, else the toolkit's own floor (PTX JIT), each checked by the rules again."""
     floors = []
@@ -201,8 +210,8 @@ def _driver_needed(c: Candidate, python: str, catalog: Catalog, fleet: Fleet, cu
             floors.append(floor())
         except CatalogError:  # a catalog gap (no floor for this CUDA): that way is not offered
             pass
-    for floor in sorted({f for f in floors if f}, key=vtuple):
-        driver = max(floor, fleet.min_driver, key=vtuple)
+    for found in sorted({f for f in floors if f}, key=vtuple):
+        driver = max(found, fleet.min_driver, key=vtuple)
         if reject_reason(c, python, catalog, replace(fleet, min_driver=driver), cuda_spec) is None:
             return driver
     return None
@@ -213,7 +222,8 @@ def _lowest(drivers: list[str | None]) -> str | None:
     return min(found, key=vtuple) if found else None
 
 
-def _other_extra(req, python, catalog, fleet, cuda_spec) -> list[str]:
+def _other_extra(req: Requirement, python: str, catalog: Catalog, fleet: Fleet,
+                 cuda_spec: SpecifierSet | None) -> list[str]:
     """The same framework with another CUDA extra (jax[cuda12] for jax[cuda13]), when one of its builds fits."""
     name = req.name.lower()
     out = []
@@ -228,10 +238,12 @@ def _other_extra(req, python, catalog, fleet, cuda_spec) -> list[str]:
     return out
 
 
-def _other_python(req, python, catalog, fleet, cuda_spec) -> list[str]:
+def _other_python(req: Requirement, python: str, catalog: Catalog, fleet: Fleet,
+                  cuda_spec: SpecifierSet | None) -> list[str]:
     """Another Python a catalog base ships, with which a build of ``req`` fits the fleet as it is (the
     newest build first, the nearest Python for it)."""
-    shipped = sorted({catalog.os_base(s).python for s in catalog.suites()} - {python}, key=vtuple)
+    os_bases = [b for s in catalog.suites() if (b := catalog.os_base(s)) is not None]
+    shipped = sorted({b.python for b in os_bases} - {python}, key=vtuple)
     for c in candidates(req, catalog):
         for other in sorted(shipped, key=lambda p: abs(vtuple(p)[1] - vtuple(python)[1])):
             if reject_reason(c, other, catalog, fleet, cuda_spec) is None:
@@ -257,7 +269,7 @@ def rejections(rejected: list[str], shown: int = 4) -> str:
 
 def base_for(catalog: Catalog, suite: str) -> str:
     """How a spec asks for ``suite``: Debian's are bootstrapped here; others are images (pin them by digest)."""
-    distro = catalog.os_base(suite).distro
+    distro = getattr(catalog.os_base(suite), "distro", None)
     if distro == "debian":
         return f"base: {{bootstrap: {{suite: {suite}}}}}"
     return f'base: {{image: "{distro}:{suite}@sha256:..."}}'

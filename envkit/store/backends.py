@@ -15,7 +15,7 @@ import socket
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import RunInProgressError, StoreError
@@ -150,7 +150,7 @@ def redact(url: str) -> str:
 class _PgExecutor:
     """``execute(sql, params)`` with ``?`` placeholders over a psycopg connection."""
 
-    def __init__(self, conn):
+    def __init__(self, conn: Any) -> None:
         self.conn = conn
 
     @staticmethod
@@ -159,7 +159,7 @@ class _PgExecutor:
             raise ValueError("store SQL must not contain '%' (psycopg reads it as a placeholder)")
         return text.replace("?", "%s")
 
-    def execute(self, sql: str, params: Sequence = ()):
+    def execute(self, sql: str, params: Sequence = ()) -> Any:
         return self.conn.execute(self.sql(sql), tuple(params))
 
     def executemany(self, sql: str, rows: Sequence[Sequence]) -> None:
@@ -172,7 +172,7 @@ class PostgresBackend:
 
     MIGRATION_LOCK = _lock_key("envkit:migrations")
 
-    def __init__(self, url: str, conn, psycopg):
+    def __init__(self, url: str, conn: Any, psycopg: Any) -> None:
         self.where = redact(url)
         self.path = self.where  # what messages call the store
         self.conn = conn
@@ -195,9 +195,11 @@ class PostgresBackend:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if parts.password:
                 message = message.replace(parts.password, "***")
-            raise StoreError(f"cannot connect to the history database {redact(url)}: {message}",
-                             hint="check host, port, database and user; give the password through PGPASSWORD "
-                                  "or ~/.pgpass (or the ENVKIT_STORE variable), never on a shared command line") from None
+            raise StoreError(
+                f"cannot connect to the history database {redact(url)}: {message}",
+                hint="check host, port, database and user; give the password through PGPASSWORD "
+                "or ~/.pgpass (or the ENVKIT_STORE variable), never on a shared command line",
+            ) from None
         return cls(url, conn, psycopg)
 
     def _failed(self, exc: Exception) -> StoreError:
@@ -249,7 +251,9 @@ class PostgresBackend:
                                  WHERE l.locktype = 'advisory' AND l.granted
                                    AND l.classid::bigint = ? AND l.objid::bigint = ?""",
                               ((k >> 32) & 0xFFFFFFFF, k & 0xFFFFFFFF))
-            holder = f"{rows[0]['who']}, connected since {rows[0]['since']:%Y-%m-%d %H:%M:%S}" if rows else "another session"
+            holder = (
+                f"{rows[0]['who']}, connected since {rows[0]['since']:%Y-%m-%d %H:%M:%S}" if rows else "another session"
+            )
             raise RunInProgressError(
                 f"{what} is already running against {self.where} ({holder})",
                 hint="wait for it to finish; a run that was killed releases the lock, and the next run resumes it")

@@ -25,7 +25,7 @@ import sqlite3
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..errors import EnvkitError, StoreError
 from .backends import NOT_A_STORE_HINT, Backend, PostgresBackend, SQLiteBackend
@@ -33,14 +33,14 @@ from .migrations import MIGRATIONS, SCHEMA_VERSION, Clock, stamp, utcnow
 from .records import (BUILD_ACTIONS, STEP_STATES, TAG_KINDS, BuildRecord, CertificateRecord, PushRecord, Target,
                       check_one_of, locate)
 
+if TYPE_CHECKING:
+    from ..build.builder import Outcome
+
 
 def _refused(exc: sqlite3.OperationalError) -> bool:
     """SQLite refused for want of permission (a damaged file says otherwise: 'file is not a database')."""
     text = str(exc).lower()
     return "readonly" in text or "unable to open" in text or "permission" in text
-
-
-# --- records --------------------------------------------------------------------------------
 
 
 # --- the store ------------------------------------------------------------------------------
@@ -60,7 +60,7 @@ class Store:
         Default: the ``ENVKIT_STORE`` environment variable, else ``.envkit/history.sqlite``.
         """
         target = locate(url_or_path)
-        backend: Backend = SQLiteBackend.open(target.path) if target.path else PostgresBackend.open(target.url)
+        backend: Backend = SQLiteBackend.open(target.path) if target.path else PostgresBackend.open(target.postgres_url)
         try:
             backend.migrate(MIGRATIONS, clock)
         except BaseException:
@@ -105,7 +105,7 @@ class Store:
         """Open ``target`` to read it: nothing is created or written. A database without envkit's schema (an empty
         file) or with a newer one is a ``StoreError``; an older one is migrated (``_upgraded``)."""
         backend: Backend = (SQLiteBackend.open(target.path, read_only=True) if target.path
-                            else PostgresBackend.open(target.url))
+                            else PostgresBackend.open(target.postgres_url))
         try:
             version = backend.stored_version()
             if version == 0:
@@ -140,7 +140,7 @@ class Store:
     def __enter__(self) -> "Store":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
@@ -180,8 +180,8 @@ class Store:
     def unfinished_run(self, spec_digest: str) -> int | None:
         """The newest run of this spec that never finished (killed mid-way): the one to resume."""
         rows = self.backend.query(
-            "SELECT id FROM runs WHERE spec_digest = ? AND finished_at IS NULL ORDER BY started_at DESC, id DESC LIMIT 1",
-            (spec_digest,))
+            "SELECT id FROM runs WHERE spec_digest = ? AND finished_at IS NULL "
+            "ORDER BY started_at DESC, id DESC LIMIT 1", (spec_digest,))
         return rows[0]["id"] if rows else None
 
     # --- builds ---------------------------------------------------------------------------
@@ -212,7 +212,7 @@ class Store:
                 """, (run_id, name, lock_hash, context_hash, tag, image_id, int(size), float(seconds), action,
                       self._now()))
 
-    def record_outcome(self, outcome, *, lock_hash: str, context_hash: str, run_id: int | None = None) -> None:
+    def record_outcome(self, outcome: Outcome, *, lock_hash: str, context_hash: str, run_id: int | None = None) -> None:
         """``record_build`` from an ``envkit.build.builder.Outcome``."""
         self.record_build(outcome.name, lock_hash, context_hash, tag=outcome.tag, image_id=outcome.image_id,
                           size=outcome.size, seconds=outcome.seconds, action=outcome.action, run_id=run_id)

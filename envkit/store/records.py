@@ -30,6 +30,13 @@ class Target:
         """False only for the default file, when nothing (argument or environment) named a store."""
         return self.url is not None or self.path != DEFAULT_PATH
 
+    @property
+    def postgres_url(self) -> str:
+        """The PostgreSQL URL of a target that names no file."""
+        if self.url is None:
+            raise StoreError(f"the history store {self} is a file, not a PostgreSQL URL")
+        return self.url
+
     def __str__(self) -> str:
         return str(self.path) if self.path is not None else redact(self.url or "")
 
@@ -39,9 +46,11 @@ def locate(url_or_path: str | Path | None = None) -> Target:
     ``sqlite:////abs``, ``postgresql[+driver]://...`` (or ``postgres://``). ``None``: the
     ``ENVKIT_STORE`` environment variable, else ``.envkit/history.sqlite``."""
     if isinstance(url_or_path, str) and not url_or_path.strip():
-        raise StoreError("the history store is named by an empty value",
-                         hint="give a file path, sqlite:///relative/path, sqlite:////absolute/path or "
-                              "postgresql://host/db, or leave --store out for $ENVKIT_STORE, else .envkit/history.sqlite")
+        raise StoreError(
+            "the history store is named by an empty value",
+            hint="give a file path, sqlite:///relative/path, sqlite:////absolute/path or "
+            "postgresql://host/db, or leave --store out for $ENVKIT_STORE, else .envkit/history.sqlite",
+        )
     target = url_or_path if url_or_path is not None else (os.environ.get(STORE_ENV) or DEFAULT_PATH)
     if isinstance(target, Path) or "://" not in target:
         return Target(path=Path(target))

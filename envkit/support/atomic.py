@@ -156,6 +156,27 @@ _held: dict[tuple[int, str], int] = {}
 _held_guard = threading.Lock()
 
 
+def _flock(fd: int, directory: str, wait: float) -> None:
+    """Take an exclusive ``flock`` on open directory ``fd``, waiting up to ``wait`` seconds for another process;
+    a filesystem without locks is written without one."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise EnvkitError(
+                    f"another process has been writing to {directory} for over {wait:.0f} s "
+                    "(an envkit render, build, catalog refresh or exclude of the same outputs)",
+                    hint="wait for it to finish, or find it with `fuser -v` on that directory") from None
+            time.sleep(0.02)
+        except OSError as exc:
+            if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                return  # no locks on this filesystem: write as before
+            raise
+
+
 @contextmanager
 def directories_locked(directories: Iterable[Path], wait: float = LOCK_WAIT) -> Iterator[None]:
     """Hold an exclusive ``flock`` on each directory (on the directory itself: no lock file is left in a user's
@@ -179,22 +200,7 @@ def directories_locked(directories: Iterable[Path], wait: float = LOCK_WAIT) -> 
             except PermissionError:
                 continue  # writable but not readable (mode -wx): written without the lock, as before
             fds.append(fd)
-            deadline = time.monotonic() + wait
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise EnvkitError(
-                            f"another process has been writing to {directory} for over {wait:.0f} s "
-                            "(an envkit render, build, catalog refresh or exclude of the same outputs)",
-                            hint="wait for it to finish, or find it with `fuser -v` on that directory") from None
-                    time.sleep(0.02)
-                except OSError as exc:
-                    if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                        break  # no locks on this filesystem: write as before
-                    raise
+            _flock(fd, directory, wait)
             with _held_guard:
                 _held[key] = 1
             counted.append(key)
@@ -212,21 +218,15 @@ def directories_locked(directories: Iterable[Path], wait: float = LOCK_WAIT) -> 
 def _replace_all(trees: dict[Path, dict[str, bytes]], files: dict[Path, bytes]) -> None:
     swaps: list[_Swap] = []
     try:
-        for target, content in [*((d, c) for d, c in trees.items()), *((f, b) for f, b in files.items())]:
+        staged: list[tuple[Path, dict[str, bytes] | bytes]] = [*trees.items(), *files.items()]
+        for target, content in staged:
             try:
                 _stage(swaps, target, content, target in trees)
             except OSError as exc:  # named by its target, not by the private names staged beside it
                 raise OSError(exc.errno, exc.strerror, str(target)) from exc
         try:
             for swap in swaps:
-                if swap.tree:
-                    if swap.had_old:
-                        swap.target.rename(swap.aside / "was")
-                        swap.moved_old = True
-                    swap.staging.rename(swap.target)
-                else:
-                    os.replace(swap.staging, swap.target)
-                swap.placed = True
+                _place(swap)
         except OSError as exc:  # named by its target, not by the staged file beside it
             _put_back(swaps, exc)
             raise OSError(exc.errno, exc.strerror, str(swap.target)) from exc
@@ -235,22 +235,41 @@ def _replace_all(trees: dict[Path, dict[str, bytes]], files: dict[Path, bytes]) 
             raise
     finally:
         for swap in swaps:
-            if swap.staging is not None and not swap.placed:
-                if swap.tree:
-                    shutil.rmtree(swap.staging, ignore_errors=True)
-                else:
-                    swap.staging.unlink(missing_ok=True)
-            if not swap.keep_aside:
-                shutil.rmtree(swap.aside, ignore_errors=True)
+            _clean_up(swap)
 
 
-def _stage(swaps: list[_Swap], target: Path, content, tree: bool) -> None:
+def _place(swap: _Swap) -> None:
+    """Rename the staged tree or file over its target (an old tree first moved into the swap's own directory)."""
+    staging = swap.staging
+    assert staging is not None  # staged by _stage before any is placed
+    if swap.tree:
+        if swap.had_old:
+            swap.target.rename(swap.aside / "was")
+            swap.moved_old = True
+        staging.rename(swap.target)
+    else:
+        os.replace(staging, swap.target)
+    swap.placed = True
+
+
+def _clean_up(swap: _Swap) -> None:
+    """Remove what was staged and not placed, and the old one set aside unless it must be kept."""
+    if swap.staging is not None and not swap.placed:
+        if swap.tree:
+            shutil.rmtree(swap.staging, ignore_errors=True)
+        else:
+            swap.staging.unlink(missing_ok=True)
+    if not swap.keep_aside:
+        shutil.rmtree(swap.aside, ignore_errors=True)
+
+
+def _stage(swaps: list[_Swap], target: Path, content: dict[str, bytes] | bytes, tree: bool) -> None:
     """Write ``target``'s new content beside it, and keep a link to (or copy of) an old file, as a new swap."""
     target.parent.mkdir(parents=True, exist_ok=True)
     swap = _Swap(target, tree, Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old.")))
     swaps.append(swap)
     swap.had_old = target.exists() or target.is_symlink()
-    if tree:
+    if isinstance(content, dict):
         swap.staging = stage_tree(target, content)
     else:
         swap.staging = stage_file(target, content)

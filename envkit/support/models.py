@@ -8,9 +8,8 @@ model allows at a path (for "unknown key ...: allowed keys" and "did you mean").
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 
 class Frozen(BaseModel):
@@ -27,7 +26,8 @@ def fields_at(model: type[BaseModel], loc: tuple) -> set[str]:
     for part in loc:
         if isinstance(part, int):
             continue
-        field = current.model_fields.get(part) if isinstance(current, type) else None
+        field = current.model_fields.get(part) if isinstance(current, type) and issubclass(current, BaseModel) \
+            else None
         if field is None:
             return set()
         current = _model_in(field.annotation)

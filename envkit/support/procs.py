@@ -22,7 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from contextlib import ExitStack
 
 GRACE = 30.0  # seconds a child has to finish after SIGTERM (debootstrap unmounts after its dpkg step ends)
@@ -31,7 +32,7 @@ GRACE = 30.0  # seconds a child has to finish after SIGTERM (debootstrap unmount
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _sigterm_when_parent_dies():
+def _sigterm_when_parent_dies() -> Callable[[], None] | None:
     """A ``preexec_fn`` for Linux: the child is sent SIGTERM when the thread that started it ends, however
     envkit ends (a child started from a thread must be waited for on that thread, as everything here is).
     None where prctl is not available."""
@@ -51,7 +52,7 @@ def _sigterm_when_parent_dies():
     return set_deathsig
 
 
-def popen(cmd: Sequence[str], **kwargs) -> subprocess.Popen:
+def popen(cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen:
     """``subprocess.Popen`` whose child gets SIGTERM if envkit dies first, even by SIGKILL (Linux)."""
     return subprocess.Popen(list(cmd), preexec_fn=_sigterm_when_parent_dies(), **kwargs)
 
@@ -71,7 +72,9 @@ def stop(procs: Sequence[subprocess.Popen], grace: float = GRACE) -> None:
             p.wait()
 
 
-def run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, grace: float = GRACE) -> subprocess.CompletedProcess:
+def run(
+    cmd: Sequence[str], *, env: Mapping[str, str] | None = None, grace: float = GRACE
+) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, capture_output=True, text=True, stdin=DEVNULL)``, stopped gently when interrupted."""
     return run_all([cmd], env=env, grace=grace)[0]
 

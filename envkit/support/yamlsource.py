@@ -62,7 +62,7 @@ def utf8_text(raw: bytes, path: Path, *, error: type[EnvkitError] = SpecError, w
                     location=Location(str(path), raw[:exc.start].count(b"\n") + 1, column)) from None
 
 
-def parse_yaml(text: str, name: str, *, error: type[SpecError] = SpecError) -> Document:
+def parse_yaml(text: str, name: str, *, error: type[EnvkitError] = SpecError) -> Document:
     loader = None
     try:
         loader = yaml.SafeLoader(text)  # its reader refuses characters YAML does not allow, here already
@@ -95,7 +95,8 @@ def parse_yaml(text: str, name: str, *, error: type[SpecError] = SpecError) -> D
     return Document(name, data, positions)
 
 
-def _convert(node, path, positions, loader, name, error, seen):
+def _convert(node: yaml.Node, path: tuple, positions: dict[tuple, tuple[int, int]], loader: yaml.SafeLoader, name: str,
+             error: type[EnvkitError], seen: set[int]) -> Any:
     pos = (node.start_mark.line + 1, node.start_mark.column + 1)
     positions[path] = pos
     if id(node) in seen:

@@ -28,8 +28,10 @@ from ..models import Catalog
 from ..files import data_dir as default_data_dir
 from .common import RefreshResult, apply_texts, check_today, load_yaml, q, read_file, splice, wheel_reading
 from .tensorflow import _ROW as _TF_ROW
-from .torch import _release_blocks
+from .torch_text import release_blocks
 from ...frameworks import ARCH_LISTED
+from typing import Any, Iterable
+from .common import ReadingIndex
 
 ARCH_FRAMEWORKS = ARCH_LISTED  # the frameworks whose GPU coverage is a compiled arch list (envkit.frameworks)
 _VARIANT = re.compile(r'^(?P<indent>\s+)- \{tag: (?P<tag>[A-Za-z0-9_.]+), .*arch_list: (?P<q>"[^"]*")\}\s*$')
@@ -72,7 +74,7 @@ def source_text(reading: ArchReading, today: str) -> str:
             + f" = '{' '.join(reading.flags)}', read by HTTP range requests (envkit catalog check-arches, {today})")
 
 
-def check_arches(catalog: Catalog, index, *, today: str, frameworks=ARCH_FRAMEWORKS,
+def check_arches(catalog: Catalog, index: ReadingIndex, *, today: str, frameworks: Iterable[str]=ARCH_FRAMEWORKS,
                  data_dir: str | Path | None = None, python: str = "3.12", glibc: str = "2.36") -> ArchCheck:
     """Compare the catalog's arch lists with the wheels on ``index``; reads only."""
     check_today(today)
@@ -95,10 +97,21 @@ def check_arches(catalog: Catalog, index, *, today: str, frameworks=ARCH_FRAMEWO
 
 
 # --- pytorch.yaml --------------------------------------------------------------------------
-def _torch(catalog, index, directory, today, python, glibc, rows, notes, warnings, sources) -> RefreshResult:
+def _torch(
+    catalog: Catalog,
+    index: ReadingIndex,
+    directory: Path,
+    today: str,
+    python: str,
+    glibc: str,
+    rows: list[dict],
+    notes: list[str],
+    warnings: list[str],
+    sources: dict[str, str],
+) -> RefreshResult:
     text, _ = read_file(directory, "pytorch.yaml")
     lines = text.splitlines(keepends=True)
-    blocks = {b[0]: b for b in _release_blocks(lines)}
+    blocks = {b[0]: b for b in release_blocks(lines)}
     replace: dict[int, list[str]] = {}
     unconfirmed = []
     for release in catalog.torch_releases():
@@ -108,7 +121,12 @@ def _torch(catalog, index, directory, today, python, glibc, rows, notes, warning
             warnings.append(f"torch {release.version}: no row/variant {release.index_default} to compare")
             continue
         newest = max(release.patches, key=Version)
-        row = {"framework": "torch", "version": newest, "variant": variant.tag, "catalog": variant.arch_list}
+        row: dict[str, Any] = {
+            "framework": "torch",
+            "version": newest,
+            "variant": variant.tag,
+            "catalog": variant.arch_list,
+        }
         got = wheel_reading(index, "torch", newest, python, glibc, cuda=variant.cuda)
         if isinstance(got, str):
             warnings.append(f"torch {release.version} {variant.tag}: {got}")
@@ -124,7 +142,9 @@ def _torch(catalog, index, directory, today, python, glibc, rows, notes, warning
             rows.append({**row, "status": "unspellable"})
             continue
         _, first, end = blocks[release.version]
-        hits = [i for i in range(first, end) if (m := _VARIANT.match(lines[i].rstrip("\r\n"))) and m["tag"] == variant.tag]
+        hits = [
+            i for i in range(first, end) if (m := _VARIANT.match(lines[i].rstrip("\r\n"))) and m["tag"] == variant.tag
+        ]
         src = [i for i in range(first, end) if _SOURCES.match(lines[i])]
         if len(hits) != 1 or len(src) != 1:
             raise CatalogError(f"pytorch.yaml: the {release.version} row has no one-line {variant.tag} variant and "
@@ -132,7 +152,7 @@ def _torch(catalog, index, directory, today, python, glibc, rows, notes, warning
         key = source_key(got, newest)
         sources[key] = source_text(got, today)
         line = lines[hits[0]]
-        indent = _VARIANT.match(line.rstrip("\r\n"))["indent"]
+        indent = line[:len(line) - len(line.lstrip())]  # the variant line's own (_VARIANT matched it)
         eol = "\r\n" if line.endswith("\r\n") else "\n"
         replace[hits[0]] = [f"{indent}# arch_list read from {got.wheel} ({key}, {today}); was {variant.arch_list}{eol}",
                             line.replace(f'arch_list: {q(variant.arch_list)}}}', f'arch_list: {q(got.arch_list)}}}')]
@@ -150,6 +170,8 @@ def _torch(catalog, index, directory, today, python, glibc, rows, notes, warning
 
 def _add_source(line: str, key: str) -> str:
     m = _SOURCES.match(line)
+    if m is None:  # matched when the row was read
+        raise CatalogError(f"pytorch.yaml: {line.strip()!r} is not a one-line 'sources: [...]'")
     keys = [k.strip() for k in m["keys"].split(",") if k.strip()]
     if key in keys:
         return line
@@ -157,7 +179,18 @@ def _add_source(line: str, key: str) -> str:
 
 
 # --- tensorflow.yaml -----------------------------------------------------------------------
-def _tensorflow(catalog, index, directory, today, python, glibc, rows, notes, warnings, sources) -> RefreshResult:
+def _tensorflow(
+    catalog: Catalog,
+    index: ReadingIndex,
+    directory: Path,
+    today: str,
+    python: str,
+    glibc: str,
+    rows: list[dict],
+    notes: list[str],
+    warnings: list[str],
+    sources: dict[str, str],
+) -> RefreshResult:
     text, _ = read_file(directory, "tensorflow.yaml")
     lines = text.splitlines(keepends=True)
     at = {m["v"]: i for i, line in enumerate(lines) if (m := _TF_ROW.match(line))}
@@ -167,8 +200,13 @@ def _tensorflow(catalog, index, directory, today, python, glibc, rows, notes, wa
     for release in tf.releases:
         newest = max(release.patches, key=Version)
         have = tf.arches_for(release)
-        row = {"framework": "tensorflow", "version": newest, "variant": tf.extra, "catalog": " ".join(have),
-               "catalog_from": "release" if release.arches is not None else "file-wide arch_list"}
+        row: dict[str, Any] = {
+            "framework": "tensorflow",
+            "version": newest,
+            "variant": tf.extra,
+            "catalog": " ".join(have),
+            "catalog_from": "release" if release.arches is not None else "file-wide arch_list",
+        }
         got = wheel_reading(index, "tensorflow", newest, python, glibc)
         if isinstance(got, str):
             warnings.append(f"tensorflow {release.version}: {got}")
@@ -199,7 +237,7 @@ def _tensorflow(catalog, index, directory, today, python, glibc, rows, notes, wa
     return RefreshResult(framework="tensorflow", data_dir=directory, current_text=text, proposed_text=proposed)
 
 
-def _tf_line(line: str, flags, key: str, today: str) -> str:
+def _tf_line(line: str, flags: Iterable[str], key: str, today: str) -> str:
     body = line.rstrip("\r\n")
     eol = line[len(body):] or "\n"
     code, sep, comment = body.partition("  #")
@@ -232,8 +270,7 @@ def sources_result(directory: Path, new: dict[str, str]) -> RefreshResult:
             end += 1
         while end > start + 1 and not lines[end - 1].strip():
             end -= 1
-        drop = {i for i in range(start + 1, end) if re.match(r"^  (\S+):", lines[i])
-                and re.match(r"^  (\S+):", lines[i])[1] in add}
+        drop = {i for i in range(start + 1, end) if (m := re.match(r"^  (\S+):", lines[i])) and m[1] in add}
         if drop:  # a key read again with another value: replace its (one-line) entry
             lines = [line for i, line in enumerate(lines) if i not in drop]
             end -= len({i for i in drop if i < end})

@@ -16,7 +16,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 import yaml
 from packaging.requirements import Requirement
@@ -29,9 +29,13 @@ from ...errors import CatalogError, PackageIndexError
 from ..exclusions import FRAMEWORK_FILES
 from ..models import Catalog, vtuple
 from ..files import load_catalog
-from ...index.wheel_arches import read_arches
+from ...index.wheel_arches import MemberIndex, read_arches
 from ...index.wheel_facts import bundled_pins
 from ...support.atomic import directories_locked, replace_all
+
+if TYPE_CHECKING:
+    from ...index.client import WheelFile
+    from ...index.wheel_arches import ArchReading
 
 SOURCE = "pypi_index"  # the sources.yaml key every refreshed row names
 FILENAMES = {fw: f"{name}.yaml" for fw, name in FRAMEWORK_FILES.items()}  # torch -> pytorch.yaml
@@ -42,7 +46,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _LINUX = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux"}
 
 
-def load_yaml(text: str):
+def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
 
 
@@ -51,8 +55,12 @@ class RefreshIndex(Protocol):
 
     def versions(self, project: str) -> list[Version]: ...
     def wheels(self, project: str) -> list: ...
-    def wheel_for(self, project: str, version: Version, python: str, glibc: str): ...
-    def requires(self, wheel) -> list[Requirement]: ...
+    def wheel_for(self, project: str, version: Version, python: str, glibc: str) -> WheelFile | None: ...
+    def requires(self, wheel: WheelFile) -> list[Requirement]: ...
+
+
+class ReadingIndex(RefreshIndex, MemberIndex, Protocol):
+    """A refresh's index that also reads members of wheels (``wheel_reading``: ``PackageIndex`` answers it)."""
 
 
 # --- checks before reading -------------------------------------------------------------------
@@ -104,7 +112,7 @@ def _linux_x86_64(plat: str) -> bool:
     return any(p.endswith("x86_64") and "linux" in p for p in plat.split("."))
 
 
-def python_tags(wheels, version: Version) -> list[tuple[int, int]]:
+def python_tags(wheels: Iterable[WheelFile], version: Version) -> list[tuple[int, int]]:
     """(3, 12)-style CPython versions with a Linux x86_64 wheel of ``version``.
 
     Free-threaded ABIs (cp314t) and abi3/none wheels are not counted.
@@ -125,7 +133,9 @@ def py_text(py: tuple[int, int]) -> str:
     return "%d.%d" % py
 
 
-def pick_wheel(index: RefreshIndex, project: str, version: Version, pys, python: str, glibc: str):
+def pick_wheel(
+    index: RefreshIndex, project: str, version: Version, pys: list[tuple[int, int]], python: str, glibc: str
+) -> tuple[WheelFile | None, str | None]:
     """(wheel, python) for ``version``: the requested CPython's Linux wheel, else the newest there is."""
     order = [python] + [py_text(p) for p in reversed(pys) if py_text(p) != python]
     for py in order:
@@ -135,7 +145,9 @@ def pick_wheel(index: RefreshIndex, project: str, version: Version, pys, python:
     return None, None
 
 
-def wheel_reading(index, framework: str, version: str, python: str, glibc: str, cuda: str | None = None):
+def wheel_reading(
+    index: ReadingIndex, framework: str, version: str, python: str, glibc: str, cuda: str | None = None
+) -> ArchReading | str:
     """The compiled arches of ``version``'s Linux wheel on ``index`` (a ``wheel_arches.ArchReading``),
     or a sentence saying why there is none (the wheel cannot be found, read or reached).
 
@@ -145,7 +157,7 @@ def wheel_reading(index, framework: str, version: str, python: str, glibc: str, 
     wheels = index.wheels(framework)
     pys = python_tags(wheels, v)
     wheel, py = pick_wheel(index, framework, v, pys, python, glibc) if pys else (None, None)
-    if wheel is None:
+    if wheel is None or py is None:
         return f"no Linux x86_64 CPython wheel of {framework} {version} on {index.url}"
     try:
         if cuda is not None:
@@ -157,7 +169,7 @@ def wheel_reading(index, framework: str, version: str, python: str, glibc: str, 
         return f"cannot read {wheel.filename}: {exc.message}"
 
 
-def metadata_source(wheel) -> str:
+def metadata_source(wheel: WheelFile) -> str:
     """Where a wheel's METADATA was read: the PEP 658 file beside it, else the wheel (by ranges)."""
     url = wheel.url.split("#", 1)[0]
     return url + ".metadata" if wheel.has_metadata else url
@@ -172,9 +184,11 @@ def extras_of(requirement: Requirement) -> set[str]:
 
 def for_extra(requirements: list[Requirement], extra: str, python: str) -> dict[str, Requirement]:
     """canonical name -> requirement, for what ``pip install X[extra]`` adds on Linux x86_64."""
-    out = {}
+    out: dict[str, Requirement] = {}
     for r in requirements:
-        names = {e for e in _EXTRA_IN_MARKER.findall(str(r.marker))} if r.marker is not None else set()
+        if r.marker is None:
+            continue
+        names = set(_EXTRA_IN_MARKER.findall(str(r.marker)))
         spelled = next((e for e in names if canonicalize_name(e) == canonicalize_name(extra)), None)
         env = {**_LINUX, "python_version": python, "python_full_version": python + ".0", "extra": spelled or ""}
         if spelled is not None and r.marker.evaluate(env):
@@ -235,6 +249,17 @@ def splice(lines: list[str], insert: dict[int, list[str]], replace: dict[int, li
 
 
 # --- one file's result -----------------------------------------------------------------------
+@dataclass
+class RefreshLog:
+    """What a refresh says besides its rows, gathered as it reads: notes, warnings, the reads of the index it made
+    (a framework's own type), the releases it skipped as excluded."""
+
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    reads: list[Any] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class RefreshResult:
     """One catalog file as read and as proposed, with what was added and why."""
@@ -277,14 +302,14 @@ class RefreshResult:
         return directory / self.filename
 
 
-def apply_texts(directory: Path, results) -> list[Path]:
+def apply_texts(directory: Path, results: Iterable[RefreshResult]) -> list[Path]:
     """Check every changed file is as read, validate all proposals together, then write them all or none, holding
     the directory's lock throughout (another run's write in between is then seen as a change, not lost)."""
     with directories_locked([directory]):
         return _apply_texts(directory, results)
 
 
-def _apply_texts(directory: Path, results) -> list[Path]:
+def _apply_texts(directory: Path, results: Iterable[RefreshResult]) -> list[Path]:
     changed = [r for r in results if r.changed]
     for r in changed:
         target = directory / r.filename

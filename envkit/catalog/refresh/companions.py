@@ -34,10 +34,11 @@ from packaging.version import Version
 
 from ..models import Catalog
 from ..files import data_dir as default_data_dir
-from ..companions import FILE, KEY, release_key
-from .common import SOURCE, RefreshIndex, RefreshResult, check_parses_back, load_yaml, not_loaded_from
+from ..companions import FILE, KEY, catalog_key
+from .common import SOURCE, ReadingIndex, RefreshResult, check_parses_back, load_yaml, not_loaded_from
 from .companions_read import Proposal, Reader, exact_spec, provenance, admits
 from .companions_text import edit_text
+from typing import Iterable
 
 
 def _widenable(spec: str) -> tuple[str, ...] | None:
@@ -69,7 +70,7 @@ def proposals(catalog: Catalog, reader: Reader, framework: str, new: dict[str, l
     patches), for catalog releases without a row, and, from the declared companions, for any release
     (``every_row``: read every release of the framework, as when a file is written afresh)."""
     rows = catalog.companion_rows.rows_of(framework)
-    have = {release_key(framework, r.version) for r in rows}
+    have = {catalog_key(framework, r.version) for r in rows}
     if framework == "torch":
         known = {r.version: list(r.patches) for r in catalog.torch_releases()}
     elif framework == "tensorflow":
@@ -78,21 +79,21 @@ def proposals(catalog: Catalog, reader: Reader, framework: str, new: dict[str, l
         known = {v: [v] for v in catalog.jax.versions}
     todo = dict(new)
     for key, patches in known.items():
-        if key not in todo and (every_row or release_key(framework, key) not in have):
+        if key not in todo and (every_row or catalog_key(framework, key) not in have):
             todo[key] = patches
-    keys = {release_key(framework, k) for k in (*known, *new)}
+    keys = {catalog_key(framework, k) for k in (*known, *new)}
     out: dict[Version, dict[str, Proposal]] = {}
     for key in sorted(todo, key=Version):
         pinned = reader.pinned(framework, key, todo[key])
         if pinned:
-            out.setdefault(release_key(framework, key), {}).update(pinned)
-    for key, packages in reader.declared(framework, keys, () if every_row else rows).items():
-        out.setdefault(key, {}).update(packages)
+            out.setdefault(catalog_key(framework, key), {}).update(pinned)
+    for release, packages in reader.declared(framework, keys, () if every_row else rows).items():
+        out.setdefault(release, {}).update(packages)
     return out
 
 
-def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, results: dict[str, RefreshResult],
-            frameworks, data_dir: str | Path | None = None, python: str = "3.12",
+def refresh(catalog: Catalog, index: ReadingIndex, *, today: str, results: dict[str, RefreshResult],
+            frameworks: Iterable[str], data_dir: str | Path | None = None, python: str = "3.12",
             glibc: str = "2.36") -> RefreshResult:
     """Propose companions.yaml changes for ``frameworks``, given their refresh ``results``; reads only."""
     directory = Path(data_dir) if data_dir is not None else default_data_dir()
@@ -127,7 +128,7 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, results: dict[
     for framework, plan in changes.items():
         rows = list(body.get(framework) or [])
         for key, p in sorted(plan.items()):  # as edit_text places them: after the last older row
-            keys = [release_key(framework, str(r["version"])) for r in rows]
+            keys = [catalog_key(framework, str(r["version"])) for r in rows]
             if key in keys:
                 rows[keys.index(key)] = p["row"]
             else:
@@ -148,14 +149,14 @@ def _version_text(framework: str, key: Version, catalog: Catalog) -> str:
         listed = [r.version for r in catalog.tensorflow.releases]
     else:
         listed = list(catalog.jax.versions)
-    return next((v for v in listed if release_key(framework, v) == key), str(key))
+    return next((v for v in listed if catalog_key(framework, v) == key), str(key))
 
 
 def _merge(catalog: Catalog, framework: str, found: dict[Version, dict[str, Proposal]], today: str,
            reader: Reader) -> dict[Version, dict]:
     """key -> {"row": the row as proposed, "new": bool, "lines": {package: (spec, comment)}, "sources": [...]}"""
     plan: dict[Version, dict] = {}
-    rows = {release_key(framework, r.version): r for r in catalog.companion_rows.rows_of(framework)}
+    rows = {catalog_key(framework, r.version): r for r in catalog.companion_rows.rows_of(framework)}
     for key in sorted(found):
         packages = found[key]
         if not packages:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -15,8 +16,12 @@ from packaging.version import InvalidVersion, Version
 
 from ...errors import PackageIndexError
 from ..companions import release_key
-from .common import (RefreshIndex, for_extra, metadata_source,
+from .common import (ReadingIndex, for_extra, metadata_source,
                      published, spec_text)
+
+if TYPE_CHECKING:
+    from ...index.client import WheelFile
+    from ..companions import CompanionRow
 
 
 # the companions whose own METADATA names the framework: project -> (style, pairs by its own number)
@@ -69,12 +74,12 @@ class Proposal:
 
 
 # --- specifiers ------------------------------------------------------------------------------------
-def exact_spec(versions) -> str:
+def exact_spec(versions: Iterable[str]) -> str:
     vs = sorted({Version(v) for v in versions})
     return f"=={vs[0]}" if len(vs) == 1 else f">={vs[0]},<={vs[-1]}"
 
 
-def series_spec(versions) -> tuple[str, str | None]:
+def series_spec(versions: Iterable[str]) -> tuple[str, str | None]:
     """'==A.B.*' for the newest companion series among ``versions`` (and a warning when there are several)."""
     groups = sorted({Version(v).release[:2] for v in versions})
     newest = ".".join(str(p) for p in groups[-1])
@@ -100,7 +105,7 @@ def exact_of(spec: SpecifierSet) -> str | None:
 
 
 # --- reading -------------------------------------------------------------------------------------------
-def _linux_wheel(index: RefreshIndex, project: str, version: Version, python: str, glibc: str):
+def _linux_wheel(index: ReadingIndex, project: str, version: Version, python: str, glibc: str) -> WheelFile | None:
     """A Linux x86_64 (or pure) wheel of ``version``: the requested CPython's, else any CPython's."""
     for py in (python, *(p for p in _PYTHONS if p != python)):
         wheel = index.wheel_for(project, version, py, glibc)
@@ -134,7 +139,7 @@ def _pairing(req: Requirement, framework: str) -> Version | None:
 
 
 class Reader:
-    def __init__(self, index: RefreshIndex, python: str, glibc: str):
+    def __init__(self, index: ReadingIndex, python: str, glibc: str):
         self.index = index
         self.python = python
         self.glibc = glibc
@@ -142,7 +147,7 @@ class Reader:
         self.warnings: list[str] = []
         self.reads: list[CompanionRead] = []
 
-    def requires(self, project: str, version: Version):
+    def requires(self, project: str, version: Version) -> tuple[list[Requirement], str] | None:
         """(requirements, metadata URL) of ``version``'s Linux wheel, or None (said in a note)."""
         wheel = _linux_wheel(self.index, project, version, self.python, self.glibc)
         if wheel is None:
@@ -162,7 +167,7 @@ class Reader:
             return None
 
     # --- pinned by the framework's own wheels -------------------------------------------------------------
-    def pinned(self, framework: str, key: str, patches) -> dict[str, Proposal]:
+    def pinned(self, framework: str, key: str, patches: Iterable[str]) -> dict[str, Proposal]:
         if framework == "jax":
             return self._jax(key)
         per: dict[str, list[tuple[str, SpecifierSet, str, str]]] = {}  # package -> (patch, spec, marker, url)
@@ -172,19 +177,19 @@ class Reader:
                 continue
             requires, url = got
             if framework == "torch":
-                wanted = {canonicalize_name(r.name): r for r in requires
+                wanted = {str(canonicalize_name(r.name)): r for r in requires
                           if canonicalize_name(r.name) == "triton" and _on_linux(r)}
             else:
                 wanted = for_extra(requires, "and-cuda", self.python)
             for name, r in wanted.items():
                 marker = str(r.marker) if r.marker is not None else ""
                 per.setdefault(name, []).append((patch, r.specifier, marker, url))
-        out = {}
+        out: dict[str, Proposal] = {}
         for name, rows in per.items():
             out[name] = self._combine(framework, key, name, rows)
         return out
 
-    def _combine(self, framework: str, key: str, name: str, rows) -> Proposal:
+    def _combine(self, framework: str, key: str, name: str, rows: list[tuple[str, SpecifierSet, str, str]]) -> Proposal:
         owner = framework
         reads = []
         for patch, spec, marker, url in rows:
@@ -194,8 +199,9 @@ class Reader:
                 said += f" (only for Python {' and '.join(op + v for op, v in py)})"
             reads.append(CompanionRead(framework, key, name, None, said, url, f"{owner} {patch}"))
         self.reads.extend(reads)
-        pins = [exact_of(spec) for _, spec, _, _ in rows]
-        if all(pins):
+        exact = [exact_of(spec) for _, spec, _, _ in rows]
+        pins = [p for p in exact if p]
+        if len(pins) == len(exact):
             return Proposal(exact_spec(pins), tuple(pins), "pinned", reads)
         texts = {norm_spec(spec) for _, spec, _, _ in rows}
         newest = norm_spec(rows[-1][1])
@@ -216,54 +222,65 @@ class Reader:
         out: dict[str, Proposal] = {}
         for major in extras:
             wanted = for_extra(requires, f"cuda{major}", self.python)
-            plugin = f"jax-cuda{major}-plugin"
-            lib, plug = wanted.get("jaxlib"), wanted.get(plugin)
+            lib = wanted.get("jaxlib")
             if lib is not None:
-                spec = norm_spec(lib.specifier)
-                if "jaxlib" in out:
-                    if out["jaxlib"].spec != spec:
-                        self.warnings.append(f"jax {version}: its cuda extras require jaxlib differently "
-                                             f"({out['jaxlib'].spec}, {spec}); the row takes the first - review")
-                else:
-                    said = f"jax {version}'s Requires-Dist jaxlib{spec_text(lib.specifier)} (extra cuda{major})"
-                    read = CompanionRead("jax", version, "jaxlib", None, said, url, f"jax {version}")
-                    self.reads.append(read)
-                    out["jaxlib"] = Proposal(spec, (exact_of(lib.specifier),) if exact_of(lib.specifier) else None,
-                                             "pinned", [read])
-            if plug is None:
-                continue
-            available = self.listing(plugin) or []
-            fits = [v for v in available if plug.specifier.contains(v, prereleases=True)]
-            if not fits:
-                self.notes.append(f"jax {version}: no {plugin} release on the index satisfies its cuda{major} extra "
-                                  f"({plug}); {plugin} not paired")
-                continue
-            said = f"jax {version}'s Requires-Dist {plugin}{spec_text(plug.specifier)} (extra cuda{major})"
-            read = CompanionRead("jax", version, plugin, None, said, url, f"jax {version}")
-            self.reads.append(read)
-            out[plugin] = Proposal(norm_spec(plug.specifier), tuple(str(v) for v in fits)
-                                   if exact_of(plug.specifier) else None, "pinned", [read])
-            pjrt = f"jax-cuda{major}-pjrt"
-            pins, reads = [], []
-            for v in fits:
-                got = self.requires(plugin, v)
-                if got is None:
-                    continue
-                preqs, purl = got
-                pin = next((exact_of(r.specifier) for r in preqs
-                            if canonicalize_name(r.name) == pjrt and r.marker is None), None)
-                if pin is None:
-                    continue
-                pins.append(pin)
-                reads.append(CompanionRead("jax", version, pjrt, pin, f"{plugin} {v}'s Requires-Dist {pjrt}=={pin}",
-                                           purl, f"{plugin} {v}"))
-            if pins:
-                self.reads.extend(reads)
-                out[pjrt] = Proposal(exact_spec(pins), tuple(pins), "exact", reads)
+                self._jaxlib(version, major, lib, url, out)
+            plugin = f"jax-cuda{major}-plugin"
+            plug = wanted.get(plugin)
+            if plug is not None:
+                self._jax_plugin(version, major, plug, url, out)
         return out
 
+    def _jaxlib(self, version: str, major: str, lib: Requirement, url: str, out: dict[str, Proposal]) -> None:
+        """jaxlib as jax ``version``'s cuda``major`` extra requires it, into ``out`` (the first extra's wins)."""
+        spec = norm_spec(lib.specifier)
+        if "jaxlib" in out:
+            if out["jaxlib"].spec != spec:
+                self.warnings.append(f"jax {version}: its cuda extras require jaxlib differently "
+                                     f"({out['jaxlib'].spec}, {spec}); the row takes the first - review")
+            return
+        said = f"jax {version}'s Requires-Dist jaxlib{spec_text(lib.specifier)} (extra cuda{major})"
+        read = CompanionRead("jax", version, "jaxlib", None, said, url, f"jax {version}")
+        self.reads.append(read)
+        exact = exact_of(lib.specifier)
+        out["jaxlib"] = Proposal(spec, (exact,) if exact else None, "pinned", [read])
+
+    def _jax_plugin(self, version: str, major: str, plug: Requirement, url: str, out: dict[str, Proposal]) -> None:
+        """The CUDA plugin jax ``version``'s cuda``major`` extra requires, and the pjrt its fitting releases pin."""
+        plugin = f"jax-cuda{major}-plugin"
+        available = self.listing(plugin) or []
+        fits = [v for v in available if plug.specifier.contains(v, prereleases=True)]
+        if not fits:
+            self.notes.append(f"jax {version}: no {plugin} release on the index satisfies its cuda{major} extra "
+                              f"({plug}); {plugin} not paired")
+            return
+        said = f"jax {version}'s Requires-Dist {plugin}{spec_text(plug.specifier)} (extra cuda{major})"
+        read = CompanionRead("jax", version, plugin, None, said, url, f"jax {version}")
+        self.reads.append(read)
+        out[plugin] = Proposal(norm_spec(plug.specifier), tuple(str(v) for v in fits)
+                               if exact_of(plug.specifier) else None, "pinned", [read])
+        pjrt = f"jax-cuda{major}-pjrt"
+        pins, reads = [], []
+        for v in fits:
+            got = self.requires(plugin, v)
+            if got is None:
+                continue
+            preqs, purl = got
+            pin = next((exact_of(r.specifier) for r in preqs
+                        if canonicalize_name(r.name) == pjrt and r.marker is None), None)
+            if pin is None:
+                continue
+            pins.append(pin)
+            reads.append(CompanionRead("jax", version, pjrt, pin, f"{plugin} {v}'s Requires-Dist {pjrt}=={pin}",
+                                       purl, f"{plugin} {v}"))
+        if pins:
+            self.reads.extend(reads)
+            out[pjrt] = Proposal(exact_spec(pins), tuple(pins), "exact", reads)
+
     # --- declared by the companions' own wheels -------------------------------------------------------------
-    def declared(self, framework: str, keys: set[Version], rows) -> dict[Version, dict[str, Proposal]]:
+    def declared(
+        self, framework: str, keys: set[Version], rows: Iterable[CompanionRow]
+    ) -> dict[Version, dict[str, Proposal]]:
         out: dict[Version, dict[str, Proposal]] = {}
         for project, (style, same_number) in DECLARED[framework].items():
             name = canonicalize_name(project)
@@ -273,50 +290,60 @@ class Reader:
                 continue
             admitted = [v for v in versions if any(admits(s, str(v)) for s in specs)]
             oldest = min(admitted) if admitted else None
-            paired: dict[Version, list[tuple[str, CompanionRead, bool]]] = {}
-            unpaired = []
-            for v in versions:
-                if v in admitted or (oldest is not None and v < oldest):
-                    continue
-                got = self.requires(project, v)
-                if got is None:
-                    continue
-                requires, url = got
-                reqs = [r for r in requires if canonicalize_name(r.name) == canonicalize_name(framework)
-                        and _on_linux(r)]
-                key, rule = None, False
-                if reqs:
-                    key = _pairing(reqs[0], framework)
-                    how = f"{project} {v}'s Requires-Dist {reqs[0].name}{spec_text(reqs[0].specifier)}"
-                elif same_number:
-                    key, rule = release_key(framework, str(v)), True
-                    how = (f"{project} {v} names no {framework} requirement: paired with "
-                           f"{framework} {key} by the same-number rule (a rule, not metadata - review)")
-                if key is None:
-                    unpaired.append(str(v))
-                    continue
-                if key not in keys:
-                    self.notes.append(f"{project} {v} pairs with {framework} {key}, which the catalog does "
-                                      "not have; not paired")
-                    continue
-                read = CompanionRead(framework, str(key), name, str(v), how, url, "" if rule else f"{project} {v}")
-                paired.setdefault(key, []).append((str(v), read, rule))
-            if unpaired:
-                self.notes.append(f"{project} {', '.join(unpaired)}: no {framework} requirement to pair by; "
-                                  "not paired")
+            new = [v for v in versions if v not in admitted and (oldest is None or v >= oldest)]
+            paired = self._paired(framework, project, new, keys, same_number=same_number)
             for key, got in paired.items():
-                vs = [v for v, _, _ in got]
-                reads = [r for _, r, _ in got]
-                self.reads.extend(reads)
-                if style == "series":
-                    spec, warn = series_spec(vs)
-                    if warn:
-                        self.warnings.append(f"{framework} {key}: {project}: {warn}")
-                else:
-                    spec = exact_spec(vs)
-                out.setdefault(key, {})[name] = Proposal(spec, tuple(vs), style, reads,
-                                                         rule=any(rule for _, _, rule in got))
+                out.setdefault(key, {})[name] = self._declared_proposal(framework, project, key, style, got)
         return out
+
+    def _paired(self, framework: str, project: str, versions: list[Version], keys: set[Version], *,
+                same_number: bool) -> dict[Version, list[tuple[str, CompanionRead, bool]]]:
+        """Each of ``versions`` of ``project`` by the framework release (of ``keys``) it pairs with: by its own
+        Requires-Dist on the framework, else (``same_number``) by the same-number rule."""
+        name = canonicalize_name(project)
+        paired: dict[Version, list[tuple[str, CompanionRead, bool]]] = {}
+        unpaired = []
+        for v in versions:
+            got = self.requires(project, v)
+            if got is None:
+                continue
+            requires, url = got
+            reqs = [r for r in requires if canonicalize_name(r.name) == canonicalize_name(framework)
+                    and _on_linux(r)]
+            key, rule = None, False
+            if reqs:
+                key = _pairing(reqs[0], framework)
+                how = f"{project} {v}'s Requires-Dist {reqs[0].name}{spec_text(reqs[0].specifier)}"
+            elif same_number:
+                key, rule = release_key(framework, str(v)), True
+                how = (f"{project} {v} names no {framework} requirement: paired with "
+                       f"{framework} {key} by the same-number rule (a rule, not metadata - review)")
+            if key is None:
+                unpaired.append(str(v))
+                continue
+            if key not in keys:
+                self.notes.append(f"{project} {v} pairs with {framework} {key}, which the catalog does "
+                                  "not have; not paired")
+                continue
+            read = CompanionRead(framework, str(key), name, str(v), how, url, "" if rule else f"{project} {v}")
+            paired.setdefault(key, []).append((str(v), read, rule))
+        if unpaired:
+            self.notes.append(f"{project} {', '.join(unpaired)}: no {framework} requirement to pair by; "
+                              "not paired")
+        return paired
+
+    def _declared_proposal(self, framework: str, project: str, key: Version, style: str,
+                           got: list[tuple[str, CompanionRead, bool]]) -> Proposal:
+        vs = [v for v, _, _ in got]
+        reads = [r for _, r, _ in got]
+        self.reads.extend(reads)
+        if style == "series":
+            spec, warn = series_spec(vs)
+            if warn:
+                self.warnings.append(f"{framework} {key}: {project}: {warn}")
+        else:
+            spec = exact_spec(vs)
+        return Proposal(spec, tuple(vs), style, reads, rule=any(rule for _, _, rule in got))
 
 
 def provenance(packages: dict[str, Proposal]) -> str:

@@ -9,7 +9,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ...errors import CatalogError
-from ..companions import FILE, KEY, release_key
+from ..companions import FILE, KEY, catalog_key
 from .common import q, splice
 
 
@@ -71,7 +71,7 @@ def edit_text(text: str, changes: dict[str, dict[Version, dict]]) -> str:
     replace: dict[int, list[str]] = {}
     for framework, plan in changes.items():
         section = layout.get(framework)
-        blocks = [(release_key(framework, v), first, end) for v, first, end in (section or {}).get("rows", [])]
+        blocks = [(catalog_key(framework, v), first, end) for v, first, end in (section or {}).get("rows", [])]
         for key, p in sorted(plan.items()):
             if p["new"]:
                 text_row = render_row(p["row"])
@@ -88,27 +88,34 @@ def edit_text(text: str, changes: dict[str, dict[Version, dict]]) -> str:
                 insert.setdefault(at, []).append(text_row)
                 continue
             _, first, end = next(b for b in blocks if b[0] == key)
-            src = [i for i in range(first, end) if _SOURCES.match(lines[i].rstrip("\r\n"))]
-            head = [i for i in range(first, end) if _PACKAGES.match(lines[i].rstrip("\r\n"))]
-            if len(src) != 1 or len(head) != 1:
-                raise CatalogError(f"{FILE}: the {framework} {p['row']['version']} row has no one-line "
-                                   "'sources: [...]' and block 'packages:'", hint="add the companions by hand")
-            m = _SOURCES.match(lines[src[0]].rstrip("\r\n"))
-            replace[src[0]] = [f"      sources: [{', '.join(p['row']['sources'])}]{m['tail']}\n"]
-            items = {}
-            last = head[0]
-            for i in range(head[0] + 1, end):
-                pm = _PACKAGE.match(lines[i].rstrip("\r\n"))
-                if pm is not None:
-                    items[canonicalize_name(pm["name"])] = (i, pm["name"])
-                    last = i
-            added = []
-            for name, (spec, comment) in p["lines"].items():
-                if name in items:
-                    i, spelled = items[name]
-                    replace[i] = [f"        {spelled}: {q(spec)}  # {comment}\n"]
-                else:
-                    added.append(f"        {name}: {q(spec)}  # {comment}\n")
-            if added:
-                insert.setdefault(last + 1, []).extend(added)
+            _update_row(lines, range(first, end), framework, p, insert, replace)
     return splice(lines, insert, replace)
+
+
+def _update_row(lines: list[str], span: range, framework: str, p: dict, insert: dict[int, list[str]],
+                replace: dict[int, list[str]]) -> None:
+    """The edits of an existing row (``lines[span]``): its sources line, and each package line replaced or added."""
+    src = [i for i in span if _SOURCES.match(lines[i].rstrip("\r\n"))]
+    head = [i for i in span if _PACKAGES.match(lines[i].rstrip("\r\n"))]
+    if len(src) != 1 or len(head) != 1:
+        raise CatalogError(f"{FILE}: the {framework} {p['row']['version']} row has no one-line "
+                           "'sources: [...]' and block 'packages:'", hint="add the companions by hand")
+    m = _SOURCES.match(lines[src[0]].rstrip("\r\n"))
+    assert m is not None  # matched just above
+    replace[src[0]] = [f"      sources: [{', '.join(p['row']['sources'])}]{m['tail']}\n"]
+    items = {}
+    last = head[0]
+    for i in range(head[0] + 1, span.stop):
+        pm = _PACKAGE.match(lines[i].rstrip("\r\n"))
+        if pm is not None:
+            items[canonicalize_name(pm["name"])] = (i, pm["name"])
+            last = i
+    added = []
+    for name, (spec, comment) in p["lines"].items():
+        if name in items:
+            i, spelled = items[name]
+            replace[i] = [f"        {spelled}: {q(spec)}  # {comment}\n"]
+        else:
+            added.append(f"        {name}: {q(spec)}  # {comment}\n")
+    if added:
+        insert.setdefault(last + 1, []).extend(added)

@@ -18,6 +18,7 @@ from ...support.atomic import directories_locked
 from ...errors import CatalogError
 from ..files import data_dir as default_data_dir, load_catalog
 from ..exclusions import FRAMEWORK_FILES, KEY, version_problem
+from ..models import Catalog
 from .arches import sources_result
 from .common import FILENAMES, RefreshResult, apply_texts, check_parses_back, check_today, q, read_file, splice
 
@@ -53,12 +54,12 @@ def source_key(framework: str, version: str) -> str:
     return f"excluded_{framework}_" + re.sub(r"[^0-9A-Za-z]+", "_", version).strip("_").lower()
 
 
-def exclude_release(framework: str, version: str, *, reason: str, source: str, today: str,
-                    data_dir: str | Path | None = None, write: bool = True) -> Excluding:
-    """Add an ``excluded:`` row for ``framework`` ``version`` to the catalog in ``data_dir`` (default: in use)."""
-    check_today(today)
+def _checked_input(framework: str, version: str, reason: str, source: str) -> tuple[str, str]:
+    """The reason and source, stripped, once the framework, version, reason and source are known to be usable."""
     if framework not in FRAMEWORK_FILES:
-        raise CatalogError(f"no catalog file for framework {framework!r}", hint=f"choose from {', '.join(FRAMEWORK_FILES)}")
+        raise CatalogError(
+            f"no catalog file for framework {framework!r}", hint=f"choose from {', '.join(FRAMEWORK_FILES)}"
+        )
     problem = version_problem(version)
     if problem is not None:
         raise CatalogError(f"cannot exclude {framework}: {problem[0]}", hint=problem[1])
@@ -70,6 +71,34 @@ def exclude_release(framework: str, version: str, *, reason: str, source: str, t
                            hint="say why in a sentence and put the detail behind --source (a URL)")
     if not source:
         raise CatalogError("an exclusion needs a source", hint="give --source a URL or a key of sources.yaml")
+    return reason, source
+
+
+def _source_entry(catalog: Catalog, framework: str, version: str, source: str) -> tuple[str, str, dict[str, str]]:
+    """The sources.yaml key the row names, its text, and the entry to add there ({} when ``source`` is a key, or
+    its text is already there under the key it would get)."""
+    try:
+        return source, catalog.source(source), {}
+    except KeyError:
+        pass
+    key = source_key(framework, version)
+    try:
+        have: str | None = catalog.source(key)
+    except KeyError:
+        have = None
+    if have is not None and have != source:
+        raise CatalogError(
+            f"sources.yaml already has {key} with another text: {have!r}",
+            hint=f"name it with --source {key}, or give the source a key of its own in sources.yaml",
+        )
+    return key, source, ({} if have is not None else {key: source})
+
+
+def exclude_release(framework: str, version: str, *, reason: str, source: str, today: str,
+                    data_dir: str | Path | None = None, write: bool = True) -> Excluding:
+    """Add an ``excluded:`` row for ``framework`` ``version`` to the catalog in ``data_dir`` (default: in use)."""
+    check_today(today)
+    reason, source = _checked_input(framework, version, reason, source)
     directory = Path(data_dir) if data_dir is not None else default_data_dir()
     # read, propose and write under the directory's lock: a second exclude at once waits, then adds its row to
     # this one's file instead of writing over it
@@ -79,20 +108,7 @@ def exclude_release(framework: str, version: str, *, reason: str, source: str, t
         if twin is not None:
             raise CatalogError(f"{framework} {twin.version} is already excluded at {twin.location}: {twin.reason}",
                                hint="edit that row to change its reason or source")
-        try:
-            key, new_sources = source, {}
-            text = catalog.source(source)
-        except KeyError:
-            key, text = source_key(framework, version), source
-            try:
-                have = catalog.source(key)
-            except KeyError:
-                have = None
-            if have is not None and have != text:
-                raise CatalogError(f"sources.yaml already has {key} with another text: {have!r}",
-                                   hint=f"name it with --source {key}, or give the source a key of its own in sources.yaml") from None
-            new_sources = {} if have is not None else {key: text}
-
+        key, text, new_sources = _source_entry(catalog, framework, version, source)
         filename = FILENAMES[framework]
         current, raw = read_file(directory, filename)
         row = {"version": version, "reason": reason, "sources": [key], "added": today}
@@ -101,7 +117,9 @@ def exclude_release(framework: str, version: str, *, reason: str, source: str, t
         results = []
         if new_sources:
             results.append(sources_result(directory, new_sources))
-        results.append(RefreshResult(framework=framework, data_dir=directory, current_text=current, proposed_text=proposed))
+        results.append(
+            RefreshResult(framework=framework, data_dir=directory, current_text=current, proposed_text=proposed)
+        )
         written = tuple(apply_texts(directory, results)) if write else ()
         return Excluding(framework=framework, version=version, reason=reason, sources={key: text}, added=today,
                          listed=catalog.lists_release(framework, version), data_dir=directory, results=tuple(results),

@@ -20,6 +20,7 @@ import copy
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -28,16 +29,18 @@ from packaging.version import Version
 from ...errors import CatalogError
 from ..models import Catalog, Jax, vtuple
 from ..files import data_dir as default_data_dir
-from .common import (RefreshIndex, RefreshResult, check_parses_back, check_source, check_today, exact_version,
+from .common import (ReadingIndex, RefreshResult, check_parses_back, check_source, check_today, exact_version,
                      extras_of, floor_version, for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel,
-                     published, py_text, python_tags, q, read_file, skip_excluded, spec_text, splice)
+                     published, py_text, python_tags, read_file, skip_excluded, spec_text)
 from ...frameworks import JAX
 from ...index.wheel_facts import library_of
+from .jax_text import FILENAME, edit_text
 
-FILENAME = "jax.yaml"
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
+
 PROJECT = "jax"
 _CUDA_EXTRA = re.compile(r"^cuda(?P<major>\d+)$")
-_WIDTH = 118
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class JaxRead:
 
 
 # --- reading the index ---------------------------------------------------------------------
-def _read(index: RefreshIndex, version: Version, python: str, glibc: str) -> JaxRead | str:
+def _read(index: ReadingIndex, version: Version, python: str, glibc: str) -> JaxRead | str:
     """What the index says about jax ``version``, or why it cannot give what the catalog needs."""
     wheel = index.wheel_for(PROJECT, version, python, glibc)
     if wheel is None:
@@ -93,17 +96,18 @@ def _read(index: RefreshIndex, version: Version, python: str, glibc: str) -> Jax
     source = metadata_source(wheel)
     requires = index.requires(wheel)
     extras = sorted({e for r in requires for e in extras_of(r) if _CUDA_EXTRA.match(e)},
-                    key=lambda e: -int(_CUDA_EXTRA.match(e)["major"]))
+                    key=lambda e: -_extra_major(e))
     if not extras:
         return f"{version}: jax's METADATA ({source}) names no cudaNN extra; not added"
     plugins, jaxlib = [], None
     for extra in extras:
-        major = _CUDA_EXTRA.match(extra)["major"]
+        major = str(_extra_major(extra))
         wanted = for_extra(requires, extra, python)
         plugin = f"jax-cuda{major}-plugin"
         req = wanted.get(plugin)
         if req is None or "with-cuda" not in {canonicalize_name(e) for e in req.extras}:
-            return f"{version}: jax's METADATA ({source}) has no {plugin}[with-cuda] requirement in its {extra} extra; not added"
+            return (f"{version}: jax's METADATA ({source}) has no {plugin}[with-cuda] requirement in its {extra} "
+                    "extra; not added")
         pinned = exact_version(req) or _newest_in(index, plugin, req)
         if pinned is None:
             return f"{version}: no {plugin} on the index satisfies jax's {req} ({source}); not added"
@@ -115,23 +119,25 @@ def _read(index: RefreshIndex, version: Version, python: str, glibc: str) -> Jax
     return JaxRead(version=str(version), wheel=wheel.filename, source=source, jaxlib=jaxlib, extras=tuple(plugins))
 
 
-def _newest_in(index: RefreshIndex, project: str, req) -> str | None:
+def _newest_in(index: ReadingIndex, project: str, req: Requirement) -> str | None:
     """A jax-only release takes a range of plugins (e.g. >=0.4.36,<=0.4.37): pip installs the newest there."""
     fits = [v for v in published(index, project) if req.specifier.contains(v)]
     return str(fits[-1]) if fits else None
 
 
-def _read_plugin(index: RefreshIndex, extra: str, plugin: str, version: Version, python: str,
+def _read_plugin(index: ReadingIndex, extra: str, plugin: str, version: Version, python: str,
                  glibc: str) -> PluginRead | str:
     wheels = index.wheels(plugin)
     pys = python_tags(wheels, version)
     wheel, py = pick_wheel(index, plugin, version, pys, python, glibc) if pys else (None, None)
-    if wheel is None:
+    if wheel is None or py is None:
         return f"no Linux x86_64 CPython wheel of {plugin} {version} on the index"
     source = metadata_source(wheel)
     requires = index.requires(wheel)
     pjrt_name = plugin.replace("-plugin", "-pjrt")
-    pjrt = next((exact_version(r) for r in requires if canonicalize_name(r.name) == pjrt_name and r.marker is None), None)
+    pjrt = next(
+        (exact_version(r) for r in requires if canonicalize_name(r.name) == pjrt_name and r.marker is None), None
+    )
     found: dict[str, str] = {}
     for name, r in for_extra(requires, "with-cuda", py).items():
         library = library_of(name)
@@ -144,8 +150,9 @@ def _read_plugin(index: RefreshIndex, extra: str, plugin: str, version: Version,
     missing = [k for k in ("cuda", "cudnn", "nccl") if not found.get(k)]
     if missing:
         names = {"cuda": "nvidia-cuda-runtime version", "cudnn": "nvidia-cudnn range", "nccl": "nvidia-nccl range"}
-        return f"{plugin} {version}'s METADATA ({source}) gives no {', '.join(names[m] for m in missing)} in its with-cuda extra"
-    major = _CUDA_EXTRA.match(extra)["major"]
+        return (f"{plugin} {version}'s METADATA ({source}) gives no {', '.join(names[m] for m in missing)} "
+                "in its with-cuda extra")
+    major = str(_extra_major(extra))
     if str(vtuple(found["cuda"])[0]) != major:
         return f"{plugin} {version} ({source}) requires CUDA runtime {found['cuda']}, not CUDA {major}"
     return PluginRead(extra=extra, plugin=plugin, version=str(version), pjrt=pjrt, wheel=wheel.filename, source=source,
@@ -154,7 +161,7 @@ def _read_plugin(index: RefreshIndex, extra: str, plugin: str, version: Version,
 
 
 # --- the refresh ---------------------------------------------------------------------------
-def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str | Path | None = None,
+def refresh(catalog: Catalog, index: ReadingIndex, *, today: str, data_dir: str | Path | None = None,
             python: str = "3.12", glibc: str = "2.36") -> RefreshResult:
     """Compare the catalog's JAX entry with the jax releases on ``index``; reads only."""
     check_today(today)
@@ -201,7 +208,7 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str 
         Jax.model_validate(state)
     except Exception as exc:  # pydantic.ValidationError; a bug here, not bad input
         raise CatalogError(f"refresh built an invalid jax entry: {exc}") from None
-    proposed = _edit_text(text, entry, state, comments, tails)
+    proposed = edit_text(text, entry, state, comments, tails)
     check_parses_back(FILENAME, proposed, {**raw, "jax": state})
     return RefreshResult(framework="jax", data_dir=directory, current_text=text, proposed_text=proposed,
                          entries=(copy.deepcopy(state),), added_patches=tuple(sorted(added, key=Version)),
@@ -214,18 +221,11 @@ def _propose(state: dict, read: JaxRead, catalog: Catalog, notes: list[str], war
     v = Version(read.version)
     current = Jax.model_validate(state)
     at_end = v > max(Version(x) for x in current.versions)
-    found = {p.extra: p for p in read.extras}
-    for extra in current.extras:
-        if Version(extra.since) <= v and extra.extra not in found:
-            return (f"{v}: jax's METADATA ({read.source}) has no {extra.extra} extra, but the catalog's "
-                    f"{extra.extra} extra has no end; not added - review by hand")
     new_extras = [p for p in read.extras if p.extra not in {e.extra for e in current.extras}]
-    if new_extras and not at_end:
-        return f"{v}: new extra(s) {', '.join(p.extra for p in new_extras)} in a version older than the newest; not added"
+    refusal = _refusal(read, current, at_end, new_extras)
+    if refusal is not None:
+        return refusal
     have = current.python_range(read.version).min
-    if read.python_min != have and not (at_end and vtuple(read.python_min) > vtuple(have)):
-        return (f"{v}: its plugin wheels start at Python {read.python_min}, the catalog's python_min rows give "
-                f"{have} there; not added - review by hand")
     changes = []
     if read.python_min != have:
         state["python_min"].append({"since": read.version, "python": read.python_min})
@@ -236,41 +236,81 @@ def _propose(state: dict, read: JaxRead, catalog: Catalog, notes: list[str], war
                         f"({current.python_max}) is one value for every version - review by hand")
     for p in read.extras:
         row = next((e for e in state["extras"] if e["extra"] == p.extra), None)
-        if row is None:
-            continue
-        extra = next(e for e in current.extras if e.extra == p.extra)
-        if Version(extra.since) > v:
-            warnings.append(f"{v}: jax's METADATA names {p.extra}, which the catalog has only since {extra.since} "
-                            "- review by hand")
-            continue
-        for key in ("cudnn", "nccl"):
-            if SpecifierSet(getattr(p, key)) != SpecifierSet(str(row[key])):
-                warnings.append(f"{v}: {p.plugin} requires {key} {getattr(p, key)}; the catalog's {p.extra} says "
-                                f"{row[key]} (one range for every version - review by hand)")
-        built = extra.cuda_for(read.version)
-        floor = major_minor(p.cuda)
-        if vtuple(floor) > vtuple(built) and not at_end:
-            warnings.append(f"{v}: {p.plugin} needs CUDA runtime >= {p.cuda}; the catalog's {p.extra} says it was "
-                            f"built with {built} there - review by hand")
-        elif vtuple(floor) > vtuple(built):
-            row["built_with"].append({"since": read.version, "cuda": floor})
-            tails[(p.extra, "built_with")] = (f"{read.version}: nvidia-cuda-runtime>={p.cuda} in {p.source} "
-                                              "(a floor: the toolkit it was built with may be newer - review)")
-            changes.append(f"{p.extra} built_with CUDA {floor} from {read.version}")
+        if row is not None:
+            _fold_extra(p, row, current, read, at_end=at_end, warnings=warnings, tails=tails, changes=changes)
     for p in new_extras:
-        newest = max(current.extras, key=lambda e: int(_CUDA_EXTRA.match(e.extra)["major"]))
-        state["extras"].insert(0, {"extra": p.extra, "since": read.version, "min_cc": newest.min_cc,
-                                   "built_with": [{"since": read.version, "cuda": major_minor(p.cuda)}],
-                                   "cudnn": p.cudnn, "nccl": p.nccl})
-        tails[(p.extra, "new")] = newest.extra
-        changes.append(f"new extra {p.extra} (min_cc {newest.min_cc} carried forward from {newest.extra} - review)")
-        if p.extra not in JAX.extras:
-            warnings.append(f"{v}: team.yaml cannot ask for jax[{p.extra}] yet (the extras of envkit.frameworks.JAX); "
-                            "a spec without an extra gets the newest one")
+        _add_extra(p, state, current, read, warnings=warnings, tails=tails, changes=changes)
     state["versions"] = sorted({*state["versions"], read.version}, key=Version, reverse=True)
     notes.append(f"{v}: added from {read.source}" + (f"; {'; '.join(changes)}" if changes else "")
                  + "; " + _carried_text(Jax.model_validate(state), read))
     return None
+
+
+def _refusal(read: JaxRead, current: Jax, at_end: bool, new_extras: list[PluginRead]) -> str | None:
+    """Why a version cannot be folded in without review (an extra ended, a new extra in the past, another Python
+    floor), else None."""
+    v = Version(read.version)
+    found = {p.extra: p for p in read.extras}
+    for extra in current.extras:
+        if Version(extra.since) <= v and extra.extra not in found:
+            return (f"{v}: jax's METADATA ({read.source}) has no {extra.extra} extra, but the catalog's "
+                    f"{extra.extra} extra has no end; not added - review by hand")
+    if new_extras and not at_end:
+        return (
+            f"{v}: new extra(s) {', '.join(p.extra for p in new_extras)} in a version older than the newest; not added"
+        )
+    have = current.python_range(read.version).min
+    if read.python_min != have and not (at_end and vtuple(read.python_min) > vtuple(have)):
+        return (f"{v}: its plugin wheels start at Python {read.python_min}, the catalog's python_min rows give "
+                f"{have} there; not added - review by hand")
+    return None
+
+
+def _fold_extra(p: PluginRead, row: dict, current: Jax, read: JaxRead, *, at_end: bool, warnings: list[str],
+                tails: dict, changes: list[str]) -> None:
+    """Compare one extra's plugin with its catalog row (``row``, edited): ranges warned about, a newer CUDA floor
+    at the end added to built_with."""
+    v = Version(read.version)
+    extra = next(e for e in current.extras if e.extra == p.extra)
+    if Version(extra.since) > v:
+        warnings.append(f"{v}: jax's METADATA names {p.extra}, which the catalog has only since {extra.since} "
+                        "- review by hand")
+        return
+    for key in ("cudnn", "nccl"):
+        if SpecifierSet(getattr(p, key)) != SpecifierSet(str(row[key])):
+            warnings.append(f"{v}: {p.plugin} requires {key} {getattr(p, key)}; the catalog's {p.extra} says "
+                            f"{row[key]} (one range for every version - review by hand)")
+    built = extra.cuda_for(read.version)
+    floor = major_minor(p.cuda)
+    if vtuple(floor) > vtuple(built) and not at_end:
+        warnings.append(f"{v}: {p.plugin} needs CUDA runtime >= {p.cuda}; the catalog's {p.extra} says it was "
+                        f"built with {built} there - review by hand")
+    elif vtuple(floor) > vtuple(built):
+        row["built_with"].append({"since": read.version, "cuda": floor})
+        tails[(p.extra, "built_with")] = (f"{read.version}: nvidia-cuda-runtime>={p.cuda} in {p.source} "
+                                          "(a floor: the toolkit it was built with may be newer - review)")
+        changes.append(f"{p.extra} built_with CUDA {floor} from {read.version}")
+
+
+def _add_extra(p: PluginRead, state: dict, current: Jax, read: JaxRead, *, warnings: list[str], tails: dict,
+               changes: list[str]) -> None:
+    """A new extra's row, its min_cc carried forward from the newest extra (for review)."""
+    newest = max(current.extras, key=lambda e: _extra_major(e.extra))
+    state["extras"].insert(0, {"extra": p.extra, "since": read.version, "min_cc": newest.min_cc,
+                               "built_with": [{"since": read.version, "cuda": major_minor(p.cuda)}],
+                               "cudnn": p.cudnn, "nccl": p.nccl})
+    tails[(p.extra, "new")] = newest.extra
+    changes.append(f"new extra {p.extra} (min_cc {newest.min_cc} carried forward from {newest.extra} - review)")
+    if p.extra not in JAX.extras:
+        warnings.append(f"{Version(read.version)}: team.yaml cannot ask for jax[{p.extra}] yet (the extras of "
+                        "envkit.frameworks.JAX); a spec without an extra gets the newest one")
+
+
+def _extra_major(extra: str) -> int:
+    m = _CUDA_EXTRA.match(extra)
+    if m is None:
+        raise CatalogError(f"jax extra {extra!r} is not cudaNN")
+    return int(m["major"])
 
 
 def _carried_text(jax: Jax, read: JaxRead) -> str:
@@ -288,85 +328,6 @@ def _comment(read: JaxRead, state: dict, today: str) -> list[str]:
                      f"{p.cuda}, cudnn {p.cudnn}, nccl {p.nccl}; Python {p.python_min}-{p.python_max} from its tags")
     lines.append(f"  #   {_carried_text(Jax.model_validate(state), read)}")
     return [line + "\n" for line in lines]
-
-
-# --- editing the text ----------------------------------------------------------------------
-def _render_versions(versions: list[str]) -> list[str]:
-    lead, indent = "  versions: [", " " * len("  versions: [")
-    lines, line = [], lead
-    for i, v in enumerate(versions):
-        item = q(v) + ("]" if i == len(versions) - 1 else ",")
-        if line not in (lead, indent) and len(line) + 1 + len(item) > _WIDTH:
-            lines.append(line + "\n")
-            line = indent
-        line += ("" if line in (lead, indent) else " ") + item
-    return lines + [line + "\n"]
-
-
-def _find(lines: list[str], prefix: str, start: int = 0, end: int | None = None) -> int:
-    for i in range(start, len(lines) if end is None else end):
-        if lines[i].startswith(prefix):
-            return i
-    raise CatalogError(f"{FILENAME}: no line starting {prefix.strip()!r} where refresh expects it",
-                       hint="the file's layout is not the one refresh edits; add the version by hand")
-
-
-def _with_tail(line: str, tail: str | None) -> str:
-    if not tail:
-        return line
-    body = line.rstrip("\n")
-    return f"{body}{'; ' if '#' in body else '  # '}{tail}\n"
-
-
-def _edit_text(text: str, entry: dict, state: dict, comments: list[str], tails: dict) -> str:
-    lines = text.splitlines(keepends=True)
-    out_extra: dict[int, list[str]] = {}  # insert before line i
-    replace: dict[int, list[str]] = {}
-    top = _find(lines, "  versions: [")
-    bottom = next((i for i in range(top, len(lines)) if lines[i].split("#", 1)[0].rstrip().endswith("]")), None)
-    if bottom is None:
-        raise CatalogError(f"{FILENAME}: the versions list does not end with ']'", hint="add the version by hand")
-    lead = "  versions: ["
-    fresh = [v for v in state["versions"] if v not in entry["versions"]]
-    if min(Version(v) for v in fresh) > max(Version(str(v)) for v in entry["versions"]):
-        # only newer versions: they go on a line of their own, the old lines stay as they are
-        replace[top] = comments + [lead + ", ".join(q(v) for v in fresh) + ",\n",
-                                   " " * len(lead) + lines[top][len(lead):]]
-    else:
-        replace[top] = comments + _render_versions(state["versions"])
-        for i in range(top + 1, bottom + 1):
-            replace[i] = []
-    pm = _find(lines, "  python_min:")
-    last = pm
-    while last + 1 < len(lines) and lines[last + 1].startswith("    - {since:"):
-        last += 1
-    new_rows = state["python_min"][len(entry["python_min"]):]
-    out_extra[last + 1] = [_with_tail(f"    - {{since: {q(r['since'])}, python: {q(r['python'])}}}\n",
-                                      tails.get(("python_min", r["since"]))) for r in new_rows]
-    ex = _find(lines, "  extras:")
-    known = {e["extra"] for e in entry["extras"]}
-    new = [_render_extra(e, tails[(e["extra"], "new")]) for e in state["extras"] if e["extra"] not in known]
-    out_extra.setdefault(ex + 1, []).extend(line for block in new for line in block)
-    for e in state["extras"]:
-        if e["extra"] not in known or (e["extra"], "built_with") not in tails:
-            continue
-        head = _find(lines, f"    - extra: {e['extra']}", ex)
-        i = _find(lines, "      built_with: [", head)
-        rows = ", ".join(f"{{since: {q(r['since'])}, cuda: {q(r['cuda'])}}}" for r in e["built_with"])
-        comment = lines[i].split("#", 1)[1].strip() if "#" in lines[i] else ""
-        replace[i] = [_with_tail(f"      built_with: [{rows}]" + (f"  # {comment}" if comment else "") + "\n",
-                                 tails[(e["extra"], "built_with")])]
-    return splice(lines, out_extra, replace)
-
-
-def _render_extra(e: dict, carried_from: str) -> list[str]:
-    return [f"    - extra: {e['extra']}\n",
-            f"      since: {q(e['since'])}  # first version whose METADATA names this extra\n",
-            f"      min_cc: {q(e['min_cc'])}  # carried forward from {carried_from}: not in wheel metadata - review\n",
-            f"      built_with: [{{since: {q(e['since'])}, cuda: {q(e['built_with'][0]['cuda'])}}}]"
-            "  # the plugin's nvidia-cuda-runtime floor - review\n",
-            f"      cudnn: {q(e['cudnn'])}\n",
-            f"      nccl: {q(e['nccl'])}\n"]
 
 
 __all__ = ["JaxRead", "PluginRead", "refresh"]

@@ -24,9 +24,10 @@ from ...frameworks import FRAMEWORKS
 from ...errors import CatalogError
 from ..models import Catalog
 from ..files import data_dir as default_data_dir
-from .common import RefreshIndex, RefreshResult, apply_texts, refresh_summary
+from .common import ReadingIndex, RefreshResult, apply_texts, refresh_summary
 from . import companions as companions_refresh, jax as jax_refresh, tensorflow as tf_refresh
 from .torch import refresh
+from typing import Iterable
 
 @dataclass(frozen=True)
 class CatalogRefresh:
@@ -78,7 +79,7 @@ class CatalogRefresh:
         }
 
 
-def parse_frameworks(names) -> tuple[str, ...]:
+def parse_frameworks(names: Iterable[str] | None) -> tuple[str, ...]:
     """('torch', 'jax') from ['jax', 'torch'] (FRAMEWORKS order); all when ``names`` is empty."""
     chosen = set(names or FRAMEWORKS)
     unknown = sorted(chosen - set(FRAMEWORKS))
@@ -88,7 +89,7 @@ def parse_frameworks(names) -> tuple[str, ...]:
     return tuple(f for f in FRAMEWORKS if f in chosen)
 
 
-def refresh_catalog(catalog: Catalog, index: RefreshIndex, *, today: str, frameworks=FRAMEWORKS,
+def refresh_catalog(catalog: Catalog, index: ReadingIndex, *, today: str, frameworks: Iterable[str]=FRAMEWORKS,
                     data_dir: str | Path | None = None, python: str = "3.12", glibc: str = "2.36") -> CatalogRefresh:
     """Refresh each framework in ``frameworks`` against ``index``, then the companions of what they
     propose (companions.yaml); reads only."""

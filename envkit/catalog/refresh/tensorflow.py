@@ -18,16 +18,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
 from ...errors import CatalogError
 from ..models import Catalog, TfRelease
 from ..files import data_dir as default_data_dir
-from .common import (RefreshIndex, RefreshResult, check_parses_back, check_source, check_today, floor_version,
-                     for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel, published, py_text,
-                     python_tags, q, read_file, skip_excluded, spec_text, splice, wheel_reading)
+from .common import (ReadingIndex, RefreshLog, RefreshResult, check_parses_back, check_source, check_today,
+                     floor_version, for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel, published,
+                     py_text, python_tags, q, read_file, skip_excluded, spec_text, splice, wheel_reading)
 from ...index.wheel_facts import library_of
+
+if TYPE_CHECKING:
+    from ...index.client import WheelFile
 
 FILENAME = "tensorflow.yaml"
 PROJECT = "tensorflow"
@@ -59,10 +63,12 @@ class TfRead:
                 "cudnn_series": self.pins[1], "python_range": {"min": self.python_min, "max": self.python_max}}
 
 
-def _read(index: RefreshIndex, wheels, version: Version, extra: str, python: str, glibc: str) -> TfRead | str:
+def _read(
+    index: ReadingIndex, wheels: list[WheelFile], version: Version, extra: str, python: str, glibc: str
+) -> TfRead | str:
     pys = python_tags(wheels, version)
     wheel, py = pick_wheel(index, PROJECT, version, pys, python, glibc) if pys else (None, None)
-    if wheel is None:
+    if wheel is None or py is None:
         return f"{version}: no Linux x86_64 CPython wheel on the index; not added"
     source = metadata_source(wheel)
     found: dict[str, str | None] = {}
@@ -89,7 +95,7 @@ def _text(read: TfRead) -> str:
 
 
 # --- the refresh ---------------------------------------------------------------------------
-def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str | Path | None = None,
+def refresh(catalog: Catalog, index: ReadingIndex, *, today: str, data_dir: str | Path | None = None,
             python: str = "3.12", glibc: str = "2.36") -> RefreshResult:
     """Compare the catalog's TensorFlow rows with the tensorflow releases on ``index``; reads only."""
     check_today(today)
@@ -101,31 +107,12 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str 
     if [(str(r.get("version")), tuple(r.get("patches") or ())) for r in rows] != \
             [(r.version, r.patches) for r in tf.releases]:
         raise not_loaded_from(directory)
-    if not rows:
+    if not rows or entry is None:
         raise CatalogError(f"{directory / FILENAME} has no releases to extend")
     check_source(catalog)
     known = {r.version: r for r in tf.releases}
-    oldest = min(Version(r.version) for r in tf.releases)
-    notes: list[str] = []
-    warnings: list[str] = []
-    reads: list[TfRead] = []
-    new: dict[str, list[Version]] = {}
-    older = 0
-    skipped: list[dict] = []
-    for v in published(index, PROJECT):
-        series = f"{v.major}.{v.minor}"
-        if Version(series) < oldest:
-            older += 1
-        elif (series not in known or str(v) not in known[series].patches) and \
-                skip_excluded(catalog, "tensorflow", v, skipped):
-            continue
-        elif series in known and any(Version(p).is_postrelease and Version(p).base_version == str(v)
-                                     for p in known[series].patches):
-            notes.append(f"{v}: skipped - the {series} row lists its post-release, which replaces it")
-        elif series not in known or str(v) not in known[series].patches:
-            new.setdefault(series, []).append(v)
-    if older:
-        notes.append(f"ignored {older} tensorflow version(s) older than the catalog's oldest series ({oldest})")
+    log = RefreshLog()
+    new = _new_versions(catalog, index, known, log)
 
     wheels = list(index.wheels(PROJECT)) if new else []
     updated: dict[str, dict] = {}
@@ -137,52 +124,18 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str 
         for v in versions:
             read = _read(index, wheels, v, tf.extra, python, glibc)
             if isinstance(read, str):
-                warnings.append(read)
+                log.warnings.append(read)
             else:
                 series_reads.append(read)
         if not series_reads:
             continue
-        reads.extend(series_reads)
+        log.reads.extend(series_reads)
         row = next((dict(r) for r in rows if str(r["version"]) == series), None)
-        got = [r.version for r in series_reads]
         if row is not None:  # a known series: only its patches change
-            release = known[series]
-            for read in series_reads:
-                if read.pins != (release.cuda, release.cudnn):
-                    warnings.append(f"{read.version}: the index wheel gives CUDA {read.pins[0]}, cuDNN {read.pins[1]} "
-                                    f"({read.source}); the {series} row says {release.cuda}, {release.cudnn} "
-                                    "(only the patches are changed)")
-            row["patches"] = sorted({*release.patches, *got}, key=Version)
-            comments[series] = "; ".join(f"{r.version}: {r.source}" for r in series_reads)
-            added_patches.extend(got)
-            notes.append(f"{series}: added patch(es) {', '.join(got)} (" + "; ".join(_text(r) for r in series_reads) + ")")
+            added_patches += _add_patches(row, known[series], series_reads, comments, log)
         else:
-            newest = series_reads[-1]
-            for other in series_reads[:-1]:
-                if other.pins != newest.pins:
-                    warnings.append(f"{series}: {other.version} gives CUDA/cuDNN {'/'.join(other.pins)}, unlike "
-                                    f"{newest.version} ({'/'.join(newest.pins)}); the row records {newest.version}'s")
-            row = {"version": series, "patches": sorted(got, key=Version),
-                   "python": {"min": newest.python_min, "max": newest.python_max},
-                   "cuda": newest.pins[0], "cudnn": newest.pins[1]}
-            reading = wheel_reading(index, PROJECT, newest.version, newest.python, glibc)
-            if isinstance(reading, str):
-                arches_said = f"arches unread ({reading}): the file-wide arch_list {tf.arch_list} applies - review"
-                warnings.append(f"{series}: {arches_said}")
-            else:
-                row["arches"] = list(reading.flags)
-                arches_said = f"arches read from {reading.source}"
-            try:
-                TfRelease.model_validate(row)
-            except Exception as exc:  # pydantic.ValidationError; a bug here, not bad input
-                raise CatalogError(f"refresh built an invalid row for tensorflow {series}: {exc}") from None
-            comments[series] = (f"refreshed from the package index {today}: {newest.source} ({tf.extra}: "
-                                f"{_text(newest)}; Python from cp tags); {arches_said}; min_driver is file-wide, "
-                                "not in wheel metadata: carried forward - review")
+            row = _new_series(catalog, index, series, series_reads, glibc, today, comments, log)
             added_series.append(series)
-            notes.append(f"{series}: new series from {newest.wheel}: {_text(newest)}, python "
-                         f"{newest.python_min}-{newest.python_max}; min_driver {tf.min_driver} carried forward "
-                         f"(not in wheel metadata); {arches_said.split(' (')[0]}")
         updated[series] = row
 
     proposed = _edit_text(text, rows, updated, comments) if updated else text
@@ -192,8 +145,83 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, today: str, data_dir: str 
     return RefreshResult(framework="tensorflow", data_dir=directory, current_text=text, proposed_text=proposed,
                          entries=tuple(updated[s] for s in sorted(updated, key=Version)),
                          added_series=tuple(added_series), added_patches=tuple(sorted(added_patches, key=Version)),
-                         notes=tuple(notes), warnings=tuple(warnings), skipped=tuple(skipped),
-                         reads=tuple(sorted(reads, key=lambda r: Version(r.version))))
+                         notes=tuple(log.notes), warnings=tuple(log.warnings), skipped=tuple(log.skipped),
+                         reads=tuple(sorted(log.reads, key=lambda r: Version(r.version))))
+
+
+def _new_versions(catalog: Catalog, index: ReadingIndex, known: dict[str, TfRelease],
+                  log: RefreshLog) -> dict[str, list[Version]]:
+    """The index's releases the catalog lacks, by series (a release whose post-release the row lists is not)."""
+    oldest = min(Version(s) for s in known)
+    new: dict[str, list[Version]] = {}
+    older = 0
+    for v in published(index, PROJECT):
+        series = f"{v.major}.{v.minor}"
+        if Version(series) < oldest:
+            older += 1
+        elif (series not in known or str(v) not in known[series].patches) and \
+                skip_excluded(catalog, "tensorflow", v, log.skipped):
+            continue
+        elif series in known and any(Version(p).is_postrelease and Version(p).base_version == str(v)
+                                     for p in known[series].patches):
+            log.notes.append(f"{v}: skipped - the {series} row lists its post-release, which replaces it")
+        elif series not in known or str(v) not in known[series].patches:
+            new.setdefault(series, []).append(v)
+    if older:
+        log.notes.append(f"ignored {older} tensorflow version(s) older than the catalog's oldest series ({oldest})")
+    return new
+
+
+def _add_patches(row: dict, release: TfRelease, series_reads: list[TfRead], comments: dict[str, str],
+                 log: RefreshLog) -> list[str]:
+    """Add the new patches to a known series' ``row`` (edited); its pins are the row's, warned about if the wheels
+    differ."""
+    series = release.version
+    got = [r.version for r in series_reads]
+    for read in series_reads:
+        if read.pins != (release.cuda, release.cudnn):
+            log.warnings.append(f"{read.version}: the index wheel gives CUDA {read.pins[0]}, cuDNN {read.pins[1]} "
+                                f"({read.source}); the {series} row says {release.cuda}, {release.cudnn} "
+                                "(only the patches are changed)")
+    row["patches"] = sorted({*release.patches, *got}, key=Version)
+    comments[series] = "; ".join(f"{r.version}: {r.source}" for r in series_reads)
+    log.notes.append(
+        f"{series}: added patch(es) {', '.join(got)} (" + "; ".join(_text(r) for r in series_reads) + ")"
+    )
+    return got
+
+
+def _new_series(catalog: Catalog, index: ReadingIndex, series: str, series_reads: list[TfRead], glibc: str,
+                today: str, comments: dict[str, str], log: RefreshLog) -> dict:
+    """A new series' row from its newest patch's wheel (its arches read from the wheel when they can be)."""
+    tf = catalog.tensorflow
+    got = [r.version for r in series_reads]
+    newest = series_reads[-1]
+    for other in series_reads[:-1]:
+        if other.pins != newest.pins:
+            log.warnings.append(f"{series}: {other.version} gives CUDA/cuDNN {'/'.join(other.pins)}, unlike "
+                                f"{newest.version} ({'/'.join(newest.pins)}); the row records {newest.version}'s")
+    row = {"version": series, "patches": sorted(got, key=Version),
+           "python": {"min": newest.python_min, "max": newest.python_max},
+           "cuda": newest.pins[0], "cudnn": newest.pins[1]}
+    reading = wheel_reading(index, PROJECT, newest.version, newest.python, glibc)
+    if isinstance(reading, str):
+        arches_said = f"arches unread ({reading}): the file-wide arch_list {tf.arch_list} applies - review"
+        log.warnings.append(f"{series}: {arches_said}")
+    else:
+        row["arches"] = list(reading.flags)
+        arches_said = f"arches read from {reading.source}"
+    try:
+        TfRelease.model_validate(row)
+    except Exception as exc:  # pydantic.ValidationError; a bug here, not bad input
+        raise CatalogError(f"refresh built an invalid row for tensorflow {series}: {exc}") from None
+    comments[series] = (f"refreshed from the package index {today}: {newest.source} ({tf.extra}: "
+                        f"{_text(newest)}; Python from cp tags); {arches_said}; min_driver is file-wide, "
+                        "not in wheel metadata: carried forward - review")
+    log.notes.append(f"{series}: new series from {newest.wheel}: {_text(newest)}, python "
+                     f"{newest.python_min}-{newest.python_max}; min_driver {tf.min_driver} carried forward "
+                     f"(not in wheel metadata); {arches_said.split(' (')[0]}")
+    return row
 
 
 def render_row(row: dict, comment: str | None = None) -> str:

@@ -18,9 +18,8 @@ inserted in version order), validates the whole catalog, then replaces the file 
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable
 from pathlib import Path
 
 from packaging.version import Version
@@ -29,15 +28,30 @@ from ...errors import CatalogError
 from ...index.wheel_facts import bundled_pins
 from ..models import Catalog, TorchRelease, vtuple
 from ..files import data_dir as default_data_dir
-from .common import (SOURCE, RefreshIndex, RefreshResult, check_parses_back, check_source, check_today,
-                     metadata_source, not_loaded_from, pick_wheel, published, python_tags, q as _q, read_file, skip_excluded,
-                     splice, wheel_reading)
+from .torch_text import FILENAME, edit_text, render_row
+from .common import (
+    SOURCE,
+    ReadingIndex,
+    RefreshLog,
+    RefreshResult,
+    check_parses_back,
+    check_source,
+    check_today,
+    metadata_source,
+    not_loaded_from,
+    pick_wheel,
+    published,
+    python_tags,
+    read_file,
+    skip_excluded,
+    wheel_reading,
+)
 
-FILENAME = "pytorch.yaml"
+if TYPE_CHECKING:
+    from ...index.client import WheelFile
+    from ..models import TorchVariant
+
 PROJECT = "torch"
-
-_VERSION_LINE = re.compile(r'^  - version: "?(?P<v>[0-9][0-9.]*)"?\s*$')
-_PATCHES_LINE = re.compile(r"^(?P<indent>    )patches: \[.*\]\s*$")
 
 
 @dataclass(frozen=True)
@@ -63,13 +77,21 @@ class IndexRead:
         return ".".join(str(p) for p in vtuple(self.cuda)[:2]) if self.cuda else None
 
     def to_json(self) -> dict:
-        return {"version": self.version, "wheel": self.wheel, "source": self.source, "python": self.python, "cuda": self.cuda,
-                "cudnn": self.cudnn, "nccl": self.nccl, "tag": self.tag,
-                "python_range": {"min": self.python_min, "max": self.python_max}}
+        return {
+            "version": self.version,
+            "wheel": self.wheel,
+            "source": self.source,
+            "python": self.python,
+            "cuda": self.cuda,
+            "cudnn": self.cudnn,
+            "nccl": self.nccl,
+            "tag": self.tag,
+            "python_range": {"min": self.python_min, "max": self.python_max},
+        }
 
 
 # --- the refresh ---------------------------------------------------------------------------
-def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glibc: str = "2.36", today: str,
+def refresh(catalog: Catalog, index: ReadingIndex, *, python: str = "3.12", glibc: str = "2.36", today: str,
             data_dir: str | Path | None = None) -> RefreshResult:
     """Compare the catalog's PyTorch rows with the torch releases on ``index``.
 
@@ -79,7 +101,6 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
     """
     check_today(today)
     directory = Path(data_dir) if data_dir is not None else default_data_dir()
-    path = directory / FILENAME
     text, raw = read_file(directory, FILENAME)
     rows: list[dict] = list(raw.get("releases") or []) if isinstance(raw, dict) else []
     releases = catalog.torch_releases()
@@ -87,32 +108,12 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
             [(r.version, r.patches) for r in releases]:
         raise not_loaded_from(directory)
     if not releases:
-        raise CatalogError(f"{path} has no releases to extend")
+        raise CatalogError(f"{directory / FILENAME} has no releases to extend")
     check_source(catalog)
 
-    notes: list[str] = []
-    warnings: list[str] = []
-    reads: list[IndexRead] = []
+    log = RefreshLog()
     known = {r.version: r for r in releases}
-    oldest = min(Version(r.version) for r in releases)
-
-    new_series: dict[str, list[Version]] = {}
-    new_patches: dict[str, list[Version]] = {}
-    older = 0
-    skipped: list[dict] = []
-    for v in published(index, PROJECT):
-        series = f"{v.major}.{v.minor}"
-        if Version(series) < oldest:
-            older += 1
-        elif (series not in known or str(v) not in known[series].patches) and skip_excluded(catalog, "torch", v, skipped):
-            continue
-        elif series not in known:
-            new_series.setdefault(series, []).append(v)
-        elif str(v) not in known[series].patches:
-            new_patches.setdefault(series, []).append(v)
-    if older:
-        notes.append(f"ignored {older} torch version(s) older than the catalog's oldest series ({oldest})")
-
+    new_series, new_patches = _new_versions(catalog, index, known, log)
     all_wheels = list(index.wheels(PROJECT))
     updated_rows: dict[str, dict] = {}  # series -> full row (changed or new)
     added_series: list[str] = []
@@ -120,22 +121,11 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
 
     # new patches of known series: only the patches list changes
     for series, versions in sorted(new_patches.items(), key=lambda kv: Version(kv[0])):
-        release = known[series]
-        default = release.variant(release.index_default)
-        added_here = []
-        for v in versions:
-            read = _read(index, all_wheels, v, python, glibc)
-            if read is None:
-                warnings.append(f"{v}: no Linux x86_64 CPython wheel on the index; not added")
-                continue
-            reads.append(read)
-            added_here.append(str(v))
-            notes.append(f"{series}: added patch {v} (read {read.wheel}: " + _pins_text(read) + ")")
-            warnings.extend(_compare_patch(release, default, read))
+        added_here = _read_patches(index, all_wheels, known[series], versions, python, glibc, log)
         added_patches.extend(added_here)
         if added_here:
             row = copy.deepcopy(next(r for r in rows if str(r["version"]) == series))
-            row["patches"] = sorted({*release.patches, *added_here}, key=Version)
+            row["patches"] = sorted({*known[series].patches, *added_here}, key=Version)
             updated_rows[series] = row
 
     # new series: one row each, from the newest patch's wheel
@@ -144,50 +134,17 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
         for v in versions:
             read = _read(index, all_wheels, v, python, glibc)
             if read is None:
-                warnings.append(f"{v}: no Linux x86_64 CPython wheel on the index; skipped")
+                log.warnings.append(f"{v}: no Linux x86_64 CPython wheel on the index; skipped")
                 continue
             series_reads.append(read)
-        if not series_reads:
-            continue
-        reads.extend(series_reads)
-        newest = series_reads[-1]
-        if newest.cuda is None:
-            warnings.append(f"{series}: {newest.wheel} pins no CUDA runtime (cuda-toolkit / nvidia-cuda-runtime);"
-                            " not added - add the series by hand")
-            continue
-        reading = wheel_reading(index, PROJECT, newest.version, newest.python, glibc, cuda=newest.cuda_mm)
-        if not isinstance(reading, str) and reading.arch_list is not None:
-            arch_list, arch_source = reading.arch_list, f"read from {reading.source}"
-        else:
-            why = reading if isinstance(reading, str) else (
-                f"{reading.wheel} holds {' '.join(reading.flags)}, which TORCH_CUDA_ARCH_LIST cannot spell")
-            carried = _carry_arch_list(catalog, newest.cuda)
-            if carried is None:
-                warnings.append(f"{series}: the wheel's arch list is unread ({why}) and no catalog variant has CUDA "
-                                f"{vtuple(newest.cuda)[0]}.x to carry one from; not added - add the series by hand")
-                continue
-            arch_list, carried_from = carried
-            arch_source = (f"carried over from {carried_from} (the wheel could not be read: {why} - confirm with "
-                           "`envkit catalog check-arches` or torch.cuda.get_arch_list() inside a built image)")
-            warnings.append(f"{series}: arch_list {arch_list} carried over from {carried_from}, not read from the "
-                            f"wheel ({why}); confirm it")
-        for other in series_reads[:-1]:
-            if (other.cuda_mm, other.cudnn, other.nccl) != (newest.cuda_mm, newest.cudnn, newest.nccl):
-                warnings.append(f"{series}: {other.version} pins {_pins_text(other)}, unlike {newest.version} "
-                                f"({_pins_text(newest)}); the row records {newest.version}'s")
-        row = _new_row(series, [r.version for r in series_reads], newest, arch_list, arch_source, today)
-        try:
-            TorchRelease.model_validate(row)
-        except Exception as exc:  # pydantic.ValidationError; a bug here, not bad input
-            raise CatalogError(f"refresh built an invalid row for {series}: {exc}") from None
-        updated_rows[series] = row
-        added_series.append(series)
-        notes.append(f"{series}: new series from {newest.wheel}: " + _pins_text(newest)
-                     + f", python {newest.python_min}-{newest.python_max}; arch_list {arch_list} "
-                     + arch_source.split(" (")[0] + " (verified: partial)")
+        log.reads.extend(series_reads)
+        new_row = _series_row(catalog, index, series, series_reads, glibc, today, log) if series_reads else None
+        if new_row is not None:
+            updated_rows[series] = new_row
+            added_series.append(series)
 
-    warnings.extend(_python_range_warnings(releases, all_wheels))
-    proposed = _edit_text(text, rows, updated_rows) if updated_rows else text
+    log.warnings.extend(_python_range_warnings(releases, all_wheels))
+    proposed = edit_text(text, rows, updated_rows) if updated_rows else text
     expected = [updated_rows.get(str(r["version"]), r) for r in rows]
     expected += [updated_rows[s] for s in added_series]
     expected.sort(key=lambda r: Version(str(r["version"])))
@@ -197,16 +154,106 @@ def refresh(catalog: Catalog, index: RefreshIndex, *, python: str = "3.12", glib
     return RefreshResult(
         framework="torch", data_dir=directory, current_text=text, proposed_text=proposed, entries=entries,
         added_series=tuple(added_series), added_patches=tuple(sorted(added_patches, key=Version)),
-        notes=tuple(notes), warnings=tuple(warnings), skipped=tuple(skipped),
-        reads=tuple(sorted(reads, key=lambda r: Version(r.version))),
+        notes=tuple(log.notes), warnings=tuple(log.warnings), skipped=tuple(log.skipped),
+        reads=tuple(sorted(log.reads, key=lambda r: Version(r.version))),
     )
 
 
+def _new_versions(catalog: Catalog, index: ReadingIndex, known: dict[str, TorchRelease],
+                  log: RefreshLog) -> tuple[dict[str, list[Version]], dict[str, list[Version]]]:
+    """The index's releases the catalog lacks: (new series, new patches of known series), each by series."""
+    oldest = min(Version(s) for s in known)
+    new_series: dict[str, list[Version]] = {}
+    new_patches: dict[str, list[Version]] = {}
+    older = 0
+    for v in published(index, PROJECT):
+        series = f"{v.major}.{v.minor}"
+        if Version(series) < oldest:
+            older += 1
+        elif (series not in known or str(v) not in known[series].patches) and skip_excluded(
+            catalog, "torch", v, log.skipped
+        ):
+            continue
+        elif series not in known:
+            new_series.setdefault(series, []).append(v)
+        elif str(v) not in known[series].patches:
+            new_patches.setdefault(series, []).append(v)
+    if older:
+        log.notes.append(f"ignored {older} torch version(s) older than the catalog's oldest series ({oldest})")
+    return new_series, new_patches
+
+
+def _read_patches(index: ReadingIndex, wheels: list, release: TorchRelease, versions: list[Version], python: str,
+                  glibc: str, log: RefreshLog) -> list[str]:
+    """The new patches of a known series whose wheel could be read, each compared with the row."""
+    default = release.variant(release.index_default)
+    added = []
+    for v in versions:
+        read = _read(index, wheels, v, python, glibc)
+        if read is None:
+            log.warnings.append(f"{v}: no Linux x86_64 CPython wheel on the index; not added")
+            continue
+        log.reads.append(read)
+        added.append(str(v))
+        log.notes.append(f"{release.version}: added patch {v} (read {read.wheel}: " + _pins_text(read) + ")")
+        log.warnings.extend(_compare_patch(release, default, read))
+    return added
+
+
+def _series_row(catalog: Catalog, index: ReadingIndex, series: str, series_reads: list[IndexRead], glibc: str,
+                today: str, log: RefreshLog) -> dict | None:
+    """A new series' row from its newest patch's wheel; None (with a warning) when it cannot be written."""
+    newest = series_reads[-1]
+    if newest.cuda is None:
+        log.warnings.append(f"{series}: {newest.wheel} pins no CUDA runtime (cuda-toolkit / nvidia-cuda-runtime);"
+                            " not added - add the series by hand")
+        return None
+    arches = _arch_list(catalog, index, series, newest, glibc, log)
+    if arches is None:
+        return None
+    arch_list, arch_source = arches
+    for other in series_reads[:-1]:
+        if (other.cuda_mm, other.cudnn, other.nccl) != (newest.cuda_mm, newest.cudnn, newest.nccl):
+            log.warnings.append(f"{series}: {other.version} pins {_pins_text(other)}, unlike {newest.version} "
+                                f"({_pins_text(newest)}); the row records {newest.version}'s")
+    row = _new_row(series, [r.version for r in series_reads], newest, arch_list, arch_source, today)
+    try:
+        TorchRelease.model_validate(row)
+    except Exception as exc:  # pydantic.ValidationError; a bug here, not bad input
+        raise CatalogError(f"refresh built an invalid row for {series}: {exc}") from None
+    log.notes.append(f"{series}: new series from {newest.wheel}: " + _pins_text(newest)
+                     + f", python {newest.python_min}-{newest.python_max}; arch_list {arch_list} "
+                     + arch_source.split(" (")[0] + " (verified: partial)")
+    return row
+
+
+def _arch_list(catalog: Catalog, index: ReadingIndex, series: str, newest: IndexRead, glibc: str,
+               log: RefreshLog) -> tuple[str, str] | None:
+    """(arch list, where it came from) of a new series: read from the wheel, else carried over from a variant of
+    the same CUDA major (warned); None (warned) when neither can be had."""
+    assert newest.cuda is not None  # checked by _series_row
+    reading = wheel_reading(index, PROJECT, newest.version, newest.python, glibc, cuda=newest.cuda_mm)
+    if not isinstance(reading, str) and reading.arch_list is not None:
+        return reading.arch_list, f"read from {reading.source}"
+    why = reading if isinstance(reading, str) else (
+        f"{reading.wheel} holds {' '.join(reading.flags)}, which TORCH_CUDA_ARCH_LIST cannot spell")
+    carried = _carry_arch_list(catalog, newest.cuda)
+    if carried is None:
+        log.warnings.append(f"{series}: the wheel's arch list is unread ({why}) and no catalog variant has CUDA "
+                            f"{vtuple(newest.cuda)[0]}.x to carry one from; not added - add the series by hand")
+        return None
+    arch_list, carried_from = carried
+    log.warnings.append(f"{series}: arch_list {arch_list} carried over from {carried_from}, not read from the "
+                        f"wheel ({why}); confirm it")
+    return arch_list, (f"carried over from {carried_from} (the wheel could not be read: {why} - confirm with "
+                       "`envkit catalog check-arches` or torch.cuda.get_arch_list() inside a built image)")
+
+
 # --- reading the index ---------------------------------------------------------------------
-def _read(index: RefreshIndex, wheels, version: Version, python: str, glibc: str) -> IndexRead | None:
+def _read(index: ReadingIndex, wheels: list[WheelFile], version: Version, python: str, glibc: str) -> IndexRead | None:
     pys = python_tags(wheels, version)
     wheel, py = pick_wheel(index, PROJECT, version, pys, python, glibc) if pys else (None, None)
-    if wheel is None:
+    if wheel is None or py is None:
         return None
     pins = bundled_pins(index.requires(wheel), py)
     return IndexRead(version=str(version), wheel=wheel.filename, source=metadata_source(wheel), python=py,
@@ -231,7 +278,7 @@ def _carry_arch_list(catalog: Catalog, cuda: str) -> tuple[str, str] | None:
     return None
 
 
-def _compare_patch(release: TorchRelease, default, read: IndexRead) -> list[str]:
+def _compare_patch(release: TorchRelease, default: TorchVariant | None, read: IndexRead) -> list[str]:
     """Warnings when a new patch's wheel disagrees with its series' index-default variant."""
     if default is None:
         return [f"{release.version}: index_default {release.index_default} names no variant of the row"]
@@ -248,7 +295,7 @@ def _compare_patch(release: TorchRelease, default, read: IndexRead) -> list[str]
     return out
 
 
-def _python_range_warnings(releases, wheels) -> list[str]:
+def _python_range_warnings(releases: Iterable[TorchRelease], wheels: list[WheelFile]) -> list[str]:
     """Catalog Python ranges that admit an interpreter the index has no wheel for."""
     out = []
     for r in releases:
@@ -284,75 +331,4 @@ def _new_row(series: str, patches: list[str], read: IndexRead, arch_list: str, a
     }
 
 
-def _patches_line(indent: str, patches) -> str:
-    return f"{indent}patches: [{', '.join(_q(p) for p in patches)}]\n"
-
-
-def render_row(row: dict) -> str:
-    """One release row in pytorch.yaml's own layout (two-space list item, flow variants)."""
-    lines = [f"  - version: {_q(row['version'])}\n",
-             _patches_line("    ", row["patches"]),
-             f"    python: {{min: {_q(row['python']['min'])}, max: {_q(row['python']['max'])}}}\n",
-             f"    index_default: {row['index_default']}\n",
-             f"    verified: {str(row['verified']).lower()}\n",
-             f"    sources: [{', '.join(row['sources'])}]\n"]
-    if row.get("note") is not None:
-        lines.append(f"    note: {_q(row['note'])}\n")
-    lines.append("    variants:\n")
-    for v in row["variants"]:
-        lines.append(f"      - {{tag: {v['tag']}, cuda: {_q(v['cuda'])}, status: {v['status']}, "
-                     f"cudnn: {_q(v['cudnn'])}, nccl: {_q(v['nccl'])}, arch_list: {_q(v['arch_list'])}}}\n")
-    return "".join(lines)
-
-
-def _release_blocks(lines: list[str]) -> list[tuple[str, int, int]]:
-    """(series, first line, end line exclusive) of each row under the top-level ``releases:``."""
-    try:
-        start = next(i for i, line in enumerate(lines) if line.rstrip() == "releases:")
-    except StopIteration:
-        raise CatalogError(f"{FILENAME} has no top-level 'releases:' line") from None
-    blocks: list[list] = []
-    for i in range(start + 1, len(lines)):
-        line = lines[i]
-        m = _VERSION_LINE.match(line.rstrip("\r\n"))
-        if m:
-            blocks.append([m["v"], i, i + 1])
-        elif line.startswith("    ") and blocks:
-            blocks[-1][2] = i + 1
-        elif not line.strip() or line.lstrip().startswith("#"):
-            continue
-        elif not line.startswith(" "):
-            break  # the next top-level key
-        else:
-            raise CatalogError(f"{FILENAME}:{i + 1}: unexpected line in releases: {line.rstrip()!r}",
-                               hint="refresh edits rows laid out as '  - version: ...' with 4-space fields")
-    return [(b[0], b[1], b[2]) for b in blocks]
-
-
-def _edit_text(text: str, rows: list[dict], updated: dict[str, dict]) -> str:
-    lines = text.splitlines(keepends=True)
-    blocks = _release_blocks(lines)
-    if [b[0] for b in blocks] != [str(r["version"]) for r in rows]:
-        raise CatalogError(f"{FILENAME}: the rows found by layout do not match the parsed releases",
-                           hint="add the rows by hand")
-    by_series = {b[0]: b for b in blocks}
-    replace: dict[int, str] = {}
-    insert: dict[int, list[str]] = {}
-    for series in sorted(updated, key=Version):
-        row = updated[series]
-        if series in by_series:  # a known series: rewrite its patches line only
-            _, first, end = by_series[series]
-            hits = [i for i in range(first, end) if _PATCHES_LINE.match(lines[i].rstrip("\r\n"))]
-            if len(hits) != 1:
-                raise CatalogError(f"{FILENAME}: series {series} has no one-line 'patches: [...]'",
-                                   hint="add the patch by hand")
-            eol = "\r\n" if lines[hits[0]].endswith("\r\n") else "\n"
-            replace[hits[0]] = _patches_line("    ", row["patches"]).replace("\n", eol)
-        else:  # a new series: after the last older row, else before the first
-            before = [b for b in blocks if Version(b[0]) < Version(series)]
-            at = before[-1][2] if before else blocks[0][1] if blocks else len(lines)
-            insert.setdefault(at, []).append(render_row(row))
-    return splice(lines, insert, {i: [line] for i, line in replace.items()})
-
-
-__all__ = ["IndexRead", "refresh", "render_row"]
+__all__ = ["IndexRead", "refresh", "render_row"]  # render_row: torch_text's

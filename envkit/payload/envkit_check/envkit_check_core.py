@@ -119,45 +119,55 @@ def expect_problems(expect: Dict[str, Any]) -> List[str]:
     (empty: nothing). The payload refuses such a file (exit 2) rather than compare against it."""
     problems = []
     for key, value in expect.items():
-        shown = f"{key} {_shown(value)}"
         if key not in EXPECT_KEYS:
-            problems.append(f"{key!r} is not a key the payload knows (known: {', '.join(EXPECT_KEYS)})")
+            problem: Optional[str] = f"{key!r} is not a key the payload knows (known: {', '.join(EXPECT_KEYS)})"
         elif key == "framework":
-            if value not in FRAMEWORK_NAMES:
-                problems.append(f"framework {_shown(value)}: this payload checks {', '.join(FRAMEWORK_NAMES)} images")
+            problem = (None if value in FRAMEWORK_NAMES
+                       else f"framework {_shown(value)}: this payload checks {', '.join(FRAMEWORK_NAMES)} images")
         elif value is None and key in EXPECT_NULLABLE:
-            continue
-        elif key == "requested":  # the spec's pip: packages, each with the locked version (null: any)
-            bad = [k for k, v in value.items() if not DISTRIBUTION.fullmatch(k) or not (
-                v is None or isinstance(v, str) and VERSION_TEXT.fullmatch(v))] if isinstance(value, dict) else None
-            if bad is None:
-                problems.append(f'{shown}: must be an object of distributions and versions such as {{"torchaudio": '
-                                '"2.5.1"}')
-            elif bad:
-                problems.append(f"{shown}: {', '.join(map(repr, bad))} not a canonical name with a version or null")
-        elif key == "arch_list":
-            if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-                problems.append(f'{shown}: must be a list of archs such as ["sm_80", "sm_90"], or null for none '
-                                "(a CPU-only build)")
-            else:
-                bad = [a for a in value if parse_arch(a) is None]
-                if bad:
-                    problems.append(f"{shown}: {', '.join(map(_shown, bad))} not an arch (sm_XY, compute_XY)")
-        elif key == "perf_floors":
-            if not isinstance(value, dict):
-                problems.append(f'{shown}: must be an object of floors such as {{"bf16_matmul_tflops": 600}}, '
-                                "or null for no floors")
-            else:
-                bad = [k for k, v in value.items() if isinstance(v, bool) or not isinstance(v, (int, float))
-                       or not math.isfinite(v)]
-                if bad:
-                    problems.append(f"{shown}: {', '.join(map(repr, bad))} not a finite number")
-        elif not isinstance(value, str) or not VERSION_TEXT.fullmatch(value):
-            example = {"python": "3.11", "driver_floor": "525.60.13", "min_cc": "7.5"}.get(key, "2.5.1")
-            problems.append(f'{shown}: must be a version string such as "{example}"'
-                            + (f", or null for {EXPECT_NULLABLE[key]}" if key in EXPECT_NULLABLE
-                               else f" (leave {key} out to skip its comparison)"))
+            problem = None
+        else:
+            problem = _VALUE_PROBLEMS.get(key, _version_problem)(key, f"{key} {_shown(value)}", value)
+        if problem:
+            problems.append(problem)
     return problems
+
+
+def _requested_problem(key: str, shown: str, value: Any) -> Optional[str]:
+    """The spec's pip: packages, each with the locked version (null: any)."""
+    if not isinstance(value, dict):
+        return f'{shown}: must be an object of distributions and versions such as {{"torchaudio": "2.5.1"}}'
+    bad = [k for k, v in value.items() if not DISTRIBUTION.fullmatch(k) or not (
+        v is None or isinstance(v, str) and VERSION_TEXT.fullmatch(v))]
+    return f"{shown}: {', '.join(map(repr, bad))} not a canonical name with a version or null" if bad else None
+
+
+def _arch_list_problem(key: str, shown: str, value: Any) -> Optional[str]:
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        return f'{shown}: must be a list of archs such as ["sm_80", "sm_90"], or null for none (a CPU-only build)'
+    bad = [a for a in value if parse_arch(a) is None]
+    return f"{shown}: {', '.join(map(_shown, bad))} not an arch (sm_XY, compute_XY)" if bad else None
+
+
+def _perf_floors_problem(key: str, shown: str, value: Any) -> Optional[str]:
+    if not isinstance(value, dict):
+        return f'{shown}: must be an object of floors such as {{"bf16_matmul_tflops": 600}}, or null for no floors'
+    bad = [k for k, v in value.items() if isinstance(v, bool) or not isinstance(v, (int, float))
+           or not math.isfinite(v)]
+    return f"{shown}: {', '.join(map(repr, bad))} not a finite number" if bad else None
+
+
+def _version_problem(key: str, shown: str, value: Any) -> Optional[str]:
+    if isinstance(value, str) and VERSION_TEXT.fullmatch(value):
+        return None
+    example = {"python": "3.11", "driver_floor": "525.60.13", "min_cc": "7.5"}.get(key, "2.5.1")
+    return (f'{shown}: must be a version string such as "{example}"'
+            + (f", or null for {EXPECT_NULLABLE[key]}" if key in EXPECT_NULLABLE
+               else f" (leave {key} out to skip its comparison)"))
+
+
+_VALUE_PROBLEMS: Dict[str, Callable[[str, str, Any], Optional[str]]] = {
+    "requested": _requested_problem, "arch_list": _arch_list_problem, "perf_floors": _perf_floors_problem}
 
 
 # ----------------------------------------------------------------- pure helpers
@@ -310,7 +320,9 @@ def check_pip(ctx: Context) -> Check:
         return absent
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
     try:
-        proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120, env=env
+        )
     except subprocess.TimeoutExpired:
         return Check("failed", None, None, "python -m pip check did not finish within 120 s")
     out = (proc.stdout + proc.stderr).strip()

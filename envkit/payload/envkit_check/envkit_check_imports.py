@@ -260,7 +260,8 @@ def _one_child(todo: List[Tuple[str, List[str]]], deadline: float) -> Dict[str, 
                 proc.kill()
             proc.wait()
             reader.join(timeout=5)
-            proc.stdout.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
         log.seek(0)
         text = log.read().decode("utf-8", "replace")
     sys.stderr.write(text)  # what the imports said (warnings, tracebacks) goes where the payload's own does
@@ -302,27 +303,29 @@ def _entry_text(e: Dict[str, Any]) -> str:
     return name
 
 
+def _entry(name: str, want: Optional[str], dist: Any) -> Dict[str, Any]:
+    """A requested package's entry before its import: installed at the lock's version, and its modules."""
+    e: Dict[str, Any] = {"name": name, "version": dist.version if dist else None, "expected": want,
+                         "modules": [], "imported": [], "status": "ok", "error": None, "extension": None,
+                         "seconds": None}
+    if dist is None:
+        e.update(status="failed", error="not installed" + (f" (the lock has {want})" if want else ""))
+        return e
+    if want is not None and not same_release(dist.version, want):
+        e.update(status="failed", error=f"{dist.version} is installed but the lock has {want}")
+    e["modules"] = import_names(dist)
+    if not e["modules"] and e["status"] == "ok":
+        e["status"] = "no_modules"
+    return e
+
+
 def check_requested(ctx: Context) -> Check:
     wanted = ctx.expect.get("requested")
     if not wanted:
         return Check("skipped", None, None, "lock gives no requested packages (the spec's pip: packages)")
-    dists, entries, todo = installed(), [], []
-    for name, want in wanted.items():
-        dist = dists.get(canonical(name))
-        e: Dict[str, Any] = {"name": name, "version": dist.version if dist else None, "expected": want,
-                             "modules": [], "imported": [], "status": "ok", "error": None, "extension": None,
-                             "seconds": None}
-        if dist is None:
-            e.update(status="failed", error="not installed" + (f" (the lock has {want})" if want else ""))
-        else:
-            if want is not None and not same_release(dist.version, want):
-                e.update(status="failed", error=f"{dist.version} is installed but the lock has {want}")
-            e["modules"] = import_names(dist)
-            if e["modules"]:
-                todo.append((name, e["modules"]))
-            elif e["status"] == "ok":
-                e["status"] = "no_modules"
-        entries.append(e)
+    dists = installed()
+    entries = [_entry(name, want, dists.get(canonical(name))) for name, want in wanted.items()]
+    todo = [(e["name"], e["modules"]) for e in entries if e["modules"]]
     results = run_imports(todo, check_limit(ctx.deadline))
     for e in entries:
         record = results.get(e["name"])

@@ -4,7 +4,8 @@ A JAX image holds jax, jaxlib and the CUDA plugin (jax-cudaNN-plugin + -pjrt), w
 libraries as nvidia-* wheels. Its checks read those versions from the installed distributions,
 train on the CPU backend, and (certify mode) probe the GPUs through jax. The shared checks
 (python_version, the nvidia-* versions, pip_check, nvidia_smi, telemetry; requested_imports) are the
-core's, NVML module's and imports module's own functions. jax is imported by ``setup`` only; torch and tensorflow never are.
+core's, NVML module's and imports module's own functions. jax is imported by ``setup`` only; torch and
+tensorflow never are.
 
 Standard library + jax (0.4.26+; Python 3.9+). Reference: docs/payload.md, "JAX images".
 """
@@ -98,14 +99,24 @@ def gather_jax_facts(jax: Any, devices: List[Any], dists: Dict[str, str]) -> Dic
         backend: Optional[str] = str(jax.default_backend())
     except Exception:
         backend = None
-    found = {"framework": "jax", "python": platform.python_version(), "jax": str(jax.__version__), "jaxlib": jaxlib_version,
-             "backend": backend, "driver": nvml.driver_version() if nvml else None}
+    found = {
+        "framework": "jax",
+        "python": platform.python_version(),
+        "jax": str(jax.__version__),
+        "jaxlib": jaxlib_version,
+        "backend": backend,
+        "driver": nvml.driver_version() if nvml else None,
+    }
     found.update({k: (v[1] if v else None) for k, v in libs.items()})
     return dict({k: found[k] for k in FACTS}, gpus=gpus)
 
 
 def check_jax_version(ctx: Context) -> Check:
-    found = {"jax": ctx.facts.get("jax"), "jaxlib": ctx.facts.get("jaxlib"), "cuda_plugin": ctx.facts.get("cuda_plugin")}
+    found = {
+        "jax": ctx.facts.get("jax"),
+        "jaxlib": ctx.facts.get("jaxlib"),
+        "cuda_plugin": ctx.facts.get("cuda_plugin"),
+    }
     wanted = {k: ctx.expect[k] for k in found if k in ctx.expect}
     if "jax" not in ctx.expect:
         return Check("skipped", found, None, f"lock gives no jax; found jax {found['jax']}")
@@ -185,7 +196,9 @@ def check_cc_covered(ctx: Context) -> Check:
     bad = [f"device {g['index']} ({g['name']}, cc {g['cc'] or 'unknown'})" for g in gpus
            if not g["cc"] or not cc_at_least(g["cc"], floor)]
     if bad:
-        return Check("failed", value, floor, f"{'; '.join(bad)} below the jax build's minimum compute capability {floor}")
+        return Check(
+            "failed", value, floor, f"{'; '.join(bad)} below the jax build's minimum compute capability {floor}"
+        )
     return Check("passed", value, floor, f"every device's compute capability is >= {floor} (the jax build's minimum)")
 
 
@@ -233,9 +246,10 @@ def jax_allreduce(jax: Any, devices: List[Any], numel: int, iters: int) -> Dict[
     all-reduces after two warm-ups (host clock, until ready)."""
     jnp, world = jax.numpy, len(devices)
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
-    shard_map = getattr(jax, "shard_map", None)
+    shard_map: Any = getattr(jax, "shard_map", None)
     if shard_map is None:  # jax < 0.7
-        from jax.experimental.shard_map import shard_map
+        from jax.experimental import shard_map as experimental
+        shard_map = experimental.shard_map
     mesh = Mesh(devices, ("ranks",))
     spec = PartitionSpec("ranks")
     allreduce = jax.jit(shard_map(lambda s: jax.lax.psum(s, "ranks"), mesh=mesh, in_specs=spec, out_specs=spec))
@@ -254,7 +268,11 @@ def jax_allreduce(jax: Any, devices: List[Any], numel: int, iters: int) -> Dict[
 
 
 def allreduce_value(ctx: Context) -> Dict[str, Any]:
-    return {"nccl": ctx.facts.get("nccl"), "op": "jax.lax.psum under shard_map", "NCCL_ALGO": os.environ.get("NCCL_ALGO")}
+    return {
+        "nccl": ctx.facts.get("nccl"),
+        "op": "jax.lax.psum under shard_map",
+        "NCCL_ALGO": os.environ.get("NCCL_ALGO"),
+    }
 
 
 def check_jax_allreduce(ctx: Context) -> Check:

@@ -95,10 +95,15 @@ def render_table(doc: Dict[str, Any], expect: Optional[str] = None) -> str:
     """The document as a table; `expect`, when given, a line saying which expect file was used."""
     facts, width = doc["facts"], max([len(c["name"]) for c in doc["checks"]] + [5])
     shown = framework_module(str(facts.get("framework") or "torch")).TABLE_FACTS
-    lines = [f"envkit payload {doc['payload']['version']} (sha256 {doc['payload']['sha256'][:12]}): mode {doc['mode']}, "
-             f"status {doc['status'].upper()} in {doc['seconds']:.1f} s",
-             "  ".join(f"{k} {facts.get(k) or '-'}" for k in shown)] + ([expect] if expect else []) + [
-             "", f"{'CHECK':<{width}}  {'STATUS':<7}  {'SECONDS':>7}  MESSAGE"]
+    lines = (
+        [
+            f"envkit payload {doc['payload']['version']} (sha256 {doc['payload']['sha256'][:12]}): mode {doc['mode']}, "
+            f"status {doc['status'].upper()} in {doc['seconds']:.1f} s",
+            "  ".join(f"{k} {facts.get(k) or '-'}" for k in shown),
+        ]
+        + ([expect] if expect else [])
+        + ["", f"{'CHECK':<{width}}  {'STATUS':<7}  {'SECONDS':>7}  MESSAGE"]
+    )
     lines += [f"{c['name']:<{width}}  {c['status']:<7}  {c['seconds']:>7.2f}  {c['message']}" for c in doc["checks"]]
     return "\n".join(lines) + "\n"
 
@@ -133,14 +138,22 @@ def start_watchdog(ctx: Context, out: Any, as_json: bool, timeout: float) -> thr
 
 def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, Dict[str, Any]]:
     """The options, and the expect document (args.expect: the file it came from, or None)."""
-    p = argparse.ArgumentParser(prog="envkit_check", description="Verify or certify a PyTorch, JAX or TensorFlow image from inside.")
-    p.add_argument("--expect", metavar="FILE", help="JSON object: what the lock says the image holds "
-                                                    "(default: expect.json beside the payload's directory, if there is one)")
+    p = argparse.ArgumentParser(
+        prog="envkit_check", description="Verify or certify a PyTorch, JAX or TensorFlow image from inside."
+    )
+    p.add_argument(
+        "--expect",
+        metavar="FILE",
+        help="JSON object: what the lock says the image holds "
+        "(default: expect.json beside the payload's directory, if there is one)",
+    )
     p.add_argument("--mode", choices=["verify", "certify", "auto"], default="auto",
                    help="auto (default): certify when a CUDA device is usable, else verify")
     p.add_argument("--framework", choices=["torch", "jax", "tensorflow", "auto"], default="auto",
                    help="auto (default): the expect file's, else the one installed (torch first)")
-    p.add_argument("--steps", type=int, metavar="N", help="optimizer steps of the train checks (default 30 CPU, 40 CUDA)")
+    p.add_argument(
+        "--steps", type=int, metavar="N", help="optimizer steps of the train checks (default 30 CPU, 40 CUDA)"
+    )
     p.add_argument("--json", action="store_true", help="one JSON document on stdout; everything else on stderr")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="fail the whole run after S seconds (300)")
     args = p.parse_args(argv)
@@ -211,7 +224,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ctx.deadline = ctx.t0 + args.timeout
     try:
         if framework not in FRAMEWORKS:
-            raise ValueError(f"this payload checks torch, jax and tensorflow images; the expect file names {framework!r}")
+            raise ValueError(
+                f"this payload checks torch, jax and tensorflow images; the expect file names {framework!r}"
+            )
         module = framework_module(framework)
         module.setup(ctx, args.mode)
         nvml = Nvml.load() if ctx.mode == "certify" else None

@@ -145,7 +145,9 @@ def check_nvidia_smi(ctx: Context) -> Check:
         return Check("passed", value, None, f"driver {driver} (via {source}); lock gives no driver_floor")
     if driver_meets(driver, str(floor)):
         return Check("passed", value, floor, f"driver {driver} (via {source}) >= floor {floor}")
-    return Check("failed", value, floor, f"driver {driver} is older than the lock's floor {floor}; upgrade the host driver")
+    return Check(
+        "failed", value, floor, f"driver {driver} is older than the lock's floor {floor}; upgrade the host driver"
+    )
 
 
 def check_telemetry(ctx: Context) -> Check:
@@ -160,7 +162,18 @@ def check_telemetry(ctx: Context) -> Check:
         return max((s[key] for s in samples if s[key] is not None), default=None)
 
     reasons = sorted({r for s in samples for r in (s["clock_event_reasons"] or [])})
-    value = {"samples": len(samples), "max_util_pct": peak("util_pct"), "max_temp_c": peak("temp_c"),
-             "max_power_w": peak("power_w"), "max_mem_used_mib": peak("mem_used_mib"), "clock_event_reasons_seen": reasons}
-    return Check("passed", value, None, f"{len(samples)} NVML samples; max {value['max_temp_c']} C, "
-                                        f"{value['max_power_w']} W; clock event reasons seen: {', '.join(reasons) or 'none'}")
+    value = {
+        "samples": len(samples),
+        "max_util_pct": peak("util_pct"),
+        "max_temp_c": peak("temp_c"),
+        "max_power_w": peak("power_w"),
+        "max_mem_used_mib": peak("mem_used_mib"),
+        "clock_event_reasons_seen": reasons,
+    }
+    return Check(
+        "passed",
+        value,
+        None,
+        f"{len(samples)} NVML samples; max {value['max_temp_c']} C, "
+        f"{value['max_power_w']} W; clock event reasons seen: {', '.join(reasons) or 'none'}",
+    )

@@ -111,9 +111,14 @@ def check_tf_build_info(ctx: Context) -> Check:
                            built_against(f["cudnn"], f["build_cudnn"], "cuDNN")) if why]
     if bad:
         return Check("failed", value, None, "; ".join(bad))
-    return Check("passed", value, None, f"built against CUDA {f['build_cuda']} and cuDNN {f['build_cudnn']}, which the "
-                                        f"installed CUDA runtime {f['cuda']} and cuDNN {f['cudnn']} serve; compiled for "
-                                        f"{' '.join(f['arch_list'] or []) or 'no compute capability'}")
+    return Check(
+        "passed",
+        value,
+        None,
+        f"built against CUDA {f['build_cuda']} and cuDNN {f['build_cudnn']}, which the "
+        f"installed CUDA runtime {f['cuda']} and cuDNN {f['cudnn']} serve; compiled for "
+        f"{' '.join(f['arch_list'] or []) or 'no compute capability'}",
+    )
 
 
 def tf_on(tensor: Any, device: str) -> bool:
@@ -176,14 +181,19 @@ def check_tf_cc_covered(ctx: Context) -> Check:
     archs, gpus = ctx.facts.get("arch_list") or [], ctx.facts["gpus"]
     value = {"devices": [{"index": g["index"], "name": g["name"], "cc": g["cc"]} for g in gpus], "arch_list": archs}
     bad = [f"device {g['index']} ({g['name']}, cc {g['cc'] or 'unknown'})" for g in gpus
-           if not g["cc"] or not arch_covers(archs, tuple(padded(g["cc"], 2)))]
+           if not g["cc"] or not arch_covers(archs, _cc_pair(g["cc"]))]
     if bad:
         return Check("failed", value, archs, f"{'; '.join(bad)} not covered by the compute capabilities tensorflow was "
                                              f"built for ({' '.join(archs) or 'none reported'})")
     cubins = [a for a in archs if a.startswith("sm_")]
-    ptx = [f"device {g['index']} (cc {g['cc']})" for g in gpus if not arch_covers(cubins, tuple(padded(g["cc"], 2)))]
+    ptx = [f"device {g['index']} (cc {g['cc']})" for g in gpus if not arch_covers(cubins, _cc_pair(g["cc"]))]
     note = f"; {', '.join(ptx)} by PTX only (JIT-compiled at first use)" if ptx else ""
     return Check("passed", value, archs, f"every device is covered by tensorflow's {' '.join(archs)}{note}")
+
+
+def _cc_pair(cc: Any) -> Tuple[int, int]:
+    major, minor = padded(cc, 2)
+    return major, minor
 
 
 def tf_mixed_dtype(ctx: Context) -> Tuple[Any, float]:
@@ -223,12 +233,19 @@ def check_tf_memory(ctx: Context) -> Check:
     value = tf_memory_probe(ctx.tf)
     grew = value["during_mib"] - value["before_mib"]
     if not value["written"]:
-        return Check("failed", value, None, f"a {value['requested_mib']} MiB block on GPU:0 did not hold what was written")
+        return Check(
+            "failed", value, None, f"a {value['requested_mib']} MiB block on GPU:0 did not hold what was written"
+        )
     if grew < value["requested_mib"]:
         return Check("failed", value, None, f"tensorflow's allocator counted {grew:.1f} MiB for a "
                                             f"{value['requested_mib']} MiB block on GPU:0")
-    return Check("passed", value, None, f"{value['requested_mib']} MiB block: in use {value['before_mib']} -> "
-                                        f"{value['during_mib']} -> {value['after_mib']} MiB; peak {value['peak_mib']} MiB")
+    return Check(
+        "passed",
+        value,
+        None,
+        f"{value['requested_mib']} MiB block: in use {value['before_mib']} -> "
+        f"{value['during_mib']} -> {value['after_mib']} MiB; peak {value['peak_mib']} MiB",
+    )
 
 
 def tf_matmul_tflops(tf: Any, device: str, dtype: Any, n: int = 8192, iters: int = 10, windows: int = 5,

@@ -91,7 +91,9 @@ def gather_facts(torch: Any, cuda_ok: bool) -> Dict[str, Any]:
     gpus = []
     for i in range(torch.cuda.device_count() if cuda_ok else 0):
         p = torch.cuda.get_device_properties(i)
-        gpus.append({"index": i, "name": p.name, "cc": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 2)})
+        gpus.append(
+            {"index": i, "name": p.name, "cc": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 2)}
+        )
     libs = read_library_versions(torch)
     return {"python": platform.python_version(), "torch": str(torch.__version__), "cuda": torch.version.cuda,
             "cudnn": libs["cudnn"], "nccl": libs["nccl"], "arch_list": libs["arch_list"] or None,
@@ -130,11 +132,18 @@ def check_arch_list(ctx: Context) -> Check:
     want = ctx.expect["arch_list"] or []
     missing, extra = sorted(set(want) - set(actual)), sorted(set(actual) - set(want))
     if not want and not actual:
-        return Check("passed", actual, ctx.expect["arch_list"], "no CUDA archs compiled (CPU-only build), as the lock expects")
+        return Check(
+            "passed", actual, ctx.expect["arch_list"], "no CUDA archs compiled (CPU-only build), as the lock expects"
+        )
     if not missing and not extra:
         return Check("passed", actual, want, f"compiled archs {' '.join(actual)} match the lock")
-    return Check("failed", actual, ctx.expect["arch_list"], f"compiled archs {' '.join(actual) or '(none)'} differ from the "
-                 f"lock's {' '.join(want) or '(none)'}: missing {missing}, unexpected {extra}")
+    return Check(
+        "failed",
+        actual,
+        ctx.expect["arch_list"],
+        f"compiled archs {' '.join(actual) or '(none)'} differ from the "
+        f"lock's {' '.join(want) or '(none)'}: missing {missing}, unexpected {extra}",
+    )
 
 
 def check_cpu_train(ctx: Context) -> Check:

@@ -14,8 +14,18 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from envkit_check_core import (NO_GPU, Check, Context, allreduce_plan, allreduce_rates, arch_covers, finite, floor_check,
-                               matmul_rate, needs_cuda)
+from envkit_check_core import (
+    NO_GPU,
+    Check,
+    Context,
+    allreduce_plan,
+    allreduce_rates,
+    arch_covers,
+    finite,
+    floor_check,
+    matmul_rate,
+    needs_cuda,
+)
 
 SHM_MIN_MIB = 512
 SHM_FIX = "run with --shm-size=8g or --ipc=host"
@@ -41,7 +51,9 @@ def loader_roundtrip(torch: Any, device: Any = None, pin: bool = False) -> Dict[
     """Iterate a 2-worker DataLoader over synthetic data, optionally copying batches to `device`."""
     from torch.utils.data import DataLoader, TensorDataset
     data = torch.randn(512, 64, generator=torch.Generator().manual_seed(0))
-    loader = DataLoader(TensorDataset(data, torch.arange(512)), batch_size=64, num_workers=2, pin_memory=pin, timeout=120)
+    loader = DataLoader(
+        TensorDataset(data, torch.arange(512)), batch_size=64, num_workers=2, pin_memory=pin, timeout=120
+    )
     total, samples, batches, pinned = 0.0, 0, 0, True
     for xb, yb in loader:
         pinned = pinned and (xb.is_pinned() or not pin)
@@ -67,8 +79,12 @@ def dataloader_check(ctx: Context, device: Any, pin: bool) -> Check:
         return Check("failed", value, None, f"DataLoader workers hit a shared-memory error ({text[:300]}); "
                                             f"/dev/shm is {shm} MiB; {SHM_FIX}")
     if shm is not None and shm < SHM_MIN_MIB:
-        return Check("failed", value, {"shm_mib_min": SHM_MIN_MIB}, f"/dev/shm is {shm:.0f} MiB (< {SHM_MIN_MIB} MiB): "
-                                                                    f"DataLoader workers will die of bus errors; {SHM_FIX}")
+        return Check(
+            "failed",
+            value,
+            {"shm_mib_min": SHM_MIN_MIB},
+            f"/dev/shm is {shm:.0f} MiB (< {SHM_MIN_MIB} MiB): DataLoader workers will die of bus errors; {SHM_FIX}",
+        )
     if not value["intact"] or (pin and not value["pinned"]):
         return Check("failed", value, None, "DataLoader batches arrived incomplete, corrupted or unpinned")
     where = f"copied to {device} (pinned, non_blocking)" if device is not None else "on CPU"
@@ -105,14 +121,22 @@ def device_seconds(torch: Any, fn: Callable[[], Any], iters: int) -> float:
 @needs_cuda
 def check_arch_covered(ctx: Context) -> Check:
     archs = ctx.facts["arch_list"] or []
-    devices = [{"index": i, "name": ctx.torch.cuda.get_device_name(i), "cc": tuple(ctx.torch.cuda.get_device_capability(i))}
-               for i in range(ctx.torch.cuda.device_count())]
-    bad = [f"device {d['index']} ({d['name']}, cc {d['cc'][0]}.{d['cc'][1]})" for d in devices if not arch_covers(archs, d["cc"])]
+    devices = [
+        {"index": i, "name": ctx.torch.cuda.get_device_name(i), "cc": tuple(ctx.torch.cuda.get_device_capability(i))}
+        for i in range(ctx.torch.cuda.device_count())
+    ]
+    bad = [
+        f"device {d['index']} ({d['name']}, cc {d['cc'][0]}.{d['cc'][1]})"
+        for d in devices
+        if not arch_covers(archs, d["cc"])
+    ]
     for d in devices:
         d["cc"] = "%d.%d" % d["cc"]
     value = {"devices": devices, "arch_list": archs}
     if bad:
-        return Check("failed", value, None, f"{'; '.join(bad)} not covered by compiled archs {' '.join(archs) or '(none)'}")
+        return Check(
+            "failed", value, None, f"{'; '.join(bad)} not covered by compiled archs {' '.join(archs) or '(none)'}"
+        )
     return Check("passed", value, None, f"every device's compute capability is covered by {' '.join(archs)}")
 
 
@@ -128,7 +152,8 @@ def amp_train(torch: Any, device: Any, dtype: Any, steps: int, width: int = 256,
     scaler = None
     if dtype == torch.float16 and device.type == "cuda":  # bf16 needs no loss scaling
         amp = getattr(torch, "amp", None)
-        scaler = amp.GradScaler("cuda") if hasattr(amp, "GradScaler") else torch.cuda.amp.GradScaler()
+        scaler = amp.GradScaler("cuda") if amp is not None and hasattr(amp, "GradScaler") \
+            else torch.cuda.amp.GradScaler()
     xs = torch.randn(accum, micro, width)
     ys = torch.tanh(xs @ (torch.randn(width, 1) * 3 / width ** 0.5))
     xs, ys = xs.to(device), ys.to(device)
@@ -159,8 +184,14 @@ def amp_train(torch: Any, device: Any, dtype: Any, steps: int, width: int = 256,
             opt.step()
         losses.append(total)
     values = [float(v) for v in losses]  # host syncs only after the loop
-    result = {"dtype": str(dtype).replace("torch.", ""), "first_loss": finite(values[0]), "last_loss": finite(values[-1]),
-              "steps": steps, "micro_batches": accum, "seconds": round(time.perf_counter() - start, 3)}
+    result: Dict[str, Any] = {
+        "dtype": str(dtype).replace("torch.", ""),
+        "first_loss": finite(values[0]),
+        "last_loss": finite(values[-1]),
+        "steps": steps,
+        "micro_batches": accum,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
     if cuda:
         result["memory_mib"] = {k: round(f(device) / 2**20, 1) for k, f in (
             ("allocated", torch.cuda.memory_allocated), ("reserved", torch.cuda.memory_reserved),
@@ -263,7 +294,9 @@ def run_allreduce(world: int, backend: str, numel: int, iters: int, timeout: flo
     """Spawn `world` ranks of allreduce_worker; return each rank's report."""
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory(prefix="envkit-allreduce-") as out_dir:
-        pc = mp.spawn(allreduce_worker, args=(world, free_port(), backend, numel, iters, out_dir), nprocs=world, join=False)
+        pc = mp.spawn(
+            allreduce_worker, args=(world, free_port(), backend, numel, iters, out_dir), nprocs=world, join=False
+        )
         deadline = time.monotonic() + timeout
         while not pc.join(timeout=1):
             if time.monotonic() > deadline:
@@ -290,7 +323,9 @@ def check_nccl_allreduce(ctx: Context) -> Check:
         return Check("failed", value, None, f"NCCL all-reduce over {world} rank(s) returned a wrong sum")
     if world == 1:
         value["note"] = "single GPU: a world_size=1 process group proves NCCL initialises; no bandwidth"
-        return Check("passed", value, None, "NCCL initialised and all-reduced with world_size=1 (no bandwidth measured)")
+        return Check(
+            "passed", value, None, "NCCL initialised and all-reduced with world_size=1 (no bandwidth measured)"
+        )
     seconds, size = max(r["seconds"] for r in reports), numel * 4
     value.update(size_mib=size // 2**20, iters=iters, **allreduce_rates(size, world, iters, seconds))
     return floor_check(ctx, value, "NCCL bus bandwidth", f"{world}-GPU all-reduce of 256 MiB: bus bandwidth "
@@ -317,15 +352,16 @@ def matmul_tflops(torch: Any, dtype: Any, n: int = 8192, iters: int = 10, window
 def check_matmul(ctx: Context) -> Check:
     torch, n = ctx.torch, 8192
     kinds = [("bf16_matmul_tflops", torch.bfloat16)] if bf16_native(torch) else []
-    values = {key: round(matmul_tflops(torch, dtype, n), 1) for key, dtype in kinds + [("fp16_matmul_tflops", torch.float16)]}
+    values = {
+        key: round(matmul_tflops(torch, dtype, n), 1) for key, dtype in kinds + [("fp16_matmul_tflops", torch.float16)]
+    }
     text = ", ".join(f"{k.split('_')[0]} {v} TFLOP/s" for k, v in values.items())
     return floor_check(ctx, values, "matmul throughput", f"{n}x{n} matmul (median of 5 timed runs): {text}")
 
 
-@needs_cuda
-def check_bandwidth(ctx: Context) -> Check:
-    torch = ctx.torch
-    dev, nbytes, reps = torch.device("cuda", 0), 256 * 2**20, 5
+def _copy_rates(torch: Any, nbytes: int, reps: int) -> Dict[str, float]:
+    """GB/s of each copy direction; the buffers are freed when this returns (before ``release``)."""
+    dev = torch.device("cuda", 0)
     gpu = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     pageable = torch.ones(nbytes, dtype=torch.uint8)
     pinned = torch.ones(nbytes, dtype=torch.uint8).pin_memory()
@@ -335,10 +371,14 @@ def check_bandwidth(ctx: Context) -> Check:
         torch.cuda.synchronize(dev)
         return round(nbytes * reps / device_seconds(torch, copy, reps) / 1e9, 2)
 
-    values = {"h2d_pinned_gbps": rate(lambda: gpu.copy_(pinned, non_blocking=True)),
-              "h2d_pageable_gbps": rate(lambda: gpu.copy_(pageable)),
-              "d2h_pinned_gbps": rate(lambda: pinned.copy_(gpu, non_blocking=True)),
-              "d2h_pageable_gbps": rate(lambda: pageable.copy_(gpu))}
-    del gpu, pageable, pinned
+    return {"h2d_pinned_gbps": rate(lambda: gpu.copy_(pinned, non_blocking=True)),
+            "h2d_pageable_gbps": rate(lambda: gpu.copy_(pageable)),
+            "d2h_pinned_gbps": rate(lambda: pinned.copy_(gpu, non_blocking=True)),
+            "d2h_pageable_gbps": rate(lambda: pageable.copy_(gpu))}
+
+
+@needs_cuda
+def check_bandwidth(ctx: Context) -> Check:
+    values = _copy_rates(ctx.torch, 256 * 2**20, 5)
     return floor_check(ctx, values, "copy bandwidth", "256 MiB copies, GB/s: " + ", ".join(
         f"{k[:-5].replace('_', ' ')} {v}" for k, v in values.items()))
