@@ -16,7 +16,7 @@ from envkit.resolve import devel
 from envkit.build.builder import build_image
 from envkit.engine.protocol import Mount, RunOptions
 from envkit.lock import load_lock, sealed
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import ROOT, remove_built
 
 pytestmark = pytest.mark.integration
 
@@ -67,10 +67,7 @@ def devel_image(example_build, engine):
     outcome = build_image(engine, lock, image, "examples/team.yaml", ca_bundle=_ca(), progress=lambda *_: None,
                           verify=False)
     yield outcome, doc["images"][0]["image_id"], image  # by id: another build of the same lock may move the tag
-    try:
-        engine.client.images.remove(outcome.tag, force=True)
-    except Exception:  # noqa: BLE001 - best effort cleanup
-        pass
+    remove_built(engine, [outcome.tag])  # with its nvcc-tools stage image (it was left behind before)
 
 
 def test_devel_image_adds_layers_on_top_of_the_runtime_image(devel_image, engine):
