@@ -7,7 +7,7 @@ TORCH_TEST ?= torch==2.13.0
 # Two workers; tests sharing an image stay on one (tests/conftest.py). XDIST= runs in one process.
 XDIST ?= -n 2 --dist loadgroup
 
-.PHONY: venv engine demo check test unit integration lint clean schema
+.PHONY: venv engine slurm demo check test unit integration lint clean schema
 
 $(BIN)/envkit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ venv: $(BIN)/envkit
 
 engine:
 	./scripts/ensure-engine.sh
+
+# Slurm's daemons and clients and munge (Debian's slurm-wlm): the fleet tests start a private cluster with them.
+slurm:
+	./scripts/ensure-slurm.sh
 
 demo: venv engine
 	$(BIN)/envkit doctor
@@ -34,14 +38,14 @@ check: venv
 	$(BIN)/mypy
 	MYPYPATH=$(PAYLOAD) $(BIN)/mypy --explicit-package-bases --python-version 3.10 $(PAYLOAD)/*.py
 
-test: venv engine check
+test: venv engine slurm check
 	./scripts/ensure-browser.sh || echo "note: no chromium; the HTML report browser test will be skipped"
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q $(XDIST) --durations=25 tests
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
 
-integration: venv engine
+integration: venv engine slurm
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q $(XDIST) --durations=25 tests/integration
 
 # hadolint (with .hadolint.yaml's reasons) over the committed Dockerfiles and freshly rendered ones; then `check`.

@@ -121,6 +121,12 @@ class StoreError(EnvkitError):
     exit_code = 9
 
 
+class DispatchError(EnvkitError):
+    """The team's scheduler (Slurm, Kubernetes) refused a job or could not be asked."""
+
+    exit_code = 16
+
+
 class RunInProgressError(StoreError):
     """Another run holds the lock this one needs (e.g. the same team's nightly)."""
 

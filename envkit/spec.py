@@ -28,12 +28,12 @@ from pydantic import (
 from .errors import Location, SpecError
 from .support.yamlsource import Document, load_yaml
 from .support.ca_bundle import check_pem, env_ca_skipped, env_ca_source
+from .support.grammar import MAX_VALUE, Grammar as _grammar, short as _short
 from .support.models import Strict, fields_at
+from .spec_dispatch import Dispatch
 
 if TYPE_CHECKING:
-    from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler, SerializerFunctionWrapHandler
-    from pydantic.json_schema import JsonSchemaValue
-    from pydantic_core import CoreSchema
+    from pydantic import SerializerFunctionWrapHandler
 
 SPEC_VERSION = 1
 
@@ -55,37 +55,6 @@ IMAGE_REF_RE = re.compile(
     r"(?:@sha256:[a-f0-9]{64})?$"
 )
 APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,99}(=[A-Za-z0-9.+~:-]{1,100})?$")
-MAX_VALUE = 200
-
-
-def _short(value: str) -> str:
-    return value if len(value) <= 60 else value[:57] + "..."
-
-
-class _grammar:
-    """A string grammar: checked after the type (a ValueError naming what was expected) and published in the JSON
-    Schema as its pattern and length, so an editor validating team.yaml with `envkit schema` refuses what the
-    loader refuses."""
-
-    def __init__(self, regex: re.Pattern, what: str):
-        self.regex, self.what = regex, what
-
-    def check(self, value: str) -> str:
-        if len(value) > MAX_VALUE or not self.regex.fullmatch(value):
-            raise ValueError(f"{_short(value)!r} is not a valid {self.what}")
-        return value
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        from pydantic_core import core_schema
-
-        return core_schema.no_info_after_validator_function(self.check, handler(source))
-
-    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        out = handler(schema)
-        out.update(pattern=self.regex.pattern, maxLength=MAX_VALUE)
-        return out
-
-
 def _requirement(value: str) -> str:
     if len(value) > MAX_VALUE or any(c in value for c in "\n\r\t\\`$"):
         raise ValueError(f"{_short(value)!r} is not a valid requirement")
@@ -236,8 +205,18 @@ class Spec(Strict):
     defaults: Defaults = Field(default_factory=Defaults)
     build: BuildOptions = Field(default_factory=BuildOptions)
     images: list[ImageSpec] = Field(min_length=1)
+    dispatch: Dispatch | None = Field(None, description="where each fleet GPU model is certified: `envkit certify "
+                                                        "--fleet` (Slurm or Kubernetes)")
 
     _doc: Document | None = PrivateAttr(None)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_dispatch(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """No ``dispatch`` key when unset: a spec without one dumps as it did before the section existed."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("dispatch") is None:
+            data.pop("dispatch", None)
+        return data
 
     # --- questions ------------------------------------------------------------------
     def locate(self, *path: str | int) -> Location | None:
@@ -347,8 +326,21 @@ def spec_from_document(doc: Document) -> Spec:
             raise SpecError(f"image name {image.name!r} is used twice (images {first[image.name]} and {i})",
                             location=doc.locate(("images", i, "name")), hint="each image needs a name of its own")
         first[image.name] = i
+    _check_dispatch(spec, doc)
     spec._doc = doc
     return spec
+
+
+def _check_dispatch(spec: Spec, doc: Document) -> None:
+    """Every model ``dispatch.gpus`` names is one of ``fleet.gpus``, as it is written there."""
+    for model in (spec.dispatch.gpus if spec.dispatch else {}):
+        if model not in spec.fleet.gpus:
+            close = difflib.get_close_matches(model, spec.fleet.gpus, n=1)
+            raise SpecError(f"dispatch.gpus names {model!r}, which is not in fleet.gpus",
+                            location=doc.locate(("dispatch", "gpus", model)),
+                            hint=(f"did you mean {close[0]!r}? " if close else "")
+                                 + f"fleet.gpus: {', '.join(spec.fleet.gpus) or '(none)'}; dispatch names the models "
+                                   "of the fleet, as fleet.gpus writes them")
 
 
 def _spec_error(exc: ValidationError, doc: Document) -> SpecError:

@@ -103,3 +103,27 @@ def postgres_url(postgres_admin_url):
     name, url = pgserver.create_database(postgres_admin_url)
     yield url
     pgserver.drop_database(postgres_admin_url, name)
+
+
+# --- Slurm, for fleet certification ---------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A real single-host Slurm cluster (tests/slurmcluster.py: munged, slurmctld and three slurmd posing as
+    a100, h100 and l40s nodes), on ports of its own, stopped after the session. `make test` installs Slurm first
+    (scripts/ensure-slurm.sh); without it the fleet tests fail under CI and are skipped elsewhere."""
+    import os
+
+    from tests.slurmcluster import Cluster, find
+
+    missing = [p for p in ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel") if not find(p)]
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"Slurm is not installed ({', '.join(missing)}): run scripts/ensure-slurm.sh")
+        pytest.skip(f"Slurm is not installed ({', '.join(missing)}): run scripts/ensure-slurm.sh")
+    cluster = Cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

@@ -80,6 +80,24 @@ class TelemetrySample(Frozen):
     clock_event_reasons: tuple[str, ...] | None = None
 
 
+class Dispatched(Frozen):
+    """Where a fleet certification ran (``envkit certify --fleet``): the fleet GPU model it was sent to, and what
+    the scheduler said. ``gpu_seen`` false: the node showed no GPU, so the payload ran its CPU checks only and the
+    certificate is at best ``verified``; its store key is then ``no_gpu_key(fleet_model)``, never a GPU's name."""
+
+    fleet_model: str  # as fleet.gpus names it, e.g. "H100"
+    scheduler: str  # slurm | kubernetes
+    job_id: str = ""
+    node: str = ""
+    state: str = ""  # the scheduler's final state, e.g. COMPLETED, NODE_FAIL
+    fault: str = ""  # the fault's kind when it did not report: "time limit", "node failure", ...
+    attempts: int = 1
+    queue_s: float | None = None
+    run_s: float | None = None
+    gpu_seen: bool = False
+    runtime: str = ""  # docker | pyxis | apptainer
+
+
 class Certificate(Frozen):
     version: Literal[1] = CERTIFICATE_VERSION
     image: str  # the reference that was run (tag)
@@ -100,6 +118,15 @@ class Certificate(Frozen):
     payload_sha256: str
     envkit_version: str
     created_at: str  # ISO-8601, UTC
+    dispatch: Dispatched | None = None  # set by a fleet certification: where it ran
+
+    @property
+    def record_model(self) -> str:
+        """The GPU model the store and the registry key this certificate by: the GPU's own name, or for a fleet job
+        whose node showed no GPU, ``no_gpu_key`` of the fleet model it was sent to (never a GPU name)."""
+        if self.dispatch is not None and not self.gpu_count:
+            return no_gpu_key(self.dispatch.fleet_model)
+        return self.gpu_model
 
     @field_validator("created_at")
     @classmethod
@@ -122,6 +149,12 @@ class Certificate(Frozen):
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+
+
+def no_gpu_key(fleet_model: str) -> str:
+    """How a fleet job on a node that showed no GPU is keyed: 'none (H100 node)'; ``gate.judge`` and ``ls`` read
+    it as no GPU, and no GPU model matches it."""
+    return f"none ({fleet_model} node)"
 
 
 def summarize_telemetry(samples: list[dict]) -> tuple[TelemetrySummary, ...]:

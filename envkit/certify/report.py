@@ -51,7 +51,26 @@ def _xml_text(text: str) -> str:
 
 
 def suite_name(cert: Certificate) -> str:
-    return f"{cert.image} [{cert.gpu_model}]"
+    """``image [GPU]``; a fleet job's names the fleet model and where it ran: ``image [H100: no GPU, node h100]``."""
+    if cert.dispatch is None:
+        return f"{cert.image} [{cert.gpu_model}]"
+    d = cert.dispatch
+    gpu = cert.gpu_model if cert.gpu_count else "no GPU"
+    return f"{cert.image} [{d.fleet_model}: {gpu}, node {d.node or '?'}]"
+
+
+def dispatched(cert: Certificate) -> str:
+    """Where a fleet job ran, in words ("" for a local certification); a node without a GPU is said plainly."""
+    d = cert.dispatch
+    if d is None:
+        return ""
+    gpu = f"on {cert.gpu_model}" if cert.gpu_count else "no GPU ran (CPU checks only)"
+    times = ", ".join(f"{what} {secs:.0f} s" for what, secs in (("queued", d.queue_s), ("ran", d.run_s))
+                      if secs is not None)
+    fault = f", {d.fault}" if d.fault else ""
+    return (f"fleet model {d.fleet_model}: {d.scheduler} job {d.job_id or '?'} on node {d.node or '?'} "
+            f"({d.runtime or 'docker'}), {gpu}; state {d.state or '?'}{fault}"
+            + (f"; {times}" if times else "") + (f"; {d.attempts} attempts" if d.attempts > 1 else ""))
 
 
 def report_junit(certificates: Sequence[Certificate], *, generated_at: str | None = None) -> bytes:
@@ -68,7 +87,8 @@ def report_junit(certificates: Sequence[Certificate], *, generated_at: str | Non
         for key, value in (("image", cert.image), ("image_id", cert.image_id), ("lock_hash", cert.lock_hash),
                            ("gpu_model", cert.gpu_model), ("driver", cert.driver), ("status", cert.status),
                            ("payload_version", cert.payload_version), ("payload_sha256", cert.payload_sha256),
-                           ("envkit_version", cert.envkit_version)):
+                           ("envkit_version", cert.envkit_version),
+                           *((("dispatch", dispatched(cert)),) if cert.dispatch else ())):
             ET.SubElement(props, "property", name=key, value=_xml_text(value))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
         classname = _xml_text(f"envkit.{cert.image}")
@@ -208,6 +228,7 @@ def report_html(certificates: Sequence[Certificate], *, generated_at: str | None
     for i, cert in enumerate(certificates):
         counts = {s: sum(1 for c in cert.checks if c.status == s) for s in ("passed", "failed", "skipped")}
         items.append({"anchor": f"cert-{i}", "cert": cert, "counts": counts, "charts": telemetry_charts(cert),
+                      "where": dispatched(cert),
                       "facts": [(k, _short(v, 400)) for k, v in sorted(cert.facts.items()) if k != "gpus"],
                       "gpus": cert.facts.get("gpus") or [],
                       "checks": [{"c": c, "value": _short(c.value), "expected": _short(c.expected, 400)}

@@ -37,7 +37,15 @@ if TYPE_CHECKING:
 
 
 @click.command("certify")
-@click.argument("image", type=IMAGE)
+@click.argument("image", type=IMAGE, required=False)
+@click.option("--fleet", "fleet_spec", type=SPEC, default=None,
+              help="Certify every image of SPEC's lock on every fleet GPU model through the scheduler its dispatch: "
+                   "section names (Slurm), and move each image's :certified tag only when the fleet passed.")
+@click.option("--registry", type=REGISTRY, default=None,
+              help="With --fleet: push the images there for the nodes to pull, attach the certificates and move "
+                   "its :certified tag too.")
+@click.option("--poll", "poll_s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              help="With --fleet: seconds between two reads of the jobs' states.")
 @click.option("--lock", "lock_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Expect what this lock says (default: the image's own pin labels).")
 @click.option(
@@ -53,7 +61,10 @@ if TYPE_CHECKING:
 @click.pass_context
 def certify_cmd(
     click_ctx: click.Context,
-    image: str,
+    image: str | None,
+    fleet_spec: Path | None,
+    registry: str | None,
+    poll_s: float,
     lock_path: Path | None,
     gpus: bool | None,
     out_dir: Path,
@@ -61,12 +72,27 @@ def certify_cmd(
     timeout: int,
     json_out: bool,
 ) -> None:
-    """Certify IMAGE: on a GPU, `certified`; without one, `verified` with GPU checks skipped."""
+    """Certify IMAGE: on a GPU, `certified`; without one, `verified` with GPU checks skipped.
+
+    With --fleet SPEC instead of IMAGE: one job per (image, fleet GPU model) through the team's scheduler, one
+    certificate per model, and the promoted tag moved only when every model passed (exit 8 when one did not).
+    """
     from ..engine.docker_engine import connect
     from ..app.certify import certify
 
+    if (image is None) == (fleet_spec is None):
+        raise click.UsageError("give IMAGE, or --fleet SPEC (one of them)")
+    if fleet_spec is None and registry:
+        raise click.UsageError("--registry goes with --fleet")
+    if fleet_spec is not None and (lock_path or gpus is not None):
+        raise click.UsageError("--lock and --gpus are for one IMAGE: --fleet reads SPEC's lock, and each node "
+                               "says whether it has a GPU")
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
+    if fleet_spec is not None:
+        _certify_fleet(c, engine, fleet_spec, registry, poll_s, out_dir, store_url, timeout)
+        return
+    assert image is not None
     cert, paths = run(c, lambda: certify(engine, image, lock_path=lock_path, gpus=gpus, out_dir=out_dir,
                                          store_url=store_url, timeout=timeout))
 
@@ -82,6 +108,41 @@ def certify_cmd(
     emit(c, {"certificate": cert.to_json(), "reports": {k: str(v) for k, v in paths.items()}}, human)
     if cert.status == "failed":
         sys.exit(8)
+
+
+def _certify_fleet(c: Ctx, engine: DockerEngine, spec: Path, registry: str | None, poll_s: float, out_dir: Path,
+                   store_url: str | None, timeout: int) -> None:
+    from ..app.fleet import certify_fleet
+
+    result = run(c, lambda: certify_fleet(spec, engine, store_url=store_url, out_dir=out_dir, registry=registry,
+                                          timeout=timeout, poll_s=poll_s, progress=c.progress))
+
+    def human() -> None:
+        rows = []
+        for image in result.images:
+            for cert in image.certificates:
+                d = cert.dispatch
+                rows.append([image.name, d.fleet_model if d else cert.gpu_model, cert.status,
+                             (d.node or "-") if d else "-", (d.state or "-") if d else "-",
+                             _secs(d.queue_s) if d else "-", _secs(d.run_s) if d else "-",
+                             "yes" if d and d.gpu_seen else "no GPU"])
+        table(rows, ["IMAGE", "MODEL", "STATUS", "NODE", "STATE", "QUEUED", "RAN", "GPU"])
+        for image in result.images:
+            errors = [image.publish_error] if image.publish_error else []
+            for line in [*image.gate.reasons, *image.gate.notes, *errors]:
+                click.echo(f"  {image.name}: {line}", err=True)
+            moved = ", ".join(image.promoted) if image.promoted else "not promoted"
+            click.echo(f"{image.name}: {moved}")
+        click.echo(f"fleet certification {'passed' if result.passed else 'failed'} in {result.seconds:.1f}s; "
+                   f"reports in {out_dir}")
+
+    emit(c, result.to_json(), human)
+    if not result.passed:
+        sys.exit(8)
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}s"
 
 
 @click.command("nightly")

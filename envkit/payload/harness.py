@@ -44,25 +44,36 @@ class Verification:
                 "seconds": self.seconds}
 
 
+def payload_command(timeout: int, mode: str = "auto") -> list[str]:
+    """The command that runs the payload mounted at ``MOUNT`` (``write_mount``'s directory) inside an image, with
+    its own watchdog ``RESERVE_S`` before ``timeout`` (local certification and fleet jobs alike)."""
+    return ["python3", f"{MOUNT}/{PAYLOAD_NAME}", "--expect", f"{MOUNT}/expect.json", "--json",
+            "--mode", mode, "--timeout", str(max(timeout - RESERVE_S, 1))]
+
+
+def write_mount(directory: Path, expect: dict) -> None:
+    """Fill ``directory`` (mounted read-only at ``MOUNT``) with the payload and the expectations it checks, readable
+    by the image's non-root user."""
+    payload = directory / PAYLOAD_NAME
+    payload.mkdir()
+    for name, data in payload_files().items():
+        (payload / name).write_bytes(data)
+    (directory / "expect.json").write_text(json.dumps(payload_expect(expect), sort_keys=True))
+    for p in (directory, payload):
+        p.chmod(0o755)
+    for p in [*payload.iterdir(), directory / "expect.json"]:
+        p.chmod(0o644)
+
+
 def run_payload(engine: Engine, ref: str, expect: dict, *, gpus: bool = False, timeout: int = 600,
                 mode: str = "auto") -> Verification:
     with scratch.directory("verify") as tmp:
         tmpdir = Path(tmp)
-        payload = tmpdir / PAYLOAD_NAME
-        payload.mkdir()
-        for name, data in payload_files().items():
-            (payload / name).write_bytes(data)
-        (tmpdir / "expect.json").write_text(json.dumps(payload_expect(expect), sort_keys=True))
-        for p in (tmpdir, payload):
-            p.chmod(0o755)
-        for p in [*payload.iterdir(), tmpdir / "expect.json"]:
-            p.chmod(0o644)
+        write_mount(tmpdir, expect)
         options = RunOptions(gpus=gpus, timeout=timeout, mounts=(Mount(str(tmpdir), MOUNT),), role="certify",
                              shm_size=RUN_SHM_SIZE, ulimits=GPU_ULIMITS if gpus else {})  # as `envkit run` jobs
         try:
-            command = ["python3", f"{MOUNT}/{PAYLOAD_NAME}", "--expect", f"{MOUNT}/expect.json", "--json",
-                       "--mode", mode, "--timeout", str(max(timeout - RESERVE_S, 1))]
-            result = engine.run(ref, command, options)
+            result = engine.run(ref, payload_command(timeout, mode), options)
         except CommandNotFoundError as exc:  # the image's fault (exit 8), not the engine's (6)
             raise VerificationError(f"{ref} has no {exc.command}: the payload runs with the image's own python3, "
                                     "so nothing in it can be checked",

@@ -46,8 +46,9 @@ class ImagePlan:
 
 # --- spec checks that need the catalog ------------------------------------------------
 def spec_digest(spec: Spec) -> str:
-    """The digest a lock keeps of its spec. ``fleet.gpus`` counts as a set: their order and repeats decide nothing."""
-    body = spec.model_dump(mode="json")
+    """The digest a lock keeps of its spec. ``fleet.gpus`` counts as a set: their order and repeats decide nothing;
+    ``dispatch`` (where the fleet's GPUs are reached) decides nothing the lock holds, so it is left out."""
+    body = spec.model_dump(mode="json", exclude={"dispatch"})
     body["fleet"]["gpus"] = sorted(set(body["fleet"]["gpus"]))
     return _sha256(body)
 
@@ -55,7 +56,7 @@ def spec_digest(spec: Spec) -> str:
 def spec_digests(spec: Spec) -> set[str]:
     """Every digest that still means ``spec``: today's, and the one locks written before 2026-12-04 kept (the GPUs
     in their order), so that such locks stay current and ``--locked`` runs keep passing until the next resolve."""
-    return {spec_digest(spec), _sha256(spec.model_dump(mode="json"))}
+    return {spec_digest(spec), _sha256(spec.model_dump(mode="json", exclude={"dispatch"}))}
 
 
 def _sha256(body: object) -> str:

@@ -23,15 +23,24 @@ class Strict(Frozen):
 def fields_at(model: type[BaseModel], loc: tuple) -> set[str]:
     """The allowed keys of the model found by walking ``loc`` from ``model``."""
     current: Any = model
+    keyed = False  # the last field was a mapping of models: the next part is its key (dispatch.gpus.H100)
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or keyed:
+            keyed = False
             continue
         field = current.model_fields.get(part) if isinstance(current, type) and issubclass(current, BaseModel) \
             else None
         if field is None:
             return set()
+        keyed = _is_mapping(field.annotation)
         current = _model_in(field.annotation)
     return set(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else set()
+
+
+def _is_mapping(annotation: Any) -> bool:
+    if getattr(annotation, "__origin__", None) is dict:
+        return True
+    return any(_is_mapping(arg) for arg in getattr(annotation, "__args__", ()) or ())
 
 
 def _model_in(annotation: Any) -> Any:

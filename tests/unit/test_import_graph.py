@@ -29,7 +29,8 @@ PACKAGE = ROOT / "envkit"
 LAYERS: list[tuple[str, ...]] = [
     ("envkit", "envkit.errors"),  # the version; the error types and their exit codes
     ("envkit.support",),  # atomic writes, scratch directories, child processes, strict YAML, labels, ...
-    ("envkit.spec", "envkit.lock", "envkit.frameworks"),  # team.yaml, team.lock, what differs per framework
+    ("envkit.spec", "envkit.spec_dispatch", "envkit.lock", "envkit.frameworks"),  # team.yaml (and its dispatch:),
+    # team.lock, what differs per framework
     ("envkit.index",),  # the package index (client, logins, wheel facts, uv's closure)
     ("envkit.engine",),  # the container engine (the only home of docker-py)
     ("envkit.catalog",),  # the compatibility catalog (and its refresh from the index)
@@ -38,6 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("envkit.render",),  # lock -> build contexts
     ("envkit.build",),  # contexts -> images (bases, builders, offline bundles)
     ("envkit.certify",),  # the host's verdict, certificates, reports, the run gate
+    ("envkit.dispatch",),  # fleet jobs through the team's scheduler (Slurm): jobs, states, runner, fleet verdict
     ("envkit.registry",),  # publish to and read from the team registry, retention
     ("envkit.store",),  # the history store
     ("envkit.ops",),  # gc and doctor
