@@ -1,28 +1,36 @@
-"""Build times of the example image: classic builder vs BuildKit, cold and warm, and a rebuild
-after changing only an extra package (does it reuse the framework layer?).
+"""Build times of the example image against a naive Dockerfile of the same stack, built in the same run.
 
-cold  = every step again (`--no-cache`; for BuildKit that also empties pip's cache mount)
-warm  = the same build again, nothing changed
-extra = the example image with numpy 2.0.* instead of 2.1.* (resolved against the same framework
-        pins), built right after the warm build; "framework layer reused" compares the image's
-        layer digests with the warm image's: base, OS packages and the framework venv must be equal.
+For each builder (classic, BuildKit), one after the other:
 
-Takes a long time (two cold builds download and install the whole CUDA torch closure) and about
-15 GB of disk at its peak; the images it makes are removed at the end (`--keep` keeps them).
-Run it on a quiet engine: while the classic cold build's images exist, Docker's classic builder
-prefers them (the newest match) as the cache of any other build from the same base, so those
-miss the cache their earlier builds left.
-No assertions: it prints a table.
-Run: .venv/bin/python benchmarks/build_times.py [--builders classic,buildkit] [--keep]
+naive   the anchor: one stage, apt python3 + python3-venv, a venv, `pip install --no-cache-dir
+        torch==<locked> numpy==<locked>` (no hashes, pip's resolver): what a team writes by hand
+envkit  the example lock's rendered context, built as `envkit build` builds it
+
+each of them: cold  = every step again (`--no-cache`, which also gives BuildKit cache mounts empty)
+              warm  = the same build again, nothing changed
+              extra = numpy 2.0.* instead of 2.1.* (envkit: resolved against the same framework pins;
+                      naive: the pin in its one pip RUN changed), built right after the warm build
+
+The table gives seconds, each envkit figure's ratio to the naive figure of the same builder (the
+issue's targets: cold <= 0.6x naive, warm <= 2 s, extra <= 0.1x envkit's cold), the image size, and
+where each cold build spent its time (benchmarks/build_breakdown.py). The load average before each build
+is printed beside it: the machine may be shared, so compare ratios from one run, not seconds across runs.
+
+Order, per builder: naive cold, envkit cold, naive warm, envkit warm, naive extra, envkit extra (each pair
+back to back: on a shared machine the load drifts). Takes a long time (six full installs of the CUDA torch
+closure) and about 18 GB of disk per builder at its peak; each builder's images are removed before the next
+starts (`--keep` keeps them). BuildKit's cache records of the run stay (a shared engine's cache is not this
+script's to prune).
+Run: .venv/bin/python benchmarks/build_times.py [--builders classic,buildkit] [--skip naive-extra] [--json F]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,78 +39,164 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.build_breakdown import PHASES, Breakdown  # noqa: E402
 from envkit.build.base import ensure_base  # noqa: E402
 from envkit.build.builder import run_build, stage_context  # noqa: E402
 from envkit.index.closure import Pin, compile_closure  # noqa: E402
 from envkit.engine.docker_engine import connect  # noqa: E402
+from envkit.engine.protocol import BuildEvent  # noqa: E402
 from envkit.lock import Package, load_lock, sealed  # noqa: E402
 from envkit.render.files import render_files  # noqa: E402
 
 TAG = "envkit-bench/torch25"
-SHARED = 3  # layers below the extras: base, OS packages + user, framework venv
 _CREATED = re.compile(r"^ ---> ([0-9a-f]{12})$")
+NAIVE = """\
+FROM {base}
+ENV DEBIAN_FRONTEND=noninteractive
+RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \\
+ && rm -rf /var/lib/apt/lists/*
+COPY ca.pem /etc/site-ca.pem
+RUN python3 -m venv /opt/venv \\
+ && if [ -s /etc/site-ca.pem ]; then export PIP_CERT=/etc/site-ca.pem; fi \\
+ && /opt/venv/bin/pip install --no-cache-dir torch=={torch} numpy=={numpy}
+ENV PATH=/opt/venv/bin:$PATH
+"""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--builders", default="classic,buildkit")
-    parser.add_argument("--keep", action="store_true", help="keep the images (and BuildKit's cache)")
+    parser.add_argument("--skip", default="", help="comma-separated: naive-extra, naive (no anchor: no ratios)")
+    parser.add_argument("--keep", action="store_true", help="keep the images")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--table", type=Path, help="print the table of an earlier run's --json file (no builds)")
     args = parser.parse_args()
+    if args.table:
+        results = json.loads(args.table.read_text())
+        for row in results.values():  # the breakdown again, from the timeline (as this version cuts it)
+            if "events" in row.get("cold", {}):
+                breakdown = Breakdown()
+                for t, kind, text in row["cold"]["events"]:
+                    breakdown.feed(t, BuildEvent(kind, text) if kind != "step" else BuildEvent(kind, text, 0, 0))
+                row["cold"]["phases"] = breakdown.phases()
+        print_table(results)
+        return
+    skip = set(filter(None, args.skip.split(",")))
     engine = connect()
     lock = load_lock(ROOT / "examples" / "team.lock")
     image = lock.images[0]
     ensure_base(engine, image.base, log)
     extra_lock, extra_image = numpy20(lock, image)
+    numpy = {p.name: p.version for p in image.packages}["numpy"]
+    numpy_extra = {p.name: p.version for p in extra_image.packages}["numpy"]
     ca = ca_bundle()
-    rows = []
+    results: dict[str, dict] = {}
     started = time.monotonic()
     for builder in args.builders.split(","):
         made: list[str] = []
-        check_disk(16)
-        tag = f"{TAG}:{builder}"
-        cold = timed_build(engine, lock, image, tag, builder, ca, made, no_cache=True)
-        warm = timed_build(engine, lock, image, tag, builder, ca, made)
-        extra = timed_build(engine, extra_lock, extra_image, f"{TAG}:{builder}-numpy20", builder, ca, made)
-        a, b = layers(engine, tag), layers(engine, f"{TAG}:{builder}-numpy20")
-        reused = a[:SHARED] == b[:SHARED]
-        rows.append((builder, cold, warm, extra, reused, sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))))
-        if not args.keep:
-            cleanup(engine, builder, [tag, f"{TAG}:{builder}-numpy20"], made)
+        tags: list[str] = []
+        check_disk(12 if "naive-extra" in skip else 18)
+        naive = {"torch": image.framework_version, "numpy": numpy, "base": image.base.ref}
+        files = render_files(lock, image, "examples/team.yaml", buildkit=builder == "buildkit")
+        extra = render_files(extra_lock, extra_image, "examples/team.yaml", buildkit=builder == "buildkit")
+        anchor, row = results.setdefault(f"naive {builder}", {}), results.setdefault(f"envkit {builder}", {})
+        naive_tag, tag = f"{TAG}:naive-{builder}", f"{TAG}:{builder}"
+        tags += [naive_tag, tag, naive_tag + "-numpy20", tag + "-numpy20"]
+        try:
+            # each envkit build right after the naive build it is compared with: the machine's load drifts
+            for kind in ("cold", "warm", "extra"):
+                if "naive" not in skip and not (kind == "extra" and "naive-extra" in skip):
+                    values = dict(naive, numpy=numpy_extra) if kind == "extra" else naive
+                    anchor[kind] = build_naive(engine, values, naive_tag + ("-numpy20" if kind == "extra" else ""),
+                                               builder, ca, made, no_cache=kind == "cold")
+                    anchor.setdefault("size", engine.inspect(naive_tag).size)
+                row[kind] = build(engine, extra if kind == "extra" else files,
+                                  tag + ("-numpy20" if kind == "extra" else ""), builder, ca, made,
+                                  no_cache=kind == "cold")
+            row["size"] = engine.inspect(tag).size
+            row["layers"] = layers(engine, tag)
+            extra_layers = layers(engine, tag + "-numpy20")
+            row["shared_layers"] = next((i for i, (a, b) in enumerate(zip(row["layers"], extra_layers)) if a != b),
+                                        min(len(row["layers"]), len(extra_layers)))
+        finally:
+            if not args.keep:
+                cleanup(engine, builder, tags, made)
+    results = {k: v for k, v in results.items() if v}
     log(f"all done in {fmt(time.monotonic() - started)}")
+    print_table(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+
+
+def print_table(results: dict[str, dict]) -> None:
     print()
-    print(f"{'builder':<10}{'cold':>10}{'warm':>10}{'extra':>10}  framework layer reused  layers differing")
-    for builder, cold, warm, extra, reused, differing in rows:
-        print(f"{builder:<10}{fmt(cold):>10}{fmt(warm):>10}{fmt(extra):>10}  {'yes' if reused else 'NO':<22}  {differing}")
-    if len(rows) == 2:
-        (_, c1, w1, e1, *_), (_, c2, w2, e2, *_) = rows
-        print(f"{'ratio':<10}{c2 / c1:>10.2f}{w2 / w1:>10.2f}{e2 / e1:>10.2f}  (buildkit / classic)")
+    print(f"{'build':<17}{'cold':>14}{'warm':>14}{'extra':>14}{'size':>10}  load(1m) at cold start")
+    for name, row in results.items():
+        builder = name.split()[1]
+        anchor = results.get(f"naive {builder}", {})
+        cells = []
+        for what in ("cold", "warm", "extra"):
+            value = row.get(what)
+            if value is None:
+                cells.append(f"{'-':>14}")
+                continue
+            seconds, ratio = value["seconds"], ""
+            if name.startswith("envkit") and what in anchor:
+                ratio = f" {seconds / anchor[what]['seconds']:.2f}x"
+            cells.append(f"{fmt(seconds) + ratio:>14}")
+        size = f"{row['size'] / 1e9:.2f}GB" if row.get("size") else "-"
+        print(f"{name:<17}{''.join(cells)}{size:>10}  {row['cold']['load']:.2f}")
+    print("(envkit cells: seconds and the ratio to the naive build of the same builder, same kind)")
+    for name, row in results.items():
+        if name.startswith("envkit") and "extra" in row:
+            print(f"{name}: extra / cold = {row['extra']['seconds'] / row['cold']['seconds']:.3f}; "
+                  f"layers shared with the extra image: {row['shared_layers']} of {len(row['layers'])}")
+    print()
+    print(f"{'cold breakdown':<17}" + "".join(f"{p:>10}" for p in PHASES) + f"{'total':>10}")
+    for name, row in results.items():
+        phases = row["cold"]["phases"]
+        print(f"{name:<17}" + "".join(f"{fmt(phases[p]):>10}" for p in PHASES) + f"{fmt(row['cold']['seconds']):>10}")
 
 
-def timed_build(engine, lock, image, tag, builder, ca, made, *, no_cache=False) -> float:
-    label = f"{builder} {'cold' if no_cache else 'build'} {tag}"
-    log(f"{label}: starting")
-    files = render_files(lock, image, "examples/team.yaml", buildkit=builder == "buildkit")
-    started = time.monotonic()
-    last_step = started
+def build_naive(engine, values: dict[str, str], tag: str, builder: str, ca, made: list[str], *,
+                no_cache: bool = False) -> dict:
+    """The anchor; the site CA (when given: a TLS-intercepting proxy) is simply copied in, as by hand."""
     with tempfile.TemporaryDirectory(prefix="envkit-bench-") as tmp:
-        ctx = stage_context(Path(tmp), files, ca_bundle=None if builder == "buildkit" else ca)
-        cached = False
-        for event in run_build(engine, ctx, tag, {"io.envkit.bench": "build_times"}, builder=builder,
-                               ca_bundle=ca, no_cache=no_cache):
-            if event.kind == "step":
-                now = time.monotonic()
-                log(f"  {fmt(now - started):>7} (+{fmt(now - last_step)}) step {event.step}/{event.total}: "
-                    f"{event.text[:90]}")
-                last_step, cached = now, event.text.startswith("FROM ")  # FROM makes no image
-            elif event.kind == "log" and "Using cache" in event.text:
-                cached = True
-            elif event.kind == "log" and not cached:
-                m = _CREATED.match(event.text)
-                if m:
-                    made.append(m.group(1))  # an image this build created (classic), not a cache hit
+        (Path(tmp) / "Dockerfile").write_text(NAIVE.format(**values))
+        (Path(tmp) / "ca.pem").write_bytes(ca.read_bytes() if ca else b"")
+        return timed(engine, Path(tmp), tag, builder, None, made, no_cache=no_cache)
+
+
+def build(engine, files: dict[str, bytes], tag: str, builder: str, ca, made: list[str], *,
+          no_cache: bool = False) -> dict:
+    with tempfile.TemporaryDirectory(prefix="envkit-bench-") as tmp:
+        ctx = stage_context(Path(tmp), files)
+        return timed(engine, ctx, tag, builder, ca, made, no_cache=no_cache)
+
+
+def timed(engine, ctx: Path, tag: str, builder: str, ca, made: list[str], *, no_cache: bool) -> dict:
+    label = f"{builder} {'cold' if no_cache else 'build'} {tag}"
+    load = os.getloadavg()[0]
+    log(f"{label}: starting (load {load:.2f})")
+    breakdown = Breakdown()
+    events: list[tuple[float, str, str]] = []  # the timeline, in --json (the breakdown can be recomputed from it)
+    started = time.monotonic()
+    cached = False
+    for event in run_build(engine, ctx, tag, {"io.envkit.bench": "build_times"}, builder=builder,
+                           ca_bundle=ca, no_cache=no_cache):
+        now = time.monotonic() - started
+        breakdown.feed(now, event)
+        events.append((round(now, 3), event.kind, event.text[:300]))
+        if event.kind == "step":
+            log(f"  {fmt(now):>7} step {event.step}/{event.total}: {event.text[:90]}")
+            cached = event.text.startswith("FROM ")  # FROM makes no image
+        elif event.kind == "log" and "Using cache" in event.text:
+            cached = True
+        elif event.kind == "log" and not cached and (m := _CREATED.match(event.text)):
+            made.append(m.group(1))  # an image this build created (classic), not a cache hit
     seconds = time.monotonic() - started
     log(f"{label}: {fmt(seconds)}")
-    return seconds
+    return {"seconds": seconds, "load": load, "phases": breakdown.phases(), "events": events}
 
 
 def numpy20(lock, image):
@@ -127,9 +221,6 @@ def cleanup(engine, builder, tags, made) -> None:
             engine.client.images.remove(ref, force=ref in tags)
         except Exception:  # noqa: BLE001 - an image still in use by another stays
             pass
-    if builder == "buildkit":
-        # BuildKit keeps the cold build's stages (and pip's cache mount) in its own cache
-        subprocess.run(["/usr/bin/docker", "builder", "prune", "-f"], capture_output=True)  # unused records only
 
 
 def check_disk(gib: int) -> None:

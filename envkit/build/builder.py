@@ -8,13 +8,13 @@ Dockerfile, so the context hash differs and switching builders rebuilds.
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..support import scratch
+from ..support.ca_bundle import site_certificates
 from .base import ensure_base
 from ..payload.harness import Verification, run_payload
 from ..engine.protocol import BUILDERS, BuildEvent
@@ -25,7 +25,7 @@ from ..errors import BuildError
 from ..frameworks import expected, require_buildable
 from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
 from ..lock import Lock, LockedImage
-from ..render.files import context_hash, image_tag, index_urls, render_files
+from ..render.files import CA_ARG, context_hash, image_tag, index_urls, render_files
 
 from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
 
@@ -79,8 +79,9 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         labels = dict(identity, **{BASE_LABEL: base.id})
         with scratch.directory(f"ctx-{image.name}") as tmp, \
                 scratch.directory("secrets") as secrets:
-            # BuildKit gets the CA and the index logins as build secrets: they are never written into the context
-            ctx = stage_context(Path(tmp), files, ca_bundle=None if buildkit else ca_bundle)
+            # BuildKit gets the CA and the index logins as build secrets, the classic builder the CA as a build
+            # argument: neither is written into the context
+            ctx = stage_context(Path(tmp), files)
             netrc = _index_netrc(image, Path(secrets)) if buildkit else None
             image_id = ""
             try:
@@ -131,14 +132,27 @@ def require_builder(engine: Engine, builder: str) -> None:
         BuildKitBuilder(engine).require()
 
 
-def stage_context(directory: Path, files: dict[str, bytes], *, ca_bundle: Path | None = None) -> Path:
-    """Write rendered ``files`` into ``directory`` (and the CA bundle as site-ca/ca.pem, classic builds)."""
+MAX_ARG = 120_000  # a build argument reaches the step as an environment variable: at most 128 kB (MAX_ARG_STRLEN)
+
+
+def _site_ca_arg(ca_bundle: Path) -> str:
+    """The classic builder's ENVKIT_SITE_CA: the bundle's certificates that are not public roots (the image's
+    ca-certificates has those; the step appends these to them)."""
+    text = site_certificates(ca_bundle)
+    if len(text) > MAX_ARG:
+        raise BuildError(f"the CA bundle {ca_bundle} holds {len(text) // 1000} kB of certificates that are not public "
+                         f"roots; the classic builder passes them as a build argument, which holds at most "
+                         f"{MAX_ARG // 1000} kB",
+                         hint="name a bundle of only the site's CA (ENVKIT_CA_BUNDLE), or build with "
+                              "--builder buildkit (which mounts the bundle as a secret)")
+    return text
+
+
+def stage_context(directory: Path, files: dict[str, bytes]) -> Path:
+    """Write rendered ``files`` into ``directory``."""
     for rel, data in files.items():
         (directory / rel).parent.mkdir(parents=True, exist_ok=True)
         (directory / rel).write_bytes(data)
-    if ca_bundle is not None:
-        (directory / "site-ca").mkdir(exist_ok=True)
-        shutil.copyfile(ca_bundle, directory / "site-ca" / "ca.pem")
     return directory
 
 
@@ -147,8 +161,9 @@ def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *
               no_cache: bool = False, netrc: Path | None = None) -> Iterator[BuildEvent]:
     """Build a staged context with either builder; ``network=False`` cuts RUN steps off the network.
 
-    The classic builder reads the CA from the context (``stage_context``); BuildKit gets
-    ``ca_bundle`` as the build secret ``site-ca``, and ``netrc`` (the index hosts' logins) as ``index-netrc``.
+    The classic builder gets ``ca_bundle``'s text as the build argument ``ENVKIT_SITE_CA`` (its install steps
+    write it to /tmp and remove it; it stays in no layer, but `docker history` shows build arguments); BuildKit
+    gets it as the build secret ``site-ca``, and ``netrc`` (the index hosts' logins) as ``index-netrc``.
     """
     require_builder(engine, builder)
     if builder == "buildkit":
@@ -157,4 +172,6 @@ def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *
                                                  no_cache=no_cache,
                                                  dockerfile=None if dockerfile == "Dockerfile" else dockerfile)
     else:
-        yield from engine.build(context, tag, labels, dockerfile=dockerfile, network=network, no_cache=no_cache)
+        args = {CA_ARG: _site_ca_arg(ca_bundle)} if ca_bundle is not None else None
+        yield from engine.build(context, tag, labels, dockerfile=dockerfile, network=network, no_cache=no_cache,
+                                build_args=args)

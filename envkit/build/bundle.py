@@ -240,7 +240,7 @@ def build_from_bundle(engine: Engine, bundle_dir: Path, *, builder: str = "class
 
 def fetch_debs(engine: Engine, lock: Lock, image: LockedImage, dest: Path) -> None:
     """Download, in a throwaway container of the base, the .debs each stage installs."""
-    ctx = context_for(lock, image, "bundle")
+    ctx = context_for(lock, image, "bundle", wheelhouse=True)  # the offline build's stages
     dest.mkdir(parents=True, exist_ok=True)
     env = {"OS_PACKAGES": " ".join(ctx.os_packages), "BUILDER_PACKAGES": " ".join(ctx.builder_packages),
            "DEVEL_PACKAGES": " ".join(DEVEL_APT) if image.flavour == "devel" else ""}

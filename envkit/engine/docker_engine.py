@@ -171,7 +171,8 @@ class DockerEngine:
         return docker_registry.load(self, path)
 
     def build(self, context: Path, tag: str, labels: dict[str, str], *, dockerfile: str = "Dockerfile",
-              network: bool = True, no_cache: bool = False) -> Iterator[BuildEvent]:
+              network: bool = True, no_cache: bool = False,
+              build_args: dict[str, str] | None = None) -> Iterator[BuildEvent]:
         """Build with the classic builder, yielding progress; raises BuildError on failure.
 
         ``network=False`` cuts RUN steps off the network (offline bundle builds). Stopped early (an
@@ -185,7 +186,7 @@ class DockerEngine:
         try:
             stream = api.build(path=str(context), tag=tag, labels=labels, rm=True, forcerm=True,
                                decode=True, pull=False, dockerfile=dockerfile, nocache=no_cache,
-                               network_mode=None if network else "none")
+                               network_mode=None if network else "none", buildargs=build_args or None)
             for chunk in stream:
                 if "error" in chunk:
                     detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]

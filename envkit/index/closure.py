@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name
 from ..support import procs, scratch
 from ..errors import PackageIndexError, ResolutionError
 from .login import login_hint, refused_index
+from .urls import uv_index_args
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
 _HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
@@ -103,12 +104,7 @@ def compile_closure(requirements: list[str], *, python: str, glibc: str, index_u
             cons = Path(tmp) / "constraints.txt"
             cons.write_text("\n".join(lines) + "\n")
             cmd += ["--constraint", str(cons)]
-        if extra_index_url:
-            # the framework's own index first: uv takes each package from the first index that has it, and it
-            # asks --extra-index-url before --index-url (pip, in the build, asks both alike; hashes are pinned)
-            cmd += ["--index-url", extra_index_url, "--extra-index-url", index_url]
-        else:
-            cmd += ["--index-url", index_url]
+        cmd += uv_index_args(index_url, extra_index_url)  # the framework's own index first (as the build's uv)
         if ca_bundle is not None:
             cmd += ["--cert", str(ca_bundle)]
         env = dict(os.environ)

@@ -25,3 +25,12 @@ def trusted_hosts(urls: Iterable[str | None]) -> list[str]:
 def host_of(url: str | None) -> str | None:
     """The host a netrc line is matched on (no port: as requests, pip and uv look it up)."""
     return urlsplit(url or "").hostname
+
+
+def uv_index_args(index_url: str, extra_index_url: str | None) -> list[str]:
+    """uv's index arguments for a lock's indexes, as the resolver asked them and the build's uv asks them again:
+    uv takes each package from the first index that has it (its default strategy, which also reports an index's
+    401) and asks --extra-index-url before --index-url, so the framework's own index goes in --extra-index-url."""
+    if extra_index_url and extra_index_url != index_url:
+        return ["--index-url", extra_index_url, "--extra-index-url", index_url]
+    return ["--index-url", index_url]

@@ -20,6 +20,7 @@ LIBRARIES: dict[str, re.Pattern] = {  # the lock's name of each library -> its d
     "cudnn": re.compile(r"nvidia-cudnn-cu\d+"),
     "nccl": re.compile(r"nvidia-nccl-cu\d+"),
 }
+CUDA_WHEELS = re.compile(r"nvidia-[a-z0-9-]+")  # every NVIDIA CUDA library wheel (an image's CUDA layer)
 TOOLKIT = "cuda-toolkit"  # NVIDIA's metapackage, pinning every CUDA wheel of one update (torch 2.10+ requires it)
 LINUX = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux"}
 
@@ -27,6 +28,12 @@ LINUX = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform
 def library_of(name: str) -> str | None:
     """'cuda', 'cudnn' or 'nccl' for a distribution of that library (a canonical name), else None."""
     return next((lib for lib, pattern in LIBRARIES.items() if pattern.fullmatch(name)), None)
+
+
+def is_cuda_wheel(name: str) -> bool:
+    """Whether a distribution (a canonical name) is one of the CUDA libraries' wheels or their metapackage: what
+    changes with the CUDA release, not the framework (images of a team share the layer they are installed in)."""
+    return bool(CUDA_WHEELS.fullmatch(name)) or name == TOOLKIT
 
 
 def runtime_package(major: int) -> str:

@@ -6,9 +6,11 @@ was loaded) and goes through the ``dq`` filter, which refuses anything that coul
 out of a double-quoted Dockerfile or YAML string. Output directories are replaced
 atomically: a failed render leaves the previous one intact.
 
-Two render options select Dockerfile features (see docs/images.md): ``buildkit`` (pip's
-download cache in a cache mount, the site CA as a build secret) and ``wheelhouse`` (an
-offline build from a bundle: Debian packages and wheels from the context, no index).
+Two render options select Dockerfile features (see docs/images.md): ``buildkit`` (the
+installer's download cache in a cache mount, the site CA as a build secret) and ``wheelhouse``
+(an offline build from a bundle: Debian packages and wheels from the context, no index).
+Online builds install the environment with uv straight into the runtime stage, one layer per
+layer group (``LAYER_GROUPS``); offline ones with pip in a builder stage whose venv is copied.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from ..resolve import devel
 from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files, payload_sha256
 from ..frameworks import framework, requested_labels, expected
 from ..index import login as index_login_
-from ..index.urls import DEFAULT_INDEX, trusted_hosts
+from ..index.urls import DEFAULT_INDEX, trusted_hosts, uv_index_args
+from ..index.wheel_facts import is_cuda_wheel
 from ..support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from ..support.atomic import replace_all
 from ..lock import Lock, LockedImage, Package
+from . import installer
 from .templates import dq, environment
 from typing import Iterable
 
@@ -38,6 +42,7 @@ EXTRAS = "/opt/extras"  # the extras' install prefix in the build; merged into t
 PIP_FLAGS = "--no-cache-dir --disable-pip-version-check --no-deps --require-hashes --only-binary=:all:"
 # With BuildKit pip's cache lives in a cache mount (never in a layer), so pip may use it.
 PIP_FLAGS_BUILDKIT = PIP_FLAGS.replace("--no-cache-dir ", "")
+CA_ARG = "ENVKIT_SITE_CA"  # classic builds: the build argument carrying the site CA's PEM text
 CA_PATH = "/etc/envkit/site-ca/ca.pem"  # where the build sees the site CA (a copied file, or a secret mount)
 # PIP_CERT only when the build context carries a site CA bundle.
 PIP_ENV = f'if [ -f {CA_PATH} ]; then export PIP_CERT={CA_PATH}; fi;'
@@ -46,6 +51,15 @@ PIP_ENV = f'if [ -f {CA_PATH} ]; then export PIP_CERT={CA_PATH}; fi;'
 WHEEL_CACHE = "/root/.cache/pip/envkit-wheels"
 WHEELHOUSE = "/tmp/envkit/wheelhouse"  # the bundle's wheels, inside the build (wheelhouse mode)
 DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
+UV_DIR = "/tmp/envkit-uv"  # the installer inside an install step (and, classic, its cache and the site CA)
+UV_CACHE = "/tmp/envkit-uv-cache"  # BuildKit: uv's cache in an install step (the classic builder's: in UV_DIR)
+UV_CA = "/tmp/envkit-ca.pem"  # BuildKit: the site CA's secret mount in an install step
+# Online builds: the environment's layers, lowest first (requirements/<group>.txt each), and what each holds.
+LAYER_GROUPS: dict[str, str] = {
+    "cuda": "the CUDA libraries' wheels (nvidia-*): images on the same CUDA wheels share this layer",
+    "framework": "the rest of the framework closure: images that differ only in extra packages share this layer",
+    "extra": "the extra packages",
+}
 PAYLOAD_DIGEST = "payload.sha256"  # a context's record of its payload: sha256 by the payload's rule, and where it is
 
 def image_tag(team: str, image: LockedImage) -> str:
@@ -91,6 +105,17 @@ class RenderContext:
     nvcc_deb_url: str = ""  # CUDA 12: Debian's toolkit .deb the compiler's programs come from ("": CUDA 13+)
     nvcc_deb_sha256: str = ""
     devel_wheels: bool = True  # the lock's devel group is not empty (jax[cuda13]'s closure holds the whole compiler)
+    # online builds: uv installs into the runtime stage (``installer``)
+    direct: bool = True
+    layer_groups: tuple[str, ...] = ()  # the LAYER_GROUPS with packages, lowest first
+    group_notes: dict[str, str] = field(default_factory=lambda: dict(LAYER_GROUPS))
+    uv_wheels: tuple[tuple[str, tuple[str, str]], ...] = tuple(installer.WHEELS.items())
+    uv_fetch: str = installer.FETCH
+    uv_dir: str = UV_DIR
+    uv_cache: str = UV_CACHE
+    uv_ca: str = UV_CA
+    ca_arg: str = CA_ARG
+    uv_flags: str = ""
 
 
 def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
@@ -126,7 +151,9 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         tag=image_tag(lock.team, image),
         lock_hash=image.hash,
         base_ref=base_ref,
-        os_packages=("python3", "ca-certificates", *image.apt),
+        # online builds make the venv in the runtime stage: python3-venv there (Debian's pip and setuptools
+        # wheels, the venv they made before: `pip check` for verify, setuptools for torch's cpp_extension)
+        os_packages=("python3", "ca-certificates", *(() if wheelhouse else ("python3-venv",)), *image.apt),
         builder_packages=("python3-venv",),
         venv=VENV,
         extras_prefix=EXTRAS,
@@ -141,6 +168,9 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         index_login=buildkit and not wheelhouse and needs_index_login(image),
         flavour=image.flavour,
         python=image.python,
+        direct=not wheelhouse,
+        layer_groups=tuple(g for g, packages in layer_packages(image).items() if packages),
+        uv_flags=installer.FLAGS + _uv_index_flags(image),
         **(_devel_fields(image) if image.flavour == "devel" else {}),
     )
 
@@ -153,21 +183,30 @@ def _devel_fields(image: LockedImage) -> dict:
 
 
 def _pip_flags(image: LockedImage, *, buildkit: bool, wheelhouse: bool) -> str:
+    """pip's flags: offline (wheelhouse) builds only, the one path that installs with pip (online ones use uv)."""
     if wheelhouse:  # no index, and no cache mount: the wheels are local
         return f"{PIP_FLAGS} --no-index --find-links {WHEELHOUSE}"
-    return (PIP_FLAGS_BUILDKIT if buildkit else PIP_FLAGS) + _index_flags(image)
+    return (PIP_FLAGS_BUILDKIT if buildkit else PIP_FLAGS) + _pip_index_flags(image)
 
 
-def _index_flags(image: LockedImage) -> str:
-    """The indexes the lock's packages come from, as the resolver asked them: the framework's (a non-default
-    torch variant's own, or the spec's mirror), then the spec's for the rest. None for pip's default, PyPI,
-    so contexts of images from PyPI are as they were. Hashes pin every file, whichever index serves it,
-    so a plain-http index is named a trusted host (pip ignores it otherwise)."""
+def _uv_index_flags(image: LockedImage) -> str:
+    """The indexes the lock's packages come from, asked as the resolver asked them (``index.urls.uv_index_args``:
+    the framework's own index first, each package from the first index that has it), so the build finds each
+    locked file where the lock found it. None for the default, PyPI, so contexts of images from PyPI name none.
+    uv takes an http index as named (its --trusted-host, an alias of --allow-insecure-host, would turn off TLS
+    checks: never used); every file is pinned by hash whichever index serves it."""
+    if image.index_url == DEFAULT_INDEX and image.extra_index_url in (None, DEFAULT_INDEX):
+        return ""
+    return "".join(f" {dq(arg)}" for arg in uv_index_args(image.index_url, image.extra_index_url))
+
+
+def _pip_index_flags(image: LockedImage) -> str:
+    """pip asks every index alike: the lock's indexes, and a plain-http one named a trusted host (pip ignores it
+    otherwise)."""
     flags = f" --index-url {dq(image.index_url)}" if image.index_url != DEFAULT_INDEX else ""
     if image.extra_index_url and image.extra_index_url != image.index_url:
         flags += f" --extra-index-url {dq(image.extra_index_url)}"
-    flags += "".join(f" --trusted-host {dq(h)}" for h in trusted_hosts([image.index_url, image.extra_index_url]))
-    return flags
+    return flags + "".join(f" --trusted-host {dq(h)}" for h in trusted_hosts([image.index_url, image.extra_index_url]))
 
 
 def index_urls(image: LockedImage) -> list[str]:
@@ -187,6 +226,15 @@ def requirements_text(image: LockedImage, group: str) -> str:
     return _requirements([p for p in image.packages if p.group == group], f"the {group} packages from the lock")
 
 
+def layer_packages(image: LockedImage) -> dict[str, list[Package]]:
+    """The lock's runtime packages by online layer group: the framework group's CUDA wheels apart from the rest
+    of it (an nvidia-* wheel only an extra needs stays with the extras: it changes with them)."""
+    framework = [p for p in image.packages if p.group == "framework"]
+    return {"cuda": [p for p in framework if is_cuda_wheel(p.name)],
+            "framework": [p for p in framework if not is_cuda_wheel(p.name)],
+            "extra": [p for p in image.packages if p.group == "extra"]}
+
+
 def _requirements(packages: Iterable[Package], what: str) -> str:
     lines = [f"# generated by envkit - do not edit; {what}, pinned by hash\n"]
     for p in packages:
@@ -204,15 +252,19 @@ def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bo
                  wheelhouse: bool = False) -> dict[str, bytes]:
     """Every file of one build context, by relative path.
 
-    The site CA is added at build time (a copied file for the classic builder, a build
-    secret for BuildKit); in ``wheelhouse`` mode the bundle adds ``wheelhouse/`` and ``debs/``.
+    The site CA is given at build time (the build argument ``ENVKIT_SITE_CA`` for the classic builder,
+    a build secret for BuildKit), never in the context; in ``wheelhouse`` mode the bundle adds
+    ``wheelhouse/`` and ``debs/``.
     """
     ctx = context_for(lock, image, spec_name, buildkit=buildkit, wheelhouse=wheelhouse)
     dockerfile = environment().get_template(f"{image.flavour}.Dockerfile.j2").render(**ctx.__dict__)
     files = {
         "Dockerfile": dockerfile.encode(),
-        "requirements/framework.txt": requirements_text(image, "framework").encode(),
-        "requirements/extra.txt": requirements_text(image, "extra").encode(),
+        # (offline builds: the whole framework group in framework.txt, as the bundle's wheelhouse holds it)
+        **({f"requirements/{g}.txt": _requirements(packages, f"the {g} packages from the lock").encode()
+            for g, packages in layer_packages(image).items()} if ctx.direct else
+           {"requirements/framework.txt": requirements_text(image, "framework").encode(),
+            "requirements/extra.txt": requirements_text(image, "extra").encode()}),
         # what the image's own self-check compares against, in the shape the payload accepts (as the harness mounts it)
         "envkit/expect.json": (json.dumps(payload_expect(expected(image)), indent=2, sort_keys=True) + "\n").encode(),
     }
@@ -222,9 +274,6 @@ def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bo
     files[PAYLOAD_DIGEST] = f"{payload_sha256()}  envkit/{PAYLOAD_NAME}\n".encode()
     if image.flavour == "devel":
         files["requirements/devel.txt"] = requirements_text(image, devel.GROUP).encode()
-    if not buildkit and not wheelhouse:
-        files["site-ca/README"] = (b"A CA bundle (ca.pem) is placed here at build time when the build runs behind "
-                                   b"a TLS-intercepting proxy.\n")
     return files
 
 

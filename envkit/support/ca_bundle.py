@@ -5,6 +5,7 @@ surfaces as "cannot reach the package index", blamed on the network)."""
 from __future__ import annotations
 
 import functools
+import re
 import os
 from pathlib import Path
 
@@ -68,3 +69,23 @@ def env_ca_bundle() -> Path | None:
     """The file of ``env_ca_source``."""
     found = env_ca_source()
     return found[1] if found else None
+
+
+_PEM_BLOCK = re.compile(r"-----BEGIN CERTIFICATE-----\s.*?-----END CERTIFICATE-----", re.DOTALL)
+
+
+def site_certificates(path: Path) -> str:
+    """The certificates of the bundle at ``path`` that are not public roots (not in certifi's Mozilla bundle, which
+    Debian's ca-certificates package also ships): a TLS-intercepting proxy's CA, a private index's CA. A bundle is
+    often the host's whole trust store (220 kB here) while a build argument holds at most 128 kB, and the image's
+    own ca-certificates already holds the public roots. All of them when certifi is not installed."""
+    import ssl
+
+    blocks = _PEM_BLOCK.findall(path.read_text(errors="replace"))
+    try:
+        import certifi
+
+        public = {ssl.PEM_cert_to_DER_cert(b) for b in _PEM_BLOCK.findall(Path(certifi.where()).read_text())}
+    except ImportError:
+        public = set()
+    return "".join(b + "\n" for b in blocks if ssl.PEM_cert_to_DER_cert(b) not in public)

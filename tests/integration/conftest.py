@@ -33,33 +33,32 @@ def envkit(*args, cwd=ROOT, check=False, timeout=3600):
 
 
 @pytest.fixture(scope="session")
+def built_images(engine):
+    """Tags of the example images this worker built, shared by its modules (test_examples verifies the images
+    test_jax and test_tensorflow built) and removed when its session ends: their tests are in one xdist group,
+    so on this worker. (After a full run the engine held the multi/*, vision/torch25 and nightly/torch25 images,
+    about 30 GB, until these were removed.)"""
+    tags: list[str] = []
+    yield tags
+    remove_built(engine, tags)
+
+
+@pytest.fixture(scope="session")
 def example_build(engine):
-    """`envkit build examples/team.yaml --json`, run once (a real CUDA torch image). An example image whose
-    classic-builder stage images are gone (a `docker image prune` on this engine since it was built) is removed
-    first, so the build runs and leaves them again: tests read those stages, and the devel and layer tests
-    build on their cached layers."""
-    _rebuild_when_stages_were_pruned(engine)
+    """`envkit build examples/team.yaml --json`, run once (a real CUDA torch image), removed when the session ends
+    (every test using it is in one xdist group, so on one worker; the devel and layer tests build on its cached
+    layers before then). An online build leaves no stage image: its layers are the image's own."""
     proc = envkit("build", "examples/team.yaml", "--json", check=True)
-    return json.loads(proc.stdout), proc
+    doc = json.loads(proc.stdout)
+    yield doc, proc
+    remove_built(engine, [image["tag"] for image in doc["images"]])
 
 
-def _rebuild_when_stages_were_pruned(engine) -> None:
-    import docker.errors
+def remove_built(engine, tags) -> None:
+    """Remove images a test built (by tag, forced) with the classic builder's stage images of the same locks."""
+    from tests.integration.test_buildkit import remove_images
 
-    from envkit.engine.docker_gc import DockerImageHost
-    from envkit.support.labels import LOCK_LABEL
-    from envkit.lock import load_lock
-
-    lock = load_lock(ROOT / "examples" / "team.lock")
-    stages = {(s.lock_hash, s.stage) for s in DockerImageHost(engine.client).stage_images(lock.team)}
-    for image in lock.images:
-        if (image.hash, "extras") in stages:
-            continue
-        for built in engine.client.images.list(filters={"label": f"{LOCK_LABEL}={image.hash}"}):
-            try:
-                engine.client.images.remove(built.id, force=True)
-            except docker.errors.APIError:
-                pass  # in use, or an image built on it: the build is then skipped, as before
+    remove_images(engine, *tags)
 
 
 @pytest.fixture(scope="module")

@@ -33,12 +33,13 @@ def test_the_examples_with_locks_are_the_ones_the_readme_builds():
 
 
 @pytest.mark.parametrize("spec,name", IMAGES, ids=[f"{s.stem}-{n}" for s, n in IMAGES])
-def test_example_image_builds_and_verifies(engine, tmp_path, spec, name):
+def test_example_image_builds_and_verifies(engine, tmp_path, spec, name, built_images):
     proc = envkit("build", spec.relative_to(ROOT), "--image", name, "--out", tmp_path / "render", "--json",
                   check=True)
     doc = json.loads(proc.stdout)
     assert doc["lock_reused"] is True, f"{spec.name}'s lock is stale: run `envkit resolve examples/{spec.name}`"
     [image] = doc["images"]
+    built_images.append(image["tag"])  # removed when the session ends
     failed = [f"{c['name']}: {c['message']}" for c in image["verification"]["checks"] if c["status"] == "failed"]
     assert (image["status"], failed) == ("verified", [])
     locked = load_lock(spec.with_suffix(".lock")).image(name)

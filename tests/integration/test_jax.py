@@ -27,13 +27,14 @@ ORDER = STATIC[:6] + ("requested_imports",) + STATIC[6:]  # requested_imports: s
 
 
 @pytest.fixture(scope="module")
-def jax_build(engine, tmp_path_factory):
+def jax_build(engine, tmp_path_factory, built_images):
     """`envkit build examples/frameworks.yaml --image jax --json` (the lock is committed: no resolve)."""
     out = tmp_path_factory.mktemp("jax-render")
     proc = envkit("build", "examples/frameworks.yaml", "--image", "jax", "--out", out, "--json", check=True)
     doc = json.loads(proc.stdout)
     assert doc["lock_reused"] is True, "examples/frameworks.lock is stale: run `envkit resolve examples/frameworks.yaml`"
     [image] = doc["images"]
+    built_images.append(image["tag"])
     return image, load_lock(LOCK).image("jax")
 
 

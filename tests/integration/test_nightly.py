@@ -70,9 +70,9 @@ def workspace(tmp_path_factory, example_build, engine):
         "images": (image,)})
     write_lock(lock, root / "team.lock")
     yield root, image_tag("nightly", image)
-    # the certification containers the SIGKILL tests' runs left (`envkit gc` would remove them once stopped)
-    for c in engine.client.containers.list(all=True, filters={"label": [CONTAINER_LABEL, f"{TEAM_LABEL}=nightly"]}):
-        c.remove(force=True)
+    # the certification containers the SIGKILL tests' runs left (`envkit gc` would remove them once stopped), and
+    # the image the last test built (left behind after every run before)
+    remove_image(engine, image_tag("nightly", image))
 
 
 def nightly(root: Path, store: str, *extra, check_code=None, background=False):

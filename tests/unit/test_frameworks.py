@@ -77,16 +77,18 @@ def test_jax_dockerfile_is_the_runtime_flavour(example_jax):
     lock, image = example_jax
     files = render_files(lock, image, "examples/frameworks.yaml")
     text = files["Dockerfile"].decode()
-    assert text.count("FROM ") == 4  # os, builder, extras, runtime
+    assert text.count("FROM ") == 2  # os, runtime (the environment installed where it runs)
     assert "FROM envkit-base/debian:trixie-minbase-" in text
-    assert "--require-hashes" in text and "--no-deps" in text and "--only-binary=:all:" in text
+    assert "--require-hashes" in text and "--no-deps" in text and "--only-binary :all:" in text
     assert 'NVIDIA_REQUIRE_CUDA="cuda>=13.0"' in text
     assert "torch" not in text.lower()
     assert "site-ca" not in text.split("AS runtime", 1)[1]
     framework = files["requirements/framework.txt"].decode()
-    for pin in ("jax==0.12.0.1", "jaxlib==0.12.0.1", "jax-cuda13-plugin==0.12.0.1", "nvidia-cudnn-cu13==9.28.1.4",
-                "nvidia-nccl-cu13==2.32.6", "nvidia-cuda-runtime==13.5.37"):
+    cuda = files["requirements/cuda.txt"].decode()  # the CUDA wheels: a layer of their own
+    for pin in ("jax==0.12.0.1", "jaxlib==0.12.0.1", "jax-cuda13-plugin==0.12.0.1"):
         assert f"{pin} \\\n    --hash=sha256:" in framework, pin
+    for pin in ("nvidia-cudnn-cu13==9.28.1.4", "nvidia-nccl-cu13==2.32.6", "nvidia-cuda-runtime==13.5.37"):
+        assert f"{pin} \\\n    --hash=sha256:" in cuda, pin
     assert json.loads(files["envkit/expect.json"]) == expected(image)
     assert rendered_payload(files) == payload_sources()
 

@@ -55,13 +55,14 @@ def test_tf_dockerfile_is_the_runtime_flavour():
     image = lock.image("tf")
     files = render_files(lock, image, "examples/frameworks.yaml")
     text = files["Dockerfile"].decode()
-    assert text.count("FROM ") == 4 and "FROM envkit-base/debian:trixie-minbase-" in text
+    assert text.count("FROM ") == 2 and "FROM envkit-base/debian:trixie-minbase-" in text  # os, runtime
     assert "--require-hashes" in text and 'NVIDIA_REQUIRE_CUDA="cuda>=12.0"' in text
     assert "torch" not in text.lower() and "jax" not in text.lower()
     framework = files["requirements/framework.txt"].decode()
-    for pin in ("tensorflow==2.20.0", "nvidia-cudnn-cu12==9.28.0.42", "nvidia-nccl-cu12==2.32.3",
-                "nvidia-cuda-runtime-cu12==12.9.79"):
-        assert f"{pin} \\\n    --hash=sha256:" in framework, pin
+    assert "tensorflow==2.20.0 \\\n    --hash=sha256:" in framework
+    cuda = files["requirements/cuda.txt"].decode()  # the CUDA wheels: a layer of their own
+    for pin in ("nvidia-cudnn-cu12==9.28.0.42", "nvidia-nccl-cu12==2.32.3", "nvidia-cuda-runtime-cu12==12.9.79"):
+        assert f"{pin} \\\n    --hash=sha256:" in cuda, pin
     assert json.loads(files["envkit/expect.json"]) == expected(image)
     assert rendered_payload(files) == payload_sources()
 

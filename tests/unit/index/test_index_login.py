@@ -107,7 +107,7 @@ def test_a_netrc_variable_naming_no_file_is_said_in_the_login_hint(tmp_path, mon
 def test_buildkit_mounts_the_netrc_secret_only_for_an_index_other_than_pypi():
     private = make_image(index_url=MIRROR)
     mount = "--mount=type=secret,id=index-netrc,target=/root/.netrc"
-    assert _dockerfile(private, buildkit=True).count(mount) == 2  # the framework and the extras RUN
+    assert _dockerfile(private, buildkit=True).count(mount) == 3  # the CUDA wheels', the framework's, the extras' RUN
     assert mount not in _dockerfile(private)  # classic: no secrets
     assert mount not in _dockerfile(private, buildkit=True, wheelhouse=True)  # offline: no index
     assert mount not in _dockerfile(make_image(), buildkit=True)  # PyPI images render as before

@@ -121,7 +121,10 @@ def test_cuda13_devel_takes_everything_from_the_lock_and_no_deb():
     image = make_devel_image("13.0")
     text = _dockerfile(image)
     assert " AS nvcc-tools" not in text and ".deb" not in text and "cuda-tools" not in text
-    assert "COPY --from=nvcc /opt/devel/ /opt/venv/" in text
+    assert " AS nvcc\n" not in text  # online: the compiler's wheels are installed into the venv where it runs
+    assert "uv pip install --python /opt/venv/bin/python" in text and "-r /tmp/envkit/devel.txt" in text
+    offline = _dockerfile(image, wheelhouse=True)
+    assert "COPY --from=nvcc /opt/devel/ /opt/venv/" in offline
     # nvcc, cicc and the rest are the wheels' own, linked into CUDA_HOME's bin/ and nvvm/
     assert 'for d in "$nv"/*/bin "$nv"/*/nvvm; do cp -rsn "$d"/. "/opt/cuda/${d##*/}/"; done' in text
     assert "/opt/venv/lib/python3.13/site-packages/nvidia" in text

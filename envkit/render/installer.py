@@ -1,0 +1,35 @@
+"""The installer online builds use: uv, one pinned release, fetched inside the build and checked by sha256.
+
+uv downloads and unpacks the lock's wheels in parallel and installs them into the image's venv where they run
+(no builder stage, no 5 GB ``COPY --from``); nothing of it stays in the image. With BuildKit it is fetched once,
+in a stage of its own that the install steps mount; the classic builder has no mounts, so each install step
+fetches it into /tmp and removes it before the step ends. Offline (bundle) builds keep pip, the installer the
+bundle's Debian packages carry. Bumping uv: the version and both wheels' sha256 from
+https://pypi.org/pypi/uv/<version>/json.
+"""
+
+from __future__ import annotations
+
+VERSION = "0.13.9"
+_FILES = "https://files.pythonhosted.org/packages"
+# `uname -m` inside the build -> (the manylinux wheel's URL, its sha256)
+WHEELS: dict[str, tuple[str, str]] = {
+    "x86_64": ((f"{_FILES}/3d/aa/26d64642d808de4a652579ef950d7cd2d37f080a8babf9c67c6b75fc4c3f/"
+                f"uv-{VERSION}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"),
+               "d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19"),
+    "aarch64": ((f"{_FILES}/fe/2f/51a5de367c602592c018a42a23d57fba5f2689fe6c3bf025dcf043b39c61/"
+                 f"uv-{VERSION}-py3-none-manylinux_2_28_aarch64.whl"),
+                "ecb6028d79dc96fbeafffe5c8af62a7099487ebc05a701e76714eebcffd06375"),
+}
+# What an install step runs (python3 is in the OS layer; no curl there): fetch the wheel, refuse it unless its
+# sha256 is the pinned one, write the uv program from it. Arguments: URL, sha256, destination.
+# (No single quote in it: the Dockerfile passes it single-quoted.)
+FETCH = ("import hashlib, io, sys, urllib.request, zipfile; url, sha, dest = sys.argv[1:]; "
+         "data = urllib.request.urlopen(url, timeout=300).read(); got = hashlib.sha256(data).hexdigest(); "
+         "sys.exit(f\"uv wheel {url}: sha256 {got}, expected {sha}\") if got != sha else None; "
+         "z = zipfile.ZipFile(io.BytesIO(data)); "
+         "open(dest, \"wb\").write(z.read(next(n for n in z.namelist() if n.endswith(\".data/scripts/uv\"))))")
+# Flags of every `uv pip install` (the index flags follow, as the resolver gave them: index.urls.uv_index_args):
+# the lock's exact files, nothing resolved, wheels only, bytecode compiled as pip does, no uv.toml of the
+# build's own.
+FLAGS = "--no-config --no-deps --require-hashes --only-binary :all: --compile-bytecode"
