@@ -19,13 +19,18 @@ class Planned:
 
 
 PIP_COLLECTING = re.compile(r"^\s*Collecting (\S+)")
+# uv (online builds) lists what it installed when an install step ends, one " + NAME==VERSION" line each
+UV_INSTALLED = re.compile(r"^\s*\+ (\S+)==\S+\s*$")
 PIP_DOWNLOAD = re.compile(r"^\s*Downloading \S+ \(([\d.]+) (kB|MB|GB)\)")
 UNITS = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
 
 
 @dataclass
 class InstallCount:
-    """The packages pip has taken up and the bytes it has downloaded, read from its log lines (``feed``)."""
+    """The packages the installer has taken up and the bytes pip has downloaded, read from the build's log lines
+    (``feed``): pip (offline bundles' builds) says each package as it starts it; uv (online builds) prints nothing
+    while it works and lists the packages when each install step (CUDA wheels, framework, extras) ends, so an online
+    build's count moves once per layer group."""
 
     total: int = 0  # from ``Planned``; 0: unknown
     done: int = 0
@@ -33,7 +38,7 @@ class InstallCount:
 
     def feed(self, line: str) -> str | None:
         """Count one build log line: "package" (pip took one up), "bytes" (it downloads one), else None."""
-        if PIP_COLLECTING.match(line):
+        if PIP_COLLECTING.match(line) or UV_INSTALLED.match(line):
             self.done += 1
             return "package"
         size = PIP_DOWNLOAD.match(line)

@@ -17,6 +17,16 @@ def test_pip_lines_count_packages_and_bytes():
     assert count.words() == "packages 2/3, 0.91 GB downloaded"
 
 
+def test_uv_install_lines_count_packages():
+    count = InstallCount(total=2)
+    assert count.feed("Resolved 2 packages in 1ms") is None
+    assert count.feed("Installed 2 packages in 310ms") is None
+    assert count.feed(" + nvidia-cublas-cu12==12.4.5.8") == "package"
+    assert count.feed(" + torch==2.5.1+cu124") == "package"
+    assert count.feed(" - torch==2.5.0") is None
+    assert count.words() == "packages 2/2, 0.00 GB downloaded"
+
+
 def test_a_ci_log_gets_a_line_per_step_and_per_ten_packages(capsys):
     with BuildView(Ctx(False, False, False), live=False) as view:
         view("torch25", Planned(25))
