@@ -63,7 +63,9 @@ def test_every_runtimes_job_script_is_valid_bash(make_job, tmp_path):
 
 def test_the_docker_script_removes_its_container_on_sigterm_and_asks_for_gpus_only_where_there_are(make_job):
     script = job_script(make_job(), "0.1.0")
-    assert 'wait; docker rm -f "$name"' in script
+    assert "wait; remove_container; exit 143' TERM INT" in script  # the client stopped first, then the container
+    removal = script.split("remove_container() {")[1].split("\n}")[0]
+    assert 'docker rm -f "$name"' in removal and 'docker container inspect "$name"' in removal  # until it stays gone
     assert '"${gpus[@]}"' in script and "--ulimit=memlock=-1" in script.split("gpus=(--gpus")[1].splitlines()[0]
     assert '--mode "$mode"' in script
 
