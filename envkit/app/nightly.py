@@ -34,12 +34,13 @@ from ..catalog.perf import load_perf
 from ..certify.report import FILES, write_reports
 from .nightly_publish import Asked, ImageReport, _publish, restore_base
 from .nightly_fleet import FleetStep, certify_on_fleet
-from .fleet import FLEET_FILE, require_dispatch, shared_dir, write_fleet_reports
+from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
 from ..support.progress import Progress
 from ..payload.contents import SCHEMA
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine, ImageInfo
+    from ..spec import Spec
     from ..catalog.refresh.common import ReadingIndex
 
 # Exit codes, distinct from the error codes of errors.py.
@@ -177,10 +178,7 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
 
     load_perf()  # the floors certification judges: a broken team perf.yaml fails before the builds
 
-    if dispatch is not None:  # a spec that cannot be dispatched fails before the builds
-        shared_dir(spec, require_dispatch(spec_path, spec))
-    for name in [*FILES.values(), *([FLEET_FILE] if dispatch else [])]:  # tried before an hour of builds
-        check_writable(Path(reports_dir) / name)
+    _check_outputs(spec_path, spec, Path(reports_dir), dispatch is not None)
     # One nightly per team at a time against this store (two CI runners, or a run that overlaps
     # the next): the lock goes with the process, so a killed run never blocks its own resume.
     with store.run_lock(f"nightly:{spec.team}", f"the nightly run of team {spec.team!r}"):
@@ -215,15 +213,11 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
                 certificates.append(cert)
             if registry and report.status in ("certified", "verified") and not report.regressions:
                 _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert, asked)
-        written = {}
         fleet = None
         if dispatch is not None and ready:
             fleet = certify_on_fleet(spec_path, spec, engine, store, run_id, lock, ready, registry=registry,
                                      threshold=threshold, step=dispatch, progress=progress)
-            write_fleet_reports(fleet, Path(reports_dir))
-            written = fleet.reports
-        elif certificates:
-            written = {k: str(v) for k, v in write_reports(certificates, reports_dir).items()}
+        written = _write_reports(Path(reports_dir), certificates, fleet)
         code = _exit_code(reports)
         store.finish_run(run_id, EXIT_NAMES[code], code)
         if not locked:
@@ -231,6 +225,24 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
         result = NightlyResult(run_id, code, reports, written, time.monotonic() - started, bool(resumed),
                                catalog_doc, disk.reclaimed, fleet.to_json() if fleet else None)
     return result
+
+
+def _check_outputs(spec_path: Path, spec: Spec, reports_dir: Path, dispatch: bool) -> None:
+    """What must hold before an hour of builds, not after them: a spec that can be dispatched (with --dispatch),
+    and reports that can be written."""
+    if dispatch:
+        shared_dir(spec, require_dispatch(spec_path, spec))
+    for name in [*FILES.values(), *([FLEET_FILE] if dispatch else [])]:
+        check_writable(reports_dir / name)
+
+
+def _write_reports(reports_dir: Path, certificates: list[Certificate], fleet: FleetResult | None) -> dict[str, str]:
+    if fleet is not None:
+        write_fleet_reports(fleet, reports_dir)
+        return fleet.reports
+    if certificates:
+        return {k: str(v) for k, v in write_reports(certificates, reports_dir).items()}
+    return {}
 
 
 def _build(
