@@ -27,5 +27,5 @@ def export_image_sif(engine: Engine, image: str, out: Path | None = None, *,
     require_tools()
     path = out or default_sif_path(image)
     if path.is_dir():
-        raise EnvkitError(f"{path} is a directory", hint="give --out a file path, e.g. image.sif")
+        raise EnvkitError(f"{path} is a directory", hint="give --sif a file path, e.g. image.sif")
     return export_sif(engine, image, path, progress=progress)

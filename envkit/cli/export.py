@@ -16,13 +16,13 @@ def export_group() -> None:
 
 @export_group.command("sif")
 @click.argument("image", type=IMAGE)
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+@click.option("--sif", "out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="The SIF file to write (written beside it, renamed into place when complete; an existing file "
                    "is replaced). Default: <name>_<tag>.sif here.")
 @json_option
 @click.pass_context
 def export_sif_cmd(click_ctx: click.Context, image: str, out: Path | None, json_out: bool) -> None:
-    """Write IMAGE (a local image of the engine) as a SIF file for Apptainer sites.
+    """Write IMAGE (a local image of the engine) as a SIF file (--sif FILE) for Apptainer sites.
 
     Assembled with Debian's skopeo, umoci, squashfs-tools and siftool (`apt-get install skopeo umoci
     squashfs-tools siftool`; a missing one is exit 6): the root file system as a squashfs partition, the

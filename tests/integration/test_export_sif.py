@@ -53,7 +53,7 @@ def test_the_sif_holds_the_squashfs_partition_the_payload_and_the_lock_labels(ti
     from envkit.payload.contents import payload_files
 
     out = tmp_path / "tiny.sif"
-    proc = envkit("export", "sif", tiny_image, "--out", out, "--json", check=True, timeout=600)
+    proc = envkit("export", "sif", tiny_image, "--sif", out, "--json", check=True, timeout=600)
     doc = json.loads(proc.stdout)
     assert doc["path"] == str(out) and doc["size"] == out.stat().st_size > 0
     assert {k: doc["labels"][k] for k in LABELS} == LABELS
@@ -83,7 +83,35 @@ def test_the_sif_holds_the_squashfs_partition_the_payload_and_the_lock_labels(ti
 def test_an_image_not_in_the_engine_is_exit_6_and_leaves_the_old_file(tools, tmp_path):
     out = tmp_path / "old.sif"
     out.write_bytes(b"old")
-    proc = envkit("export", "sif", f"envkit-test/no-such:{uuid.uuid4().hex[:8]}", "--out", out, "--json")
+    proc = envkit("export", "sif", f"envkit-test/no-such:{uuid.uuid4().hex[:8]}", "--sif", out, "--json")
     assert proc.returncode == 6, proc.stderr
     assert "no image" in json.loads(proc.stdout)["message"]
     assert out.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["old.sif"]
+
+
+def test_sigterm_mid_export_leaves_no_file_and_no_scratch_directory(tiny_image, tmp_path):
+    """Stopped while it works (unpacking the layers skopeo copied): exit 143, nothing at --sif or beside it, and its
+    scratch directory (under this test's $TMPDIR) removed."""
+    import signal
+    import sys
+    import time
+
+    from tests.integration.conftest import ROOT
+
+    out_dir, tmpdir = tmp_path / "out", tmp_path / "tmp"
+    out_dir.mkdir()
+    tmpdir.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "envkit.cli", "export", "sif", tiny_image, "--sif",
+                             str(out_dir / "stopped.sif")], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=dict(os.environ, TMPDIR=str(tmpdir)))
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "umoci" in line:  # the OCI layout is in its scratch directory
+            break
+    time.sleep(0.5)
+    assert [p.name.split("-")[1] for p in tmpdir.iterdir()] == ["sif"]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "interrupted by SIGTERM" in err
+    assert list(out_dir.iterdir()) == [] and list(tmpdir.iterdir()) == []
