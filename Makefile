@@ -7,7 +7,7 @@ TORCH_TEST ?= torch==2.13.0
 # Two workers; tests sharing an image stay on one (tests/conftest.py). XDIST= runs in one process.
 XDIST ?= -n 2 --dist loadgroup
 
-.PHONY: venv engine slurm demo check test unit integration lint clean schema
+.PHONY: venv engine slurm sif-tools demo check test unit integration lint clean schema
 
 $(BIN)/envkit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ engine:
 slurm:
 	./scripts/ensure-slurm.sh
 
+# skopeo, umoci, squashfs-tools and siftool (Debian's): `envkit export sif` assembles a SIF with them, and its test
+# reads one back. Apptainer, which runs a SIF, has no Debian package and is not installed.
+sif-tools:
+	./scripts/ensure-sif-tools.sh
+
 demo: venv engine
 	$(BIN)/envkit doctor
 	$(BIN)/envkit build examples/team.yaml
@@ -38,14 +43,14 @@ check: venv
 	$(BIN)/mypy
 	MYPYPATH=$(PAYLOAD) $(BIN)/mypy --explicit-package-bases --python-version 3.10 $(PAYLOAD)/*.py
 
-test: venv engine slurm check
+test: venv engine slurm sif-tools check
 	./scripts/ensure-browser.sh || echo "note: no chromium; the HTML report browser test will be skipped"
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q $(XDIST) --durations=25 tests
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
 
-integration: venv engine slurm
+integration: venv engine slurm sif-tools
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q $(XDIST) --durations=25 tests/integration
 
 # hadolint (with .hadolint.yaml's reasons) over the committed Dockerfiles and freshly rendered ones; then `check`.

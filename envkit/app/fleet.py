@@ -21,7 +21,7 @@ from ..dispatch.verdict import Gate, fleet_certificate, gate
 from ..errors import DispatchError, EnvkitError, LockError, SpecError
 from ..frameworks import expected
 from ..engine.protocol import Engine
-from ..lock import LockedImage, load_lock
+from ..lock import Lock, LockedImage, load_lock
 from ..payload.contents import payload_sha256
 from ..payload.harness import write_mount
 from ..registry.artifacts import attach_certificate
@@ -128,18 +128,14 @@ class _Planned:
     jobs: list[FleetJob]
 
 
-def _plan(spec_path: Path, spec: Spec, dispatch: Dispatch, engine: Engine, registry: str | None, timeout: int,
-          progress: Progress) -> tuple[str, list[_Planned]]:
-    """The lock's team and, per image (built, in the engine; pushed first with a registry), its jobs, with the
-    payload written where they read it."""
+def _plan(spec_path: Path, spec: Spec, dispatch: Dispatch, engine: Engine, lock: Lock, images: list[LockedImage],
+          registry: str | None, timeout: int, progress: Progress) -> list[_Planned]:
+    """Per image of ``lock`` (built, in the engine; pushed first with a registry), its jobs, with the payload written
+    where they read it."""
     shared = shared_dir(spec, dispatch)
-    lock_path = lock_path_for(spec_path)
-    if not lock_path.exists():
-        raise LockError(f"no lock {lock_path}", hint=f"resolve and build first: `envkit build {spec_path}`")
-    lock = load_lock(lock_path)
     runtimes = {_target_runtime(dispatch.target(m)) for m in spec.fleet.gpus if dispatch.target(m) is not None}
     planned = []
-    for image in lock.images:
+    for image in images:
         tag = image_tag(lock.team, image)
         info = engine.inspect(tag)
         if info is None:
@@ -153,7 +149,53 @@ def _plan(spec_path: Path, spec: Spec, dispatch: Dispatch, engine: Engine, regis
         if jobs:
             _write_mount(jobs[0].mount_dir, expected(image))
         planned.append(_Planned(image, tag, info.id, jobs))
-    return lock.team, planned
+    return planned
+
+
+def require_dispatch(spec_path: Path, spec: Spec) -> Dispatch:
+    """The spec's ``dispatch:`` section, or the error naming the file that lacks it."""
+    if spec.dispatch is None:
+        raise SpecError(f"{spec_path} has no dispatch: section", hint="add one mapping each fleet GPU model to a "
+                        "Slurm or Kubernetes target (README: Certify across the fleet)")
+    return spec.dispatch
+
+
+def dispatch_fleet(spec_path: Path, spec: Spec, engine: Engine, store: Store, lock: Lock,
+                   images: list[LockedImage], *, registry: str | None = None, timeout: int = 600,
+                   poll_s: float = 2.0, scheduler: Scheduler | None = None,
+                   progress: Progress = lambda _: None) -> list[FleetImage]:
+    """One job per (image of ``images``, fleet model) through ``dispatch:``, run to their end (re-attaching to the
+    jobs an earlier run left in ``shared_dir``); one certificate per job recorded in ``store``, and each image's
+    gate. Nothing is promoted here (``publish``): ``certify --fleet`` and ``nightly --dispatch`` both call it."""
+    dispatch = require_dispatch(spec_path, spec)
+    planned = _plan(spec_path, spec, dispatch, engine, lock, images, registry, timeout, progress)
+    jobs = [job for p in planned for job in p.jobs]
+    progress(f"dispatching {len(jobs)} job(s): {len(planned)} image(s) x {len(spec.fleet.gpus)} GPU model(s), "
+             f"at most {dispatch.max_parallel} at once")
+    outcomes = {o.job.key: o for o in run_jobs(
+        jobs, scheduler or _schedulers(jobs, planned), max_parallel=dispatch.max_parallel,
+        pending_limit=dispatch.pending_limit, retries=dispatch.retries, poll_s=poll_s, progress=progress)}
+    fleet = list(dict.fromkeys(spec.fleet.gpus))
+    results: list[FleetImage] = []
+    for p in planned:
+        certs = [fleet_certificate(outcomes[j.key], expected(p.image), lock_hash=p.image.hash,
+                                   scheduler="kubernetes" if isinstance(j.target, KubernetesTarget) else "slurm",
+                                   runtime=_target_runtime(j.target), created_at=utc_now(),
+                                   envkit_version=__version__)
+                 for j in p.jobs]
+        for cert in certs:
+            store.record_certificate(p.image_id, cert.record_model, cert.driver, status=cert.status,
+                                     lock_hash=p.image.hash, document=cert.to_json(), metrics=perf_metrics(cert))
+        results.append(FleetImage(p.image.name, p.tag, p.image_id, certs, gate(p.tag, fleet, certs, dispatch.require)))
+    return results
+
+
+def write_fleet_reports(result: FleetResult, out_dir: Path) -> None:
+    """The certificates' reports and ``fleet.json`` in ``out_dir``, named in ``result.reports``."""
+    doc = json.dumps(result.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    paths = write_reports([c for i in result.images for c in i.certificates], out_dir,
+                          also={"fleet": (FLEET_FILE, doc)})
+    result.reports = {k: str(v) for k, v in paths.items()}
 
 
 def certify_fleet(spec_path: Path, engine: Engine, *, store_url: str | None, out_dir: Path,
@@ -162,40 +204,20 @@ def certify_fleet(spec_path: Path, engine: Engine, *, store_url: str | None, out
     """Certify every image of the lock on every fleet model through ``dispatch:``; see the module."""
     started = time.monotonic()
     spec = load_spec(spec_path)
-    dispatch = spec.dispatch
-    if dispatch is None:
-        raise SpecError(f"{spec_path} has no dispatch: section", hint="add one mapping each fleet GPU model to a "
-                        "Slurm or Kubernetes target (README: Certify across the fleet)")
+    require_dispatch(spec_path, spec)
     for name in [*FILES.values(), FLEET_FILE]:
         check_writable(out_dir / name)
-    with Store.open(store_url):
-        pass
-    team, planned = _plan(spec_path, spec, dispatch, engine, registry, timeout, progress)
-    jobs = [job for p in planned for job in p.jobs]
-    progress(f"dispatching {len(jobs)} job(s): {len(planned)} image(s) x {len(spec.fleet.gpus)} GPU model(s), "
-             f"at most {dispatch.max_parallel} at once")
-    outcomes = {o.job.key: o for o in run_jobs(
-        jobs, scheduler or _schedulers(jobs, planned), max_parallel=dispatch.max_parallel,
-        pending_limit=dispatch.pending_limit, retries=dispatch.retries, poll_s=poll_s, progress=progress)}
-    fleet = list(dict.fromkeys(spec.fleet.gpus))
-    images: list[FleetImage] = []
+    lock_path = lock_path_for(spec_path)
+    if not lock_path.exists():
+        raise LockError(f"no lock {lock_path}", hint=f"resolve and build first: `envkit build {spec_path}`")
+    lock = load_lock(lock_path)
     with Store.open(store_url) as store:
-        for p in planned:
-            certs = [fleet_certificate(outcomes[j.key], expected(p.image), lock_hash=p.image.hash,
-                                       scheduler="kubernetes" if isinstance(j.target, KubernetesTarget) else "slurm",
-                                       runtime=_target_runtime(j.target), created_at=utc_now(),
-                                       envkit_version=__version__)
-                     for j in p.jobs]
-            for cert in certs:
-                store.record_certificate(p.image_id, cert.record_model, cert.driver, status=cert.status,
-                                         lock_hash=p.image.hash, document=cert.to_json(), metrics=perf_metrics(cert))
-            image = FleetImage(p.image.name, p.tag, p.image_id, certs, gate(p.tag, fleet, certs, dispatch.require))
-            _publish(engine, image, team, registry, progress)
-            images.append(image)
+        images = dispatch_fleet(spec_path, spec, engine, store, lock, list(lock.images), registry=registry,
+                                timeout=timeout, poll_s=poll_s, scheduler=scheduler, progress=progress)
+        for image in images:
+            publish(engine, image, lock.team, registry, progress)
     result = FleetResult(images, {}, time.monotonic() - started)
-    doc = json.dumps(result.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-    paths = write_reports([c for i in images for c in i.certificates], out_dir, also={"fleet": (FLEET_FILE, doc)})
-    result.reports = {k: str(v) for k, v in paths.items()}
+    write_fleet_reports(result, out_dir)
     return result
 
 
@@ -218,7 +240,7 @@ def _schedulers(jobs: list[FleetJob], planned: list[_Planned]) -> Scheduler:
     return Routed(slurm, kube)
 
 
-def _publish(engine: Engine, result: FleetImage, team: str, registry: str | None, progress: Progress) -> None:
+def publish(engine: Engine, result: FleetImage, team: str, registry: str | None, progress: Progress) -> None:
     """Move the promoted tag to the image when its gate passed: ``<team>/<image>:certified`` in this engine, and
     with a registry its ``:certified`` (the certificates attached as artifacts there either way)."""
     if result.gate.promote:

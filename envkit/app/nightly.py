@@ -33,11 +33,14 @@ from .build import render_spec
 from ..catalog.perf import load_perf
 from ..certify.report import FILES, write_reports
 from .nightly_publish import Asked, ImageReport, _publish, restore_base
+from .nightly_fleet import FleetStep, certify_on_fleet
+from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
 from ..support.progress import Progress
 from ..payload.contents import SCHEMA
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine, ImageInfo
+    from ..spec import Spec
     from ..catalog.refresh.common import ReadingIndex
 
 # Exit codes, distinct from the error codes of errors.py.
@@ -56,11 +59,13 @@ class NightlyResult:
     resumed: bool
     catalog: dict | None = None  # what --refresh-catalog found and did
     reclaimed: dict | None = None  # the gc run when a build filled the engine's disk (``reclaim``)
+    fleet: dict | None = None  # with --dispatch: the fleet certification (as `certify --fleet --json` prints it)
 
     def to_json(self) -> dict:
         return {"run_id": self.run_id, "exit_code": self.exit_code, "outcome": EXIT_NAMES[self.exit_code],
                 "resumed": self.resumed, "seconds": round(self.seconds, 2), "reports": self.reports,
-                "catalog": self.catalog, "reclaimed": self.reclaimed, "images": [i.to_json() for i in self.images]}
+                "catalog": self.catalog, "reclaimed": self.reclaimed, "fleet": self.fleet,
+                "images": [i.to_json() for i in self.images]}
 
 
 @dataclass
@@ -158,10 +163,11 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
                 registry: str | None = None, locked: bool = False, gpus: bool | None = None,
                 threshold: float = 0.10, builder: str = "classic", refresh_catalog: bool = False,
                 refresh_frameworks: Iterable[str]=(), reclaim: Callable[[list[str]], dict] | None = None,
-                progress: Progress = lambda _: None) -> NightlyResult:
+                dispatch: FleetStep | None = None, progress: Progress = lambda _: None) -> NightlyResult:
     """``builder`` builds what changed; an image whose build is already recorded is kept as it is.
     ``reclaim``: frees the engine's disk when a build fills it, never removing the images tagged as
-    given (``Disk``); without it the first full disk ends the run's building."""
+    given (``Disk``); without it the first full disk ends the run's building. ``dispatch``: certify through the
+    spec's ``dispatch:`` section (``nightly_fleet``) instead of on this runner."""
     require_builder(engine, builder)
     if refresh_catalog and locked:
         raise LockError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked",
@@ -172,8 +178,7 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
 
     load_perf()  # the floors certification judges: a broken team perf.yaml fails before the builds
 
-    for name in FILES.values():  # where the reports go, tried before an hour of builds, not after them
-        check_writable(Path(reports_dir) / name)
+    _check_outputs(spec_path, spec, Path(reports_dir), dispatch is not None)
     # One nightly per team at a time against this store (two CI runners, or a run that overlaps
     # the next): the lock goes with the process, so a killed run never blocks its own resume.
     with store.run_lock(f"nightly:{spec.team}", f"the nightly run of team {spec.team!r}"):
@@ -193,27 +198,51 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
         disk = Disk(reclaim)
         asked = Asked()
         tags = [image_tag(lock.team, i) for i in lock.images]
+        ready = []
         for image in lock.images:
             report = ImageReport(image.name, image_tag(lock.team, image), changes.get(image.name, []))
             reports.append(report)
             info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress, builder, disk, tags)
             if info is None:
                 continue
+            if dispatch is not None:
+                ready.append((image, report))
+                continue
             cert = _certify(engine, store, run_id, image, report, info, use_gpus, threshold, progress)
             if cert is not None:
                 certificates.append(cert)
             if registry and report.status in ("certified", "verified") and not report.regressions:
                 _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert, asked)
-        written = {}
-        if certificates:
-            written = {k: str(v) for k, v in write_reports(certificates, reports_dir).items()}
+        fleet = None
+        if dispatch is not None and ready:
+            fleet = certify_on_fleet(spec_path, spec, engine, store, run_id, lock, ready, registry=registry,
+                                     threshold=threshold, step=dispatch, progress=progress)
+        written = _write_reports(Path(reports_dir), certificates, fleet)
         code = _exit_code(reports)
         store.finish_run(run_id, EXIT_NAMES[code], code)
         if not locked:
             write_lock(lock, lock_path)
         result = NightlyResult(run_id, code, reports, written, time.monotonic() - started, bool(resumed),
-                               catalog_doc, disk.reclaimed)
+                               catalog_doc, disk.reclaimed, fleet.to_json() if fleet else None)
     return result
+
+
+def _check_outputs(spec_path: Path, spec: Spec, reports_dir: Path, dispatch: bool) -> None:
+    """What must hold before an hour of builds, not after them: a spec that can be dispatched (with --dispatch),
+    and reports that can be written."""
+    if dispatch:
+        shared_dir(spec, require_dispatch(spec_path, spec))
+    for name in [*FILES.values(), *([FLEET_FILE] if dispatch else [])]:
+        check_writable(reports_dir / name)
+
+
+def _write_reports(reports_dir: Path, certificates: list[Certificate], fleet: FleetResult | None) -> dict[str, str]:
+    if fleet is not None:
+        write_fleet_reports(fleet, reports_dir)
+        return fleet.reports
+    if certificates:
+        return {k: str(v) for k, v in write_reports(certificates, reports_dir).items()}
+    return {}
 
 
 def _build(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import admin, build, certify, gc, registry, researchers
+from . import admin, build, certify, export, gc, registry, researchers
 from .common import BUILDERS, SPEC, STORE_HELP, Ctx, EnvkitGroup, builder_option, emit, json_option, run, table
 
 __all__ = ["main", "BUILDERS", "SPEC", "STORE_HELP", "Ctx", "builder_option", "emit", "json_option", "run", "table"]
@@ -43,6 +43,7 @@ for _command in (
     build.build_cmd,
     build.bundle_group,
     build.verify_cmd,
+    export.export_group,
     admin.doctor_cmd,
     gc.gc_cmd,
     certify.certify_cmd,

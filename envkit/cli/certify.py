@@ -186,6 +186,9 @@ def _secs(value: float | None) -> str:
               help="With --gc: the gc after the run also prunes BuildKit's build cache records not used in the last "
                    "HOURS hours, as `envkit gc --build-cache HOURS` does (engine-wide). Without it that gc leaves "
                    "the cache for the next rebuild, and only a disk-full reclaim prunes it.")
+@click.option("--dispatch", "dispatch", is_flag=True,
+              help="Certify the images on every fleet GPU model through the scheduler SPEC's dispatch: section names "
+                   "(as `certify --fleet` does) instead of on this runner, and promote only where the fleet passed.")
 @json_option
 @click.pass_context
 def nightly_cmd(
@@ -204,20 +207,27 @@ def nightly_cmd(
     gc: bool,
     keep: int,
     cache_hours: int | None,
+    dispatch: bool,
     json_out: bool,
 ) -> None:
     """Re-resolve, rebuild what changed, certify, promote and remember.
 
-    Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure,
-    13 regression, 14 publish failure, 15 another nightly of this team is running against the
-    same store; 2-9 are input, index, resolution, lock, engine and store errors.
+    Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure (with --dispatch: a
+    fleet gate that did not pass), 13 regression, 14 publish failure, 15 another nightly of this team is running
+    against the same store, 16 (--dispatch) the scheduler refused a job or could not be asked (the run stays
+    unfinished: the next one re-attaches to what was submitted); 2-9 are input, index, resolution, lock, engine
+    and store errors.
     """
     from ..engine.docker_engine import connect
     from ..app.nightly import run_nightly
+    from ..app.nightly_fleet import FleetStep
     from ..store.history import Store
 
     _check_nightly_options(click_ctx, locked=locked, refresh_catalog=refresh_catalog, frameworks=frameworks, gc=gc,
                            cache_hours=cache_hours)
+    if dispatch and gpus is not None:
+        raise click.UsageError("--gpus is for certifying on this runner: with --dispatch each node says whether it "
+                               "has a GPU")
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
     store = run(c, lambda: Store.open(store_url))
@@ -234,7 +244,8 @@ def nightly_cmd(
             result = run(c, lambda: run_nightly(spec, engine, store, out_root=out_root, reports_dir=reports_dir,
                                                 registry=registry, locked=locked, gpus=gpus, threshold=threshold,
                                                 builder=builder, refresh_catalog=refresh_catalog,
-                                                refresh_frameworks=frameworks, reclaim=reclaim, progress=c.progress))
+                                                refresh_frameworks=frameworks, reclaim=reclaim,
+                                                dispatch=FleetStep() if dispatch else None, progress=c.progress))
         except SystemExit as exc:  # the run failed (exit 2-9, its error already printed): --gc keeps the disk in
             # check still, keeping the builds of the lock on disk; never while another nightly of the team runs (15)
             if gc and exc.code != RunInProgressError.exit_code:
@@ -274,6 +285,10 @@ def _nightly_table(result: NightlyResult) -> None:
     rows = [[r.name, r.tag, r.build, r.status, ", ".join(r.pushed) or "-", "; ".join(r.changes)[:50] or "-"]
             for r in result.images]
     table(rows, ["IMAGE", "TAG", "BUILD", "STATUS", "PUSHED", "CHANGES"])
+    if result.fleet:  # --dispatch: a row per (image, fleet GPU model)
+        table([[i["image"], m["model"], m["status"], (m["dispatch"] or {}).get("node") or "-",
+                (m["dispatch"] or {}).get("state") or "-"] for i in result.fleet["images"] for m in i["models"]],
+              ["IMAGE", "MODEL", "STATUS", "NODE", "STATE"])
     for r in result.images:
         for line in r.notes + r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
             click.echo(f"  {r.name}: {line}", err=True)

@@ -213,3 +213,37 @@ def test_a_constraint_no_node_has_is_refused_at_submission(fleet, slurm_cluster)
     assert code == 16 and doc["error"] == "DispatchError", doc
     assert "Invalid feature specification" in doc["message"] and "sinfo" in doc["hint"]
     assert not slurm_cluster.slurm("squeue", "--noheader").stdout.strip()  # what was submitted before is cancelled
+
+
+def test_a_locked_nightly_with_dispatch_certifies_each_model_and_moves_the_promoted_tag(fleet, slurm_cluster, engine):
+    """`envkit nightly SPEC --locked --dispatch`: the example image (its build recorded in the store, so the nightly
+    keeps it as it is instead of building it again) certified on the three nodes, a certificate per model in the
+    store, the promoted tag moved, and fleet.json beside the reports."""
+    from envkit.app.resolve import lock_path_for
+    from envkit.lock import load_lock
+    from envkit.render.files import image_tag
+    from envkit.support.labels import CONTEXT_LABEL
+
+    spec = fleet()
+    (image,) = load_lock(lock_path_for(spec)).images
+    tag = image_tag("vision", image)
+    info = engine.inspect(tag)
+    with Store.open(spec.parent / "h.sqlite") as store:
+        store.record_build(image.name, image.hash, info.labels.get(CONTEXT_LABEL, ""), tag=tag, image_id=info.id,
+                           size=info.size, seconds=1.0, action="built")
+    proc = subprocess.Popen([*ENVKIT, "nightly", str(spec), "--locked", "--dispatch", "--store",
+                             str(spec.parent / "h.sqlite"), "--reports", str(spec.parent / "reports"), "--out",
+                             str(spec.parent), "--json"], cwd=spec.parent, env=slurm_cluster.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    code, doc, err = _finish(proc)
+    assert code == 0, err[-3000:]
+    (report,) = doc["images"]
+    assert (report["build"], report["status"], report["pushed"]) == ("skipped", "verified", [PROMOTED])
+    assert engine.inspect(PROMOTED).id == info.id
+    rows = _models(doc["fleet"])
+    assert {m: (r["status"], r["dispatch"]["node"]) for m, r in rows.items()} == {
+        m: ("verified", n) for m, n in MODELS.items()}
+    with Store.open(spec.parent / "h.sqlite") as store:
+        certs = store.certificates_for(info.id)
+    assert sorted((c.gpu_model, c.status) for c in certs) == [(f"none ({m} node)", "verified") for m in sorted(MODELS)]
+    assert json.loads((spec.parent / "reports" / "fleet.json").read_text())["passed"] is True
