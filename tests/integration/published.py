@@ -10,9 +10,11 @@ by tests/unit/data/registry/record.py (which records the registry's answers for 
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import docker.errors
+import pytest
 
 from envkit.certify.certificate import Certificate
 from envkit.registry.artifacts import attach_certificate
@@ -105,3 +107,12 @@ def remove_local(dc, team: Team) -> None:
             dc.images.remove(ref, force=True)
         except docker.errors.APIError:
             pass
+
+
+@pytest.fixture(scope="module")
+def team(dc, base, registry) -> Iterator[Team]:
+    """The team published to the test registry (``publish_team``), its local copies removed after the module;
+    a test module imports it with the ``registry`` fixture."""
+    published = publish_team(dc, base, registry.host)
+    yield published
+    remove_local(dc, published)

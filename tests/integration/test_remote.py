@@ -8,18 +8,11 @@ import pytest
 
 from envkit.store.history import Store
 from tests.integration.conftest import empty_store, envkit
-from tests.integration.published import (LOCK_A, LOCK_B, STACK_A, STACK_B, Team, publish_team, remove_local,
+from tests.integration.published import (LOCK_A, LOCK_B, STACK_A, STACK_B, team,  # noqa: F401  (a fixture)
                                          untag_registry_refs)
 from tests.integration.registry import registry, running_registry  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def team(dc, base, registry) -> Team:  # noqa: F811
-    published = publish_team(dc, base, registry.host)
-    yield published
-    remove_local(dc, published)
 
 
 def run_json(*args, code=0):

@@ -13,17 +13,10 @@ import pytest
 
 from envkit.store.history import Store
 from tests.integration.conftest import ENVKIT
-from tests.integration.published import LOCK_A, STACK_A, STACK_B, Team, publish_team, remove_local
+from tests.integration.published import LOCK_A, STACK_A, STACK_B, team  # noqa: F401  (team: a fixture)
 from tests.integration.registry import registry  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def team(dc, base, registry) -> Team:  # noqa: F811
-    published = publish_team(dc, base, registry.host)
-    yield published
-    remove_local(dc, published)
 
 
 def researcher(*args, cwd, env, code=0):
