@@ -2,9 +2,11 @@
 
 The events are the build's (``BuildProgress``: an image's name and a ``BuildEvent``, a ``Planned`` or a line of
 text). On a terminal (stderr is one, ``$CI`` is unset, ``$TERM`` is not ``dumb``) each image gets a bar of its build
-steps (step i of n, what the step runs) and, while pip installs the lock's closure, the packages taken up against the
-lock's count and the bytes downloaded; other lines print above the bars. Elsewhere each step is one line, and the
-install's count a line per ``EVERY`` packages, so a log shows the build moving without a line per package.
+steps (step i of n, what the step runs) and, while the installer takes up the lock's closure, a bar of the packages
+installed against the lock's count and, from the lock's wheel sizes, their bytes against the lock's total (an install
+step the engine takes from its cache counts as installed); other lines print above the bars. Elsewhere each step is
+one line, and the install's count a line per ``EVERY`` packages, so a log shows the build moving without a line per
+package.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.text import Text
 
 from ..engine.protocol import BuildEvent
 from ..support.progress import InstallCount, Planned
@@ -31,6 +35,22 @@ from .common import Ctx
 
 EVERY = 10  # packages between two plain count lines
 STEP_TEXT = 60  # characters of a step's instruction shown
+
+
+class CountColumn(ProgressColumn):
+    """A bar's count: ``i/n`` (steps, packages, layers), or the percentage of a bar of bytes (``unit="bytes"``,
+    whose figures its description gives)."""
+
+    def render(self, task: Task) -> Text:
+        if task.fields.get("unit") == "bytes":
+            return Text(f"{task.percentage:3.0f}%" if task.total else "")
+        return Text(f"{int(task.completed)}/{int(task.total)}" if task.total is not None else f"{int(task.completed)}")
+
+
+def bars() -> Progress:
+    """The bars every long step draws on a terminal (stderr: stdout stays for results)."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), CountColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True))
 
 
 def on_terminal(stream: Any = None) -> bool:
@@ -52,8 +72,7 @@ class BuildView:
 
     def __enter__(self) -> BuildView:
         if self.live:
-            self.bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            self.bars = bars()
             self.bars.start()
         return self
 
@@ -70,7 +89,7 @@ class BuildView:
 
     def __call__(self, name: str, event: object) -> None:
         if isinstance(event, Planned):
-            self.counts[name] = InstallCount(total=event.packages)
+            self.counts[name] = InstallCount.of(event)
         elif isinstance(event, BuildEvent):
             self._build_event(name, event)
         else:
@@ -78,6 +97,7 @@ class BuildView:
 
     def _build_event(self, name: str, event: BuildEvent) -> None:
         if event.kind == "step":
+            self.counts.setdefault(name, InstallCount()).step(event.text)
             text = event.text[:STEP_TEXT]
             if self.bars is None:
                 self.c.progress(f"[{name}] step {event.step}/{event.total}: {event.text[:100]}")
@@ -104,9 +124,12 @@ class BuildView:
             if moved == "package" and (count.done % EVERY == 0 or count.done == count.total):
                 self.c.progress(f"[{name}] {count.words()}")
             return
+        by_bytes = bool(count.total_bytes)  # the bar fills by the lock's wheel bytes when it has them all
         if name not in self.installs:
-            self.installs[name] = self.bars.add_task(escape(f"[{name}] install"), total=count.total or None)
-        self.bars.update(self.installs[name], completed=count.done,
+            self.installs[name] = self.bars.add_task(escape(f"[{name}] install"),
+                                                     total=(count.total_bytes if by_bytes else count.total) or None,
+                                                     unit="bytes" if by_bytes else "packages")
+        self.bars.update(self.installs[name], completed=count.done_bytes if by_bytes else count.done,
                          description=escape(f"[{name}] install: {count.words()}"))
 
 
@@ -128,8 +151,7 @@ class LayerView:
 
     def __enter__(self) -> LayerView:
         if self.live:
-            self.bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=Console(stderr=True))
+            self.bars = bars()
             self.bars.start()
             self.task = self.bars.add_task(escape(f"{self.what}: layers"), total=None)
         return self

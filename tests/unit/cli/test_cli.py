@@ -151,6 +151,12 @@ class FakeEngine:
     def version(self):
         return {"engine": "docker", "version": "20.10.24", "api": "1.41"}
 
+    def find_image(self, labels):  # no image of the lock yet: the pre-build disk check weighs every image
+        return None
+
+    def data_root(self):  # not on this host: the disk check has nothing to measure
+        return None
+
 
 @pytest.fixture
 def engine(monkeypatch):

@@ -57,3 +57,45 @@ def test_a_pull_counts_its_layers_on_a_terminal_and_prints_lines_elsewhere(capsy
     with LayerView(Ctx(False, False, False), "pull x", live=False) as view:
         view("a1: Pull complete")
     assert capsys.readouterr().err.splitlines()[-1] == "envkit: a1: Pull complete"
+
+
+def test_bytes_done_and_total_come_from_the_locks_sizes_and_cached_steps_count():
+    from envkit.app.build import planned
+    from tests.unit.lockfixtures import make_image
+
+    image = make_image()
+    image = image.model_copy(update={"packages": tuple(p.model_copy(update={"size": s}) for p, s in
+                                                       zip(image.packages, (900_000_000, 600_000_000, 20_000_000)))})
+    plan = planned(image)  # torch (framework), nvidia-cudnn-cu12 (cuda), numpy (extra)
+    assert plan.total_bytes == 1_520_000_000 and plan.groups["cuda"] == ("nvidia-cudnn-cu12",)
+    count = InstallCount.of(plan)
+    count.step("RUN mkdir -p /tmp/envkit-uv && uv pip install -r /tmp/envkit/cuda.txt && rm -rf /tmp/envkit-uv")
+    assert count.feed(" ---> Using cache") == "package"  # the CUDA layer came from the engine's cache
+    assert count.words() == "packages 1/3, 0.60/1.52 GB"
+    count.step("RUN mkdir -p /tmp/envkit-uv && uv pip install -r /tmp/envkit/framework.txt")
+    assert count.feed(" + torch==2.5.1") == "package"
+    assert count.feed(" + torch==2.5.1") == "package" and count.done == 2  # counted once
+    assert count.words() == "packages 2/3, 1.50/1.52 GB"
+    count.step("COPY requirements/extra.txt /tmp/envkit/extra.txt")
+    assert count.feed(" ---> Using cache") is None  # not an install step
+    # BuildKit: the vertex's name (its RUN line) before "cached"
+    assert count.feed("[runtime 12/20] RUN --mount=type=bind,source=requirements/extra.txt,target=/tmp/envkit-extra.txt"
+                      " uv pip install -r /tmp/envkit-extra.txt: cached") == "package"
+    assert count.words() == "packages 3/3, 1.52/1.52 GB"
+
+
+def test_a_lock_without_sizes_counts_packages_and_pips_downloads():
+    count = InstallCount.of(Planned(2))
+    count.feed("Collecting torch==2.5.1")
+    assert count.words() == "packages 1/2, 0.00 GB downloaded"
+
+
+def test_the_terminal_bar_fills_by_bytes(capsys):
+    plan = Planned(2, {"torch": 900, "numpy": 100}, 1000, {"framework": ("torch",), "extra": ("numpy",)})
+    with BuildView(Ctx(False, False, False), live=True) as view:
+        view("torch25", plan)
+        view("torch25", BuildEvent("step", "RUN uv pip install -r /tmp/envkit/framework.txt", 2, 3))
+        view("torch25", BuildEvent("log", " + torch==2.5.1"))
+        task = view.bars.tasks[view.installs["torch25"]]
+        assert (task.completed, task.total, task.fields["unit"]) == (900, 1000, "bytes")
+        assert "packages 1/2, 0.00/0.00 MB" in task.description
