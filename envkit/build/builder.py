@@ -18,7 +18,7 @@ from ..support.ca_bundle import site_certificates
 from .base import ensure_base
 from ..payload.harness import Verification, run_payload
 from ..engine.protocol import BUILDERS, BuildEvent
-from ..support.progress import Planned
+from ..support.progress import Phase, Planned
 from ..engine.space import build_need, low_space
 from ..engine.buildkit import BuildKitBuilder
 from ..errors import BuildError
@@ -32,7 +32,7 @@ from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
 
-BuildProgress = Callable[[str, BuildEvent | Planned | str], None]  # (image name, a build event, a plan or a line)
+BuildProgress = Callable[[str, BuildEvent | Planned | Phase | str], None]  # (image name, an event, a plan or a line)
 
 
 @dataclass
@@ -76,7 +76,8 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         wheels = wheel_bytes(image.packages)
         if (warning := low_space(engine, build_need([wheels]) if wheels is not None else None)) is not None:
             progress(image.name, warning)
-        base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg))
+        base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg),
+                           lambda phase: progress(image.name, phase))
         labels = dict(identity, **{BASE_LABEL: base.id})
         with scratch.directory(f"ctx-{image.name}") as tmp, \
                 scratch.directory("secrets") as secrets:

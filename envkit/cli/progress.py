@@ -30,7 +30,7 @@ from rich.progress import (
 from rich.text import Text
 
 from ..engine.protocol import BuildEvent
-from ..support.progress import InstallCount, Planned
+from ..support.progress import InstallCount, LayerBytes, Phase, Planned, TransferTotals, transfer_lines
 from .common import Ctx
 
 EVERY = 10  # packages between two plain count lines
@@ -69,6 +69,7 @@ class BuildView:
         self.steps: dict[str, TaskID] = {}
         self.installs: dict[str, TaskID] = {}
         self.counts: dict[str, InstallCount] = {}
+        self.phases: dict[str, TaskID] = {}
 
     def __enter__(self) -> BuildView:
         if self.live:
@@ -90,6 +91,8 @@ class BuildView:
     def __call__(self, name: str, event: object) -> None:
         if isinstance(event, Planned):
             self.counts[name] = InstallCount.of(event)
+        elif isinstance(event, Phase):
+            self._phase(name, event)
         elif isinstance(event, BuildEvent):
             self._build_event(name, event)
         else:
@@ -119,6 +122,20 @@ class BuildView:
                     task = self.bars.tasks[tasks[name]]
                     self.bars.update(tasks[name], completed=task.total or task.completed)
 
+    def _phase(self, name: str, event: Phase) -> None:
+        """The base bootstrap's phases: one bar on a terminal (its total once debootstrap has retrieved what it
+        needs); elsewhere a line as each phase starts and one when it ends."""
+        words = f"{event.step}: {event.phase} {event.done}" + (f"/{event.total}" if event.total else "") + " packages"
+        if self.bars is None:
+            if event.done == 1 or event.done == event.total:
+                self.c.progress(f"[{name}] {words}")
+            return
+        key = f"{name} {event.step}"
+        if key not in self.phases:
+            self.phases[key] = self.bars.add_task(escape(f"[{name}] {event.step}"), total=None)
+        self.bars.update(self.phases[key], completed=event.done, total=event.total,
+                         description=escape(f"[{name}] {words}"))
+
     def _count(self, name: str, count: InstallCount, moved: str) -> None:
         if self.bars is None:
             if moved == "package" and (count.done % EVERY == 0 or count.done == count.total):
@@ -138,8 +155,10 @@ LAYER_DONE = ("Pull complete", "Already exists", "Pushed", "Layer already exists
 
 
 class LayerView:
-    """A push's or pull's progress (``Progress``: one engine status line, ``LAYER: STATUS``): on a terminal one bar
-    of layers done against the layers the engine announced; elsewhere the lines as they come."""
+    """A push's or pull's progress: its status lines (``view(text)``, one engine status line, ``LAYER: STATUS``) and
+    its bytes per layer (``view.transfer``, a ``Transfer``). On a terminal one bar of the bytes moved against the
+    layers' sizes (the layers done against the layers announced while no size is known yet); elsewhere the status
+    lines as they come, and a line each time another quarter of the bytes has moved."""
 
     def __init__(self, c: Ctx, what: str, *, live: bool | None = None):
         self.c = c
@@ -148,6 +167,8 @@ class LayerView:
         self.bars: Progress | None = None
         self.task: TaskID | None = None
         self.layers: dict[str, bool] = {}
+        self.totals = TransferTotals()
+        self._lines = transfer_lines(c.progress, what)
 
     def __enter__(self) -> LayerView:
         if self.live:
@@ -170,4 +191,24 @@ class LayerView:
                 self.c.progress(text)
             return
         self.layers[layer] = self.layers.get(layer, False) or status.startswith(LAYER_DONE)
-        self.bars.update(self.task, total=len(self.layers), completed=sum(self.layers.values()))
+        if self.layers[layer]:
+            self.totals.finish(layer)
+        self._draw()
+
+    def transfer(self, event: LayerBytes) -> None:
+        self.totals.feed(event)
+        if self.bars is None:
+            self._lines(event)
+        else:
+            self._draw()
+
+    def _draw(self) -> None:
+        if self.bars is None or self.task is None:
+            return
+        done = sum(self.layers.values())
+        words = f"{self.what}: layers {done}/{len(self.layers)}"
+        if self.totals.total:
+            self.bars.update(self.task, total=self.totals.total, completed=self.totals.done, unit="bytes",
+                             description=escape(f"{words}, {self.totals.words()}"))
+        else:
+            self.bars.update(self.task, total=len(self.layers), completed=done, description=escape(words))

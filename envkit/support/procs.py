@@ -102,3 +102,21 @@ def run_all(cmds: Sequence[Sequence[str]], *, env: Mapping[str, str] | None = No
             return done
         finally:
             stop(procs, grace)  # a no-op for those that ended
+
+
+def run_lines(cmd: Sequence[str], on_line: Callable[[str], None], *, env: Mapping[str, str] | None = None,
+              grace: float = GRACE) -> subprocess.CompletedProcess:
+    """``run`` for a child whose output is read as it comes (debootstrap's phases): stdout and stderr as one
+    stream, each line to ``on_line`` (without its newline) and all of it in the result's ``stdout``. Interrupted (or
+    ``on_line`` raising), the child is stopped gently, as ``run`` does."""
+    proc = popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                 errors="replace", env=None if env is None else dict(env))
+    lines: list[str] = []
+    try:
+        for line in proc.stdout or ():
+            lines.append(line)
+            on_line(line.rstrip("\n"))
+        code = proc.wait()
+    finally:
+        stop([proc], grace)
+    return subprocess.CompletedProcess(list(cmd), code, "".join(lines), "")

@@ -96,3 +96,70 @@ class InstallCount:
             unit, scale = ("GB", 1e9) if self.total_bytes >= 1e9 else ("MB", 1e6)  # the total's unit for both
             return f"{packages}, {self.done_bytes / scale:.2f}/{self.total_bytes / scale:.2f} {unit}"
         return f"{packages}, {self.downloaded / 1e9:.2f} GB downloaded"
+
+
+@dataclass(frozen=True)
+class LayerBytes:
+    """A push's or pull's bytes on one layer so far: the engine's ``progressDetail`` of a "Pushing" or
+    "Downloading" line (``Transfer``'s event)."""
+
+    layer: str
+    current: int
+    total: int
+
+
+Transfer = Callable[[LayerBytes], None]
+
+
+@dataclass
+class TransferTotals:
+    """The bytes of a push or pull, summed over its layers: each layer's latest ``LayerBytes``; a layer the engine
+    says is done (``finish``) counts whole. The total grows as layers start (the engine announces a layer's size
+    when it starts moving it)."""
+
+    layers: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def feed(self, event: LayerBytes) -> None:
+        self.layers[event.layer] = (max(0, min(event.current, event.total)), event.total)
+
+    def finish(self, layer: str) -> None:
+        if layer in self.layers:
+            self.layers[layer] = (self.layers[layer][1], self.layers[layer][1])
+
+    @property
+    def done(self) -> int:
+        return sum(c for c, _ in self.layers.values())
+
+    @property
+    def total(self) -> int:
+        return sum(t for _, t in self.layers.values())
+
+    def words(self) -> str:
+        unit, scale = ("GB", 1e9) if self.total >= 1e9 else ("MB", 1e6)
+        return f"{self.done / scale:.2f}/{self.total / scale:.2f} {unit}"
+
+
+def transfer_lines(say: Progress, what: str, every: float = 0.25) -> Transfer:
+    """A ``Transfer`` for a log: one line each time the bytes moved cross another ``every`` of the total so far
+    (``what: 1.20/5.60 GB``), so a push of gigabytes shows it moving without a line per chunk."""
+    totals = TransferTotals()
+    said = [0]
+
+    def feed(event: LayerBytes) -> None:
+        totals.feed(event)
+        step = int(totals.done / totals.total / every) if totals.total else 0
+        if step > said[0]:
+            said[0] = step
+            say(f"{what}: {totals.words()}")
+    return feed
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A long step's phase and its count so far (``BuildProgress``'s event): the base bootstrap's "retrieving",
+    "extracting", "unpacking", "configuring" packages; ``total`` None while it is not known yet."""
+
+    step: str  # e.g. "bootstrap"
+    phase: str
+    done: int
+    total: int | None

@@ -99,3 +99,120 @@ def test_the_terminal_bar_fills_by_bytes(capsys):
         task = view.bars.tasks[view.installs["torch25"]]
         assert (task.completed, task.total, task.fields["unit"]) == (900, 1000, "bytes")
         assert "packages 1/2, 0.00/0.00 MB" in task.description
+
+
+# --- push and pull: bytes per layer ------------------------------------------------------------
+def test_the_engines_stream_gives_bytes_per_layer_and_status_lines():
+    from envkit.registry.publish import _stream
+    from envkit.support.progress import LayerBytes
+
+    chunks = [{"status": "Pulling fs layer", "id": "a1", "progressDetail": {}},
+              {"status": "Downloading", "id": "a1", "progressDetail": {"current": 100, "total": 400}},
+              {"status": "Downloading", "id": "b2", "progressDetail": {"current": 50, "total": 100}},
+              {"status": "Extracting", "id": "a1", "progressDetail": {"current": 400, "total": 400}},  # not a transfer
+              {"status": "Downloading", "id": "a1", "progressDetail": {"current": 400, "total": 400}},
+              {"status": "Pull complete", "id": "a1"},
+              {"status": "latest: digest: sha256:" + "f" * 64 + " size: 528"}]
+    lines, moved = [], []
+    assert _stream(chunks, lines.append, transfer=moved.append) == "sha256:" + "f" * 64
+    assert moved == [LayerBytes("a1", 100, 400), LayerBytes("b2", 50, 100), LayerBytes("a1", 400, 400)]
+    assert lines[:2] == ["a1: Pulling fs layer", "a1: Pull complete"] and len(lines) == 3
+
+
+def test_a_log_gets_a_line_per_quarter_of_the_bytes():
+    from envkit.support.progress import LayerBytes, transfer_lines
+
+    said = []
+    feed = transfer_lines(said.append, "[torch25] pushed")
+    for current in (10, 20, 30, 60, 90, 100):
+        feed(LayerBytes("a1", current * 10**7, 10**9))
+    assert said == ["[torch25] pushed: 0.30/1.00 GB", "[torch25] pushed: 0.60/1.00 GB",
+                    "[torch25] pushed: 0.90/1.00 GB", "[torch25] pushed: 1.00/1.00 GB"]
+
+
+def test_a_pull_on_a_terminal_fills_by_bytes_once_sizes_are_known():
+    from envkit.cli.progress import LayerView
+    from envkit.support.progress import LayerBytes
+
+    with LayerView(Ctx(False, False, False), "pull x", live=True) as view:
+        view("a1: Pulling fs layer")
+        view("b2: Pulling fs layer")
+        task = view.bars.tasks[0]
+        assert (task.completed, task.total) == (0, 2)  # no size yet: layers
+        view.transfer(LayerBytes("a1", 300 * 10**6, 400 * 10**6))
+        view.transfer(LayerBytes("b2", 50 * 10**6, 100 * 10**6))
+        assert (task.completed, task.total, task.fields["unit"]) == (350 * 10**6, 500 * 10**6, "bytes")
+        assert task.description == "pull x: layers 0/2, 350.00/500.00 MB"
+        view("a1: Pull complete")  # a finished layer counts whole
+        assert task.completed == 450 * 10**6 and task.description.startswith("pull x: layers 1/2, ")
+
+
+# --- the base bootstrap ------------------------------------------------------------------------
+DEBOOTSTRAP = """I: Retrieving InRelease
+I: Checking Release signature
+I: Retrieving Packages
+I: Validating Packages
+I: Resolving dependencies of required packages...
+I: Retrieving adduser 3.134
+I: Validating adduser 3.134
+I: Retrieving apt 2.6.1
+I: Validating apt 2.6.1
+I: Retrieving libc6 2.36-9+deb12u9
+I: Validating libc6 2.36-9+deb12u9
+I: Chosen extractor for .deb packages: dpkg-deb
+I: Extracting adduser...
+I: Extracting apt...
+I: Extracting libc6...
+I: Installing core packages...
+I: Unpacking required packages...
+I: Unpacking adduser...
+I: Unpacking apt...
+I: Unpacking libc6:amd64...
+I: Configuring required packages...
+I: Configuring adduser...
+I: Configuring apt...
+I: Configuring libc6:amd64...
+I: Unpacking the base system...
+I: Base system installed successfully."""  # (the shape of bookworm minbase's 88 packages, three of them)
+
+
+def test_debootstraps_lines_give_each_phase_against_the_packages_it_retrieved():
+    from envkit.build.base import DebootstrapCount
+
+    count = DebootstrapCount()
+    phases = [p for p in (count.feed(line) for line in DEBOOTSTRAP.splitlines()) if p is not None]
+    assert [(p.phase, p.done, p.total) for p in phases] == [
+        ("retrieving", 1, None), ("retrieving", 2, None), ("retrieving", 3, None),
+        ("extracting", 1, 3), ("extracting", 2, 3), ("extracting", 3, 3),
+        ("unpacking", 1, 3), ("unpacking", 2, 3), ("unpacking", 3, 3),
+        ("configuring", 1, 3), ("configuring", 2, 3), ("configuring", 3, 3)]
+
+
+def test_the_bootstrap_is_a_bar_on_a_terminal_and_a_line_per_phase_elsewhere(capsys):
+    from envkit.build.base import DebootstrapCount
+
+    count = DebootstrapCount()
+    phases = [p for p in (count.feed(line) for line in DEBOOTSTRAP.splitlines()) if p is not None]
+    with BuildView(Ctx(False, False, False), live=False) as view:
+        for phase in phases:
+            view("torch25", phase)
+    assert capsys.readouterr().err.splitlines() == [
+        "envkit: [torch25] bootstrap: retrieving 1 packages",
+        "envkit: [torch25] bootstrap: extracting 1/3 packages", "envkit: [torch25] bootstrap: extracting 3/3 packages",
+        "envkit: [torch25] bootstrap: unpacking 1/3 packages", "envkit: [torch25] bootstrap: unpacking 3/3 packages",
+        "envkit: [torch25] bootstrap: configuring 1/3 packages",
+        "envkit: [torch25] bootstrap: configuring 3/3 packages"]
+    with BuildView(Ctx(False, False, False), live=True) as view:
+        for phase in phases[:5]:
+            view("torch25", phase)
+        task = view.bars.tasks[view.phases["torch25 bootstrap"]]
+        assert (task.completed, task.total) == (2, 3)
+        assert task.description == r"\[torch25] bootstrap: extracting 2/3 packages"  # (rich markup escaped)
+
+
+def test_run_lines_hands_over_each_line_as_it_comes(tmp_path):
+    from envkit.support import procs
+
+    seen = []
+    proc = procs.run_lines(["sh", "-c", "echo one; echo two >&2; exit 3"], seen.append)
+    assert seen == ["one", "two"] and proc.returncode == 3 and proc.stdout == "one\ntwo\n"
