@@ -125,10 +125,10 @@ class BuildView:
     def _phase(self, name: str, event: Phase) -> None:
         """The base bootstrap's phases: one bar on a terminal (its total once debootstrap has retrieved what it
         needs); elsewhere a line as each phase starts and one when it ends."""
-        words = f"{event.step}: {event.phase} {event.done}" + (f"/{event.total}" if event.total else "") + " packages"
+        words = event.words()
         if self.bars is None:
-            if event.done == 1 or event.done == event.total:
-                self.c.progress(f"[{name}] {words}")
+            if (line := event.line()) is not None:
+                self.c.progress(f"[{name}] {line}")
             return
         key = f"{name} {event.step}"
         if key not in self.phases:

@@ -163,3 +163,10 @@ class Phase:
     phase: str
     done: int
     total: int | None
+
+    def words(self) -> str:
+        return f"{self.step}: {self.phase} {self.done}" + (f"/{self.total}" if self.total else "") + " packages"
+
+    def line(self) -> str | None:
+        """What a log says of it: a line as the phase starts and one as it ends (None between)."""
+        return self.words() if self.done == 1 or self.done == self.total else None

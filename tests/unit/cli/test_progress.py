@@ -216,3 +216,18 @@ def test_run_lines_hands_over_each_line_as_it_comes(tmp_path):
     seen = []
     proc = procs.run_lines(["sh", "-c", "echo one; echo two >&2; exit 3"], seen.append)
     assert seen == ["one", "two"] and proc.returncode == 3 and proc.stdout == "one\ntwo\n"
+
+
+def test_the_nightlys_log_says_a_bootstrap_phase_as_it_starts_and_ends():
+    from envkit.app.nightly import _say
+    from envkit.build.base import DebootstrapCount
+
+    count = DebootstrapCount()
+    said = []
+    for line in DEBOOTSTRAP.splitlines():
+        if (phase := count.feed(line)) is not None:
+            _say(said.append, "torch25", phase)
+    _say(said.append, "torch25", BuildEvent("step", "FROM base", 1, 3))
+    assert said[:3] == ["[torch25] bootstrap: retrieving 1 packages", "[torch25] bootstrap: extracting 1/3 packages",
+                        "[torch25] bootstrap: extracting 3/3 packages"]
+    assert len(said) == 8 and said[-1] == "[torch25] FROM base"
