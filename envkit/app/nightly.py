@@ -35,7 +35,7 @@ from ..certify.report import FILES, write_reports
 from .nightly_publish import Asked, ImageReport, _publish, restore_base
 from .nightly_fleet import FleetStep, certify_on_fleet
 from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
-from ..support.progress import Phase, Progress
+from ..support.progress import Phase, Progress, phase_lines
 from ..payload.contents import SCHEMA
 
 if TYPE_CHECKING:
@@ -382,7 +382,6 @@ def _exit_code(reports: list[ImageReport]) -> int:
 def _say(progress: Progress, name: str, event: object) -> None:
     """A build's event as the nightly's log line: its text; a base bootstrap's phase only as it starts and ends."""
     if isinstance(event, Phase):
-        if (line := event.line()) is not None:
-            progress(f"[{name}] {line}")
+        phase_lines(lambda line: progress(f"[{name}] {line}"))(event)
         return
     progress(f"[{name}] {getattr(event, 'text', event)}"[:160])

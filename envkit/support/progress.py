@@ -170,3 +170,11 @@ class Phase:
     def line(self) -> str | None:
         """What a log says of it: a line as the phase starts and one as it ends (None between)."""
         return self.words() if self.done == 1 or self.done == self.total else None
+
+
+def phase_lines(say: Progress) -> Callable[[Phase], None]:
+    """A phases callback for a log: ``say`` each phase's line as it starts and ends (``Phase.line``)."""
+    def feed(phase: Phase) -> None:
+        if (line := phase.line()) is not None:
+            say(line)
+    return feed

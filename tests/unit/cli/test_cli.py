@@ -352,7 +352,7 @@ def offline_parts(monkeypatch):
         (dest / "os").mkdir(parents=True)
         (dest / "os" / "python3_3.11.2-1_amd64.deb").write_bytes(b"deb")
 
-    monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress: Base())
+    monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress, phases=None: Base())
     monkeypatch.setattr(bundle_mod, "download_wheels", download_wheels)
     monkeypatch.setattr(bundle_mod, "fetch_debs", fetch_debs)
     monkeypatch.setattr(bundle_mod, "save_image", lambda engine, ref, path: path.write_bytes(b"tar"))

@@ -210,12 +210,15 @@ def test_the_bootstrap_is_a_bar_on_a_terminal_and_a_line_per_phase_elsewhere(cap
         assert task.description == r"\[torch25] bootstrap: extracting 2/3 packages"  # (rich markup escaped)
 
 
-def test_run_lines_hands_over_each_line_as_it_comes(tmp_path):
+def test_run_lines_hands_over_each_line_as_it_comes_and_leaves_no_file(tmp_path, monkeypatch):
     from envkit.support import procs
 
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     seen = []
-    proc = procs.run_lines(["sh", "-c", "echo one; echo two >&2; exit 3"], seen.append)
-    assert seen == ["one", "two"] and proc.returncode == 3 and proc.stdout == "one\ntwo\n"
+    proc = procs.run_lines(["sh", "-c", "echo one; sleep 0.3; echo two >&2; printf three; exit 3"], seen.append,
+                           poll=0.05)
+    assert seen == ["one", "two", "three"] and proc.returncode == 3 and proc.stdout == "one\ntwo\nthree"
+    assert list(tmp_path.iterdir()) == []  # its output file has no name (a killed envkit leaves none behind)
 
 
 def test_the_nightlys_log_says_a_bootstrap_phase_as_it_starts_and_ends():
