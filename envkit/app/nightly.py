@@ -35,7 +35,7 @@ from ..certify.report import FILES, write_reports
 from .nightly_publish import Asked, ImageReport, _publish, restore_base
 from .nightly_fleet import FleetStep, certify_on_fleet
 from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
-from ..support.progress import Progress
+from ..support.progress import Phase, Progress, phase_lines
 from ..payload.contents import SCHEMA
 
 if TYPE_CHECKING:
@@ -290,7 +290,7 @@ def _build(
                 ca_bundle=ca,
                 verify=False,
                 builder=builder,
-                progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]),
+                progress=lambda name, event: _say(progress, name, event),
             )
             break
         except (BuildError, EngineError) as exc:
@@ -377,3 +377,11 @@ def _exit_code(reports: list[ImageReport]) -> int:
     if not any(r.worked or r.changes for r in reports):
         return NOTHING_TO_DO
     return PASSED
+
+
+def _say(progress: Progress, name: str, event: object) -> None:
+    """A build's event as the nightly's log line: its text; a base bootstrap's phase only as it starts and ends."""
+    if isinstance(event, Phase):
+        phase_lines(lambda line: progress(f"[{name}] {line}"))(event)
+        return
+    progress(f"[{name}] {getattr(event, 'text', event)}"[:160])

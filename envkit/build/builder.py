@@ -18,13 +18,13 @@ from ..support.ca_bundle import site_certificates
 from .base import ensure_base
 from ..payload.harness import Verification, run_payload
 from ..engine.protocol import BUILDERS, BuildEvent
-from ..support.progress import Planned
-from ..engine.space import low_space
+from ..support.progress import Phase, Planned
+from ..engine.space import build_need, low_space
 from ..engine.buildkit import BuildKitBuilder
 from ..errors import BuildError
 from ..frameworks import expected, require_buildable
 from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
-from ..lock import Lock, LockedImage
+from ..lock import Lock, LockedImage, wheel_bytes
 from ..render.files import CA_ARG, context_hash, image_tag, index_urls, render_files
 
 from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
@@ -32,7 +32,7 @@ from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
 
-BuildProgress = Callable[[str, BuildEvent | Planned | str], None]  # (image name, a build event, a plan or a line)
+BuildProgress = Callable[[str, BuildEvent | Planned | Phase | str], None]  # (image name, an event, a plan or a line)
 
 
 @dataclass
@@ -73,9 +73,11 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); skipping")
         outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size)
     else:
-        if (warning := low_space(engine)) is not None:
+        wheels = wheel_bytes(image.packages)
+        if (warning := low_space(engine, build_need([wheels]) if wheels is not None else None)) is not None:
             progress(image.name, warning)
-        base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg))
+        base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg),
+                           lambda phase: progress(image.name, phase))
         labels = dict(identity, **{BASE_LABEL: base.id})
         with scratch.directory(f"ctx-{image.name}") as tmp, \
                 scratch.directory("secrets") as secrets:

@@ -43,7 +43,7 @@ from ..resolve.devel import APT as DEVEL_APT
 from ..resolve.devel import fetch_toolkit_deb, toolkit_deb
 from ..render.files import context_for, context_hash, image_tag, install_packages, render_files
 from ..frameworks import expected
-from ..support.progress import Progress
+from ..support.progress import Progress, phase_lines
 from .bundle_manifest import (BASE_ARCHIVE, BUNDLE_LABEL, BUNDLE_VERSION, CONTEXT, DOCKERFILES, LOCK_FILE, MANIFEST,
                               REMAKE_HOW, is_bundle, sha256_of, file_hashes, verify_bundle)
 from .wheelhouse import lock_indexes, download_wheels
@@ -97,7 +97,7 @@ def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, c
         raise EnvkitError(f"cannot create the bundle beside {out_dir}: {exc}",
                           hint="choose an --out whose parent directory is writable") from None
     try:
-        base = ensure_base(engine, image.base, progress)
+        base = ensure_base(engine, image.base, progress, phases=phase_lines(progress))
         write_atomic(staging / LOCK_FILE, lock.to_bytes())
         context = staging / CONTEXT
         for rel, data in render_files(lock, image, spec_name, wheelhouse=True).items():

@@ -202,13 +202,17 @@ def render_cmd(click_ctx: click.Context, spec: Path, out_root: Path, images: tup
 @click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
 @click.option("--store", "store_url", type=STORE, default=None,
               help="Record the builds (and their verification) in this history store, for `envkit ls`. " + STORE_HELP)
+@click.option("--skip-space-check", is_flag=True,
+              help="Build even when the engine's disk has less free than the lock's images need (estimated from the "
+                   "lock's wheel sizes; refused otherwise, exit 17, before anything is written).")
 @builder_option
 @lock_option
 @locked_option
 @json_option
 @click.pass_context
 def build_cmd(click_ctx: click.Context, spec: Path, images: tuple[str, ...], out_root: Path, no_verify: bool,
-              store_url: str | None, builder: str, lock_path: Path | None, locked: bool, json_out: bool) -> None:
+              store_url: str | None, skip_space_check: bool, builder: str, lock_path: Path | None, locked: bool,
+              json_out: bool) -> None:
     """Resolve, render, build and verify SPEC's images.
 
     The lock is reused while it matches the spec and the catalog; a missing or stale one is re-resolved and
@@ -221,7 +225,8 @@ def build_cmd(click_ctx: click.Context, spec: Path, images: tuple[str, ...], out
     with BuildView(c) as view:
         resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
                                                        verify=not no_verify, builder=builder, locked=locked,
-                                                       progress=view, store_url=store_url, lock_path=lock_path))
+                                                       progress=view, store_url=store_url, lock_path=lock_path,
+                                                       space_check=not skip_space_check))
     doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
            "builder": builder, "images": [o.to_json() for o in outcomes]}
 

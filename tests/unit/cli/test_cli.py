@@ -151,6 +151,12 @@ class FakeEngine:
     def version(self):
         return {"engine": "docker", "version": "20.10.24", "api": "1.41"}
 
+    def find_image(self, labels):  # no image of the lock yet: the pre-build disk check weighs every image
+        return None
+
+    def data_root(self):  # not on this host: the disk check has nothing to measure
+        return None
+
 
 @pytest.fixture
 def engine(monkeypatch):
@@ -346,7 +352,7 @@ def offline_parts(monkeypatch):
         (dest / "os").mkdir(parents=True)
         (dest / "os" / "python3_3.11.2-1_amd64.deb").write_bytes(b"deb")
 
-    monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress: Base())
+    monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress, phases=None: Base())
     monkeypatch.setattr(bundle_mod, "download_wheels", download_wheels)
     monkeypatch.setattr(bundle_mod, "fetch_debs", fetch_debs)
     monkeypatch.setattr(bundle_mod, "save_image", lambda engine, ref, path: path.write_bytes(b"tar"))
