@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..build.builder import BuildProgress, Outcome, build_image, require_builder
 from ..certify.certificate import certificate_from, utc_now
+from ..engine.protocol import AUTO
 from ..errors import SpecError
 from ..frameworks import expected, require_buildable, require_bundle
 from ..store.history import Store
@@ -40,7 +41,7 @@ def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = Non
 
 
 def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Path | None = None, locked: bool = False,
-               only: list[str] | None = None, verify: bool = True, builder: str = "classic",
+               only: list[str] | None = None, verify: bool = True, builder: str = AUTO,
                progress: BuildProgress = lambda *_: None, store_url: str | None = None,
                record: bool = True, space_check: bool = True) -> tuple[Resolved, list[Outcome]]:
     """Resolve (or reuse the lock), check the engine has the disk the lock needs, render, build and verify; then

@@ -17,7 +17,7 @@ from ..support import scratch
 from ..support.ca_bundle import site_certificates
 from .base import ensure_base
 from ..payload.harness import Verification, run_payload
-from ..engine.protocol import BUILDERS, BuildEvent
+from ..engine.protocol import AUTO, BUILDER_CHOICES, BuildEvent
 from ..support.progress import Phase, Planned
 from ..engine.space import build_need, low_space
 from ..engine.buildkit import BuildKitBuilder
@@ -45,6 +45,7 @@ class Outcome:
     seconds: float = 0.0
     verification: Verification | None = None
     labels: dict = field(default_factory=dict)
+    builder: str = ""  # which built it (classic | buildkit); "" when skipped
 
     @property
     def status(self) -> str:
@@ -53,14 +54,16 @@ class Outcome:
     def to_json(self) -> dict:
         return {"name": self.name, "tag": self.tag, "action": self.action, "image_id": self.image_id,
                 "size_bytes": self.size, "build_seconds": round(self.seconds, 1), "status": self.status,
+                "builder": self.builder or None,
                 "verification": self.verification.to_json() if self.verification else None}
 
 
 def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
-                progress: BuildProgress, verify: bool = True, builder: str = "classic") -> Outcome:
-    """Build ``image`` with ``builder`` ("classic" | "buildkit") unless an identical build exists."""
+                progress: BuildProgress, verify: bool = True, builder: str = AUTO) -> Outcome:
+    """Build ``image`` with ``builder`` ("auto" | "classic" | "buildkit") unless an identical build exists."""
     check_builder(builder)
     require_buildable(image)  # nightly builds through here too
+    builder = pick_builder(engine, builder)
     buildkit = builder == "buildkit"
     files = render_files(lock, image, spec_name, buildkit=buildkit)
     identity = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash(files)}
@@ -95,7 +98,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
                 raise _login_failure(exc, image, builder, netrc is not None) from None
         info = engine.inspect(tag)
         outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
-                          time.monotonic() - started)
+                          time.monotonic() - started, builder=builder)
     if verify:
         progress(image.name, "verifying inside the image")
         outcome.verification = run_payload(engine, tag, expected(image))
@@ -123,15 +126,25 @@ def _login_failure(exc: BuildError, image: LockedImage, builder: str, passed: bo
 
 
 def check_builder(builder: str) -> None:
-    if builder not in BUILDERS:
-        raise BuildError(f"unknown builder {builder!r}", hint=f"use one of: {', '.join(BUILDERS)}")
+    if builder not in BUILDER_CHOICES:
+        raise BuildError(f"unknown builder {builder!r}", hint=f"use one of: {', '.join(BUILDER_CHOICES)}")
 
 
 def require_builder(engine: Engine, builder: str) -> None:
-    """Fail before any work when ``builder`` is unknown or cannot build here (BuildKit without its CLI)."""
+    """Fail before any work when ``builder`` is unknown or is BuildKit, asked for by name, that cannot build here
+    (its CLI missing); ``auto`` is decided when a build starts (``pick_builder``)."""
     check_builder(builder)
     if builder == "buildkit":
         BuildKitBuilder(engine).require()
+
+
+def pick_builder(engine: Engine, builder: str) -> str:
+    """The builder that builds (``classic`` | ``buildkit``): ``auto`` is BuildKit where it can build here (a cold
+    build in about half a naive Dockerfile's time, the site CA as a secret: docs/images.md), else classic."""
+    require_builder(engine, builder)
+    if builder == AUTO:
+        return "buildkit" if BuildKitBuilder(engine).available() else "classic"
+    return builder
 
 
 MAX_ARG = 120_000  # a build argument reaches the step as an environment variable: at most 128 kB (MAX_ARG_STRLEN)
@@ -158,7 +171,7 @@ def stage_context(directory: Path, files: dict[str, bytes]) -> Path:
     return directory
 
 
-def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *, builder: str = "classic",
+def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *, builder: str = AUTO,
               ca_bundle: Path | None = None, dockerfile: str = "Dockerfile", network: bool = True,
               no_cache: bool = False, netrc: Path | None = None) -> Iterator[BuildEvent]:
     """Build a staged context with either builder; ``network=False`` cuts RUN steps off the network.
@@ -167,7 +180,7 @@ def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *
     write it to /tmp and remove it; it stays in no layer, but `docker history` shows build arguments); BuildKit
     gets it as the build secret ``site-ca``, and ``netrc`` (the index hosts' logins) as ``index-netrc``.
     """
-    require_builder(engine, builder)
+    builder = pick_builder(engine, builder)
     if builder == "buildkit":
         secrets = {sid: path for sid, path in (("site-ca", ca_bundle), (SECRET_ID, netrc)) if path is not None} or None
         yield from BuildKitBuilder(engine).build(context, tag, labels, secrets=secrets, network=network,

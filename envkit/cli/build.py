@@ -10,8 +10,8 @@ import click
 
 from ..lock import PIP_TOPIC, named_extras
 from .progress import BuildView
-from .common import (IMAGE, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
-                     run, table)
+from .common import (IMAGE, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option,
+                     locked_option, run, table)
 from .flags import from_renamed, lock_option, renamed_option
 
 if TYPE_CHECKING:
@@ -228,7 +228,8 @@ def build_cmd(click_ctx: click.Context, spec: Path, images: tuple[str, ...], out
                                                        progress=view, store_url=store_url, lock_path=lock_path,
                                                        space_check=not skip_space_check))
     doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
-           "builder": builder, "images": [o.to_json() for o in outcomes]}
+           "builder": next((o.builder for o in outcomes if o.builder), builder),
+           "images": [o.to_json() for o in outcomes]}
 
     def human() -> None:
         if not resolved.reused:
@@ -314,7 +315,7 @@ def bundle_build_cmd(
     c.progress(f"building from {bundle_dir} with the {builder} builder, no network inside the build")
     outcome = run(c, lambda: build_from_bundle(engine, bundle_dir, builder=builder, verify=not no_verify,
                                                no_cache=no_cache, progress=progress))
-    emit(c, {"bundle": str(bundle_dir), "builder": builder, "images": [outcome.to_json()]},
+    emit(c, {"bundle": str(bundle_dir), "builder": outcome.builder or builder, "images": [outcome.to_json()]},
          lambda: _outcomes_table([outcome]))
     if outcome.status == "failed":
         sys.exit(8)
