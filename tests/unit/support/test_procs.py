@@ -135,7 +135,8 @@ def test_the_child_before_exec_does_not_run_envkits_signal_handlers():
     old = signal.signal(signal.SIGTERM, lambda *_: None)
     try:
         pid = os.fork()
-        if pid == 0:  # the child: as subprocess runs preexec_fn
+        if pid == 0:  # the child: as subprocess runs preexec_fn (never back into pytest)
+            ok = False
             try:
                 preexec()
                 ok = signal.getsignal(signal.SIGTERM) is signal.getsignal(signal.SIGINT) is signal.SIG_DFL
