@@ -108,7 +108,7 @@ class BuildView:
             if name not in self.steps:
                 self.steps[name] = self.bars.add_task(escape(f"[{name}] build"), total=event.total)
             self.bars.update(self.steps[name], completed=(event.step or 1) - 1, total=event.total,
-                             description=escape(f"[{name}] step: {text}"))
+                             description=escape(f"[{name}] step: {text}"), refresh=True)  # (cached steps come fast)
         elif event.kind == "log":
             if self.c.verbose:
                 self.say(f"[{name}]   {event.text}")
@@ -138,7 +138,7 @@ class BuildView:
 
     def _count(self, name: str, count: InstallCount, moved: str) -> None:
         if self.bars is None:
-            if moved == "package" and (count.done % EVERY == 0 or count.done == count.total):
+            if moved == "group" or (moved == "package" and (count.done % EVERY == 0 or count.done == count.total)):
                 self.c.progress(f"[{name}] {count.words()}")
             return
         by_bytes = bool(count.total_bytes)  # the bar fills by the lock's wheel bytes when it has them all
@@ -147,7 +147,8 @@ class BuildView:
                                                      total=(count.total_bytes if by_bytes else count.total) or None,
                                                      unit="bytes" if by_bytes else "packages")
         self.bars.update(self.installs[name], completed=count.done_bytes if by_bytes else count.done,
-                         description=escape(f"[{name}] install: {count.words()}"))
+                         description=escape(f"[{name}] install: {count.words()}"),
+                         refresh=moved == "group")  # a whole layer's packages at once (cached): drawn, not skipped
 
 
 

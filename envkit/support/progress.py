@@ -62,8 +62,8 @@ class InstallCount:
         self.step_group = found.group(1) if found else None
 
     def feed(self, line: str) -> str | None:
-        """Count one build log line: "package" (pip took one up, uv installed one, or an install step came from the
-        engine's cache: its group's packages), "bytes" (pip downloads one), else None."""
+        """Count one build log line: "package" (pip took one up, uv installed one), "group" (an install step came
+        from the engine's cache: its group's packages at once), "bytes" (pip downloads one), else None."""
         took = PIP_COLLECTING.match(line) or UV_INSTALLED.match(line)
         if took:
             self._count(took.group(1))
@@ -74,7 +74,7 @@ class InstallCount:
             names = self.groups.get(group or "", ())
             for name in names:
                 self._count(name)
-            return "package" if names else None
+            return "group" if names else None
         size = PIP_DOWNLOAD.match(line)
         if size:
             self.downloaded += float(size.group(1)) * UNITS[size.group(2)]

@@ -70,7 +70,7 @@ def test_bytes_done_and_total_come_from_the_locks_sizes_and_cached_steps_count()
     assert plan.total_bytes == 1_520_000_000 and plan.groups["cuda"] == ("nvidia-cudnn-cu12",)
     count = InstallCount.of(plan)
     count.step("RUN mkdir -p /tmp/envkit-uv && uv pip install -r /tmp/envkit/cuda.txt && rm -rf /tmp/envkit-uv")
-    assert count.feed(" ---> Using cache") == "package"  # the CUDA layer came from the engine's cache
+    assert count.feed(" ---> Using cache") == "group"  # the CUDA layer came from the engine's cache
     assert count.words() == "packages 1/3, 0.60/1.52 GB"
     count.step("RUN mkdir -p /tmp/envkit-uv && uv pip install -r /tmp/envkit/framework.txt")
     assert count.feed(" + torch==2.5.1") == "package"
@@ -80,7 +80,7 @@ def test_bytes_done_and_total_come_from_the_locks_sizes_and_cached_steps_count()
     assert count.feed(" ---> Using cache") is None  # not an install step
     # BuildKit: the vertex's name (its RUN line) before "cached"
     assert count.feed("[runtime 12/20] RUN --mount=type=bind,source=requirements/extra.txt,target=/tmp/envkit-extra.txt"
-                      " uv pip install -r /tmp/envkit-extra.txt: cached") == "package"
+                      " uv pip install -r /tmp/envkit-extra.txt: cached") == "group"
     assert count.words() == "packages 3/3, 1.52/1.52 GB"
 
 
