@@ -125,7 +125,8 @@ class DockerEngine:
         env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
         return ImageInfo(id=image.id, tags=tuple(image.tags), size=int(attrs.get("Size", 0)),
                          labels=dict(cfg.get("Labels") or {}), env=env, user=cfg.get("User") or "",
-                         repo_digests=tuple(attrs.get("RepoDigests") or ()))
+                         repo_digests=tuple(attrs.get("RepoDigests") or ()),
+                         layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()))
 
     def inspect(self, ref: str) -> ImageInfo | None:
         try:
@@ -172,8 +173,8 @@ class DockerEngine:
 
     def build(self, context: Path, tag: str, labels: dict[str, str], *, dockerfile: str = "Dockerfile",
               network: bool = True, no_cache: bool = False,
-              build_args: dict[str, str] | None = None) -> Iterator[BuildEvent]:
-        """Build with the classic builder, yielding progress; raises BuildError on failure.
+              build_args: dict[str, str] | None = None, target: str | None = None) -> Iterator[BuildEvent]:
+        """Build with the classic builder (the stage ``target``, else the last), yielding progress; raises BuildError.
 
         ``network=False`` cuts RUN steps off the network (offline bundle builds). Stopped early (an
         interruption, or the consumer closing the generator), it kills the container of the RUN step
@@ -186,7 +187,8 @@ class DockerEngine:
         try:
             stream = api.build(path=str(context), tag=tag, labels=labels, rm=True, forcerm=True,
                                decode=True, pull=False, dockerfile=dockerfile, nocache=no_cache,
-                               network_mode=None if network else "none", buildargs=build_args or None)
+                               network_mode=None if network else "none", buildargs=build_args or None,
+                               target=target)
             for chunk in stream:
                 if "error" in chunk:
                     detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
