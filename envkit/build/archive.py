@@ -3,8 +3,10 @@ layer tars envkit wrote: ``manifest.json``, the image config, each layer as ``<d
 
 The config is the OS image's (its architecture, its Env, Shell and labels), then what the rendered Dockerfile's
 final stage adds, from the one place the template takes it (``render.files.RenderContext``: runtime_env, labels,
-user, workdir, cmd); ``created`` and each added history entry's time are ``epoch``. The OS image's own
-``container`` and ``docker_version`` fields (which build made it) are not carried over.
+user, workdir, cmd); ``created`` and every history entry's time are ``epoch``. The OS image's own ``container``,
+``container_config`` and ``docker_version`` fields (which build made it) are not carried over, nor the history
+entries of the OS stage's own labels: the same OS layers and the same lock give the same config, so the same
+image id.
 """
 
 from __future__ import annotations
@@ -84,7 +86,9 @@ def image_config(base: dict[str, Any], layers: list[NewLayer], *, env: tuple[tup
                                  **labels}.items()))
     cfg.update(User=user, WorkingDir=workdir, Cmd=list(cmd))
     cfg.pop("Image", None)  # the builder's note of the parent image id: which build made the OS stage
-    history = [*(base.get("history") or []),
+    # every history entry at ``epoch`` too (the OS stage's steps carry the time of its build), less the steps that
+    # set the stage's own labels (gone from this image)
+    history = [*({**h, "created": iso(epoch)} for h in base.get("history") or [] if not _sets(h, drop_labels)),
                *({"created": iso(epoch), "created_by": layer.created_by} for layer in layers)]
     doc: dict[str, Any] = {
         "architecture": base.get("architecture", "amd64"), "os": base.get("os", "linux"),
@@ -93,6 +97,12 @@ def image_config(base: dict[str, Any], layers: list[NewLayer], *, env: tuple[tup
         "rootfs": {"type": "layers", "diff_ids": [*base["rootfs"]["diff_ids"], *(x.diff_id for x in layers)]},
     }
     return doc
+
+
+def _sets(entry: dict[str, Any], labels: set[str]) -> bool:
+    """Whether a history entry is an empty-layer LABEL step setting one of ``labels``."""
+    text = str(entry.get("created_by", ""))
+    return bool(entry.get("empty_layer")) and "LABEL " in text and any(f" {k}=" in text for k in labels)
 
 
 def config_bytes(config: dict[str, Any]) -> bytes:

@@ -89,8 +89,10 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
             def build_os(ctx: Path, os_tag: str, os_labels: dict[str, str]) -> Iterator[BuildEvent]:
                 return run_build(engine, ctx, os_tag, os_labels, builder=builder, ca_bundle=ca_bundle, target="os")
 
-            made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os, stage=stage_context,
-                            ca_bundle=ca_bundle, say=lambda e: progress(image.name, e))
+            with scratch.directory("secrets") as secrets:  # the index logins uv reads, as a BuildKit build's
+                made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os,
+                                stage=stage_context, ca_bundle=ca_bundle, netrc=_index_netrc(image, Path(secrets)),
+                                say=lambda e: progress(image.name, e))
             info = engine.inspect(tag)
             outcome = Outcome(image.name, tag, "built", made.image_id, info.size if info else 0,
                               time.monotonic() - started, layers=made.layers)

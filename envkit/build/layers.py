@@ -26,7 +26,7 @@ from ..errors import BuildError
 Entry = tuple[int, int, int, int, str]
 Snapshot = dict[str, Entry]
 BytesDone = Callable[[int], None]  # the bytes written so far (progress of a long layer)
-CHUNK = 1 << 20
+EVERY = 1 << 30  # how often a long layer's writing is said (bytes)
 
 
 def snapshot(root: Path) -> Snapshot:
@@ -79,7 +79,7 @@ class _Hashing:
         self.out.write(data)
         self.sha.update(data)
         self.size += len(data)
-        if self.done is not None and self.size - self._told >= 64 * CHUNK:
+        if self.done is not None and self.size - self._told >= EVERY:
             self._told = self.size
             self.done(self.size)
         return len(data)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 EPOCH = 315532800
 REQ = "/tmp/envkit-requirements.txt"  # a group's requirements file, mounted in its install container
 UV = "/tmp/envkit-uv/uv"
+NETRC = "/tmp/envkit-netrc"  # the index logins (build.builder's netrc) in an install container
 
 
 def compile_program() -> str:
@@ -53,6 +54,7 @@ def reproducible_mark() -> bytes:
 
 OsBuild = Callable[[Path, str, dict[str, str]], Iterator[BuildEvent]]  # (context, tag, labels): the OS stage
 Say = Callable[[BuildEvent | str], None]
+Secrets = tuple[tuple[Mount, ...], dict[str, str]]  # what each install container mounts, and its variables
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def install_script(group: str, first: bool, uv_flags: str) -> str:
 
 def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], *, tag: str,
              labels: dict[str, str], build_os: OsBuild, stage: Callable[[Path, dict[str, bytes]], Path],
-             ca_bundle: Path | None, say: Say) -> Assembled:
+             ca_bundle: Path | None, say: Say, netrc: Path | None = None) -> Assembled:
     """Build ``image`` as ``tag`` with reproducible environment layers (see the module doc); ``files`` is its
     rendered context, ``labels`` the identity labels the image gets beside the Dockerfile's."""
     ctx = context_for(lock, image, "", buildkit=False)
@@ -95,7 +97,9 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
         engine.save(os_tag, tmp / "os.tar")
         saved = archive.read_saved(tmp / "os.tar")
         uv_flags = ctx.uv_flags.replace(" --compile-bytecode", "")  # (COMPILE compiles instead)
-        built = _install_groups(engine, image, files, os_tag, tmp, ca_bundle=ca_bundle, say=say, uv_flags=uv_flags)
+        secrets = _secrets(ca_bundle, netrc)
+        built = _install_groups(engine, image, files, os_tag, tmp, secrets=secrets, say=say, uv_flags=uv_flags)
+        scratch.remove(tmp / "venv", strict=False)  # in the layers now: the disk holds the environment once
         payload = {name.split("/", 1)[1]: data for name, data in files.items() if name.startswith("envkit/")}
         layer = layers.write_files_layer(payload, tmp / "payload.tar", epoch=EPOCH, prefix="opt/envkit/")
         built.append(archive.NewLayer(tmp / "payload.tar", layer.diff_id, "COPY envkit/ /opt/envkit/"))
@@ -112,7 +116,7 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
 
 
 def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes], os_tag: str, tmp: Path, *,
-                    ca_bundle: Path | None, say: Say, uv_flags: str) -> list[archive.NewLayer]:
+                    secrets: Secrets, say: Say, uv_flags: str) -> list[archive.NewLayer]:
     venv = tmp / "venv"
     venv.mkdir(mode=0o755)
     venv.chmod(0o755)
@@ -124,7 +128,7 @@ def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes],
         requirements = tmp / f"{group}.txt"
         requirements.write_bytes(files[f"requirements/{group}.txt"])  # the rendered context's, as a build's
         say(f"installing the {group} layer group ({len(packages[group])} packages) with uv {installer.VERSION}")
-        _run_install(engine, os_tag, venv, requirements, ca_bundle, install_script(group, i == 0, uv_flags), say)
+        _run_install(engine, os_tag, venv, requirements, secrets, install_script(group, i == 0, uv_flags), say)
         after = layers.snapshot(venv)
         paths = layers.changed(before, after, f"the {group} layer group")
         before = after
@@ -140,13 +144,23 @@ def _writing(group: str, say: Say) -> layers.BytesDone:
     return lambda n: say(f"writing the {group} layer: {n / 2**30:.2f} GiB")
 
 
-def _run_install(engine: Engine, ref: str, venv: Path, requirements: Path, ca_bundle: Path | None, script: str,
-                 say: Say) -> None:
-    mounts = [Mount(str(venv), VENV, read_only=False), Mount(str(requirements), REQ)]
+def _secrets(ca_bundle: Path | None, netrc: Path | None) -> Secrets:
+    """The site CA (uv's SSL_CERT_FILE, as in a BuildKit build) and the index logins (uv's NETRC), mounted read-only
+    into each install container: never in the install directory, so in no layer."""
+    mounts, env = [], {}
     if ca_bundle is not None:
         mounts.append(Mount(str(Path(ca_bundle).resolve()), UV_CA))
+    if netrc is not None:
+        mounts.append(Mount(str(netrc), NETRC))
+        env["NETRC"] = NETRC
+    return tuple(mounts), env
+
+
+def _run_install(engine: Engine, ref: str, venv: Path, requirements: Path,
+                 secrets: Secrets, script: str, say: Say) -> None:
+    mounts = [Mount(str(venv), VENV, read_only=False), Mount(str(requirements), REQ), *secrets[0]]
     lines = _Lines(say)
-    env = {"SOURCE_DATE_EPOCH": str(EPOCH), "PYTHONHASHSEED": "0", "UV_CACHE_DIR": "/tmp/envkit-uv/cache",
+    env = {**secrets[1], "SOURCE_DATE_EPOCH": str(EPOCH), "PYTHONHASHSEED": "0", "UV_CACHE_DIR": "/tmp/envkit-uv/cache",
            "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "copy",
            "ENVKIT_COMPILE": compile_program()}
     result = engine.run(ref, ["bash", "-c", script], RunOptions(

@@ -23,7 +23,9 @@ OS_CONFIG = {
     "docker_version": "20.10.24",
     "config": {"Env": ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"], "Cmd": ["bash"],
                "Labels": {"io.envkit.stage": "os", "io.envkit.base": "x"}, "Image": "sha256:parent"},
-    "history": [{"created": "2026-12-06T06:00:00Z", "created_by": "apt-get install"}],
+    "history": [{"created": "2026-12-06T06:00:00Z", "created_by": "apt-get install"},
+                {"created": "2026-12-06T06:00:01Z", "created_by": "/bin/sh -c #(nop)  LABEL io.envkit.stage=os",
+                 "empty_layer": True}],
     "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "1" * 64]},
 }
 
@@ -56,7 +58,9 @@ def test_the_config_is_the_os_images_plus_the_final_stage(tmp_path):
     assert cfg["created"] == "1980-01-01T00:00:00Z" and cfg["history"][-1]["created"] == cfg["created"]
     assert "container" not in cfg and "docker_version" not in cfg and "Image" not in cfg["config"]
     assert cfg["rootfs"]["diff_ids"] == ["sha256:" + "1" * 64, layer.diff_id]
-    assert len(cfg["history"]) == 2
+    # one entry per layer, all at the epoch; the OS stage's own label step is gone with its label
+    assert [(h["created"], h["created_by"]) for h in cfg["history"]] == [
+        ("1980-01-01T00:00:00Z", "apt-get install"), ("1980-01-01T00:00:00Z", "uv pip install -r cuda.txt")]
     assert archive.config_bytes(cfg) == archive.config_bytes(_config([layer]))
 
 
