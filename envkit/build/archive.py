@@ -19,7 +19,7 @@ import tarfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import BuildError
 
@@ -109,15 +109,19 @@ def config_bytes(config: dict[str, Any]) -> bytes:
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 
 
-def write_archive(out: Path, saved: SavedImage, layers: list[NewLayer], config: dict[str, Any], tag: str) -> str:
-    """The docker-archive at ``out``: the saved image's layers (streamed from its archive), ``layers``, ``config``
-    tagged ``tag``; each layer tar is removed once copied in (a 5 GB layer is on disk once, not twice).
-    Returns the image id (``sha256:`` of the config's bytes)."""
+def image_id(config: dict[str, Any]) -> str:
+    """The id the engine gives the image of ``config``: the sha256 of its bytes."""
+    return "sha256:" + hashlib.sha256(config_bytes(config)).hexdigest()
+
+
+def write_archive(out: BinaryIO, saved: SavedImage, layers: list[NewLayer], config: dict[str, Any], tag: str) -> None:
+    """The docker-archive, written as a stream to ``out``: the saved image's layers (read from its archive),
+    ``layers``, ``config`` tagged ``tag``; each layer tar is removed once written (a 5 GB layer is on disk once)."""
     data = config_bytes(config)
-    image_id = "sha256:" + hashlib.sha256(data).hexdigest()
     names = [*saved.layers, *(f"{x.diff_id.split(':', 1)[1]}/layer.tar" for x in layers)]
-    manifest = [{"Config": f"{image_id.split(':', 1)[1]}.json", "RepoTags": [tag], "Layers": names}]
-    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+    config_name = f"{image_id(config).split(':', 1)[1]}.json"
+    manifest = [{"Config": config_name, "RepoTags": [tag], "Layers": names}]
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         with tarfile.open(saved.path, "r:") as src:
             for name in saved.layers:
                 member = src.getmember(name)
@@ -126,10 +130,8 @@ def write_archive(out: Path, saved: SavedImage, layers: list[NewLayer], config: 
             with open(layer.path, "rb") as fh:
                 tar.addfile(_file_info(name, layer.path.stat().st_size), fh)
             layer.path.unlink()
-        config_name = f"{image_id.split(':', 1)[1]}.json"
         for entry, blob in ((config_name, data), ("manifest.json", json.dumps(manifest).encode())):
             tar.addfile(_file_info(entry, len(blob)), io.BytesIO(blob))
-    return image_id
 
 
 def _file_info(name: str, size: int) -> tarfile.TarInfo:

@@ -47,6 +47,7 @@ class Outcome:
     verification: Verification | None = None
     labels: dict = field(default_factory=dict)
     layers: dict[str, str] = field(default_factory=dict)  # --reproducible: layer group -> diff_id
+    phases: dict[str, float] = field(default_factory=dict)  # --reproducible: where the build's time went, seconds
 
 
     @property
@@ -57,7 +58,7 @@ class Outcome:
         return {"name": self.name, "tag": self.tag, "action": self.action, "image_id": self.image_id,
                 "size_bytes": self.size, "build_seconds": round(self.seconds, 1), "status": self.status,
                 "verification": self.verification.to_json() if self.verification else None,
-                **({"layers": self.layers} if self.layers else {})}
+                **({"layers": self.layers, "phases_seconds": self.phases} if self.layers else {})}
 
 
 def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
@@ -95,7 +96,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
                                 say=lambda e: progress(image.name, e))
             info = engine.inspect(tag)
             outcome = Outcome(image.name, tag, "built", made.image_id, info.size if info else 0,
-                              time.monotonic() - started, layers=made.layers)
+                              time.monotonic() - started, layers=made.layers, phases=made.seconds)
             return _verified(engine, image, outcome, verify, progress)
         with scratch.directory(f"ctx-{image.name}") as tmp, \
                 scratch.directory("secrets") as secrets:

@@ -11,7 +11,9 @@ with `docker load`. Everything is written under one scratch directory, removed h
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -61,6 +63,22 @@ Secrets = tuple[tuple[Mount, ...], dict[str, str]]  # what each install containe
 class Assembled:
     image_id: str
     layers: dict[str, str]  # layer group (and "payload") -> diff_id, lowest first
+    seconds: dict[str, float]  # where the time went (``Phases``), in order
+
+
+class Phases:
+    """How long each step of the build took, in the order they ran."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.monotonic() - started, 1)
 
 
 def install_script(group: str, first: bool, uv_flags: str) -> str:
@@ -88,17 +106,21 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
         raise BuildError(f"{image.name} is a {image.flavour} image; --reproducible builds runtime images only",
                          hint="build it without --reproducible")
     os_tag = f"{tag}-os"
+    phases = Phases()
     os_labels = {STAGE_LABEL: "os", **dict(ctx.stage_labels)}
     with scratch.directory(f"repro-{image.name}") as tmp:
         say(f"building the OS stage as {os_tag}")
-        for event in build_os(stage(tmp / "context", files), os_tag, os_labels):
-            say(event)
+        with phases.timed("os stage"):
+            for event in build_os(stage(tmp / "context", files), os_tag, os_labels):
+                say(event)
         say(f"saving {os_tag} (its layers go into the image as the engine has them)")
-        engine.save(os_tag, tmp / "os.tar")
+        with phases.timed("save"):
+            engine.save(os_tag, tmp / "os.tar")
         saved = archive.read_saved(tmp / "os.tar")
         uv_flags = ctx.uv_flags.replace(" --compile-bytecode", "")  # (COMPILE compiles instead)
         secrets = _secrets(ca_bundle, netrc)
-        built = _install_groups(engine, image, files, os_tag, tmp, secrets=secrets, say=say, uv_flags=uv_flags)
+        built = _install_groups(engine, image, files, os_tag, tmp, secrets=secrets, say=say, uv_flags=uv_flags,
+                                phases=phases)
         scratch.remove(tmp / "venv", strict=False)  # in the layers now: the disk holds the environment once
         payload = {name.split("/", 1)[1]: data for name, data in files.items() if name.startswith("envkit/")}
         layer = layers.write_files_layer(payload, tmp / "payload.tar", epoch=EPOCH, prefix="opt/envkit/")
@@ -108,15 +130,16 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
                                       cmd=ctx.cmd, epoch=EPOCH)
         groups = [*ctx.layer_groups, PAYLOAD]
         digests = {g: x.diff_id for g, x in zip(groups, built)}
-        say("writing the image archive")
-        image_id = archive.write_archive(tmp / "image.tar", saved, built, config, tag)
-        say(f"loading {tag} into the engine")
-        engine.load(tmp / "image.tar")
-    return Assembled(image_id, digests)
+        say(f"loading {tag} into the engine (its archive streamed, not written)")
+        with phases.timed("load"):
+            engine.load_stream(lambda out: archive.write_archive(out, saved, built, config, tag),
+                               f"the image archive of {tag}")
+    say("where the time went: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.seconds.items()))
+    return Assembled(archive.image_id(config), digests, dict(phases.seconds))
 
 
 def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes], os_tag: str, tmp: Path, *,
-                    secrets: Secrets, say: Say, uv_flags: str) -> list[archive.NewLayer]:
+                    secrets: Secrets, say: Say, uv_flags: str, phases: Phases) -> list[archive.NewLayer]:
     venv = tmp / "venv"
     venv.mkdir(mode=0o755)
     venv.chmod(0o755)
@@ -128,13 +151,15 @@ def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes],
         requirements = tmp / f"{group}.txt"
         requirements.write_bytes(files[f"requirements/{group}.txt"])  # the rendered context's, as a build's
         say(f"installing the {group} layer group ({len(packages[group])} packages) with uv {installer.VERSION}")
-        _run_install(engine, os_tag, venv, requirements, secrets, install_script(group, i == 0, uv_flags), say)
-        after = layers.snapshot(venv)
-        paths = layers.changed(before, after, f"the {group} layer group")
-        before = after
-        tar = tmp / f"{group}.tar"
-        layer = layers.write_layer(venv, paths, tar, epoch=EPOCH, prefix=VENV.lstrip("/") + "/",
-                                   done=_writing(group, say))
+        with phases.timed(f"install {group}"):
+            _run_install(engine, os_tag, venv, requirements, secrets, install_script(group, i == 0, uv_flags), say)
+        with phases.timed(f"{group} layer"):
+            after = layers.snapshot(venv)
+            paths = layers.changed(before, after, f"the {group} layer group")
+            before = after
+            tar = tmp / f"{group}.tar"
+            layer = layers.write_layer(venv, paths, tar, epoch=EPOCH, prefix=VENV.lstrip("/") + "/",
+                                       done=_writing(group, say))
         say(f"the {group} layer: {layer.entries} entries, {layer.size / 2**20:.0f} MiB, {layer.diff_id}")
         out.append(archive.NewLayer(tar, layer.diff_id, f"envkit: uv {installer.VERSION} pip install -r {group}.txt"))
     return out

@@ -9,7 +9,7 @@ import re
 import socket
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import docker
 import docker.errors
@@ -170,6 +170,9 @@ class DockerEngine:
 
     def load(self, path: Path) -> list[str]:
         return docker_registry.load(self, path)
+
+    def load_stream(self, write: Callable[[BinaryIO], None], what: str) -> list[str]:
+        return docker_registry.load_stream(self, write, what)
 
     def build(self, context: Path, tag: str, labels: dict[str, str], *, dockerfile: str = "Dockerfile",
               network: bool = True, no_cache: bool = False,

@@ -116,3 +116,6 @@ class Engine(Protocol):
     # image archives (offline bundles): `docker save` one image with its tag, `docker load` an archive
     def save(self, ref: str, path: Path) -> None: ...
     def load(self, path: Path) -> list[str]: ...  # the ids of the images loaded
+    # an archive ``write`` makes, streamed into `docker load` (build.reproducible: no 5 GB file on disk); ``what``
+    # names it in an error
+    def load_stream(self, write: Callable[[BinaryIO], None], what: str) -> list[str]: ...

@@ -69,7 +69,9 @@ def test_the_archive_holds_every_layer_and_names_the_config_by_its_digest(tmp_pa
     (tmp_path / "env.tar").write_bytes(b"E" * 2048)
     layer = archive.NewLayer(tmp_path / "env.tar", "sha256:" + hashlib.sha256(b"E" * 2048).hexdigest(), "env")
     cfg = _config([layer])
-    image_id = archive.write_archive(tmp_path / "image.tar", saved, [layer], cfg, "team/img:1")
+    with open(tmp_path / "image.tar", "wb") as out:
+        archive.write_archive(out, saved, [layer], cfg, "team/img:1")
+    image_id = archive.image_id(cfg)
     assert not (tmp_path / "env.tar").exists()  # copied in, then removed: on disk once
     with tarfile.open(tmp_path / "image.tar") as tar:
         manifest = json.load(tar.extractfile("manifest.json"))
