@@ -26,7 +26,7 @@ from ..resolve import devel
 from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files, payload_sha256
 from ..frameworks import framework, requested_labels, expected
 from ..index import login as index_login_
-from ..index.urls import DEFAULT_INDEX, trusted_hosts, uv_index_args
+from ..index.urls import DEFAULT_INDEX, uv_index_args
 from ..index.wheel_facts import is_cuda_wheel
 from ..support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from ..support.atomic import replace_all
@@ -39,17 +39,12 @@ UID = 1000
 USER = "envkit"
 VENV = "/opt/venv"
 EXTRAS = "/opt/extras"  # the extras' install prefix in the build; merged into the venv at runtime
-PIP_FLAGS = "--no-cache-dir --disable-pip-version-check --no-deps --require-hashes --only-binary=:all:"
-# With BuildKit pip's cache lives in a cache mount (never in a layer), so pip may use it.
-PIP_FLAGS_BUILDKIT = PIP_FLAGS.replace("--no-cache-dir ", "")
 CA_ARG = "ENVKIT_SITE_CA"  # classic builds: the build argument carrying the site CA's PEM text
 CA_PATH = "/etc/envkit/site-ca/ca.pem"  # where the build sees the site CA (a copied file, or a secret mount)
-# PIP_CERT only when the build context carries a site CA bundle.
-PIP_ENV = f'if [ -f {CA_PATH} ]; then export PIP_CERT={CA_PATH}; fi;'
-# BuildKit: pip downloads into this directory of the cache mount, then installs from it (pip's own
-# HTTP cache keeps nothing when the index or a proxy sends no cache headers).
-WHEEL_CACHE = "/root/.cache/pip/envkit-wheels"
 WHEELHOUSE = "/tmp/envkit/wheelhouse"  # the bundle's wheels, inside the build (wheelhouse mode)
+# pip installs only offline (wheelhouse) builds, from the bundle's wheels alone (online builds install with uv).
+PIP_FLAGS = ("--no-cache-dir --disable-pip-version-check --no-deps --require-hashes --only-binary=:all:"
+             f" --no-index --find-links {WHEELHOUSE}")
 DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
 UV_DIR = "/tmp/envkit-uv"  # the installer inside an install step (and, classic, its cache and the site CA)
 UV_CACHE = "/tmp/envkit-uv-cache"  # BuildKit: uv's cache in an install step (the classic builder's: in UV_DIR)
@@ -77,8 +72,6 @@ class RenderContext:
     builder_packages: tuple[str, ...]
     venv: str
     extras_prefix: str
-    pip_flags: str
-    pip_env: str
     labels: tuple[tuple[str, str], ...]
     stage_labels: tuple[tuple[str, str], ...] = ()  # whose a leaf stage's last image is (labels.STAGE_LABEL)
     stage_label: str = STAGE_LABEL
@@ -88,11 +81,11 @@ class RenderContext:
     buildkit: bool = False
     wheelhouse: bool = False
     ca_path: str = CA_PATH
-    index_login: bool = False  # BuildKit, online, from an index other than PyPI: pip RUNs mount its netrc secret
+    index_login: bool = False  # BuildKit, online, from an index other than PyPI: the uv RUNs mount its netrc secret
     netrc_secret: str = index_login_.SECRET_ID
     netrc_target: str = index_login_.NETRC_TARGET
     wheelhouse_dir: str = WHEELHOUSE
-    wheel_cache: str = WHEEL_CACHE
+    pip_flags: str = PIP_FLAGS
     debs_dir: str = DEBS
     # the devel flavour
     flavour: str = "runtime"
@@ -161,9 +154,6 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         builder_packages=("python3-venv",),
         venv=VENV,
         extras_prefix=EXTRAS,
-        pip_flags=_pip_flags(image, buildkit=buildkit, wheelhouse=wheelhouse),
-        # offline builds reach no index, so they need no CA
-        pip_env="" if wheelhouse else PIP_ENV,
         labels=tuple(sorted(labels.items())),
         stage_labels=((TEAM_LABEL, lock.team), (IMAGE_LABEL, image.name), (LOCK_LABEL, image.hash)),
         buildkit=buildkit,
@@ -193,13 +183,6 @@ def _devel_fields(image: LockedImage) -> dict:
                 devel_wheels=bool(wheels))
 
 
-def _pip_flags(image: LockedImage, *, buildkit: bool, wheelhouse: bool) -> str:
-    """pip's flags: offline (wheelhouse) builds only, the one path that installs with pip (online ones use uv)."""
-    if wheelhouse:  # no index, and no cache mount: the wheels are local
-        return f"{PIP_FLAGS} --no-index --find-links {WHEELHOUSE}"
-    return (PIP_FLAGS_BUILDKIT if buildkit else PIP_FLAGS) + _pip_index_flags(image)
-
-
 def _uv_index_flags(image: LockedImage) -> str:
     """The indexes the lock's packages come from, asked as the resolver asked them (``index.urls.uv_index_args``:
     the framework's own index first, each package from the first index that has it), so the build finds each
@@ -209,15 +192,6 @@ def _uv_index_flags(image: LockedImage) -> str:
     if image.index_url == DEFAULT_INDEX and image.extra_index_url in (None, DEFAULT_INDEX):
         return ""
     return "".join(f" {dq(arg)}" for arg in uv_index_args(image.index_url, image.extra_index_url))
-
-
-def _pip_index_flags(image: LockedImage) -> str:
-    """pip asks every index alike: the lock's indexes, and a plain-http one named a trusted host (pip ignores it
-    otherwise)."""
-    flags = f" --index-url {dq(image.index_url)}" if image.index_url != DEFAULT_INDEX else ""
-    if image.extra_index_url and image.extra_index_url != image.index_url:
-        flags += f" --extra-index-url {dq(image.extra_index_url)}"
-    return flags + "".join(f" --trusted-host {dq(h)}" for h in trusted_hosts([image.index_url, image.extra_index_url]))
 
 
 def index_urls(image: LockedImage) -> list[str]:

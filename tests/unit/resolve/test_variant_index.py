@@ -173,17 +173,15 @@ def test_the_lock_records_the_mirror_and_the_closure_is_asked_there_first(catalo
 
 def test_render_build_and_bundle_use_the_lock_s_mirror(catalog, tmp_path, monkeypatch):
     """uv in the build asks the mirror as the resolver did (uv asks --extra-index-url first; an http index needs no
-    flag), pip (offline builds) every index alike with an http one as a trusted host, BuildKit's netrc secret holds
-    the mirror host's login, and a bundle downloads from the mirror, then the spec's index."""
+    flag), BuildKit's netrc secret holds the mirror host's login, and a bundle downloads from the mirror, then the
+    spec's index."""
     from envkit.build.wheelhouse import lock_indexes
     from envkit.index.login import netrc_for
-    from envkit.render.files import _pip_index_flags, _uv_index_flags, index_urls
+    from envkit.render.files import _uv_index_flags, index_urls
 
     image, _ = resolve_mirrored(catalog)
     cu126 = "http://mirror.corp.example:8080/pytorch/whl/cu126"
     assert _uv_index_flags(image) == f" --index-url {SPEC_INDEX} --extra-index-url {cu126}"
-    assert _pip_index_flags(image) == (f" --index-url {cu126} --extra-index-url {SPEC_INDEX} "
-                                       "--trusted-host mirror.corp.example:8080")
     netrc = tmp_path / "netrc"
     netrc.write_text("machine mirror.corp.example login ci password tok\nmachine other.example login a password b\n")
     netrc.chmod(0o600)
