@@ -83,3 +83,36 @@ def test_two_builds_from_scratch_give_the_same_environment_layers(engine, tmp_pa
         assert lines[4] == "payload-ok"
     finally:
         remove_images(engine, *tags)
+
+
+def test_a_failed_install_leaves_no_scratch_container_or_image(engine):
+    """A wheel whose hash is not the lock's: uv refuses it, the build fails naming the group with uv's words, and
+    the scratch directory (install directory, OS archive, layer tars) and the install container are gone."""
+    import tempfile
+    from pathlib import Path
+
+    from envkit.errors import BuildError
+    from envkit.lock import sealed
+    from envkit.support.labels import CONTAINER_LABEL
+    from envkit.support.scratch import PREFIX, owner
+
+    lock, image = small_lock("repro-bad")
+    packages = tuple(p.model_copy(update={"hashes": ("sha256:" + "0" * 64,)}) if p.name == "numpy" else p
+                     for p in image.packages)
+    image = sealed(image.model_copy(update={"packages": packages}))
+    lock = lock.model_copy(update={"images": (image,)})
+    tag = None
+    try:
+        with pytest.raises(BuildError) as failed:
+            build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, reproducible=True,
+                        progress=lambda *_: None)
+        tag = f"vision/repro-bad:{image.framework_version}-{image.variant}-py{image.python}-{image.hash8}"
+        assert f"installing framework into {tag}-os failed" in failed.value.message
+        assert "hash" in (failed.value.hint or "").lower()  # uv's own words in the output's tail
+        assert not list(Path(tempfile.gettempdir()).glob(f"{PREFIX}repro-repro-bad-{owner()}*"))
+        assert engine.inspect(tag) is None
+        assert not engine.client.containers.list(all=True, filters={"label": f"{CONTAINER_LABEL}=build",
+                                                                     "ancestor": f"{tag}-os"})
+    finally:
+        if tag is not None:
+            remove_images(engine, f"{tag}-os")
