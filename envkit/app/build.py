@@ -24,6 +24,7 @@ from ..support.progress import Planned, Progress
 from ..build.bundle_manifest import MANIFEST, bundle_size
 from ..build.bundle import check_replaceable, make_bundle
 from ..build.layer_record import PAYLOAD, Recorded, made_with, write_record
+from ..build.reproducible import require_reproducible
 from ..render.files import layer_packages
 from ..render.installer import VERSION as INSTALLER_VERSION
 
@@ -63,6 +64,8 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     for image in resolved.lock.images:  # refuse before building any
         if not only or image.name in only:
             require_buildable(image)
+            if reproducible:
+                require_reproducible(image)
     outcomes = []
     for image in resolved.lock.images:
         if only and image.name not in only:

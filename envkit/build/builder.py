@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from ..support import scratch
 from ..support.ca_bundle import site_certificates
 from .base import ensure_base
-from .reproducible import REPRODUCIBLE, assemble, reproducible_mark
+from .reproducible import REPRODUCIBLE, assemble, reproducible_mark, require_reproducible
 from ..payload.harness import Verification, run_payload
 from ..engine.protocol import BUILDERS, BuildEvent
 from ..support.progress import Planned
@@ -68,6 +68,8 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
     the builder makes the OS stage, envkit the environment layers (``reproducible.assemble``)."""
     check_builder(builder)
     require_buildable(image)  # nightly builds through here too
+    if reproducible:
+        require_reproducible(image)
     buildkit = builder == "buildkit"
     files = render_files(lock, image, spec_name, buildkit=buildkit)
     # a reproducible build's identity says so (and how its layers are made): it is never taken for a builder's

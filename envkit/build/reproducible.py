@@ -81,6 +81,14 @@ class Phases:
             self.seconds[name] = round(time.monotonic() - started, 1)
 
 
+def require_reproducible(image: LockedImage) -> None:
+    """Refuse, before any work, an image whose layers this build cannot make (the devel flavour's CUDA compiler
+    stages are the builder's)."""
+    if image.flavour != "runtime":
+        raise BuildError(f"{image.name} is a {image.flavour} image; --reproducible builds runtime images only",
+                         hint="build it without --reproducible")
+
+
 def install_script(group: str, first: bool, uv_flags: str) -> str:
     """What one group's install container runs (as the build's step does, minus the bytecode flag)."""
     wheel = "".join(f'{arch}) u="{url}"; s="{sha}";; ' for arch, (url, sha) in installer.WHEELS.items())
@@ -101,10 +109,8 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
              ca_bundle: Path | None, say: Say, netrc: Path | None = None) -> Assembled:
     """Build ``image`` as ``tag`` with reproducible environment layers (see the module doc); ``files`` is its
     rendered context, ``labels`` the identity labels the image gets beside the Dockerfile's."""
+    require_reproducible(image)
     ctx = context_for(lock, image, "", buildkit=False)
-    if image.flavour != "runtime":
-        raise BuildError(f"{image.name} is a {image.flavour} image; --reproducible builds runtime images only",
-                         hint="build it without --reproducible")
     os_tag = f"{tag}-os"
     phases = Phases()
     os_labels = {STAGE_LABEL: "os", **dict(ctx.stage_labels)}

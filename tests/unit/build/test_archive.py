@@ -127,3 +127,18 @@ def test_compare_matches_the_environment_layers_under_the_payload():
     assert not check.matches and check.differs == [("framework", "sha256:f", "sha256:F2")]
     assert "the framework layer differs" in check.message and "sha256:F2" in check.message
     assert not layer_record.compare(("sha256:x",), recorded).matches  # too few layers: none matches
+
+
+def test_a_devel_image_is_refused_before_any_work():
+    from envkit.build.builder import build_image
+    from envkit.errors import BuildError
+    from tests.unit.lockfixtures import make_devel_image
+
+    class NoEngine:
+        def __getattr__(self, name):
+            raise AssertionError(f"the engine was asked {name}")
+
+    image = make_devel_image()
+    with pytest.raises(BuildError, match=r"is a devel image; --reproducible builds runtime images only"):
+        build_image(NoEngine(), make_lock(image), image, "team.yaml", ca_bundle=None, progress=lambda *_: None,
+                    reproducible=True)
