@@ -217,6 +217,8 @@ def test_build_passes_reproducible_through_with_its_layers(engine, monkeypatch, 
     assert doc["reproducible"] is True
     assert doc["images"][0]["layers"] == {"extra": "sha256:e", "payload": "sha256:p"}
     assert doc["images"][0]["phases_seconds"] == {"install extra": 1.5}
+    human = invoke("build", "team.yaml", *args)
+    assert "  torch25 layers: extra sha256:e, payload sha256:p" in human.output
 
 
 def test_record_without_reproducible_is_a_usage_error(engine, monkeypatch):
