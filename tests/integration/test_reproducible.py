@@ -12,6 +12,7 @@ interpreter as the non-root user, with no uv and no CA left in it.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -116,3 +117,50 @@ def test_a_failed_install_leaves_no_scratch_container_or_image(engine):
     finally:
         if tag is not None:
             remove_images(engine, f"{tag}-os")
+
+
+INTERRUPTED = """
+import sys
+from envkit.engine.docker_engine import connect
+from envkit.build.builder import build_image
+from tests.integration.test_buildkit import ca_bundle, small_lock
+
+lock, image = small_lock("repro-int")
+say = lambda _name, event: print(getattr(event, "text", event), flush=True)
+build_image(connect(), lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, reproducible=True, progress=say)
+"""
+
+
+def test_ctrl_c_during_an_install_removes_the_container_and_the_scratch_directory(engine):
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from envkit.support.labels import CONTAINER_LABEL
+    from envkit.support.scratch import PREFIX
+    from tests.integration.conftest import ROOT
+
+    _, image = small_lock("repro-int")
+    tag = f"vision/repro-int:{image.framework_version}-{image.variant}-py{image.python}-{image.hash8}"
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "installing the framework layer group" in line:
+                time.sleep(1)  # the container runs uv
+                proc.send_signal(signal.SIGINT)
+                break
+        rest, _ = proc.communicate(timeout=120)
+        assert proc.returncode != 0 and "KeyboardInterrupt" in rest, "".join(seen) + rest
+        assert not list(Path(tempfile.gettempdir()).glob(f"{PREFIX}repro-repro-int-*-{proc.pid}-*"))
+        assert not engine.client.containers.list(all=True, filters={"label": f"{CONTAINER_LABEL}=build",
+                                                                     "ancestor": f"{tag}-os"})
+        assert engine.inspect(tag) is None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        remove_images(engine, f"{tag}-os")
