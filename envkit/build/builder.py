@@ -49,7 +49,6 @@ class Outcome:
     layers: dict[str, str] = field(default_factory=dict)  # --reproducible: layer group -> diff_id
     phases: dict[str, float] = field(default_factory=dict)  # --reproducible: where the build's time went, seconds
 
-
     @property
     def status(self) -> str:
         return self.verification.status if self.verification else "built"
@@ -89,16 +88,9 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg))
         labels = dict(identity, **{BASE_LABEL: base.id})
         if reproducible:
-            def build_os(ctx: Path, os_tag: str, os_labels: dict[str, str]) -> Iterator[BuildEvent]:
-                return run_build(engine, ctx, os_tag, os_labels, builder=builder, ca_bundle=ca_bundle, target="os")
-
-            with scratch.directory("secrets") as secrets:  # the index logins uv reads, as a BuildKit build's
-                made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os,
-                                stage=stage_context, ca_bundle=ca_bundle, netrc=_index_netrc(image, Path(secrets)),
-                                say=lambda e: progress(image.name, e))
-            info = engine.inspect(tag)
-            outcome = Outcome(image.name, tag, "built", made.image_id, info.size if info else 0,
-                              time.monotonic() - started, layers=made.layers, phases=made.seconds)
+            outcome = _build_reproducible(engine, lock, image, files, tag, labels, builder=builder,
+                                          ca_bundle=ca_bundle, progress=progress)
+            outcome.seconds = time.monotonic() - started
             return _verified(engine, image, outcome, verify, progress)
         with scratch.directory(f"ctx-{image.name}") as tmp, \
                 scratch.directory("secrets") as secrets:
@@ -118,6 +110,22 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
                           time.monotonic() - started)
     return _verified(engine, image, outcome, verify, progress)
+
+
+def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], tag: str,
+                        labels: dict[str, str], *, builder: str, ca_bundle: Path | None,
+                        progress: BuildProgress) -> Outcome:
+    """The builder makes the OS stage (``--target os``), envkit the rest (``reproducible.assemble``)."""
+    def build_os(ctx: Path, os_tag: str, os_labels: dict[str, str]) -> Iterator[BuildEvent]:
+        return run_build(engine, ctx, os_tag, os_labels, builder=builder, ca_bundle=ca_bundle, target="os")
+
+    with scratch.directory("secrets") as secrets:  # the index logins uv reads, as a BuildKit build's
+        made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os, stage=stage_context,
+                        ca_bundle=ca_bundle, netrc=_index_netrc(image, Path(secrets)),
+                        say=lambda e: progress(image.name, e))
+    info = engine.inspect(tag)
+    return Outcome(image.name, tag, "built", made.image_id, info.size if info else 0, layers=made.layers,
+                   phases=made.seconds)
 
 
 def _verified(engine: Engine, image: LockedImage, outcome: Outcome, verify: bool, progress: BuildProgress) -> Outcome:
