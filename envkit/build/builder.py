@@ -69,6 +69,10 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
     require_buildable(image)  # nightly builds through here too
     if reproducible:
         require_reproducible(image)
+        if not engine.local():
+            raise BuildError("--reproducible installs into a directory of this host bind-mounted into a container, "
+                             "which a remote engine (DOCKER_HOST over tcp or ssh) cannot mount",
+                             hint="build on the engine's host, or without --reproducible")
     buildkit = builder == "buildkit"
     files = render_files(lock, image, spec_name, buildkit=buildkit)
     # a reproducible build's identity says so (and how its layers are made): it is never taken for a builder's

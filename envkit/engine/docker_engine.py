@@ -107,6 +107,10 @@ class DockerEngine:
         info = self.client.info()
         return "nvidia" in (info.get("Runtimes") or {})
 
+    def local(self) -> bool:
+        """Whether the engine runs on this host (its unix socket), so a directory here can be bind-mounted."""
+        return str(self.client.api.base_url) == "http+docker://localhost"
+
     def data_root(self) -> str | None:
         """Where the engine keeps images and build layers (a path on the engine's host)."""
         return self.client.info().get("DockerRootDir")

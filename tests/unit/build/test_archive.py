@@ -142,3 +142,36 @@ def test_a_devel_image_is_refused_before_any_work():
     with pytest.raises(BuildError, match=r"is a devel image; --reproducible builds runtime images only"):
         build_image(NoEngine(), make_lock(image), image, "team.yaml", ca_bundle=None, progress=lambda *_: None,
                     reproducible=True)
+
+
+def test_a_remote_engine_is_refused_before_any_work():
+    from envkit.build.builder import build_image
+    from envkit.errors import BuildError
+
+    class RemoteEngine:
+        def local(self):
+            return False
+
+        def __getattr__(self, name):
+            raise AssertionError(f"the engine was asked {name}")
+
+    image = make_image()
+    with pytest.raises(BuildError, match=r"a remote engine \(DOCKER_HOST over tcp or ssh\) cannot mount"):
+        build_image(RemoteEngine(), make_lock(image), image, "team.yaml", ca_bundle=None, progress=lambda *_: None,
+                    reproducible=True)
+
+
+def test_the_docker_engine_knows_a_local_socket():
+    from envkit.engine.docker_engine import DockerEngine
+
+    class Api:
+        base_url = "http+docker://localhost"
+
+    class Client:
+        api = Api()
+
+    assert DockerEngine(Client()).local()
+    Api.base_url = "http+docker://ssh"
+    assert not DockerEngine(Client()).local()
+    Api.base_url = "https://10.0.0.2:2376"
+    assert not DockerEngine(Client()).local()
