@@ -109,6 +109,13 @@ class BuildError(EnvkitError):
     exit_code = 7
 
 
+class DiskSpaceError(BuildError):
+    """Before a build: the engine's disk has less free than the lock's images need (``engine.space.build_need``).
+    Nothing was built or written; ``envkit build --skip-space-check`` goes on anyway."""
+
+    exit_code = 17
+
+
 class VerificationError(EnvkitError):
     """An image was built but does not match its lock."""
 

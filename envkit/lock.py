@@ -48,6 +48,22 @@ class Package(Frozen):
     version: str
     hashes: tuple[str, ...]
     group: Literal["framework", "extra", "devel"]  # devel: the CUDA compiler (devel flavour)
+    size: int | None = Field(default=None, ge=0)  # the wheel's bytes, as its index lists it (``index.sizes``)
+
+    @model_serializer(mode="wrap")
+    def _without_unknown_size(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """No ``size`` key when the index gave none: locks made before sizes were recorded stay as they were."""
+        data = handler(self)
+        if data.get("size") is None:
+            data.pop("size", None)
+        return data
+
+
+def wheel_bytes(packages: tuple[Package, ...]) -> int | None:
+    """The bytes of these packages' wheels together; None when a size is unknown (a lock from before sizes, or an
+    index that gave none): an estimate from some of them would understate."""
+    sizes = [p.size for p in packages]
+    return None if not sizes or None in sizes else sum(s for s in sizes if s is not None)
 
 
 MIRROR_REPO_PREFIX = "base-"  # nightly mirrors each base into <team path>/base-<distro>-<suite>
@@ -112,8 +128,11 @@ class LockedImage(Frozen):
         return data
 
     def content_hash(self) -> str:
-        """Hash of everything that decides the image's contents (not the explanations)."""
+        """Hash of everything that decides the image's contents (not the explanations, nor the wheels' sizes: the
+        hashes decide the files; a lock given its sizes later keeps its hash)."""
         body = self.model_dump(mode="json", exclude={"hash", "decisions"})
+        for package in body["packages"]:
+            package.pop("size", None)
         return "sha256:" + hashlib.sha256(canonical(body)).hexdigest()
 
     @property

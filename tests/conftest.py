@@ -39,6 +39,21 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
+        from tests.buildcache import records
+
+        session.config._envkit_build_records = records()
+
+
+def pytest_sessionfinish(session):
+    before = getattr(session.config, "_envkit_build_records", None)
+    if before is not None and not hasattr(session.config, "workerinput"):
+        from tests.buildcache import prune, records
+
+        prune((records() or set()) - before)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def user_data_home(tmp_path_factory):
     """Every test, and every envkit it starts, keeps its default history store (this user's data directory,

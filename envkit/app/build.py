@@ -11,13 +11,15 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..build.builder import BuildProgress, Outcome, build_image, require_builder
 from ..certify.certificate import certificate_from, utc_now
+from ..engine.protocol import AUTO
 from ..errors import SpecError
 from ..frameworks import expected, require_buildable, require_bundle
 from ..store.history import Store
-from ..support.labels import CONTEXT_LABEL
+from ..support.labels import CONTEXT_LABEL, LOCK_LABEL
+from ..engine.space import build_need, require_space, size
 from ..index.urls import DEFAULT_INDEX
-from ..lock import LockedImage
-from ..render.files import Rendered, render
+from ..lock import LockedImage, wheel_bytes
+from ..render.files import Rendered, layer_packages, render
 from ..spec import env_ca_skip_note
 from .resolve import Resolved, resolve_spec
 from ..support.progress import Planned, Progress
@@ -25,7 +27,6 @@ from ..build.bundle_manifest import MANIFEST, bundle_size
 from ..build.bundle import check_replaceable, make_bundle
 from ..build.layer_record import PAYLOAD, Recorded, made_with, write_record
 from ..build.reproducible import require_reproducible
-from ..render.files import layer_packages
 from ..render.installer import VERSION as INSTALLER_VERSION
 
 if TYPE_CHECKING:
@@ -43,34 +44,39 @@ def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = Non
 
 
 def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Path | None = None, locked: bool = False,
-               only: list[str] | None = None, verify: bool = True, builder: str = "classic",
+               only: list[str] | None = None, verify: bool = True, builder: str = AUTO,
                progress: BuildProgress = lambda *_: None, store_url: str | None = None,
-               record: bool = True, reproducible: bool = False,
+               record: bool = True, space_check: bool = True, reproducible: bool = False,
                record_layers: bool = False) -> tuple[Resolved, list[Outcome]]:
-    """Resolve (or reuse the lock), render, build and verify; then record each image in the history store
-    (``record``: the default store unless ``store_url`` names one), so `envkit ls` lists it: the build, and its
-    verification as the CPU-only certificate ``envkit certify`` without a GPU would write. ``reproducible``: envkit
-    makes the environment layers (``build.reproducible``); ``record_layers``: their diff_ids are then written beside
-    the lock (``build.layer_record``), for `envkit verify --lock`."""
+    """Resolve (or reuse the lock), check the engine has the disk the lock needs, render, build and verify; then
+    record each image in the history store (``record``: the default store unless ``store_url`` names one), so
+    `envkit ls` lists it: the build, and its verification as the CPU-only certificate ``envkit certify`` without a
+    GPU would write. ``space_check``: refuse (``DiskSpaceError``) before anything is rendered or built when the
+    engine's disk has less free than the images to build need (``check_space``). ``reproducible``: envkit makes the
+    environment layers (``build.reproducible``); ``record_layers``: their diff_ids are then written beside the lock
+    (``build.layer_record``), for `envkit verify --lock`."""
     require_builder(engine, builder)  # before resolving: BuildKit without its CLI fails at once
     if record:
         with Store.open(store_url):  # a store that cannot be written fails now, not after the builds
             pass
-    resolved, _ = render_spec(spec_path, out_root, lock_path=lock_path, locked=locked, only=only,
-                              progress=lambda msg: progress("*", msg))
+    resolved = resolve_spec(spec_path, lock_path=lock_path, reuse=True, locked=locked,
+                            progress=lambda msg: progress("*", msg))
+    for name in only or ():
+        resolved.spec.image(name)
+    images = [i for i in resolved.lock.images if not only or i.name in only]
+    for image in images:  # refuse before building any
+        require_buildable(image)
+        if reproducible:
+            require_reproducible(image)
+    if space_check:
+        check_space(engine, images, lambda msg: progress("*", msg))
+    render(resolved.lock, out_root, _display(spec_path), only)
     ca = resolved.spec.ca_bundle_path()
     if resolved.reused and (note := env_ca_skip_note(resolved.spec)):  # (a resolve said so already)
         progress("*", note)
-    for image in resolved.lock.images:  # refuse before building any
-        if not only or image.name in only:
-            require_buildable(image)
-            if reproducible:
-                require_reproducible(image)
     outcomes = []
-    for image in resolved.lock.images:
-        if only and image.name not in only:
-            continue
-        progress(image.name, Planned(len(image.packages)))
+    for image in images:
+        progress(image.name, planned(image))
         outcome = build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
                               progress=progress, verify=verify, builder=builder, reproducible=reproducible)
         outcomes.append(outcome)
@@ -98,6 +104,30 @@ def _image_layers(engine: Engine, outcome: Outcome, image: LockedImage) -> dict[
     info = engine.inspect(outcome.image_id)
     found = info.layers[-len(groups):] if info is not None else ()
     return dict(zip(groups, found))
+
+
+def check_space(engine: Engine, images: list[LockedImage], progress: Progress) -> None:
+    """Refuse (``DiskSpaceError``, exit 17) a build of ``images`` the engine's disk cannot hold: the images not
+    built yet (no image of their lock in the engine), estimated from their locks' wheel sizes
+    (``engine.space.build_need``). A lock without sizes (written before they were recorded) is not estimated:
+    each build then warns below the fixed threshold (``engine.space.low_space``)."""
+    todo = [i for i in images if engine.find_image({LOCK_LABEL: i.hash}) is None]
+    sizes = [wheel_bytes(i.packages) for i in todo]
+    if not todo or any(s is None for s in sizes):
+        return
+    need = build_need([s for s in sizes if s is not None])
+    free = require_space(engine, need, f"building {', '.join(i.name for i in todo)}")
+    if free is not None:
+        progress(f"engine disk: {size(free)} free; the build needs about {size(need)} (from the lock's wheel sizes)")
+
+
+def planned(image: LockedImage) -> Planned:
+    """What the build's display counts the install against: the lock's packages, their wheel sizes, and which
+    packages each install step (a requirements file, named by its group) takes up."""
+    groups = {group: tuple(p.name for p in packages) for group, packages in layer_packages(image).items()}
+    groups["devel"] = tuple(p.name for p in image.packages if p.group == "devel")
+    return Planned(len(image.packages), {p.name: p.size for p in image.packages if p.size is not None},
+                   wheel_bytes(image.packages), groups)
 
 
 def record_build(engine: Any, store_url: str | None, image: LockedImage, outcome: Outcome) -> None:

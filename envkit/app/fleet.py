@@ -32,7 +32,7 @@ from ..spec import Spec, load_spec
 from ..spec_dispatch import Dispatch, KubernetesTarget, SlurmTarget
 from ..store.history import Store
 from ..support.atomic import check_writable
-from ..support.progress import Progress
+from ..support.progress import Progress, transfer_lines
 from .resolve import lock_path_for
 
 FLEET_FILE = "fleet.json"
@@ -116,7 +116,8 @@ def _registry_ref(engine: Engine, registry: str, team: str, name: str, tag: str,
     repo = f"{registry.rstrip('/')}/{team}/{name}"
     stack_tag = tag.split(":", 1)[1]
     progress(f"[{name}] pushing {repo}:{stack_tag} for the nodes to pull")
-    result = promote(engine, repo, stack_tag, certified=False, image=tag, progress=lambda _: None)
+    result = promote(engine, repo, stack_tag, certified=False, image=tag, progress=lambda _: None,
+                     transfer=transfer_lines(progress, f"[{name}] pushed"))
     return result.stack.ref
 
 

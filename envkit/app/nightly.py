@@ -19,6 +19,7 @@ from ..support.atomic import check_writable, write_atomic
 from ..build.builder import CONTEXT_LABEL, build_image, require_builder
 from ..certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now, perf_metrics
 from ..payload.harness import gpu_key
+from ..engine.protocol import AUTO
 from ..engine.space import engine_full
 from ..errors import BuildError, EngineError, LockError, VerificationError
 from ..lock import Lock, LockedImage, load_lock, lock_changes, write_lock
@@ -35,7 +36,7 @@ from ..certify.report import FILES, write_reports
 from .nightly_publish import Asked, ImageReport, _publish, restore_base
 from .nightly_fleet import FleetStep, certify_on_fleet
 from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
-from ..support.progress import Progress
+from ..support.progress import Phase, Progress, phase_lines
 from ..payload.contents import SCHEMA
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ def _locks(spec_path: Path, lock_path: Path, out_root: Path, *, locked: bool,
 
 def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path, reports_dir: Path,
                 registry: str | None = None, locked: bool = False, gpus: bool | None = None,
-                threshold: float = 0.10, builder: str = "classic", refresh_catalog: bool = False,
+                threshold: float = 0.10, builder: str = AUTO, refresh_catalog: bool = False,
                 refresh_frameworks: Iterable[str]=(), reclaim: Callable[[list[str]], dict] | None = None,
                 dispatch: FleetStep | None = None, progress: Progress = lambda _: None) -> NightlyResult:
     """``builder`` builds what changed; an image whose build is already recorded is kept as it is.
@@ -255,7 +256,7 @@ def _build(
     ca: Path | None,
     report: ImageReport,
     progress: Progress,
-    builder: str = "classic",
+    builder: str = AUTO,
     disk: Disk | None = None,
     tags: Sequence[str] = (),
 ) -> ImageInfo | None:
@@ -290,7 +291,7 @@ def _build(
                 ca_bundle=ca,
                 verify=False,
                 builder=builder,
-                progress=lambda name, event: progress(f"[{name}] {getattr(event, 'text', event)}"[:160]),
+                progress=lambda name, event: _say(progress, name, event),
             )
             break
         except (BuildError, EngineError) as exc:
@@ -377,3 +378,11 @@ def _exit_code(reports: list[ImageReport]) -> int:
     if not any(r.worked or r.changes for r in reports):
         return NOTHING_TO_DO
     return PASSED
+
+
+def _say(progress: Progress, name: str, event: object) -> None:
+    """A build's event as the nightly's log line: its text; a base bootstrap's phase only as it starts and ends."""
+    if isinstance(event, Phase):
+        phase_lines(lambda line: progress(f"[{name}] {line}"))(event)
+        return
+    progress(f"[{name}] {getattr(event, 'text', event)}"[:160])

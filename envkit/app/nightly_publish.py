@@ -13,7 +13,7 @@ from ..lock import LockedImage
 from ..registry.artifacts import attach_certificate
 from ..registry.publish import promote, remote_digest, pull_by_digest, mirror_base
 from ..registry.remote_parse import certificate_tag
-from ..support.progress import Progress
+from ..support.progress import Progress, transfer_lines
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine, ImageInfo
@@ -67,7 +67,7 @@ def _publish(
     progress(f"[{image.name}] pushing to {repo}")
     try:
         result = promote(engine, repo, stack_tag, certified=report.status == "certified", image=report.tag,
-                         progress=lambda msg: None)
+                         progress=lambda msg: None, transfer=transfer_lines(progress, f"[{image.name}] pushed"))
     except EnvkitError as exc:
         report.publish_error = exc.message
         report.worked = True

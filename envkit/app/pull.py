@@ -18,7 +18,7 @@ from ..spec import load_spec
 from ..registry.remote import list_registry
 from ..registry.remote_parse import parse_ref
 from ..support.labels import IMAGE_LABEL, TEAM_LABEL
-from ..support.progress import Progress
+from ..support.progress import Progress, Transfer
 from .researchers import envkit_tag, gate_of, show_image
 from .standing import Standing, on_model, stack_facts, standings
 
@@ -111,7 +111,7 @@ class Pulled:
 
 def pull_image(engine: Any, ref: str, *, store_url: str | None, require_certified: bool = False,
                gpus: bool | None = None, warn: Callable[[str], None] = lambda _: None,
-               progress: Progress | None = None) -> Pulled:
+               progress: Progress | None = None, transfer: Transfer | None = None) -> Pulled:
     """Pull ``ref`` (a registry reference; a bare repository: its newest tag) by its digest, after the gate
     ``envkit run`` applies on this host (``gpus``: as run's --gpus; None: when the engine has the NVIDIA runtime):
     an image not certified here is pulled with ``warn(message)``, or (``require_certified``) refused, exit 8,
@@ -132,7 +132,7 @@ def pull_image(engine: Any, ref: str, *, store_url: str | None, require_certifie
             raise VerificationError(f"refusing to pull it: {verdict.message}", hint=verdict.hint + " (or drop "
                                     "--require-certified / ENVKIT_REQUIRE_CERTIFIED to pull it anyway, with a warning)")
         warn(f"warning: {verdict.message}\n  hint: {verdict.hint}")
-    info = pull_by_digest(engine, registry["pinned"], progress=progress)
+    info = pull_by_digest(engine, registry["pinned"], progress=progress, transfer=transfer)
     if not bare(ref) and "@" not in ref:
         engine.tag(info.id, ref)
     return Pulled(ref, registry["pinned"], info, verdict)

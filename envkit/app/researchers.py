@@ -115,7 +115,7 @@ def list_registry_images(client: Any, registry: str, store_url: str | None, **re
 def _cert_doc(c: CertificateRecord) -> dict:
     return {"status": c.status, "gpu_model": c.gpu_model, "driver": c.driver, "created_at": c.created_at,
             "reasons": c.document.get("reasons", []), "source": "store", "metrics": c.metrics,
-            "expect": c.document.get("expect") or {}}
+            "expect": c.document.get("expect") or {}, "document": c.document}
 
 
 def show_image(engine: Engine | None, ref: str, store_url: str | None, **read: Any) -> dict:

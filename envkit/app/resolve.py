@@ -22,6 +22,7 @@ from ..index.closure import compile_closure
 from ..errors import EnvkitError, LockError, PackageIndexError, ResolutionError, SpecError
 from ..index.urls import DEFAULT_INDEX
 from ..index.client import PackageIndex
+from ..index.sizes import with_sizes
 from ..index.login import check_netrc, check_netrc_text, keyring_logins
 from ..support.atomic import check_writable
 from ..lock import Lock, LockedImage, load_lock, lock_changes, write_lock
@@ -118,10 +119,17 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
     index = PackageIndex(spec.build.index_url or DEFAULT_INDEX, ca_bundle=ca)
     # a login only the keyring holds, for envkit's requests and uv: the spec's index and its variant mirror's
     logins = [spec.build.index_url, *(variant_indexes(spec, catalog) if spec.build.variant_index_url else ())]
+    indexes = {index.url: index}
+
+    def index_for(url: str) -> PackageIndex:  # one client per index (its listings cached), for the sizes too
+        if url.rstrip("/") not in indexes:
+            indexes[url.rstrip("/")] = PackageIndex(url, ca_bundle=ca)
+        return indexes[url.rstrip("/")]
+
     try:
         with keyring_logins(logins):
             lock = resolve(spec, catalog, index, closure=functools.partial(compile_closure, ca_bundle=ca),
-                           index_for=lambda url: PackageIndex(url, ca_bundle=ca))
+                           index_for=index_for, sizes=lambda image: with_sizes(image, index_for))
     except (PackageIndexError, ResolutionError) as exc:
         _unreachable_variant(exc, spec, catalog)
         raise

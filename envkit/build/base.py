@@ -7,23 +7,57 @@ so a rebuild reuses it.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..support import procs, scratch
 from ..engine.protocol import ImageInfo
 from ..engine.space import host_full, says_no_space
 from ..errors import EngineError
 from ..lock import BaseImage
-from ..support.progress import Progress
+from ..support.progress import Phase, Progress
+
+Phases = Callable[[Phase], None]
+# debootstrap's line for one package in each phase: "I: Retrieving adduser 3.134", "I: Extracting adduser...",
+# "I: Unpacking libc6:amd64...", "I: Configuring apt..." (its other lines name no package: "I: Retrieving InRelease",
+# "I: Unpacking required packages...")
+_PACKAGE_LINE = re.compile(r"^I: (?:(Retrieving) \S+ \S+|(Extracting|Unpacking|Configuring) \S+\.\.\.)$")
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
 
 
-def ensure_base(engine: Engine, base: BaseImage, progress: Progress = lambda _: None) -> ImageInfo:
+@dataclass
+class DebootstrapCount:
+    """debootstrap's progress, read from its lines (``feed``): the packages it retrieves (how many it needs is known
+    once the retrieving ends), then each later phase's packages against that count."""
+
+    total: int = 0
+    phase: str = ""
+    done: int = 0
+
+    def feed(self, line: str) -> Phase | None:
+        m = _PACKAGE_LINE.match(line.rstrip())
+        if not m:
+            return None
+        phase = (m.group(1) or m.group(2)).lower()
+        if phase != self.phase:
+            self.phase, self.done = phase, 0
+        self.done += 1
+        if phase == "retrieving":
+            self.total = self.done
+            return Phase("bootstrap", phase, self.done, None)
+        return Phase("bootstrap", phase, min(self.done, self.total), self.total or None)
+
+
+def ensure_base(engine: Engine, base: BaseImage, progress: Progress = lambda _: None,
+                phases: Phases = lambda _: None) -> ImageInfo:
+    """The base image ``base`` names: the engine's, else bootstrapped (``progress``: what it does; ``phases``:
+    debootstrap's packages per phase as it goes)."""
     info = engine.inspect(base.ref)
     if info is not None:
         return info
@@ -32,10 +66,10 @@ def ensure_base(engine: Engine, base: BaseImage, progress: Progress = lambda _: 
             f"base image {base.ref} is not in the engine and envkit does not pull",
             hint=f"pull or load it first (docker pull {base.ref}), or use a `bootstrap:` base",
         )
-    return bootstrap(engine, base, progress)
+    return bootstrap(engine, base, progress, phases)
 
 
-def bootstrap(engine: Engine, base: BaseImage, progress: Progress) -> ImageInfo:
+def bootstrap(engine: Engine, base: BaseImage, progress: Progress, phases: Phases = lambda _: None) -> ImageInfo:
     recipe = base.bootstrap or {}
     debootstrap = shutil.which("debootstrap") or (
         "/usr/sbin/debootstrap" if Path("/usr/sbin/debootstrap").exists() else None
@@ -45,7 +79,7 @@ def bootstrap(engine: Engine, base: BaseImage, progress: Progress) -> ImageInfo:
                           hint="apt-get install -y debootstrap (as root), or give an image base")
     tmp = scratch.make("rootfs")
     try:
-        info = _bootstrap_in(tmp, engine, base, recipe, debootstrap, progress)
+        info = _bootstrap_in(tmp, engine, base, recipe, debootstrap, progress, phases)
     except BaseException:
         scratch.remove(tmp, strict=False)  # the exception on its way says what went wrong
         raise
@@ -54,11 +88,17 @@ def bootstrap(engine: Engine, base: BaseImage, progress: Progress) -> ImageInfo:
 
 
 def _bootstrap_in(tmp: Path, engine: Engine, base: BaseImage, recipe: dict, debootstrap: str,
-                  progress: Progress) -> ImageInfo:
+                  progress: Progress, phases: Phases) -> ImageInfo:
     root = tmp / "rootfs"
     cmd = [debootstrap, f"--variant={recipe['variant']}", recipe["suite"], str(root), recipe["mirror"]]
     progress(f"bootstrapping {recipe['suite']} from {recipe['mirror']} (about a minute)")
-    proc = procs.run(cmd)  # interrupted: SIGTERM, on which debootstrap unmounts what it mounted in the target
+    count = DebootstrapCount()
+
+    def line(text: str) -> None:
+        if (phase := count.feed(text)) is not None:
+            phases(phase)
+
+    proc = procs.run_lines(cmd, line)  # interrupted: SIGTERM, on which debootstrap unmounts what it mounted
     if proc.returncode != 0:
         tail = "\n    ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
         if says_no_space(tail):

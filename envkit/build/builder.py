@@ -18,14 +18,14 @@ from ..support.ca_bundle import site_certificates
 from .base import ensure_base
 from .reproducible import REPRODUCIBLE, assemble, reproducible_mark, require_reproducible
 from ..payload.harness import Verification, run_payload
-from ..engine.protocol import BUILDERS, BuildEvent
-from ..support.progress import Planned
-from ..engine.space import low_space
+from ..engine.protocol import AUTO, BUILDER_CHOICES, BuildEvent
+from ..support.progress import Phase, Planned
+from ..engine.space import build_need, low_space
 from ..engine.buildkit import BuildKitBuilder
 from ..errors import BuildError
 from ..frameworks import expected, require_buildable
 from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
-from ..lock import Lock, LockedImage
+from ..lock import Lock, LockedImage, wheel_bytes
 from ..render.files import CA_ARG, context_hash, image_tag, index_urls, render_files
 
 from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
@@ -33,7 +33,7 @@ from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
 
-BuildProgress = Callable[[str, BuildEvent | Planned | str], None]  # (image name, a build event, a plan or a line)
+BuildProgress = Callable[[str, BuildEvent | Planned | Phase | str], None]  # (image name, an event, a plan or a line)
 
 
 @dataclass
@@ -48,6 +48,7 @@ class Outcome:
     labels: dict = field(default_factory=dict)
     layers: dict[str, str] = field(default_factory=dict)  # --reproducible: layer group -> diff_id
     phases: dict[str, float] = field(default_factory=dict)  # --reproducible: where the build's time went, seconds
+    builder: str = ""  # which built it (classic | buildkit); "" when skipped
 
     @property
     def status(self) -> str:
@@ -56,15 +57,16 @@ class Outcome:
     def to_json(self) -> dict:
         return {"name": self.name, "tag": self.tag, "action": self.action, "image_id": self.image_id,
                 "size_bytes": self.size, "build_seconds": round(self.seconds, 1), "status": self.status,
+                "builder": self.builder or None,
                 "verification": self.verification.to_json() if self.verification else None,
                 **({"layers": self.layers, "phases_seconds": self.phases} if self.layers else {})}
 
 
 def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
-                progress: BuildProgress, verify: bool = True, builder: str = "classic",
+                progress: BuildProgress, verify: bool = True, builder: str = AUTO,
                 reproducible: bool = False) -> Outcome:
-    """Build ``image`` with ``builder`` ("classic" | "buildkit") unless an identical build exists; ``reproducible``:
-    the builder makes the OS stage, envkit the environment layers (``reproducible.assemble``)."""
+    """Build ``image`` with ``builder`` ("auto" | "classic" | "buildkit") unless an identical build exists;
+    ``reproducible``: the builder makes the OS stage, envkit the environment layers (``reproducible.assemble``)."""
     check_builder(builder)
     require_buildable(image)  # nightly builds through here too
     if reproducible:
@@ -73,6 +75,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
             raise BuildError("--reproducible installs into a directory of this host bind-mounted into a container, "
                              "which a remote engine (DOCKER_HOST over tcp or ssh) cannot mount",
                              hint="build on the engine's host, or without --reproducible")
+    builder = pick_builder(engine, builder)
     buildkit = builder == "buildkit"
     files = render_files(lock, image, spec_name, buildkit=buildkit)
     # a reproducible build's identity says so (and how its layers are made): it is never taken for a builder's
@@ -87,9 +90,11 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); skipping")
         outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size)
     else:
-        if (warning := low_space(engine)) is not None:
+        wheels = wheel_bytes(image.packages)
+        if (warning := low_space(engine, build_need([wheels]) if wheels is not None else None)) is not None:
             progress(image.name, warning)
-        base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg))
+        base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg),
+                           lambda phase: progress(image.name, phase))
         labels = dict(identity, **{BASE_LABEL: base.id})
         if reproducible:
             outcome = _build_reproducible(engine, lock, image, files, tag, labels, builder=builder,
@@ -112,7 +117,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
                 raise _login_failure(exc, image, builder, netrc is not None) from None
         info = engine.inspect(tag)
         outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
-                          time.monotonic() - started)
+                          time.monotonic() - started, builder=builder)
     return _verified(engine, image, outcome, verify, progress)
 
 
@@ -129,7 +134,7 @@ def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, files: d
                         say=lambda e: progress(image.name, e))
     info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", made.image_id, info.size if info else 0, layers=made.layers,
-                   phases=made.seconds)
+                   phases=made.seconds, builder=builder)
 
 
 def _verified(engine: Engine, image: LockedImage, outcome: Outcome, verify: bool, progress: BuildProgress) -> Outcome:
@@ -160,15 +165,25 @@ def _login_failure(exc: BuildError, image: LockedImage, builder: str, passed: bo
 
 
 def check_builder(builder: str) -> None:
-    if builder not in BUILDERS:
-        raise BuildError(f"unknown builder {builder!r}", hint=f"use one of: {', '.join(BUILDERS)}")
+    if builder not in BUILDER_CHOICES:
+        raise BuildError(f"unknown builder {builder!r}", hint=f"use one of: {', '.join(BUILDER_CHOICES)}")
 
 
 def require_builder(engine: Engine, builder: str) -> None:
-    """Fail before any work when ``builder`` is unknown or cannot build here (BuildKit without its CLI)."""
+    """Fail before any work when ``builder`` is unknown or is BuildKit, asked for by name, that cannot build here
+    (its CLI missing); ``auto`` is decided when a build starts (``pick_builder``)."""
     check_builder(builder)
     if builder == "buildkit":
         BuildKitBuilder(engine).require()
+
+
+def pick_builder(engine: Engine, builder: str) -> str:
+    """The builder that builds (``classic`` | ``buildkit``): ``auto`` is BuildKit where it can build here (a cold
+    build in about half a naive Dockerfile's time, the site CA as a secret: docs/images.md), else classic."""
+    require_builder(engine, builder)
+    if builder == AUTO:
+        return "buildkit" if BuildKitBuilder(engine).available() else "classic"
+    return builder
 
 
 MAX_ARG = 120_000  # a build argument reaches the step as an environment variable: at most 128 kB (MAX_ARG_STRLEN)
@@ -195,7 +210,7 @@ def stage_context(directory: Path, files: dict[str, bytes]) -> Path:
     return directory
 
 
-def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *, builder: str = "classic",
+def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *, builder: str = AUTO,
               ca_bundle: Path | None = None, dockerfile: str = "Dockerfile", network: bool = True,
               no_cache: bool = False, netrc: Path | None = None, target: str | None = None) -> Iterator[BuildEvent]:
     """Build a staged context with either builder; ``network=False`` cuts RUN steps off the network.
@@ -204,7 +219,7 @@ def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *
     write it to /tmp and remove it; it stays in no layer, but `docker history` shows build arguments); BuildKit
     gets it as the build secret ``site-ca``, and ``netrc`` (the index hosts' logins) as ``index-netrc``.
     """
-    require_builder(engine, builder)
+    builder = pick_builder(engine, builder)
     if builder == "buildkit":
         secrets = {sid: path for sid, path in (("site-ca", ca_bundle), (SECRET_ID, netrc)) if path is not None} or None
         yield from BuildKitBuilder(engine).build(context, tag, labels, secrets=secrets, network=network,

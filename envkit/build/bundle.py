@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from ..support import scratch
 from .base import ensure_base
-from .builder import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, require_builder, run_build
+from .builder import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, pick_builder, require_builder, run_build
 from ..payload.harness import run_payload
-from ..engine.protocol import Mount, RunOptions
+from ..engine.protocol import AUTO, Mount, RunOptions
 from ..engine.space import host_out_of_space, low_space
 from ..errors import BuildError, EnvkitError
 from ..support.atomic import write_atomic
@@ -43,7 +43,7 @@ from ..resolve.devel import APT as DEVEL_APT
 from ..resolve.devel import fetch_toolkit_deb, toolkit_deb
 from ..render.files import context_for, context_hash, image_tag, install_packages, render_files
 from ..frameworks import expected
-from ..support.progress import Progress
+from ..support.progress import Progress, phase_lines
 from .bundle_manifest import (BASE_ARCHIVE, BUNDLE_LABEL, BUNDLE_VERSION, CONTEXT, DOCKERFILES, LOCK_FILE, MANIFEST,
                               REMAKE_HOW, is_bundle, sha256_of, file_hashes, verify_bundle)
 from .wheelhouse import lock_indexes, download_wheels
@@ -97,7 +97,7 @@ def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, c
         raise EnvkitError(f"cannot create the bundle beside {out_dir}: {exc}",
                           hint="choose an --out whose parent directory is writable") from None
     try:
-        base = ensure_base(engine, image.base, progress)
+        base = ensure_base(engine, image.base, progress, phases=phase_lines(progress))
         write_atomic(staging / LOCK_FILE, lock.to_bytes())
         context = staging / CONTEXT
         for rel, data in render_files(lock, image, spec_name, wheelhouse=True).items():
@@ -190,7 +190,7 @@ def _replace_dir(new: Path, target: Path) -> None:
     shutil.rmtree(old.parent, ignore_errors=True)
 
 
-def build_from_bundle(engine: Engine, bundle_dir: Path, *, builder: str = "classic", verify: bool = True,
+def build_from_bundle(engine: Engine, bundle_dir: Path, *, builder: str = AUTO, verify: bool = True,
                       no_cache: bool = False, progress: Progress = lambda _: None) -> Outcome:
     """Check the bundle, load its base and build its image with no network inside the build.
 
@@ -199,6 +199,7 @@ def build_from_bundle(engine: Engine, bundle_dir: Path, *, builder: str = "class
     require_builder(engine, builder)
     bundle_dir = Path(bundle_dir)
     manifest = verify_bundle(bundle_dir)
+    builder = pick_builder(engine, builder)
     dockerfile = manifest["dockerfiles"].get(builder)
     if dockerfile is None or f"{CONTEXT}/{dockerfile}" not in manifest["files"]:
         where = (f"names {CONTEXT}/{dockerfile}, which is not among its files" if dockerfile is not None
@@ -227,7 +228,7 @@ def build_from_bundle(engine: Engine, bundle_dir: Path, *, builder: str = "class
         progress(event.text if event.kind != "step" else f"step {event.step}/{event.total}: {event.text}")
     info = engine.inspect(tag)
     outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
-                      time.monotonic() - started, labels=labels)
+                      time.monotonic() - started, labels=labels, builder=builder)
     if verify:
         outcome.verification = run_payload(engine, tag, expected(image))
     return outcome

@@ -20,9 +20,10 @@ import click
 
 from .. import __version__
 from . import admin, build, certify, export, gc, registry, researchers
-from .common import BUILDERS, SPEC, STORE_HELP, Ctx, EnvkitGroup, builder_option, emit, json_option, run, table
+from .common import BUILDER_CHOICES, SPEC, STORE_HELP, Ctx, EnvkitGroup, builder_option, emit, json_option, run, table
 
-__all__ = ["main", "BUILDERS", "SPEC", "STORE_HELP", "Ctx", "builder_option", "emit", "json_option", "run", "table"]
+__all__ = ["main", "BUILDER_CHOICES", "SPEC", "STORE_HELP", "Ctx", "builder_option", "emit", "json_option", "run",
+           "table"]
 
 
 @click.group(cls=EnvkitGroup)

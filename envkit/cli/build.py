@@ -10,8 +10,8 @@ import click
 
 from ..lock import PIP_TOPIC, named_extras
 from .progress import BuildView
-from .common import (IMAGE, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option, locked_option,
-                     run, table)
+from .common import (IMAGE, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option,
+                     locked_option, run, table)
 from .flags import from_renamed, lock_option, renamed_option
 
 if TYPE_CHECKING:
@@ -202,6 +202,9 @@ def render_cmd(click_ctx: click.Context, spec: Path, out_root: Path, images: tup
 @click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
 @click.option("--store", "store_url", type=STORE, default=None,
               help="Record the builds (and their verification) in this history store, for `envkit ls`. " + STORE_HELP)
+@click.option("--skip-space-check", is_flag=True,
+              help="Build even when the engine's disk has less free than the lock's images need (estimated from the "
+                   "lock's wheel sizes; refused otherwise, exit 17, before anything is written).")
 @builder_option
 @click.option("--reproducible", is_flag=True,
               help="The builder makes the OS stage; envkit installs each layer group with uv in a container of it "
@@ -215,8 +218,8 @@ def render_cmd(click_ctx: click.Context, spec: Path, out_root: Path, images: tup
 @json_option
 @click.pass_context
 def build_cmd(click_ctx: click.Context, spec: Path, images: tuple[str, ...], out_root: Path, no_verify: bool,
-              store_url: str | None, builder: str, reproducible: bool, record_layers: bool, lock_path: Path | None,
-              locked: bool, json_out: bool) -> None:
+              store_url: str | None, skip_space_check: bool, builder: str, reproducible: bool, record_layers: bool,
+              lock_path: Path | None, locked: bool, json_out: bool) -> None:
     """Resolve, render, build and verify SPEC's images.
 
     The lock is reused while it matches the spec and the catalog; a missing or stale one is re-resolved and
@@ -232,9 +235,11 @@ def build_cmd(click_ctx: click.Context, spec: Path, images: tuple[str, ...], out
         resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
                                                        verify=not no_verify, builder=builder, locked=locked,
                                                        progress=view, store_url=store_url, lock_path=lock_path,
-                                                       reproducible=reproducible, record_layers=record_layers))
+                                                       space_check=not skip_space_check, reproducible=reproducible,
+                                                       record_layers=record_layers))
     doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
-           "builder": builder, "reproducible": reproducible, "images": [o.to_json() for o in outcomes]}
+           "builder": next((o.builder for o in outcomes if o.builder), builder), "reproducible": reproducible,
+           "images": [o.to_json() for o in outcomes]}
 
     def human() -> None:
         if not resolved.reused:
@@ -322,7 +327,7 @@ def bundle_build_cmd(
     c.progress(f"building from {bundle_dir} with the {builder} builder, no network inside the build")
     outcome = run(c, lambda: build_from_bundle(engine, bundle_dir, builder=builder, verify=not no_verify,
                                                no_cache=no_cache, progress=progress))
-    emit(c, {"bundle": str(bundle_dir), "builder": builder, "images": [outcome.to_json()]},
+    emit(c, {"bundle": str(bundle_dir), "builder": outcome.builder or builder, "images": [outcome.to_json()]},
          lambda: _outcomes_table([outcome]))
     if outcome.status == "failed":
         sys.exit(8)

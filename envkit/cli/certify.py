@@ -173,7 +173,7 @@ def _secs(value: float | None) -> str:
 @click.option("--gc", "gc", is_flag=True,
               help="Then reclaim this runner's disk as `envkit gc --team TEAM --keep N` does, never removing the "
                    "builds of the lock just run; also once during the run when a build fills the engine's disk, "
-                   "and then try that build again (with --builder buildkit, pruning too the build cache records "
+                   "and then try that build again (with BuildKit, pruning too the build cache records "
                    "this run has not used).")
 @click.option(
     "--keep",
@@ -237,7 +237,7 @@ def nightly_cmd(
 
     from ..ops.gc_plan import CacheCutoff, unused_for
 
-    cutoff = CacheCutoff(datetime.now(timezone.utc), "this nightly run started") if builder == "buildkit" else None
+    cutoff = CacheCutoff(datetime.now(timezone.utc), "this nightly run started") if builder != "classic" else None
     reclaim = (lambda tags: _nightly_gc(c, engine, spec, tags, store_url, keep, cutoff)) if gc else None
     with store:
         try:

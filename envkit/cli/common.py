@@ -21,7 +21,7 @@ import click
 
 from ..engine.space import host_out_of_space
 from ..errors import EngineError, EnvkitError, Interrupted
-from ..engine.protocol import BUILDERS
+from ..engine.protocol import AUTO, BUILDER_CHOICES
 from ..frameworks import NAMES
 from ..store.records import DEFAULT_HELP
 from .flags import filled, hoist_global_flags
@@ -118,9 +118,9 @@ def json_option(f: F) -> F:
 
 def builder_option(f: F) -> F:
     return click.option(
-        "--builder", type=click.Choice(BUILDERS), default="classic", show_default=True,
-        help="classic: the engine's API; buildkit: DOCKER_BUILDKIT=1 /usr/bin/docker build "
-             "(pip cache mounts, the CA as a build secret; needs Debian's docker.io CLI).")(f)
+        "--builder", type=click.Choice(BUILDER_CHOICES), default=AUTO, show_default=True,
+        help="auto: BuildKit where it can build here, else classic; classic: the engine's API; buildkit: "
+             "DOCKER_BUILDKIT=1 /usr/bin/docker build (the CA as a build secret; needs Debian's docker.io CLI).")(f)
 
 
 def locked_option(f: F) -> F:

@@ -229,7 +229,7 @@ def pull_cmd(click_ctx: click.Context, image: str, require_certified: bool, gpus
     with LayerView(c, f"pull {image}") as view:
         pulled = run(c, lambda: pull_image(engine, image, store_url=store_url, require_certified=require_certified,
                                            gpus=gpus, warn=lambda text: click.echo(filled(text), err=True),
-                                           progress=view))
+                                           progress=view, transfer=view.transfer))
 
     def human() -> None:
         click.echo(f"pulled {pulled.pinned}\n  as {pulled.ref} ({pulled.info.size / 2**30:.2f} GiB)")

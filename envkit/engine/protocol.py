@@ -64,6 +64,10 @@ class Mount:
 
 
 BUILDERS = ("classic", "buildkit")  # the engine's API (docker-py) | BuildKit through the docker CLI (buildkit.py)
+# What a build may be asked for: "auto" (the default) is BuildKit where it can build here, else classic
+# (``build.builder.require_builder`` decides).
+AUTO = "auto"
+BUILDER_CHOICES = (AUTO, *BUILDERS)
 RUN_TIMEOUT = 24 * 3600  # envkit run's default limit for a job, seconds
 # /dev/shm of a job (`envkit run --shm-size`'s default) and of certification, so a certificate's DataLoader and
 # NCCL checks ran with the shared memory researchers' jobs get (PyTorch's workers and NCCL's SHM transport use it)

@@ -13,7 +13,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from ..errors import EnvkitError
+from ..errors import DiskSpaceError, EnvkitError
 
 if TYPE_CHECKING:
     from .protocol import Engine
@@ -21,6 +21,46 @@ if TYPE_CHECKING:
 NO_SPACE = re.compile(r"no space left on device|\[Errno 28\]|disk quota exceeded", re.IGNORECASE)
 GIB = 1 << 30
 DISK_FAIL, DISK_WARN = 10 * GIB, 30 * GIB  # a CUDA framework image is 5-7 GB, and its build needs about as much again
+
+
+# What a cold build of a lock takes on the engine's disk, per byte of the lock's wheels (their sizes are in the lock).
+# Measured once, 2026-12-06, on the example (examples/team.lock: torch 2.5.1 cu124 + numpy, 3.02 GB of wheels), a cold
+# classic build on a 2-core host: the three environment layers hold 5.44 GB (`docker history`: CUDA wheels 2.90 GB,
+# framework 2.47 GB, extras 0.07 GB), 1.80 per wheel byte; the engine's free space fell by at most 9.64 GB during the
+# build (`df` every 2 s), 3.19 per wheel byte, and by 7.2 GB once it was done (the image is 5.70 GB with its 0.12 GB
+# base and 0.15 GB of OS packages). The peak above the image is the layer being committed: uv unpacks a group into its
+# cache and the venv (hard links), and the engine copies the step's files into the new layer.
+UNPACKED_PER_WHEEL_BYTE = 1.8  # the environment layers an image keeps
+PEAK_PER_WHEEL_BYTE = 3.2  # the most a build takes while it runs, its image included
+BUILD_MARGIN = GIB  # the base, the OS packages and the payload (~0.3 GB for the example), and some slack
+
+
+def build_need(wheel_bytes: list[int]) -> int:
+    """The engine disk a cold build of images whose locks hold ``wheel_bytes`` of wheels (one total per image) takes
+    at its peak: every image's environment as it stays, plus the largest one's transient copy while its layer is
+    committed (the images build one after the other), plus ``BUILD_MARGIN``. Layers images share (the same CUDA
+    wheels) are counted once per image: an estimate that errs on the safe side."""
+    if not wheel_bytes:
+        return 0
+    kept = sum(UNPACKED_PER_WHEEL_BYTE * b for b in wheel_bytes)
+    return int(kept + (PEAK_PER_WHEEL_BYTE - UNPACKED_PER_WHEEL_BYTE) * max(wheel_bytes)) + BUILD_MARGIN
+
+
+def require_space(engine: Engine, need: int, what: str) -> int | None:
+    """Refuse (``DiskSpaceError``, exit 17) when the engine's disk has less than ``need`` bytes free for ``what``;
+    the free bytes otherwise (None: not measurable here, e.g. a remote engine: nothing to refuse on)."""
+    try:
+        root = engine.data_root()
+    except Exception:  # noqa: BLE001 - not knowing is no reason to stop a build
+        return None
+    free = free_bytes(root)
+    if free is None or free >= need:
+        return free
+    raise DiskSpaceError(
+        f"{what} needs about {size(need)} on the engine's disk; {root} has {size(free)} free",
+        hint="`envkit gc --dry-run` lists what envkit can reclaim (`envkit gc` removes it), or free space on that "
+             "disk; `--skip-space-check` builds anyway (the estimate comes from the lock's wheel sizes: "
+             "docs/images.md, \"When the disk fills up\")")
 
 
 def size(n: int) -> str:
@@ -48,16 +88,22 @@ def reclaim_hint(usage: dict) -> str:
             "larger disk")
 
 
-def low_space(engine: Engine) -> str | None:
-    """A warning before a build when the engine's disk has too little free for a CUDA framework image
-    (None: enough, or not measurable here). Only a warning: a small image still fits."""
+def low_space(engine: Engine, need: int | None = None) -> str | None:
+    """A warning before a build when the engine's disk has less free than ``need`` (``build_need`` of the lock's
+    wheel sizes), or, when the lock has no sizes, than a CUDA framework image takes (``DISK_FAIL``); None: enough,
+    or not measurable here. Only a warning: without sizes a small image still fits (``envkit build`` refuses
+    beforehand when the sizes say it cannot: ``require_space``)."""
     try:
         root = engine.data_root()
     except Exception:  # noqa: BLE001 - not knowing is no reason to stop a build
         return None
     free = free_bytes(root)
-    if free is None or free >= DISK_FAIL:
+    if free is None or free >= (need if need is not None else DISK_FAIL):
         return None
+    if need is not None:
+        return (f"warning: only {size(free)} free on {root}, where the engine builds; this image needs about "
+                f"{size(need)} while it builds (from its lock's wheel sizes). `envkit gc --dry-run` shows what "
+                "envkit can reclaim")
     return (f"warning: only {size(free)} free on {root}, where the engine builds; a CUDA framework image needs "
             f"about {DISK_FAIL // GIB} GB while it builds. `envkit gc --dry-run` shows what envkit can reclaim")
 
@@ -117,6 +163,6 @@ def host_out_of_space(exc: OSError, what: str, *, measure: str | os.PathLike | N
                             "(envkit's working directories) at a larger one, then run it again", writing=path)
 
 
-__all__ = ["DISK_FAIL", "DISK_WARN", "GIB", "NO_SPACE", "engine_full", "engine_out_of_space", "free_bytes", "host_full",
-           "host_out_of_space",
-           "low_space", "reclaim_hint", "says_no_space", "size"]
+__all__ = ["BUILD_MARGIN", "DISK_FAIL", "DISK_WARN", "GIB", "NO_SPACE", "PEAK_PER_WHEEL_BYTE",
+           "UNPACKED_PER_WHEEL_BYTE", "build_need", "engine_full", "engine_out_of_space", "free_bytes", "host_full",
+           "host_out_of_space", "low_space", "reclaim_hint", "require_space", "says_no_space", "size"]

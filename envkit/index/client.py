@@ -44,6 +44,7 @@ class WheelFile:
     tags: frozenset[str]  # e.g. {"cp311-cp311-manylinux_2_28_x86_64"}
     has_metadata: bool
     yanked: bool
+    size: int | None = None  # bytes, as the listing gives it (PEP 700's ``size``; older indexes give none)
 
     def supports(self, python: str, glibc: str, machine: str = "x86_64") -> bool:
         """Installable on CPython ``python`` (e.g. '3.11') with glibc ``glibc`` (e.g. '2.36')."""
@@ -144,6 +145,7 @@ class PackageIndex:
                 tags=frozenset(str(t) for t in tags),
                 has_metadata=bool(f.get("core-metadata") or f.get("dist-info-metadata")),
                 yanked=bool(f.get("yanked")),
+                size=f["size"] if isinstance(f.get("size"), int) and f["size"] >= 0 else None,
             ))
         self._projects[project] = files
         return files
@@ -161,6 +163,20 @@ class PackageIndex:
         if not matches and version.local is None:
             matches = [w for w in usable if w.version.public == version.public]
         return sorted(matches, key=lambda w: (w.version, w.filename))[-1] if matches else None
+
+    def size(self, wheel: WheelFile) -> int | None:
+        """``wheel``'s bytes: the listing's ``size`` (PEP 700), else the ``Content-Length`` a HEAD of the file
+        answers; None when neither says."""
+        if wheel.size is not None:
+            return wheel.size
+        url = wheel.url.split("#", 1)[0]
+        try:
+            resp = self.session.head(url, allow_redirects=True, timeout=TIMEOUT, **self._tls)
+        except requests.RequestException as exc:
+            raise PackageIndexError(f"cannot fetch {url}: {exc}") from None
+        _raise_for_login(resp, url)
+        length = resp.headers.get("content-length", "")
+        return int(length) if resp.ok and length.isdigit() else None
 
     # --- metadata ----------------------------------------------------------------------
     def requires(self, wheel: WheelFile) -> list[Requirement]:

@@ -36,7 +36,7 @@ from .api import (PASSWORD_ENV, USER_ENV, Retries, Sleep, _classify, _Failure, _
                   _retrying)
 from .remote_parse import _strip_tag, split_repository, CERTIFIED_TAG
 from .auth import AuthFailure, Credentials, credentials_for, engine_refusal, engine_tls_failure
-from ..support.progress import Progress
+from ..support.progress import LayerBytes, Progress, Transfer
 from ..engine.docker_engine import as_engine
 
 
@@ -91,10 +91,12 @@ def _auth_config(registry: str) -> tuple[dict | None, Credentials | None]:
 
 
 def _stream(chunks: Iterable[dict], progress: Progress | None, refused: Callable[[str], AuthFailure] | None = None,
-            registry: str | None = None) -> str | None:
+            registry: str | None = None, transfer: Transfer | None = None) -> str | None:
     """Consume a push/pull progress stream; return the digest it reports; raise on an error line
     (``refused(message)`` when the registry refused the credentials; what ``engine_tls_failure`` makes
-    of the engine's TLS to ``registry``: an untrusted certificate, a client certificate refused or missing)."""
+    of the engine's TLS to ``registry``: an untrusted certificate, a client certificate refused or missing).
+    ``progress`` gets each layer's status changes, ``transfer`` the bytes moved on each layer ("Pushing",
+    "Downloading": the engine's ``progressDetail``)."""
     digest = None
     for chunk in chunks:
         if not isinstance(chunk, dict):
@@ -115,9 +117,17 @@ def _stream(chunks: Iterable[dict], progress: Progress | None, refused: Callable
         m = _DIGEST.search(status)
         if m and digest is None:
             digest = m.group(1)
+        detail = chunk.get("progressDetail") or {}
+        if transfer and status in ("Pushing", "Downloading") and chunk.get("id") and _count(detail.get("total")):
+            transfer(LayerBytes(str(chunk["id"]), _count(detail.get("current")), _count(detail.get("total"))))
         if progress and status and status not in ("Pushing", "Downloading", "Extracting", "Waiting"):
             progress(f"{chunk['id']}: {status}" if chunk.get("id") else status)
     return digest
+
+
+def _count(value: object) -> int:
+    """A byte count of the engine's progressDetail (0 for anything else)."""
+    return value if isinstance(value, int) and value > 0 else 0
 
 
 # --- the API -----------------------------------------------------------------------------------
@@ -136,8 +146,9 @@ def _unpushed(image: str, ref: str, registry: str, failure: _Failure, attempts: 
 
 
 def push(client: Any, image_ref_local: str, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
-         sleep: Sleep = time.sleep, progress: Progress | None = None) -> PushResult:
-    """Tag ``image_ref_local`` as ``registry_repo:tag`` and push it; return the pushed manifest digest."""
+         sleep: Sleep = time.sleep, progress: Progress | None = None, transfer: Transfer | None = None) -> PushResult:
+    """Tag ``image_ref_local`` as ``registry_repo:tag`` and push it; return the pushed manifest digest (``transfer``:
+    the bytes pushed per layer)."""
     engine = as_engine(client)
     registry, _ = split_repository(registry_repo)
     _check_tag(tag)
@@ -153,7 +164,8 @@ def push(client: Any, image_ref_local: str, registry_repo: str, tag: str, *, ret
 
     def attempt() -> str:
         chunks = engine.push(registry_repo, tag, auth)
-        digest = _stream(chunks, progress, lambda message: engine_refusal(registry, creds, message), registry)
+        digest = _stream(chunks, progress, lambda message: engine_refusal(registry, creds, message), registry,
+                         transfer)
         if not digest:
             raise _Failure("the engine finished the push without reporting a manifest digest", False)
         return digest
@@ -189,8 +201,9 @@ def _check_same_image(existing: _Manifest, registry_repo: str, ref: str, local: 
 
 def promote(client: Any, registry_repo: str, stack_tag: str, *, certified: bool, image: str | None = None,
             retries: int = 4, backoff: float = 1.0, sleep: Sleep = time.sleep,
-            progress: Progress | None = None) -> PromoteResult:
-    """Publish the immutable ``stack_tag``; when ``certified``, point ``:certified`` at the same digest.
+            progress: Progress | None = None, transfer: Transfer | None = None) -> PromoteResult:
+    """Publish the immutable ``stack_tag``; when ``certified``, point ``:certified`` at the same digest
+    (``transfer``: the bytes pushed per layer).
 
     ``image``: the local image to publish (default: the local ``registry_repo:stack_tag``).
     An existing stack tag holding the same image is left as it is (no re-push); one holding a
@@ -217,7 +230,7 @@ def promote(client: Any, registry_repo: str, stack_tag: str, *, certified: bool,
 
     existing = _retrying(lambda: reg.get_manifest(stack_tag), fail=unreadable(f"read {ref}"), **opts)
     if existing is None:
-        stack = push(engine, local, registry_repo, stack_tag, progress=progress, **opts)
+        stack = push(engine, local, registry_repo, stack_tag, progress=progress, transfer=transfer, **opts)
         pushed = True
     else:
         _check_same_image(existing, registry_repo, ref, local, info)
@@ -265,8 +278,10 @@ def mirror_base(client: Any, base_ref: str, registry_repo: str, *, tag: str | No
 
 
 def pull_by_digest(client: Any, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
-                   sleep: Sleep = time.sleep, progress: Progress | None = None) -> ImageInfo:
-    """Pull ``registry/repo@sha256:...`` into the engine and return what the engine now holds."""
+                   sleep: Sleep = time.sleep, progress: Progress | None = None,
+                   transfer: Transfer | None = None) -> ImageInfo:
+    """Pull ``registry/repo@sha256:...`` into the engine and return what the engine now holds (``transfer``: the
+    bytes downloaded per layer)."""
     m = _PINNED.fullmatch(ref_with_digest or "")
     if not m:
         raise EngineError(f"{ref_with_digest!r} is not pinned by digest",
@@ -277,7 +292,7 @@ def pull_by_digest(client: Any, ref_with_digest: str, *, retries: int = 4, backo
 
     def attempt() -> None:
         _stream(engine.pull(m.group("repo"), m.group("digest"), auth),
-                progress, lambda message: engine_refusal(registry, creds, message), registry)
+                progress, lambda message: engine_refusal(registry, creds, message), registry, transfer)
 
     def fail(f: _Failure, n: int) -> EngineError:
         tries = f"after {n} attempts" if n > 1 else "at the first attempt"

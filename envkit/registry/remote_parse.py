@@ -320,12 +320,13 @@ class RemoteCertificate:
     image_id: str
     lock_hash: str
     metrics: dict[str, float] = field(default_factory=dict)  # the performance probes' numbers (perf_metrics)
+    document: dict = field(default_factory=dict, compare=False)  # the whole certificate, as the artifact holds it
 
     def to_json(self) -> dict:
         return {"status": self.status, "gpu_model": self.gpu_model, "driver": self.driver,
                 "created_at": self.created_at, "reasons": list(self.reasons), "source": "registry",
                 "artifact": self.artifact, "tag": self.tag, "image_id": self.image_id, "lock_hash": self.lock_hash,
-                "metrics": self.metrics}
+                "metrics": self.metrics, "document": self.document}
 
 
 def certificate_of(artifact: CertificateArtifact) -> RemoteCertificate:
@@ -340,7 +341,7 @@ def certificate_of(artifact: CertificateArtifact) -> RemoteCertificate:
             from None
     return RemoteCertificate(artifact.ref.rsplit(":", 1)[1], artifact.pinned, artifact.subject, cert.status,
                              cert.gpu_model, cert.driver, cert.created_at, tuple(cert.reasons), cert.image_id,
-                             cert.lock_hash, perf_metrics(cert))
+                             cert.lock_hash, perf_metrics(cert), cert.to_json())
 
 
 def latest_per_gpu(certs: list[tuple[str, str, str]]) -> dict[str, str]:

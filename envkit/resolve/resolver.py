@@ -36,22 +36,26 @@ from ..index.client import PackageIndex, WheelFile
 
 Closure = Callable[..., list[Pin]]
 IndexFactory = Callable[[str], Index]
+Sizes = Callable[[LockedImage], LockedImage]  # a locked image with its wheels' sizes
 ArchReader = Callable[[Any, Any, str], ArchReading]  # (a MemberIndex, wheel, framework): wheel_arches.read_arches
 
 
 # --- lock (index + closure) ------------------------------------------------------------
 def resolve(spec: Spec, catalog: Catalog, index: Index, *, closure: Closure = compile_closure,
             index_for: IndexFactory | None = None, only: list[str] | None = None,
-            arch_reader: ArchReader = read_arches) -> Lock:
+            arch_reader: ArchReader = read_arches, sizes: Sizes | None = None) -> Lock:
     """Plan, then lock each image: confirm bundled pins and the compiled arch list from the wheel,
-    compile the closure with hashes. The images are locked side by side (each mostly waits on the index and
-    uv); the first image in the spec's order that fails is the error."""
+    compile the closure with hashes; ``sizes`` (``index.sizes.with_sizes``) adds each wheel's bytes. The images are
+    locked side by side (each mostly waits on the index and uv); the first image in the spec's order that fails is
+    the error."""
     plans = plan(spec, catalog, only)
     pool = ThreadPoolExecutor(max_workers=IMAGE_WORKERS)
     try:
         futures = [pool.submit(lock_image, p, index, catalog, closure, index_for, spec.fleet.min_driver, arch_reader,
                                held_back=spec.build.held_back or "show") for p in plans]
         images = [_locked(spec, p, f) for p, f in zip(plans, futures)]
+        if sizes is not None:
+            images = list(pool.map(sizes, images))
     finally:  # interrupted or failed: start nothing more, and wait for the solves already running to end
         pool.shutdown(wait=True, cancel_futures=True)
     return Lock(team=spec.team, spec_digest=spec_digest(spec), catalog_digest=catalog.digest,

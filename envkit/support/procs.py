@@ -102,3 +102,45 @@ def run_all(cmds: Sequence[Sequence[str]], *, env: Mapping[str, str] | None = No
             return done
         finally:
             stop(procs, grace)  # a no-op for those that ended
+
+
+def run_lines(cmd: Sequence[str], on_line: Callable[[str], None], *, env: Mapping[str, str] | None = None,
+              grace: float = GRACE, poll: float = 0.1) -> subprocess.CompletedProcess:
+    """``run`` for a child whose output is read as it comes (debootstrap's phases): stdout and stderr as one
+    stream, each whole line to ``on_line`` (without its newline) and all of it in the result's ``stdout``.
+
+    The child writes to a file, as with ``run``, which is read as it grows (every ``poll`` seconds), never to a
+    pipe: a child whose reader is gone (envkit SIGKILLed) would get SIGPIPE on its next line, and debootstrap, told
+    by the kernel to stop, says what it unmounts. Interrupted (or ``on_line`` raising), the child is stopped
+    gently, as ``run`` does."""
+    fd, path = tempfile.mkstemp(prefix="envkit-output-")
+    try:  # a reader of its own (the child's offset moves with its writes), and no name left behind, even if killed
+        reader = open(path, errors="replace")
+    finally:
+        os.unlink(path)
+    text: list[str] = []
+    partial = ""
+    with reader:
+        try:
+            proc = popen(cmd, stdout=fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                         env=None if env is None else dict(env))
+        finally:
+            os.close(fd)
+        try:
+            while True:
+                ended = proc.poll() is not None  # (read once more after it ended: its last lines)
+                chunk = reader.read()
+                if chunk:
+                    text.append(chunk)
+                    *whole, partial = (partial + chunk).split("\n")
+                    for line in whole:
+                        on_line(line)
+                if ended:
+                    break
+                time.sleep(poll)
+            if partial:
+                on_line(partial)
+            code = proc.wait()
+        finally:
+            stop([proc], grace)
+    return subprocess.CompletedProcess(list(cmd), code, "".join(text), "")

@@ -1,8 +1,9 @@
 """A small private package index for the integration tests: what a company mirror serves.
 
 ``PackageIndexServer(wheels_dir)`` serves the wheels of one directory over the simple API, PEP 503
-HTML or PEP 691 JSON (by the request's ``Accept``), with each wheel's ``.metadata`` (PEP 658/714, so
-uv and envkit's index client read metadata without range requests), over plain http or, given a
+HTML or PEP 691 JSON (by the request's ``Accept``; JSON with PEP 700's ``size``), with each wheel's
+``.metadata`` (PEP 658/714, so uv and envkit's index client read metadata without range requests), over plain
+http or, given a
 ``Pki`` (``tokenserver.make_pki``), https. It listens on every address, so build containers reach it
 at the bridge's gateway (``bridge_gateway``), and logs every request (``requests``, ``fetched``)
 so a test can say what came from it. With ``login`` it answers 401 to any request without that
@@ -199,6 +200,7 @@ class PackageIndexServer:
         wheels = self.projects().get(canonicalize_name(project), [])
         up = "../" * (self.root.count("/") + 1)  # from <root>/<project>/ back to the server's top
         files = [{"filename": w.name, "url": f"{up}files/{w.name}", "hashes": {"sha256": _sha256(w)},
+                  "size": w.stat().st_size,
                   "core-metadata": {"sha256": hashlib.sha256(wheel_metadata(w)).hexdigest()}} for w in wheels]
         # upstream's files too, as a mirror that holds some packages and relays the rest (its own copy first)
         relayed = self._upstream_files(project) if self.upstream is not None else None
@@ -232,6 +234,7 @@ class PackageIndexServer:
                                                             f"{f['filename']}",
                           "hashes": f.get("hashes", {}), **({"core-metadata": meta} if meta else {}),
                           **({"requires-python": f["requires-python"]} if f.get("requires-python") else {}),
+                          **({"size": f["size"]} if isinstance(f.get("size"), int) else {}),
                           **({"yanked": f["yanked"]} if f.get("yanked") else {})})
         return files
 

@@ -233,8 +233,9 @@ def doomed_engine():
 def test_an_engine_killed_in_the_middle_of_a_build_is_said_to_have_stopped(doomed_engine, small_bundle):
     with open(small_bundle / "base.tar", "rb") as fh:
         doomed_engine.engine.client.images.load(fh)
+    # the classic builder: its steps are "step i/n" lines, and a RUN step runs in a container of the engine's
     build = subprocess.Popen([sys.executable, "-m", "envkit.cli", "bundle", "build", str(small_bundle), "--no-verify",
-                              "--no-cache"], cwd=ROOT, env=doomed_engine.env, stdout=subprocess.PIPE,
+                              "--no-cache", "--builder", "classic"], cwd=ROOT, env=doomed_engine.env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     lines = []
     for line in build.stderr:  # the RUN step that installs the Debian packages: a container is running
@@ -410,7 +411,7 @@ def test_a_nightly_that_fills_the_disk_stops_building_and_with_gc_reclaims_and_b
         # a's build needs about 510 MiB at its peak (measured: 413 MiB stay); gc can give 600 back
         small.leave_free(100 << 20)
 
-        proc, doc = nightly(small, root)
+        proc, doc = nightly(small, root, "--builder", "classic")  # (BuildKit's: the test below)
         assert proc.returncode == 11, proc.stderr[-3000:]  # build failure
         a, b = doc["images"]
         assert (a["build"], b["build"]) == ("failed", "not built")
@@ -422,7 +423,7 @@ def test_a_nightly_that_fills_the_disk_stops_building_and_with_gc_reclaims_and_b
         assert doc["reclaimed"] is None and "gc" not in doc
 
         small.leave_free(100 << 20)  # again: the failed build's steps take some
-        proc, doc = nightly(small, root, "--gc", "--keep", "1")
+        proc, doc = nightly(small, root, "--builder", "classic", "--gc", "--keep", "1")
         a, b = doc["images"]
         assert (a["build"], b["build"]) == ("built", "built"), proc.stderr[-3000:]
         assert a["notes"][0].startswith(f"the engine's disk filled up (building {a['tag']} failed: the engine ran "

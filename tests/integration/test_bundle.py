@@ -158,7 +158,8 @@ def test_cli_bundle_make_then_build_offline(engine, tmp_path):
     assert [p.name for p in out.parent.iterdir()] == ["torch25.bundle"]  # no staging directory left
 
     # -v: the build log on stderr, from which the images a classic no-cache build created are read
-    built = envkit("-v", "bundle", "build", out, "--no-verify", "--no-cache", "--json", cwd=tmp_path, timeout=900)
+    built = envkit("-v", "bundle", "build", out, "--no-verify", "--no-cache", "--builder", "classic", "--json",
+                   cwd=tmp_path, timeout=900)
     created: list[str] = []
     record = collect_created(created)
     for line in built.stderr.splitlines():

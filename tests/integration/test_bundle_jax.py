@@ -14,7 +14,6 @@ cache records the offline build made (by id: those that appeared during the buil
 import json
 import os
 import shutil
-import subprocess
 import time
 
 import pytest
@@ -24,6 +23,7 @@ from envkit.build.bundle_manifest import BUNDLE_LABEL, bundle_size, verify_bundl
 from envkit.build.bundle import build_from_bundle, make_bundle
 from envkit.build.wheelhouse import check_wheels
 from envkit.lock import load_lock, sealed
+from tests.buildcache import prune, records
 from tests.integration.conftest import ROOT, envkit
 from tests.integration.test_buildkit import ca_bundle, collect_created, remove_images
 from tests.integration.test_bundle import (FULL_BUNDLE_BUILDS, assert_built_offline,
@@ -32,18 +32,6 @@ from tests.integration.test_bundle import (FULL_BUNDLE_BUILDS, assert_built_offl
 pytestmark = [pytest.mark.integration, pytest.mark.network]
 
 LOCK = ROOT / "examples" / "frameworks.lock"
-
-
-def _cache_records(engine) -> dict[str, str]:
-    """BuildKit's cache records, id -> creation time."""
-    return {r["ID"]: r.get("CreatedAt", "") for r in engine.client.api.df().get("BuildCache") or []}
-
-
-def _prune_records(ids: set[str]) -> None:
-    """Remove the cache records ``ids`` (children before parents: a few rounds)."""
-    for _ in range(4):
-        for record in sorted(ids):
-            subprocess.run(["docker", "builder", "prune", "-f", "--filter", f"id={record}"], capture_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +73,7 @@ def test_the_jax_image_builds_offline_from_its_bundle_and_verifies(engine, jax_b
     path, image = jax_bundle
     builder = "buildkit" if BuildKitBuilder(engine).available() else "classic"
     calls = record_builds(engine, monkeypatch)
-    records = _cache_records(engine)
+    before = records() or set()
     made: list[str] = []
     started = time.monotonic()
     outcome = build_from_bundle(engine, path, builder=builder, verify=False, no_cache=True,
@@ -104,6 +92,6 @@ def test_the_jax_image_builds_offline_from_its_bundle_and_verifies(engine, jax_b
     finally:
         remove_images(engine, outcome.image_id, created=made)
         if builder == "buildkit":
-            _prune_records(set(_cache_records(engine)) - set(records))
+            prune((records() or set()) - before)
 
 

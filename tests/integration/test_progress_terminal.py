@@ -1,5 +1,6 @@
 """The build's progress as a person at a terminal sees it: `envkit build` in a pseudo-terminal (pexpect) shows a bar
-whose step count advances during a real build, and plain lines where stderr is no terminal.
+whose step count advances during a real build, and the install's packages and bytes (the lock's wheel sizes) against
+the lock's totals; plain lines where stderr is no terminal.
 
 The build is small and real: examples/team.yaml's image under another team name, from the committed lock (its
 team and spec digest rewritten), so every step up to the labels comes from the example build's cache and the rest is
@@ -42,8 +43,10 @@ def test_a_terminal_sees_the_build_bar_advance(small_spec, tmp_path):
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40",
            "XDG_DATA_HOME": str(tmp_path / "data")}  # (the example build's CA and proxy settings: its cache)
     env.pop("CI", None)
+    # the classic builder reports each step of the cached build as it takes it (BuildKit reports cached steps at
+    # once: the bar would jump to the end)
     child = pexpect.spawn(sys.executable, ["-m", "envkit.cli", "build", str(small_spec), "--locked", "--no-verify",
-                                           "--store", str(tmp_path / "h.sqlite"), "--out", str(tmp_path / "out")],
+                                           "--builder", "classic", "--store", str(tmp_path / "h.sqlite"), "--out", str(tmp_path / "out")],
                           cwd=str(ROOT), env=env, dimensions=(40, 120), timeout=900, encoding="utf-8")
     child.expect(pexpect.EOF)
     child.close()
@@ -54,6 +57,14 @@ def test_a_terminal_sees_the_build_bar_advance(small_spec, tmp_path):
     assert len(set(done)) >= 3 and done == sorted(done), seen  # the bar moved forward, step by step
     total = seen[-1][1]
     assert total > 5 and done[-1] == total  # and finished
+    # the install's bar: packages and bytes against the lock's count and wheel sizes (its install steps come from
+    # the example build's cache here, each counting its packages and their bytes as installed), moving forward
+    installs = [(int(a), int(b), float(x), float(y)) for a, b, x, y in
+                re.findall(r"\[torch25\] install: packages (\d+)/(\d+), ([\d.]+)/([\d.]+) GB", screen)]
+    moved = sorted(set(installs))
+    assert len({x for _, _, x, _ in moved}) >= 2, installs  # the bytes advanced (the CUDA layer, then the rest)
+    assert [x for _, _, x, _ in installs] == sorted(x for _, _, x, _ in installs), installs
+    assert installs[-1][0] == installs[-1][1] and installs[-1][2] == installs[-1][3] == 3.02, installs  # all of it
     assert "\x1b[" in screen  # drawn as a terminal bar, not as plain lines
     assert f"{TEAM}/torch25:" in screen  # the outcome table
 

@@ -22,6 +22,10 @@ TAG_B = "vision/torch25:2.5.1-cu124-py3.11-bbbbbbbb"
 ID_A, ID_B = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 
 
+H100_DOCUMENT = {"version": 1, "status": "certified", "gpu_model": "NVIDIA H100", "driver": "570.1",
+                 "checks": [{"name": "matmul", "ok": True}], "telemetry": [{"gpu": 0, "samples": 12}]}
+
+
 def cert(model, status, when, driver="570.124.06", source="store", metrics=None):
     return {"gpu_model": model, "status": status, "created_at": when, "driver": driver, "source": source,
             "reasons": [], "metrics": metrics or {}}
@@ -75,8 +79,8 @@ def team_store(tmp_path, monkeypatch):
         store.record_build("torch25", "sha256:" + "a" * 64, "c", tag=TAG_A, image_id=ID_A)
         store.record_build("torch25", "sha256:" + "b" * 64, "c", tag=TAG_B, image_id=ID_B)
         store.record_certificate(ID_A, "none", "none", status="verified", lock_hash="a", document={})
-        store.record_certificate(ID_A, "NVIDIA H100", "570.1", status="certified", lock_hash="a", document={},
-                                 metrics={"matmul_tflops.bf16_matmul_tflops": 700.0})
+        store.record_certificate(ID_A, "NVIDIA H100", "570.1", status="certified", lock_hash="a",
+                                 document=H100_DOCUMENT, metrics={"matmul_tflops.bf16_matmul_tflops": 700.0})
         store.record_certificate(ID_B, "none", "none", status="verified", lock_hash="b",
                                  document={"expect": {"torch": "2.5.1", "cuda": "12.4"}})
     engine = FakeEngine({ID_A: info(ID_A, TAG_A), TAG_A: info(ID_A, TAG_A)})
@@ -132,6 +136,8 @@ def test_show_answers_first_then_the_run_line(team_store):
     doc = json.loads(CliRunner().invoke(main, ["show", TAG_A, "--store", str(db), "--json"]).stdout)
     assert doc["framework"] == "torch 2.5.1" and doc["commands"] == [f"envkit run {TAG_A} -- python3 train.py"]
     assert {s["gpu_model"] for s in doc["standing"]} == {"NVIDIA H100", None} and doc["labels"]
+    h100_cert = next(c for c in doc["certificates"] if c["gpu_model"] == "NVIDIA H100")
+    assert h100_cert["document"] == H100_DOCUMENT  # the whole certificate, not only its summary
 
 
 def test_a_bare_repository_means_its_newest_tag(team_store):

@@ -157,7 +157,7 @@ def offline_parts(monkeypatch):
             (dest / group).mkdir(parents=True)
             (dest / group / f"{group}_1_amd64.deb").write_bytes(b"deb")
 
-    monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress: Base())
+    monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress, phases=None: Base())
     monkeypatch.setattr(bundle_mod, "download_wheels", download_wheels)
     monkeypatch.setattr(bundle_mod, "fetch_debs", fetch_debs)
     monkeypatch.setattr(bundle_mod, "fetch_toolkit_deb", lambda image, dest: pytest.fail("a CUDA 13 bundle has no .deb"))

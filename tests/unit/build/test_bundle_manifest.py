@@ -88,6 +88,7 @@ def test_a_manifest_that_is_not_utf8_is_no_bundle(tmp_path):
 
 def test_a_builder_the_manifest_has_no_dockerfile_for(tmp_path, monkeypatch):
     monkeypatch.setattr(bundle_mod, "require_builder", lambda engine, name: None)  # BuildKit's CLI need not be here
+    monkeypatch.setattr(bundle_mod, "pick_builder", lambda engine, name: name)
     doc = manifest()
     doc["dockerfiles"] = {"classic": "Dockerfile"}
     out = fake_bundle(tmp_path, doc)

@@ -151,6 +151,12 @@ class FakeEngine:
     def version(self):
         return {"engine": "docker", "version": "20.10.24", "api": "1.41"}
 
+    def find_image(self, labels):  # no image of the lock yet: the pre-build disk check weighs every image
+        return None
+
+    def data_root(self):  # not on this host: the disk check has nothing to measure
+        return None
+
 
 @pytest.fixture
 def engine(monkeypatch):
@@ -169,19 +175,19 @@ def no_buildkit_cli(monkeypatch, tmp_path):
 
 def test_builders_offered_are_the_renderers():
     from envkit import cli
-    from envkit.engine.protocol import BUILDERS
+    from envkit.engine.protocol import AUTO, BUILDER_CHOICES, BUILDERS
 
-    assert cli.BUILDERS == BUILDERS
+    assert cli.BUILDER_CHOICES == BUILDER_CHOICES == (AUTO, *BUILDERS)
 
 
 @pytest.mark.parametrize("command", [["build", "team.yaml"], ["nightly", "team.yaml"], ["bundle", "build", "dir"]])
 def test_unknown_builder_is_a_usage_error(command):
     result = invoke(*command, "--builder", "kaniko")
     assert result.exit_code == 2
-    assert "'kaniko' is not one of 'classic', 'buildkit'" in result.output
+    assert "'kaniko' is not one of 'auto', 'classic', 'buildkit'" in result.output
 
 
-@pytest.mark.parametrize("args, builder", [([], "classic"), (["--builder", "buildkit"], "buildkit")])
+@pytest.mark.parametrize("args, builder", [([], "auto"), (["--builder", "buildkit"], "buildkit")])
 def test_build_passes_the_builder_through(engine, monkeypatch, args, builder):
     seen = {}
 
@@ -240,6 +246,19 @@ def test_buildkit_without_its_cli_fails_before_resolving(engine, no_buildkit_cli
     assert not spec.with_suffix(".lock").exists()  # nothing resolved, nothing written
 
 
+def test_auto_is_buildkit_where_it_can_build_else_classic(engine, no_buildkit_cli, monkeypatch):
+    """The default builder: BuildKit wherever its CLI can build here, the classic builder elsewhere (never an error);
+    BuildKit named where it cannot build is refused, with the way out."""
+    from envkit.build.builder import pick_builder
+    from envkit.errors import BuildError
+
+    assert pick_builder(engine, "auto") == "classic" and pick_builder(engine, "classic") == "classic"
+    with pytest.raises(BuildError, match="--builder classic"):
+        pick_builder(engine, "buildkit")
+    monkeypatch.setattr("envkit.engine.buildkit.BuildKitBuilder.unavailable", lambda self: None)
+    assert pick_builder(engine, "auto") == "buildkit" and pick_builder(engine, "classic") == "classic"
+
+
 def test_nightly_passes_the_builder_through(engine, monkeypatch, tmp_path):
     from envkit.app.nightly import NightlyResult
 
@@ -273,7 +292,7 @@ def test_nightly_gc_also_reclaims_when_a_build_fills_the_disk(engine, monkeypatc
                         swept.append((tags, keep, cache)) or {"removed": []})
     assert invoke("nightly", "team.yaml", "--json").exit_code == 10
     assert seen["reclaim"] is None and swept == []
-    result = invoke("nightly", "team.yaml", "--gc", "--keep", "1", "--json")
+    result = invoke("nightly", "team.yaml", "--gc", "--keep", "1", "--builder", "classic", "--json")
     assert result.exit_code == 10, result.output
     assert seen["reclaim"](["vision/a:1"]) == {"removed": []}
     assert swept == [([], 1, None), (["vision/a:1"], 1, None)]  # after the run (no image), then the reclaim called here
@@ -375,7 +394,7 @@ def offline_parts(monkeypatch):
         (dest / "os").mkdir(parents=True)
         (dest / "os" / "python3_3.11.2-1_amd64.deb").write_bytes(b"deb")
 
-    monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress: Base())
+    monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress, phases=None: Base())
     monkeypatch.setattr(bundle_mod, "download_wheels", download_wheels)
     monkeypatch.setattr(bundle_mod, "fetch_debs", fetch_debs)
     monkeypatch.setattr(bundle_mod, "save_image", lambda engine, ref, path: path.write_bytes(b"tar"))
@@ -529,7 +548,7 @@ def test_bundle_make_needs_its_bundle_directory():
 
 # --- envkit bundle build ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args, builder", [([], "classic"), (["--builder", "buildkit"], "buildkit")])
+@pytest.mark.parametrize("args, builder", [([], "auto"), (["--builder", "buildkit"], "buildkit")])
 def test_bundle_build_passes_its_options_through(engine, monkeypatch, tmp_path, args, builder):
     seen = {}
 

@@ -134,9 +134,14 @@ def test_debootstrap_that_fills_tmpdir_says_it_was_this_hosts_disk(tmp_path, fre
             "/var/cache/apt/archives/base-files_12.4+deb12u8_amd64.deb\n"
             "dpkg: error processing archive base-files: cannot copy extracted data for './etc/issue' to "
             "'/etc/issue.dpkg-new': failed to write (No space left on device)\n")
-    monkeypatch.setattr(base_mod.procs, "run", lambda cmd: subprocess.CompletedProcess(cmd, 1, "", said))
+    def run_lines(cmd, on_line):  # debootstrap's output, stdout and stderr as one stream
+        for line in said.splitlines():
+            on_line(line)
+        return subprocess.CompletedProcess(cmd, 1, said, "")
+
+    monkeypatch.setattr(base_mod.procs, "run_lines", run_lines)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    monkeypatch.setattr(base_mod.shutil, "which", lambda name: "/usr/sbin/debootstrap")  # never run (procs.run)
+    monkeypatch.setattr(base_mod.shutil, "which", lambda name: "/usr/sbin/debootstrap")  # never run (procs.run_lines)
     recipe = {"suite": "bookworm", "variant": "minbase", "mirror": "http://deb.debian.org/debian"}
     image = BaseImage(ref="envkit-base/debian:bookworm-minbase-x", digest=None, distro="debian", suite="bookworm",
                       bootstrap=recipe)

@@ -175,6 +175,7 @@ class Hit:
     accept: str | None
     status: int
     sent: int
+    method: str = "GET"
 
 
 class IndexServer:
@@ -196,14 +197,17 @@ class IndexServer:
     # setup
     def add(self, project: str, wheel: Wheel | None = None, *, filename: str | None = None,
             core_metadata: str | bool | None = None, yanked=None, with_hash: bool = True,
-            serve_metadata: bool = True, url_suffix: str = "") -> dict:
-        """List a file for ``project``; serve its bytes (and its .metadata) under /files/."""
+            serve_metadata: bool = True, url_suffix: str = "", with_size: bool = True) -> dict:
+        """List a file for ``project``; serve its bytes (and its .metadata) under /files/. ``with_size``: the
+        listing gives the file's ``size`` (PEP 700, as PyPI does)."""
         filename = filename or wheel.filename
         data = wheel.data if wheel else b"not a real wheel"
         path = f"/files/{filename}"
         self.files[path] = data
         entry: dict = {"filename": filename, "url": path + url_suffix,
                        "hashes": {"sha256": hashlib.sha256(data).hexdigest()} if with_hash else {}}
+        if with_size:
+            entry["size"] = len(data)
         if core_metadata is not None:
             key = "core-metadata"
             if core_metadata == "legacy":
@@ -250,6 +254,13 @@ def _handler(server: IndexServer):
                 self.send_header(k, v)
             self.end_headers()
             self.wfile.write(body)
+
+        def do_HEAD(self):  # a file's headers (its Content-Length), no body
+            data = server.files.get(urlsplit(self.path).path)
+            server.record(Hit(urlsplit(self.path).path, None, None, 200 if data is not None else 404, 0, "HEAD"))
+            self.send_response(200 if data is not None else 404)
+            self.send_header("Content-Length", str(len(data) if data is not None else 0))
+            self.end_headers()
 
         def do_GET(self):
             path = urlsplit(self.path).path
@@ -728,7 +739,7 @@ def test_resolve_spec_gives_the_resolver_the_builds_ca_bundle(monkeypatch, tmp_p
     class Stop(Exception):
         pass
 
-    def fake_resolve(spec, catalog, index, *, closure, index_for):
+    def fake_resolve(spec, catalog, index, *, closure, index_for, sizes):
         seen.update(index=index, closure=closure, variant=index_for("https://download.pytorch.org/whl/cu126"))
         raise Stop
 

@@ -321,6 +321,11 @@ def test_cli_show_registry_ref_human_and_json(replayed):
     result = invoke("show", f"{HOST}/vision/torch25:{STACK_A}", "--all")
     assert ":certified points at             this image" in result.stdout
     assert "certificate: certified on NVIDIA H200 driver 570.124.06 (2026-12-01T03:00:00Z, registry)" in result.stdout
+    doc = json.loads(invoke("show", f"{HOST}/vision/torch25:{STACK_A}", "--json").stdout)
+    h200 = next(c for c in doc["certificates"] if c["gpu_model"] == "NVIDIA H200")
+    # the whole certificate the artifact carries, as `envkit certify` wrote it (its checks, its verdict)
+    assert h200["document"]["status"] == "certified" and h200["document"]["gpu_model"] == "NVIDIA H200"
+    assert h200["document"]["image_id"] == h200["image_id"] and len(h200["document"]) > len(h200) - 2
     result = invoke("show", f"{HOST}/broken/torch25:{STACK_A}", "--json")
     assert result.exit_code == 6
     assert json.loads(result.stdout)["error"] == "EngineError"

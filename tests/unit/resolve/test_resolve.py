@@ -1147,3 +1147,19 @@ def test_an_image_named_as_a_base_mirror_is_refused_at_its_name(catalog):
     assert err.value.location.line == text.splitlines().index(f"  - name: base-{base.distro}-{base.suite}") + 1
     assert err.value.hint == f"rename the image (e.g. {base.distro}-{base.suite}-base)"
     plan(load(make_spec().replace("name: img", "name: base-cuda")), catalog)  # other base-* names are fine
+
+
+def test_sizes_are_asked_for_each_locked_image_and_keep_its_hash(catalog):
+    seen = []
+
+    def sizes(image):  # index.sizes.with_sizes, as the app passes it
+        seen.append(image.name)
+        return image.model_copy(update={"packages": tuple(p.model_copy(update={"size": 7}) for p in image.packages)})
+
+    plain = run_image(catalog, framework="torch==2.5.*")
+    sized = resolve(load(make_spec(framework="torch==2.5.*")), catalog, FakeIndexes(catalog).main,
+                    closure=FakeClosure(), index_for=FakeIndexes(catalog).index_for, arch_reader=FakeArches(catalog),
+                    sizes=sizes).images[0]
+    assert seen == ["img"] and {p.size for p in sized.packages} == {7}
+    assert {p.size for p in plain.packages} == {None}  # no sizes asked: none recorded
+    assert sized.hash == plain.hash == sized.content_hash()

@@ -254,7 +254,7 @@ def test_resolve_checks_the_netrc_and_asks_the_keyring_for_the_mirror(monkeypatc
         def __exit__(self, *exc):
             return False
 
-    def fake_resolve(spec, catalog, index, *, closure, index_for):
+    def fake_resolve(spec, catalog, index, *, closure, index_for, sizes):
         seen["variant"] = index_for("http://mirror.corp.example:8080/pytorch/whl/cu126").url
         raise Stop
 

@@ -1,0 +1,58 @@
+"""Each locked package's wheel size in bytes, read from the index at resolve time.
+
+The lock's hashes name every file of a release that uv saw; the wheel the build installs is the one whose sha256 is
+among them and whose tags fit the image's Python and glibc. Its size comes from the index's listing (PEP 700's
+``size``, which PyPI gives), else from a HEAD of the file (``PackageIndex.size``). The framework's own index is asked
+first, then the spec's, as the build's uv asks them. Sizes feed the install progress (bytes done / total) and the
+pre-build disk check; they do not decide the image (the hashes do), so they are not in the image's content hash, and
+a size the indexes do not give stays unknown (``None``) rather than failing the resolve.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from ..errors import PackageIndexError
+from ..lock import LockedImage, Package
+from .client import PackageIndex
+
+WORKERS = 8  # listings asked at once (each is one GET per project, plus a HEAD when the listing has no size)
+
+
+def glibc_of(platform: str) -> str:
+    """'2.36' of a lock's platform 'x86_64-manylinux_2_36'."""
+    return ".".join(platform.rsplit("manylinux_", 1)[-1].split("_")[:2])
+
+
+def wheel_size(indexes: list[PackageIndex], package: Package, python: str, glibc: str) -> int | None:
+    """The bytes of the wheel of ``package`` the image installs: the first index (in order) that lists a file with
+    one of its hashes, fit for ``python`` and ``glibc`` (any file with a hash, when no tag fits as ``supports``
+    reads them). Of several fitting files (one release's manylinux tags), the
+    largest: the estimate never understates. None when no index lists one, or none says its size."""
+    hashes = {h.removeprefix("sha256:") for h in package.hashes}
+    for index in indexes:
+        try:
+            locked = [w for w in index.wheels(package.name) if w.sha256 in hashes]
+            # tags ``supports`` does not read (``py311-none-any``): the hash alone says the file is the release's
+            files = [w for w in locked if w.supports(python, glibc)] or locked
+            sizes = [s for s in (index.size(w) for w in files) if s is not None]
+        except PackageIndexError:  # the framework's index need not carry the rest of the closure
+            continue
+        if sizes:
+            return max(sizes)
+    return None
+
+
+def with_sizes(image: LockedImage, index_for: Callable[[str], PackageIndex]) -> LockedImage:
+    """``image`` with each package's wheel size, where an index gives it (a package that has one keeps it). The
+    content hash is unchanged: sizes are not part of it."""
+    urls = list(dict.fromkeys(u for u in (image.index_url, image.extra_index_url) if u))
+    indexes = [index_for(u) for u in urls]
+    glibc = glibc_of(image.platform)
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        sizes = list(pool.map(lambda p: p.size if p.size is not None else wheel_size(indexes, p, image.python, glibc),
+                              image.packages))
+    packages = tuple(p if p.size == size else p.model_copy(update={"size": size})
+                     for p, size in zip(image.packages, sizes))
+    return image.model_copy(update={"packages": packages})

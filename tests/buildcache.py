@@ -1,0 +1,39 @@
+"""BuildKit's cache records a test run made, removed when the run ends.
+
+Builds default to BuildKit (``--builder auto``), and BuildKit keeps every layer it built as a cache record after
+the image is removed (a CUDA framework build: 5 GB or more). CI runs on the developer's machine, so the suite
+leaves no record it made: the controlling process (not an xdist worker) lists the records when the session starts
+and prunes, when it ends, those that appeared since (records in use are never pruned; a few rounds, children
+before parents). Records made by anything else meanwhile on the same engine go too: only their cache is lost.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+DOCKER = "/usr/bin/docker"
+
+
+def records() -> set[str] | None:
+    """The ids of BuildKit's cache records now, or None without an engine."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=60)
+        try:
+            return {r["ID"] for r in client.api.df().get("BuildCache") or []}
+        finally:
+            client.close()
+    except Exception:  # no engine: nothing to clean up
+        return None
+
+
+def prune(ids: set[str]) -> None:
+    """Remove the cache records ``ids`` (children before parents: a few rounds)."""
+    for _ in range(4):
+        left = ids & (records() or set())
+        if not left:
+            return
+        for record in sorted(left):
+            subprocess.run([DOCKER, "builder", "prune", "-f", "--filter", f"id={record}"], capture_output=True,
+                           timeout=600)
