@@ -45,6 +45,11 @@ def _sigterm_when_parent_dies() -> Callable[[], None] | None:
     parent, sigterm = os.getpid(), int(signal.SIGTERM)
 
     def set_deathsig() -> None:  # runs in the child between fork and exec: nothing that may take a lock
+        # The child is a copy of envkit until it execs, with envkit's handlers: a SIGTERM or Ctrl-C meant for the
+        # process group that lands here now must end this child, not run envkit's handler in it (which printed
+        # "interrupted" from a child that then reported a failed start). exec would reset them anyway.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         prctl(_PR_SET_PDEATHSIG, sigterm)
         if os.getppid() != parent:  # envkit died before the prctl took effect: no one would send it
             os.kill(os.getpid(), sigterm)

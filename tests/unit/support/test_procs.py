@@ -124,3 +124,25 @@ def test_a_child_of_an_envkit_killed_outright_still_gets_sigterm(tmp_path):
         if not _gone(tmp_path / "pid"):  # the test failed: no orphan left running
             os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
 
+
+
+def test_the_child_before_exec_does_not_run_envkits_signal_handlers():
+    """Between fork and exec the child is a copy of envkit: a SIGTERM landing there must end it by default, not
+    run envkit's handler (which printed "interrupted" from the child)."""
+    preexec = procs._sigterm_when_parent_dies()
+    if preexec is None:
+        pytest.skip("Linux only")
+    old = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: as subprocess runs preexec_fn (never back into pytest)
+            ok = False
+            try:
+                preexec()
+                ok = signal.getsignal(signal.SIGTERM) is signal.getsignal(signal.SIGINT) is signal.SIG_DFL
+            finally:
+                os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        signal.signal(signal.SIGTERM, old)
