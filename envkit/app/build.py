@@ -25,6 +25,9 @@ from .resolve import Resolved, resolve_spec
 from ..support.progress import Planned, Progress
 from ..build.bundle_manifest import MANIFEST, bundle_size
 from ..build.bundle import check_replaceable, make_bundle
+from ..build.layer_record import PAYLOAD, Recorded, made_with, write_record
+from ..build.reproducible import require_reproducible
+from ..render.installer import VERSION as INSTALLER_VERSION
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
@@ -43,12 +46,15 @@ def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = Non
 def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Path | None = None, locked: bool = False,
                only: list[str] | None = None, verify: bool = True, builder: str = AUTO,
                progress: BuildProgress = lambda *_: None, store_url: str | None = None,
-               record: bool = True, space_check: bool = True) -> tuple[Resolved, list[Outcome]]:
+               record: bool = True, space_check: bool = True, reproducible: bool = False,
+               record_layers: bool = False) -> tuple[Resolved, list[Outcome]]:
     """Resolve (or reuse the lock), check the engine has the disk the lock needs, render, build and verify; then
     record each image in the history store (``record``: the default store unless ``store_url`` names one), so
     `envkit ls` lists it: the build, and its verification as the CPU-only certificate ``envkit certify`` without a
     GPU would write. ``space_check``: refuse (``DiskSpaceError``) before anything is rendered or built when the
-    engine's disk has less free than the images to build need (``check_space``)."""
+    engine's disk has less free than the images to build need (``check_space``). ``reproducible``: envkit makes the
+    environment layers (``build.reproducible``); ``record_layers``: their diff_ids are then written beside the lock
+    (``build.layer_record``), for `envkit verify --lock`."""
     require_builder(engine, builder)  # before resolving: BuildKit without its CLI fails at once
     if record:
         with Store.open(store_url):  # a store that cannot be written fails now, not after the builds
@@ -60,6 +66,8 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     images = [i for i in resolved.lock.images if not only or i.name in only]
     for image in images:  # refuse before building any
         require_buildable(image)
+        if reproducible:
+            require_reproducible(image)
     if space_check:
         check_space(engine, images, lambda msg: progress("*", msg))
     render(resolved.lock, out_root, _display(spec_path), only)
@@ -70,11 +78,32 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     for image in images:
         progress(image.name, planned(image))
         outcome = build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
-                              progress=progress, verify=verify, builder=builder)
+                              progress=progress, verify=verify, builder=builder, reproducible=reproducible)
         outcomes.append(outcome)
         if record:
             record_build(engine, store_url, image, outcome)
+    if record_layers:
+        _record_layers(engine, resolved, outcomes, progress)
     return resolved, outcomes
+
+
+def _record_layers(engine: Engine, resolved: Resolved, outcomes: list[Outcome], progress: BuildProgress) -> None:
+    """Each image's environment layers beside the lock; an image skipped as already built gives its own, from the
+    engine (the layers a reproducible build of this lock made)."""
+    entries = []
+    for o in outcomes:
+        image = resolved.lock.image(o.name)
+        layers = o.layers or _image_layers(engine, o, image)
+        entries.append(Recorded(o.name, image.hash, layers, made_with(f"uv {INSTALLER_VERSION}")))
+    path = write_record(resolved.lock_path, entries)
+    progress("*", f"wrote {path} (the environment layers of {', '.join(o.name for o in outcomes)})")
+
+
+def _image_layers(engine: Engine, outcome: Outcome, image: LockedImage) -> dict[str, str]:
+    groups = [g for g, p in layer_packages(image).items() if p] + [PAYLOAD]
+    info = engine.inspect(outcome.image_id)
+    found = info.layers[-len(groups):] if info is not None else ()
+    return dict(zip(groups, found))
 
 
 def check_space(engine: Engine, images: list[LockedImage], progress: Progress) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..build.builder import LOCK_LABEL
+from ..build.layer_record import compare, load_record, record_path
 from ..payload.harness import Verification, expect_from_labels, run_payload
 from ..errors import EngineError, VerificationError
 from ..frameworks import expected
@@ -49,14 +50,36 @@ def verify_image(engine: Engine, ref: str, *, lock_path: Path | None = None) -> 
     """Check inside ``ref`` that what it holds equals its pin labels (and the lock, if given). The payload's
     own verdict is judged again by the host's rules (``verdict.decide``, as certify does): a document that
     says ``verified`` beside a failed check, or claims a GPU check passed with no GPU, fails here too."""
-    _, _, expect = expectations(engine, ref, lock_path)
+    info, lock_hash, expect = expectations(engine, ref, lock_path)
     v = run_payload(engine, ref, expect)
     status, reasons = decide(v.raw, expect, gpu_requested=False)
     if status == "failed":
         v.status = "failed"
         # a failed check is already in mismatches as "name: message"; add what only the host saw
         v.mismatches += [r for r in reasons if not r.startswith("check ")]
+    if lock_path is not None and (check := layers_check(info, lock_hash, lock_path)) is not None:
+        v.checks.append(check)
+        if check["status"] == "failed":
+            v.status = "failed"
+            v.mismatches.append(f"layers: {check['message']}")
     return v
+
+
+def layers_check(info: ImageInfo, lock_hash: str, lock_path: Path) -> dict | None:
+    """The image's environment layers against the lock's layer record (``build.layer_record``), as a check of the
+    payload's shape; None when the lock has no record of this image."""
+    name = next(i.name for i in load_lock(lock_path).images if i.hash == lock_hash)  # (expectations found it)
+    recorded = load_record(lock_path).get(name)
+    if recorded is None:
+        return None
+    check = {"name": "layers", "value": None, "expected": recorded.environment(), "seconds": 0.0}
+    if recorded.lock_hash != lock_hash:
+        return {**check, "status": "skipped", "message": f"{record_path(lock_path)} records lock hash "
+                f"{recorded.lock_hash[:19]} for {name}, not this image's {lock_hash[:19]}: rewrite it with "
+                "`envkit build SPEC --reproducible --record`"}
+    result = compare(info.layers, recorded)
+    return {**check, "status": "passed" if result.matches else "failed", "message": result.message,
+            "value": {g: got for g, _, got in result.differs} or recorded.environment()}
 
 
 def certificate_file(gpu_model: str) -> str:

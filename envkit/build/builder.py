@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from ..support import scratch
 from ..support.ca_bundle import site_certificates
 from .base import ensure_base
+from .reproducible import REPRODUCIBLE, assemble, reproducible_mark, require_reproducible
 from ..payload.harness import Verification, run_payload
 from ..engine.protocol import AUTO, BUILDER_CHOICES, BuildEvent
 from ..support.progress import Phase, Planned
@@ -45,6 +46,8 @@ class Outcome:
     seconds: float = 0.0
     verification: Verification | None = None
     labels: dict = field(default_factory=dict)
+    layers: dict[str, str] = field(default_factory=dict)  # --reproducible: layer group -> diff_id
+    phases: dict[str, float] = field(default_factory=dict)  # --reproducible: where the build's time went, seconds
     builder: str = ""  # which built it (classic | buildkit); "" when skipped
 
     @property
@@ -55,18 +58,29 @@ class Outcome:
         return {"name": self.name, "tag": self.tag, "action": self.action, "image_id": self.image_id,
                 "size_bytes": self.size, "build_seconds": round(self.seconds, 1), "status": self.status,
                 "builder": self.builder or None,
-                "verification": self.verification.to_json() if self.verification else None}
+                "verification": self.verification.to_json() if self.verification else None,
+                **({"layers": self.layers, "phases_seconds": self.phases} if self.layers else {})}
 
 
 def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
-                progress: BuildProgress, verify: bool = True, builder: str = AUTO) -> Outcome:
-    """Build ``image`` with ``builder`` ("auto" | "classic" | "buildkit") unless an identical build exists."""
+                progress: BuildProgress, verify: bool = True, builder: str = AUTO,
+                reproducible: bool = False) -> Outcome:
+    """Build ``image`` with ``builder`` ("auto" | "classic" | "buildkit") unless an identical build exists;
+    ``reproducible``: the builder makes the OS stage, envkit the environment layers (``reproducible.assemble``)."""
     check_builder(builder)
     require_buildable(image)  # nightly builds through here too
+    if reproducible:
+        require_reproducible(image)
+        if not engine.local():
+            raise BuildError("--reproducible installs into a directory of this host bind-mounted into a container, "
+                             "which a remote engine (DOCKER_HOST over tcp or ssh) cannot mount",
+                             hint="build on the engine's host, or without --reproducible")
     builder = pick_builder(engine, builder)
     buildkit = builder == "buildkit"
     files = render_files(lock, image, spec_name, buildkit=buildkit)
-    identity = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash(files)}
+    # a reproducible build's identity says so (and how its layers are made): it is never taken for a builder's
+    identity = {LOCK_LABEL: image.hash,
+                CONTEXT_LABEL: context_hash({**files, **({REPRODUCIBLE: reproducible_mark()} if reproducible else {})})}
     tag = image_tag(lock.team, image)
     started = time.monotonic()
     existing = engine.find_image(identity)
@@ -82,6 +96,11 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg),
                            lambda phase: progress(image.name, phase))
         labels = dict(identity, **{BASE_LABEL: base.id})
+        if reproducible:
+            outcome = _build_reproducible(engine, lock, image, files, tag, labels, builder=builder,
+                                          ca_bundle=ca_bundle, progress=progress)
+            outcome.seconds = time.monotonic() - started
+            return _verified(engine, image, outcome, verify, progress)
         with scratch.directory(f"ctx-{image.name}") as tmp, \
                 scratch.directory("secrets") as secrets:
             # BuildKit gets the CA and the index logins as build secrets, the classic builder the CA as a build
@@ -99,9 +118,29 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         info = engine.inspect(tag)
         outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
                           time.monotonic() - started, builder=builder)
+    return _verified(engine, image, outcome, verify, progress)
+
+
+def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], tag: str,
+                        labels: dict[str, str], *, builder: str, ca_bundle: Path | None,
+                        progress: BuildProgress) -> Outcome:
+    """The builder makes the OS stage (``--target os``), envkit the rest (``reproducible.assemble``)."""
+    def build_os(ctx: Path, os_tag: str, os_labels: dict[str, str]) -> Iterator[BuildEvent]:
+        return run_build(engine, ctx, os_tag, os_labels, builder=builder, ca_bundle=ca_bundle, target="os")
+
+    with scratch.directory("secrets") as secrets:  # the index logins uv reads, as a BuildKit build's
+        made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os, stage=stage_context,
+                        ca_bundle=ca_bundle, netrc=_index_netrc(image, Path(secrets)),
+                        say=lambda e: progress(image.name, e))
+    info = engine.inspect(tag)
+    return Outcome(image.name, tag, "built", made.image_id, info.size if info else 0, layers=made.layers,
+                   phases=made.seconds, builder=builder)
+
+
+def _verified(engine: Engine, image: LockedImage, outcome: Outcome, verify: bool, progress: BuildProgress) -> Outcome:
     if verify:
         progress(image.name, "verifying inside the image")
-        outcome.verification = run_payload(engine, tag, expected(image))
+        outcome.verification = run_payload(engine, outcome.tag, expected(image))
     return outcome
 
 
@@ -173,7 +212,7 @@ def stage_context(directory: Path, files: dict[str, bytes]) -> Path:
 
 def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *, builder: str = AUTO,
               ca_bundle: Path | None = None, dockerfile: str = "Dockerfile", network: bool = True,
-              no_cache: bool = False, netrc: Path | None = None) -> Iterator[BuildEvent]:
+              no_cache: bool = False, netrc: Path | None = None, target: str | None = None) -> Iterator[BuildEvent]:
     """Build a staged context with either builder; ``network=False`` cuts RUN steps off the network.
 
     The classic builder gets ``ca_bundle``'s text as the build argument ``ENVKIT_SITE_CA`` (its install steps
@@ -184,9 +223,9 @@ def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *
     if builder == "buildkit":
         secrets = {sid: path for sid, path in (("site-ca", ca_bundle), (SECRET_ID, netrc)) if path is not None} or None
         yield from BuildKitBuilder(engine).build(context, tag, labels, secrets=secrets, network=network,
-                                                 no_cache=no_cache,
+                                                 no_cache=no_cache, target=target,
                                                  dockerfile=None if dockerfile == "Dockerfile" else dockerfile)
     else:
         args = {CA_ARG: _site_ca_arg(ca_bundle)} if ca_bundle is not None else None
         yield from engine.build(context, tag, labels, dockerfile=dockerfile, network=network, no_cache=no_cache,
-                                build_args=args)
+                                build_args=args, target=target)

@@ -206,17 +206,26 @@ def render_cmd(click_ctx: click.Context, spec: Path, out_root: Path, images: tup
               help="Build even when the engine's disk has less free than the lock's images need (estimated from the "
                    "lock's wheel sizes; refused otherwise, exit 17, before anything is written).")
 @builder_option
+@click.option("--reproducible", is_flag=True,
+              help="The builder makes the OS stage; envkit installs each layer group with uv in a container of it "
+                   "and writes the environment layers itself, so the same lock gives the same layer digests "
+                   "(docs/images.md, \"Reproducible environment layers\"). Needs a local engine.")
+@click.option("--record", "record_layers", is_flag=True,
+              help="With --reproducible: write each image's environment layer digests beside the lock "
+                   "(<lock stem>.layers.json), which `envkit verify --lock` then compares.")
 @lock_option
 @locked_option
 @json_option
 @click.pass_context
 def build_cmd(click_ctx: click.Context, spec: Path, images: tuple[str, ...], out_root: Path, no_verify: bool,
-              store_url: str | None, skip_space_check: bool, builder: str, lock_path: Path | None, locked: bool,
-              json_out: bool) -> None:
+              store_url: str | None, skip_space_check: bool, builder: str, reproducible: bool, record_layers: bool,
+              lock_path: Path | None, locked: bool, json_out: bool) -> None:
     """Resolve, render, build and verify SPEC's images.
 
     The lock is reused while it matches the spec and the catalog; a missing or stale one is re-resolved and
     written first, and said so; with --locked it fails instead."""
+    if record_layers and not reproducible:
+        raise click.UsageError("--record writes the layer digests of a reproducible build: add --reproducible")
     from ..engine.docker_engine import connect
     from ..app.build import build_spec
 
@@ -226,9 +235,10 @@ def build_cmd(click_ctx: click.Context, spec: Path, images: tuple[str, ...], out
         resolved, outcomes = run(c, lambda: build_spec(spec, out_root, engine, only=list(images) or None,
                                                        verify=not no_verify, builder=builder, locked=locked,
                                                        progress=view, store_url=store_url, lock_path=lock_path,
-                                                       space_check=not skip_space_check))
+                                                       space_check=not skip_space_check, reproducible=reproducible,
+                                                       record_layers=record_layers))
     doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
-           "builder": next((o.builder for o in outcomes if o.builder), builder),
+           "builder": next((o.builder for o in outcomes if o.builder), builder), "reproducible": reproducible,
            "images": [o.to_json() for o in outcomes]}
 
     def human() -> None:
@@ -247,6 +257,8 @@ def _outcomes_table(outcomes: Iterable[Outcome]) -> None:
     rows = [[o.name, o.tag, o.action, f"{o.size / 2**30:.2f} GiB", f"{o.seconds:.0f}s", o.status] for o in outcomes]
     table(rows, ["IMAGE", "TAG", "ACTION", "SIZE", "TIME", "STATUS"])
     for o in outcomes:
+        if o.layers:  # --reproducible
+            click.echo(f"  {o.name} layers: " + ", ".join(f"{g} {d[:19]}" for g, d in o.layers.items()))
         for m in (o.verification.mismatches if o.verification else []):
             click.echo(f"  {o.name}: {m}", err=True)
 

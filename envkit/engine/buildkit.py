@@ -129,7 +129,7 @@ class BuildKitBuilder:
 
     def command(self, context: Path, tag: str, labels: dict[str, str], *, secrets: dict[str, Path] | None = None,
                 dockerfile: str | None = None, network: bool = True, no_cache: bool = False,
-                iidfile: Path | None = None) -> list[str]:
+                iidfile: Path | None = None, target: str | None = None) -> list[str]:
         cmd = [self.cli, "build", "--progress=plain", "-t", tag]
         for key, value in labels.items():
             cmd += ["--label", f"{key}={value}"]
@@ -146,15 +146,18 @@ class BuildKitBuilder:
             cmd.append("--no-cache")
         if iidfile is not None:
             cmd += ["--iidfile", str(iidfile)]
+        if target is not None:
+            cmd += ["--target", target]
         return cmd + [str(context)]
 
     def build(self, context: Path, tag: str, labels: dict[str, str], *, secrets: dict[str, Path] | None = None,
-              dockerfile: str | None = None, network: bool = True, no_cache: bool = False) -> Iterator[BuildEvent]:
+              dockerfile: str | None = None, network: bool = True, no_cache: bool = False,
+              target: str | None = None) -> Iterator[BuildEvent]:
         """Build ``context`` as ``tag``, yielding progress; raises BuildError (with the log's tail) on failure."""
         with scratch.directory("buildkit") as tmp:
             iidfile = Path(tmp) / "iid"
             cmd = self.command(context, tag, labels, secrets=secrets, dockerfile=dockerfile, network=network,
-                               no_cache=no_cache, iidfile=iidfile)
+                               no_cache=no_cache, iidfile=iidfile, target=target)
             env = dict(os.environ, DOCKER_BUILDKIT="1")
             parser, tail = PlainProgress(), deque[str](maxlen=TAIL)
             try:

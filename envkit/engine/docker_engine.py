@@ -9,7 +9,7 @@ import re
 import socket
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import docker
 import docker.errors
@@ -107,6 +107,10 @@ class DockerEngine:
         info = self.client.info()
         return "nvidia" in (info.get("Runtimes") or {})
 
+    def local(self) -> bool:
+        """Whether the engine runs on this host (its unix socket), so a directory here can be bind-mounted."""
+        return str(self.client.api.base_url) == "http+docker://localhost"
+
     def data_root(self) -> str | None:
         """Where the engine keeps images and build layers (a path on the engine's host)."""
         return self.client.info().get("DockerRootDir")
@@ -125,7 +129,8 @@ class DockerEngine:
         env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
         return ImageInfo(id=image.id, tags=tuple(image.tags), size=int(attrs.get("Size", 0)),
                          labels=dict(cfg.get("Labels") or {}), env=env, user=cfg.get("User") or "",
-                         repo_digests=tuple(attrs.get("RepoDigests") or ()))
+                         repo_digests=tuple(attrs.get("RepoDigests") or ()),
+                         layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()))
 
     def inspect(self, ref: str) -> ImageInfo | None:
         try:
@@ -170,10 +175,13 @@ class DockerEngine:
     def load(self, path: Path) -> list[str]:
         return docker_registry.load(self, path)
 
+    def load_stream(self, write: Callable[[BinaryIO], None], what: str) -> list[str]:
+        return docker_registry.load_stream(self, write, what)
+
     def build(self, context: Path, tag: str, labels: dict[str, str], *, dockerfile: str = "Dockerfile",
               network: bool = True, no_cache: bool = False,
-              build_args: dict[str, str] | None = None) -> Iterator[BuildEvent]:
-        """Build with the classic builder, yielding progress; raises BuildError on failure.
+              build_args: dict[str, str] | None = None, target: str | None = None) -> Iterator[BuildEvent]:
+        """Build with the classic builder (the stage ``target``, else the last), yielding progress; raises BuildError.
 
         ``network=False`` cuts RUN steps off the network (offline bundle builds). Stopped early (an
         interruption, or the consumer closing the generator), it kills the container of the RUN step
@@ -186,7 +194,8 @@ class DockerEngine:
         try:
             stream = api.build(path=str(context), tag=tag, labels=labels, rm=True, forcerm=True,
                                decode=True, pull=False, dockerfile=dockerfile, nocache=no_cache,
-                               network_mode=None if network else "none", buildargs=build_args or None)
+                               network_mode=None if network else "none", buildargs=build_args or None,
+                               target=target)
             for chunk in stream:
                 if "error" in chunk:
                     detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]

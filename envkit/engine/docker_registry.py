@@ -7,9 +7,11 @@ CLI does. A refused call is an ``EngineCallError`` (the engine's words and HTTP 
 
 from __future__ import annotations
 
+import os
+import threading
 import warnings
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import BinaryIO, Callable, Iterator, Protocol
 
 import docker
 import docker.auth
@@ -87,6 +89,43 @@ def load(engine: ClientEngine, path: Path) -> list[str]:
     except docker.errors.ImageLoadError as exc:  # the engine's own error in the load's stream
         raise engine_out_of_space(EngineError(f"cannot load {path}: {exc}"), engine) from None
     return [str(image.id) for image in loaded]
+
+
+def load_stream(engine: ClientEngine, write: Callable[[BinaryIO], None], what: str) -> list[str]:
+    """``docker load`` an archive as ``write`` makes it, streamed through a pipe (never a file on disk): ``write``
+    runs in a thread of its own; its error, when it fails, is the one raised (the engine then saw a cut archive)."""
+    read_fd, write_fd = os.pipe()
+    failed: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            with open(write_fd, "wb") as fh:
+                write(fh)
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
+            failed.append(exc)
+
+    producer = threading.Thread(target=produce, name="envkit-load", daemon=True)
+    producer.start()
+    try:
+        with open(read_fd, "rb") as fh:  # closed however the load ends: a writer still writing gets EPIPE and stops
+            # a generator of 1 MiB chunks, which requests sends chunked (the stubs name only bytes and files: a file
+            # is sent line by line, and a 2 GB library holds no newline)
+            loaded = engine.client.images.load(iter(lambda: fh.read(1 << 20), b""))  # type: ignore[arg-type]
+    except docker.errors.APIError as exc:
+        _reraise(producer, failed)
+        raise engine_out_of_space(EngineError(f"cannot load {what}: {exc.explanation}"), engine) from None
+    except docker.errors.ImageLoadError as exc:
+        _reraise(producer, failed)
+        raise engine_out_of_space(EngineError(f"cannot load {what}: {exc}"), engine) from None
+    _reraise(producer, failed)
+    return [str(image.id) for image in loaded]
+
+
+def _reraise(producer: threading.Thread, failed: list[BaseException]) -> None:
+    """The writer's own error, once it ended (a pipe the engine stopped reading is not one)."""
+    producer.join()
+    if failed and not isinstance(failed[0], BrokenPipeError):
+        raise failed[0]
 
 
 # --- what `docker login` stored ------------------------------------------------------------------------

@@ -72,7 +72,6 @@ class RenderContext:
     builder_packages: tuple[str, ...]
     venv: str
     extras_prefix: str
-    require_cuda: str
     labels: tuple[tuple[str, str], ...]
     stage_labels: tuple[tuple[str, str], ...] = ()  # whose a leaf stage's last image is (labels.STAGE_LABEL)
     stage_label: str = STAGE_LABEL
@@ -109,6 +108,11 @@ class RenderContext:
     uv_ca: str = UV_CA
     ca_arg: str = CA_ARG
     uv_flags: str = ""
+    # the runtime stage's last instructions (ENV, USER, WORKDIR, CMD): the Dockerfile writes them, and a reproducible
+    # build (build.reproducible) writes the same into the image config it assembles
+    runtime_env: tuple[tuple[str, str], ...] = ()
+    workdir: str = f"/home/{USER}"
+    cmd: tuple[str, ...] = ("python3", "/opt/envkit/envkit_check")
 
 
 def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
@@ -150,7 +154,6 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         builder_packages=("python3-venv",),
         venv=VENV,
         extras_prefix=EXTRAS,
-        require_cuda=image.require_cuda or "cuda>=0.0",
         labels=tuple(sorted(labels.items())),
         stage_labels=((TEAM_LABEL, lock.team), (IMAGE_LABEL, image.name), (LOCK_LABEL, image.hash)),
         buildkit=buildkit,
@@ -161,8 +164,16 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         direct=not wheelhouse,
         layer_groups=tuple(g for g, packages in layer_packages(image).items() if packages),
         uv_flags=installer.FLAGS + _uv_index_flags(image),
+        runtime_env=runtime_env(image),
         **(_devel_fields(image) if image.flavour == "devel" else {}),
     )
+
+
+def runtime_env(image: LockedImage) -> tuple[tuple[str, str], ...]:
+    """The runtime stage's ENV, in order (``$PATH``: the OS stage's, as the engine expands it)."""
+    return (("PATH", f"{VENV}/bin:$PATH"), ("VIRTUAL_ENV", VENV), ("PYTHONUNBUFFERED", "1"),
+            ("NVIDIA_VISIBLE_DEVICES", "all"), ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+            ("NVIDIA_REQUIRE_CUDA", image.require_cuda or "cuda>=0.0"))
 
 
 def _devel_fields(image: LockedImage) -> dict:

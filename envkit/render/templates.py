@@ -30,6 +30,15 @@ def dq(value: object) -> str:
     return text
 
 
+PLAIN_ENV = re.compile(r"^[A-Za-z0-9_./:,$-]*$")  # an ENV value written as it is; any other is double-quoted
+
+
+def env_value(value: object) -> str:
+    """An ``ENV`` value: as it is when plain (``$PATH`` still expands), else double-quoted (``dq``'s rules)."""
+    text = str(value)
+    return text if PLAIN_ENV.fullmatch(text) else f'"{dq(text)}"'
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
@@ -40,4 +49,5 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["dq"] = dq
+    env.filters["env_value"] = env_value
     return env

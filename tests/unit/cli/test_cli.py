@@ -205,6 +205,35 @@ def test_build_passes_the_builder_through(engine, monkeypatch, args, builder):
     assert doc["builder"] == builder and doc["images"][0]["tag"] == "vision/torch25:x"
 
 
+@pytest.mark.parametrize("args", [["--reproducible"], ["--reproducible", "--record"]])
+def test_build_passes_reproducible_through_with_its_layers(engine, monkeypatch, args):
+    seen = {}
+
+    def build_spec(spec, out_root, eng, **kwargs):
+        seen.update(kwargs)
+        outcome = Outcome("torch25", "vision/torch25:x", "built", "sha256:1", 2**30, 3.0,
+                          layers={"extra": "sha256:e", "payload": "sha256:p"}, phases={"install extra": 1.5})
+        return Resolved(None, make_lock(), Path("team.lock"), True), [outcome]
+
+    monkeypatch.setattr("envkit.app.build.build_spec", build_spec)
+    result = invoke("build", "team.yaml", *args, "--json")
+    assert result.exit_code == 0, result.output
+    assert seen["reproducible"] is True and seen["record_layers"] is ("--record" in args)
+    doc = json.loads(result.stdout)
+    assert doc["reproducible"] is True
+    assert doc["images"][0]["layers"] == {"extra": "sha256:e", "payload": "sha256:p"}
+    assert doc["images"][0]["phases_seconds"] == {"install extra": 1.5}
+    human = invoke("build", "team.yaml", *args)
+    assert "  torch25 layers: extra sha256:e, payload sha256:p" in human.output
+
+
+def test_record_without_reproducible_is_a_usage_error(engine, monkeypatch):
+    monkeypatch.setattr("envkit.app.build.build_spec", lambda *a, **k: pytest.fail("built"))
+    result = invoke("build", "team.yaml", "--record")
+    assert result.exit_code == 2
+    assert "--record writes the layer digests of a reproducible build: add --reproducible" in result.output
+
+
 def test_buildkit_without_its_cli_fails_before_resolving(engine, no_buildkit_cli, write_spec):
     spec = write_spec(MINIMAL)
     result = invoke("build", spec, "--builder", "buildkit", "--json")

@@ -17,7 +17,7 @@ def test_context_fields_come_from_the_lock():
     image = make_image()
     ctx = context_for(make_lock(image), image, "team.yaml")
     labels = dict(ctx.labels)
-    assert ctx.require_cuda == "cuda>=12.0"
+    assert dict(ctx.runtime_env)["NVIDIA_REQUIRE_CUDA"] == "cuda>=12.0"
     assert labels["io.envkit.lock-hash"] == image.hash
     assert labels["io.envkit.cudnn"] == "9.1.0.70"
     assert labels["io.envkit.nccl"] == "2.21.5"

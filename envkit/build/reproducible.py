@@ -1,0 +1,226 @@
+"""`envkit build --reproducible`: the environment layers as a pure function of the lock (docs/images.md,
+"Reproducible environment layers").
+
+The OS stage is built by the engine, as any build's (``--target os``). Then, in containers of that OS image, uv
+installs each layer group into one host directory bind-mounted at the venv's path, with the bytecode compiled
+deterministically (``COMPILE``); after each group envkit writes what the group added as a layer tar
+(``layers.write_layer``), and the payload as one more. The OS image's archive (`docker save`) and these tars become a
+docker-archive with the config the rendered Dockerfile's final stage would give (``archive.image_config``), loaded
+with `docker load`. Everything is written under one scratch directory, removed however the build ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from ..engine.protocol import BuildEvent, Mount, RunOptions
+from ..errors import BuildError
+from ..lock import Lock, LockedImage
+from ..render import installer
+from ..render.files import UV_CA, VENV, context_for, layer_packages
+from ..support import scratch
+from ..support.labels import STAGE_LABEL
+from . import archive, layers
+from .layer_record import PAYLOAD
+
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
+
+# Every file's mtime, the bytecode's SOURCE_DATE_EPOCH and the config's `created`: 1980-01-01T00:00:00Z, the
+# earliest time a zip file can hold. Not derived from the lock: images of different locks on the same CUDA wheels
+# must get the same bytes for that layer, so nothing of a lock but a group's own packages may reach it.
+EPOCH = 315532800
+REQ = "/tmp/envkit-requirements.txt"  # a group's requirements file, mounted in its install container
+UV = "/tmp/envkit-uv/uv"
+NETRC = "/tmp/envkit-netrc"  # the index logins (build.builder's netrc) in an install container
+
+
+def compile_program() -> str:
+    """The bytecode step's program: ``pycompile``'s text, run by the image's interpreter."""
+    return Path(__file__).with_name("pycompile.py").read_text()
+
+
+REPRODUCIBLE = ".envkit-reproducible"  # the name a reproducible build's context hash gives how its layers are made
+
+
+def reproducible_mark() -> bytes:
+    """How the environment layers are made (the installer, the epoch, the bytecode): a build made otherwise is
+    another build, so its context hash differs."""
+    return f"uv {installer.VERSION}; epoch {EPOCH}\n{compile_program()}".encode()
+
+
+OsBuild = Callable[[Path, str, dict[str, str]], Iterator[BuildEvent]]  # (context, tag, labels): the OS stage
+Say = Callable[[BuildEvent | str], None]
+Secrets = tuple[tuple[Mount, ...], dict[str, str]]  # what each install container mounts, and its variables
+
+
+@dataclass(frozen=True)
+class Assembled:
+    image_id: str
+    layers: dict[str, str]  # layer group (and "payload") -> diff_id, lowest first
+    seconds: dict[str, float]  # where the time went (``Phases``), in order
+
+
+class Phases:
+    """How long each step of the build took, in the order they ran."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.monotonic() - started, 1)
+
+
+def require_reproducible(image: LockedImage) -> None:
+    """Refuse, before any work, an image whose layers this build cannot make (the devel flavour's CUDA compiler
+    stages are the builder's)."""
+    if image.flavour != "runtime":
+        raise BuildError(f"{image.name} is a {image.flavour} image; --reproducible builds runtime images only",
+                         hint="build it without --reproducible")
+
+
+def install_script(group: str, first: bool, uv_flags: str) -> str:
+    """What one group's install container runs (as the build's step does, minus the bytecode flag)."""
+    wheel = "".join(f'{arch}) u="{url}"; s="{sha}";; ' for arch, (url, sha) in installer.WHEELS.items())
+    return "\n".join([
+        "set -euo pipefail",
+        f"if [ -f {UV_CA} ]; then export SSL_CERT_FILE={UV_CA}; fi",
+        f"mkdir -p {os.path.dirname(UV)}",
+        f'case "$(uname -m)" in {wheel}*) echo "no uv wheel for $(uname -m)" >&2; exit 1;; esac',
+        f"python3 -c '{installer.FETCH}' \"$u\" \"$s\" {UV} && chmod 755 {UV}",
+        *([f"python3 -m venv {VENV}"] if first else []),
+        f"{UV} pip install --python {VENV}/bin/python {uv_flags} -r {REQ}",
+        f"{VENV}/bin/python -I -c \"$ENVKIT_COMPILE\" {VENV}/lib",
+    ])
+
+
+def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], *, tag: str,
+             labels: dict[str, str], build_os: OsBuild, stage: Callable[[Path, dict[str, bytes]], Path],
+             ca_bundle: Path | None, say: Say, netrc: Path | None = None) -> Assembled:
+    """Build ``image`` as ``tag`` with reproducible environment layers (see the module doc); ``files`` is its
+    rendered context, ``labels`` the identity labels the image gets beside the Dockerfile's."""
+    require_reproducible(image)
+    ctx = context_for(lock, image, "", buildkit=False)
+    os_tag = f"{tag}-os"
+    phases = Phases()
+    os_labels = {STAGE_LABEL: "os", **dict(ctx.stage_labels)}
+    with scratch.directory(f"repro-{image.name}") as tmp:
+        say(f"building the OS stage as {os_tag}")
+        with phases.timed("os stage"):
+            for event in build_os(stage(tmp / "context", files), os_tag, os_labels):
+                say(event)
+        say(f"saving {os_tag} (its layers go into the image as the engine has them)")
+        with phases.timed("save"):
+            engine.save(os_tag, tmp / "os.tar")
+        saved = archive.read_saved(tmp / "os.tar")
+        uv_flags = ctx.uv_flags.replace(" --compile-bytecode", "")  # (COMPILE compiles instead)
+        secrets = _secrets(ca_bundle, netrc)
+        built = _install_groups(engine, image, files, os_tag, tmp, secrets=secrets, say=say, uv_flags=uv_flags,
+                                phases=phases)
+        scratch.remove(tmp / "venv", strict=False)  # in the layers now: the disk holds the environment once
+        payload = {name.split("/", 1)[1]: data for name, data in files.items() if name.startswith("envkit/")}
+        layer = layers.write_files_layer(payload, tmp / "payload.tar", epoch=EPOCH, prefix="opt/envkit/")
+        built.append(archive.NewLayer(tmp / "payload.tar", layer.diff_id, "COPY envkit/ /opt/envkit/"))
+        config = archive.image_config(saved.config, built, env=ctx.runtime_env, labels={**dict(ctx.labels), **labels},
+                                      drop_labels=set(os_labels), user=f"{ctx.uid}:{ctx.uid}", workdir=ctx.workdir,
+                                      cmd=ctx.cmd, epoch=EPOCH)
+        groups = [*ctx.layer_groups, PAYLOAD]
+        digests = {g: x.diff_id for g, x in zip(groups, built)}
+        say(f"loading {tag} into the engine (its archive streamed, not written)")
+        with phases.timed("load"):
+            engine.load_stream(lambda out: archive.write_archive(out, saved, built, config, tag),
+                               f"the image archive of {tag}")
+    say("where the time went: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.seconds.items()))
+    return Assembled(archive.image_id(config), digests, dict(phases.seconds))
+
+
+def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes], os_tag: str, tmp: Path, *,
+                    secrets: Secrets, say: Say, uv_flags: str, phases: Phases) -> list[archive.NewLayer]:
+    venv = tmp / "venv"
+    venv.mkdir(mode=0o755)
+    venv.chmod(0o755)
+    before: layers.Snapshot = {}
+    out = []
+    packages = layer_packages(image)
+    groups = [g for g, p in packages.items() if p]
+    for i, group in enumerate(groups):
+        requirements = tmp / f"{group}.txt"
+        requirements.write_bytes(files[f"requirements/{group}.txt"])  # the rendered context's, as a build's
+        say(f"installing the {group} layer group ({len(packages[group])} packages) with uv {installer.VERSION}")
+        with phases.timed(f"install {group}"):
+            _run_install(engine, os_tag, venv, requirements, secrets, install_script(group, i == 0, uv_flags), say)
+        with phases.timed(f"{group} layer"):
+            after = layers.snapshot(venv)
+            paths = layers.changed(before, after, f"the {group} layer group")
+            before = after
+            tar = tmp / f"{group}.tar"
+            layer = layers.write_layer(venv, paths, tar, epoch=EPOCH, prefix=VENV.lstrip("/") + "/",
+                                       done=_writing(group, say))
+        say(f"the {group} layer: {layer.entries} entries, {layer.size / 2**20:.0f} MiB, {layer.diff_id}")
+        out.append(archive.NewLayer(tar, layer.diff_id, f"envkit: uv {installer.VERSION} pip install -r {group}.txt"))
+    return out
+
+
+def _writing(group: str, say: Say) -> layers.BytesDone:
+    return lambda n: say(f"writing the {group} layer: {n / 2**30:.2f} GiB")
+
+
+def _secrets(ca_bundle: Path | None, netrc: Path | None) -> Secrets:
+    """The site CA (uv's SSL_CERT_FILE, as in a BuildKit build) and the index logins (uv's NETRC), mounted read-only
+    into each install container: never in the install directory, so in no layer."""
+    mounts, env = [], {}
+    if ca_bundle is not None:
+        mounts.append(Mount(str(Path(ca_bundle).resolve()), UV_CA))
+    if netrc is not None:
+        mounts.append(Mount(str(netrc), NETRC))
+        env["NETRC"] = NETRC
+    return tuple(mounts), env
+
+
+def _run_install(engine: Engine, ref: str, venv: Path, requirements: Path,
+                 secrets: Secrets, script: str, say: Say) -> None:
+    mounts = [Mount(str(venv), VENV, read_only=False), Mount(str(requirements), REQ), *secrets[0]]
+    lines = _Lines(say)
+    env = {**secrets[1], "SOURCE_DATE_EPOCH": str(EPOCH), "PYTHONHASHSEED": "0", "UV_CACHE_DIR": "/tmp/envkit-uv/cache",
+           "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "copy",
+           "ENVKIT_COMPILE": compile_program()}
+    result = engine.run(ref, ["bash", "-c", script], RunOptions(
+        timeout=4 * 3600, mounts=tuple(mounts), env=env, user=f"{os.getuid()}:{os.getgid()}", role="build",
+        output=lines.feed))
+    lines.flush()
+    if result.exit_code != 0 or result.timed_out:
+        raise BuildError(f"installing {requirements.stem} into {ref} failed (exit code {result.exit_code})",
+                         hint="last output:\n    " + "\n    ".join(lines.tail))
+
+
+class _Lines:
+    """Streamed output as whole lines, each said as a build log event; the last ones kept for an error."""
+
+    def __init__(self, say: Say):
+        self.say, self.buf, self.tail = say, b"", list[str]()
+
+    def feed(self, chunk: bytes, _stderr: bool) -> None:
+        self.buf += chunk
+        *whole, self.buf = self.buf.split(b"\n")
+        for line in whole:
+            self._line(line)
+
+    def flush(self) -> None:
+        if self.buf:
+            self._line(self.buf)
+            self.buf = b""
+
+    def _line(self, raw: bytes) -> None:
+        text = raw.decode(errors="replace").rstrip()
+        self.tail = [*self.tail[-19:], text]
+        self.say(BuildEvent("log", text))

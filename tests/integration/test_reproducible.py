@@ -1,0 +1,166 @@
+"""`envkit build --reproducible`: the same lock built twice from scratch gives the same environment layers.
+
+The small stack (the example lock's base with numpy and typing-extensions: two layer groups, framework and extra)
+is built once with the classic builder and once more with BuildKit (classic again where BuildKit is missing), the
+first image, its OS stage and the classic builder's intermediates removed in between: the OS stage is built again
+and every environment layer is made again by envkit, from a uv cache that starts empty in each install container.
+Each environment layer's diff_id must be the same; the layers recorded beside the lock must satisfy `verify`'s
+layer check, and a record with another digest must fail it naming the group; the image still runs its payload's
+interpreter as the non-root user, with no uv and no CA left in it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from envkit.app.certify import layers_check
+from envkit.build.builder import build_image
+from envkit.build.layer_record import Recorded, record_path, write_record
+from envkit.engine.protocol import RunOptions
+from envkit.lock import write_lock
+from tests.integration.test_buildkit import ca_bundle, remove_images, small_lock
+
+pytestmark = [pytest.mark.integration, pytest.mark.network]
+
+
+def _build(engine, lock, image, builder):
+    said: list[str] = []
+    outcome = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, builder=builder,
+                          reproducible=True, progress=lambda _name, e: said.append(getattr(e, "text", str(e))))
+    assert outcome.action == "built", said
+    return outcome, said
+
+
+def test_two_builds_from_scratch_give_the_same_environment_layers(engine, tmp_path):
+    from envkit.engine.buildkit import BuildKitBuilder
+
+    second = "buildkit" if BuildKitBuilder(engine).available() else "classic"
+    lock, image = small_lock("repro-small")
+    lock_path = tmp_path / "team.lock"
+    write_lock(lock, lock_path)
+    tags: list[str] = []
+    try:
+        first, said = _build(engine, lock, image, "classic")
+        tags.append(first.tag)
+        assert list(first.layers) == ["framework", "extra", "payload"]
+        assert any("installing the framework layer group" in s for s in said)  # progress on the long steps
+        info = engine.inspect(first.tag)
+        assert list(info.layers[-3:]) == list(first.layers.values())
+        remove_images(engine, first.tag)  # the image, its OS stage (a stage label) and their intermediates
+        assert engine.inspect(first.tag) is None and engine.inspect(first.tag + "-os") is None
+
+        again, _ = _build(engine, lock, image, second)
+        tags.append(again.tag)
+        assert again.layers == first.layers, (first.layers, again.layers)
+
+        # the record beside the lock, and verify's layer check against it
+        write_record(lock_path, [Recorded(image.name, image.hash, first.layers, "test")])
+        info = engine.inspect(again.tag)
+        check = layers_check(info, image.hash, lock_path)
+        assert check is not None and check["status"] == "passed", check
+        assert check["message"].startswith("environment layers match the lock exactly")
+        bad = {**first.layers, "extra": "sha256:" + "0" * 64}
+        write_record(lock_path, [Recorded(image.name, image.hash, bad, "test")])
+        check = layers_check(info, image.hash, lock_path)
+        assert check is not None and check["status"] == "failed"
+        assert "the extra layer differs" in check["message"] and first.layers["extra"] in check["message"]
+        assert "sha256:" + "0" * 64 in check["message"]
+        assert json.loads(record_path(lock_path).read_text())["images"][image.name]["layers"] == bad
+
+        # it runs as the rendered image does: non-root, the environment on PATH, nothing of the installer or CA
+        run = engine.run(again.tag, ["bash", "-c",
+                                     "id -u; python3 -c 'import numpy, typing_extensions; print(numpy.__version__)'; "
+                                     "command -v uv || echo no-uv; ls /tmp /etc/envkit 2>&1 | tr '\\n' ' '; echo; "
+                                     "python3 /opt/envkit/envkit_check --help >/dev/null && echo payload-ok"],
+                         RunOptions(timeout=120, network=False))
+        assert run.exit_code == 0, run.stderr
+        lines = run.stdout.splitlines()
+        versions = {p.name: p.version for p in image.packages}
+        assert lines[:3] == ["1000", versions["numpy"], "no-uv"], lines
+        assert "No such file" in lines[3] and "envkit-" not in lines[3]  # no CA directory, nothing left in /tmp
+        assert lines[4] == "payload-ok"
+    finally:
+        remove_images(engine, *tags)
+
+
+def test_a_failed_install_leaves_no_scratch_container_or_image(engine):
+    """A wheel whose hash is not the lock's: uv refuses it, the build fails naming the group with uv's words, and
+    the scratch directory (install directory, OS archive, layer tars) and the install container are gone."""
+    import tempfile
+    from pathlib import Path
+
+    from envkit.errors import BuildError
+    from envkit.lock import sealed
+    from envkit.support.labels import CONTAINER_LABEL
+    from envkit.support.scratch import PREFIX, owner
+
+    lock, image = small_lock("repro-bad")
+    packages = tuple(p.model_copy(update={"hashes": ("sha256:" + "0" * 64,)}) if p.name == "numpy" else p
+                     for p in image.packages)
+    image = sealed(image.model_copy(update={"packages": packages}))
+    lock = lock.model_copy(update={"images": (image,)})
+    tag = None
+    try:
+        with pytest.raises(BuildError) as failed:
+            build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, reproducible=True,
+                        progress=lambda *_: None)
+        tag = f"vision/repro-bad:{image.framework_version}-{image.variant}-py{image.python}-{image.hash8}"
+        assert f"installing framework into {tag}-os failed" in failed.value.message
+        assert "hash" in (failed.value.hint or "").lower()  # uv's own words in the output's tail
+        assert not list(Path(tempfile.gettempdir()).glob(f"{PREFIX}repro-repro-bad-{owner()}*"))
+        assert engine.inspect(tag) is None
+        assert not engine.client.containers.list(all=True, filters={"label": f"{CONTAINER_LABEL}=build",
+                                                                     "ancestor": f"{tag}-os"})
+    finally:
+        if tag is not None:
+            remove_images(engine, f"{tag}-os")
+
+
+INTERRUPTED = """
+import sys
+from envkit.engine.docker_engine import connect
+from envkit.build.builder import build_image
+from tests.integration.test_buildkit import ca_bundle, small_lock
+
+lock, image = small_lock("repro-int")
+say = lambda _name, event: print(getattr(event, "text", event), flush=True)
+build_image(connect(), lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, reproducible=True, progress=say)
+"""
+
+
+def test_ctrl_c_during_an_install_removes_the_container_and_the_scratch_directory(engine):
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from envkit.support.labels import CONTAINER_LABEL
+    from envkit.support.scratch import PREFIX
+    from tests.integration.conftest import ROOT
+
+    _, image = small_lock("repro-int")
+    tag = f"vision/repro-int:{image.framework_version}-{image.variant}-py{image.python}-{image.hash8}"
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "installing the framework layer group" in line:
+                time.sleep(1)  # the container runs uv
+                proc.send_signal(signal.SIGINT)
+                break
+        rest, _ = proc.communicate(timeout=120)
+        assert proc.returncode != 0 and "KeyboardInterrupt" in rest, "".join(seen) + rest
+        assert not list(Path(tempfile.gettempdir()).glob(f"{PREFIX}repro-repro-int-*-{proc.pid}-*"))
+        assert not engine.client.containers.list(all=True, filters={"label": f"{CONTAINER_LABEL}=build",
+                                                                     "ancestor": f"{tag}-os"})
+        assert engine.inspect(tag) is None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        remove_images(engine, f"{tag}-os")
