@@ -15,6 +15,7 @@ from ..lock import load_lock
 from ..store.history import Store
 from ..certify.verdict import decide
 from ..certify.certificate import certify_image, slug, perf_metrics
+from ..support.labels import LAYERS_LABEL, REPRODUCIBLE_LAYERS
 from ..support.atomic import check_writable
 from ..catalog.perf import load_perf
 from ..certify.report import FILES, write_reports
@@ -73,6 +74,10 @@ def layers_check(info: ImageInfo, lock_hash: str, lock_path: Path) -> dict | Non
     if recorded is None:
         return None
     check = {"name": "layers", "value": None, "expected": recorded.environment(), "seconds": 0.0}
+    if info.labels.get(LAYERS_LABEL) != REPRODUCIBLE_LAYERS:
+        return {**check, "status": "skipped", "message": "a builder made this image's layers (they hold their files' "
+                f"write times), so they are not compared with {record_path(lock_path)}: `envkit build SPEC "
+                "--reproducible` makes the layers the record holds"}
     if recorded.lock_hash != lock_hash:
         return {**check, "status": "skipped", "message": f"{record_path(lock_path)} records lock hash "
                 f"{recorded.lock_hash[:19]} for {name}, not this image's {lock_hash[:19]}: rewrite it with "

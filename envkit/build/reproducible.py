@@ -24,7 +24,7 @@ from ..lock import Lock, LockedImage
 from ..render import installer
 from ..render.files import UV_CA, VENV, context_for, layer_packages
 from ..support import scratch
-from ..support.labels import STAGE_LABEL
+from ..support.labels import LAYERS_LABEL, REPRODUCIBLE_LAYERS, STAGE_LABEL
 from . import archive, layers
 from .layer_record import PAYLOAD
 
@@ -131,7 +131,8 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
         payload = {name.split("/", 1)[1]: data for name, data in files.items() if name.startswith("envkit/")}
         layer = layers.write_files_layer(payload, tmp / "payload.tar", epoch=EPOCH, prefix="opt/envkit/")
         built.append(archive.NewLayer(tmp / "payload.tar", layer.diff_id, "COPY envkit/ /opt/envkit/"))
-        config = archive.image_config(saved.config, built, env=ctx.runtime_env, labels={**dict(ctx.labels), **labels},
+        labels = {**dict(ctx.labels), **labels, LAYERS_LABEL: REPRODUCIBLE_LAYERS}  # (verify compares such images)
+        config = archive.image_config(saved.config, built, env=ctx.runtime_env, labels=labels,
                                       drop_labels=set(os_labels), user=f"{ctx.uid}:{ctx.uid}", workdir=ctx.workdir,
                                       cmd=ctx.cmd, epoch=EPOCH)
         groups = [*ctx.layer_groups, PAYLOAD]

@@ -18,4 +18,8 @@ STAGE_LABEL = PREFIX + "stage"
 # On every container envkit starts (engine.run): what for (RunOptions.role: certify, fetch-debs, run). envkit
 # removes its containers when they end; one it left (the process was killed) is `envkit gc`'s to remove.
 CONTAINER_LABEL = PREFIX + "container"
+# On an image whose environment layers envkit wrote (`envkit build --reproducible`): "reproducible". Only such an
+# image is compared with the lock's layer record (a builder's layers hold their files' write times).
+LAYERS_LABEL = PREFIX + "layers"
+REPRODUCIBLE_LAYERS = "reproducible"
 SHOWN = (PREFIX, "org.opencontainers.")  # the label prefixes `envkit show` reports

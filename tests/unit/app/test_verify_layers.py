@@ -6,13 +6,15 @@ from envkit.app.certify import layers_check
 from envkit.build.layer_record import Recorded, write_record
 from envkit.engine.protocol import ImageInfo
 from envkit.lock import write_lock
+from envkit.support.labels import LAYERS_LABEL, REPRODUCIBLE_LAYERS
 from tests.unit.lockfixtures import make_image, make_lock
 
 LAYERS = {"cuda": "sha256:c", "framework": "sha256:f", "extra": "sha256:e", "payload": "sha256:p"}
 
 
-def _image(layers: tuple[str, ...]) -> ImageInfo:
-    return ImageInfo(id="sha256:1", tags=(), size=0, labels={}, env={}, user="1000:1000", layers=layers)
+def _image(layers: tuple[str, ...], reproducible: bool = True) -> ImageInfo:
+    labels = {LAYERS_LABEL: REPRODUCIBLE_LAYERS} if reproducible else {}
+    return ImageInfo(id="sha256:1", tags=(), size=0, labels=labels, env={}, user="1000:1000", layers=layers)
 
 
 def _lock(tmp_path):
@@ -48,3 +50,14 @@ def test_a_record_of_another_lock_hash_is_skipped_saying_so(tmp_path):
     assert check is not None and check["status"] == "skipped"
     assert "team.layers.json records lock hash sha256:999999999999" in check["message"]
     assert "--reproducible --record" in check["message"]
+
+
+def test_an_image_a_builder_made_is_not_compared_with_the_record(tmp_path):
+    """A builder's layers hold write times: the same lock built by BuildKit never has the record's digests, and that
+    is no failure of the image."""
+    image, path = _lock(tmp_path)
+    write_record(path, [Recorded(image.name, image.hash, LAYERS, "test")])
+    check = layers_check(_image(("sha256:os", "sha256:x", "sha256:y", "sha256:z", "sha256:p"), reproducible=False),
+                         image.hash, path)
+    assert check is not None and check["status"] == "skipped"
+    assert "a builder made this image's layers" in check["message"] and "--reproducible" in check["message"]
