@@ -29,11 +29,14 @@ def records() -> set[str] | None:
 
 
 def prune(ids: set[str]) -> None:
-    """Remove the cache records ``ids`` (children before parents: a few rounds)."""
-    for _ in range(4):
-        left = ids & (records() or set())
-        if not left:
-            return
+    """Remove the cache records ``ids``: a record with a child is kept until the child is gone, so rounds, until a
+    round removes nothing (a build's records chain one per step)."""
+    left = ids & (records() or set())
+    while left:
         for record in sorted(left):
             subprocess.run([DOCKER, "builder", "prune", "-f", "--filter", f"id={record}"], capture_output=True,
                            timeout=600)
+        now = ids & (records() or set())
+        if now == left:  # in use, or a child that is not ours: kept
+            return
+        left = now
