@@ -136,6 +136,11 @@ class LockedImage(Frozen):
         return "sha256:" + hashlib.sha256(canonical(body)).hexdigest()
 
     @property
+    def glibc(self) -> str:
+        """'2.36' of the platform 'x86_64-manylinux_2_36' (``resolve.resolver`` writes it from the base's glibc)."""
+        return ".".join(self.platform.rsplit("manylinux_", 1)[-1].split("_")[:2])
+
+    @property
     def hash8(self) -> str:
         return self.hash.removeprefix("sha256:")[:8]
 

@@ -20,11 +20,6 @@ from .client import PackageIndex
 WORKERS = 8  # listings asked at once (each is one GET per project, plus a HEAD when the listing has no size)
 
 
-def glibc_of(platform: str) -> str:
-    """'2.36' of a lock's platform 'x86_64-manylinux_2_36'."""
-    return ".".join(platform.rsplit("manylinux_", 1)[-1].split("_")[:2])
-
-
 def wheel_size(indexes: list[PackageIndex], package: Package, python: str, glibc: str) -> int | None:
     """The bytes of the wheel of ``package`` the image installs: the first index (in order) that lists a file with
     one of its hashes, fit for ``python`` and ``glibc`` (any file with a hash, when no tag fits as ``supports``
@@ -49,7 +44,7 @@ def with_sizes(image: LockedImage, index_for: Callable[[str], PackageIndex]) -> 
     content hash is unchanged: sizes are not part of it."""
     urls = list(dict.fromkeys(u for u in (image.index_url, image.extra_index_url) if u))
     indexes = [index_for(u) for u in urls]
-    glibc = glibc_of(image.platform)
+    glibc = image.glibc
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         sizes = list(pool.map(lambda p: p.size if p.size is not None else wheel_size(indexes, p, image.python, glibc),
                               image.packages))

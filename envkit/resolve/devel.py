@@ -161,10 +161,9 @@ def lock_packages(name: str, cuda_mm: str | None, locked: Sequence[Pin], *, requ
 def as_devel(image: LockedImage, *, closure: Closure = compile_closure) -> LockedImage:
     """A locked runtime ``image`` as its devel flavour: the same packages plus the devel group, resealed
     (what the resolver locks for ``flavour: devel``; the framework's index only)."""
-    glibc = image.platform.rsplit("manylinux_", 1)[1].replace("_", ".")
     base = tuple(p for p in image.packages if p.group != GROUP)
     added = lock_packages(image.name, image.cuda_major_minor, [Pin(p.name, p.version, p.hashes) for p in base],
-                          python=image.python, glibc=glibc, index_url=image.index_url, closure=closure)
+                          python=image.python, glibc=image.glibc, index_url=image.index_url, closure=closure)
     packages = tuple(sorted((*base, *added), key=lambda x: (x.group, x.name)))
     return sealed(image.model_copy(update={"flavour": "devel", "packages": packages}))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from envkit.index.sizes import glibc_of, with_sizes
+from envkit.index.sizes import with_sizes
 from envkit.lock import Package, load_lock, wheel_bytes, write_lock
 from tests.unit.index.test_index import build_wheel, make_index, server  # noqa: F401 (the fixture)
 from tests.unit.lockfixtures import make_image, make_lock
@@ -88,5 +88,7 @@ def test_a_lock_without_sizes_keeps_its_bytes_and_a_sized_one_its_hash(tmp_path)
 
 
 def test_glibc_of_a_locks_platform():
-    assert glibc_of("x86_64-manylinux_2_36") == "2.36"
-    assert glibc_of("x86_64-manylinux_2_28") == "2.28"
+    from tests.unit.lockfixtures import make_image
+
+    for platform, glibc in (("x86_64-manylinux_2_36", "2.36"), ("x86_64-manylinux_2_28", "2.28")):
+        assert make_image().model_copy(update={"platform": platform}).glibc == glibc
