@@ -37,9 +37,10 @@ class SavedImage:
 
 @dataclass(frozen=True)
 class NewLayer:
-    """A layer envkit wrote: its tar on disk, its diff_id, and what the history says made it."""
+    """A layer envkit wrote: its tar on disk, its diff_id, and what the history says made it. No path: a layer the
+    engine has on these same layers below it (``build.layer_reuse``), named in the archive's manifest, left out."""
 
-    path: Path
+    path: Path | None
     diff_id: str
     created_by: str
 
@@ -116,7 +117,8 @@ def image_id(config: dict[str, Any]) -> str:
 
 def write_archive(out: BinaryIO, saved: SavedImage, layers: list[NewLayer], config: dict[str, Any], tag: str) -> None:
     """The docker-archive, written as a stream to ``out``: the saved image's layers (read from its archive),
-    ``layers``, ``config`` tagged ``tag``; each layer tar is removed once written (a 5 GB layer is on disk once)."""
+    ``layers`` (those without a path named only), ``config`` tagged ``tag``; each layer tar is removed once written (a
+    5 GB layer is on disk once)."""
     data = config_bytes(config)
     names = [*saved.layers, *(f"{x.diff_id.split(':', 1)[1]}/layer.tar" for x in layers)]
     config_name = f"{image_id(config).split(':', 1)[1]}.json"
@@ -127,6 +129,8 @@ def write_archive(out: BinaryIO, saved: SavedImage, layers: list[NewLayer], conf
                 member = src.getmember(name)
                 tar.addfile(_file_info(name, member.size), src.extractfile(member))
         for name, layer in zip(names[len(saved.layers):], layers):
+            if layer.path is None:
+                continue
             with open(layer.path, "rb") as fh:
                 tar.addfile(_file_info(name, layer.path.stat().st_size), fh)
             layer.path.unlink()

@@ -3,7 +3,7 @@
 
 The OS stage is built by the engine, as any build's (``--target os``). Then, in containers of that OS image, uv
 installs each layer group into one host directory bind-mounted at the venv's path, with the bytecode compiled
-deterministically (``COMPILE``); after each group envkit writes what the group added as a layer tar
+deterministically (``pycompile``); after each group envkit writes what the group added as a layer tar
 (``layers.write_layer``), and the payload as one more. The OS image's archive (`docker save`) and these tars become a
 docker-archive with the config the rendered Dockerfile's final stage would give (``archive.image_config``), loaded
 with `docker load`. Everything is written under one scratch directory, removed however the build ends.
@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..engine.protocol import BuildEvent, Mount, RunOptions
-from ..errors import BuildError
+from ..errors import BuildError, EngineError
 from ..lock import Lock, LockedImage
 from ..render import installer
 from ..render.files import UV_CA, VENV, context_for, layer_packages
 from ..support import scratch
-from ..support.labels import LAYERS_LABEL, REPRODUCIBLE_LAYERS, STAGE_LABEL
+from ..support.labels import LAYER_KEYS_LABEL, LAYERS_LABEL, REPRODUCIBLE_LAYERS, STAGE_LABEL
 from . import archive, layers
+from .layer_reuse import find_reusable, group_key, keys_label
 from .layer_record import PAYLOAD
 
 if TYPE_CHECKING:
@@ -89,15 +90,17 @@ def require_reproducible(image: LockedImage) -> None:
                          hint="build it without --reproducible")
 
 
-def install_script(first: bool, index_flags: str) -> str:
-    """What one group's install container runs (as the build's step does, the bytecode compiled by ``COMPILE``)."""
+def install_script(first: bool, index_flags: str, requirements: str = REQ) -> str:
+    """What one group's install container runs (as the build's step does, the bytecode compiled by ``pycompile``).
+    The first makes the venv (its files are in that layer). With no requirements (/dev/null) it leaves the venv
+    as the first group's install leaves it, less any package: uv's own files in it too (its `.lock`)."""
     return "\n".join([
         "set -euo pipefail",
         f"if [ -f {UV_CA} ]; then export SSL_CERT_FILE={UV_CA}; fi",
         f"mkdir -p {os.path.dirname(UV)}",
         installer.fetch_shell(UV),
         *([f"python3 -m venv {VENV}"] if first else []),
-        f"{UV} pip install --python {VENV}/bin/python {installer.FLAGS}{index_flags} -r {REQ}",
+        f"{UV} pip install --python {VENV}/bin/python {installer.FLAGS}{index_flags} -r {requirements}",
         f"{VENV}/bin/python -I -c \"$ENVKIT_COMPILE\" {VENV}/lib",
     ])
 
@@ -106,12 +109,30 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
              labels: dict[str, str], build_os: OsBuild, stage: Callable[[Path, dict[str, bytes]], Path],
              ca_bundle: Path | None, say: Say, netrc: Path | None = None) -> Assembled:
     """Build ``image`` as ``tag`` with reproducible environment layers (see the module doc); ``files`` is its
-    rendered context, ``labels`` the identity labels the image gets beside the Dockerfile's."""
+    rendered context, ``labels`` the identity labels the image gets beside the Dockerfile's. The lowest groups an
+    image on the engine already has on the same OS layers are reused (``layer_reuse``); should that image's layers
+    go before the load, the build runs again installing every group."""
     require_reproducible(image)
+    args = (engine, lock, image, files, tag, labels, build_os, stage, _secrets(ca_bundle, netrc), say)
+    try:
+        return _assemble(*args, reuse=True)
+    except _ReusedGone as gone:
+        say(f"loading with the reused layers failed ({gone}): building again, installing every group")
+        return _assemble(*args, reuse=False)
+
+
+class _ReusedGone(Exception):
+    pass
+
+
+def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], tag: str,
+              labels: dict[str, str], build_os: OsBuild, stage: Callable[[Path, dict[str, bytes]], Path],
+              secrets: Secrets, say: Say, *, reuse: bool) -> Assembled:
     ctx = context_for(lock, image, "", buildkit=False)
     os_tag = f"{tag}-os"
     phases = Phases()
     os_labels = {STAGE_LABEL: "os", **dict(ctx.stage_labels)}
+    keys = {g: group_key(reproducible_mark(), g, files[f"requirements/{g}.txt"]) for g in ctx.layer_groups}
     with scratch.directory(f"repro-{image.name}") as tmp:
         say(f"building the OS stage as {os_tag}")
         with phases.timed("os stage"):
@@ -121,14 +142,18 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
         with phases.timed("save"):
             engine.save(os_tag, tmp / "os.tar")
         saved = archive.read_saved(tmp / "os.tar")
-        secrets = _secrets(ca_bundle, netrc)
+        found = find_reusable(engine, tuple(saved.config["rootfs"]["diff_ids"]), keys) if reuse else None
+        if found is not None:
+            say(f"reusing the {', '.join(found.layers)} layer{'s' if len(found.layers) > 1 else ''} of image "
+                f"{found.image.split(':')[-1][:12]} (the same OS layers, the same packages)")
         built = _install_groups(engine, image, files, os_tag, tmp, secrets=secrets, say=say,
-                                index_flags=ctx.uv_index_flags, phases=phases)
+                                index_flags=ctx.uv_index_flags, phases=phases, reused=found.layers if found else {})
         scratch.remove(tmp / "venv", strict=False)  # in the layers now: the disk holds the environment once
         payload = {name.split("/", 1)[1]: data for name, data in files.items() if name.startswith("envkit/")}
         layer = layers.write_files_layer(payload, tmp / "payload.tar", epoch=EPOCH, prefix="opt/envkit/")
         built.append(archive.NewLayer(tmp / "payload.tar", layer.diff_id, "COPY envkit/ /opt/envkit/"))
-        labels = {**dict(ctx.labels), **labels, LAYERS_LABEL: REPRODUCIBLE_LAYERS}  # (verify compares such images)
+        labels = {**dict(ctx.labels), **labels, LAYERS_LABEL: REPRODUCIBLE_LAYERS,  # (verify compares such images)
+                  LAYER_KEYS_LABEL: keys_label(keys)}
         config = archive.image_config(saved.config, built, env=ctx.runtime_env, labels=labels,
                                       drop_labels=set(os_labels), user=f"{ctx.uid}:{ctx.uid}", workdir=ctx.workdir,
                                       cmd=ctx.cmd, epoch=EPOCH)
@@ -136,14 +161,20 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
         digests = {g: x.diff_id for g, x in zip(groups, built)}
         say(f"loading {tag} into the engine (its archive streamed, not written)")
         with phases.timed("load"):
-            engine.load_stream(lambda out: archive.write_archive(out, saved, built, config, tag),
-                               f"the image archive of {tag}")
+            try:
+                engine.load_stream(lambda out: archive.write_archive(out, saved, built, config, tag),
+                                   f"the image archive of {tag}")
+            except EngineError as exc:
+                if found is None:
+                    raise
+                raise _ReusedGone(exc.message) from None
     say("where the time went: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.seconds.items()))
     return Assembled(archive.image_id(config), digests, dict(phases.seconds))
 
 
 def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes], os_tag: str, tmp: Path, *,
-                    secrets: Secrets, say: Say, index_flags: str, phases: Phases) -> list[archive.NewLayer]:
+                    secrets: Secrets, say: Say, index_flags: str, phases: Phases,
+                    reused: dict[str, str]) -> list[archive.NewLayer]:
     venv = tmp / "venv"
     venv.mkdir(mode=0o755)
     venv.chmod(0o755)
@@ -152,6 +183,15 @@ def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes],
     packages = layer_packages(image)
     groups = [g for g, p in packages.items() if p]
     for i, group in enumerate(groups):
+        made_by = f"envkit: uv {installer.VERSION} pip install -r {group}.txt"
+        if group in reused:  # the engine has it on these layers: named in the archive, not written
+            out.append(archive.NewLayer(None, reused[group], made_by))
+            continue
+        if i and not before:  # the groups below were reused: the venv as the first group's install leaves it,
+            # without its packages, under this one, left out of its layer
+            with phases.timed("venv"):
+                _run_install(engine, os_tag, venv, None, secrets, install_script(True, index_flags, "/dev/null"), say)
+            before = layers.snapshot(venv)
         requirements = tmp / f"{group}.txt"
         requirements.write_bytes(files[f"requirements/{group}.txt"])  # the rendered context's, as a build's
         say(f"installing the {group} layer group ({len(packages[group])} packages) with uv {installer.VERSION}")
@@ -165,7 +205,7 @@ def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes],
             layer = layers.write_layer(venv, paths, tar, epoch=EPOCH, prefix=VENV.lstrip("/") + "/",
                                        done=_writing(group, say))
         say(f"the {group} layer: {layer.entries} entries, {layer.size / 2**20:.0f} MiB, {layer.diff_id}")
-        out.append(archive.NewLayer(tar, layer.diff_id, f"envkit: uv {installer.VERSION} pip install -r {group}.txt"))
+        out.append(archive.NewLayer(tar, layer.diff_id, made_by))
     return out
 
 
@@ -185,9 +225,10 @@ def _secrets(ca_bundle: Path | None, netrc: Path | None) -> Secrets:
     return tuple(mounts), env
 
 
-def _run_install(engine: Engine, ref: str, venv: Path, requirements: Path,
+def _run_install(engine: Engine, ref: str, venv: Path, requirements: Path | None,
                  secrets: Secrets, script: str, say: Say) -> None:
-    mounts = [Mount(str(venv), VENV, read_only=False), Mount(str(requirements), REQ), *secrets[0]]
+    mounts = [Mount(str(venv), VENV, read_only=False), *([Mount(str(requirements), REQ)] if requirements else []),
+              *secrets[0]]
     lines = _Lines(say)
     env = {**secrets[1], "SOURCE_DATE_EPOCH": str(EPOCH), "PYTHONHASHSEED": "0", "UV_CACHE_DIR": "/tmp/envkit-uv/cache",
            "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "copy",
@@ -197,7 +238,8 @@ def _run_install(engine: Engine, ref: str, venv: Path, requirements: Path,
         output=lines.feed))
     lines.flush()
     if result.exit_code != 0 or result.timed_out:
-        raise BuildError(f"installing {requirements.stem} into {ref} failed (exit code {result.exit_code})",
+        what = requirements.stem if requirements else "the venv"
+        raise BuildError(f"installing {what} into {ref} failed (exit code {result.exit_code})",
                          hint="last output:\n    " + "\n    ".join(lines.tail))
 
 

@@ -141,6 +141,9 @@ class DockerEngine:
             raise EngineError(f"cannot inspect {ref}: {exc.explanation}") from None
 
     def find_image(self, labels: dict[str, str]) -> ImageInfo | None:
+        return next(self.find_images(labels), None)
+
+    def find_images(self, labels: dict[str, str]) -> Iterator[ImageInfo]:
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
         try:
             summaries = self.client.api.images(filters=filters)  # one call: `images.list` inspects each one it
@@ -149,8 +152,7 @@ class DockerEngine:
         for summary in summaries:
             info = self.inspect(summary["Id"])  # None: removed since the listing (gc, another build)
             if info is not None:
-                return info
-        return None
+                yield info
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
@@ -177,6 +179,9 @@ class DockerEngine:
 
     def load_stream(self, write: Callable[[BinaryIO], None], what: str) -> list[str]:
         return docker_registry.load_stream(self, write, what)
+
+    def loads_known_layers(self) -> bool:
+        return docker_registry.loads_known_layers(self.client.info())
 
     def build(self, context: Path, tag: str, labels: dict[str, str], *, dockerfile: str = "Dockerfile",
               network: bool = True, no_cache: bool = False,

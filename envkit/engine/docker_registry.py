@@ -128,6 +128,19 @@ def _reraise(producer: threading.Thread, failed: list[BaseException]) -> None:
         raise failed[0]
 
 
+# Docker's graph drivers: their image store's `docker load` opens a layer's file only when the engine lacks that
+# layer's chain (moby image/tarexport/load.go), so an archive may leave out the layers the engine has. The containerd
+# image store (driver-type io.containerd.snapshotter.v1) and other engines (podman names its driver "overlay") want
+# every file.
+GRAPH_DRIVERS = frozenset({"overlay2", "vfs", "btrfs", "zfs", "fuse-overlayfs", "devicemapper", "aufs"})
+
+
+def loads_known_layers(info: dict) -> bool:
+    """Whether the engine `docker info` describes loads an archive that leaves out the layers it has."""
+    status = dict(tuple(pair) for pair in info.get("DriverStatus") or () if len(pair) == 2)
+    return info.get("Driver") in GRAPH_DRIVERS and "containerd" not in str(status.get("driver-type", ""))
+
+
 # --- what `docker login` stored ------------------------------------------------------------------------
 def login_config_file() -> str | None:
     """The file `docker login` keeps credentials in here (``$DOCKER_CONFIG/config.json``, else

@@ -22,4 +22,7 @@ CONTAINER_LABEL = PREFIX + "container"
 # image is compared with the lock's layer record (a builder's layers hold their files' write times).
 LAYERS_LABEL = PREFIX + "layers"
 REPRODUCIBLE_LAYERS = "reproducible"
+# On such an image too: each environment layer group's key ("cuda=<hex> framework=<hex> ..."; build.layer_reuse),
+# so a later reproducible build on the same OS layers can reuse the groups whose packages did not change.
+LAYER_KEYS_LABEL = PREFIX + "layer-keys"
 SHOWN = (PREFIX, "org.opencontainers.")  # the label prefixes `envkit show` reports

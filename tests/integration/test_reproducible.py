@@ -86,6 +86,54 @@ def test_two_builds_from_scratch_give_the_same_environment_layers(engine, tmp_pa
         remove_images(engine, *tags)
 
 
+def _lock_with(name: str, typing_extensions: str):
+    """The small stack on numpy 2.0 (no other test's framework group: nothing else on the engine to reuse)."""
+    from envkit.index.closure import compile_closure
+    from envkit.lock import Package, sealed
+
+    lock, image = small_lock(name)
+    pins = compile_closure(["numpy==2.0.*", f"typing-extensions=={typing_extensions}"], python="3.11", glibc="2.36",
+                           index_url="https://pypi.org/simple")
+    packages = tuple(Package(name=p.name, version=p.version, hashes=p.hashes,
+                             group="framework" if p.name == "numpy" else "extra") for p in pins)
+    image = sealed(image.model_copy(update={"packages": packages}))
+    return lock.model_copy(update={"images": (image,)}), image
+
+
+def test_one_extra_changed_reuses_the_framework_layer_and_gives_the_layers_of_a_build_from_nothing(engine):
+    """Built after an image of the same framework group on the same OS layers, the changed lock installs only its
+    extra group (into a fresh venv) and loads an archive without the framework layer; built again once both images
+    are gone (nothing to reuse), it gives the same digests, so the reuse changed nothing in the layers."""
+    lock_a, image_a = _lock_with("repro-reuse", "4.12.2")
+    lock_b, image_b = _lock_with("repro-reuse", "4.11.0")
+    tags: list[str] = []
+    try:
+        first, _ = _build(engine, lock_a, image_a, "auto")
+        tags.append(first.tag)
+        again, said = _build(engine, lock_b, image_b, "auto")
+        tags.append(again.tag)
+        assert again.tag != first.tag
+        reused = engine.inspect(first.tag)
+        assert any(s.startswith(f"reusing the framework layer of image {reused.id[7:19]}") for s in said), said
+        assert "install framework" not in again.phases and "install extra" in again.phases, again.phases
+        assert again.layers["framework"] == first.layers["framework"]
+        assert again.layers["extra"] != first.layers["extra"]
+        run = engine.run(again.tag, ["python3", "-c", "import numpy, typing_extensions, importlib.metadata as m; "
+                                                      "print(numpy.__version__, m.version('typing_extensions'))"],
+                         RunOptions(timeout=120, network=False))
+        assert run.exit_code == 0 and run.stdout.split()[1] == "4.11.0", run.stderr
+
+        remove_images(engine, *tags)  # (the OS stage stays: its layers are the reused image's, as before)
+        tags.clear()
+        scratch, said = _build(engine, lock_b, image_b, "auto")
+        tags.append(scratch.tag)
+        assert not any(s.startswith("reusing") for s in said) and "install framework" in scratch.phases
+        assert scratch.layers == again.layers, (scratch.layers, again.layers)
+        assert scratch.image_id == again.image_id  # the same config too: the same image
+    finally:
+        remove_images(engine, *tags)
+
+
 ELSEWHERE = """
 import json, os, sys
 os.umask(0o027)
