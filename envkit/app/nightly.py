@@ -254,8 +254,9 @@ def _build(
     info = engine.inspect(tag)
     ctx = info.labels.get(CONTEXT_LABEL, "") if info else ""
     known = store.find_build(image.name, image.hash, ctx) if info else None
+    # (--reproducible: a builder's image of the lock is built again, so what is checked and promoted is envkit's)
     if info is not None and known is not None and known.image_id == info.id and (
-            not reproducible or info.labels.get(LAYERS_LABEL) == REPRODUCIBLE_LAYERS):  # else built again, so
+            not reproducible or info.labels.get(LAYERS_LABEL) == REPRODUCIBLE_LAYERS):
         report.build = "skipped"
         return info
     if disk.full is not None:
