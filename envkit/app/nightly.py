@@ -337,7 +337,7 @@ def _certify(
         report.status = newest.status
         # certified by this run before it was killed: its work, so a resumed run is not "nothing to do"
         report.worked = report.worked or "certify" in store.steps(run_id, image.name)
-        return parse_certificate(json.dumps(newest.document))
+        return with_check(parse_certificate(json.dumps(newest.document)), layers)  # (this run's check, in its reports)
     store.mark_step(run_id, image.name, "certify", "started", image.hash)
     progress(f"[{image.name}] {'certifying on the GPUs' if gpus else 'verifying (no GPU on this runner)'}")
     try:

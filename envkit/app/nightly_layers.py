@@ -110,8 +110,12 @@ def layers_doc(check: dict | None, made: bool, digests: dict[str, str], where: P
 
 
 def with_check(cert: Certificate, check: dict | None) -> Certificate:
-    """``cert`` with the layer check among its checks (the reports and the store keep what it said)."""
-    return cert if check is None else cert.model_copy(update={"checks": (*cert.checks, CheckRecord(**check))})
+    """``cert`` with this run's layer check among its checks, in place of one an earlier run put there (the reports
+    say what it said; so does the store, for a certificate made in this run)."""
+    if check is None:
+        return cert
+    others = tuple(c for c in cert.checks if c.name != check["name"])
+    return cert.model_copy(update={"checks": (*others, CheckRecord(**check))})
 
 
 def layers_failed(store: Store, image: LockedImage, report: ImageReport, info: ImageInfo, check: dict,

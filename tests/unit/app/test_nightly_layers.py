@@ -8,6 +8,7 @@ test_nightly_reproducible.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -231,3 +232,125 @@ def test_a_builders_image_of_the_lock_is_built_again_reproducibly_and_envkits_is
 def test_the_nightly_flag_is_documented(tmp_path):
     out = CliRunner().invoke(main, ["nightly", "--help"])
     assert out.exit_code == 0 and "--reproducible" in out.output and "exit 18" in out.output
+
+
+# --------------------------------------------------------------------------- the run, end to end (fakes)
+class RunEngine:
+    """The base is here; a build makes an image with envkit's layers (``LAYERS``, or ``built``)."""
+
+    def __init__(self, base: str):
+        self.images = {base: ImageInfo("sha256:base", (base,), 1, {}, {}, "")}
+
+    def inspect(self, ref):
+        return self.images.get(ref)
+
+    def local(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    """``run_nightly --reproducible --no-gpus`` over a one-image lock: resolving (``_locks``), building and the
+    payload replaced; returns the result, the certifications asked for and the lock path."""
+    from envkit.catalog.files import load_catalog
+    from envkit.certify.certificate import certificate_from
+    from envkit.frameworks import expected
+    from envkit.resolve.plan import spec_digest
+
+    spec_path = tmp_path / "team.yaml"
+    spec_path.write_text(SPEC.split("  - name: torch25-dev")[0])
+    lock = make_lock(make_image()).model_copy(update={"spec_digest": spec_digest(load_spec(spec_path)),
+                                                      "catalog_digest": load_catalog().digest})
+    image = lock.images[0]
+    tag = image_tag(lock.team, image)
+    certified: list[str] = []
+
+    def go(built: dict[str, str] = LAYERS, *, locked: bool = False):
+        engine = RunEngine(image.base.ref)
+
+        def build_image(eng, lk, img, spec_name, **kwargs):
+            assert kwargs["reproducible"] is True
+            eng.images[tag] = ImageInfo("sha256:" + "5" * 64, (tag,), 1, {LAYERS_LABEL: REPRODUCIBLE_LAYERS}, {}, "",
+                                        layers=("sha256:os", *built.values()))
+
+            class Outcome:
+                action, seconds = "built", 1.0
+            return Outcome()
+
+        def certify_image(eng, ref, expect, *, gpus):
+            certified.append(ref)
+            return certificate_from(cpu_doc(), expect, image=ref, image_id=eng.inspect(ref).id, lock_hash=image.hash,
+                                    gpu_requested=gpus, created_at="2026-12-06T00:00:00Z", envkit_version="0")
+
+        monkeypatch.setattr("envkit.app.nightly._locks", lambda *a, **k: (lock, lock))
+        monkeypatch.setattr("envkit.app.nightly.build_image", build_image)
+        monkeypatch.setattr("envkit.app.nightly.certify_image", certify_image)
+        monkeypatch.setattr("envkit.app.nightly.expected", lambda img: expected(img))
+        with Store.open(tmp_path / "h.sqlite") as store:
+            result = run_nightly(spec_path, engine, store, out_root=tmp_path, reports_dir=tmp_path / "reports",
+                                 gpus=False, locked=locked, reproducible=True, builder="classic")
+            certs = store.certificates_for("sha256:" + "5" * 64)
+        engine.images.pop(tag)  # removed before the next run, so it is built again
+        return result, certs
+
+    return go, tmp_path / "team.lock", image, certified
+
+
+def test_a_re_resolving_run_verifies_its_build_and_writes_the_lock_then_the_record_beside_it(run):
+    go, lock_path, image, certified = run
+    result, [cert] = go()
+    assert result.exit_code == 0 and len(certified) == 1
+    [report] = result.images
+    assert report.status == "verified" and report.layers["check"] == "no record" and report.layers["recorded"]
+    assert lock_path.exists() and load_record(lock_path)[image.name] == entry(image, LAYERS)
+    assert [c for c in cert.document["checks"] if c["name"] == "layers"][0]["status"] == "skipped"
+    # the next run, same lock: the check passes; the stored verdict is reused, its reports say this run's check
+    result, [cert] = go()
+    assert result.exit_code == 0 and result.images[0].layers["check"] == "passed" and len(certified) == 1
+    report = json.loads(Path(result.reports["json"]).read_text())
+    assert "environment layers match the lock exactly" in json.dumps(report)
+    assert "no record of this image" not in json.dumps(report)
+
+
+def test_a_build_whose_layers_differ_is_neither_certified_nor_recorded_and_the_run_exits_18(run):
+    go, lock_path, image, certified = run
+    write_record(lock_path, [entry(image, LAYERS)])
+    result, [cert] = go({**LAYERS, "cuda": "sha256:c2"})
+    assert result.exit_code == LAYERS_DIFFER and certified == []
+    [report] = result.images
+    assert report.status == "failed" and report.build == "built"
+    assert report.reasons == ["layers: the cuda layer differs from the lock's record: the image has sha256:c2, "
+                              "the record sha256:c"]
+    assert cert.status == "failed" and [c["name"] for c in cert.document["checks"]] == ["layers"]
+    assert load_record(lock_path)[image.name].layers == LAYERS  # the record it failed against stays
+    assert "layers differs" not in (lock_path.parent / "reports" / "report.json").read_text()
+    assert "the cuda layer differs" in (lock_path.parent / "reports" / "report.json").read_text()
+
+
+def test_the_command_passes_the_flag_and_its_table_says_what_each_check_said(monkeypatch):
+    import contextlib
+
+    from envkit.app.nightly import NightlyResult
+
+    seen = {}
+    passed = ImageReport("a", "vision/a:1", build="built", status="verified",
+                         layers={"check": "passed", "message": "environment layers match the lock exactly (extra)"})
+    failed = ImageReport("b", "vision/b:1", build="built", status="failed",
+                         reasons=["layers: the extra layer differs from the lock's record: the image has sha256:x, "
+                                  "the record sha256:y"], layers={"check": "failed", "message": "-"})
+
+    def run_nightly(spec, eng, store, **kwargs):
+        seen.update(kwargs)
+        return NightlyResult(1, LAYERS_DIFFER, [passed, failed], {}, 0.1, False)
+
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: object())
+    monkeypatch.setattr("envkit.app.nightly.run_nightly", run_nightly)
+    monkeypatch.setattr("envkit.store.history.Store.open", lambda *a, **k: contextlib.nullcontext())
+    out = CliRunner().invoke(main, ["nightly", "team.yaml", "--reproducible"])
+    assert out.exit_code == LAYERS_DIFFER and seen["reproducible"] is True
+    assert "a: layers passed: environment layers match the lock exactly (extra)" in out.stderr
+    assert "b: layers: the extra layer differs from the lock's record" in out.stderr
+    assert "b: layers failed" not in out.stderr  # (said once, among its reasons)
+    assert "layer mismatch" in out.stdout
+    out = CliRunner().invoke(main, ["nightly", "team.yaml", "--json"])
+    assert seen["reproducible"] is False and json.loads(out.stdout)["outcome"] == "layer mismatch"
