@@ -106,17 +106,15 @@ def require_local(engine: Engine) -> None:
                          hint="build on the engine's host, or without --reproducible")
 
 
-def install_script(group: str, first: bool, uv_flags: str) -> str:
-    """What one group's install container runs (as the build's step does, minus the bytecode flag)."""
-    wheel = "".join(f'{arch}) u="{url}"; s="{sha}";; ' for arch, (url, sha) in installer.WHEELS.items())
+def install_script(first: bool, index_flags: str) -> str:
+    """What one group's install container runs (as the build's step does, the bytecode compiled by ``COMPILE``)."""
     return "\n".join([
         "set -euo pipefail",
         f"if [ -f {UV_CA} ]; then export SSL_CERT_FILE={UV_CA}; fi",
         f"mkdir -p {os.path.dirname(UV)}",
-        f'case "$(uname -m)" in {wheel}*) echo "no uv wheel for $(uname -m)" >&2; exit 1;; esac',
-        f"python3 -c '{installer.FETCH}' \"$u\" \"$s\" {UV} && chmod 755 {UV}",
+        installer.fetch_shell(UV),
         *([f"python3 -m venv {VENV}"] if first else []),
-        f"{UV} pip install --python {VENV}/bin/python {uv_flags} -r {REQ}",
+        f"{UV} pip install --python {VENV}/bin/python {installer.FLAGS}{index_flags} -r {REQ}",
         f"{VENV}/bin/python -I -c \"$ENVKIT_COMPILE\" {VENV}/lib",
     ])
 
@@ -140,10 +138,9 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
         with phases.timed("save"):
             engine.save(os_tag, tmp / "os.tar")
         saved = archive.read_saved(tmp / "os.tar")
-        uv_flags = ctx.uv_flags.replace(" --compile-bytecode", "")  # (COMPILE compiles instead)
         secrets = _secrets(ca_bundle, netrc)
-        built = _install_groups(engine, image, files, os_tag, tmp, secrets=secrets, say=say, uv_flags=uv_flags,
-                                phases=phases)
+        built = _install_groups(engine, image, files, os_tag, tmp, secrets=secrets, say=say,
+                                index_flags=ctx.uv_index_flags, phases=phases)
         scratch.remove(tmp / "venv", strict=False)  # in the layers now: the disk holds the environment once
         payload = {name.split("/", 1)[1]: data for name, data in files.items() if name.startswith("envkit/")}
         layer = layers.write_files_layer(payload, tmp / "payload.tar", epoch=EPOCH, prefix="opt/envkit/")
@@ -163,7 +160,7 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
 
 
 def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes], os_tag: str, tmp: Path, *,
-                    secrets: Secrets, say: Say, uv_flags: str, phases: Phases) -> list[archive.NewLayer]:
+                    secrets: Secrets, say: Say, index_flags: str, phases: Phases) -> list[archive.NewLayer]:
     venv = tmp / "venv"
     venv.mkdir(mode=0o755)
     venv.chmod(0o755)
@@ -176,7 +173,7 @@ def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes],
         requirements.write_bytes(files[f"requirements/{group}.txt"])  # the rendered context's, as a build's
         say(f"installing the {group} layer group ({len(packages[group])} packages) with uv {installer.VERSION}")
         with phases.timed(f"install {group}"):
-            _run_install(engine, os_tag, venv, requirements, secrets, install_script(group, i == 0, uv_flags), say)
+            _run_install(engine, os_tag, venv, requirements, secrets, install_script(i == 0, index_flags), say)
         with phases.timed(f"{group} layer"):
             after = layers.snapshot(venv)
             paths = layers.changed(before, after, f"the {group} layer group")

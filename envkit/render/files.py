@@ -101,13 +101,13 @@ class RenderContext:
     direct: bool = True
     layer_groups: tuple[str, ...] = ()  # the LAYER_GROUPS with packages, lowest first
     group_notes: dict[str, str] = field(default_factory=lambda: dict(LAYER_GROUPS))
-    uv_wheels: tuple[tuple[str, tuple[str, str]], ...] = tuple(installer.WHEELS.items())
-    uv_fetch: str = installer.FETCH
+    uv_fetch: str = installer.fetch_shell(f"{UV_DIR}/uv")
     uv_dir: str = UV_DIR
     uv_cache: str = UV_CACHE
     uv_ca: str = UV_CA
     ca_arg: str = CA_ARG
-    uv_flags: str = ""
+    uv_index_flags: str = ""  # ``_uv_index_flags``
+    uv_flags: str = ""  # an install step's: installer.FLAGS, installer.COMPILE, the index flags
     # the runtime stage's last instructions (ENV, USER, WORKDIR, CMD): the Dockerfile writes them, and a reproducible
     # build (build.reproducible) writes the same into the image config it assembles
     runtime_env: tuple[tuple[str, str], ...] = ()
@@ -163,7 +163,8 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         python=image.python,
         direct=not wheelhouse,
         layer_groups=tuple(g for g, packages in layer_packages(image).items() if packages),
-        uv_flags=installer.FLAGS + _uv_index_flags(image),
+        uv_index_flags=_uv_index_flags(image),
+        uv_flags=f"{installer.FLAGS} {installer.COMPILE}{_uv_index_flags(image)}",
         runtime_env=runtime_env(image),
         **(_devel_fields(image) if image.flavour == "devel" else {}),
     )

@@ -30,6 +30,18 @@ FETCH = ("import hashlib, io, sys, urllib.request, zipfile; url, sha, dest = sys
          "z = zipfile.ZipFile(io.BytesIO(data)); "
          "open(dest, \"wb\").write(z.read(next(n for n in z.namelist() if n.endswith(\".data/scripts/uv\"))))")
 # Flags of every `uv pip install` (the index flags follow, as the resolver gave them: index.urls.uv_index_args):
-# the lock's exact files, nothing resolved, wheels only, bytecode compiled as pip does, no uv.toml of the
-# build's own.
-FLAGS = "--no-config --no-deps --require-hashes --only-binary :all: --compile-bytecode"
+# the lock's exact files, nothing resolved, wheels only, no uv.toml of the build's own.
+FLAGS = "--no-config --no-deps --require-hashes --only-binary :all:"
+# A build's install steps compile the bytecode as pip does; a reproducible build compiles it itself, with fixed
+# inputs (build.pycompile), so it leaves this out.
+COMPILE = "--compile-bytecode"
+
+
+def fetch_shell(dest: str) -> str:
+    """The shell an install step runs to get uv: the wheel for `uname -m`, refused unless its sha256 is the pinned
+    one, the program written to ``dest``. Its lines end in backslashes, as a Dockerfile's RUN continues them (bash
+    reads a script of them the same); the rendered Dockerfiles and ``build.reproducible`` both run this text."""
+    wheels = "".join(f'{arch}) u="{url}"; s="{sha}";; ' for arch, (url, sha) in WHEELS.items())
+    return (f'case "$(uname -m)" in {wheels}*) echo "no uv wheel for $(uname -m)" >&2; exit 1;; esac \\\n'
+            f' && python3 -c \'{FETCH}\' "$u" "$s" {dest} \\\n'
+            f" && chmod 755 {dest}")

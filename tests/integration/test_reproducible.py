@@ -86,6 +86,55 @@ def test_two_builds_from_scratch_give_the_same_environment_layers(engine, tmp_pa
         remove_images(engine, *tags)
 
 
+ELSEWHERE = """
+import json, os, sys
+os.umask(0o027)
+from envkit.build.builder import build_image
+from envkit.engine.docker_engine import connect
+from tests.integration.test_buildkit import ca_bundle, small_lock
+
+lock, image = small_lock(sys.argv[1])
+outcome = build_image(connect(), lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, reproducible=True,
+                      progress=lambda *_: None)
+print(json.dumps({"tag": outcome.tag, "layers": outcome.layers, "builder": outcome.builder}))
+"""
+
+
+def test_another_engine_that_never_built_anything_gives_the_same_environment_layers(engine, tmp_path):
+    """The nearest this host comes to another machine: an empty second engine (own data root, containerd,
+    network; ``second_engine``) given only the base image, and an envkit run beside it with another umask,
+    TMPDIR, time zone and locale, each building with the default builder. Same environment layer digests, same
+    labels, environment and user; only the OS stage's layers, the builders' own, differ."""
+    import os
+    import subprocess
+    import sys
+
+    from envkit.engine.docker_engine import connect
+    from tests.integration.conftest import ROOT
+    from tests.integration.second_engine import copy_image, second_engine
+
+    lock, image = small_lock("repro-elsewhere")
+    here, _ = _build(engine, lock, image, "auto")
+    try:
+        with second_engine() as address:
+            copy_image(image.base.ref, address)
+            env = dict(os.environ, DOCKER_HOST=address, TMPDIR=str(tmp_path), TZ="Pacific/Kiritimati", LC_ALL="C",
+                       LANG="C")
+            run = subprocess.run([sys.executable, "-c", ELSEWHERE, image.name], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=1800)
+            assert run.returncode == 0, run.stderr[-3000:]
+            there = json.loads(run.stdout.splitlines()[-1])
+            assert (there["tag"], there["builder"]) == (here.tag, here.builder)
+            assert there["layers"] == here.layers, (here.layers, there["layers"])
+            a, b = engine.inspect(here.tag), connect(address).inspect(there["tag"])
+            assert a is not None and b is not None
+            assert (a.labels, a.env, a.user) == (b.labels, b.env, b.user)
+            assert a.layers[-3:] == b.layers[-3:] == tuple(here.layers.values())
+            assert a.layers[0] == b.layers[0]  # the base, copied (the OS stage above it is each builder's own)
+    finally:
+        remove_images(engine, here.tag)
+
+
 def test_a_failed_install_leaves_no_scratch_container_or_image(engine):
     """A wheel whose hash is not the lock's: uv refuses it, the build fails naming the group with uv's words, and
     the scratch directory (install directory, OS archive, layer tars) and the install container are gone."""
