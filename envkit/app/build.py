@@ -25,9 +25,8 @@ from .resolve import Resolved, resolve_spec
 from ..support.progress import Planned, Progress
 from ..build.bundle_manifest import MANIFEST, bundle_size
 from ..build.bundle import check_replaceable, make_bundle
-from ..build.layer_record import PAYLOAD, Recorded, made_with, write_record
+from ..build.layer_record import entry, layers_of, write_record
 from ..build.reproducible import require_reproducible
-from ..render.installer import VERSION as INSTALLER_VERSION
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
@@ -93,17 +92,10 @@ def _record_layers(engine: Engine, resolved: Resolved, outcomes: list[Outcome], 
     entries = []
     for o in outcomes:
         image = resolved.lock.image(o.name)
-        layers = o.layers or _image_layers(engine, o, image)
-        entries.append(Recorded(o.name, image.hash, layers, made_with(f"uv {INSTALLER_VERSION}")))
+        info = None if o.layers else engine.inspect(o.image_id)
+        entries.append(entry(image, o.layers or layers_of(image, info.layers if info is not None else ())))
     path = write_record(resolved.lock_path, entries)
     progress("*", f"wrote {path} (the environment layers of {', '.join(o.name for o in outcomes)})")
-
-
-def _image_layers(engine: Engine, outcome: Outcome, image: LockedImage) -> dict[str, str]:
-    groups = [g for g, p in layer_packages(image).items() if p] + [PAYLOAD]
-    info = engine.inspect(outcome.image_id)
-    found = info.layers[-len(groups):] if info is not None else ()
-    return dict(zip(groups, found))
 
 
 def check_space(engine: Engine, images: list[LockedImage], progress: Progress) -> None:

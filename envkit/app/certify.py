@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..build.builder import LOCK_LABEL
-from ..build.layer_record import compare, load_record, record_path
+from ..build.layer_record import Recorded, compare, load_record, record_path
 from ..payload.harness import Verification, expect_from_labels, run_payload
 from ..errors import EngineError, VerificationError
 from ..frameworks import expected
@@ -71,15 +71,20 @@ def layers_check(info: ImageInfo, lock_hash: str, lock_path: Path) -> dict | Non
     payload's shape; None when the lock has no record of this image."""
     name = next(i.name for i in load_lock(lock_path).images if i.hash == lock_hash)  # (expectations found it)
     recorded = load_record(lock_path).get(name)
-    if recorded is None:
-        return None
+    return None if recorded is None else check_layers(info, name, lock_hash, recorded, record_path(lock_path))
+
+
+def check_layers(info: ImageInfo, name: str, lock_hash: str, recorded: Recorded, where: Path) -> dict:
+    """The check ``layers`` of image ``name`` (``info``, at ``lock_hash``) against its entry in the record ``where``:
+    passed, failed (naming each group that differs and both digests), or skipped (a builder made its layers, or the
+    entry is of another lock hash), saying why. `verify --lock` and `nightly --reproducible` both ask it."""
     check = {"name": "layers", "value": None, "expected": recorded.environment(), "seconds": 0.0}
     if info.labels.get(LAYERS_LABEL) != REPRODUCIBLE_LAYERS:
         return {**check, "status": "skipped", "message": "a builder made this image's layers (they hold their files' "
-                f"write times), so they are not compared with {record_path(lock_path)}: `envkit build SPEC "
+                f"write times), so they are not compared with {where}: `envkit build SPEC "
                 "--reproducible` makes the layers the record holds"}
     if recorded.lock_hash != lock_hash:
-        return {**check, "status": "skipped", "message": f"{record_path(lock_path)} records lock hash "
+        return {**check, "status": "skipped", "message": f"{where} records lock hash "
                 f"{recorded.lock_hash[:19]} for {name}, not this image's {lock_hash[:19]}: rewrite it with "
                 "`envkit build SPEC --reproducible --record`"}
     result = compare(info.layers, recorded)

@@ -35,19 +35,24 @@ from ..catalog.perf import load_perf
 from ..certify.report import FILES, write_reports
 from .nightly_publish import Asked, ImageReport, _publish, restore_base
 from .nightly_fleet import FleetStep, certify_on_fleet
+from .nightly_disk import Disk
+from .nightly_layers import LayerStep, require_nightly, with_check
 from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
 from ..support.progress import Phase, Progress, phase_lines
 from ..payload.contents import SCHEMA
+from ..support.labels import LAYERS_LABEL, REPRODUCIBLE_LAYERS
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine, ImageInfo
     from ..spec import Spec
     from ..catalog.refresh.common import ReadingIndex
 
-# Exit codes, distinct from the error codes of errors.py.
+# Exit codes, distinct from the error codes of errors.py (15-17 are errors too).
 PASSED, NOTHING_TO_DO, BUILD_FAILED, CERT_FAILED, REGRESSION, PUBLISH_FAILED = 0, 10, 11, 12, 13, 14
+LAYERS_DIFFER = 18  # --reproducible: an image's environment layers are not the ones the lock's record holds
 EXIT_NAMES = {PASSED: "passed", NOTHING_TO_DO: "nothing to do", BUILD_FAILED: "build failure",
-              CERT_FAILED: "certification failure", REGRESSION: "regression", PUBLISH_FAILED: "publish failure"}
+              CERT_FAILED: "certification failure", REGRESSION: "regression", PUBLISH_FAILED: "publish failure",
+              LAYERS_DIFFER: "layer mismatch"}
 
 
 @dataclass
@@ -69,37 +74,6 @@ class NightlyResult:
                 "images": [i.to_json() for i in self.images]}
 
 
-@dataclass
-class Disk:
-    """The engine's disk through one run. The first build that fills it may be tried once more after
-    ``reclaim`` (``nightly --gc``: gc for the team, given the tags it must keep; with BuildKit, also the build
-    cache this run has not used) removed something;
-    once it is full for good, no further build is tried: each would download gigabytes to fail the
-    same way. Images already built are still certified and published."""
-
-    reclaim: Callable[[list[str]], dict] | None = None
-    reclaimed: dict | None = None  # reclaim's result: gc's JSON, or {"error": ...}
-    full: str | None = None  # the image whose build found it full for good
-
-    def try_reclaim(self, tags: list[str], progress: Progress) -> bool:
-        """Reclaim once per run; True when something was removed (the build is worth trying again)."""
-        if self.reclaim is None or self.reclaimed is not None:
-            return False
-        progress("the engine's disk is full: running gc for the team now, then building it again")
-        self.reclaimed = self.reclaim(tags)
-        cache = self.reclaimed.get("build_cache") or {}
-        return bool(
-            self.reclaimed.get("removed") or self.reclaimed.get("removed_containers") or cache.get("freed_bytes")
-        )
-
-    def said(self) -> str:
-        """What the reclaim removed, for the image's notes."""
-        cache = (self.reclaimed or {}).get("build_cache") or {}
-        return (f"gc removed {len((self.reclaimed or {}).get('removed', []))} image(s)"
-                + (f" and {len(cache['pruned'])} build cache record(s) ({cache['freed_bytes'] / 1e6:.0f} MB)"
-                   if cache.get("pruned") else ""))
-
-
 def refresh_catalog_step(
     reports_dir: Path,
     *,
@@ -117,7 +91,6 @@ def refresh_catalog_step(
     proposed diff is written for review and the run goes on with the catalog as it is.
     """
     from datetime import date
-
 
     chosen = parse_frameworks(frameworks)
     progress(f"refreshing the catalog ({', '.join(chosen)}) from the package index")
@@ -164,8 +137,11 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
                 registry: str | None = None, locked: bool = False, gpus: bool | None = None,
                 threshold: float = 0.10, builder: str = AUTO, refresh_catalog: bool = False,
                 refresh_frameworks: Iterable[str]=(), reclaim: Callable[[list[str]], dict] | None = None,
-                dispatch: FleetStep | None = None, progress: Progress = lambda _: None) -> NightlyResult:
+                dispatch: FleetStep | None = None, reproducible: bool = False,
+                progress: Progress = lambda _: None) -> NightlyResult:
     """``builder`` builds what changed; an image whose build is already recorded is kept as it is.
+    ``reproducible``: through ``build.reproducible``, each image's layers checked against the lock's record
+    (``nightly_layers``).
     ``reclaim``: frees the engine's disk when a build fills it, never removing the images tagged as
     given (``Disk``); without it the first full disk ends the run's building. ``dispatch``: certify through the
     spec's ``dispatch:`` section (``nightly_fleet``) instead of on this runner."""
@@ -176,10 +152,8 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
     started = time.monotonic()
     spec, catalog = load(spec_path)
     lock_path = lock_path_for(spec_path)
-
     load_perf()  # the floors certification judges: a broken team perf.yaml fails before the builds
-
-    _check_outputs(spec_path, spec, Path(reports_dir), dispatch is not None)
+    _check_outputs(spec_path, spec, Path(reports_dir), dispatch is not None, engine if reproducible else None)
     # One nightly per team at a time against this store (two CI runners, or a run that overlaps
     # the next): the lock goes with the process, so a killed run never blocks its own resume.
     with store.run_lock(f"nightly:{spec.team}", f"the nightly run of team {spec.team!r}"):
@@ -187,6 +161,7 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
                        if refresh_catalog else None)
         old, lock = _locks(spec_path, lock_path, out_root, locked=locked, progress=progress)
         changes = lock_changes(old, lock)
+        layers = LayerStep.open(lock_path, locked=locked) if reproducible else None
         digest = lock.spec_digest
         resumed = store.unfinished_run(digest)
         run_id = resumed or store.start_run(digest)
@@ -203,13 +178,16 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
         for image in lock.images:
             report = ImageReport(image.name, image_tag(lock.team, image), changes.get(image.name, []))
             reports.append(report)
-            info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress, builder, disk, tags)
-            if info is None:
+            info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress, builder, disk, tags,
+                          reproducible)
+            # --reproducible: an image whose layers are not the lock's is neither certified nor published
+            if info is None or (layers is not None and not layers.judge(store, image, report, info, use_gpus)):
                 continue
             if dispatch is not None:
                 ready.append((image, report))
                 continue
-            cert = _certify(engine, store, run_id, image, report, info, use_gpus, threshold, progress)
+            cert = _certify(engine, store, run_id, image, report, info, use_gpus, threshold, progress,
+                            layers.checks.get(image.name) if layers else None)
             if cert is not None:
                 certificates.append(cert)
             if registry and report.status in ("certified", "verified") and not report.regressions:
@@ -218,19 +196,29 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
         if dispatch is not None and ready:
             fleet = certify_on_fleet(spec_path, spec, engine, store, run_id, lock, ready, registry=registry,
                                      threshold=threshold, step=dispatch, progress=progress)
-        written = _write_reports(Path(reports_dir), certificates, fleet)
+        written = _write_reports(Path(reports_dir), certificates + (layers.failed if layers else []), fleet)
         code = _exit_code(reports)
         store.finish_run(run_id, EXIT_NAMES[code], code)
         if not locked:
-            write_lock(lock, lock_path)
+            _write_lock(lock, lock_path, layers, progress)
         result = NightlyResult(run_id, code, reports, written, time.monotonic() - started, bool(resumed),
                                catalog_doc, disk.reclaimed, fleet.to_json() if fleet else None)
     return result
 
 
-def _check_outputs(spec_path: Path, spec: Spec, reports_dir: Path, dispatch: bool) -> None:
+def _write_lock(lock: Lock, lock_path: Path, layers: LayerStep | None, progress: Progress) -> None:
+    """The lock this run re-resolved, and (--reproducible) the layer record of the images it built, beside it."""
+    write_lock(lock, lock_path)
+    if layers is not None:
+        layers.finish(progress)
+
+
+def _check_outputs(spec_path: Path, spec: Spec, reports_dir: Path, dispatch: bool,
+                   reproducible: Engine | None = None) -> None:
     """What must hold before an hour of builds, not after them: a spec that can be dispatched (with --dispatch),
-    and reports that can be written."""
+    reports that can be written, and (--reproducible, on that engine) images and an engine it can build."""
+    if reproducible is not None:
+        require_nightly(spec_path, spec, reproducible)
     if dispatch:
         shared_dir(spec, require_dispatch(spec_path, spec))
     for name in [*FILES.values(), *([FLEET_FILE] if dispatch else [])]:
@@ -259,13 +247,16 @@ def _build(
     builder: str = AUTO,
     disk: Disk | None = None,
     tags: Sequence[str] = (),
+    reproducible: bool = False,
 ) -> ImageInfo | None:
     disk = disk or Disk()
     tag = report.tag
     info = engine.inspect(tag)
     ctx = info.labels.get(CONTEXT_LABEL, "") if info else ""
     known = store.find_build(image.name, image.hash, ctx) if info else None
-    if info is not None and known is not None and known.image_id == info.id:
+    # (--reproducible: a builder's image of the lock is built again, so what is checked and promoted is envkit's)
+    if info is not None and known is not None and known.image_id == info.id and (
+            not reproducible or info.labels.get(LAYERS_LABEL) == REPRODUCIBLE_LAYERS):
         report.build = "skipped"
         return info
     if disk.full is not None:
@@ -291,6 +282,7 @@ def _build(
                 ca_bundle=ca,
                 verify=False,
                 builder=builder,
+                reproducible=reproducible,
                 progress=lambda name, event: _say(progress, name, event),
             )
             break
@@ -328,6 +320,7 @@ def _certify(
     gpus: bool,
     threshold: float,
     progress: Progress,
+    layers: dict | None = None,
 ) -> Certificate | None:
     # the newest verdict on a runner like this one stands when it passed: with no GPU, any GPU-less verdict;
     # with GPUs, only one on the same GPU model and driver as this runner's (a certificate is keyed by both,
@@ -344,7 +337,7 @@ def _certify(
         report.status = newest.status
         # certified by this run before it was killed: its work, so a resumed run is not "nothing to do"
         report.worked = report.worked or "certify" in store.steps(run_id, image.name)
-        return parse_certificate(json.dumps(newest.document))
+        return with_check(parse_certificate(json.dumps(newest.document)), layers)  # (this run's check, in its reports)
     store.mark_step(run_id, image.name, "certify", "started", image.hash)
     progress(f"[{image.name}] {'certifying on the GPUs' if gpus else 'verifying (no GPU on this runner)'}")
     try:
@@ -354,6 +347,7 @@ def _certify(
                "checks": [{"name": "harness", "status": "failed", "message": exc.message}]}
         cert = certificate_from(doc, expected(image), image=report.tag, image_id=info.id, lock_hash=image.hash,
                                 gpu_requested=gpus, created_at=utc_now(), envkit_version=__version__)
+    cert = with_check(cert, layers)  # (the check is no payload's: it passed, or was skipped, saying why)
     metrics = perf_metrics(cert)
     if cert.status == "certified":
         report.regressions = store.regressions(cert.gpu_model, metrics, threshold, exclude_image=info.id)
@@ -369,6 +363,8 @@ def _certify(
 def _exit_code(reports: list[ImageReport]) -> int:
     if any(r.build in ("failed", "not built") for r in reports):
         return BUILD_FAILED
+    if any(r.layers and r.layers["check"] == "failed" for r in reports):
+        return LAYERS_DIFFER
     if any(r.status == "failed" for r in reports):
         return CERT_FAILED
     if any(r.regressions for r in reports):

@@ -34,6 +34,7 @@ class ImageReport:
     publish_error: str | None = None
     notes: list[str] = field(default_factory=list)  # what the run did about it that was not asked (a gc to make room)
     worked: bool = False  # anything was done for it in this run
+    layers: dict | None = None  # --reproducible: its layers and their check (``nightly_layers.layers_doc``)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

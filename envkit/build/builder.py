@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from ..support import scratch
 from ..support.ca_bundle import site_certificates
 from .base import ensure_base
-from .reproducible import REPRODUCIBLE, assemble, reproducible_mark, require_reproducible
+from .reproducible import REPRODUCIBLE, assemble, reproducible_mark, require_local, require_reproducible
 from ..payload.harness import Verification, run_payload
 from ..engine.protocol import AUTO, BUILDER_CHOICES, BuildEvent
 from ..support.progress import Phase, Planned
@@ -71,10 +71,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
     require_buildable(image)  # nightly builds through here too
     if reproducible:
         require_reproducible(image)
-        if not engine.local():
-            raise BuildError("--reproducible installs into a directory of this host bind-mounted into a container, "
-                             "which a remote engine (DOCKER_HOST over tcp or ssh) cannot mount",
-                             hint="build on the engine's host, or without --reproducible")
+        require_local(engine)
     builder = pick_builder(engine, builder)
     buildkit = builder == "buildkit"
     files = render_files(lock, image, spec_name, buildkit=buildkit)

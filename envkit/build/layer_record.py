@@ -15,6 +15,9 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import LockError
+from ..lock import LockedImage
+from ..render.files import layer_packages
+from ..render.installer import VERSION as INSTALLER_VERSION
 from ..support.atomic import write_atomic
 
 RECORD_VERSION = 1
@@ -67,6 +70,18 @@ def write_record(lock_path: Path, entries: list[Recorded]) -> Path:
 
 def made_with(installer: str) -> str:
     return f"envkit {__version__}, {installer}"
+
+
+def layers_of(image: LockedImage, diff_ids: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The layer groups of a reproducible build of ``image`` (its non-empty groups, then the payload: its top
+    layers), each with its diff_id from ``diff_ids`` (the image's layers, lowest first)."""
+    groups = [g for g, p in layer_packages(image).items() if p] + [PAYLOAD]
+    return dict(zip(groups, list(diff_ids)[-len(groups):]))
+
+
+def entry(image: LockedImage, layers: dict[str, str]) -> Recorded:
+    """``image``'s record entry: its layers as envkit's installer made them (``build --record``, ``nightly``)."""
+    return Recorded(image.name, image.hash, layers, made_with(f"uv {INSTALLER_VERSION}"))
 
 
 @dataclass(frozen=True)

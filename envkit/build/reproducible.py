@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 from ..engine.protocol import BuildEvent, Mount, RunOptions
 from ..errors import BuildError, EngineError
@@ -82,12 +82,29 @@ class Phases:
             self.seconds[name] = round(time.monotonic() - started, 1)
 
 
-def require_reproducible(image: LockedImage) -> None:
+class Flavoured(Protocol):
+    """An image as a spec or a lock names it: enough to say whether this build can make its layers."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def flavour(self) -> str: ...
+
+
+def require_reproducible(image: Flavoured, hint: str = "build it without --reproducible") -> None:
     """Refuse, before any work, an image whose layers this build cannot make (the devel flavour's CUDA compiler
-    stages are the builder's)."""
+    stages are the builder's); ``image``: the lock's, or the spec's (the nightly refuses before resolving)."""
     if image.flavour != "runtime":
         raise BuildError(f"{image.name} is a {image.flavour} image; --reproducible builds runtime images only",
-                         hint="build it without --reproducible")
+                         hint=hint)
+
+
+def require_local(engine: Engine) -> None:
+    """Refuse a remote engine: the install directory is a directory of this host, bind-mounted."""
+    if not engine.local():
+        raise BuildError("--reproducible installs into a directory of this host bind-mounted into a container, "
+                         "which a remote engine (DOCKER_HOST over tcp or ssh) cannot mount",
+                         hint="build on the engine's host, or without --reproducible")
 
 
 def install_script(first: bool, index_flags: str, requirements: str = REQ) -> str:

@@ -189,6 +189,10 @@ def _secs(value: float | None) -> str:
 @click.option("--dispatch", "dispatch", is_flag=True,
               help="Certify the images on every fleet GPU model through the scheduler SPEC's dispatch: section names "
                    "(as `certify --fleet` does) instead of on this runner, and promote only where the fleet passed.")
+@click.option("--reproducible", is_flag=True,
+              help="Build as `envkit build --reproducible` does, and check each image's environment layers against "
+                   "the lock's record (<lock stem>.layers.json): an image whose layers differ fails (exit 18); a "
+                   "run that re-resolves writes the record of the lock it writes. Needs a local engine.")
 @json_option
 @click.pass_context
 def nightly_cmd(
@@ -208,6 +212,7 @@ def nightly_cmd(
     keep: int,
     cache_hours: int | None,
     dispatch: bool,
+    reproducible: bool,
     json_out: bool,
 ) -> None:
     """Re-resolve, rebuild what changed, certify, promote and remember.
@@ -215,8 +220,8 @@ def nightly_cmd(
     Exit codes: 0 passed, 10 nothing to do, 11 build failure, 12 certification failure (with --dispatch: a
     fleet gate that did not pass), 13 regression, 14 publish failure, 15 another nightly of this team is running
     against the same store, 16 (--dispatch) the scheduler refused a job or could not be asked (the run stays
-    unfinished: the next one re-attaches to what was submitted); 2-9 are input, index, resolution, lock, engine
-    and store errors.
+    unfinished: the next one re-attaches to what was submitted), 18 (--reproducible) an image's environment layers
+    differ from the lock's record; 2-9 are input, index, resolution, lock, engine and store errors.
     """
     from ..engine.docker_engine import connect
     from ..app.nightly import run_nightly
@@ -245,7 +250,8 @@ def nightly_cmd(
                                                 registry=registry, locked=locked, gpus=gpus, threshold=threshold,
                                                 builder=builder, refresh_catalog=refresh_catalog,
                                                 refresh_frameworks=frameworks, reclaim=reclaim,
-                                                dispatch=FleetStep() if dispatch else None, progress=c.progress))
+                                                dispatch=FleetStep() if dispatch else None,
+                                                reproducible=reproducible, progress=c.progress))
         except SystemExit as exc:  # the run failed (exit 2-9, its error already printed): --gc keeps the disk in
             # check still, keeping the builds of the lock on disk; never while another nightly of the team runs (15)
             if gc and exc.code != RunInProgressError.exit_code:
@@ -292,6 +298,8 @@ def _nightly_table(result: NightlyResult) -> None:
     for r in result.images:
         for line in r.notes + r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
             click.echo(f"  {r.name}: {line}", err=True)
+        if r.layers and r.layers["check"] != "failed":  # --reproducible (a failure is among the reasons)
+            click.echo(f"  {r.name}: layers {r.layers['check']}: {r.layers['message']}", err=True)
     if result.catalog and result.catalog["changed"]:
         done = ("applied to " + ", ".join(result.catalog["files"]) if result.catalog["applied"]
                 else "proposed, not applied")
