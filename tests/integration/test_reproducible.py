@@ -34,11 +34,27 @@ def _build(engine, lock, image, builder):
     return outcome, said
 
 
+def _lock_with(name: str, typing_extensions: str, numpy: str = "2.0.*"):
+    """The small stack with these two pins. A build reuses the lowest groups of any reproducible image on the engine
+    with the same packages on the same OS layers (``build.layer_reuse``), so a test that must install a group
+    gives it packages no other test's image has (tests run in parallel)."""
+    from envkit.index.closure import compile_closure
+    from envkit.lock import Package, sealed
+
+    lock, image = small_lock(name)
+    pins = compile_closure([f"numpy=={numpy}", f"typing-extensions=={typing_extensions}"], python="3.11", glibc="2.36",
+                           index_url="https://pypi.org/simple")
+    packages = tuple(Package(name=p.name, version=p.version, hashes=p.hashes,
+                             group="framework" if p.name == "numpy" else "extra") for p in pins)
+    image = sealed(image.model_copy(update={"packages": packages}))
+    return lock.model_copy(update={"images": (image,)}), image
+
+
 def test_two_builds_from_scratch_give_the_same_environment_layers(engine, tmp_path):
     from envkit.engine.buildkit import BuildKitBuilder
 
     second = "buildkit" if BuildKitBuilder(engine).available() else "classic"
-    lock, image = small_lock("repro-small")
+    lock, image = _lock_with("repro-small", "4.9.0", numpy="1.26.*")  # every group built, none reused
     lock_path = tmp_path / "team.lock"
     write_lock(lock, lock_path)
     tags: list[str] = []
@@ -52,8 +68,9 @@ def test_two_builds_from_scratch_give_the_same_environment_layers(engine, tmp_pa
         remove_images(engine, first.tag)  # the image, its OS stage (a stage label) and their intermediates
         assert engine.inspect(first.tag) is None and engine.inspect(first.tag + "-os") is None
 
-        again, _ = _build(engine, lock, image, second)
+        again, said_again = _build(engine, lock, image, second)
         tags.append(again.tag)
+        assert not [s for s in said + said_again if s.startswith("reusing")]  # every group installed, twice
         assert again.layers == first.layers, (first.layers, again.layers)
 
         # the record beside the lock, and verify's layer check against it
@@ -84,20 +101,6 @@ def test_two_builds_from_scratch_give_the_same_environment_layers(engine, tmp_pa
         assert lines[4] == "payload-ok"
     finally:
         remove_images(engine, *tags)
-
-
-def _lock_with(name: str, typing_extensions: str):
-    """The small stack on numpy 2.0 (no other test's framework group: nothing else on the engine to reuse)."""
-    from envkit.index.closure import compile_closure
-    from envkit.lock import Package, sealed
-
-    lock, image = small_lock(name)
-    pins = compile_closure(["numpy==2.0.*", f"typing-extensions=={typing_extensions}"], python="3.11", glibc="2.36",
-                           index_url="https://pypi.org/simple")
-    packages = tuple(Package(name=p.name, version=p.version, hashes=p.hashes,
-                             group="framework" if p.name == "numpy" else "extra") for p in pins)
-    image = sealed(image.model_copy(update={"packages": packages}))
-    return lock.model_copy(update={"images": (image,)}), image
 
 
 def test_one_extra_changed_reuses_the_framework_layer_and_gives_the_layers_of_a_build_from_nothing(engine):
@@ -220,9 +223,10 @@ INTERRUPTED = """
 import sys
 from envkit.engine.docker_engine import connect
 from envkit.build.builder import build_image
-from tests.integration.test_buildkit import ca_bundle, small_lock
+from tests.integration.test_buildkit import ca_bundle
+from tests.integration.test_reproducible import _lock_with
 
-lock, image = small_lock("repro-int")
+lock, image = _lock_with("repro-int", "4.10.0")  # an extra group no other test's image has: one install to stop
 say = lambda _name, event: print(getattr(event, "text", event), flush=True)
 build_image(connect(), lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, reproducible=True, progress=say)
 """
@@ -239,7 +243,7 @@ def test_ctrl_c_during_an_install_removes_the_container_and_the_scratch_director
     from envkit.support.scratch import PREFIX
     from tests.integration.conftest import ROOT
 
-    _, image = small_lock("repro-int")
+    _, image = _lock_with("repro-int", "4.10.0")
     tag = f"vision/repro-int:{image.framework_version}-{image.variant}-py{image.python}-{image.hash8}"
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -247,7 +251,8 @@ def test_ctrl_c_during_an_install_removes_the_container_and_the_scratch_director
     try:
         for line in proc.stdout:
             seen.append(line)
-            if "installing the framework layer group" in line:
+            if "installing the " in line:  # (the framework group, or the extra one where another test's image
+                # on the same OS layers gave the framework layer to reuse)
                 time.sleep(1)  # the container runs uv
                 proc.send_signal(signal.SIGINT)
                 break
@@ -260,4 +265,4 @@ def test_ctrl_c_during_an_install_removes_the_container_and_the_scratch_director
     finally:
         if proc.poll() is None:
             proc.kill()
-        remove_images(engine, f"{tag}-os")
+        remove_images(engine, tag, f"{tag}-os")  # (the image, when the interrupt came too late)
