@@ -21,7 +21,13 @@ back to back: on a shared machine the load drifts). Takes a long time (six full 
 closure) and about 18 GB of disk per builder at its peak; each builder's images are removed before the next
 starts (`--keep` keeps them). BuildKit's cache records of the run stay (a shared engine's cache is not this
 script's to prune).
-Run: .venv/bin/python benchmarks/build_times.py [--builders classic,buildkit] [--skip naive-extra] [--json F]
+`--builders` may also name `reproducible`: `envkit build --reproducible` (its OS stage by BuildKit; compared with
+the naive BuildKit build, so list buildkit first): cold = the OS stage's steps again and no layer reused (each
+environment layer installed and written by envkit), warm = the same build again, extra = the numpy change, which
+reuses the cold image's cuda and framework layers (build.layer_reuse); its time per phase instead of the
+builders' breakdown.
+Run: .venv/bin/python benchmarks/build_times.py [--builders classic,buildkit,reproducible] [--skip naive-extra]
+     [--json F]
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.build_breakdown import PHASES, Breakdown  # noqa: E402
 from envkit.build.base import ensure_base  # noqa: E402
-from envkit.build.builder import run_build, stage_context  # noqa: E402
+from envkit.build.builder import build_image, run_build, stage_context  # noqa: E402
 from envkit.index.closure import Pin, compile_closure  # noqa: E402
 from envkit.engine.docker_engine import connect  # noqa: E402
 from envkit.engine.protocol import BuildEvent  # noqa: E402
@@ -49,6 +55,8 @@ from envkit.lock import Package, load_lock, sealed  # noqa: E402
 from envkit.render.files import render_files  # noqa: E402
 
 TAG = "envkit-bench/torch25"
+REPRODUCIBLE = "reproducible"  # a row of `envkit build --reproducible` (its OS stage by BuildKit)
+ANCHOR = {REPRODUCIBLE: "buildkit"}  # whose naive build a row is compared with, where not its own builder's
 _CREATED = re.compile(r"^ ---> ([0-9a-f]{12})$")
 NAIVE = """\
 FROM {base}
@@ -86,41 +94,16 @@ def main() -> None:
     lock = load_lock(ROOT / "examples" / "team.lock")
     image = lock.images[0]
     ensure_base(engine, image.base, log)
-    extra_lock, extra_image = numpy20(lock, image)
-    numpy = {p.name: p.version for p in image.packages}["numpy"]
-    numpy_extra = {p.name: p.version for p in extra_image.packages}["numpy"]
+    extra_lock, _ = numpy20(lock, image)
     ca = ca_bundle()
     results: dict[str, dict] = {}
     started = time.monotonic()
     for builder in args.builders.split(","):
-        made: list[str] = []
-        tags: list[str] = []
-        check_disk(12 if "naive-extra" in skip else 18)
-        naive = {"torch": image.framework_version, "numpy": numpy, "base": image.base.ref}
-        files = render_files(lock, image, "examples/team.yaml", buildkit=builder == "buildkit")
-        extra = render_files(extra_lock, extra_image, "examples/team.yaml", buildkit=builder == "buildkit")
-        anchor, row = results.setdefault(f"naive {builder}", {}), results.setdefault(f"envkit {builder}", {})
-        naive_tag, tag = f"{TAG}:naive-{builder}", f"{TAG}:{builder}"
-        tags += [naive_tag, tag, naive_tag + "-numpy20", tag + "-numpy20"]
-        try:
-            # each envkit build right after the naive build it is compared with: the machine's load drifts
-            for kind in ("cold", "warm", "extra"):
-                if "naive" not in skip and not (kind == "extra" and "naive-extra" in skip):
-                    values = dict(naive, numpy=numpy_extra) if kind == "extra" else naive
-                    anchor[kind] = build_naive(engine, values, naive_tag + ("-numpy20" if kind == "extra" else ""),
-                                               builder, ca, made, no_cache=kind == "cold")
-                    anchor.setdefault("size", engine.inspect(naive_tag).size)
-                row[kind] = build(engine, extra if kind == "extra" else files,
-                                  tag + ("-numpy20" if kind == "extra" else ""), builder, ca, made,
-                                  no_cache=kind == "cold")
-            row["size"] = engine.inspect(tag).size
-            row["layers"] = layers(engine, tag)
-            extra_layers = layers(engine, tag + "-numpy20")
-            row["shared_layers"] = next((i for i, (a, b) in enumerate(zip(row["layers"], extra_layers)) if a != b),
-                                        min(len(row["layers"]), len(extra_layers)))
-        finally:
-            if not args.keep:
-                cleanup(engine, builder, tags, made)
+        if builder == REPRODUCIBLE:
+            check_disk(12)
+            results[f"envkit {REPRODUCIBLE}"] = reproducible_row(engine, lock, extra_lock, ca, args.keep)
+            continue
+        builder_rows(engine, builder, lock, extra_lock, ca, skip, args.keep, results)
     results = {k: v for k, v in results.items() if v}
     log(f"all done in {fmt(time.monotonic() - started)}")
     print_table(results)
@@ -128,12 +111,78 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
 
 
+def builder_rows(engine, builder: str, lock, extra_lock, ca, skip: set[str], keep: bool, results: dict) -> None:
+    """The naive and envkit rows of one builder, into ``results``."""
+    image, extra_image = lock.images[0], extra_lock.images[0]
+    numpy = {p.name: p.version for p in image.packages}["numpy"]
+    numpy_extra = {p.name: p.version for p in extra_image.packages}["numpy"]
+    made: list[str] = []
+    tags: list[str] = []
+    check_disk(12 if "naive-extra" in skip else 18)
+    naive = {"torch": image.framework_version, "numpy": numpy, "base": image.base.ref}
+    files = render_files(lock, image, "examples/team.yaml", buildkit=builder == "buildkit")
+    extra = render_files(extra_lock, extra_image, "examples/team.yaml", buildkit=builder == "buildkit")
+    anchor, row = results.setdefault(f"naive {builder}", {}), results.setdefault(f"envkit {builder}", {})
+    naive_tag, tag = f"{TAG}:naive-{builder}", f"{TAG}:{builder}"
+    tags += [naive_tag, tag, naive_tag + "-numpy20", tag + "-numpy20"]
+    try:
+        # each envkit build right after the naive build it is compared with: the machine's load drifts
+        for kind in ("cold", "warm", "extra"):
+            if "naive" not in skip and not (kind == "extra" and "naive-extra" in skip):
+                values = dict(naive, numpy=numpy_extra) if kind == "extra" else naive
+                anchor[kind] = build_naive(engine, values, naive_tag + ("-numpy20" if kind == "extra" else ""),
+                                           builder, ca, made, no_cache=kind == "cold")
+                anchor.setdefault("size", engine.inspect(naive_tag).size)
+            row[kind] = build(engine, extra if kind == "extra" else files,
+                              tag + ("-numpy20" if kind == "extra" else ""), builder, ca, made,
+                              no_cache=kind == "cold")
+        row["size"] = engine.inspect(tag).size
+        row["layers"] = layers(engine, tag)
+        extra_layers = layers(engine, tag + "-numpy20")
+        row["shared_layers"] = next((i for i, (a, b) in enumerate(zip(row["layers"], extra_layers)) if a != b),
+                                    min(len(row["layers"]), len(extra_layers)))
+    finally:
+        if not keep:
+            cleanup(engine, builder, tags, made)
+
+
+def reproducible_row(engine, lock, extra_lock, ca, keep: bool) -> dict:
+    """`envkit build --reproducible` (the OS stage by BuildKit, the environment layers by envkit): cold = the OS
+    stage's steps again and no layer reused; warm = the same build again (the identity check); extra = the numpy
+    change, reusing the cuda and framework layers of the cold image."""
+    lock, extra_lock = (x.model_copy(update={"team": TAG.split("/")[0]}) for x in (lock, extra_lock))
+    row: dict = {}
+    outcomes = []
+    try:
+        for kind, which in (("cold", lock), ("warm", lock), ("extra", extra_lock)):
+            image = which.images[0]
+            load = os.getloadavg()[0]
+            log(f"reproducible {kind} {image.name}: starting (load {load:.2f})")
+            started = time.monotonic()
+            outcome = build_image(engine, which, image, "examples/team.yaml", ca_bundle=ca, verify=False,
+                                  builder="buildkit", reproducible=True, no_cache=kind == "cold",
+                                  progress=lambda _name, event: None)
+            seconds = time.monotonic() - started
+            outcomes.append(outcome)
+            log(f"reproducible {kind}: {fmt(seconds)} ({outcome.action}) {outcome.phases}")
+            row[kind] = {"seconds": seconds, "load": load, "phases_seconds": outcome.phases, "action": outcome.action}
+        row["size"] = engine.inspect(outcomes[0].tag).size
+        row["layers"] = layers(engine, outcomes[0].tag)
+        extra_layers = layers(engine, outcomes[2].tag)
+        row["shared_layers"] = next((i for i, (a, b) in enumerate(zip(row["layers"], extra_layers)) if a != b),
+                                    min(len(row["layers"]), len(extra_layers)))
+    finally:
+        if not keep:
+            cleanup(engine, REPRODUCIBLE, [t for o in outcomes for t in (o.tag, o.tag + "-os")], [])
+    return row
+
+
 def print_table(results: dict[str, dict]) -> None:
     print()
     print(f"{'build':<17}{'cold':>14}{'warm':>14}{'extra':>14}{'size':>10}  load(1m) at cold start")
     for name, row in results.items():
         builder = name.split()[1]
-        anchor = results.get(f"naive {builder}", {})
+        anchor = results.get(f"naive {ANCHOR.get(builder, builder)}", {})
         cells = []
         for what in ("cold", "warm", "extra"):
             value = row.get(what)
@@ -154,8 +203,23 @@ def print_table(results: dict[str, dict]) -> None:
     print()
     print(f"{'cold breakdown':<17}" + "".join(f"{p:>10}" for p in PHASES) + f"{'total':>10}")
     for name, row in results.items():
-        phases = row["cold"]["phases"]
+        phases = row["cold"].get("phases")
+        if phases is None:  # (the reproducible row: print_reproducible)
+            continue
         print(f"{name:<17}" + "".join(f"{fmt(phases[p]):>10}" for p in PHASES) + f"{fmt(row['cold']['seconds']):>10}")
+
+
+    print_reproducible(results.get(f"envkit {REPRODUCIBLE}"))
+
+
+def print_reproducible(row: dict | None) -> None:
+    """Where the reproducible builds' time went (their own phases: the builders' breakdown does not apply)."""
+    if row is None:
+        return
+    print()
+    for kind in ("cold", "extra"):
+        phases = ", ".join(f"{k} {fmt(v)}" for k, v in row[kind]["phases_seconds"].items())
+        print(f"envkit {REPRODUCIBLE} {kind}: {phases}")
 
 
 def build_naive(engine, values: dict[str, str], tag: str, builder: str, ca, made: list[str], *,

@@ -64,9 +64,11 @@ class Outcome:
 
 def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
                 progress: BuildProgress, verify: bool = True, builder: str = AUTO,
-                reproducible: bool = False) -> Outcome:
+                reproducible: bool = False, no_cache: bool = False) -> Outcome:
     """Build ``image`` with ``builder`` ("auto" | "classic" | "buildkit") unless an identical build exists;
-    ``reproducible``: the builder makes the OS stage, envkit the environment layers (``reproducible.assemble``)."""
+    ``reproducible``: the builder makes the OS stage, envkit the environment layers (``reproducible.assemble``).
+    ``no_cache``: a build runs every step again (the builder's cache unused; a reproducible build reuses no
+    image's layers either); whether to build at all is still the identity check's."""
     check_builder(builder)
     require_buildable(image)  # nightly builds through here too
     if reproducible:
@@ -95,7 +97,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         labels = dict(identity, **{BASE_LABEL: base.id})
         if reproducible:
             outcome = _build_reproducible(engine, lock, image, files, tag, labels, builder=builder,
-                                          ca_bundle=ca_bundle, progress=progress)
+                                          ca_bundle=ca_bundle, progress=progress, no_cache=no_cache)
             outcome.seconds = time.monotonic() - started
             return _verified(engine, image, outcome, verify, progress)
         with scratch.directory(f"ctx-{image.name}") as tmp, \
@@ -106,7 +108,8 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
             netrc = _index_netrc(image, Path(secrets)) if buildkit else None
             image_id = ""
             try:
-                for event in run_build(engine, ctx, tag, labels, builder=builder, ca_bundle=ca_bundle, netrc=netrc):
+                for event in run_build(engine, ctx, tag, labels, builder=builder, ca_bundle=ca_bundle, netrc=netrc,
+                                       no_cache=no_cache):
                     if event.kind == "done":
                         image_id = event.text
                     progress(image.name, event)
@@ -120,15 +123,16 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
 
 def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], tag: str,
                         labels: dict[str, str], *, builder: str, ca_bundle: Path | None,
-                        progress: BuildProgress) -> Outcome:
+                        progress: BuildProgress, no_cache: bool) -> Outcome:
     """The builder makes the OS stage (``--target os``), envkit the rest (``reproducible.assemble``)."""
     def build_os(ctx: Path, os_tag: str, os_labels: dict[str, str]) -> Iterator[BuildEvent]:
-        return run_build(engine, ctx, os_tag, os_labels, builder=builder, ca_bundle=ca_bundle, target="os")
+        return run_build(engine, ctx, os_tag, os_labels, builder=builder, ca_bundle=ca_bundle, target="os",
+                         no_cache=no_cache)
 
     with scratch.directory("secrets") as secrets:  # the index logins uv reads, as a BuildKit build's
         made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os, stage=stage_context,
                         ca_bundle=ca_bundle, netrc=_index_netrc(image, Path(secrets)),
-                        say=lambda e: progress(image.name, e))
+                        say=lambda e: progress(image.name, e), reuse=not no_cache)
     info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", made.image_id, info.size if info else 0, layers=made.layers,
                    phases=made.seconds, builder=builder)

@@ -124,15 +124,15 @@ def install_script(first: bool, index_flags: str, requirements: str = REQ) -> st
 
 def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], *, tag: str,
              labels: dict[str, str], build_os: OsBuild, stage: Callable[[Path, dict[str, bytes]], Path],
-             ca_bundle: Path | None, say: Say, netrc: Path | None = None) -> Assembled:
+             ca_bundle: Path | None, say: Say, netrc: Path | None = None, reuse: bool = True) -> Assembled:
     """Build ``image`` as ``tag`` with reproducible environment layers (see the module doc); ``files`` is its
     rendered context, ``labels`` the identity labels the image gets beside the Dockerfile's. The lowest groups an
     image on the engine already has on the same OS layers are reused (``layer_reuse``); should that image's layers
-    go before the load, the build runs again installing every group."""
+    go before the load, the build runs again installing every group. ``reuse=False``: every group installed."""
     require_reproducible(image)
     args = (engine, lock, image, files, tag, labels, build_os, stage, _secrets(ca_bundle, netrc), say)
     try:
-        return _assemble(*args, reuse=True)
+        return _assemble(*args, reuse=reuse)
     except _ReusedGone as gone:
         say(f"loading with the reused layers failed ({gone}): building again, installing every group")
         return _assemble(*args, reuse=False)
