@@ -48,6 +48,7 @@ class Outcome:
     labels: dict = field(default_factory=dict)
     layers: dict[str, str] = field(default_factory=dict)  # --reproducible: layer group -> diff_id
     phases: dict[str, float] = field(default_factory=dict)  # --reproducible: where the build's time went, seconds
+    reused: tuple[str, ...] = ()  # --reproducible: the layer groups taken from an image on the engine, not installed
     builder: str = ""  # which built it (classic | buildkit); "" when skipped
 
     @property
@@ -59,7 +60,8 @@ class Outcome:
                 "size_bytes": self.size, "build_seconds": round(self.seconds, 1), "status": self.status,
                 "builder": self.builder or None,
                 "verification": self.verification.to_json() if self.verification else None,
-                **({"layers": self.layers, "phases_seconds": self.phases} if self.layers else {})}
+                **({"layers": self.layers, "phases_seconds": self.phases, "reused": list(self.reused)}
+                   if self.layers else {})}
 
 
 def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
@@ -135,7 +137,7 @@ def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, files: d
                         say=lambda e: progress(image.name, e), reuse=not no_cache)
     info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", made.image_id, info.size if info else 0, layers=made.layers,
-                   phases=made.seconds, builder=builder)
+                   phases=made.seconds, builder=builder, reused=made.reused)
 
 
 def _verified(engine: Engine, image: LockedImage, outcome: Outcome, verify: bool, progress: BuildProgress) -> Outcome:

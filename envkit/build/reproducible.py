@@ -65,6 +65,7 @@ class Assembled:
     image_id: str
     layers: dict[str, str]  # layer group (and "payload") -> diff_id, lowest first
     seconds: dict[str, float]  # where the time went (``Phases``), in order
+    reused: tuple[str, ...] = ()  # the groups whose layers an image on the engine gave (``layer_reuse``)
 
 
 class Phases:
@@ -186,7 +187,7 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
                     raise
                 raise _ReusedGone(exc.message) from None
     say("where the time went: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.seconds.items()))
-    return Assembled(archive.image_id(config), digests, dict(phases.seconds))
+    return Assembled(archive.image_id(config), digests, dict(phases.seconds), tuple(found.layers) if found else ())
 
 
 def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes], os_tag: str, tmp: Path, *,

@@ -258,7 +258,8 @@ def _outcomes_table(outcomes: Iterable[Outcome]) -> None:
     table(rows, ["IMAGE", "TAG", "ACTION", "SIZE", "TIME", "STATUS"])
     for o in outcomes:
         if o.layers:  # --reproducible
-            click.echo(f"  {o.name} layers: " + ", ".join(f"{g} {d[:19]}" for g, d in o.layers.items()))
+            click.echo(f"  {o.name} layers: " + ", ".join(f"{g} {d[:19]}" + (" (reused)" if g in o.reused else "")
+                                                           for g, d in o.layers.items()))
         for m in (o.verification.mismatches if o.verification else []):
             click.echo(f"  {o.name}: {m}", err=True)
 
