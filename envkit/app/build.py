@@ -45,7 +45,7 @@ def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = Non
 def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Path | None = None, locked: bool = False,
                only: list[str] | None = None, verify: bool = True, builder: str = AUTO,
                progress: BuildProgress = lambda *_: None, store_url: str | None = None,
-               record: bool = True, space_check: bool = True, reproducible: bool = False,
+               record: bool = True, space_check: bool = True, reproducible: bool = False, no_cache: bool = False,
                record_layers: bool = False) -> tuple[Resolved, list[Outcome]]:
     """Resolve (or reuse the lock), check the engine has the disk the lock needs, render, build and verify; then
     record each image in the history store (``record``: the default store unless ``store_url`` names one), so
@@ -53,7 +53,7 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     GPU would write. ``space_check``: refuse (``DiskSpaceError``) before anything is rendered or built when the
     engine's disk has less free than the images to build need (``check_space``). ``reproducible``: envkit makes the
     environment layers (``build.reproducible``); ``record_layers``: their diff_ids are then written beside the lock
-    (``build.layer_record``), for `envkit verify --lock`."""
+    (``build.layer_record``), for `envkit verify --lock`. ``no_cache``: ``build_image``'s."""
     require_builder(engine, builder)  # before resolving: BuildKit without its CLI fails at once
     if record:
         with Store.open(store_url):  # a store that cannot be written fails now, not after the builds
@@ -77,7 +77,8 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     for image in images:
         progress(image.name, planned(image))
         outcome = build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
-                              progress=progress, verify=verify, builder=builder, reproducible=reproducible)
+                              progress=progress, verify=verify, builder=builder, reproducible=reproducible,
+                              no_cache=no_cache)
         outcomes.append(outcome)
         if record:
             record_build(engine, store_url, image, outcome)

@@ -210,6 +210,9 @@ def render_cmd(click_ctx: click.Context, spec: Path, out_root: Path, images: tup
               help="The builder makes the OS stage; envkit installs each layer group with uv in a container of it "
                    "and writes the environment layers itself, so the same lock gives the same layer digests "
                    "(docs/images.md, \"Reproducible environment layers\"). Needs a local engine.")
+@click.option("--no-cache", is_flag=True,
+              help="Run every step again (the builder's cache unused; with --reproducible no image's layers "
+                   "reused either). An image of the same lock and context is still found and kept.")
 @click.option("--record", "record_layers", is_flag=True,
               help="With --reproducible: write each image's environment layer digests beside the lock "
                    "(<lock stem>.layers.json), which `envkit verify --lock` then compares.")
@@ -218,8 +221,8 @@ def render_cmd(click_ctx: click.Context, spec: Path, out_root: Path, images: tup
 @json_option
 @click.pass_context
 def build_cmd(click_ctx: click.Context, spec: Path, images: tuple[str, ...], out_root: Path, no_verify: bool,
-              store_url: str | None, skip_space_check: bool, builder: str, reproducible: bool, record_layers: bool,
-              lock_path: Path | None, locked: bool, json_out: bool) -> None:
+              store_url: str | None, skip_space_check: bool, builder: str, reproducible: bool, no_cache: bool,
+              record_layers: bool, lock_path: Path | None, locked: bool, json_out: bool) -> None:
     """Resolve, render, build and verify SPEC's images.
 
     The lock is reused while it matches the spec and the catalog; a missing or stale one is re-resolved and
@@ -236,7 +239,7 @@ def build_cmd(click_ctx: click.Context, spec: Path, images: tuple[str, ...], out
                                                        verify=not no_verify, builder=builder, locked=locked,
                                                        progress=view, store_url=store_url, lock_path=lock_path,
                                                        space_check=not skip_space_check, reproducible=reproducible,
-                                                       record_layers=record_layers))
+                                                       no_cache=no_cache, record_layers=record_layers))
     doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
            "builder": next((o.builder for o in outcomes if o.builder), builder), "reproducible": reproducible,
            "images": [o.to_json() for o in outcomes]}

@@ -205,26 +205,28 @@ def test_build_passes_the_builder_through(engine, monkeypatch, args, builder):
     assert doc["builder"] == builder and doc["images"][0]["tag"] == "vision/torch25:x"
 
 
-@pytest.mark.parametrize("args", [["--reproducible"], ["--reproducible", "--record"]])
+@pytest.mark.parametrize("args", [["--reproducible"], ["--reproducible", "--record"], ["--reproducible", "--no-cache"]])
 def test_build_passes_reproducible_through_with_its_layers(engine, monkeypatch, args):
     seen = {}
 
     def build_spec(spec, out_root, eng, **kwargs):
         seen.update(kwargs)
         outcome = Outcome("torch25", "vision/torch25:x", "built", "sha256:1", 2**30, 3.0,
-                          layers={"extra": "sha256:e", "payload": "sha256:p"}, phases={"install extra": 1.5})
+                          layers={"extra": "sha256:e", "payload": "sha256:p"}, phases={"install extra": 1.5},
+                          reused=("extra",))
         return Resolved(None, make_lock(), Path("team.lock"), True), [outcome]
 
     monkeypatch.setattr("envkit.app.build.build_spec", build_spec)
     result = invoke("build", "team.yaml", *args, "--json")
     assert result.exit_code == 0, result.output
     assert seen["reproducible"] is True and seen["record_layers"] is ("--record" in args)
+    assert seen["no_cache"] is ("--no-cache" in args)
     doc = json.loads(result.stdout)
     assert doc["reproducible"] is True
     assert doc["images"][0]["layers"] == {"extra": "sha256:e", "payload": "sha256:p"}
-    assert doc["images"][0]["phases_seconds"] == {"install extra": 1.5}
+    assert doc["images"][0]["phases_seconds"] == {"install extra": 1.5} and doc["images"][0]["reused"] == ["extra"]
     human = invoke("build", "team.yaml", *args)
-    assert "  torch25 layers: extra sha256:e, payload sha256:p" in human.output
+    assert "  torch25 layers: extra sha256:e (reused), payload sha256:p" in human.output
 
 
 def test_record_without_reproducible_is_a_usage_error(engine, monkeypatch):
