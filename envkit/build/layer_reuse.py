@@ -64,3 +64,10 @@ def find_reusable(engine: Engine, os_layers: tuple[str, ...], keys: dict[str, st
         if shared and (best is None or shared > len(best.layers)):
             best = Reuse(info.id, {g: info.layers[len(os_layers) + i] for i, (g, _) in enumerate(mine[:shared])})
     return best
+
+
+def lost(load_error: str, reuse: Reuse) -> bool:
+    """Whether `docker load` failed for want of a reused layer's file: the engine no longer had that layer (its
+    image was removed after ``find_reusable``): "open /var/lib/docker/tmp/docker-import-…/<hex>/layer.tar: no such
+    file or directory", as Docker 20.10 says it."""
+    return any(f"{diff_id.split(':')[-1]}/layer.tar: no such file" in load_error for diff_id in reuse.layers.values())

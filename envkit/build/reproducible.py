@@ -26,7 +26,7 @@ from ..render.files import UV_CA, VENV, context_for, layer_packages
 from ..support import scratch
 from ..support.labels import LAYER_KEYS_LABEL, LAYERS_LABEL, REPRODUCIBLE_LAYERS, STAGE_LABEL
 from . import archive, layers
-from .layer_reuse import find_reusable, group_key, keys_label
+from .layer_reuse import find_reusable, group_key, keys_label, lost
 from .layer_record import PAYLOAD
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
                 engine.load_stream(lambda out: archive.write_archive(out, saved, built, config, tag),
                                    f"the image archive of {tag}")
             except EngineError as exc:
-                if found is None:
+                if found is None or not lost(exc.message, found):
                     raise
                 raise _ReusedGone(exc.message) from None
     say("where the time went: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.seconds.items()))

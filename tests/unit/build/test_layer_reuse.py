@@ -9,7 +9,7 @@ import json
 import tarfile
 
 from envkit.build import archive
-from envkit.build.layer_reuse import find_reusable, group_key, keys_label, parse_keys
+from envkit.build.layer_reuse import Reuse, find_reusable, group_key, keys_label, lost, parse_keys
 from envkit.engine.docker_registry import loads_known_layers
 from envkit.engine.protocol import ImageInfo
 from envkit.support.labels import LAYER_KEYS_LABEL, LAYERS_LABEL, REPRODUCIBLE_LAYERS
@@ -101,3 +101,12 @@ def test_only_dockers_graph_driver_stores_load_an_archive_without_the_layers_the
                                                                             "io.containerd.snapshotter.v1"]]})
     assert not loads_known_layers({"Driver": "overlay", "DriverStatus": [["Backing Filesystem", "xfs"]]})  # podman
     assert not loads_known_layers({})
+
+
+def test_a_load_that_lacked_a_reused_layer_is_told_from_any_other_failure():
+    reuse = Reuse("sha256:b", {"cuda": "sha256:" + "ab" * 32})
+    said = ("cannot load the image archive of t: open /var/lib/docker/tmp/docker-import-2463453093/"
+            + "ab" * 32 + "/layer.tar: no such file or directory")  # as Docker 20.10 said it here
+    assert lost(said, reuse)
+    assert not lost("cannot load the image archive of t: no space left on device", reuse)
+    assert not lost(said.replace("ab" * 32, "cd" * 32), reuse)  # another layer's file: not the reuse's doing
