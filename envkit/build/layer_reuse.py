@@ -4,9 +4,12 @@ packages as an image the engine has (on the same OS layers) installs only the gr
 A group's layer is a function of its own packages, the installer and the bytecode program (``group_key``) and of
 the interpreter in the OS layers under it, not of the groups below it: uv installs each package's own files
 (``--no-deps``), the bytecode step compiles only files without bytecode, and a layer holds what its group added
-or changed. So a group installed into a fresh venv (``python3 -m venv``, left out of the layer: the first group's
-layer holds it) gives the same tar as installed over the groups below it;
-``tests/integration/test_reproducible.py`` builds both ways and compares.
+or changed. So a group installed into the venv as the first group's install leaves it without packages
+(``python3 -m venv``, uv run on an empty requirements file, which leaves its `.lock` as a full install does, the
+bytecode step; left out of the layer: the first group's layer holds it) gives the same tar as installed over the
+groups below it; ``tests/integration/test_reproducible.py`` builds both ways and compares. Should the image go
+between ``find_reusable`` and the load, the load says it lacked the layer's file (``lost``) and the build runs
+again, reusing nothing.
 
 The reused layers are never read or written: `docker load` takes a layer the engine already has by its chain (the
 OS layers and the groups below it) without opening its file, so the archive names them and leaves them out. That
