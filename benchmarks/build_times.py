@@ -19,8 +19,10 @@ is printed beside it: the machine may be shared, so compare ratios from one run,
 Order, per builder: naive cold, envkit cold, naive warm, envkit warm, naive extra, envkit extra (each pair
 back to back: on a shared machine the load drifts). Takes a long time (six full installs of the CUDA torch
 closure) and about 18 GB of disk per builder at its peak; each builder's images are removed before the next
-starts (`--keep` keeps them). BuildKit's cache records of the run stay (a shared engine's cache is not this
-script's to prune).
+starts (`--keep` keeps them), and at the end the BuildKit cache records that appeared during the run
+(`tests/buildcache.py`, as the test session does): a `--no-cache` build adds records beside the old ones for the
+same steps, and a later build may then take its OS layer from either, so two images of one machine stop sharing
+it (the full suite's test_layers failed on exactly that after run 5 left them).
 `--builders` may also name `reproducible`: `envkit build --reproducible` (its OS stage by BuildKit; compared with
 the naive BuildKit build, so list buildkit first): cold = the OS stage's steps again and no layer reused (each
 environment layer installed and written by envkit), warm = the same build again, extra = the numpy change, which
@@ -46,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.build_breakdown import PHASES, Breakdown  # noqa: E402
+from tests import buildcache  # noqa: E402
 from envkit.build.base import ensure_base  # noqa: E402
 from envkit.build.builder import build_image, run_build, stage_context  # noqa: E402
 from envkit.index.closure import Pin, compile_closure  # noqa: E402
@@ -98,17 +101,26 @@ def main() -> None:
     ca = ca_bundle()
     results: dict[str, dict] = {}
     started = time.monotonic()
+    before = buildcache.records() or set()
+    try:
+        measure(engine, args, lock, extra_lock, ca, skip, results)
+    finally:
+        if not args.keep:
+            buildcache.prune((buildcache.records() or set()) - before)
+    results = {k: v for k, v in results.items() if v}
+    log(f"all done in {fmt(time.monotonic() - started)}")
+    print_table(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+
+
+def measure(engine, args, lock, extra_lock, ca, skip: set[str], results: dict) -> None:
     for builder in args.builders.split(","):
         if builder == REPRODUCIBLE:
             check_disk(12)
             results[f"envkit {REPRODUCIBLE}"] = reproducible_row(engine, lock, extra_lock, ca, args.keep)
             continue
         builder_rows(engine, builder, lock, extra_lock, ca, skip, args.keep, results)
-    results = {k: v for k, v in results.items() if v}
-    log(f"all done in {fmt(time.monotonic() - started)}")
-    print_table(results)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
 
 
 def builder_rows(engine, builder: str, lock, extra_lock, ca, skip: set[str], keep: bool, results: dict) -> None:
