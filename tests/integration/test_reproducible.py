@@ -131,7 +131,8 @@ def test_one_extra_changed_reuses_the_framework_layer_and_gives_the_layers_of_a_
         tags.clear()
         scratch, said = _build(engine, lock_b, image_b, "auto")
         tags.append(scratch.tag)
-        assert not any(s.startswith("reusing") for s in said) and "install framework" in scratch.phases and scratch.reused == ()
+        assert not any(s.startswith("reusing") for s in said) and "install framework" in scratch.phases
+        assert scratch.reused == ()
         assert scratch.layers == again.layers, (scratch.layers, again.layers)
         assert scratch.image_id == again.image_id  # the same config too: the same image
     finally:
@@ -156,17 +157,20 @@ def test_another_engine_that_never_built_anything_gives_the_same_environment_lay
     """The nearest this host comes to another machine: an empty second engine (own data root, containerd,
     network; ``second_engine``) given only the base image, and an envkit run beside it with another umask,
     TMPDIR, time zone and locale, each building with the default builder. Same environment layer digests, same
-    labels, environment and user; only the OS stage's layers, the builders' own, differ."""
+    labels, environment and user; only the OS stage's layers, the builders' own, differ. Both engines then push
+    to one registry: the same blobs for the environment layers, so the registry holds them once."""
     import os
     import subprocess
     import sys
 
     from envkit.engine.docker_engine import connect
     from tests.integration.conftest import ROOT
+    from tests.integration.registry import running_registry
     from tests.integration.second_engine import copy_image, second_engine
 
     lock, image = small_lock("repro-elsewhere")
     here, _ = _build(engine, lock, image, "auto")
+    pushed: list[str] = []
     try:
         with second_engine() as address:
             copy_image(image.base.ref, address)
@@ -183,8 +187,29 @@ def test_another_engine_that_never_built_anything_gives_the_same_environment_lay
             assert (a.labels, a.env, a.user) == (b.labels, b.env, b.user)
             assert a.layers[-3:] == b.layers[-3:] == tuple(here.layers.values())
             assert a.layers[0] == b.layers[0]  # the base, copied (the OS stage above it is each builder's own)
+
+            # both pushed to one registry: the environment layers' blobs are the same, so it stores them once
+            with running_registry(tmp_path / "registry") as reg:
+                blobs = {}
+                for name, eng, tag in (("here", engine, here.tag), ("there", connect(address), there["tag"])):
+                    eng.tag_image(tag, reg.repo("team/small"), name)
+                    pushed.append(f"{reg.repo('team/small')}:{name}")
+                    said = list(eng.push(reg.repo("team/small"), name, None))
+                    assert not [e for e in said if "error" in e], said
+                    blobs[name] = _manifest_layers(reg, "team/small", name)
+                assert blobs["here"][-3:] == blobs["there"][-3:]  # framework, extra, payload: one blob each
     finally:
-        remove_images(engine, here.tag)
+        remove_images(engine, here.tag, *pushed[:1])
+
+
+def _manifest_layers(reg, name: str, reference: str) -> list[str]:
+    """The blob digests of ``name:reference``'s layers, as the registry holds them (compressed), lowest first."""
+    import requests
+
+    r = requests.get(f"{reg.url}/v2/{name}/manifests/{reference}", timeout=10,
+                     headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    r.raise_for_status()
+    return [layer["digest"] for layer in r.json()["layers"]]
 
 
 def test_a_failed_install_leaves_no_scratch_container_or_image(engine):
