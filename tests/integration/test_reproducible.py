@@ -107,6 +107,8 @@ def test_one_extra_changed_reuses_the_framework_layer_and_gives_the_layers_of_a_
     """Built after an image of the same framework group on the same OS layers, the changed lock installs only its
     extra group (into a fresh venv) and loads an archive without the framework layer; built again once both images
     are gone (nothing to reuse), it gives the same digests, so the reuse changed nothing in the layers."""
+    if not engine.loads_known_layers():
+        pytest.skip("this engine's `docker load` wants every layer's file: a reproducible build reuses nothing here")
     lock_a, image_a = _lock_with("repro-reuse", "4.12.2")
     lock_b, image_b = _lock_with("repro-reuse", "4.11.0")
     tags: list[str] = []
