@@ -23,6 +23,7 @@ from typing import Iterator
 
 import pytest
 
+PARENT, PREFIX = "/var/tmp", "envkit-engine2-"
 BRIDGE = "envkit-br2"
 GATEWAY = "172.31.254.1/24"
 SUBNET = "172.31.254.0/24"
@@ -43,13 +44,25 @@ def _teardown_network() -> None:
     subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
 
 
+def _remove_stale_roots() -> None:
+    """The data roots of earlier runs killed before their clean-up whose dockerd is gone (one still running is
+    another session's, or an orphan: left alone)."""
+    for root in Path(PARENT).glob(PREFIX + "*"):
+        try:
+            os.kill(int((root / "dockerd.pid").read_text().strip()), 0)
+            continue
+        except (OSError, ValueError):
+            subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
 @contextlib.contextmanager
 def second_engine() -> Iterator[str]:
     """Start the second engine; yields its address (``unix://…``), for ``connect`` or ``DOCKER_HOST``."""
     dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
     if os.geteuid() != 0 or not os.access(dockerd, os.X_OK) or not shutil.which("iptables"):
         pytest.skip("a second engine needs root, dockerd and iptables")
-    root = Path(tempfile.mkdtemp(prefix="envkit-engine2-", dir="/var/tmp"))  # the disk the first engine's is on
+    _remove_stale_roots()
+    root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=PARENT))  # the disk the first engine's is on
     address = f"unix://{root}/docker.sock"
     _teardown_network()  # what a killed run left
     subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True)
