@@ -150,9 +150,7 @@ def builder_rows(engine, builder: str, lock, extra_lock, ca, skip: set[str], kee
                               no_cache=kind == "cold")
         row["size"] = engine.inspect(tag).size
         row["layers"] = layers(engine, tag)
-        extra_layers = layers(engine, tag + "-numpy20")
-        row["shared_layers"] = next((i for i, (a, b) in enumerate(zip(row["layers"], extra_layers)) if a != b),
-                                    min(len(row["layers"]), len(extra_layers)))
+        row["shared_layers"] = shared(row["layers"], layers(engine, tag + "-numpy20"))
     finally:
         if not keep:
             cleanup(engine, builder, tags, made)
@@ -180,9 +178,7 @@ def reproducible_row(engine, lock, extra_lock, ca, keep: bool) -> dict:
             row[kind] = {"seconds": seconds, "load": load, "phases_seconds": outcome.phases, "action": outcome.action}
         row["size"] = engine.inspect(outcomes[0].tag).size
         row["layers"] = layers(engine, outcomes[0].tag)
-        extra_layers = layers(engine, outcomes[2].tag)
-        row["shared_layers"] = next((i for i, (a, b) in enumerate(zip(row["layers"], extra_layers)) if a != b),
-                                    min(len(row["layers"]), len(extra_layers)))
+        row["shared_layers"] = shared(row["layers"], layers(engine, outcomes[2].tag))
     finally:
         if not keep:
             cleanup(engine, REPRODUCIBLE, [t for o in outcomes for t in (o.tag, o.tag + "-os")], [])
@@ -284,6 +280,11 @@ def numpy20(lock, image):
               for p in pins if p.name not in {f.name for f in framework}]
     changed = sealed(image.model_copy(update={"name": "torch25-numpy20", "packages": tuple(framework + extras)}))
     return lock.model_copy(update={"images": (changed,)}), changed
+
+
+def shared(a: list[str], b: list[str]) -> int:
+    """How many lowest layers two images share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def layers(engine, ref) -> list[str]:

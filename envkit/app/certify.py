@@ -15,7 +15,7 @@ from ..lock import load_lock
 from ..store.history import Store
 from ..certify.verdict import decide
 from ..certify.certificate import certify_image, slug, perf_metrics
-from ..support.labels import LAYERS_LABEL, REPRODUCIBLE_LAYERS
+from ..support.labels import made_reproducibly
 from ..support.atomic import check_writable
 from ..catalog.perf import load_perf
 from ..certify.report import FILES, write_reports
@@ -79,7 +79,7 @@ def check_layers(info: ImageInfo, name: str, lock_hash: str, recorded: Recorded,
     passed, failed (naming each group that differs and both digests), or skipped (a builder made its layers, or the
     entry is of another lock hash), saying why. `verify --lock` and `nightly --reproducible` both ask it."""
     check = {"name": "layers", "value": None, "expected": recorded.environment(), "seconds": 0.0}
-    if info.labels.get(LAYERS_LABEL) != REPRODUCIBLE_LAYERS:
+    if not made_reproducibly(info.labels):
         return {**check, "status": "skipped", "message": "a builder made this image's layers (they hold their files' "
                 f"write times), so they are not compared with {where}: `envkit build SPEC "
                 "--reproducible` makes the layers the record holds"}

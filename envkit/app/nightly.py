@@ -40,7 +40,7 @@ from .nightly_layers import LayerStep, require_nightly, with_check
 from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
 from ..support.progress import Phase, Progress, phase_lines
 from ..payload.contents import SCHEMA
-from ..support.labels import LAYERS_LABEL, REPRODUCIBLE_LAYERS
+from ..support.labels import made_reproducibly
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine, ImageInfo
@@ -214,11 +214,11 @@ def _write_lock(lock: Lock, lock_path: Path, layers: LayerStep | None, progress:
 
 
 def _check_outputs(spec_path: Path, spec: Spec, reports_dir: Path, dispatch: bool,
-                   reproducible: Engine | None = None) -> None:
+                   reproducible_on: Engine | None = None) -> None:
     """What must hold before an hour of builds, not after them: a spec that can be dispatched (with --dispatch),
     reports that can be written, and (--reproducible, on that engine) images and an engine it can build."""
-    if reproducible is not None:
-        require_nightly(spec_path, spec, reproducible)
+    if reproducible_on is not None:
+        require_nightly(spec_path, spec, reproducible_on)
     if dispatch:
         shared_dir(spec, require_dispatch(spec_path, spec))
     for name in [*FILES.values(), *([FLEET_FILE] if dispatch else [])]:
@@ -256,7 +256,7 @@ def _build(
     known = store.find_build(image.name, image.hash, ctx) if info else None
     # (--reproducible: a builder's image of the lock is built again, so what is checked and promoted is envkit's)
     if info is not None and known is not None and known.image_id == info.id and (
-            not reproducible or info.labels.get(LAYERS_LABEL) == REPRODUCIBLE_LAYERS):
+            not reproducible or made_reproducibly(info.labels)):
         report.build = "skipped"
         return info
     if disk.full is not None:

@@ -21,7 +21,7 @@ from ..build.reproducible import require_local, require_reproducible
 from ..certify.certificate import Certificate, CheckRecord, certificate_from, utc_now
 from ..frameworks import expected
 from ..payload.contents import SCHEMA
-from ..support.labels import LAYERS_LABEL, REPRODUCIBLE_LAYERS
+from ..support.labels import made_reproducibly
 from ..support.progress import Progress
 from .certify import check_layers
 
@@ -68,7 +68,7 @@ class LayerStep:
         an entry) and say so in ``report.layers``; False when they differ: the image failed (``layers_failed``)."""
         recorded = self.found.get(image.name)
         check = check_layers(info, image.name, image.hash, recorded, self.path) if recorded else None
-        made = info.labels.get(LAYERS_LABEL) == REPRODUCIBLE_LAYERS
+        made = made_reproducibly(info.labels)
         digests = layers_of(image, info.layers) if made else {}
         rewrite = self.write and made and (recorded is None or recorded.lock_hash != image.hash)
         if rewrite:

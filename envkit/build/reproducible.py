@@ -150,7 +150,8 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
     os_tag = f"{tag}-os"
     phases = Phases()
     os_labels = {STAGE_LABEL: "os", **dict(ctx.stage_labels)}
-    keys = {g: group_key(reproducible_mark(), g, files[f"requirements/{g}.txt"]) for g in ctx.layer_groups}
+    mark = reproducible_mark()
+    keys = {g: group_key(mark, g, files[f"requirements/{g}.txt"]) for g in ctx.layer_groups}
     with scratch.directory(f"repro-{image.name}") as tmp:
         say(f"building the OS stage as {os_tag}")
         with phases.timed("os stage"):

@@ -141,6 +141,7 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         **framework(image.framework).labels(image),  # the framework's own pins (torch: the arch list)
         **requested_labels(image),  # the spec's pip: packages with their pins (none: no label)
     }
+    index_flags = _uv_index_flags(image)
     if image.flavour != "runtime":  # (runtime images carry no flavour label, as before devel existed)
         labels["io.envkit.flavour"] = image.flavour
     return RenderContext(
@@ -163,8 +164,8 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         python=image.python,
         direct=not wheelhouse,
         layer_groups=tuple(g for g, packages in layer_packages(image).items() if packages),
-        uv_index_flags=_uv_index_flags(image),
-        uv_flags=f"{installer.FLAGS} {installer.COMPILE}{_uv_index_flags(image)}",
+        uv_index_flags=index_flags,
+        uv_flags=f"{installer.FLAGS} {installer.COMPILE}{index_flags}",
         runtime_env=runtime_env(image),
         **(_devel_fields(image) if image.flavour == "devel" else {}),
     )

@@ -22,6 +22,13 @@ CONTAINER_LABEL = PREFIX + "container"
 # image is compared with the lock's layer record (a builder's layers hold their files' write times).
 LAYERS_LABEL = PREFIX + "layers"
 REPRODUCIBLE_LAYERS = "reproducible"
+
+
+def made_reproducibly(labels: dict[str, str]) -> bool:
+    """Whether an image with ``labels`` has environment layers envkit wrote (``--reproducible``)."""
+    return labels.get(LAYERS_LABEL) == REPRODUCIBLE_LAYERS
+
+
 # On such an image too: each environment layer group's key ("cuda=<hex> framework=<hex> ..."; build.layer_reuse),
 # so a later reproducible build on the same OS layers can reuse the groups whose packages did not change.
 LAYER_KEYS_LABEL = PREFIX + "layer-keys"
