@@ -26,7 +26,6 @@ from ..support.progress import Planned, Progress
 from ..build.bundle_manifest import MANIFEST, bundle_size
 from ..build.bundle import check_replaceable, make_bundle
 from ..build.layer_record import entry, layers_of, write_record
-from ..build.reproducible import require_reproducible
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
@@ -65,8 +64,6 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     images = [i for i in resolved.lock.images if not only or i.name in only]
     for image in images:  # refuse before building any
         require_buildable(image)
-        if reproducible:
-            require_reproducible(image)
     if space_check:
         check_space(engine, images, lambda msg: progress("*", msg))
     render(resolved.lock, out_root, _display(spec_path), only)
@@ -94,7 +91,8 @@ def _record_layers(engine: Engine, resolved: Resolved, outcomes: list[Outcome], 
     for o in outcomes:
         image = resolved.lock.image(o.name)
         info = None if o.layers else engine.inspect(o.image_id)
-        entries.append(entry(image, o.layers or layers_of(image, info.layers if info is not None else ())))
+        layers = o.layers or (layers_of(image, info.layers, info.labels) if info is not None else {})
+        entries.append(entry(image, layers))
     path = write_record(resolved.lock_path, entries)
     progress("*", f"wrote {path} (the environment layers of {', '.join(o.name for o in outcomes)})")
 

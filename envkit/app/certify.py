@@ -87,7 +87,7 @@ def check_layers(info: ImageInfo, name: str, lock_hash: str, recorded: Recorded,
         return {**check, "status": "skipped", "message": f"{where} records lock hash "
                 f"{recorded.lock_hash[:19]} for {name}, not this image's {lock_hash[:19]}: rewrite it with "
                 "`envkit build SPEC --reproducible --record`"}
-    result = compare(info.layers, recorded)
+    result = compare(info.layers, info.labels, recorded)
     return {**check, "status": "passed" if result.matches else "failed", "message": result.message,
             "value": {g: got for g, _, got in result.differs} or recorded.environment()}
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 from .. import __version__
 from ..support.atomic import check_writable, write_atomic
 from ..build.builder import CONTEXT_LABEL, build_image, require_builder
+from ..build.reproducible import require_local
 from ..certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now, perf_metrics
 from ..payload.harness import gpu_key
 from ..engine.protocol import AUTO
@@ -36,7 +37,7 @@ from ..certify.report import FILES, write_reports
 from .nightly_publish import Asked, ImageReport, _publish, restore_base
 from .nightly_fleet import FleetStep, certify_on_fleet
 from .nightly_disk import Disk
-from .nightly_layers import LayerStep, require_nightly, with_check
+from .nightly_layers import LayerStep, with_check
 from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
 from ..support.progress import Phase, Progress, phase_lines
 from ..payload.contents import SCHEMA
@@ -216,9 +217,9 @@ def _write_lock(lock: Lock, lock_path: Path, layers: LayerStep | None, progress:
 def _check_outputs(spec_path: Path, spec: Spec, reports_dir: Path, dispatch: bool,
                    reproducible_on: Engine | None = None) -> None:
     """What must hold before an hour of builds, not after them: a spec that can be dispatched (with --dispatch),
-    reports that can be written, and (--reproducible, on that engine) images and an engine it can build."""
+    reports that can be written, and (--reproducible) an engine that can mount this host's directories."""
     if reproducible_on is not None:
-        require_nightly(spec_path, spec, reproducible_on)
+        require_local(reproducible_on)
     if dispatch:
         shared_dir(spec, require_dispatch(spec_path, spec))
     for name in [*FILES.values(), *([FLEET_FILE] if dispatch else [])]:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..build.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
-from ..build.reproducible import require_local, require_reproducible
 from ..certify.certificate import Certificate, CheckRecord, certificate_from, utc_now
 from ..frameworks import expected
 from ..payload.contents import SCHEMA
@@ -26,21 +25,10 @@ from ..support.progress import Progress
 from .certify import check_layers
 
 if TYPE_CHECKING:
-    from ..engine.protocol import Engine, ImageInfo
+    from ..engine.protocol import ImageInfo
     from ..lock import LockedImage
-    from ..spec import Spec
     from ..store.history import Store
     from .nightly_publish import ImageReport
-
-
-def require_nightly(spec_path: Path, spec: Spec, engine: Engine) -> None:
-    """Refuse, before anything is resolved or built, a nightly --reproducible that could not build every image of
-    the spec so: a devel image (its CUDA compiler stages are the builder's), a remote engine."""
-    for image in spec.images:
-        require_reproducible(image, hint=f"the nightly builds every image of {spec_path}: run it without "
-                                         f"--reproducible, or give {image.name} a spec of its own whose nightly "
-                                         "runs without it")
-    require_local(engine)
 
 
 @dataclass
@@ -69,7 +57,7 @@ class LayerStep:
         recorded = self.found.get(image.name)
         check = check_layers(info, image.name, image.hash, recorded, self.path) if recorded else None
         made = made_reproducibly(info.labels)
-        digests = layers_of(image, info.layers) if made else {}
+        digests = layers_of(image, info.layers, info.labels) if made else {}
         rewrite = self.write and made and (recorded is None or recorded.lock_hash != image.hash)
         if rewrite:
             self.entries.append(entry(image, digests))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from ..support import scratch
 from ..support.ca_bundle import site_certificates
 from .base import ensure_base
-from .reproducible import REPRODUCIBLE, assemble, reproducible_mark, require_local, require_reproducible
+from .reproducible import REPRODUCIBLE, DevelSteps, assemble, env_tag, reproducible_mark, require_local
 from ..payload.harness import Verification, run_payload
 from ..engine.protocol import AUTO, BUILDER_CHOICES, BuildEvent
 from ..support.progress import Phase, Planned
@@ -74,7 +74,6 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
     check_builder(builder)
     require_buildable(image)  # nightly builds through here too
     if reproducible:
-        require_reproducible(image)
         require_local(engine)
     builder = pick_builder(engine, builder)
     buildkit = builder == "buildkit"
@@ -98,7 +97,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
                            lambda phase: progress(image.name, phase))
         labels = dict(identity, **{BASE_LABEL: base.id})
         if reproducible:
-            outcome = _build_reproducible(engine, lock, image, files, tag, labels, builder=builder,
+            outcome = _build_reproducible(engine, lock, image, spec_name, files, tag, labels, builder=builder,
                                           ca_bundle=ca_bundle, progress=progress, no_cache=no_cache)
             outcome.seconds = time.monotonic() - started
             return _verified(engine, image, outcome, verify, progress)
@@ -123,18 +122,27 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
     return _verified(engine, image, outcome, verify, progress)
 
 
-def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], tag: str,
-                        labels: dict[str, str], *, builder: str, ca_bundle: Path | None,
+def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, files: dict[str, bytes],
+                        tag: str, labels: dict[str, str], *, builder: str, ca_bundle: Path | None,
                         progress: BuildProgress, no_cache: bool) -> Outcome:
-    """The builder makes the OS stage (``--target os``), envkit the rest (``reproducible.assemble``)."""
-    def build_os(ctx: Path, os_tag: str, os_labels: dict[str, str]) -> Iterator[BuildEvent]:
-        return run_build(engine, ctx, os_tag, os_labels, builder=builder, ca_bundle=ca_bundle, target="os",
-                         no_cache=no_cache)
-
+    """The builder makes the OS stage (``--target os``) and a devel image's devel steps, envkit the rest
+    (``reproducible.assemble``)."""
     with scratch.directory("secrets") as secrets:  # the index logins uv reads, as a BuildKit build's
+        netrc = _index_netrc(image, Path(secrets))
+
+        def build_os(ctx: Path, os_tag: str, os_labels: dict[str, str]) -> Iterator[BuildEvent]:
+            return run_build(engine, ctx, os_tag, os_labels, builder=builder, ca_bundle=ca_bundle, target="os",
+                             no_cache=no_cache)
+
+        def build_devel(ctx: Path, devel_tag: str, devel_labels: dict[str, str]) -> Iterator[BuildEvent]:
+            return run_build(engine, ctx, devel_tag, devel_labels, builder=builder, ca_bundle=ca_bundle,
+                             netrc=netrc if builder == "buildkit" else None, no_cache=no_cache)
+
+        devel = None if image.flavour == "runtime" else DevelSteps(
+            render_files(lock, image, spec_name, buildkit=builder == "buildkit", env_image=env_tag(tag)), build_devel)
         made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os, stage=stage_context,
-                        ca_bundle=ca_bundle, netrc=_index_netrc(image, Path(secrets)),
-                        say=lambda e: progress(image.name, e), reuse=not no_cache)
+                        ca_bundle=ca_bundle, netrc=netrc, say=lambda e: progress(image.name, e),
+                        reuse=not no_cache, devel=devel)
     info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", made.image_id, info.size if info else 0, layers=made.layers,
                    phases=made.seconds, builder=builder, reused=made.reused)

@@ -7,6 +7,10 @@ deterministically (``pycompile``); after each group envkit writes what the group
 (``layers.write_layer``), and the payload as one more. The OS image's archive (`docker save`) and these tars become a
 docker-archive with the config the rendered Dockerfile's final stage would give (``archive.image_config``), loaded
 with `docker load`. Everything is written under one scratch directory, removed however the build ends.
+
+A devel image is that image (tagged ``<tag>-env``, without the build's identity labels) plus its devel steps, which
+the builder runs on it (the devel Dockerfile rendered FROM it: ``RenderContext.env_image``); the ``-env`` tag goes
+once they are built. So its environment layers are the runtime flavour's, the same bytes.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..engine.protocol import BuildEvent, Mount, RunOptions
 from ..errors import BuildError, EngineError
@@ -24,7 +28,7 @@ from ..lock import Lock, LockedImage
 from ..render import installer
 from ..render.files import UV_CA, VENV, context_for, layer_packages
 from ..support import scratch
-from ..support.labels import LAYER_KEYS_LABEL, LAYERS_LABEL, REPRODUCIBLE_LAYERS, STAGE_LABEL
+from ..support.labels import LAYER_KEYS_LABEL, LAYERS_LABEL, PAYLOAD_LAYER_LABEL, REPRODUCIBLE_LAYERS, STAGE_LABEL
 from . import archive, layers
 from .layer_reuse import find_reusable, group_key, keys_label, lost
 from .layer_record import PAYLOAD
@@ -55,7 +59,7 @@ def reproducible_mark() -> bytes:
     return f"uv {installer.VERSION}; epoch {EPOCH}\n{compile_program()}".encode()
 
 
-OsBuild = Callable[[Path, str, dict[str, str]], Iterator[BuildEvent]]  # (context, tag, labels): the OS stage
+BuilderRun = Callable[[Path, str, dict[str, str]], Iterator[BuildEvent]]  # (context, tag, labels): the builder's build
 Say = Callable[[BuildEvent | str], None]
 Secrets = tuple[tuple[Mount, ...], dict[str, str]]  # what each install container mounts, and its variables
 
@@ -83,21 +87,18 @@ class Phases:
             self.seconds[name] = round(time.monotonic() - started, 1)
 
 
-class Flavoured(Protocol):
-    """An image as a spec or a lock names it: enough to say whether this build can make its layers."""
+@dataclass(frozen=True)
+class DevelSteps:
+    """A devel image's steps above the image envkit assembles: their context (the devel Dockerfile rendered FROM
+    ``env_tag(tag)``) and the builder that runs it."""
 
-    @property
-    def name(self) -> str: ...
-    @property
-    def flavour(self) -> str: ...
+    files: dict[str, bytes]
+    build: BuilderRun
 
 
-def require_reproducible(image: Flavoured, hint: str = "build it without --reproducible") -> None:
-    """Refuse, before any work, an image whose layers this build cannot make (the devel flavour's CUDA compiler
-    stages are the builder's); ``image``: the lock's, or the spec's (the nightly refuses before resolving)."""
-    if image.flavour != "runtime":
-        raise BuildError(f"{image.name} is a {image.flavour} image; --reproducible builds runtime images only",
-                         hint=hint)
+def env_tag(tag: str) -> str:
+    """What a devel image's assembled image is tagged while its devel steps are built on it."""
+    return f"{tag}-env"
 
 
 def require_local(engine: Engine) -> None:
@@ -124,14 +125,17 @@ def install_script(first: bool, index_flags: str, requirements: str = REQ) -> st
 
 
 def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], *, tag: str,
-             labels: dict[str, str], build_os: OsBuild, stage: Callable[[Path, dict[str, bytes]], Path],
-             ca_bundle: Path | None, say: Say, netrc: Path | None = None, reuse: bool = True) -> Assembled:
+             labels: dict[str, str], build_os: BuilderRun, stage: Callable[[Path, dict[str, bytes]], Path],
+             ca_bundle: Path | None, say: Say, netrc: Path | None = None, reuse: bool = True,
+             devel: DevelSteps | None = None) -> Assembled:
     """Build ``image`` as ``tag`` with reproducible environment layers (see the module doc); ``files`` is its
-    rendered context, ``labels`` the identity labels the image gets beside the Dockerfile's. The lowest groups an
-    image on the engine already has on the same OS layers are reused (``layer_reuse``); should that image's layers
-    go before the load, the build runs again installing every group. ``reuse=False``: every group installed."""
-    require_reproducible(image)
-    args = (engine, lock, image, files, tag, labels, build_os, stage, _secrets(ca_bundle, netrc), say)
+    rendered context, ``labels`` the identity labels the image gets beside the Dockerfile's; ``devel``: a devel
+    image's steps (required for one). The lowest groups an image on the engine already has on the same OS layers are
+    reused (``layer_reuse``); should that image's layers go before the load, the build runs again installing every
+    group. ``reuse=False``: every group installed."""
+    if (devel is None) != (image.flavour == "runtime"):
+        raise ValueError(f"{image.name} is a {image.flavour} image: devel steps are for devel images, and required")
+    args = (engine, lock, image, files, tag, labels, build_os, stage, _secrets(ca_bundle, netrc), say, devel)
     try:
         return _assemble(*args, reuse=reuse)
     except _ReusedGone as gone:
@@ -144,8 +148,8 @@ class _ReusedGone(Exception):
 
 
 def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], tag: str,
-              labels: dict[str, str], build_os: OsBuild, stage: Callable[[Path, dict[str, bytes]], Path],
-              secrets: Secrets, say: Say, *, reuse: bool) -> Assembled:
+              labels: dict[str, str], build_os: BuilderRun, stage: Callable[[Path, dict[str, bytes]], Path],
+              secrets: Secrets, say: Say, devel: DevelSteps | None, *, reuse: bool) -> Assembled:
     ctx = context_for(lock, image, "", buildkit=False)
     os_tag = f"{tag}-os"
     phases = Phases()
@@ -171,24 +175,48 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
         payload = {name.split("/", 1)[1]: data for name, data in files.items() if name.startswith("envkit/")}
         layer = layers.write_files_layer(payload, tmp / "payload.tar", epoch=EPOCH, prefix="opt/envkit/")
         built.append(archive.NewLayer(tmp / "payload.tar", layer.diff_id, "COPY envkit/ /opt/envkit/"))
-        labels = {**dict(ctx.labels), **labels, LAYERS_LABEL: REPRODUCIBLE_LAYERS,  # (verify compares such images)
-                  LAYER_KEYS_LABEL: keys_label(keys)}
-        config = archive.image_config(saved.config, built, env=ctx.runtime_env, labels=labels,
+        # a devel image's identity labels go on it when its devel steps are built: the assembled image is not it
+        made = {LAYERS_LABEL: REPRODUCIBLE_LAYERS,  # (verify compares such images)
+                LAYER_KEYS_LABEL: keys_label(keys), PAYLOAD_LAYER_LABEL: layer.diff_id}
+        config = archive.image_config(saved.config, built, env=ctx.runtime_env,
+                                      labels={**dict(ctx.labels), **({} if devel else labels), **made},
                                       drop_labels=set(os_labels), user=f"{ctx.uid}:{ctx.uid}", workdir=ctx.workdir,
                                       cmd=ctx.cmd, epoch=EPOCH)
         groups = [*ctx.layer_groups, PAYLOAD]
         digests = {g: x.diff_id for g, x in zip(groups, built)}
-        say(f"loading {tag} into the engine (its archive streamed, not written)")
+        loaded = env_tag(tag) if devel else tag
+        say(f"loading {loaded} into the engine (its archive streamed, not written)")
         with phases.timed("load"):
             try:
-                engine.load_stream(lambda out: archive.write_archive(out, saved, built, config, tag),
-                                   f"the image archive of {tag}")
+                engine.load_stream(lambda out: archive.write_archive(out, saved, built, config, loaded),
+                                   f"the image archive of {loaded}")
             except EngineError as exc:
                 if found is None or not lost(exc.message, found):
                     raise
                 raise _ReusedGone(exc.message) from None
+        image_id = archive.image_id(config)
+        if devel is not None:
+            image_id = _build_devel(engine, devel, stage(tmp / "devel", devel.files), tag, labels, phases, say)
     say("where the time went: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.seconds.items()))
-    return Assembled(archive.image_id(config), digests, dict(phases.seconds), tuple(found.layers) if found else ())
+    return Assembled(image_id, digests, dict(phases.seconds), tuple(found.layers) if found else ())
+
+
+def _build_devel(engine: Engine, devel: DevelSteps, context: Path, tag: str, labels: dict[str, str],
+                 phases: Phases, say: Say) -> str:
+    """The devel steps, built by the builder on the assembled image (``env_tag``), as ``tag`` with the identity
+    ``labels``; the assembled image's tag goes however that ends (its layers stay, the devel image's lowest)."""
+    say(f"building the devel steps on {env_tag(tag)}")
+    image_id = ""
+    try:
+        with phases.timed("devel steps"):
+            for event in devel.build(context, tag, labels):
+                if event.kind == "done":
+                    image_id = event.text
+                say(event)
+    finally:
+        engine.untag(env_tag(tag))
+    info = engine.inspect(tag)
+    return info.id if info is not None else image_id
 
 
 def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes], os_tag: str, tmp: Path, *,

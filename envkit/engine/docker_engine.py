@@ -162,6 +162,9 @@ class DockerEngine:
     def tag_image(self, ref: str, repository: str, tag: str) -> None:
         docker_registry.tag_image(self.client, ref, repository, tag)
 
+    def untag(self, ref: str) -> None:
+        docker_registry.untag(self.client, ref)
+
     def push(self, repository: str, tag: str, auth_config: dict | None) -> Iterator[dict]:
         return docker_registry.push(self.client, repository, tag, auth_config)
 

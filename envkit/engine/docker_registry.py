@@ -52,6 +52,17 @@ def tag_image(client: docker.DockerClient, ref: str, repository: str, tag: str) 
         raise _refused(exc) from None
 
 
+def untag(client: docker.DockerClient, ref: str) -> None:
+    """Remove the tag ``ref``, unforced: its image goes with its last tag unless another image is built on it (a
+    classic build's steps), whose layers stay while an image holds them."""
+    try:
+        client.api.remove_image(ref)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        raise _refused(exc) from None
+
+
 def _stream(call: Callable[[], Iterator[dict]]) -> Iterator[dict]:
     try:
         yield from call()

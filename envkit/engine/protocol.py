@@ -114,6 +114,7 @@ class Engine(Protocol):
     def data_root(self) -> str | None: ...  # where images and build layers live, on the engine's host
     def disk_usage(self) -> dict: ...  # {"root", "images_bytes", "build_cache_bytes"}
     def tag(self, image_id: str, ref: str) -> None: ...
+    def untag(self, ref: str) -> None: ...  # remove the tag ``ref`` (and its image, unless another needs it)
     # registries: the engine pushes and pulls (with the auth_config envkit resolved), yielding its progress records
     def tag_image(self, ref: str, repository: str, tag: str) -> None: ...  # ImageMissing, EngineCallError
     def push(self, repository: str, tag: str, auth_config: dict | None) -> Iterator[dict]: ...

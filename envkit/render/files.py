@@ -113,10 +113,13 @@ class RenderContext:
     runtime_env: tuple[tuple[str, str], ...] = ()
     workdir: str = f"/home/{USER}"
     cmd: tuple[str, ...] = ("python3", "/opt/envkit/envkit_check")
+    # a devel image built --reproducible: the image envkit assembled (OS, environment and payload layers) that the
+    # runtime stage starts FROM, adding only the devel steps ("": the runtime stage builds the environment itself)
+    env_image: str = ""
 
 
 def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
-                wheelhouse: bool = False) -> RenderContext:
+                wheelhouse: bool = False, env_image: str = "") -> RenderContext:
     base_ref = (
         image.base.ref if not image.base.digest or "@" in image.base.ref else f"{image.base.ref}@{image.base.digest}"
     )
@@ -167,6 +170,7 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         uv_index_flags=index_flags,
         uv_flags=f"{installer.FLAGS} {installer.COMPILE}{index_flags}",
         runtime_env=runtime_env(image),
+        env_image=env_image,
         **(_devel_fields(image) if image.flavour == "devel" else {}),
     )
 
@@ -236,14 +240,17 @@ def install_packages(image: LockedImage) -> tuple[Package, ...]:
 
 
 def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bool = False,
-                 wheelhouse: bool = False) -> dict[str, bytes]:
+                 wheelhouse: bool = False, env_image: str = "") -> dict[str, bytes]:
     """Every file of one build context, by relative path.
 
     The site CA is given at build time (the build argument ``ENVKIT_SITE_CA`` for the classic builder,
     a build secret for BuildKit), never in the context; in ``wheelhouse`` mode the bundle adds
-    ``wheelhouse/`` and ``debs/``.
+    ``wheelhouse/`` and ``debs/``. ``env_image``: a devel image's steps on the image a reproducible build
+    assembled (``RenderContext.env_image``).
     """
-    ctx = context_for(lock, image, spec_name, buildkit=buildkit, wheelhouse=wheelhouse)
+    if env_image and (wheelhouse or image.flavour != "devel"):
+        raise ValueError("env_image: the devel steps of an online build only")
+    ctx = context_for(lock, image, spec_name, buildkit=buildkit, wheelhouse=wheelhouse, env_image=env_image)
     dockerfile = environment().get_template(f"{image.flavour}.Dockerfile.j2").render(**ctx.__dict__)
     files = {
         "Dockerfile": dockerfile.encode(),

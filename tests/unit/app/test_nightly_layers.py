@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from envkit.app.nightly import LAYERS_DIFFER, CERT_FAILED, EXIT_NAMES, ImageReport, _build, _exit_code, run_nightly
-from envkit.app.nightly_layers import LayerStep, require_nightly, with_check
+from envkit.app.nightly_layers import LayerStep, with_check
 from envkit.build.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
 from envkit.cli import main
 from envkit.engine.protocol import ImageInfo
@@ -23,7 +23,7 @@ from envkit.lock import write_lock
 from envkit.render.files import image_tag
 from envkit.spec import load_spec
 from envkit.store.history import Store
-from envkit.support.labels import CONTEXT_LABEL, LAYERS_LABEL, REPRODUCIBLE_LAYERS
+from envkit.support.labels import CONTEXT_LABEL, LAYERS_LABEL, PAYLOAD_LAYER_LABEL, REPRODUCIBLE_LAYERS
 from tests.unit.certify.test_certificate import cpu_doc
 from tests.unit.lockfixtures import make_image, make_lock
 
@@ -53,11 +53,13 @@ def _judge(lock_path, tmp_path, info, *, locked=False):
     return step, report, ok, certs
 
 
-def test_layers_of_names_a_reproducible_builds_top_layers_by_group():
-    assert layers_of(make_image(), ("sha256:os", *LAYERS.values())) == LAYERS
+def test_layers_of_names_a_reproducible_builds_layers_by_group_up_to_its_payload():
+    assert layers_of(make_image(), ("sha256:os", *LAYERS.values()), {}) == LAYERS
     no_extra = make_image(extra=())
-    assert layers_of(no_extra, ("sha256:os", "sha256:c", "sha256:f", "sha256:p")) == {
+    assert layers_of(no_extra, ("sha256:os", "sha256:c", "sha256:f", "sha256:p"), {}) == {
         "cuda": "sha256:c", "framework": "sha256:f", "payload": "sha256:p"}
+    devel = ("sha256:os", *LAYERS.values(), "sha256:devel-apt", "sha256:cuda-home")  # the builder's steps above
+    assert layers_of(make_image(), devel, {PAYLOAD_LAYER_LABEL: LAYERS["payload"]}) == LAYERS
 
 
 def test_the_recorded_layers_pass_and_nothing_is_rewritten(lock_path, tmp_path):
@@ -166,26 +168,15 @@ class LocalEngine:
         return self.is_local
 
 
-def test_a_devel_image_is_refused_naming_it_and_what_to_do_before_a_run_starts(tmp_path):
+def test_a_remote_engine_is_refused_before_a_run_starts(tmp_path):
     spec_path = tmp_path / "team.yaml"
-    spec_path.write_text(SPEC)
-    with pytest.raises(BuildError) as err:
-        require_nightly(spec_path, load_spec(spec_path), LocalEngine())
-    assert err.value.message == "torch25-dev is a devel image; --reproducible builds runtime images only"
-    assert "without --reproducible" in err.value.hint and str(spec_path) in err.value.hint
-    with Store.open(tmp_path / "h.sqlite") as store, pytest.raises(BuildError):
-        run_nightly(spec_path, LocalEngine(), store, out_root=tmp_path, reports_dir=tmp_path / "reports",
+    spec_path.write_text(SPEC)  # (a devel image: envkit's layers, then the builder's devel steps)
+    with Store.open(tmp_path / "h.sqlite") as store, pytest.raises(BuildError, match="remote engine"):
+        run_nightly(spec_path, LocalEngine(local=False), store, out_root=tmp_path, reports_dir=tmp_path / "reports",
                     locked=True, reproducible=True)
     with Store.open(tmp_path / "h.sqlite") as store:
         assert store.snapshot()["runs"] == []  # refused before the run began: nothing to resume
     assert not (tmp_path / "team.lock").exists() and not (tmp_path / "dockerfiles").exists()
-
-
-def test_a_remote_engine_is_refused_before_a_run_starts(tmp_path):
-    spec_path = tmp_path / "team.yaml"
-    spec_path.write_text(SPEC.split("  - name: torch25-dev")[0])
-    with pytest.raises(BuildError, match="remote engine"):
-        require_nightly(spec_path, load_spec(spec_path), LocalEngine(local=False))
 
 
 class Engine:

@@ -120,28 +120,25 @@ def test_a_broken_record_is_a_lock_error_naming_it(tmp_path):
 def test_compare_matches_the_environment_layers_under_the_payload():
     recorded = _recorded()
     image = ("sha256:base", "sha256:os", "sha256:c", "sha256:f", "sha256:e", "sha256:other-payload")
-    check = layer_record.compare(image, recorded)
+    check = layer_record.compare(image, {}, recorded)
     assert check.matches and check.message.startswith("environment layers match the lock exactly")
     changed = ("sha256:base", "sha256:os", "sha256:c", "sha256:F2", "sha256:e", "sha256:p")
-    check = layer_record.compare(changed, recorded)
+    check = layer_record.compare(changed, {}, recorded)
     assert not check.matches and check.differs == [("framework", "sha256:f", "sha256:F2")]
     assert "the framework layer differs" in check.message and "sha256:F2" in check.message
-    assert not layer_record.compare(("sha256:x",), recorded).matches  # too few layers: none matches
+    assert not layer_record.compare(("sha256:x",), {}, recorded).matches  # too few layers: none matches
 
 
-def test_a_devel_image_is_refused_before_any_work():
-    from envkit.build.builder import build_image
-    from envkit.errors import BuildError
-    from tests.unit.lockfixtures import make_devel_image
+def test_a_devel_images_environment_is_found_under_its_payload_not_at_the_top():
+    from envkit.support.labels import PAYLOAD_LAYER_LABEL
 
-    class NoEngine:
-        def __getattr__(self, name):
-            raise AssertionError(f"the engine was asked {name}")
-
-    image = make_devel_image()
-    with pytest.raises(BuildError, match=r"is a devel image; --reproducible builds runtime images only"):
-        build_image(NoEngine(), make_lock(image), image, "team.yaml", ca_bundle=None, progress=lambda *_: None,
-                    reproducible=True)
+    recorded = _recorded()
+    devel = ("sha256:base", "sha256:os", "sha256:c", "sha256:f", "sha256:e", "sha256:p2", "sha256:apt", "sha256:nvcc")
+    assert layer_record.compare(devel, {PAYLOAD_LAYER_LABEL: "sha256:p2"}, recorded).matches
+    assert not layer_record.compare(devel, {}, recorded).matches  # read from the top, the devel layers are compared
+    # a label naming no layer of the image: read from the top, as an image without it
+    assert not layer_record.compare(devel, {PAYLOAD_LAYER_LABEL: "sha256:gone"}, recorded).matches
+    assert layer_record.written(devel, {PAYLOAD_LAYER_LABEL: "sha256:p2"})[-1] == "sha256:p2"
 
 
 def test_a_remote_engine_is_refused_before_any_work():

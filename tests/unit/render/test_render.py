@@ -354,3 +354,37 @@ def test_every_stage_nothing_is_built_from_ends_with_the_stage_label_gc_reads(ki
                                         f'{IMAGE_LABEL}="{image.name}" {LOCK_LABEL}="{image.hash}"')
         else:  # a stage others are built FROM would pass the label on; the final image has its own labels
             assert labelled == []
+
+
+@pytest.mark.parametrize("buildkit", [False, True])
+def test_a_devel_images_steps_on_the_image_a_reproducible_build_assembled(buildkit):
+    """``env_image``: the runtime stage starts FROM that image (its environment, payload and ENV are envkit's) and
+    runs only the devel steps, as root; the image's last instructions follow as in every build."""
+    from tests.unit.lockfixtures import make_devel_image
+
+    image = make_devel_image()
+    lock = make_lock().model_copy(update={"images": (image,)})
+    text = render_files(lock, image, "team.yaml", buildkit=buildkit, env_image="vision/torch25:x-env")["Dockerfile"]
+    runtime = text.decode().split("FROM vision/torch25:x-env AS runtime\nUSER root\nWORKDIR /\n", 1)[1]
+    assert "python3 -m venv" not in runtime and "COPY envkit/" not in runtime  # the environment is the image's
+    assert "requirements/framework.txt" not in runtime and "devel.txt" in runtime
+    assert "FROM os AS runtime" not in text.decode()
+    assert runtime.rstrip().endswith('USER 1000:1000\nWORKDIR /home/envkit\n'
+                                     'CMD ["python3", "/opt/envkit/envkit_check"]')
+    assert ("ARG ENVKIT_SITE_CA" in runtime) is not buildkit  # the classic builder's CA for the devel wheels' uv
+    # the other files are the build's own (the identity is the context's without env_image)
+    plain = render_files(lock, image, "team.yaml", buildkit=buildkit)
+    assert {k: v for k, v in plain.items() if k != "Dockerfile"} == {
+        k: v for k, v in render_files(lock, image, "team.yaml", buildkit=buildkit, env_image="e").items()
+        if k != "Dockerfile"}
+
+
+def test_env_image_is_for_a_devel_images_online_build_only():
+    from tests.unit.lockfixtures import make_devel_image
+
+    with pytest.raises(ValueError):
+        render_files(make_lock(), make_image(), "team.yaml", env_image="e")
+    image = make_devel_image()
+    with pytest.raises(ValueError):
+        render_files(make_lock().model_copy(update={"images": (image,)}), image, "team.yaml", wheelhouse=True,
+                     env_image="e")
