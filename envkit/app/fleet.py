@@ -164,10 +164,12 @@ def require_dispatch(spec_path: Path, spec: Spec) -> Dispatch:
 def dispatch_fleet(spec_path: Path, spec: Spec, engine: Engine, store: Store, lock: Lock,
                    images: list[LockedImage], *, registry: str | None = None, timeout: int = 600,
                    poll_s: float = 2.0, scheduler: Scheduler | None = None,
-                   progress: Progress = lambda _: None) -> list[FleetImage]:
+                   progress: Progress = lambda _: None, checks: dict[str, dict] | None = None) -> list[FleetImage]:
     """One job per (image of ``images``, fleet model) through ``dispatch:``, run to their end (re-attaching to the
     jobs an earlier run left in ``shared_dir``); one certificate per job recorded in ``store``, and each image's
-    gate. Nothing is promoted here (``publish``): ``certify --fleet`` and ``nightly --dispatch`` both call it."""
+    gate. Nothing is promoted here (``publish``): ``certify --fleet`` and ``nightly --dispatch`` both call it.
+    ``checks``: a check the host made of an image (by name), joined to each of its certificates
+    (``nightly --reproducible``'s ``layers``)."""
     dispatch = require_dispatch(spec_path, spec)
     planned = _plan(spec_path, spec, dispatch, engine, lock, images, registry, timeout, progress)
     jobs = [job for p in planned for job in p.jobs]
@@ -182,7 +184,7 @@ def dispatch_fleet(spec_path: Path, spec: Spec, engine: Engine, store: Store, lo
         certs = [fleet_certificate(outcomes[j.key], expected(p.image), lock_hash=p.image.hash,
                                    scheduler="kubernetes" if isinstance(j.target, KubernetesTarget) else "slurm",
                                    runtime=_target_runtime(j.target), created_at=utc_now(),
-                                   envkit_version=__version__)
+                                   envkit_version=__version__).with_check((checks or {}).get(p.image.name))
                  for j in p.jobs]
         for cert in certs:
             store.record_certificate(p.image_id, cert.record_model, cert.driver, status=cert.status,

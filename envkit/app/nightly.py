@@ -37,7 +37,7 @@ from ..certify.report import FILES, write_reports
 from .nightly_publish import Asked, ImageReport, _publish, restore_base
 from .nightly_fleet import FleetStep, certify_on_fleet
 from .nightly_disk import Disk
-from .nightly_layers import LayerStep, with_check
+from .nightly_layers import LayerStep
 from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
 from ..support.progress import Phase, Progress, phase_lines
 from ..payload.contents import SCHEMA
@@ -196,7 +196,8 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
         fleet = None
         if dispatch is not None and ready:
             fleet = certify_on_fleet(spec_path, spec, engine, store, run_id, lock, ready, registry=registry,
-                                     threshold=threshold, step=dispatch, progress=progress)
+                                     threshold=threshold, step=dispatch, progress=progress,
+                                     checks=layers.checks if layers else None)
         written = _write_reports(Path(reports_dir), certificates + (layers.failed if layers else []), fleet)
         code = _exit_code(reports)
         store.finish_run(run_id, EXIT_NAMES[code], code)
@@ -338,7 +339,7 @@ def _certify(
         report.status = newest.status
         # certified by this run before it was killed: its work, so a resumed run is not "nothing to do"
         report.worked = report.worked or "certify" in store.steps(run_id, image.name)
-        return with_check(parse_certificate(json.dumps(newest.document)), layers)  # (this run's check, in its reports)
+        return parse_certificate(json.dumps(newest.document)).with_check(layers)  # (this run's check, in its reports)
     store.mark_step(run_id, image.name, "certify", "started", image.hash)
     progress(f"[{image.name}] {'certifying on the GPUs' if gpus else 'verifying (no GPU on this runner)'}")
     try:
@@ -348,7 +349,7 @@ def _certify(
                "checks": [{"name": "harness", "status": "failed", "message": exc.message}]}
         cert = certificate_from(doc, expected(image), image=report.tag, image_id=info.id, lock_hash=image.hash,
                                 gpu_requested=gpus, created_at=utc_now(), envkit_version=__version__)
-    cert = with_check(cert, layers)  # (the check is no payload's: it passed, or was skipped, saying why)
+    cert = cert.with_check(layers)  # (the check is no payload's: it passed, or was skipped, saying why)
     metrics = perf_metrics(cert)
     if cert.status == "certified":
         report.regressions = store.regressions(cert.gpu_model, metrics, threshold, exclude_image=info.id)

@@ -33,15 +33,17 @@ class FleetStep:
 
 def certify_on_fleet(spec_path: Path, spec: Spec, engine: Engine, store: Store, run_id: int, lock: Lock,
                      ready: list[tuple[LockedImage, ImageReport]], *, registry: str | None, threshold: float,
-                     step: FleetStep, progress: Progress) -> FleetResult:
+                     step: FleetStep, progress: Progress, checks: dict[str, dict] | None = None) -> FleetResult:
     """Certify ``ready`` (the images this run built or kept) on every fleet model, judge each report by its gate
-    (status, reasons, a regression per model), and promote where it passed."""
+    (status, reasons, a regression per model), and promote where it passed. ``checks``: the run's own check of an
+    image (``--reproducible``'s ``layers``), in each of its fleet certificates."""
     started = time.monotonic()
     reports = {image.name: report for image, report in ready}
     for image, _ in ready:
         store.mark_step(run_id, image.name, "certify", "started", image.hash)
     images = dispatch_fleet(spec_path, spec, engine, store, lock, [image for image, _ in ready], registry=registry,
-                            timeout=step.timeout, poll_s=step.poll_s, scheduler=step.scheduler, progress=progress)
+                            timeout=step.timeout, poll_s=step.poll_s, scheduler=step.scheduler, progress=progress,
+                            checks=checks)
     hashes = {image.name: image.hash for image, _ in ready}
     for fleet_image in images:
         report = reports[fleet_image.name]

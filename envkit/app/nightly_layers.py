@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..build.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
-from ..certify.certificate import Certificate, CheckRecord, certificate_from, utc_now
+from ..certify.certificate import Certificate, certificate_from, utc_now
 from ..frameworks import expected
 from ..payload.contents import SCHEMA
 from ..support.labels import made_reproducibly
@@ -95,15 +95,6 @@ def layers_doc(check: dict | None, made: bool, digests: dict[str, str], where: P
                for g, got in (check["value"] or {}).items()] if check and check["status"] == "failed" else []
     return {"reproducible": made, "check": check["status"] if check else "no record", "message": message,
             "differs": differs, "digests": digests, "record": str(where), "recorded": rewrite}
-
-
-def with_check(cert: Certificate, check: dict | None) -> Certificate:
-    """``cert`` with this run's layer check among its checks, in place of one an earlier run put there (the reports
-    say what it said; so does the store, for a certificate made in this run)."""
-    if check is None:
-        return cert
-    others = tuple(c for c in cert.checks if c.name != check["name"])
-    return cert.model_copy(update={"checks": (*others, CheckRecord(**check))})
 
 
 def layers_failed(store: Store, image: LockedImage, report: ImageReport, info: ImageInfo, check: dict,

@@ -144,6 +144,15 @@ class Certificate(Frozen):
     def key(self) -> tuple[str, str, str]:
         return (self.image_id, self.gpu_model, self.driver)
 
+    def with_check(self, check: dict | None) -> Certificate:
+        """This certificate with ``check`` (a check record's fields) among its checks, in place of one of the same
+        name; its status is not changed (a host's check beside the payload's, e.g. ``nightly --reproducible``'s
+        ``layers``, which passed or was skipped: one that failed fails the image before certification)."""
+        if check is None:
+            return self
+        others = tuple(c for c in self.checks if c.name != check["name"])
+        return self.model_copy(update={"checks": (*others, CheckRecord(**check))})
+
     def to_json(self) -> dict:
         return self.model_dump(mode="json")
 

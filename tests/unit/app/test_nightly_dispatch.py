@@ -106,14 +106,14 @@ def nightly(tmp_path):
     image = lock.images[0]
     tag = image_tag(lock.team, image)
 
-    def go(scheduler: Scheduler):
+    def go(scheduler: Scheduler, checks: dict[str, dict] | None = None):
         engine = Engine(tag)
         report = ImageReport(image.name, tag, build="skipped")
         with Store.open(tmp_path / "h.sqlite") as store:
             run_id = store.start_run("sha256:spec")
             fleet = certify_on_fleet(spec_path, load_spec(spec_path), engine, store, run_id, lock, [(image, report)],
                                      registry=None, threshold=0.1, step=FleetStep(poll_s=0, scheduler=scheduler),
-                                     progress=lambda _: None)
+                                     progress=lambda _: None, checks=checks)
             certs = store.certificates_for(engine.images[tag].id)
         return report, fleet, engine, certs
 
@@ -127,6 +127,23 @@ def test_a_passing_fleet_gate_verifies_the_image_promotes_it_and_records_a_certi
     assert sorted(c.gpu_model for c in certs) == [f"none ({m} node)" for m in ("A100", "H100", "L40S")]
     rows = fleet.to_json()["images"][0]["models"]
     assert [(r["model"], r["status"]) for r in rows] == [(m, "verified") for m in ("A100", "H100", "L40S")]
+
+
+def test_the_runs_layer_check_is_in_every_fleet_certificate_stored_and_reported(nightly, tmp_path):
+    """`nightly --dispatch --reproducible`: the host's check of the image's layers joins each model's certificate
+    (so the store, the reports and the artifacts pushed beside the image say it), and changes no status."""
+    from envkit.app.fleet import write_fleet_reports
+
+    check = {"name": "layers", "status": "passed", "value": None, "expected": {"cuda": "sha256:c"},
+             "message": "environment layers match the lock exactly (cuda)", "seconds": 0.0}
+    report, fleet, _, certs = nightly(Scheduler(), {"torch25": check})
+    assert report.status == "verified"
+    made = fleet.images[0].certificates
+    assert len(made) == 3 and all([c.name for c in cert.checks].count("layers") == 1 for cert in made)
+    assert all(c.document["checks"][-1]["message"] == check["message"] for c in certs)
+    write_fleet_reports(fleet, tmp_path / "reports")
+    assert json.loads((tmp_path / "reports" / "report.json").read_text())["certificates"][0]["checks"][-1]["name"] \
+        == "layers"
 
 
 def test_a_model_whose_job_failed_fails_the_image_with_the_gates_reason_and_promotes_nothing(nightly):

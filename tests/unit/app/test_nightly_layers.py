@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from envkit.app.nightly import LAYERS_DIFFER, CERT_FAILED, EXIT_NAMES, ImageReport, _build, _exit_code, run_nightly
-from envkit.app.nightly_layers import LayerStep, with_check
+from envkit.app.nightly_layers import LayerStep
 from envkit.build.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
 from envkit.cli import main
 from envkit.engine.protocol import ImageInfo
@@ -142,9 +142,10 @@ def test_a_passing_check_joins_the_certificate_and_a_missing_one_changes_nothing
                             gpu_requested=False, created_at="2026-12-06T00:00:00Z", envkit_version="0")
     check = {"name": "layers", "status": "passed", "value": None, "expected": LAYERS, "message": "match",
              "seconds": 0.0}
-    joined = with_check(cert, check)
+    joined = cert.with_check(check)
     assert joined.checks[-1].name == "layers" and joined.status == cert.status
-    assert with_check(cert, None) is cert
+    assert cert.with_check(None) is cert
+    assert [c.name for c in joined.with_check({**check, "status": "skipped"}).checks].count("layers") == 1
 
 
 SPEC = """version: 1
