@@ -101,11 +101,11 @@ def main() -> None:
     ca = ca_bundle()
     results: dict[str, dict] = {}
     started = time.monotonic()
-    before = buildcache.records() or set()
+    before = buildcache.records()
     try:
         measure(engine, args, lock, extra_lock, ca, skip, results)
     finally:
-        if not args.keep:
+        if not args.keep and before is not None:  # (unlisted at the start: what the run made is not known)
             buildcache.prune((buildcache.records() or set()) - before)
     results = {k: v for k, v in results.items() if v}
     log(f"all done in {fmt(time.monotonic() - started)}")

@@ -143,9 +143,9 @@ def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_nam
         made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os, stage=stage_context,
                         ca_bundle=ca_bundle, netrc=netrc, say=lambda e: progress(image.name, e),
                         reuse=not no_cache, devel=devel)
-    info = engine.inspect(tag)
-    return Outcome(image.name, tag, "built", made.image_id, info.size if info else 0, layers=made.layers,
-                   phases=made.seconds, builder=builder, reused=made.reused)
+    info = engine.inspect(tag)  # (the engine's id, as a builder's build reports it)
+    return Outcome(image.name, tag, "built", info.id if info else made.image_id, info.size if info else 0,
+                   layers=made.layers, phases=made.seconds, builder=builder, reused=made.reused)
 
 
 def _verified(engine: Engine, image: LockedImage, outcome: Outcome, verify: bool, progress: BuildProgress) -> Outcome:

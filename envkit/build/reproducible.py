@@ -204,7 +204,8 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
 def _build_devel(engine: Engine, devel: DevelSteps, context: Path, tag: str, labels: dict[str, str],
                  phases: Phases, say: Say) -> str:
     """The devel steps, built by the builder on the assembled image (``env_tag``), as ``tag`` with the identity
-    ``labels``; the assembled image's tag goes however that ends (its layers stay, the devel image's lowest)."""
+    ``labels`` (the image id the builder said); the assembled image's tag goes however that ends (its layers stay,
+    the devel image's lowest)."""
     say(f"building the devel steps on {env_tag(tag)}")
     image_id = ""
     try:
@@ -215,8 +216,7 @@ def _build_devel(engine: Engine, devel: DevelSteps, context: Path, tag: str, lab
                 say(event)
     finally:
         engine.untag(env_tag(tag))
-    info = engine.inspect(tag)
-    return info.id if info is not None else image_id
+    return image_id
 
 
 def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes], os_tag: str, tmp: Path, *,

@@ -34,18 +34,19 @@ def _build(engine, lock, image, builder):
     return outcome, said
 
 
-def _lock_with(name: str, typing_extensions: str, numpy: str = "2.0.*"):
-    """The small stack with these two pins. A build reuses the lowest groups of any reproducible image on the engine
+def lock_with(name: str, typing_extensions: str, numpy: str = "2.0.*", framework: tuple[str, ...] = ()):
+    """The small stack with these pins: typing-extensions the extra group, numpy and ``framework`` (requirements
+    without dependencies) the framework's. A build reuses the lowest groups of any reproducible image on the engine
     with the same packages on the same OS layers (``build.layer_reuse``), so a test that must install a group
     gives it packages no other test's image has (tests run in parallel)."""
     from envkit.index.closure import compile_closure
     from envkit.lock import Package, sealed
 
     lock, image = small_lock(name)
-    pins = compile_closure([f"numpy=={numpy}", f"typing-extensions=={typing_extensions}"], python="3.11", glibc="2.36",
-                           index_url="https://pypi.org/simple")
+    pins = compile_closure([f"numpy=={numpy}", *framework, f"typing-extensions=={typing_extensions}"], python="3.11",
+                           glibc="2.36", index_url="https://pypi.org/simple")
     packages = tuple(Package(name=p.name, version=p.version, hashes=p.hashes,
-                             group="framework" if p.name == "numpy" else "extra") for p in pins)
+                             group="extra" if p.name == "typing-extensions" else "framework") for p in pins)
     image = sealed(image.model_copy(update={"packages": packages}))
     return lock.model_copy(update={"images": (image,)}), image
 
@@ -54,7 +55,7 @@ def test_two_builds_from_scratch_give_the_same_environment_layers(engine, tmp_pa
     from envkit.engine.buildkit import BuildKitBuilder
 
     second = "buildkit" if BuildKitBuilder(engine).available() else "classic"
-    lock, image = _lock_with("repro-small", "4.9.0", numpy="1.26.*")  # every group built, none reused
+    lock, image = lock_with("repro-small", "4.9.0", numpy="1.26.*")  # every group built, none reused
     lock_path = tmp_path / "team.lock"
     write_lock(lock, lock_path)
     tags: list[str] = []
@@ -109,8 +110,8 @@ def test_one_extra_changed_reuses_the_framework_layer_and_gives_the_layers_of_a_
     are gone (nothing to reuse), it gives the same digests, so the reuse changed nothing in the layers."""
     if not engine.loads_known_layers():
         pytest.skip("this engine's `docker load` wants every layer's file: a reproducible build reuses nothing here")
-    lock_a, image_a = _lock_with("repro-reuse", "4.12.2")
-    lock_b, image_b = _lock_with("repro-reuse", "4.11.0")
+    lock_a, image_a = lock_with("repro-reuse", "4.12.2")
+    lock_b, image_b = lock_with("repro-reuse", "4.11.0")
     tags: list[str] = []
     try:
         first, _ = _build(engine, lock_a, image_a, "auto")
@@ -252,9 +253,9 @@ import sys
 from envkit.engine.docker_engine import connect
 from envkit.build.builder import build_image
 from tests.integration.test_buildkit import ca_bundle
-from tests.integration.test_reproducible import _lock_with
+from tests.integration.test_reproducible import lock_with
 
-lock, image = _lock_with("repro-int", "4.10.0")  # an extra group no other test's image has: one install to stop
+lock, image = lock_with("repro-int", "4.10.0")  # an extra group no other test's image has: one install to stop
 say = lambda _name, event: print(getattr(event, "text", event), flush=True)
 build_image(connect(), lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, reproducible=True, progress=say)
 """
@@ -271,7 +272,7 @@ def test_ctrl_c_during_an_install_removes_the_container_and_the_scratch_director
     from envkit.support.scratch import PREFIX
     from tests.integration.conftest import ROOT
 
-    _, image = _lock_with("repro-int", "4.10.0")
+    _, image = lock_with("repro-int", "4.10.0")
     tag = f"vision/repro-int:{image.framework_version}-{image.variant}-py{image.python}-{image.hash8}"
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

@@ -19,30 +19,23 @@ from envkit.build.builder import build_image
 from envkit.build.layer_record import Recorded, write_record
 from envkit.engine.protocol import RunOptions
 from envkit.errors import BuildError
-from envkit.lock import Package, sealed, write_lock
+from envkit.lock import sealed, write_lock
 from envkit.resolve import devel
 from envkit.support.labels import LAYERS_LABEL, PAYLOAD_LAYER_LABEL, REPRODUCIBLE_LAYERS
-from tests.integration.test_buildkit import ca_bundle, collect_created, remove_images, small_lock
+from tests.integration.test_buildkit import ca_bundle, collect_created, remove_images
+from tests.integration.test_reproducible import lock_with
 
 pytestmark = [pytest.mark.integration, pytest.mark.network]
 
 ENVIRONMENT = ("cuda", "framework", "extra")
 
 
-def _locks(lowest: list[str]):
-    """The runtime and devel flavours of one small stack: typing-extensions 4.8.0 and ``lowest``, the framework
-    group's pins, which no other test's image has, so no build reuses another test's layers (``build.layer_reuse``
-    reuses the lowest groups first)."""
-    from envkit.index.closure import compile_closure
-
-    lock, image = small_lock("repro-devel")
-    pins = compile_closure([*lowest, "typing-extensions==4.8.0"],
-                           python="3.11", glibc="2.36", index_url="https://pypi.org/simple")
-    packages = tuple(Package(name=p.name, version=p.version, hashes=p.hashes,
-                             group="extra" if p.name == "typing-extensions" else "framework") for p in pins)
-    runtime = sealed(image.model_copy(update={"packages": packages}))
+def _locks(numpy: str, framework: tuple[str, ...] = ()):
+    """The runtime and devel flavours of the small stack with these framework pins (``lock_with``: each test its
+    own, so no build reuses another test's layers; ``build.layer_reuse`` reuses the lowest groups first)."""
+    rt_lock, runtime = lock_with("repro-devel", "4.8.0", numpy=numpy, framework=framework)
     dev = sealed(devel.as_devel(runtime).model_copy(update={"name": "repro-devel-dev"}))
-    return (lock.model_copy(update={"images": (runtime,)}), runtime), (lock.model_copy(update={"images": (dev,)}), dev)
+    return (rt_lock, runtime), (rt_lock.model_copy(update={"images": (dev,)}), dev)
 
 
 def _build(engine, lock, image, said: list[str], builder: str = "auto"):
@@ -63,7 +56,7 @@ def test_a_devel_image_has_the_runtime_flavours_environment_layers_and_its_devel
     if builder == "buildkit" and not BuildKitBuilder(engine).available():
         pytest.skip("BuildKit cannot build here")
     cuda = {"classic": "12.4.127", "buildkit": "12.4.99"}[builder]
-    (rt_lock, runtime), (dev_lock, dev) = _locks(["numpy==1.26.*", f"nvidia-cuda-runtime-cu12=={cuda}"])
+    (rt_lock, runtime), (dev_lock, dev) = _locks("1.26.*", (f"nvidia-cuda-runtime-cu12=={cuda}",))
     tags: list[str] = []
     try:
         said: list[str] = []
@@ -112,7 +105,7 @@ def test_a_devel_image_has_the_runtime_flavours_environment_layers_and_its_devel
 
 def test_a_failed_devel_step_leaves_no_image_and_no_env_tag(engine):
     """With the classic builder, whose steps before the failed one leave images built on the -env image."""
-    (_, _), (dev_lock, dev) = _locks(["numpy==1.25.*"])  # (the devel steps fail before they need a CUDA wheel)
+    (_, _), (dev_lock, dev) = _locks("1.25.*")  # (the devel steps fail before they need a CUDA wheel)
     wrong = tuple(p.model_copy(update={"hashes": ("sha256:" + "0" * 64,)}) if p.group == devel.GROUP else p
                   for p in dev.packages)
     dev = sealed(dev.model_copy(update={"name": "repro-devel-bad", "packages": wrong}))
