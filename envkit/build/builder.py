@@ -100,7 +100,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
             outcome = _build_reproducible(engine, lock, image, spec_name, files, tag, labels, builder=builder,
                                           ca_bundle=ca_bundle, progress=progress, no_cache=no_cache)
             outcome.seconds = time.monotonic() - started
-            return _verified(engine, image, outcome, verify, progress)
+            return verified(engine, image, outcome, verify, progress)
         with scratch.directory(f"ctx-{image.name}") as tmp, \
                 scratch.directory("secrets") as secrets:
             # BuildKit gets the CA and the index logins as build secrets, the classic builder the CA as a build
@@ -119,7 +119,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         info = engine.inspect(tag)
         outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
                           time.monotonic() - started, builder=builder)
-    return _verified(engine, image, outcome, verify, progress)
+    return verified(engine, image, outcome, verify, progress)
 
 
 def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, files: dict[str, bytes],
@@ -148,7 +148,8 @@ def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_nam
                    layers=made.layers, phases=made.seconds, builder=builder, reused=made.reused)
 
 
-def _verified(engine: Engine, image: LockedImage, outcome: Outcome, verify: bool, progress: BuildProgress) -> Outcome:
+def verified(engine: Engine, image: LockedImage, outcome: Outcome, verify: bool, progress: BuildProgress) -> Outcome:
+    """``outcome``, with the payload's verification inside the image when ``verify``."""
     if verify:
         progress(image.name, "verifying inside the image")
         outcome.verification = run_payload(engine, outcome.tag, expected(image))

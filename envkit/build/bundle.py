@@ -12,9 +12,12 @@ A bundle directory holds (docs/images.md):
       wheelhouse/            every wheel pip installs, sha256-checked against the lock
       debs/<stage>/          the Debian packages each stage installs, resolved against the base
 
+    installer/             the pinned uv wheel (``--reproducible`` installs with it)
+
 ``make_bundle`` needs the network (the package index and the Debian mirror);
 ``build_from_bundle`` does not: it checks every file against the manifest, loads the base
-and builds with the network cut off inside the build.
+and builds with the network cut off inside the build, or (``reproducible``) builds the OS stage so and
+installs the environment as ``envkit build --reproducible`` does, from the bundle's files.
 """
 
 from __future__ import annotations
@@ -26,26 +29,28 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterator
 
 
 from .. import __version__
 from ..support import scratch
 from .base import ensure_base
-from .builder import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, pick_builder, require_builder, run_build
-from ..payload.harness import run_payload
-from ..engine.protocol import AUTO, Mount, RunOptions
+from .builder import (BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, pick_builder, require_builder, run_build,
+                      verified)
+from .reproducible import REPRODUCIBLE, Offline, assemble, reproducible_mark, require_local
+from ..engine.protocol import AUTO, BuildEvent, Mount, RunOptions
 from ..engine.space import host_out_of_space, low_space
 from ..errors import BuildError, EnvkitError
 from ..support.atomic import write_atomic
 from ..lock import Lock, LockedImage, load_lock
 from ..resolve.devel import APT as DEVEL_APT
 from ..resolve.devel import fetch_toolkit_deb, toolkit_deb
+from ..render import installer
 from ..render.files import context_for, context_hash, image_tag, install_packages, render_files
-from ..frameworks import expected
+from ..support.download import fetch_pinned
 from ..support.progress import Progress, phase_lines
-from .bundle_manifest import (BASE_ARCHIVE, BUNDLE_LABEL, BUNDLE_VERSION, CONTEXT, DOCKERFILES, LOCK_FILE, MANIFEST,
-                              REMAKE_HOW, is_bundle, sha256_of, file_hashes, verify_bundle)
+from .bundle_manifest import (BASE_ARCHIVE, BUNDLE_LABEL, BUNDLE_VERSION, CONTEXT, DOCKERFILES, INSTALLER, LOCK_FILE,
+                              MANIFEST, REMAKE_HOW, is_bundle, sha256_of, file_hashes, verify_bundle)
 from .wheelhouse import lock_indexes, download_wheels
 
 if TYPE_CHECKING:
@@ -53,7 +58,7 @@ if TYPE_CHECKING:
 
 
 # Fetches each stage's Debian packages (and what they pull in) against the base's own state:
-# os first (then installed), then builder and devel, each relative to the os stage.
+# os first (then installed), then devel's, relative to the os stage.
 _FETCH_DEBS = r"""
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -66,7 +71,6 @@ fetch() {
 apt-get update -qq
 fetch os $OS_PACKAGES
 apt-get install -y -qq --no-install-recommends /out/os/*.deb >/dev/null
-fetch builder $BUILDER_PACKAGES
 if [ -n "$DEVEL_PACKAGES" ]; then fetch devel $DEVEL_PACKAGES; fi
 """
 
@@ -108,6 +112,11 @@ def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, c
         progress(f"downloading {len(install_packages(image))} wheel(s) from "
                  + " then ".join(lock_indexes(image, extra_index_url)))
         download_wheels(image, context / "wheelhouse", ca_bundle=ca_bundle, extra_index_url=extra_index_url)
+        if (arch := _arch(image)) in installer.WHEELS:
+            progress(f"downloading uv {installer.VERSION}'s wheel (what `bundle build --reproducible` installs with)")
+            url, sha = installer.WHEELS[arch]
+            fetch_pinned(url, sha, staging / INSTALLER / installer.wheel_name(arch), ca_bundle=ca_bundle,
+                         hint="is PyPI's file host reachable (and the CA bundle right)?")
         progress(f"fetching Debian packages against {image.base.ref}")
         fetch_debs(engine, lock, image, context / "debs")
         if image.flavour == "devel" and toolkit_deb(image):  # CUDA 12: the compiler's programs
@@ -190,13 +199,27 @@ def _replace_dir(new: Path, target: Path) -> None:
     shutil.rmtree(old.parent, ignore_errors=True)
 
 
+def _arch(image: LockedImage) -> str:
+    """The image's machine, as `uname -m` says it in the image (``x86_64-manylinux_2_36`` -> ``x86_64``)."""
+    return image.platform.split("-", 1)[0]
+
+
+BundleProgress = Callable[[BuildEvent | str], None]  # the builder's steps and log lines, and envkit's own lines
+
+
 def build_from_bundle(engine: Engine, bundle_dir: Path, *, builder: str = AUTO, verify: bool = True,
-                      no_cache: bool = False, progress: Progress = lambda _: None) -> Outcome:
+                      no_cache: bool = False, reproducible: bool = False,
+                      progress: BundleProgress = lambda _: None) -> Outcome:
     """Check the bundle, load its base and build its image with no network inside the build.
 
     ``no_cache`` runs every step again (the builders' caches do not key on the network mode).
+    ``reproducible``: the builder builds the OS stage (no network), then envkit installs the environment from the
+    bundle's wheels with its uv in containers with no network and writes the layers (``reproducible.assemble``,
+    ``Offline``): the lock's environment layers, as an online ``envkit build --reproducible`` writes them.
     """
     require_builder(engine, builder)
+    if reproducible:
+        require_local(engine)
     bundle_dir = Path(bundle_dir)
     manifest = verify_bundle(bundle_dir)
     builder = pick_builder(engine, builder)
@@ -210,28 +233,70 @@ def build_from_bundle(engine: Engine, bundle_dir: Path, *, builder: str = AUTO, 
     image = lock.image(manifest["image"])
     if image.hash != manifest["lock_hash"]:
         raise BuildError(f"{bundle_dir}: the lock's image hash differs from the manifest's")
+    uv_wheel = _uv_wheel(bundle_dir, manifest, image) if reproducible else None
     started = time.monotonic()
     if (warning := low_space(engine)) is not None:
         progress(warning)
     progress(f"loading {manifest['base']['ref']} from {BASE_ARCHIVE}")
     load_image(engine, bundle_dir / BASE_ARCHIVE, manifest["base"]["id"], manifest["base"]["ref"])
     context = bundle_dir / CONTEXT
-    labels = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash(_rendered(context, dockerfile)),
+    rendered = _rendered(context, dockerfile)
+    labels = {LOCK_LABEL: image.hash,
+              CONTEXT_LABEL: context_hash({**rendered, **({REPRODUCIBLE: reproducible_mark()} if uv_wheel else {})}),
               BASE_LABEL: manifest["base"]["id"],
               BUNDLE_LABEL: "sha256:" + sha256_of(bundle_dir / MANIFEST)}
     tag = manifest["tag"]
+    if uv_wheel is not None:
+        outcome = _assemble_offline(engine, lock, image, context, dockerfile, rendered, tag, labels, uv_wheel,
+                                    builder, no_cache, progress, started)
+        return verified(engine, image, outcome, verify, lambda _name, said: progress(str(said)))
     image_id = ""
     for event in run_build(engine, context, tag, labels, builder=builder, dockerfile=dockerfile, network=False,
                            no_cache=no_cache):
         if event.kind == "done":
             image_id = event.text
-        progress(event.text if event.kind != "step" else f"step {event.step}/{event.total}: {event.text}")
+        progress(event)
     info = engine.inspect(tag)
     outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
                       time.monotonic() - started, labels=labels, builder=builder)
-    if verify:
-        outcome.verification = run_payload(engine, tag, expected(image))
-    return outcome
+    return verified(engine, image, outcome, verify, lambda _name, said: progress(str(said)))
+
+
+def _uv_wheel(bundle_dir: Path, manifest: dict, image: LockedImage) -> Path:
+    """The bundle's uv wheel for ``--reproducible`` (checked with the bundle's files; its sha256 against the pin
+    in the install container); refused for what that path does not build from a bundle."""
+    if image.flavour != "runtime":
+        raise BuildError(f"{bundle_dir}: a {image.flavour} image is not built --reproducible from a bundle (its devel "
+                         "steps would need the bundle's devel packages in a context of their own)",
+                         hint="build it without --reproducible, or build it online with `envkit build --reproducible`")
+    rel = f"{INSTALLER}/{installer.wheel_name(_arch(image))}" if _arch(image) in installer.WHEELS else None
+    if rel is None or rel not in manifest["files"]:
+        raise BuildError(f"{bundle_dir} holds no uv {installer.VERSION} wheel for {_arch(image)}, which "
+                         "--reproducible installs with (bundles made before envkit carried it have none)",
+                         hint=f"build it without --reproducible, or {REMAKE_HOW}")
+    return bundle_dir / rel
+
+
+def _assemble_offline(engine: Engine, lock: Lock, image: LockedImage, context: Path, dockerfile: str,
+                      rendered: dict[str, bytes], tag: str, labels: dict[str, str], uv_wheel: Path, builder: str,
+                      no_cache: bool, progress: BundleProgress, started: float) -> Outcome:
+    """``envkit build --reproducible`` from the bundle: its context's OS stage, then the layer groups' requirements
+    as an online build renders them (the lock's), from its wheelhouse, and its payload."""
+    files = {**{k: v for k, v in render_files(lock, image, "bundle").items() if k.startswith("requirements/")},
+             **{k: v for k, v in rendered.items() if k.startswith("envkit/")}}
+
+    def build_os(_context: Path, os_tag: str, os_labels: dict[str, str]) -> Iterator[BuildEvent]:
+        return run_build(engine, context, os_tag, os_labels, builder=builder, dockerfile=dockerfile, network=False,
+                         no_cache=no_cache, target="os")
+
+    made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os,
+                    stage=lambda _directory, _files: context,  # the bundle's context (its debs) is the OS stage's
+                    ca_bundle=None, say=progress, reuse=not no_cache,
+                    offline=Offline(context / "wheelhouse", uv_wheel))
+    info = engine.inspect(tag)
+    return Outcome(image.name, tag, "built", info.id if info else made.image_id, info.size if info else 0,
+                   time.monotonic() - started, labels=labels, layers=made.layers, phases=made.seconds,
+                   reused=made.reused, builder=builder)
 
 
 # --- wheels --------------------------------------------------------------------------
@@ -243,7 +308,7 @@ def fetch_debs(engine: Engine, lock: Lock, image: LockedImage, dest: Path) -> No
     """Download, in a throwaway container of the base, the .debs each stage installs."""
     ctx = context_for(lock, image, "bundle", wheelhouse=True)  # the offline build's stages
     dest.mkdir(parents=True, exist_ok=True)
-    env = {"OS_PACKAGES": " ".join(ctx.os_packages), "BUILDER_PACKAGES": " ".join(ctx.builder_packages),
+    env = {"OS_PACKAGES": " ".join(ctx.os_packages),
            "DEVEL_PACKAGES": " ".join(DEVEL_APT) if image.flavour == "devel" else ""}
     options = RunOptions(timeout=900, network=True, env=env, user="0", role="fetch-debs",
                          mounts=(Mount(str(dest.resolve()), "/out", read_only=False),))

@@ -20,6 +20,7 @@ MANIFEST = "manifest.json"
 LOCK_FILE = "envkit.lock"
 BASE_ARCHIVE = "base.tar"
 CONTEXT = "context"
+INSTALLER = "installer"  # the pinned uv wheel for the image's arch (`bundle build --reproducible` installs with it)
 DOCKERFILES = {"classic": "Dockerfile", "buildkit": "buildkit.Dockerfile"}
 BUNDLE_LABEL = "io.envkit.bundle"  # the manifest's sha256, on images built from a bundle
 _Digest = Field(pattern=r"^sha256:[0-9a-f]{64}$")

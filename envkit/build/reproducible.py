@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -61,7 +62,35 @@ def reproducible_mark() -> bytes:
 
 BuilderRun = Callable[[Path, str, dict[str, str]], Iterator[BuildEvent]]  # (context, tag, labels): the builder's build
 Say = Callable[[BuildEvent | str], None]
-Secrets = tuple[tuple[Mount, ...], dict[str, str]]  # what each install container mounts, and its variables
+
+
+@dataclass(frozen=True)
+class Offline:
+    """An offline bundle's files as the install containers' source, with no network: uv from ``uv_wheel`` (the
+    pinned wheel, its sha256 checked in the container as online), the lock's wheels from ``wheelhouse`` served to uv
+    as a PEP 503 index on the container's loopback. Not ``--find-links``: from a directory uv writes one more file
+    into each dist-info (`uv_cache.json`), so the layers would not be the online build's; from an index it writes
+    what it writes from PyPI."""
+
+    wheelhouse: Path
+    uv_wheel: Path
+
+
+INDEX_DIR = "/tmp/envkit-index"  # an offline install container's index: simple/ (written here) and wheels/
+INDEX_PORT = 8731
+UV_WHEEL = "/tmp/envkit-uv.whl"  # an offline bundle's uv wheel, mounted
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an install container gets uv and the wheels: what it mounts, its variables and network, the shell
+    that puts uv at ``UV`` (and an offline build's index up), and uv's index flags."""
+
+    mounts: tuple[Mount, ...]
+    env: dict[str, str]
+    network: bool
+    prelude: tuple[str, ...]
+    index_flags: str
 
 
 @dataclass(frozen=True)
@@ -109,33 +138,79 @@ def require_local(engine: Engine) -> None:
                          hint="build on the engine's host, or without --reproducible")
 
 
-def install_script(first: bool, index_flags: str, requirements: str = REQ) -> str:
+def install_script(first: bool, source: Source, requirements: str = REQ) -> str:
     """What one group's install container runs (as the build's step does, the bytecode compiled by ``pycompile``).
     The first makes the venv (its files are in that layer). With no requirements (/dev/null) it leaves the venv
     as the first group's install leaves it, less any package: uv's own files in it too (its `.lock`)."""
     return "\n".join([
         "set -euo pipefail",
-        f"if [ -f {UV_CA} ]; then export SSL_CERT_FILE={UV_CA}; fi",
         f"mkdir -p {os.path.dirname(UV)}",
-        installer.fetch_shell(UV),
+        *source.prelude,
         *([f"python3 -m venv {VENV}"] if first else []),
-        f"{UV} pip install --python {VENV}/bin/python {installer.FLAGS}{index_flags} -r {requirements}",
+        f"{UV} pip install --python {VENV}/bin/python {installer.FLAGS}{source.index_flags} -r {requirements}",
         f"{VENV}/bin/python -I -c \"$ENVKIT_COMPILE\" {VENV}/lib",
     ])
+
+
+def online_source(index_flags: str, ca_bundle: Path | None, netrc: Path | None) -> Source:
+    """The lock's indexes over the network, uv fetched as a build's step fetches it. The site CA (uv's
+    SSL_CERT_FILE, as in a BuildKit build) and the index logins (uv's NETRC) are mounted read-only: never in the
+    install directory, so in no layer."""
+    mounts, env = [], {}
+    if ca_bundle is not None:
+        mounts.append(Mount(str(Path(ca_bundle).resolve()), UV_CA))
+    if netrc is not None:
+        mounts.append(Mount(str(netrc), NETRC))
+        env["NETRC"] = NETRC
+    return Source(tuple(mounts), env, True, (f"if [ -f {UV_CA} ]; then export SSL_CERT_FILE={UV_CA}; fi",
+                                             installer.fetch_shell(UV)), index_flags)
+
+
+def offline_source(offline: Offline, directory: Path) -> Source:
+    """An offline bundle's wheels and uv, with no network: ``directory`` gets the index's pages (``index_pages``)."""
+    index_pages(offline.wheelhouse, directory)
+    url = f"http://127.0.0.1:{INDEX_PORT}"
+    serve = (f"python3 -m http.server --bind 127.0.0.1 --directory {INDEX_DIR} {INDEX_PORT} >/dev/null 2>&1 &",
+             f"for _ in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", "
+             f"{INDEX_PORT}), 1)' 2>/dev/null && break; sleep 0.1; done")
+    mounts = (Mount(str(directory.resolve()), f"{INDEX_DIR}/simple"),
+              Mount(str(offline.wheelhouse.resolve()), f"{INDEX_DIR}/wheels"),
+              Mount(str(offline.uv_wheel.resolve()), UV_WHEEL))
+    return Source(mounts, {}, False, (installer.extract_shell(UV_WHEEL, UV), *serve), f" --index-url {url}/simple/")
+
+
+def index_pages(wheelhouse: Path, directory: Path) -> None:
+    """A PEP 503 simple index of the wheels in ``wheelhouse`` (served at the index's ``wheels/``): one page per
+    project, named as PEP 503 normalises it, linking its files (uv checks each against the lock's hashes)."""
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    directory.mkdir(parents=True, exist_ok=True)
+    projects: dict[str, list[str]] = {}
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        projects.setdefault(canonicalize_name(parse_wheel_filename(wheel.name)[0]), []).append(wheel.name)
+    for name, wheels in projects.items():
+        (directory / name).mkdir(parents=True, exist_ok=True)
+        links = "".join(f'<a href="../../wheels/{urllib.parse.quote(w)}">{w}</a>\n' for w in wheels)
+        (directory / name / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
 
 
 def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], *, tag: str,
              labels: dict[str, str], build_os: BuilderRun, stage: Callable[[Path, dict[str, bytes]], Path],
              ca_bundle: Path | None, say: Say, netrc: Path | None = None, reuse: bool = True,
-             devel: DevelSteps | None = None) -> Assembled:
+             devel: DevelSteps | None = None, offline: Offline | None = None) -> Assembled:
     """Build ``image`` as ``tag`` with reproducible environment layers (see the module doc); ``files`` is its
     rendered context, ``labels`` the identity labels the image gets beside the Dockerfile's; ``devel``: a devel
     image's steps (required for one). The lowest groups an image on the engine already has on the same OS layers are
     reused (``layer_reuse``); should that image's layers go before the load, the build runs again installing every
-    group. ``reuse=False``: every group installed."""
+    group. ``reuse=False``: every group installed. ``offline``: from a bundle's files, no network (``Offline``)."""
     if (devel is None) != (image.flavour == "runtime"):
         raise ValueError(f"{image.name} is a {image.flavour} image: devel steps are for devel images, and required")
-    args = (engine, lock, image, files, tag, labels, build_os, stage, _secrets(ca_bundle, netrc), say, devel)
+
+    def source(directory: Path) -> Source:
+        return online_source(context_for(lock, image, "").uv_index_flags, ca_bundle, netrc) if offline is None \
+            else offline_source(offline, directory)
+
+    args = (engine, lock, image, files, tag, labels, build_os, stage, source, say, devel)
     try:
         return _assemble(*args, reuse=reuse)
     except _ReusedGone as gone:
@@ -149,7 +224,8 @@ class _ReusedGone(Exception):
 
 def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], tag: str,
               labels: dict[str, str], build_os: BuilderRun, stage: Callable[[Path, dict[str, bytes]], Path],
-              secrets: Secrets, say: Say, devel: DevelSteps | None, *, reuse: bool) -> Assembled:
+              source_in: Callable[[Path], Source], say: Say, devel: DevelSteps | None, *,
+              reuse: bool) -> Assembled:
     ctx = context_for(lock, image, "", buildkit=False)
     os_tag = f"{tag}-os"
     phases = Phases()
@@ -157,6 +233,7 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
     mark = reproducible_mark()
     keys = {g: group_key(mark, g, files[f"requirements/{g}.txt"]) for g in ctx.layer_groups}
     with scratch.directory(f"repro-{image.name}") as tmp:
+        source = source_in(tmp / "index")
         say(f"building the OS stage as {os_tag}")
         with phases.timed("os stage"):
             for event in build_os(stage(tmp / "context", files), os_tag, os_labels):
@@ -169,8 +246,8 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
         if found is not None:
             say(f"reusing the {', '.join(found.layers)} layer{'s' if len(found.layers) > 1 else ''} of image "
                 f"{found.image.split(':')[-1][:12]} (the same OS layers, the same packages)")
-        built = _install_groups(engine, image, files, os_tag, tmp, secrets=secrets, say=say,
-                                index_flags=ctx.uv_index_flags, phases=phases, reused=found.layers if found else {})
+        built = _install_groups(engine, image, files, os_tag, tmp, source=source, say=say, phases=phases,
+                                reused=found.layers if found else {})
         scratch.remove(tmp / "venv", strict=False)  # in the layers now: the disk holds the environment once
         payload = {name.split("/", 1)[1]: data for name, data in files.items() if name.startswith("envkit/")}
         layer = layers.write_files_layer(payload, tmp / "payload.tar", epoch=EPOCH, prefix="opt/envkit/")
@@ -220,8 +297,7 @@ def _build_devel(engine: Engine, devel: DevelSteps, context: Path, tag: str, lab
 
 
 def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes], os_tag: str, tmp: Path, *,
-                    secrets: Secrets, say: Say, index_flags: str, phases: Phases,
-                    reused: dict[str, str]) -> list[archive.NewLayer]:
+                    source: Source, say: Say, phases: Phases, reused: dict[str, str]) -> list[archive.NewLayer]:
     venv = tmp / "venv"
     venv.mkdir(mode=0o755)
     venv.chmod(0o755)
@@ -237,13 +313,13 @@ def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes],
         if i and not before:  # the groups below were reused: the venv as the first group's install leaves it,
             # without its packages, under this one, left out of its layer
             with phases.timed("venv"):
-                _run_install(engine, os_tag, venv, None, secrets, install_script(True, index_flags, "/dev/null"), say)
+                _run_install(engine, os_tag, venv, None, source, install_script(True, source, "/dev/null"), say)
             before = layers.snapshot(venv)
         requirements = tmp / f"{group}.txt"
         requirements.write_bytes(files[f"requirements/{group}.txt"])  # the rendered context's, as a build's
         say(f"installing the {group} layer group ({len(packages[group])} packages) with uv {installer.VERSION}")
         with phases.timed(f"install {group}"):
-            _run_install(engine, os_tag, venv, requirements, secrets, install_script(i == 0, index_flags), say)
+            _run_install(engine, os_tag, venv, requirements, source, install_script(i == 0, source), say)
         with phases.timed(f"{group} layer"):
             after = layers.snapshot(venv)
             paths = layers.changed(before, after, f"the {group} layer group")
@@ -260,29 +336,17 @@ def _writing(group: str, say: Say) -> layers.BytesDone:
     return lambda n: say(f"writing the {group} layer: {n / 2**30:.2f} GiB")
 
 
-def _secrets(ca_bundle: Path | None, netrc: Path | None) -> Secrets:
-    """The site CA (uv's SSL_CERT_FILE, as in a BuildKit build) and the index logins (uv's NETRC), mounted read-only
-    into each install container: never in the install directory, so in no layer."""
-    mounts, env = [], {}
-    if ca_bundle is not None:
-        mounts.append(Mount(str(Path(ca_bundle).resolve()), UV_CA))
-    if netrc is not None:
-        mounts.append(Mount(str(netrc), NETRC))
-        env["NETRC"] = NETRC
-    return tuple(mounts), env
-
-
 def _run_install(engine: Engine, ref: str, venv: Path, requirements: Path | None,
-                 secrets: Secrets, script: str, say: Say) -> None:
+                 source: Source, script: str, say: Say) -> None:
     mounts = [Mount(str(venv), VENV, read_only=False), *([Mount(str(requirements), REQ)] if requirements else []),
-              *secrets[0]]
+              *source.mounts]
     lines = _Lines(say)
-    env = {**secrets[1], "SOURCE_DATE_EPOCH": str(EPOCH), "PYTHONHASHSEED": "0", "UV_CACHE_DIR": "/tmp/envkit-uv/cache",
+    env = {**source.env, "SOURCE_DATE_EPOCH": str(EPOCH), "PYTHONHASHSEED": "0", "UV_CACHE_DIR": "/tmp/envkit-uv/cache",
            "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "copy",
            "ENVKIT_COMPILE": compile_program()}
     result = engine.run(ref, ["bash", "-c", script], RunOptions(
-        timeout=4 * 3600, mounts=tuple(mounts), env=env, user=f"{os.getuid()}:{os.getgid()}", role="build",
-        output=lines.feed))
+        timeout=4 * 3600, mounts=tuple(mounts), env=env, network=source.network, user=f"{os.getuid()}:{os.getgid()}",
+        role="build", output=lines.feed))
     lines.flush()
     if result.exit_code != 0 or result.timed_out:
         what = requirements.stem if requirements else "the venv"

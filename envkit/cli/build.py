@@ -17,6 +17,7 @@ from .flags import from_renamed, lock_option, renamed_option
 if TYPE_CHECKING:
     from ..lock import LockedImage
     from ..build.builder import Outcome
+    from ..engine.protocol import BuildEvent
     from typing import Iterable
 
 
@@ -305,11 +306,14 @@ def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: 
 @click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
 @click.option("--no-cache", is_flag=True, help="Run every step again (shows the build needs no network).")
 @builder_option
+@click.option("--reproducible", is_flag=True,
+              help="As `envkit build --reproducible`, from the bundle's files and with no network: the builder makes "
+                   "the OS stage, envkit installs the bundle's wheels with its uv and writes the environment layers, "
+                   "the same digests as an online reproducible build of the lock. Runtime images; a local engine.")
 @json_option
 @click.pass_context
-def bundle_build_cmd(
-    click_ctx: click.Context, bundle_dir: Path, no_verify: bool, no_cache: bool, builder: str, json_out: bool
-) -> None:
+def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool, no_cache: bool, builder: str,
+                     reproducible: bool, json_out: bool) -> None:
     """Build the image of the bundle in DIR with no network.
 
     Every file is checked against the manifest first; the base is loaded from the bundle.
@@ -319,19 +323,21 @@ def bundle_build_cmd(
 
     c = _ctx(click_ctx, json_out)
 
-    def progress(text: str) -> None:
-        if text.startswith("warning: "):
-            c.progress(text)
-        elif text.startswith("step "):
-            c.progress(text[:120])
-        elif c.verbose:
-            click.echo(f"  {text}", err=True)
+    def progress(said: BuildEvent | str) -> None:
+        if isinstance(said, str):  # envkit's own lines
+            c.progress(said)
+        elif said.kind == "step":
+            c.progress(f"step {said.step}/{said.total}: {said.text}"[:120])
+        elif c.verbose:  # the builder's log
+            click.echo(f"  {said.text}", err=True)
 
     engine = run(c, connect)
-    c.progress(f"building from {bundle_dir} with the {builder} builder, no network inside the build")
+    c.progress(f"building from {bundle_dir} with the {builder} builder, no network inside the build"
+               + (" (reproducible layers: envkit installs the environment)" if reproducible else ""))
     outcome = run(c, lambda: build_from_bundle(engine, bundle_dir, builder=builder, verify=not no_verify,
-                                               no_cache=no_cache, progress=progress))
-    emit(c, {"bundle": str(bundle_dir), "builder": outcome.builder or builder, "images": [outcome.to_json()]},
+                                               no_cache=no_cache, reproducible=reproducible, progress=progress))
+    emit(c, {"bundle": str(bundle_dir), "builder": outcome.builder or builder, "reproducible": reproducible,
+             "images": [outcome.to_json()]},
          lambda: _outcomes_table([outcome]))
     if outcome.status == "failed":
         sys.exit(8)

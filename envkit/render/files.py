@@ -69,7 +69,6 @@ class RenderContext:
     lock_hash: str
     base_ref: str
     os_packages: tuple[str, ...]
-    builder_packages: tuple[str, ...]
     venv: str
     extras_prefix: str
     labels: tuple[tuple[str, str], ...]
@@ -152,10 +151,10 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         tag=image_tag(lock.team, image),
         lock_hash=image.hash,
         base_ref=base_ref,
-        # online builds make the venv in the runtime stage: python3-venv there (Debian's pip and setuptools
-        # wheels, the venv they made before: `pip check` for verify, setuptools for torch's cpp_extension)
-        os_packages=("python3", "ca-certificates", *(() if wheelhouse else ("python3-venv",)), *image.apt),
-        builder_packages=("python3-venv",),
+        # python3-venv: online builds make the venv in the runtime stage (Debian's pip and setuptools wheels, the
+        # venv they made before: `pip check` for verify, setuptools for torch's cpp_extension); offline ones in their
+        # builder stage, and a reproducible one in the OS stage's containers, whose packages are the online one's
+        os_packages=("python3", "ca-certificates", "python3-venv", *image.apt),
         venv=VENV,
         extras_prefix=EXTRAS,
         labels=tuple(sorted(labels.items())),

@@ -24,11 +24,16 @@ WHEELS: dict[str, tuple[str, str]] = {
 # What an install step runs (python3 is in the OS layer; no curl there): fetch the wheel, refuse it unless its
 # sha256 is the pinned one, write the uv program from it. Arguments: URL, sha256, destination.
 # (No single quote in it: the Dockerfile passes it single-quoted.)
+_CHECK_AND_WRITE = ("got = hashlib.sha256(data).hexdigest(); "
+                    "sys.exit(f\"uv wheel {url}: sha256 {got}, expected {sha}\") if got != sha else None; "
+                    "z = zipfile.ZipFile(io.BytesIO(data)); "
+                    "open(dest, \"wb\").write("
+                    "z.read(next(n for n in z.namelist() if n.endswith(\".data/scripts/uv\"))))")
 FETCH = ("import hashlib, io, sys, urllib.request, zipfile; url, sha, dest = sys.argv[1:]; "
-         "data = urllib.request.urlopen(url, timeout=300).read(); got = hashlib.sha256(data).hexdigest(); "
-         "sys.exit(f\"uv wheel {url}: sha256 {got}, expected {sha}\") if got != sha else None; "
-         "z = zipfile.ZipFile(io.BytesIO(data)); "
-         "open(dest, \"wb\").write(z.read(next(n for n in z.namelist() if n.endswith(\".data/scripts/uv\"))))")
+         "data = urllib.request.urlopen(url, timeout=300).read(); " + _CHECK_AND_WRITE)
+# The same from a wheel file at hand (an offline bundle's: build.reproducible). Arguments: path, sha256, destination.
+EXTRACT = ("import hashlib, io, sys, zipfile; url, sha, dest = sys.argv[1:]; "
+           "data = open(url, \"rb\").read(); " + _CHECK_AND_WRITE)
 # Flags of every `uv pip install` (the index flags follow, as the resolver gave them: index.urls.uv_index_args):
 # the lock's exact files, nothing resolved, wheels only, no uv.toml of the build's own.
 FLAGS = "--no-config --no-deps --require-hashes --only-binary :all:"
@@ -45,3 +50,17 @@ def fetch_shell(dest: str) -> str:
     return (f'case "$(uname -m)" in {wheels}*) echo "no uv wheel for $(uname -m)" >&2; exit 1;; esac \\\n'
             f' && python3 -c \'{FETCH}\' "$u" "$s" {dest} \\\n'
             f" && chmod 755 {dest}")
+
+
+def extract_shell(wheel: str, dest: str) -> str:
+    """The shell that writes uv to ``dest`` from the wheel file ``wheel`` (an offline bundle's), refused unless its
+    sha256 is the pinned one for `uname -m`."""
+    shas = "".join(f'{arch}) s="{sha}";; ' for arch, (_url, sha) in WHEELS.items())
+    return (f'case "$(uname -m)" in {shas}*) echo "no uv wheel for $(uname -m)" >&2; exit 1;; esac \\\n'
+            f' && python3 -c \'{EXTRACT}\' {wheel} "$s" {dest} \\\n'
+            f" && chmod 755 {dest}")
+
+
+def wheel_name(arch: str) -> str:
+    """The file name of the pinned uv wheel for ``arch`` (`uname -m`)."""
+    return WHEELS[arch][0].rsplit("/", 1)[1]

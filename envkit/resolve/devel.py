@@ -26,7 +26,6 @@ CUDA major (looked up on the index on 2026-12-03):
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Literal
 
 from ..index.closure import Pin, compile_closure
 from ..errors import BuildError, ResolutionError
+from ..support.download import fetch_pinned
 from ..lock import LockedImage, Package, sealed
 from ..index.wheel_facts import runtime_package
 from ..frameworks import devel_refusal, framework, require_devel
@@ -209,25 +209,8 @@ def toolkit_deb_url(image: LockedImage) -> str:
 def fetch_toolkit_deb(image: LockedImage, dest: Path) -> Path:
     """Download ``image``'s toolkit .deb (CUDA 12: ``DEBIAN_TOOLKITS``) into ``dest`` (a bundle's debs/nvcc/),
     checked against its pinned sha256."""
-    import requests
-
     deb = toolkit_deb(image)
     if deb is None:
         raise BuildError(f"image {image.name!r} takes no toolkit .deb (CUDA {image.cuda_major_minor})")
-    url, expected = toolkit_deb_url(image), deb.sha256
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / url.rsplit("/", 1)[1]
-    h = hashlib.sha256()
-    try:
-        with requests.get(url, stream=True, timeout=60) as response, open(path, "wb") as fh:
-            response.raise_for_status()
-            for block in response.iter_content(1 << 20):
-                h.update(block)
-                fh.write(block)
-    except (requests.RequestException, OSError) as exc:
-        raise BuildError(f"cannot download {url}: {exc}", hint="is the Debian mirror reachable?") from None
-    if h.hexdigest() != expected:
-        path.unlink()
-        raise BuildError(f"{url} has sha256 {h.hexdigest()[:12]}..., not the pinned {expected[:12]}...",
-                         hint="the mirror served another file; check envkit.resolve.devel.DEBIAN_TOOLKITS")
-    return path
+    url = toolkit_deb_url(image)
+    return fetch_pinned(url, deb.sha256, dest / url.rsplit("/", 1)[1], hint="is the Debian mirror reachable?")

@@ -109,13 +109,15 @@ def collect_created(made: list[str]):
     """A build_from_bundle progress callback recording the images a classic build created (not cache hits)."""
     cached = False
 
-    def progress(text: str) -> None:
+    def progress(said: BuildEvent | str) -> None:
         nonlocal cached
-        if text.startswith("step "):
-            cached = " FROM " in text[:40]  # a FROM step names an image; it makes none
-        elif "Using cache" in text:
+        if isinstance(said, str):  # envkit's own lines
+            return
+        if said.kind == "step":
+            cached = said.text.lstrip().startswith("FROM ")  # a FROM step names an image; it makes none
+        elif "Using cache" in said.text:
             cached = True
-        elif not cached and (m := re.match(r"^ ---> ([0-9a-f]{12})$", text)):
+        elif not cached and (m := re.match(r"^ ---> ([0-9a-f]{12})$", said.text)):
             made.append(m.group(1))
 
     return progress

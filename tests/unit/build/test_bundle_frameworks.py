@@ -18,6 +18,7 @@ from envkit.build.bundle import make_bundle
 from envkit.build.bundle_manifest import verify_bundle
 from envkit.errors import BuildError
 from envkit.lock import Package, sealed
+from envkit.render import installer
 from envkit.render.files import render_files
 from tests.unit.lockfixtures import make_jax_image, make_lock, make_tf_image
 
@@ -138,6 +139,13 @@ def test_the_wheelhouse_matches_versions_as_versions(tmp_path):
         check_wheels(packages, tmp_path)
 
 
+def fetch_pinned(url, sha256, path, *, ca_bundle=None, hint):
+    """make_bundle's uv wheel download, replaced by a small file of its name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"uv wheel")
+    return path
+
+
 @pytest.fixture
 def offline_parts(monkeypatch):
     """make_bundle's network and engine parts, replaced by small files (every wheel of the lock)."""
@@ -153,13 +161,14 @@ def offline_parts(monkeypatch):
 
     def fetch_debs(engine, lock, image, dest):
         seen["debs"] = image.flavour
-        for group in ("os", "builder", *(("devel",) if image.flavour == "devel" else ())):
+        for group in ("os", *(("devel",) if image.flavour == "devel" else ())):
             (dest / group).mkdir(parents=True)
             (dest / group / f"{group}_1_amd64.deb").write_bytes(b"deb")
 
     monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress, phases=None: Base())
     monkeypatch.setattr(bundle_mod, "download_wheels", download_wheels)
     monkeypatch.setattr(bundle_mod, "fetch_debs", fetch_debs)
+    monkeypatch.setattr(bundle_mod, "fetch_pinned", fetch_pinned)
     monkeypatch.setattr(bundle_mod, "fetch_toolkit_deb", lambda image, dest: pytest.fail("a CUDA 13 bundle has no .deb"))
     monkeypatch.setattr(bundle_mod, "save_image", lambda engine, ref, path: path.write_bytes(b"tar"))
     return seen
@@ -179,6 +188,7 @@ def test_a_bundle_holds_one_wheel_per_locked_package_and_the_lock_cut_to_its_ima
     assert ("context/requirements/devel.txt" in manifest["files"]) == (image.flavour == "devel")
     assert any(f.startswith("context/debs/devel/") for f in manifest["files"]) == (image.flavour == "devel")
     assert not any(f.startswith("context/debs/nvcc/") for f in manifest["files"])
+    assert f"installer/{installer.wheel_name('x86_64')}" in manifest["files"]  # what --reproducible installs with
 
 
 def _dead_pid() -> int:

@@ -11,11 +11,13 @@ from click.testing import CliRunner
 
 from envkit.build import bundle as bundle_mod
 from envkit.build.builder import Outcome
+from envkit.engine.protocol import BuildEvent
 from envkit.cli import main
 from envkit.lock import load_lock
 from envkit.app.resolve import Resolved
 from envkit.spec import load_spec
 from tests.conftest import MINIMAL
+from tests.unit.build.test_bundle_frameworks import fetch_pinned
 from tests.unit.lockfixtures import make_lock
 
 
@@ -399,6 +401,7 @@ def offline_parts(monkeypatch):
     monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress, phases=None: Base())
     monkeypatch.setattr(bundle_mod, "download_wheels", download_wheels)
     monkeypatch.setattr(bundle_mod, "fetch_debs", fetch_debs)
+    monkeypatch.setattr(bundle_mod, "fetch_pinned", fetch_pinned)
     monkeypatch.setattr(bundle_mod, "save_image", lambda engine, ref, path: path.write_bytes(b"tar"))
     return state
 
@@ -556,19 +559,21 @@ def test_bundle_build_passes_its_options_through(engine, monkeypatch, tmp_path, 
 
     def build_from_bundle(eng, path, **kwargs):
         seen.update(kwargs, path=path)
-        kwargs["progress"]("step 1/9: FROM envkit-base/debian:bookworm")
-        kwargs["progress"](" ---> 0123456789ab")  # build log: only with -v
+        kwargs["progress"](BuildEvent("step", "FROM envkit-base/debian:bookworm", 1, 9))
+        kwargs["progress"](BuildEvent("log", " ---> 0123456789ab"))  # build log: only with -v
+        kwargs["progress"]("loading envkit-base/debian:bookworm from base.tar")  # envkit's own: always
         return Outcome("torch25", "vision/torch25:x", "built", "sha256:1", 2**30, 3.0)
 
     monkeypatch.setattr(bundle_mod, "build_from_bundle", build_from_bundle)
     result = invoke("bundle", "build", tmp_path, "--no-verify", "--no-cache", *args, "--json")
     assert result.exit_code == 0, result.output
     assert seen["builder"] == builder and seen["verify"] is False and seen["no_cache"] is True
-    assert seen["path"] == tmp_path
+    assert seen["path"] == tmp_path and seen["reproducible"] is False
     doc = json.loads(result.stdout)
-    assert doc == {"bundle": str(tmp_path), "builder": builder, "images": [doc["images"][0]]}
+    assert doc == {"bundle": str(tmp_path), "builder": builder, "reproducible": False, "images": [doc["images"][0]]}
     assert doc["images"][0]["tag"] == "vision/torch25:x" and doc["images"][0]["action"] == "built"
     assert "envkit: step 1/9: FROM" in result.stderr and "0123456789ab" not in result.stderr
+    assert "envkit: loading envkit-base/debian:bookworm from base.tar" in result.stderr
     verbose = CliRunner().invoke(main, ["-v", "bundle", "build", str(tmp_path)])
     assert verbose.exit_code == 0 and "0123456789ab" in verbose.stderr
     assert "vision/torch25:x" in verbose.stdout  # the human table

@@ -239,7 +239,8 @@ def test_wheelhouse_variant_needs_no_network():
     # a classic cache of their own: the first instruction differs from online builds'
     assert _stage(text, "os").startswith('# Offline builds') and 'LABEL io.envkit.build="offline"' in text
     assert "io.envkit.build" not in _dockerfile()
-    assert "COPY debs/builder/ /tmp/envkit/debs/" in _stage(text, "builder")
+    # the OS stage's packages are the online one's (python3-venv too); the builder stage makes the venv with them
+    assert "COPY debs" not in _stage(text, "builder") and "RUN python3 -m venv /opt/venv" in _stage(text, "builder")
     # the wheels go into the builder stage only; the runtime stage copies the venv
     assert "COPY wheelhouse/" in _stage(text, "builder")
     assert "wheelhouse" not in text.split(" AS runtime\n", 1)[1]
