@@ -25,7 +25,7 @@ from .resolve import Resolved, resolve_spec
 from ..support.progress import Planned, Progress
 from ..build.bundle_manifest import MANIFEST, bundle_size
 from ..build.bundle import check_replaceable, make_bundle
-from ..build.layer_record import entry, layers_of, write_record
+from ..build.layer_record import entry, layers_of, load_record, write_record
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
@@ -166,8 +166,11 @@ def bundle_spec(spec_path: Path, out_dir: Path, engine: Engine, *, image: str | 
     locked = resolved.lock.image(image)
     require_bundle(locked)
     progress(f"bundling {image} into {out_dir} (written beside it, renamed into place when complete)")
+    record = load_record(resolved.lock_path).get(image)  # (`verify --lock` of the bundle's lock reads it)
+    if record is not None and record.lock_hash != locked.hash:
+        record = None
     path = make_bundle(engine, resolved.lock, image, out_dir, ca_bundle=resolved.spec.ca_bundle_path(),
-                       spec_name=_display(spec_path), progress=progress,
+                       spec_name=_display(spec_path), progress=progress, record=record,
                        extra_index_url=resolved.spec.build.index_url or DEFAULT_INDEX)  # as the resolver's
     manifest = json.loads((path / MANIFEST).read_text())
     return Bundled(resolved, locked, path, manifest, bundle_size(path))

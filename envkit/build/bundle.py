@@ -4,6 +4,7 @@ A bundle directory holds (docs/images.md):
 
     manifest.json          what it is, and the sha256 of every other file in it
     envkit.lock            the lock, cut down to this image (its hash still checks)
+    envkit.layers.json     the lock's layer record for this image, when it has one (``verify --lock`` reads it)
     base.tar               ``docker save`` of the base image the Dockerfile starts FROM
     context/               the build context, rendered in wheelhouse mode
       Dockerfile             for the classic builder
@@ -37,6 +38,7 @@ from ..support import scratch
 from .base import ensure_base
 from .builder import (BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, pick_builder, require_builder, run_build,
                       verified)
+from .layer_record import Recorded, write_record
 from .reproducible import REPRODUCIBLE, Offline, assemble, reproducible_mark, require_local
 from ..engine.protocol import AUTO, BuildEvent, Mount, RunOptions
 from ..engine.space import host_out_of_space, low_space
@@ -76,13 +78,14 @@ if [ -n "$DEVEL_PACKAGES" ]; then fetch devel $DEVEL_PACKAGES; fi
 
 
 def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle: Path | None,
-                spec_name: str = "team.yaml", extra_index_url: str | None = None,
+                spec_name: str = "team.yaml", extra_index_url: str | None = None, record: Recorded | None = None,
                 progress: Progress = lambda _: None) -> Path:
     """Export what an offline rebuild of ``image_name`` needs into ``out_dir`` (replaced atomically).
 
     Wheels come from the lock's index, then ``extra_index_url`` (the spec's index, where the resolver
     found the extras of a framework on an index of its own, e.g. a PyTorch variant's); every file is
-    checked against the lock's hashes, whichever index served it.
+    checked against the lock's hashes, whichever index served it. ``record``: the image's entry of the lock's layer
+    record, carried beside the bundle's lock.
 
     The bundle is made in a directory beside ``out_dir`` and renamed into place only when whole;
     an existing ``out_dir`` is replaced only when it is empty or an envkit bundle.
@@ -103,6 +106,8 @@ def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, c
     try:
         base = ensure_base(engine, image.base, progress, phases=phase_lines(progress))
         write_atomic(staging / LOCK_FILE, lock.to_bytes())
+        if record is not None:
+            write_record(staging / LOCK_FILE, [record])
         context = staging / CONTEXT
         for rel, data in render_files(lock, image, spec_name, wheelhouse=True).items():
             (context / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ packages (see test_buildkit.small_lock); the torch payload cannot verify it, so 
 """
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -16,7 +17,7 @@ from envkit.build.builder import LOCK_LABEL
 from envkit.build.bundle_manifest import BUNDLE_LABEL, verify_bundle
 from envkit.build.bundle import build_from_bundle, make_bundle
 from envkit.build.wheelhouse import check_wheels, manylinux_tags
-from envkit.engine.protocol import Mount, RunOptions
+from envkit.engine.protocol import BuildEvent, Mount, RunOptions
 from envkit.errors import BuildError
 from envkit.lock import Package, load_lock, write_lock
 from tests.integration.conftest import ROOT, envkit
@@ -162,11 +163,11 @@ def test_cli_bundle_make_then_build_offline(engine, tmp_path):
                    cwd=tmp_path, timeout=900)
     created: list[str] = []
     record = collect_created(created)
-    for line in built.stderr.splitlines():
-        if line.startswith("envkit: step "):
-            record(line.removeprefix("envkit: "))
+    for line in built.stderr.splitlines():  # back into the builder's events
+        if step := re.match(r"^envkit: step (\d+)/(\d+): (.*)$", line):
+            record(BuildEvent("step", step.group(3), int(step.group(1)), int(step.group(2))))
         elif line.startswith("  "):
-            record(line[2:])
+            record(BuildEvent("log", line[2:]))
     result = json.loads(built.stdout) if built.returncode == 0 else None
     try:
         assert result is not None, built.stderr[-4000:]

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from envkit.build import bundle as bundle_mod
 from envkit.build.builder import Outcome
+from envkit.build.layer_record import load_record
 from envkit.engine.protocol import BuildEvent
 from envkit.cli import main
 from envkit.lock import load_lock
@@ -417,6 +418,10 @@ def test_bundle_make_writes_a_bundle(engine, example_resolved, offline_parts, tm
     assert offline_parts["extra_index_url"] == "https://pypi.org/simple"  # the spec's index (none set: PyPI)
     manifest = bundle_mod.verify_bundle(out)
     assert manifest["image"] == "torch25" and "base.tar" in manifest["files"]
+    # the lock's layer record for the image, beside the bundle's lock (`verify --lock DIR/envkit.lock` reads it)
+    assert "envkit.layers.json" in manifest["files"]
+    carried = load_record(out / "envkit.lock")
+    assert list(carried) == ["torch25"] and carried["torch25"] == load_record(ROOT / "examples" / "team.lock")["torch25"]
     assert "envkit: downloading" in result.stderr  # progress on stderr, stdout is the JSON alone
     assert sorted(p.name for p in out.parent.iterdir()) == ["torch25.bundle"]  # no staging left
 
