@@ -12,8 +12,7 @@ A bundle directory holds (docs/images.md):
       requirements/ envkit/  as in an online build
       wheelhouse/            every wheel pip installs, sha256-checked against the lock
       debs/<stage>/          the Debian packages each stage installs, resolved against the base
-
-    installer/             the pinned uv wheel (``--reproducible`` installs with it)
+    installer/             the pinned uv wheel for the image's machine (``--reproducible`` installs with it)
 
 ``make_bundle`` needs the network (the package index and the Debian mirror);
 ``build_from_bundle`` does not: it checks every file against the manifest, loads the base
