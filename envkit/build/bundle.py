@@ -36,9 +36,9 @@ from .. import __version__
 from ..support import scratch
 from .base import ensure_base
 from .builder import (BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, pick_builder, require_builder, run_build,
-                      verified)
+                      stage_context, verified)
 from .layer_record import Recorded, write_record
-from .reproducible import REPRODUCIBLE, Offline, assemble, reproducible_mark, require_local
+from .reproducible import REPRODUCIBLE, DevelSteps, Offline, assemble, env_tag, reproducible_mark, require_local
 from ..engine.protocol import AUTO, BuildEvent, Mount, RunOptions
 from ..engine.space import host_out_of_space, low_space
 from ..errors import BuildError, EnvkitError
@@ -268,11 +268,7 @@ def build_from_bundle(engine: Engine, bundle_dir: Path, *, builder: str = AUTO, 
 
 def _uv_wheel(bundle_dir: Path, manifest: dict, image: LockedImage) -> Path:
     """The bundle's uv wheel for ``--reproducible`` (checked with the bundle's files; its sha256 against the pin
-    in the install container); refused for what that path does not build from a bundle."""
-    if image.flavour != "runtime":
-        raise BuildError(f"{bundle_dir}: a {image.flavour} image is not built --reproducible from a bundle (its devel "
-                         "steps would need the bundle's devel packages in a context of their own)",
-                         hint="build it without --reproducible, or build it online with `envkit build --reproducible`")
+    in the install container)."""
     rel = f"{INSTALLER}/{installer.wheel_name(_arch(image))}" if _arch(image) in installer.WHEELS else None
     if rel is None or rel not in manifest["files"]:
         raise BuildError(f"{bundle_dir} holds no uv {installer.VERSION} wheel for {_arch(image)}, which "
@@ -285,17 +281,25 @@ def _assemble_offline(engine: Engine, lock: Lock, image: LockedImage, context: P
                       rendered: dict[str, bytes], tag: str, labels: dict[str, str], uv_wheel: Path, builder: str,
                       no_cache: bool, progress: BundleProgress, started: float) -> Outcome:
     """``envkit build --reproducible`` from the bundle: its context's OS stage, then the layer groups' requirements
-    as an online build renders them (the lock's), from its wheelhouse, and its payload."""
+    as an online build renders them (the lock's), from its wheelhouse, and its payload. A devel image's steps are
+    rendered for the assembled image (``env_image``) in wheelhouse mode and built from the bundle's context (its
+    devel wheels and packages), that Dockerfile staged beside it."""
     files = {**{k: v for k, v in render_files(lock, image, "bundle").items() if k.startswith("requirements/")},
              **{k: v for k, v in rendered.items() if k.startswith("envkit/")}}
 
-    def build_os(_context: Path, os_tag: str, os_labels: dict[str, str]) -> Iterator[BuildEvent]:
+    def build_os(_staged: Path, os_tag: str, os_labels: dict[str, str]) -> Iterator[BuildEvent]:
         return run_build(engine, context, os_tag, os_labels, builder=builder, dockerfile=dockerfile, network=False,
                          no_cache=no_cache, target="os")
 
-    made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os,
-                    stage=lambda _directory, _files: context,  # the bundle's context (its debs) is the OS stage's
-                    ca_bundle=None, say=progress, reuse=not no_cache,
+    def build_devel(staged: Path, devel_tag: str, devel_labels: dict[str, str]) -> Iterator[BuildEvent]:
+        return run_build(engine, context, devel_tag, devel_labels, builder=builder, network=False, no_cache=no_cache,
+                         dockerfile=str((staged / "Dockerfile").resolve()))
+
+    devel = None if image.flavour == "runtime" else DevelSteps(
+        {"Dockerfile": render_files(lock, image, "bundle", buildkit=builder == "buildkit", wheelhouse=True,
+                                    env_image=env_tag(tag))["Dockerfile"]}, build_devel)
+    made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os, stage=stage_context,
+                    ca_bundle=None, say=progress, reuse=not no_cache, devel=devel,
                     offline=Offline(context / "wheelhouse", uv_wheel))
     info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", info.id if info else made.image_id, info.size if info else 0,

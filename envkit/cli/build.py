@@ -309,7 +309,8 @@ def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: 
 @click.option("--reproducible", is_flag=True,
               help="As `envkit build --reproducible`, from the bundle's files and with no network: the builder makes "
                    "the OS stage, envkit installs the bundle's wheels with its uv and writes the environment layers, "
-                   "the same digests as an online reproducible build of the lock. Runtime images; a local engine.")
+                   "the same digests as an online reproducible build of the lock (a devel image's devel steps built on "
+                   "them from the bundle). Needs a local engine.")
 @json_option
 @click.pass_context
 def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool, no_cache: bool, builder: str,

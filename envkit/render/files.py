@@ -247,8 +247,8 @@ def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bo
     ``wheelhouse/`` and ``debs/``. ``env_image``: a devel image's steps on the image a reproducible build
     assembled (``RenderContext.env_image``).
     """
-    if env_image and (wheelhouse or image.flavour != "devel"):
-        raise ValueError("env_image: the devel steps of an online build only")
+    if env_image and image.flavour != "devel":
+        raise ValueError("env_image: a devel image's steps only")
     ctx = context_for(lock, image, spec_name, buildkit=buildkit, wheelhouse=wheelhouse, env_image=env_image)
     dockerfile = environment().get_template(f"{image.flavour}.Dockerfile.j2").render(**ctx.__dict__)
     files = {

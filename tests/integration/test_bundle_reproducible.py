@@ -19,8 +19,10 @@ from envkit.build.bundle import build_from_bundle, make_bundle
 from envkit.build.bundle_manifest import BUNDLE_LABEL
 from envkit.build.layer_record import entry
 from envkit.engine.protocol import BuildEvent, RunOptions
+from envkit.lock import sealed
+from envkit.resolve import devel
 from envkit.support.labels import LAYERS_LABEL, PAYLOAD_LAYER_LABEL, REPRODUCIBLE_LAYERS
-from tests.integration.test_buildkit import ca_bundle, remove_images
+from tests.integration.test_buildkit import ca_bundle, collect_created, remove_images
 from tests.integration.test_bundle import record_builds
 from tests.integration.test_reproducible import lock_with
 
@@ -81,3 +83,72 @@ def test_a_bundle_built_reproducibly_offline_gives_the_online_environment_layers
         assert layers is not None and layers["status"] == "passed", layers
     finally:
         remove_images(engine, *tags)
+
+
+@pytest.mark.parametrize("builder", ["classic", "buildkit"])
+def test_a_devel_bundle_built_reproducibly_has_the_runtime_environment_and_its_devel_steps(engine, tmp_path,
+                                                                                          monkeypatch, builder):
+    """The small stack with a CUDA wheel, its runtime flavour built online --reproducible; then its devel flavour's
+    bundle built --reproducible: the environment layers are the runtime flavour's, the devel steps (toolchain from
+    the bundle's .debs, nvcc's wheels from its wheelhouse, the programs from its toolkit .deb) built on them by the
+    builder from the bundle's context with no network, and the assembled image's `-env` tag gone. The classic
+    builder takes the devel Dockerfile from outside the context (docker-py adds it to the context it sends)."""
+    from envkit.engine.buildkit import BuildKitBuilder
+
+    if builder == "buildkit" and not BuildKitBuilder(engine).available():
+        pytest.skip("BuildKit cannot build here")
+    (rt_lock, runtime), (dev_lock, dev) = _locks(builder)
+    tags: list[str] = []
+    made: list[str] = []  # the images a classic build created (its steps' intermediates), removed at the end
+    try:
+        first = build_image(engine, rt_lock, runtime, "team.yaml", ca_bundle=ca_bundle(), verify=False,
+                            reproducible=True, progress=lambda *_: None)
+        tags.append(first.tag)
+        assert list(first.layers) == [*ENVIRONMENT, "payload"]
+        remove_images(engine, first.tag)
+        path = make_bundle(engine, dev_lock, dev.name, tmp_path / "bundle", ca_bundle=ca_bundle())
+
+        builds = record_builds(engine, monkeypatch)
+        said: list[BuildEvent | str] = []
+        created = collect_created(made)
+
+        def progress(event: BuildEvent | str) -> None:
+            said.append(event)
+            created(event)
+
+        built = build_from_bundle(engine, path, builder=builder, reproducible=True, verify=False, progress=progress)
+        tags.append(built.tag)
+        monkeypatch.undo()
+        lines = [s for s in said if isinstance(s, str)]
+        assert any(s.startswith("building the devel steps on ") for s in lines), lines
+        assert {g: built.layers[g] for g in ENVIRONMENT} == {g: first.layers[g] for g in ENVIRONMENT}
+        os_stage, devel_steps = [b for b in builds if b[0] == "api" or "build" in b[1]]
+        for kind, args in (os_stage, devel_steps):
+            assert ("--network=none" in args) if kind == "cli" else args["network_mode"] == "none"
+
+        info = engine.inspect(built.tag)
+        assert info.id == built.image_id and engine.inspect(built.tag + "-env") is None
+        payload = list(info.layers).index(built.layers["payload"])
+        assert list(info.layers[payload - 3:payload + 1]) == list(built.layers.values())
+        assert len(info.layers) - payload - 1 >= 2  # the devel steps' layers, above envkit's
+        assert info.labels[BUNDLE_LABEL].startswith("sha256:") and info.labels["io.envkit.flavour"] == "devel"
+        run = engine.run(built.tag, ["bash", "-c", "nvcc --version && python3 -c 'import numpy' && id -u"],
+                         RunOptions(timeout=120, network=False))
+        assert run.exit_code == 0, run.stdout + run.stderr
+        assert f"release {dev.cuda_major_minor}," in run.stdout and run.stdout.strip().endswith("1000")
+    finally:
+        remove_images(engine, *tags, created=made)
+
+
+ENVIRONMENT = ("cuda", "framework", "extra")
+
+
+def _locks(builder: str):
+    """The runtime and devel flavours of the small stack with a CUDA wheel (as test_reproducible_devel's, with
+    pins of their own, one set per builder), the devel group locked as the resolver locks it (CUDA 12.4: nvcc's
+    programs from Debian's toolkit .deb, which the bundle carries)."""
+    numpy = {"classic": "1.24.*", "buildkit": "1.23.*"}[builder]
+    rt_lock, runtime = lock_with(f"bundle-repro-devel-{builder}", "4.6.3", numpy=numpy,
+                                 framework=("nvidia-cuda-runtime-cu12==12.4.127",))
+    dev = sealed(devel.as_devel(runtime).model_copy(update={"name": "bundle-repro-devel-dev"}))
+    return (rt_lock, runtime), (rt_lock.model_copy(update={"images": (dev,)}), dev)

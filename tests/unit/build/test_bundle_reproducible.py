@@ -18,7 +18,7 @@ from envkit.build.bundle import build_from_bundle, make_bundle
 from envkit.build.bundle_manifest import MANIFEST, file_hashes
 from envkit.errors import BuildError
 from envkit.render import installer
-from tests.unit.build.test_bundle_frameworks import jax_devel, offline_parts  # noqa: F401  (offline_parts: a fixture)
+from tests.unit.build.test_bundle_frameworks import offline_parts  # noqa: F401  (a fixture)
 from tests.unit.lockfixtures import make_lock, make_tf_image
 
 WHEELS = ["typing_extensions-4.7.1-py3-none-any.whl", "torch-2.5.1+cu124-cp311-cp311-linux_x86_64.whl",
@@ -88,9 +88,3 @@ def test_a_bundle_without_uvs_wheel_is_refused_reproducible_before_any_work(offl
         build_from_bundle(_LocalEngine(), path, builder="classic", reproducible=True)
     assert "envkit bundle make" in (err.value.hint or "") and "without --reproducible" in (err.value.hint or "")
 
-
-def test_a_devel_bundle_is_refused_reproducible(offline_parts, tmp_path):  # noqa: F811
-    image = jax_devel()
-    path = make_bundle(object(), make_lock(image), image.name, tmp_path / "b", ca_bundle=None)
-    with pytest.raises(BuildError, match="a devel image is not built --reproducible from a bundle"):
-        build_from_bundle(_LocalEngine(), path, builder="classic", reproducible=True)

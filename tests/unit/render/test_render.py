@@ -380,12 +380,28 @@ def test_a_devel_images_steps_on_the_image_a_reproducible_build_assembled(buildk
         if k != "Dockerfile"}
 
 
-def test_env_image_is_for_a_devel_images_online_build_only():
-    from tests.unit.lockfixtures import make_devel_image
-
+def test_env_image_is_for_a_devel_image_only():
     with pytest.raises(ValueError):
         render_files(make_lock(), make_image(), "team.yaml", env_image="e")
+
+
+@pytest.mark.parametrize("buildkit", [False, True])
+def test_a_devel_bundles_steps_on_the_assembled_image_install_nothing_but_the_devel_group(buildkit):
+    """Offline (``bundle build --reproducible``): the devel steps take the compiler wheels from a builder stage that
+    holds a venv and nothing else (no framework or extras install: the environment is the assembled image's), the
+    toolchain from the bundle's .debs, and run FROM the assembled image."""
+    from tests.unit.lockfixtures import make_devel_image
+
     image = make_devel_image()
-    with pytest.raises(ValueError):
-        render_files(make_lock().model_copy(update={"images": (image,)}), image, "team.yaml", wheelhouse=True,
-                     env_image="e")
+    lock = make_lock().model_copy(update={"images": (image,)})
+    text = render_files(lock, image, "team.yaml", buildkit=buildkit, wheelhouse=True, env_image="t:x-env")["Dockerfile"]
+    text = text.decode()
+    assert "requirements/framework.txt" not in text and "requirements/extra.txt" not in text
+    assert "FROM builder AS extras" not in text and "COPY --from=builder" not in text
+    builder = _stage(text, "builder")
+    assert [line for line in builder.splitlines() if line and not line.startswith("#")] == [
+        "RUN python3 -m venv /opt/venv", *([] if buildkit else ["COPY wheelhouse/ /tmp/envkit/wheelhouse/"])]
+    assert "--prefix /opt/devel -r /tmp/envkit/devel.txt" in _stage(text, "nvcc")
+    runtime = text.split("FROM t:x-env AS runtime\nUSER root\nWORKDIR /\n", 1)[1]
+    assert "debs/devel" in runtime and "COPY --from=nvcc /opt/devel/ /opt/venv/" in runtime
+    assert "apt-get update" not in text and "uv" not in runtime  # offline: the bundle's packages and pip
