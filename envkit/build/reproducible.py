@@ -11,6 +11,9 @@ with `docker load`. Everything is written under one scratch directory, removed h
 A devel image is that image (tagged ``<tag>-env``, without the build's identity labels) plus its devel steps, which
 the builder runs on it (the devel Dockerfile rendered FROM it: ``RenderContext.env_image``); the ``-env`` tag goes
 once they are built. So its environment layers are the runtime flavour's, the same bytes.
+
+Where uv and the wheels come from is the install ``Source``: the network (the lock's indexes), or an offline bundle's
+files (``Offline``: `envkit bundle build --reproducible`), which give the same layers.
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def collect_created(made: list[str]):
 
     def progress(said: BuildEvent | str) -> None:
         nonlocal cached
-        if isinstance(said, str):  # envkit's own lines
+        if not isinstance(said, BuildEvent):  # envkit's own lines (and a build's plan)
             return
         if said.kind == "step":
             cached = said.text.lstrip().startswith("FROM ")  # a FROM step names an image; it makes none

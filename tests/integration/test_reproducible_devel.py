@@ -38,11 +38,13 @@ def _locks(numpy: str, framework: tuple[str, ...] = ()):
     return (rt_lock, runtime), (rt_lock.model_copy(update={"images": (dev,)}), dev)
 
 
-def _build(engine, lock, image, said: list[str], builder: str = "auto"):
-    """``said``: what the build said, a step as "step <instruction>" (as ``collect_created`` reads it)."""
+def _build(engine, lock, image, said: list[str], builder: str = "auto", created=lambda _event: None):
+    """``said``: what the build said, a step as "step <instruction>"; ``created``: each event, as
+    ``collect_created`` takes them."""
     def progress(_name, event):
         text = getattr(event, "text", str(event))
         said.append(f"step {text}" if getattr(event, "kind", "") == "step" else text)
+        created(event)
 
     return build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, reproducible=True,
                        builder=builder, progress=progress)
@@ -111,17 +113,14 @@ def test_a_failed_devel_step_leaves_no_image_and_no_env_tag(engine):
     dev = sealed(dev.model_copy(update={"name": "repro-devel-bad", "packages": wrong}))
     dev_lock = dev_lock.model_copy(update={"images": (dev,)})
     said: list[str] = []
+    made: list[str] = []
     tag = ""
     try:
         with pytest.raises(BuildError):
-            _build(engine, dev_lock, dev, said, "classic")
+            _build(engine, dev_lock, dev, said, "classic", created=collect_created(made))
         tag = next(s.split(" on ", 1)[1] for s in said if s.startswith("building the devel steps on "))
         assert engine.inspect(tag) is None  # the -env tag
         assert engine.inspect(tag.removesuffix("-env")) is None
     finally:  # its OS stage image (tagged <tag>-os, with no final image to find it by) and the images the classic
         # builder made on the -env image before the failed step (removing the newest takes its untagged parents)
-        made: list[str] = []
-        record = collect_created(made)
-        for line in said:
-            record(line)
         remove_images(engine, *([tag.removesuffix("-env") + "-os"] if tag else []), created=made)
