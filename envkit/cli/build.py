@@ -296,9 +296,12 @@ def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: 
     engine = run(c, connect)
     b = run(c, lambda: bundle_spec(spec, out_dir, engine, image=image, progress=c.progress))
     doc = b.to_json()
+    checked = (f"; `envkit verify {doc['tag']} --lock {b.path}/envkit.lock` then compares them with the lock's layer "
+               "record, which the bundle carries" if doc["layer_record"] else "")
     emit(c, doc, lambda: click.echo(
         f"wrote {b.path}: {doc['image']} ({doc['tag']}), {doc['wheels']} wheel(s), base {doc['base']['ref']}, "
-        f"{b.size / 2**30:.2f} GiB\nbuild it with no network: envkit bundle build {b.path}"))
+        f"{b.size / 2**30:.2f} GiB\nbuild it with no network: envkit bundle build {b.path}\n"
+        f"  (--reproducible: envkit writes the environment layers, the lock's own digests{checked})"))
 
 
 @bundle_group.command("build")

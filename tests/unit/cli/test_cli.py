@@ -419,7 +419,7 @@ def test_bundle_make_writes_a_bundle(engine, example_resolved, offline_parts, tm
     manifest = bundle_mod.verify_bundle(out)
     assert manifest["image"] == "torch25" and "base.tar" in manifest["files"]
     # the lock's layer record for the image, beside the bundle's lock (`verify --lock DIR/envkit.lock` reads it)
-    assert "envkit.layers.json" in manifest["files"]
+    assert "envkit.layers.json" in manifest["files"] and doc["layer_record"] is True
     carried = load_record(out / "envkit.lock")
     assert list(carried) == ["torch25"] and carried["torch25"] == load_record(ROOT / "examples" / "team.lock")["torch25"]
     assert "envkit: downloading" in result.stderr  # progress on stderr, stdout is the JSON alone
@@ -429,7 +429,10 @@ def test_bundle_make_writes_a_bundle(engine, example_resolved, offline_parts, tm
 def test_bundle_make_replaces_an_old_bundle_only_when_the_new_one_is_whole(engine, example_resolved,
                                                                           offline_parts, tmp_path):
     out = tmp_path / "torch25.bundle"
-    assert invoke("bundle", "make", "examples/team.yaml", "--bundle", out).exit_code == 0
+    first = invoke("bundle", "make", "examples/team.yaml", "--bundle", out)
+    assert first.exit_code == 0
+    assert f"build it with no network: envkit bundle build {out}\n  (--reproducible:" in first.stdout
+    assert f"--lock {out}/envkit.lock` then compares them with the lock's layer record" in first.stdout
     before = bundle_mod.file_hashes(out)
     offline_parts["fail"] = True
     result = invoke("bundle", "make", "examples/team.yaml", "--bundle", out)
