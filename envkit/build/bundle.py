@@ -307,9 +307,6 @@ def _assemble_offline(engine: Engine, lock: Lock, image: LockedImage, context: P
                    reused=made.reused, builder=builder)
 
 
-# --- wheels --------------------------------------------------------------------------
-
-
 # --- Debian packages and images ------------------------------------------------------
 
 def fetch_debs(engine: Engine, lock: Lock, image: LockedImage, dest: Path) -> None:
