@@ -561,7 +561,8 @@ def test_bundle_make_needs_its_bundle_directory():
 
 # --- envkit bundle build ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args, builder", [([], "auto"), (["--builder", "buildkit"], "buildkit")])
+@pytest.mark.parametrize("args, builder", [([], "auto"), (["--builder", "buildkit"], "buildkit"),
+                                           (["--reproducible"], "auto")])
 def test_bundle_build_passes_its_options_through(engine, monkeypatch, tmp_path, args, builder):
     seen = {}
 
@@ -576,9 +577,11 @@ def test_bundle_build_passes_its_options_through(engine, monkeypatch, tmp_path, 
     result = invoke("bundle", "build", tmp_path, "--no-verify", "--no-cache", *args, "--json")
     assert result.exit_code == 0, result.output
     assert seen["builder"] == builder and seen["verify"] is False and seen["no_cache"] is True
-    assert seen["path"] == tmp_path and seen["reproducible"] is False
+    reproducible = "--reproducible" in args
+    assert seen["path"] == tmp_path and seen["reproducible"] is reproducible
     doc = json.loads(result.stdout)
-    assert doc == {"bundle": str(tmp_path), "builder": builder, "reproducible": False, "images": [doc["images"][0]]}
+    assert doc == {"bundle": str(tmp_path), "builder": builder, "reproducible": reproducible,
+                   "images": [doc["images"][0]]}
     assert doc["images"][0]["tag"] == "vision/torch25:x" and doc["images"][0]["action"] == "built"
     assert "envkit: step 1/9: FROM" in result.stderr and "0123456789ab" not in result.stderr
     assert "envkit: loading envkit-base/debian:bookworm from base.tar" in result.stderr
