@@ -141,6 +141,11 @@ class LockedImage(Frozen):
         return ".".join(self.platform.rsplit("manylinux_", 1)[-1].split("_")[:2])
 
     @property
+    def arch(self) -> str:
+        """'x86_64' of the platform 'x86_64-manylinux_2_36': the machine, as `uname -m` says it in the image."""
+        return self.platform.split("-", 1)[0]
+
+    @property
     def hash8(self) -> str:
         return self.hash.removeprefix("sha256:")[:8]
 

@@ -23,9 +23,9 @@ from ..render.files import Rendered, layer_packages, render
 from ..spec import env_ca_skip_note
 from .resolve import Resolved, resolve_spec
 from ..support.progress import Planned, Progress
-from ..build.bundle_manifest import LOCK_FILE, MANIFEST, bundle_size
+from ..build.bundle_manifest import LAYER_RECORD, MANIFEST, bundle_size
 from ..build.bundle import check_replaceable, make_bundle
-from ..build.layer_record import entry, layers_of, load_record, record_path, write_record
+from ..build.layer_record import entry, layers_of, load_record, write_record
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
@@ -148,7 +148,7 @@ class Bundled:
                 "lock": str(self.resolved.lock_path), "lock_reused": self.resolved.reused,
                 "lock_hash": self.image.hash, "base": self.manifest["base"], "files": len(self.manifest["files"]),
                 "wheels": sum(1 for f in self.manifest["files"] if f.startswith("context/wheelhouse/")),
-                "layer_record": record_path(Path(LOCK_FILE)).name in self.manifest["files"],  # (the lock's, carried)
+                "layer_record": LAYER_RECORD in self.manifest["files"],  # (the lock's, carried)
                 "size_bytes": self.size}
 
 

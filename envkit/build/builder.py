@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from ..support import scratch
 from ..support.ca_bundle import site_certificates
 from .base import ensure_base
-from .reproducible import REPRODUCIBLE, DevelSteps, assemble, env_tag, reproducible_mark, require_local
+from .reproducible import REPRODUCIBLE, Assembled, DevelSteps, assemble, env_tag, reproducible_mark, require_local
 from ..payload.harness import Verification, run_payload
 from ..engine.protocol import AUTO, BUILDER_CHOICES, BuildEvent
 from ..support.progress import Phase, Planned
@@ -143,7 +143,13 @@ def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_nam
         made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os, stage=stage_context,
                         ca_bundle=ca_bundle, netrc=netrc, say=lambda e: progress(image.name, e),
                         reuse=not no_cache, devel=devel)
-    info = engine.inspect(tag)  # (the engine's id, as a builder's build reports it)
+    return assembled_outcome(engine, image, tag, made, builder)
+
+
+def assembled_outcome(engine: Engine, image: LockedImage, tag: str, made: Assembled, builder: str) -> Outcome:
+    """The outcome of a build ``reproducible.assemble`` made (online or from a bundle): the engine's id and size, as a
+    builder's build reports them, the layers, where the time went and what was reused."""
+    info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", info.id if info else made.image_id, info.size if info else 0,
                    layers=made.layers, phases=made.seconds, builder=builder, reused=made.reused)
 

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from .. import __version__
 from ..support import scratch
 from .base import ensure_base
-from .builder import (BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, pick_builder, require_builder, run_build,
-                      stage_context, verified)
+from .builder import (BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, assembled_outcome, pick_builder,
+                      require_builder, run_build, stage_context, verified)
 from .layer_record import Recorded, write_record
 from .reproducible import REPRODUCIBLE, DevelSteps, Offline, assemble, env_tag, reproducible_mark, require_local
 from ..engine.protocol import AUTO, BuildEvent, Mount, RunOptions
@@ -116,10 +116,10 @@ def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, c
         progress(f"downloading {len(install_packages(image))} wheel(s) from "
                  + " then ".join(lock_indexes(image, extra_index_url)))
         download_wheels(image, context / "wheelhouse", ca_bundle=ca_bundle, extra_index_url=extra_index_url)
-        if (arch := _arch(image)) in installer.WHEELS:
+        if image.arch in installer.WHEELS:
             progress(f"downloading uv {installer.VERSION}'s wheel (what `bundle build --reproducible` installs with)")
-            url, sha = installer.WHEELS[arch]
-            fetch_pinned(url, sha, staging / INSTALLER / installer.wheel_name(arch), ca_bundle=ca_bundle,
+            url, sha = installer.WHEELS[image.arch]
+            fetch_pinned(url, sha, staging / INSTALLER / installer.wheel_name(image.arch), ca_bundle=ca_bundle,
                          hint="is PyPI's file host reachable (and the CA bundle right)?")
         progress(f"fetching Debian packages against {image.base.ref}")
         fetch_debs(engine, lock, image, context / "debs")
@@ -203,11 +203,6 @@ def _replace_dir(new: Path, target: Path) -> None:
     shutil.rmtree(old.parent, ignore_errors=True)
 
 
-def _arch(image: LockedImage) -> str:
-    """The image's machine, as `uname -m` says it in the image (``x86_64-manylinux_2_36`` -> ``x86_64``)."""
-    return image.platform.split("-", 1)[0]
-
-
 BundleProgress = Callable[[BuildEvent | str], None]  # the builder's steps and log lines, and envkit's own lines
 
 
@@ -245,33 +240,34 @@ def build_from_bundle(engine: Engine, bundle_dir: Path, *, builder: str = AUTO, 
     load_image(engine, bundle_dir / BASE_ARCHIVE, manifest["base"]["id"], manifest["base"]["ref"])
     context = bundle_dir / CONTEXT
     rendered = _rendered(context, dockerfile)
-    labels = {LOCK_LABEL: image.hash,
-              CONTEXT_LABEL: context_hash({**rendered, **({REPRODUCIBLE: reproducible_mark()} if uv_wheel else {})}),
+    made_how = {REPRODUCIBLE: reproducible_mark()} if reproducible else {}  # (as build_image's identity says it)
+    labels = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash({**rendered, **made_how}),
               BASE_LABEL: manifest["base"]["id"],
               BUNDLE_LABEL: "sha256:" + sha256_of(bundle_dir / MANIFEST)}
     tag = manifest["tag"]
     if uv_wheel is not None:
         outcome = _assemble_offline(engine, lock, image, context, dockerfile, rendered, tag, labels, uv_wheel,
-                                    builder, no_cache, progress, started)
-        return verified(engine, image, outcome, verify, lambda _name, said: progress(str(said)))
-    image_id = ""
-    for event in run_build(engine, context, tag, labels, builder=builder, dockerfile=dockerfile, network=False,
-                           no_cache=no_cache):
-        if event.kind == "done":
-            image_id = event.text
-        progress(event)
-    info = engine.inspect(tag)
-    outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
-                      time.monotonic() - started, labels=labels, builder=builder)
+                                    builder, no_cache, progress)
+    else:
+        image_id = ""
+        for event in run_build(engine, context, tag, labels, builder=builder, dockerfile=dockerfile, network=False,
+                               no_cache=no_cache):
+            if event.kind == "done":
+                image_id = event.text
+            progress(event)
+        info = engine.inspect(tag)
+        outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
+                          builder=builder)
+    outcome.seconds, outcome.labels = time.monotonic() - started, labels
     return verified(engine, image, outcome, verify, lambda _name, said: progress(str(said)))
 
 
 def _uv_wheel(bundle_dir: Path, manifest: dict, image: LockedImage) -> Path:
     """The bundle's uv wheel for ``--reproducible`` (checked with the bundle's files; its sha256 against the pin
     in the install container)."""
-    rel = f"{INSTALLER}/{installer.wheel_name(_arch(image))}" if _arch(image) in installer.WHEELS else None
+    rel = f"{INSTALLER}/{installer.wheel_name(image.arch)}" if image.arch in installer.WHEELS else None
     if rel is None or rel not in manifest["files"]:
-        raise BuildError(f"{bundle_dir} holds no uv {installer.VERSION} wheel for {_arch(image)}, which "
+        raise BuildError(f"{bundle_dir} holds no uv {installer.VERSION} wheel for {image.arch}, which "
                          "--reproducible installs with (bundles made before envkit carried it have none)",
                          hint=f"build it without --reproducible, or {REMAKE_HOW}")
     return bundle_dir / rel
@@ -279,7 +275,7 @@ def _uv_wheel(bundle_dir: Path, manifest: dict, image: LockedImage) -> Path:
 
 def _assemble_offline(engine: Engine, lock: Lock, image: LockedImage, context: Path, dockerfile: str,
                       rendered: dict[str, bytes], tag: str, labels: dict[str, str], uv_wheel: Path, builder: str,
-                      no_cache: bool, progress: BundleProgress, started: float) -> Outcome:
+                      no_cache: bool, progress: BundleProgress) -> Outcome:
     """``envkit build --reproducible`` from the bundle: its context's OS stage, then the layer groups' requirements
     as an online build renders them (the lock's), from its wheelhouse, and its payload. A devel image's steps are
     rendered for the assembled image (``env_image``) in wheelhouse mode and built from the bundle's context (its
@@ -301,10 +297,7 @@ def _assemble_offline(engine: Engine, lock: Lock, image: LockedImage, context: P
     made = assemble(engine, lock, image, files, tag=tag, labels=labels, build_os=build_os, stage=stage_context,
                     ca_bundle=None, say=progress, reuse=not no_cache, devel=devel,
                     offline=Offline(context / "wheelhouse", uv_wheel))
-    info = engine.inspect(tag)
-    return Outcome(image.name, tag, "built", info.id if info else made.image_id, info.size if info else 0,
-                   time.monotonic() - started, labels=labels, layers=made.layers, phases=made.seconds,
-                   reused=made.reused, builder=builder)
+    return assembled_outcome(engine, image, tag, made, builder)
 
 
 # --- Debian packages and images ------------------------------------------------------

@@ -13,6 +13,7 @@ from pydantic import ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from ..errors import BuildError
 from ..support.models import Strict
+from .layer_record import record_path
 
 
 BUNDLE_VERSION = 1
@@ -20,6 +21,7 @@ MANIFEST = "manifest.json"
 LOCK_FILE = "envkit.lock"
 BASE_ARCHIVE = "base.tar"
 CONTEXT = "context"
+LAYER_RECORD = record_path(Path(LOCK_FILE)).name  # the image's entry of the lock's layer record, when carried
 INSTALLER = "installer"  # the pinned uv wheel for the image's arch (`bundle build --reproducible` installs with it)
 DOCKERFILES = {"classic": "Dockerfile", "buildkit": "buildkit.Dockerfile"}
 BUNDLE_LABEL = "io.envkit.bundle"  # the manifest's sha256, on images built from a bundle

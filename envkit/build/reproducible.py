@@ -209,9 +209,8 @@ def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, by
     if (devel is None) != (image.flavour == "runtime"):
         raise ValueError(f"{image.name} is a {image.flavour} image: devel steps are for devel images, and required")
 
-    def source(directory: Path) -> Source:
-        return online_source(context_for(lock, image, "").uv_index_flags, ca_bundle, netrc) if offline is None \
-            else offline_source(offline, directory)
+    def source(directory: Path, index_flags: str) -> Source:  # (directory: an offline index's pages)
+        return online_source(index_flags, ca_bundle, netrc) if offline is None else offline_source(offline, directory)
 
     args = (engine, lock, image, files, tag, labels, build_os, stage, source, say, devel)
     try:
@@ -227,7 +226,7 @@ class _ReusedGone(Exception):
 
 def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], tag: str,
               labels: dict[str, str], build_os: BuilderRun, stage: Callable[[Path, dict[str, bytes]], Path],
-              source_in: Callable[[Path], Source], say: Say, devel: DevelSteps | None, *,
+              source_in: Callable[[Path, str], Source], say: Say, devel: DevelSteps | None, *,
               reuse: bool) -> Assembled:
     ctx = context_for(lock, image, "", buildkit=False)
     os_tag = f"{tag}-os"
@@ -236,7 +235,7 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
     mark = reproducible_mark()
     keys = {g: group_key(mark, g, files[f"requirements/{g}.txt"]) for g in ctx.layer_groups}
     with scratch.directory(f"repro-{image.name}") as tmp:
-        source = source_in(tmp / "index")
+        source = source_in(tmp / "index", ctx.uv_index_flags)
         say(f"building the OS stage as {os_tag}")
         with phases.timed("os stage"):
             for event in build_os(stage(tmp / "context", files), os_tag, os_labels):

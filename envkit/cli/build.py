@@ -291,12 +291,13 @@ def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: 
     """
     from ..engine.docker_engine import connect
     from ..app.build import bundle_spec
+    from ..build.bundle_manifest import LOCK_FILE
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
     b = run(c, lambda: bundle_spec(spec, out_dir, engine, image=image, progress=c.progress))
     doc = b.to_json()
-    checked = (f"; `envkit verify {doc['tag']} --lock {b.path}/envkit.lock` then compares them with the lock's layer "
+    checked = (f"; `envkit verify {doc['tag']} --lock {b.path / LOCK_FILE}` then compares them with the lock's layer "
                "record, which the bundle carries" if doc["layer_record"] else "")
     emit(c, doc, lambda: click.echo(
         f"wrote {b.path}: {doc['image']} ({doc['tag']}), {doc['wheels']} wheel(s), base {doc['base']['ref']}, "

@@ -46,18 +46,20 @@ def fetch_shell(dest: str) -> str:
     """The shell an install step runs to get uv: the wheel for `uname -m`, refused unless its sha256 is the pinned
     one, the program written to ``dest``. Its lines end in backslashes, as a Dockerfile's RUN continues them (bash
     reads a script of them the same); the rendered Dockerfiles and ``build.reproducible`` both run this text."""
-    wheels = "".join(f'{arch}) u="{url}"; s="{sha}";; ' for arch, (url, sha) in WHEELS.items())
-    return (f'case "$(uname -m)" in {wheels}*) echo "no uv wheel for $(uname -m)" >&2; exit 1;; esac \\\n'
-            f' && python3 -c \'{FETCH}\' "$u" "$s" {dest} \\\n'
-            f" && chmod 755 {dest}")
+    return _uv_shell(FETCH, '"$u"', dest)
 
 
 def extract_shell(wheel: str, dest: str) -> str:
     """The shell that writes uv to ``dest`` from the wheel file ``wheel`` (an offline bundle's), refused unless its
     sha256 is the pinned one for `uname -m`."""
-    shas = "".join(f'{arch}) s="{sha}";; ' for arch, (_url, sha) in WHEELS.items())
-    return (f'case "$(uname -m)" in {shas}*) echo "no uv wheel for $(uname -m)" >&2; exit 1;; esac \\\n'
-            f' && python3 -c \'{EXTRACT}\' {wheel} "$s" {dest} \\\n'
+    return _uv_shell(EXTRACT, wheel, dest)
+
+
+def _uv_shell(program: str, source: str, dest: str) -> str:
+    """`uname -m`'s pinned wheel (``$u``, its URL) and sha256 (``$s``), then ``program`` run on ``source``."""
+    wheels = "".join(f'{arch}) u="{url}"; s="{sha}";; ' for arch, (url, sha) in WHEELS.items())
+    return (f'case "$(uname -m)" in {wheels}*) echo "no uv wheel for $(uname -m)" >&2; exit 1;; esac \\\n'
+            f" && python3 -c '{program}' {source} \"$s\" {dest} \\\n"
             f" && chmod 755 {dest}")
 
 

@@ -139,7 +139,7 @@ def test_the_wheelhouse_matches_versions_as_versions(tmp_path):
         check_wheels(packages, tmp_path)
 
 
-def fetch_pinned(url, sha256, path, *, ca_bundle=None, hint):
+def fake_fetch_pinned(url, sha256, path, *, ca_bundle=None, hint):
     """make_bundle's uv wheel download, replaced by a small file of its name."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"uv wheel")
@@ -168,7 +168,7 @@ def offline_parts(monkeypatch):
     monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress, phases=None: Base())
     monkeypatch.setattr(bundle_mod, "download_wheels", download_wheels)
     monkeypatch.setattr(bundle_mod, "fetch_debs", fetch_debs)
-    monkeypatch.setattr(bundle_mod, "fetch_pinned", fetch_pinned)
+    monkeypatch.setattr(bundle_mod, "fetch_pinned", fake_fetch_pinned)
     monkeypatch.setattr(bundle_mod, "fetch_toolkit_deb", lambda image, dest: pytest.fail("a CUDA 13 bundle has no .deb"))
     monkeypatch.setattr(bundle_mod, "save_image", lambda engine, ref, path: path.write_bytes(b"tar"))
     return seen

@@ -15,7 +15,7 @@ import pytest
 
 from envkit.build import reproducible
 from envkit.build.bundle import build_from_bundle, make_bundle
-from envkit.build.bundle_manifest import MANIFEST, file_hashes
+from envkit.build.bundle_manifest import INSTALLER, MANIFEST, file_hashes
 from envkit.errors import BuildError
 from envkit.render import installer
 from tests.unit.build.test_bundle_frameworks import offline_parts  # noqa: F401  (a fixture)
@@ -80,7 +80,7 @@ class _LocalEngine:
 def test_a_bundle_without_uvs_wheel_is_refused_reproducible_before_any_work(offline_parts, tmp_path):  # noqa: F811
     image = make_tf_image()
     path = make_bundle(object(), make_lock(image), image.name, tmp_path / "b", ca_bundle=None)
-    shutil.rmtree(path / "installer")  # as a bundle an earlier envkit made
+    shutil.rmtree(path / INSTALLER)  # as a bundle an earlier envkit made
     manifest = json.loads((path / MANIFEST).read_text())
     manifest["files"] = file_hashes(path)
     (path / MANIFEST).write_text(json.dumps(manifest))

@@ -18,7 +18,7 @@ from envkit.lock import load_lock
 from envkit.app.resolve import Resolved
 from envkit.spec import load_spec
 from tests.conftest import MINIMAL
-from tests.unit.build.test_bundle_frameworks import fetch_pinned
+from tests.unit.build.test_bundle_frameworks import fake_fetch_pinned
 from tests.unit.lockfixtures import make_lock
 
 
@@ -402,7 +402,7 @@ def offline_parts(monkeypatch):
     monkeypatch.setattr(bundle_mod, "ensure_base", lambda engine, base, progress, phases=None: Base())
     monkeypatch.setattr(bundle_mod, "download_wheels", download_wheels)
     monkeypatch.setattr(bundle_mod, "fetch_debs", fetch_debs)
-    monkeypatch.setattr(bundle_mod, "fetch_pinned", fetch_pinned)
+    monkeypatch.setattr(bundle_mod, "fetch_pinned", fake_fetch_pinned)
     monkeypatch.setattr(bundle_mod, "save_image", lambda engine, ref, path: path.write_bytes(b"tar"))
     return state
 
