@@ -64,7 +64,9 @@ class Breakdown:
             return
         piece = _ANSI.sub("", event.text)
         text = piece.strip()
-        if not text:  # the classic builder's colour reset after a step's stderr, which comes after the commit
+        if not text:  # the classic builder's colour reset after a step's stderr, which comes after the commit (no
+            # output of the step), or a space it sent as a piece of its own between two of a line's words
+            self.steps[-1].output = (self.steps[-1].output + piece)[-400:]
             return
         if (m := _EXPORT.search(text)) is not None:
             self.exported += float(m.group(1))

@@ -28,8 +28,11 @@ the naive BuildKit build, so list buildkit first): cold = the OS stage's steps a
 environment layer installed and written by envkit), warm = the same build again, extra = the numpy change, which
 reuses the cold image's cuda and framework layers (build.layer_reuse); its time per phase instead of the
 builders' breakdown.
-Run: .venv/bin/python benchmarks/build_times.py [--builders classic,buildkit,reproducible] [--skip naive-extra]
-     [--json F]
+`--builders` may also name `floor` (list classic first): the classic builder's floor, cold only (`floor_row`):
+envkit's classic steps with every wheel and uv downloaded beforehand and served from this host, to show what no
+Dockerfile can take off a classic build (apt, uv's unzip, the bytecode, each step's commit).
+Run: .venv/bin/python benchmarks/build_times.py [--builders classic,buildkit,reproducible,floor]
+     [--skip naive-extra] [--json F]
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ from envkit.render.files import render_files  # noqa: E402
 
 TAG = "envkit-bench/torch25"
 REPRODUCIBLE = "reproducible"  # a row of `envkit build --reproducible` (its OS stage by BuildKit)
-ANCHOR = {REPRODUCIBLE: "buildkit"}  # whose naive build a row is compared with, where not its own builder's
+FLOOR = "floor"  # the classic builder's floor: envkit's steps with every wheel and uv already on this machine
+# whose naive build a row is compared with, where not its own builder's
+ANCHOR = {REPRODUCIBLE: "buildkit", FLOOR: "classic"}
 _CREATED = re.compile(r"^ ---> ([0-9a-f]{12})$")
 NAIVE = """\
 FROM {base}
@@ -119,6 +124,10 @@ def measure(engine, args, lock, extra_lock, ca, skip: set[str], results: dict) -
         if builder == REPRODUCIBLE:
             check_disk(12)
             results[f"envkit {REPRODUCIBLE}"] = reproducible_row(engine, lock, extra_lock, ca, args.keep)
+            continue
+        if builder == FLOOR:
+            check_disk(12)
+            results[f"classic {FLOOR}"] = floor_row(engine, lock, ca, args.keep)
             continue
         builder_rows(engine, builder, lock, extra_lock, ca, skip, args.keep, results)
 
@@ -185,6 +194,79 @@ def reproducible_row(engine, lock, extra_lock, ca, keep: bool) -> dict:
     return row
 
 
+FLOOR_DOCKERFILE = """\
+FROM {base}
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
+RUN apt-get update \\
+ && apt-get install -y --no-install-recommends python3 ca-certificates python3-venv \\
+ && rm -rf /var/lib/apt/lists/* \\
+ && groupadd --gid 1000 envkit \\
+ && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash envkit
+"""
+FLOOR_GROUP = """\
+COPY requirements/{group}.txt /tmp/envkit/{group}.txt
+RUN python3 -c 'import sys, urllib.request; open("/tmp/uv", "wb").write(urllib.request.urlopen(sys.argv[1]).read())' \\
+    {server}/uv && chmod 755 /tmp/uv{venv} \\
+ && UV_CACHE_DIR=/tmp/uv-cache /tmp/uv pip install --python /opt/venv/bin/python {flags} {compile} \\
+    --no-index --find-links {server}/wheels/ -r /tmp/envkit/{group}.txt \\
+ && rm -rf /tmp/uv /tmp/uv-cache
+"""
+
+
+def floor_row(engine, lock, ca, keep: bool) -> dict:
+    """The classic builder's floor, cold only: envkit's OS step and install steps (one RUN per layer group, uv,
+    bytecode compiled), but every wheel and the uv program downloaded beforehand and served to the steps from this
+    host (an HTTP server on the engine's bridge gateway): no download in the build at all. What is left is apt, uv's
+    unzip, the bytecode and the classic builder's commit of each step, which no Dockerfile avoids. Compared with the
+    naive classic build (list classic first)."""
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+    import zipfile
+
+    from envkit.build.wheelhouse import download_wheels
+    from envkit.render import installer
+    from envkit.support.download import fetch_pinned
+
+    image = lock.images[0]
+    files = render_files(lock, image, "examples/team.yaml", buildkit=False)
+    groups = [rel.split("/")[1][:-4] for rel in files if rel.startswith("requirements/")]
+    order = [g for g in ("cuda", "framework", "extra") if g in groups]
+    gateway = engine.client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    tag = f"{TAG}:{FLOOR}"
+    made: list[str] = []
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    with tempfile.TemporaryDirectory(prefix="envkit-bench-floor-") as tmp:
+        serve = Path(tmp) / "serve"
+        log(f"{FLOOR}: downloading the wheels and uv on this host (not timed)")
+        download_wheels(image, serve / "wheels", ca_bundle=ca)
+        url, sha = installer.WHEELS[os.uname().machine]
+        wheel = fetch_pinned(url, sha, Path(tmp) / installer.wheel_name(os.uname().machine), ca_bundle=ca, hint="")
+        with zipfile.ZipFile(wheel) as z:
+            (serve / "uv").write_bytes(z.read(next(n for n in z.namelist() if n.endswith(".data/scripts/uv"))))
+        server = ThreadingHTTPServer((gateway, 0), partial(Quiet, directory=str(serve)))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        address = f"http://{gateway}:{server.server_address[1]}"
+        dockerfile = FLOOR_DOCKERFILE.format(base=image.base.ref) + "".join(
+            FLOOR_GROUP.format(group=g, server=address, venv=" && python3 -m venv /opt/venv" if i == 0 else "",
+                               flags=installer.FLAGS, compile=installer.COMPILE)
+            for i, g in enumerate(order))
+        ctx = stage_context(Path(tmp) / "ctx", {"Dockerfile": dockerfile.encode(),
+                                                **{k: v for k, v in files.items() if k.startswith("requirements/")}})
+        try:
+            row = {"cold": timed(engine, ctx, tag, "classic", None, made, no_cache=True)}
+            row["size"] = engine.inspect(tag).size
+        finally:
+            server.shutdown()
+            if not keep:
+                cleanup(engine, FLOOR, [tag], made)
+    return row
+
+
 def print_table(results: dict[str, dict]) -> None:
     print()
     print(f"{'build':<17}{'cold':>14}{'warm':>14}{'extra':>14}{'size':>10}  load(1m) at cold start")
@@ -198,12 +280,13 @@ def print_table(results: dict[str, dict]) -> None:
                 cells.append(f"{'-':>14}")
                 continue
             seconds, ratio = value["seconds"], ""
-            if name.startswith("envkit") and what in anchor:
+            if not name.startswith("naive") and what in anchor:
                 ratio = f" {seconds / anchor[what]['seconds']:.2f}x"
             cells.append(f"{fmt(seconds) + ratio:>14}")
         size = f"{row['size'] / 1e9:.2f}GB" if row.get("size") else "-"
         print(f"{name:<17}{''.join(cells)}{size:>10}  {row['cold']['load']:.2f}")
-    print("(envkit cells: seconds and the ratio to the naive build of the same builder, same kind)")
+    print("(envkit cells: seconds and the ratio to the naive build of the same builder, same kind; classic floor:\n"
+          " envkit's classic steps with every wheel and uv already on this host, no download in the build)")
     for name, row in results.items():
         if name.startswith("envkit") and "extra" in row:
             print(f"{name}: extra / cold = {row['extra']['seconds'] / row['cold']['seconds']:.3f}; "

@@ -69,3 +69,18 @@ def test_the_classic_builders_cut_lines_are_read_run_together_and_its_image_ids_
     ])
     assert (phases["download"], phases["compile"]) == (9.5, 27.05)
     assert phases["commit"] == 39.0
+
+
+def test_a_space_the_classic_stream_sends_as_a_piece_of_its_own_is_kept_between_the_words():
+    """As run 7's classic build sent uv's line: ``Prepared `` / ``12 packages`` / `` `` / ``in 9.12s``, each piece
+    in its own colour codes (the lone space was dropped, and with it the line's timing)."""
+    phases = _feed([
+        (0.0, "step", "RUN mkdir -p /tmp/envkit-uv && /tmp/envkit-uv/uv pip install -r /tmp/envkit/cuda.txt"),
+        *[(13.0, "log", f"\x1b[91m{piece}\x1b[0m") for piece in ("Prepared ", "12 packages", " ", "in 9.12s")],
+        (13.0, "log", "\x1b[91m"),
+        (13.0, "log", "\x1b[0m"),
+        (31.0, "log", "Removing intermediate container 1"),
+        (31.0, "step", "COPY envkit/ /opt/envkit/"),
+        (31.0, "done", "sha256:x"),
+    ])
+    assert phases["download"] == 9.12 and phases["commit"] == 18.0
