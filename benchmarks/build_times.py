@@ -194,19 +194,9 @@ def reproducible_row(engine, lock, extra_lock, ca, keep: bool) -> dict:
     return row
 
 
-FLOOR_DOCKERFILE = """\
-FROM {base}
-ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
-RUN apt-get update \\
- && apt-get install -y --no-install-recommends python3 ca-certificates python3-venv \\
- && rm -rf /var/lib/apt/lists/* \\
- && groupadd --gid 1000 envkit \\
- && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash envkit
-"""
 FLOOR_GROUP = """\
 COPY requirements/{group}.txt /tmp/envkit/{group}.txt
-RUN python3 -c 'import sys, urllib.request; open("/tmp/uv", "wb").write(urllib.request.urlopen(sys.argv[1]).read())' \\
-    {server}/uv && chmod 755 /tmp/uv{venv} \\
+RUN python3 -c '{fetch}' {server}/{wheel} {sha} /tmp/uv && chmod 755 /tmp/uv{venv} \\
  && UV_CACHE_DIR=/tmp/uv-cache /tmp/uv pip install --python /opt/venv/bin/python {flags} {compile} \\
     --no-index --find-links {server}/wheels/ -r /tmp/envkit/{group}.txt \\
  && rm -rf /tmp/uv /tmp/uv-cache
@@ -222,7 +212,6 @@ def floor_row(engine, lock, ca, keep: bool) -> dict:
     from functools import partial
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
     import threading
-    import zipfile
 
     from envkit.build.wheelhouse import download_wheels
     from envkit.render import installer
@@ -230,9 +219,14 @@ def floor_row(engine, lock, ca, keep: bool) -> dict:
 
     image = lock.images[0]
     files = render_files(lock, image, "examples/team.yaml", buildkit=False)
-    groups = [rel.split("/")[1][:-4] for rel in files if rel.startswith("requirements/")]
-    order = [g for g in ("cuda", "framework", "extra") if g in groups]
+    # envkit's own OS stage, as rendered; the install steps follow in it
+    rendered = files["Dockerfile"].decode()
+    if "\nFROM os AS runtime\n" not in rendered:
+        sys.exit("the classic render has no `FROM os AS runtime`: floor_row needs its OS stage cut anew")
+    os_stage = rendered.split("\nFROM os AS runtime\n")[0] + "\n"
+    groups = [g for g in ("cuda", "framework", "extra") if f"requirements/{g}.txt" in files]
     gateway = engine.client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    (url, sha), wheel = installer.WHEELS[os.uname().machine], installer.wheel_name(os.uname().machine)
     tag = f"{TAG}:{FLOOR}"
     made: list[str] = []
 
@@ -244,17 +238,15 @@ def floor_row(engine, lock, ca, keep: bool) -> dict:
         serve = Path(tmp) / "serve"
         log(f"{FLOOR}: downloading the wheels and uv on this host (not timed)")
         download_wheels(image, serve / "wheels", ca_bundle=ca)
-        url, sha = installer.WHEELS[os.uname().machine]
-        wheel = fetch_pinned(url, sha, Path(tmp) / installer.wheel_name(os.uname().machine), ca_bundle=ca, hint="")
-        with zipfile.ZipFile(wheel) as z:
-            (serve / "uv").write_bytes(z.read(next(n for n in z.namelist() if n.endswith(".data/scripts/uv"))))
+        fetch_pinned(url, sha, serve / wheel, ca_bundle=ca, hint="the uv wheel envkit pins (render/installer.py)")
         server = ThreadingHTTPServer((gateway, 0), partial(Quiet, directory=str(serve)))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         address = f"http://{gateway}:{server.server_address[1]}"
-        dockerfile = FLOOR_DOCKERFILE.format(base=image.base.ref) + "".join(
-            FLOOR_GROUP.format(group=g, server=address, venv=" && python3 -m venv /opt/venv" if i == 0 else "",
-                               flags=installer.FLAGS, compile=installer.COMPILE)
-            for i, g in enumerate(order))
+        dockerfile = os_stage + "".join(
+            FLOOR_GROUP.format(group=g, fetch=installer.FETCH, server=address, wheel=wheel, sha=sha,
+                               venv=" && python3 -m venv /opt/venv" if i == 0 else "", flags=installer.FLAGS,
+                               compile=installer.COMPILE)
+            for i, g in enumerate(groups))
         ctx = stage_context(Path(tmp) / "ctx", {"Dockerfile": dockerfile.encode(),
                                                 **{k: v for k, v in files.items() if k.startswith("requirements/")}})
         try:
