@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from ..support import scratch
 from ..support.ca_bundle import site_certificates
 from .base import ensure_base
-from .reproducible import REPRODUCIBLE, Assembled, DevelSteps, assemble, env_tag, reproducible_mark, require_local
+from .reproducible import Assembled, DevelSteps, assemble, env_tag, made_how, require_local
 from ..payload.harness import Verification, run_payload
 from ..engine.protocol import AUTO, BUILDER_CHOICES, BuildEvent
 from ..support.progress import Phase, Planned
@@ -80,7 +80,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
     files = render_files(lock, image, spec_name, buildkit=buildkit)
     # a reproducible build's identity says so (and how its layers are made): it is never taken for a builder's
     identity = {LOCK_LABEL: image.hash,
-                CONTEXT_LABEL: context_hash({**files, **({REPRODUCIBLE: reproducible_mark()} if reproducible else {})})}
+                CONTEXT_LABEL: context_hash({**files, **made_how(reproducible)})}
     tag = image_tag(lock.team, image)
     started = time.monotonic()
     existing = engine.find_image(identity)

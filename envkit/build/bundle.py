@@ -38,7 +38,7 @@ from .base import ensure_base
 from .builder import (BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, assembled_outcome, pick_builder,
                       require_builder, run_build, stage_context, verified)
 from .layer_record import Recorded, write_record
-from .reproducible import REPRODUCIBLE, DevelSteps, Offline, assemble, env_tag, reproducible_mark, require_local
+from .reproducible import DevelSteps, Offline, assemble, env_tag, made_how, require_local
 from ..engine.protocol import AUTO, BuildEvent, Mount, RunOptions
 from ..engine.space import host_out_of_space, low_space
 from ..errors import BuildError, EnvkitError
@@ -240,8 +240,7 @@ def build_from_bundle(engine: Engine, bundle_dir: Path, *, builder: str = AUTO, 
     load_image(engine, bundle_dir / BASE_ARCHIVE, manifest["base"]["id"], manifest["base"]["ref"])
     context = bundle_dir / CONTEXT
     rendered = _rendered(context, dockerfile)
-    made_how = {REPRODUCIBLE: reproducible_mark()} if reproducible else {}  # (as build_image's identity says it)
-    labels = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash({**rendered, **made_how}),
+    labels = {LOCK_LABEL: image.hash, CONTEXT_LABEL: context_hash({**rendered, **made_how(reproducible)}),
               BASE_LABEL: manifest["base"]["id"],
               BUNDLE_LABEL: "sha256:" + sha256_of(bundle_dir / MANIFEST)}
     tag = manifest["tag"]

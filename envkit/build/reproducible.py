@@ -63,6 +63,12 @@ def reproducible_mark() -> bytes:
     return f"uv {installer.VERSION}; epoch {EPOCH}\n{compile_program()}".encode()
 
 
+def made_how(reproducible: bool) -> dict[str, bytes]:
+    """What a build's context hash takes beside its rendered files: a reproducible build says so, and how its layers
+    are made (``reproducible_mark``), so it is never taken for a builder's build of the same files."""
+    return {REPRODUCIBLE: reproducible_mark()} if reproducible else {}
+
+
 BuilderRun = Callable[[Path, str, dict[str, str]], Iterator[BuildEvent]]  # (context, tag, labels): the builder's build
 Say = Callable[[BuildEvent | str], None]
 
