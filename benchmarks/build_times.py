@@ -26,7 +26,7 @@ it (the full suite's test_layers failed on exactly that after run 5 left them).
 `--builders` may also name `reproducible`: `envkit build --reproducible` (its OS stage by BuildKit; compared with
 the naive BuildKit build, so list buildkit first): cold = the OS stage's steps again and no layer reused (each
 environment layer installed and written by envkit), warm = the same build again, extra = the numpy change, which
-reuses the cold image's cuda and framework layers (build.layer_reuse); its time per phase instead of the
+reuses the cold image's cuda and framework layers (images.layer_reuse); its time per phase instead of the
 builders' breakdown.
 `--builders` may also name `floor` (list classic first): the classic builder's floor, cold only (`floor_row`):
 envkit's classic steps with every wheel and uv downloaded beforehand and served from this host, to show what no
@@ -52,8 +52,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.build_breakdown import PHASES, Breakdown  # noqa: E402
 from tests import buildcache  # noqa: E402
-from envkit.build.base import ensure_base  # noqa: E402
-from envkit.build.builder import build_image, run_build, stage_context  # noqa: E402
+from envkit.images.base import ensure_base  # noqa: E402
+from envkit.images.builder import build_image, run_build, stage_context  # noqa: E402
 from envkit.index.closure import Pin, compile_closure  # noqa: E402
 from envkit.engine.docker_engine import connect  # noqa: E402
 from envkit.engine.protocol import BuildEvent  # noqa: E402
@@ -213,7 +213,7 @@ def floor_row(engine, lock, ca, keep: bool) -> dict:
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
     import threading
 
-    from envkit.build.wheelhouse import download_wheels
+    from envkit.images.wheelhouse import download_wheels
     from envkit.render import installer
     from envkit.support.download import fetch_pinned
 

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envkit.build.base import ensure_base  # noqa: E402
-from envkit.build.builder import build_image, run_build, stage_context  # noqa: E402
+from envkit.images.base import ensure_base  # noqa: E402
+from envkit.images.builder import build_image, run_build, stage_context  # noqa: E402
 from envkit.engine.protocol import RunOptions  # noqa: E402
 from envkit.engine.docker_engine import connect  # noqa: E402
 from envkit.lock import load_lock  # noqa: E402

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ..build.builder import BuildProgress, Outcome, build_image, require_builder
+from ..images.builder import BuildProgress, Outcome, build_image, require_builder
 from ..certify.certificate import certificate_from, utc_now
 from ..engine.protocol import AUTO
 from ..errors import SpecError
@@ -23,9 +23,9 @@ from ..render.files import Rendered, layer_packages, render
 from ..spec import env_ca_skip_note
 from .resolve import Resolved, resolve_spec
 from ..support.progress import Planned, Progress
-from ..build.bundle_manifest import LAYER_RECORD, MANIFEST, bundle_size
-from ..build.bundle import check_replaceable, make_bundle
-from ..build.layer_record import entry, layers_of, load_record, write_record
+from ..images.bundle_manifest import LAYER_RECORD, MANIFEST, bundle_size
+from ..images.bundle import check_replaceable, make_bundle
+from ..images.layer_record import entry, layers_of, load_record, write_record
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
@@ -51,8 +51,8 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     `envkit ls` lists it: the build, and its verification as the CPU-only certificate ``envkit certify`` without a
     GPU would write. ``space_check``: refuse (``DiskSpaceError``) before anything is rendered or built when the
     engine's disk has less free than the images to build need (``check_space``). ``reproducible``: envkit makes the
-    environment layers (``build.reproducible``); ``record_layers``: their diff_ids are then written beside the lock
-    (``build.layer_record``), for `envkit verify --lock`. ``no_cache``: ``build_image``'s."""
+    environment layers (``images.reproducible``); ``record_layers``: their diff_ids are then written beside the lock
+    (``images.layer_record``), for `envkit verify --lock`. ``no_cache``: ``build_image``'s."""
     require_builder(engine, builder)  # before resolving: BuildKit without its CLI fails at once
     if record:
         with Store.open(store_url):  # a store that cannot be written fails now, not after the builds

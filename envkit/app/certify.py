@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..build.builder import LOCK_LABEL
-from ..build.layer_record import Recorded, compare, load_record, record_path
+from ..images.builder import LOCK_LABEL
+from ..images.layer_record import Recorded, compare, load_record, record_path
 from ..payload.harness import Verification, expect_from_labels, run_payload
 from ..errors import EngineError, VerificationError
 from ..frameworks import expected
@@ -67,7 +67,7 @@ def verify_image(engine: Engine, ref: str, *, lock_path: Path | None = None) -> 
 
 
 def layers_check(info: ImageInfo, lock_hash: str, lock_path: Path) -> dict | None:
-    """The image's environment layers against the lock's layer record (``build.layer_record``), as a check of the
+    """The image's environment layers against the lock's layer record (``images.layer_record``), as a check of the
     payload's shape; None when the lock has no record of this image."""
     name = next(i.name for i in load_lock(lock_path).images if i.hash == lock_hash)  # (expectations found it)
     recorded = load_record(lock_path).get(name)

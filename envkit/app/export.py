@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..build.sif import SifExport, export_sif, require_tools
+from ..images.sif import SifExport, export_sif, require_tools
 from ..errors import EnvkitError
 from ..support.progress import Progress
 

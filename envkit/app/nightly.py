@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from .. import __version__
 from ..support.atomic import check_writable, write_atomic
-from ..build.builder import CONTEXT_LABEL, build_image, require_builder
-from ..build.reproducible import require_local
+from ..images.builder import CONTEXT_LABEL, build_image, require_builder
+from ..images.reproducible import require_local
 from ..certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now, perf_metrics
 from ..payload.harness import gpu_key
 from ..engine.protocol import AUTO
@@ -141,7 +141,7 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
                 dispatch: FleetStep | None = None, reproducible: bool = False,
                 progress: Progress = lambda _: None) -> NightlyResult:
     """``builder`` builds what changed; an image whose build is already recorded is kept as it is.
-    ``reproducible``: through ``build.reproducible``, each image's layers checked against the lock's record
+    ``reproducible``: through ``images.reproducible``, each image's layers checked against the lock's record
     (``nightly_layers``).
     ``reclaim``: frees the engine's disk when a build fills it, never removing the images tagged as
     given (``Disk``); without it the first full disk ends the run's building. ``dispatch``: certify through the

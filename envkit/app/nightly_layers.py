@@ -1,5 +1,5 @@
-"""`envkit nightly --reproducible`: every build goes through the reproducible path (``build.reproducible``), each
-image's environment layers are checked against the lock's layer record (``build.layer_record``, as `envkit verify
+"""`envkit nightly --reproducible`: every build goes through the reproducible path (``images.reproducible``), each
+image's environment layers are checked against the lock's layer record (``images.layer_record``, as `envkit verify
 --lock` checks them: ``app.certify.check_layers``), and a run that re-resolved writes the record of its lock.
 
 An image whose layers differ from the record's entry for its lock hash fails (it is neither certified nor
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..build.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
+from ..images.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
 from ..certify.certificate import Certificate, certificate_from, utc_now
 from ..frameworks import expected
 from ..payload.contents import SCHEMA

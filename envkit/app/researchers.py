@@ -8,7 +8,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..build.builder import LOCK_LABEL
+from ..images.builder import LOCK_LABEL
 from ..engine.protocol import RUN_TIMEOUT, GPU_ULIMITS, RunOptions
 from ..errors import EngineError, EnvkitError, VerificationError
 from ..support.labels import SHOWN, IMAGE_LABEL, TEAM_LABEL

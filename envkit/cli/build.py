@@ -16,7 +16,7 @@ from .flags import from_renamed, lock_option, renamed_option
 
 if TYPE_CHECKING:
     from ..lock import LockedImage
-    from ..build.builder import Outcome
+    from ..images.builder import Outcome
     from ..engine.protocol import BuildEvent
     from typing import Iterable
 
@@ -291,7 +291,7 @@ def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: 
     """
     from ..engine.docker_engine import connect
     from ..app.build import bundle_spec
-    from ..build.bundle_manifest import LOCK_FILE
+    from ..images.bundle_manifest import LOCK_FILE
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
@@ -323,7 +323,7 @@ def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool
 
     Every file is checked against the manifest first; the base is loaded from the bundle.
     """
-    from ..build.bundle import build_from_bundle
+    from ..images.bundle import build_from_bundle
     from ..engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)

@@ -65,7 +65,7 @@ class Mount:
 
 BUILDERS = ("classic", "buildkit")  # the engine's API (docker-py) | BuildKit through the docker CLI (buildkit.py)
 # What a build may be asked for: "auto" (the default) is BuildKit where it can build here, else classic
-# (``build.builder.require_builder`` decides).
+# (``images.builder.require_builder`` decides).
 AUTO = "auto"
 BUILDER_CHOICES = (AUTO, *BUILDERS)
 RUN_TIMEOUT = 24 * 3600  # envkit run's default limit for a job, seconds
@@ -123,7 +123,7 @@ class Engine(Protocol):
     # image archives (offline bundles): `docker save` one image with its tag, `docker load` an archive
     def save(self, ref: str, path: Path) -> None: ...
     def load(self, path: Path) -> list[str]: ...  # the ids of the images loaded
-    # an archive ``write`` makes, streamed into `docker load` (build.reproducible: no 5 GB file on disk); ``what``
+    # an archive ``write`` makes, streamed into `docker load` (images.reproducible: no 5 GB file on disk); ``what``
     # names it in an error
     def load_stream(self, write: Callable[[BinaryIO], None], what: str) -> list[str]: ...
     # whether `docker load` takes a layer it already has (by chain id) without its file in the archive

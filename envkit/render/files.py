@@ -108,7 +108,7 @@ class RenderContext:
     uv_index_flags: str = ""  # ``_uv_index_flags``
     uv_flags: str = ""  # an install step's: installer.FLAGS, installer.COMPILE, the index flags
     # the runtime stage's last instructions (ENV, USER, WORKDIR, CMD): the Dockerfile writes them, and a reproducible
-    # build (build.reproducible) writes the same into the image config it assembles
+    # build (images.reproducible) writes the same into the image config it assembles
     runtime_env: tuple[tuple[str, str], ...] = ()
     workdir: str = f"/home/{USER}"
     cmd: tuple[str, ...] = ("python3", "/opt/envkit/envkit_check")

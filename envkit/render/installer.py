@@ -31,21 +31,21 @@ _CHECK_AND_WRITE = ("got = hashlib.sha256(data).hexdigest(); "
                     "z.read(next(n for n in z.namelist() if n.endswith(\".data/scripts/uv\"))))")
 FETCH = ("import hashlib, io, sys, urllib.request, zipfile; url, sha, dest = sys.argv[1:]; "
          "data = urllib.request.urlopen(url, timeout=300).read(); " + _CHECK_AND_WRITE)
-# The same from a wheel file at hand (an offline bundle's: build.reproducible). Arguments: path, sha256, destination.
+# The same from a wheel file at hand (an offline bundle's: images.reproducible). Arguments: path, sha256, destination.
 EXTRACT = ("import hashlib, io, sys, zipfile; url, sha, dest = sys.argv[1:]; "
            "data = open(url, \"rb\").read(); " + _CHECK_AND_WRITE)
 # Flags of every `uv pip install` (the index flags follow, as the resolver gave them: index.urls.uv_index_args):
 # the lock's exact files, nothing resolved, wheels only, no uv.toml of the build's own.
 FLAGS = "--no-config --no-deps --require-hashes --only-binary :all:"
 # A build's install steps compile the bytecode as pip does; a reproducible build compiles it itself, with fixed
-# inputs (build.pycompile), so it leaves this out.
+# inputs (images.pycompile), so it leaves this out.
 COMPILE = "--compile-bytecode"
 
 
 def fetch_shell(dest: str) -> str:
     """The shell an install step runs to get uv: the wheel for `uname -m`, refused unless its sha256 is the pinned
     one, the program written to ``dest``. Its lines end in backslashes, as a Dockerfile's RUN continues them (bash
-    reads a script of them the same); the rendered Dockerfiles and ``build.reproducible`` both run this text."""
+    reads a script of them the same); the rendered Dockerfiles and ``images.reproducible`` both run this text."""
     return _uv_shell(FETCH, '"$u"', dest)
 
 

@@ -34,7 +34,7 @@ from .records import (BUILD_ACTIONS, STEP_STATES, TAG_KINDS, BuildRecord, Certif
                       check_one_of, locate)
 
 if TYPE_CHECKING:
-    from ..build.builder import Outcome
+    from ..images.builder import Outcome
 
 
 def _refused(exc: sqlite3.OperationalError) -> bool:
@@ -213,7 +213,7 @@ class Store:
                       self._now()))
 
     def record_outcome(self, outcome: Outcome, *, lock_hash: str, context_hash: str, run_id: int | None = None) -> None:
-        """``record_build`` from an ``envkit.build.builder.Outcome``."""
+        """``record_build`` from an ``envkit.images.builder.Outcome``."""
         self.record_build(outcome.name, lock_hash, context_hash, tag=outcome.tag, image_id=outcome.image_id,
                           size=outcome.size, seconds=outcome.seconds, action=outcome.action, run_id=run_id)
 

@@ -29,10 +29,10 @@ def made_reproducibly(labels: dict[str, str]) -> bool:
     return labels.get(LAYERS_LABEL) == REPRODUCIBLE_LAYERS
 
 
-# On such an image too: each environment layer group's key ("cuda=<hex> framework=<hex> ..."; build.layer_reuse),
+# On such an image too: each environment layer group's key ("cuda=<hex> framework=<hex> ..."; images.layer_reuse),
 # so a later reproducible build on the same OS layers can reuse the groups whose packages did not change.
 LAYER_KEYS_LABEL = PREFIX + "layer-keys"
 # And the diff_id of its payload layer, the top layer envkit wrote: the environment layers lie just under it. A devel
-# image's builder steps add layers above it (build.layer_record finds the environment there).
+# image's builder steps add layers above it (images.layer_record finds the environment there).
 PAYLOAD_LAYER_LABEL = PREFIX + "payload-layer"
 SHOWN = (PREFIX, "org.opencontainers.")  # the label prefixes `envkit show` reports

@@ -1,4 +1,4 @@
-"""A real debootstrap's phases as envkit reads them (``build.base.DebootstrapCount``): retrieving the packages, then
+"""A real debootstrap's phases as envkit reads them (``images.base.DebootstrapCount``): retrieving the packages, then
 extracting, unpacking and configuring each against that count, ending with all of them; the base is imported under a
 test tag and removed."""
 
@@ -9,7 +9,7 @@ REF = "envkit-test/bootstrap-phases:r22"
 
 
 def test_a_real_bootstrap_reports_each_phase_against_the_packages_it_retrieved(engine):
-    from envkit.build.base import bootstrap
+    from envkit.images.base import bootstrap
     from envkit.lock import BaseImage
 
     recipe = {"suite": "bookworm", "variant": "minbase", "mirror": "http://deb.debian.org/debian"}

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from envkit.support import scratch
-from envkit.build.base import ensure_base
-from envkit.build.bundle import make_bundle
+from envkit.images.base import ensure_base
+from envkit.images.bundle import make_bundle
 from envkit.catalog.files import load_catalog
 from envkit.engine.protocol import RunOptions
 from envkit.engine.buildkit import DOCKER_CLI, BuildKitBuilder

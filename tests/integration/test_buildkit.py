@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit.build.builder import CONTEXT_LABEL, build_image, run_build, stage_context
+from envkit.images.builder import CONTEXT_LABEL, build_image, run_build, stage_context
 from envkit.engine.protocol import BuildEvent, RunOptions
 from envkit.engine.buildkit import BuildKitBuilder, PlainProgress
 from envkit.errors import BuildError
@@ -165,7 +165,7 @@ def test_available(buildkit):
 
 @pytest.mark.integration
 def test_failure_raises_with_the_log_tail(engine, buildkit, tmp_path):
-    from envkit.build.base import ensure_base
+    from envkit.images.base import ensure_base
 
     base = load_lock(ROOT / "examples" / "team.lock").images[0].base
     ensure_base(engine, base)

@@ -13,10 +13,10 @@ import subprocess
 
 import pytest
 
-from envkit.build.builder import LOCK_LABEL
-from envkit.build.bundle_manifest import BUNDLE_LABEL, verify_bundle
-from envkit.build.bundle import build_from_bundle, make_bundle
-from envkit.build.wheelhouse import check_wheels, manylinux_tags
+from envkit.images.builder import LOCK_LABEL
+from envkit.images.bundle_manifest import BUNDLE_LABEL, verify_bundle
+from envkit.images.bundle import build_from_bundle, make_bundle
+from envkit.images.wheelhouse import check_wheels, manylinux_tags
 from envkit.engine.protocol import BuildEvent, Mount, RunOptions
 from envkit.errors import BuildError
 from envkit.lock import Package, load_lock, write_lock

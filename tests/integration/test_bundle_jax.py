@@ -18,10 +18,10 @@ import time
 
 import pytest
 
-from envkit.build.builder import LOCK_LABEL
-from envkit.build.bundle_manifest import BUNDLE_LABEL, bundle_size, verify_bundle
-from envkit.build.bundle import build_from_bundle, make_bundle
-from envkit.build.wheelhouse import check_wheels
+from envkit.images.builder import LOCK_LABEL
+from envkit.images.bundle_manifest import BUNDLE_LABEL, bundle_size, verify_bundle
+from envkit.images.bundle import build_from_bundle, make_bundle
+from envkit.images.wheelhouse import check_wheels
 from envkit.lock import load_lock, sealed
 from tests.buildcache import prune, records
 from tests.integration.conftest import ROOT, envkit

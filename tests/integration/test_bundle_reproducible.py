@@ -14,10 +14,10 @@ from __future__ import annotations
 import pytest
 
 from envkit.app.certify import layers_check
-from envkit.build.builder import LOCK_LABEL, build_image
-from envkit.build.bundle import build_from_bundle, make_bundle
-from envkit.build.bundle_manifest import BUNDLE_LABEL
-from envkit.build.layer_record import entry
+from envkit.images.builder import LOCK_LABEL, build_image
+from envkit.images.bundle import build_from_bundle, make_bundle
+from envkit.images.bundle_manifest import BUNDLE_LABEL
+from envkit.images.layer_record import entry
 from envkit.engine.protocol import BuildEvent, RunOptions
 from envkit.lock import sealed
 from envkit.resolve import devel

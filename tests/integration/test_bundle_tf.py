@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from envkit.build.wheelhouse import check_wheels
-from envkit.build.bundle_manifest import verify_bundle
+from envkit.images.wheelhouse import check_wheels
+from envkit.images.bundle_manifest import verify_bundle
 from envkit.lock import load_lock
 from tests.integration.conftest import ROOT, envkit
 from tests.integration.test_bundle import assert_pip_installs_from_the_bundle_alone

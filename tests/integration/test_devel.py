@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from envkit.resolve import devel
-from envkit.build.builder import build_image
+from envkit.images.builder import build_image
 from envkit.engine.protocol import Mount, RunOptions
 from envkit.lock import load_lock, sealed
 from tests.integration.conftest import ROOT, remove_built
@@ -113,8 +113,8 @@ def test_torch_cpp_extension_with_a_kernel_builds_and_loads(devel_image, engine,
 def test_devel_builds_offline_from_a_bundle(engine, tmp_path):
     """The devel template's offline variant: toolchain .debs, the toolkit .deb and the nvcc wheels
     all from a bundle, built with no network (a small closure: numpy and the CUDA runtime wheel)."""
-    from envkit.build.bundle import build_from_bundle, make_bundle
-    from envkit.build.bundle_manifest import verify_bundle
+    from envkit.images.bundle import build_from_bundle, make_bundle
+    from envkit.images.bundle_manifest import verify_bundle
     from tests.integration.test_buildkit import collect_created, remove_images
 
     lock, image = _small_devel_lock()

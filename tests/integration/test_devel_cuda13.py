@@ -51,8 +51,8 @@ def test_torch_cpp_extension_with_a_kernel_builds_and_loads(devel13, engine, tmp
 def test_cuda13_devel_builds_offline_from_a_bundle(engine, tmp_path):
     """The CUDA 13 offline variant: no toolkit .deb at all, the compiler's wheels from the bundle's wheelhouse,
     built with no network (a small closure: numpy and the CUDA runtime wheel of the example's torch)."""
-    from envkit.build.bundle import build_from_bundle, make_bundle
-    from envkit.build.bundle_manifest import verify_bundle
+    from envkit.images.bundle import build_from_bundle, make_bundle
+    from envkit.images.bundle_manifest import verify_bundle
     from envkit.index.closure import compile_closure
     from envkit.lock import Package
     from tests.integration.test_buildkit import collect_created, remove_images

@@ -16,8 +16,8 @@ import uuid
 
 import pytest
 
-from envkit.build.builder import build_image
-from envkit.build.wheelhouse import download_wheels
+from envkit.images.builder import build_image
+from envkit.images.wheelhouse import download_wheels
 from envkit.engine.protocol import RunOptions
 from envkit.errors import BuildError
 from envkit.index.urls import DEFAULT_INDEX

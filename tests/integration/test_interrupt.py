@@ -234,7 +234,7 @@ def test_a_buildkit_build_of_an_envkit_killed_outright_is_cancelled(dc, base, tm
 
 BOOTSTRAP = """
 import sys
-from envkit.build.base import bootstrap
+from envkit.images.base import bootstrap
 from envkit.cli import main
 from envkit.engine.docker_engine import connect
 from envkit.lock import BaseImage

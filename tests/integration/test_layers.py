@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from envkit.build.builder import build_image, pick_builder
+from envkit.images.builder import build_image, pick_builder
 from envkit.index.closure import compile_closure
 from envkit.lock import Package, load_lock, sealed
 from tests.integration.conftest import ROOT

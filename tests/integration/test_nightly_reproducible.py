@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from envkit.catalog.files import load_catalog
-from envkit.build.layer_record import record_path
+from envkit.images.layer_record import record_path
 from envkit.lock import write_lock
 from envkit.render.files import image_tag
 from envkit.resolve.plan import spec_digest

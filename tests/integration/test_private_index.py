@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from envkit.build.builder import build_image
-from envkit.build.wheelhouse import download_wheels
+from envkit.images.builder import build_image
+from envkit.images.wheelhouse import download_wheels
 from envkit.engine.protocol import RunOptions
 from envkit.index.urls import DEFAULT_INDEX
 from envkit.lock import Package, sealed

@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 
 from envkit.app.certify import layers_check
-from envkit.build.builder import build_image
-from envkit.build.layer_record import Recorded, write_record
+from envkit.images.builder import build_image
+from envkit.images.layer_record import Recorded, write_record
 from envkit.engine.protocol import RunOptions
 from envkit.errors import BuildError
 from envkit.lock import sealed, write_lock
@@ -32,7 +32,7 @@ ENVIRONMENT = ("cuda", "framework", "extra")
 
 def _locks(numpy: str, framework: tuple[str, ...] = ()):
     """The runtime and devel flavours of the small stack with these framework pins (``lock_with``: each test its
-    own, so no build reuses another test's layers; ``build.layer_reuse`` reuses the lowest groups first)."""
+    own, so no build reuses another test's layers; ``images.layer_reuse`` reuses the lowest groups first)."""
     rt_lock, runtime = lock_with("repro-devel", "4.8.0", numpy=numpy, framework=framework)
     dev = sealed(devel.as_devel(runtime).model_copy(update={"name": "repro-devel-dev"}))
     return (rt_lock, runtime), (rt_lock.model_copy(update={"images": (dev,)}), dev)

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from envkit import frameworks
-from envkit.build.builder import build_image
+from envkit.images.builder import build_image
 from envkit.certify.verdict import decide
 from envkit.payload.harness import expect_from_labels
 from envkit.errors import BuildError, EnvkitError

@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("envkit.resolve",),  # spec + catalog + index -> lock
     ("envkit.payload",),  # the in-image check: its files, its expectations, running it
     ("envkit.render",),  # lock -> build contexts
-    ("envkit.build",),  # contexts -> images (bases, builders, offline bundles)
+    ("envkit.images",),  # contexts -> images (bases, builders, offline bundles)
     ("envkit.certify",),  # the host's verdict, certificates, reports, the run gate
     ("envkit.dispatch",),  # fleet jobs through the team's scheduler (Slurm): jobs, states, runner, fleet verdict
     ("envkit.registry",),  # publish to and read from the team registry, retention

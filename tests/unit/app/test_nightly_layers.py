@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from envkit.app.nightly import LAYERS_DIFFER, CERT_FAILED, EXIT_NAMES, ImageReport, _build, _exit_code, run_nightly
 from envkit.app.nightly_layers import LayerStep
-from envkit.build.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
+from envkit.images.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
 from envkit.cli import main
 from envkit.engine.protocol import ImageInfo
 from envkit.errors import BuildError

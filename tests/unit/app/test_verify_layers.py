@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from envkit.app.certify import layers_check
-from envkit.build.layer_record import Recorded, write_record
+from envkit.images.layer_record import Recorded, write_record
 from envkit.engine.protocol import ImageInfo
 from envkit.lock import write_lock
 from envkit.support.labels import LAYERS_LABEL, REPRODUCIBLE_LAYERS

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envkit.build import bundle as bundle_mod
-from envkit.build.builder import Outcome
-from envkit.build.layer_record import load_record
+from envkit.images import bundle as bundle_mod
+from envkit.images.builder import Outcome
+from envkit.images.layer_record import load_record
 from envkit.engine.protocol import BuildEvent
 from envkit.cli import main
 from envkit.lock import load_lock
 from envkit.app.resolve import Resolved
 from envkit.spec import load_spec
 from tests.conftest import MINIMAL
-from tests.unit.build.test_bundle_frameworks import fake_fetch_pinned
+from tests.unit.images.test_bundle_frameworks import fake_fetch_pinned
 from tests.unit.lockfixtures import make_lock
 
 
@@ -254,7 +254,7 @@ def test_buildkit_without_its_cli_fails_before_resolving(engine, no_buildkit_cli
 def test_auto_is_buildkit_where_it_can_build_else_classic(engine, no_buildkit_cli, monkeypatch):
     """The default builder: BuildKit wherever its CLI can build here, the classic builder elsewhere (never an error);
     BuildKit named where it cannot build is refused, with the way out."""
-    from envkit.build.builder import pick_builder
+    from envkit.images.builder import pick_builder
     from envkit.errors import BuildError
 
     assert pick_builder(engine, "auto") == "classic" and pick_builder(engine, "classic") == "classic"
@@ -305,7 +305,7 @@ def test_nightly_gc_also_reclaims_when_a_build_fills_the_disk(engine, monkeypatc
 
     # with BuildKit the reclaim also prunes the build cache this run has not used; the gc after the run does not
     swept.clear()
-    monkeypatch.setattr("envkit.build.builder.require_builder", lambda *a: None)
+    monkeypatch.setattr("envkit.images.builder.require_builder", lambda *a: None)
     monkeypatch.setattr("envkit.engine.buildkit.BuildKitBuilder.require", lambda self: None)
     before = datetime.now(timezone.utc)
     assert invoke("nightly", "team.yaml", "--gc", "--builder", "buildkit", "--json").exit_code == 10

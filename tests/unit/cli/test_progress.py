@@ -177,7 +177,7 @@ I: Base system installed successfully."""  # (the shape of bookworm minbase's 88
 
 
 def test_debootstraps_lines_give_each_phase_against_the_packages_it_retrieved():
-    from envkit.build.base import DebootstrapCount
+    from envkit.images.base import DebootstrapCount
 
     count = DebootstrapCount()
     phases = [p for p in (count.feed(line) for line in DEBOOTSTRAP.splitlines()) if p is not None]
@@ -189,7 +189,7 @@ def test_debootstraps_lines_give_each_phase_against_the_packages_it_retrieved():
 
 
 def test_the_bootstrap_is_a_bar_on_a_terminal_and_a_line_per_phase_elsewhere(capsys):
-    from envkit.build.base import DebootstrapCount
+    from envkit.images.base import DebootstrapCount
 
     count = DebootstrapCount()
     phases = [p for p in (count.feed(line) for line in DEBOOTSTRAP.splitlines()) if p is not None]
@@ -223,7 +223,7 @@ def test_run_lines_hands_over_each_line_as_it_comes_and_leaves_no_file(tmp_path,
 
 def test_the_nightlys_log_says_a_bootstrap_phase_as_it_starts_and_ends():
     from envkit.app.nightly import _say
-    from envkit.build.base import DebootstrapCount
+    from envkit.images.base import DebootstrapCount
 
     count = DebootstrapCount()
     said = []

@@ -127,7 +127,7 @@ def test_a_full_disk_on_this_host(tmp_path, free):
 def test_debootstrap_that_fills_tmpdir_says_it_was_this_hosts_disk(tmp_path, free, monkeypatch):
     import subprocess
 
-    from envkit.build import base as base_mod
+    from envkit.images import base as base_mod
     from envkit.lock import BaseImage
 
     said = ("W: Failure trying to run: chroot \"/tmp/envkit-rootfs-vm-1-x/rootfs\" dpkg --force-depends --install "
@@ -159,7 +159,7 @@ def test_debootstrap_that_fills_tmpdir_says_it_was_this_hosts_disk(tmp_path, fre
 def test_wheel_downloads_that_fill_the_out_disk_say_it_was_this_hosts(tmp_path, free, monkeypatch):
     import subprocess
 
-    from envkit.build import wheelhouse
+    from envkit.images import wheelhouse
     from tests.unit.lockfixtures import make_image
 
     said = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n"

@@ -142,7 +142,7 @@ def test_uvs_401_is_reported_as_a_login_not_as_an_unsolvable_closure(monkeypatch
 
 
 def test_a_build_that_met_a_401_says_how_to_log_in(netrc):
-    from envkit.build.builder import _login_failure
+    from envkit.images.builder import _login_failure
 
     netrc("machine artifactory.corp.example login ci password tok\n")
     image = make_image(index_url=MIRROR)

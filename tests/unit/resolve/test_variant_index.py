@@ -175,7 +175,7 @@ def test_render_build_and_bundle_use_the_lock_s_mirror(catalog, tmp_path, monkey
     """uv in the build asks the mirror as the resolver did (uv asks --extra-index-url first; an http index needs no
     flag), BuildKit's netrc secret holds the mirror host's login, and a bundle downloads from the mirror, then the
     spec's index."""
-    from envkit.build.wheelhouse import lock_indexes
+    from envkit.images.wheelhouse import lock_indexes
     from envkit.index.login import netrc_for
     from envkit.render.files import _uv_index_flags, index_urls
 

@@ -196,7 +196,7 @@ def test_build_upsert_is_one_row_and_keeps_built(store):
 
 
 def test_record_outcome(store):
-    from envkit.build.builder import Outcome
+    from envkit.images.builder import Outcome
 
     store.record_outcome(Outcome("torch25", "vision/torch25:x", "built", "sha256:b", 5, 2.5),
                          lock_hash="L", context_hash="C")

@@ -72,7 +72,7 @@ def test_leftovers_are_this_hosts_and_users_directories_whose_maker_is_gone(tmp_
 
 
 def test_a_build_with_a_login_first_removes_the_logins_killed_builds_left(tmp_path, monkeypatch):
-    from envkit.build import builder as build
+    from envkit.images import builder as build
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     dead = _dead_pid()

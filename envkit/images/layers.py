@@ -1,7 +1,7 @@
 """Layers as pure functions of their files: what a directory gained since a snapshot, and a tar of it whose bytes
 depend on nothing but the files' paths, contents, modes and links.
 
-A reproducible build (``build.reproducible``) installs each layer group into one directory, snapshots it after each,
+A reproducible build (``images.reproducible``) installs each layer group into one directory, snapshots it after each,
 and writes each group's new or changed entries as a layer tar with ``write_layer``: entries sorted by path, every
 mtime ``epoch``, uid and gid 0 and no user or group names, modes as installed, no PAX access or change times,
 hardlinks as links to the first path of their inode. The tar's sha256 is the layer's diff_id, streamed while it is

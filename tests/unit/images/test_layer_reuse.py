@@ -1,4 +1,4 @@
-"""Which lower environment layers a reproducible build may reuse (``build.layer_reuse``), the archive that names
+"""Which lower environment layers a reproducible build may reuse (``images.layer_reuse``), the archive that names
 them without holding them, and which engines load such an archive: pure logic (the real engine loading it is
 tests/integration/test_reproducible.py)."""
 
@@ -8,12 +8,12 @@ import hashlib
 import json
 import tarfile
 
-from envkit.build import archive
-from envkit.build.layer_reuse import Reuse, find_reusable, group_key, keys_label, lost, parse_keys
+from envkit.images import archive
+from envkit.images.layer_reuse import Reuse, find_reusable, group_key, keys_label, lost, parse_keys
 from envkit.engine.docker_registry import loads_known_layers
 from envkit.engine.protocol import ImageInfo
 from envkit.support.labels import LAYER_KEYS_LABEL, LAYERS_LABEL, REPRODUCIBLE_LAYERS
-from tests.unit.build.test_archive import _config, _saved
+from tests.unit.images.test_archive import _config, _saved
 
 OS = ("sha256:os1", "sha256:os2")
 MARK = b"uv 0.13.9; epoch 315532800\n..."

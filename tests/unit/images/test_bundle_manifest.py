@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envkit.build import bundle as bundle_mod
-from envkit.build.bundle_manifest import MANIFEST, verify_bundle
-from envkit.build.bundle import build_from_bundle
+from envkit.images import bundle as bundle_mod
+from envkit.images.bundle_manifest import MANIFEST, verify_bundle
+from envkit.images.bundle import build_from_bundle
 from envkit.cli import main
 from envkit.errors import BuildError
 

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 EPOCH = 315532800
 REQ = "/tmp/envkit-requirements.txt"  # a group's requirements file, mounted in its install container
 UV = "/tmp/envkit-uv/uv"
-NETRC = "/tmp/envkit-netrc"  # the index logins (build.builder's netrc) in an install container
+NETRC = "/tmp/envkit-netrc"  # the index logins (images.builder's netrc) in an install container
 
 
 def compile_program() -> str:

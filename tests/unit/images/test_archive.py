@@ -1,5 +1,5 @@
-"""The docker-archive envkit assembles (``build.archive``) and the layer record beside a lock
-(``build.layer_record``): pure logic."""
+"""The docker-archive envkit assembles (``images.archive``) and the layer record beside a lock
+(``images.layer_record``): pure logic."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit.build import archive, layer_record
+from envkit.images import archive, layer_record
 from envkit.errors import LockError
 from envkit.render.files import context_for, runtime_env
 from envkit.render.templates import environment
@@ -142,7 +142,7 @@ def test_a_devel_images_environment_is_found_under_its_payload_not_at_the_top():
 
 
 def test_a_remote_engine_is_refused_before_any_work():
-    from envkit.build.builder import build_image
+    from envkit.images.builder import build_image
     from envkit.errors import BuildError
 
     class RemoteEngine:

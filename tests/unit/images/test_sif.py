@@ -4,7 +4,7 @@
 import pytest
 
 from envkit.app.export import default_sif_path
-from envkit.build import sif
+from envkit.images import sif
 from envkit.errors import EngineError
 
 LISTING = """------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ class SavedImage:
 @dataclass(frozen=True)
 class NewLayer:
     """A layer envkit wrote: its tar on disk, its diff_id, and what the history says made it. No path: a layer the
-    engine has on these same layers below it (``build.layer_reuse``), named in the archive's manifest, left out."""
+    engine has on these same layers below it (``images.layer_reuse``), named in the archive's manifest, left out."""
 
     path: Path | None
     diff_id: str

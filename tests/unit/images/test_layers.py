@@ -1,4 +1,4 @@
-"""The deterministic layer tar (``build.layers``), the bytecode step (``build.pycompile``): pure logic on files."""
+"""The deterministic layer tar (``images.layers``), the bytecode step (``images.pycompile``): pure logic on files."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit.build import layers, pycompile
+from envkit.images import layers, pycompile
 from envkit.errors import BuildError
 
 EPOCH = 315532800

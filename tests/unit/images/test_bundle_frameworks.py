@@ -12,10 +12,10 @@ import subprocess
 
 import pytest
 
-from envkit.build import bundle as bundle_mod, wheelhouse
-from envkit.build.wheelhouse import check_wheels, download_wheels
-from envkit.build.bundle import make_bundle
-from envkit.build.bundle_manifest import verify_bundle
+from envkit.images import bundle as bundle_mod, wheelhouse
+from envkit.images.wheelhouse import check_wheels, download_wheels
+from envkit.images.bundle import make_bundle
+from envkit.images.bundle_manifest import verify_bundle
 from envkit.errors import BuildError
 from envkit.lock import Package, sealed
 from envkit.render import installer

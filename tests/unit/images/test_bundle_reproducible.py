@@ -13,12 +13,12 @@ import urllib.request
 
 import pytest
 
-from envkit.build import reproducible
-from envkit.build.bundle import build_from_bundle, make_bundle
-from envkit.build.bundle_manifest import INSTALLER, MANIFEST, file_hashes
+from envkit.images import reproducible
+from envkit.images.bundle import build_from_bundle, make_bundle
+from envkit.images.bundle_manifest import INSTALLER, MANIFEST, file_hashes
 from envkit.errors import BuildError
 from envkit.render import installer
-from tests.unit.build.test_bundle_frameworks import offline_parts  # noqa: F401  (a fixture)
+from tests.unit.images.test_bundle_frameworks import offline_parts  # noqa: F401  (a fixture)
 from tests.unit.lockfixtures import make_lock, make_tf_image
 
 WHEELS = ["typing_extensions-4.7.1-py3-none-any.whl", "torch-2.5.1+cu124-cp311-cp311-linux_x86_64.whl",
