@@ -19,6 +19,10 @@ can only have asked the mirror); ``make_torch_standin`` a few-KiB stand-in of on
 (its name, tags, Requires-Dist pins and arch flags string, no code); ``bundle.download_wheels`` fills the
 directory with a lock's own wheels.
 
+``hold(prefix)`` keeps every download of a file whose name starts with ``prefix`` waiting until ``release()``
+(``held`` is set when the first such request arrives): a test that interrupts an install sends its signal while
+the installer is certainly still running, instead of hoping a real download is slow enough.
+
 With ``upstream`` (e.g. PyPI's simple API) it is also a proxy, as company mirrors are (devpi,
 Artifactory, Nexus; this one caches nothing): a project's page lists its own wheels, then upstream's
 files, each URL pointing back at the mirror, whose files (and ``.metadata``, and byte ranges) it fetches
@@ -144,6 +148,22 @@ class PackageIndexServer:
             self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._hold: str | None = None
+        self.held = threading.Event()  # a held file was asked for
+        self._released = threading.Event()
+
+    def hold(self, prefix: str) -> None:
+        """Keep downloads of files named ``prefix...`` waiting until ``release()``."""
+        self._hold = prefix
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def _wait_if_held(self, name: str) -> None:
+        if self._hold is not None and name.startswith(self._hold) and not name.endswith(".metadata"):
+            self.held.set()
+            self._released.wait(timeout=900)
 
     def basic(self) -> str:
         user, password = self.login or ("", "")
@@ -162,6 +182,7 @@ class PackageIndexServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.release()  # (a held request answers, so shutdown does not wait on it)
         self._server.shutdown()
         self._server.server_close()
         self._session.close()
@@ -298,6 +319,7 @@ def _handler(server: PackageIndexServer):
             elif m := re.fullmatch(re.escape(server.root) + r"/([A-Za-z0-9._-]+)/?", path):
                 found = server.project_page(m.group(1), as_json)
             elif path.startswith("/files/"):
+                server._wait_if_held(path[len("/files/"):])
                 body = server.file(path[len("/files/"):])
                 found = (body, "application/octet-stream") if body is not None else None
                 if body is not None and (part := _byte_range(self.headers.get("Range"), len(body))) is not None:

@@ -17,8 +17,8 @@ import time
 import pytest
 
 from envkit.app.certify import layers_check
-from envkit.build.builder import build_image
-from envkit.build.layer_record import Recorded, record_path, write_record
+from envkit.images.builder import build_image
+from envkit.images.layer_record import Recorded, record_path, write_record
 from envkit.engine.protocol import RunOptions
 from envkit.lock import write_lock
 from tests.integration.test_buildkit import ca_bundle, remove_images, small_lock
@@ -37,7 +37,7 @@ def _build(engine, lock, image, builder):
 def lock_with(name: str, typing_extensions: str, numpy: str = "2.0.*", framework: tuple[str, ...] = ()):
     """The small stack with these pins: typing-extensions the extra group, numpy and ``framework`` (requirements
     without dependencies) the framework's. A build reuses the lowest groups of any reproducible image on the engine
-    with the same packages on the same OS layers (``build.layer_reuse``), so a test that must install a group
+    with the same packages on the same OS layers (``images.layer_reuse``), so a test that must install a group
     gives it packages no other test's image has (tests run in parallel)."""
     from envkit.index.closure import compile_closure
     from envkit.lock import Package, sealed
@@ -145,7 +145,7 @@ def test_one_extra_changed_reuses_the_framework_layer_and_gives_the_layers_of_a_
 ELSEWHERE = """
 import json, os, sys
 os.umask(0o027)
-from envkit.build.builder import build_image
+from envkit.images.builder import build_image
 from envkit.engine.docker_engine import connect
 from tests.integration.test_buildkit import ca_bundle, small_lock
 
@@ -251,47 +251,60 @@ def test_a_failed_install_leaves_no_scratch_container_or_image(engine):
 INTERRUPTED = """
 import sys
 from envkit.engine.docker_engine import connect
-from envkit.build.builder import build_image
+from envkit.images.builder import build_image
+from envkit.lock import load_lock
 from tests.integration.test_buildkit import ca_bundle
-from tests.integration.test_reproducible import lock_with
 
-lock, image = lock_with("repro-int", "4.10.0")  # an extra group no other test's image has: one install to stop
+lock = load_lock(sys.argv[1])
 say = lambda _name, event: print(getattr(event, "text", event), flush=True)
-build_image(connect(), lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, reproducible=True, progress=say)
+build_image(connect(), lock, lock.images[0], "team.yaml", ca_bundle=ca_bundle(), verify=False, reproducible=True,
+            progress=say)
 """
+HELD = "envkit_hold_probe"
 
 
-def test_ctrl_c_during_an_install_removes_the_container_and_the_scratch_directory(engine):
+def test_ctrl_c_during_an_install_removes_the_container_and_the_scratch_directory(engine, tmp_path):
+    """The install is made to wait on purpose: the extra group holds a wheel only a local index has, and the index
+    keeps its download waiting until the test releases it, so Ctrl-C comes while uv certainly runs."""
+    import hashlib
     import signal
     import subprocess
     import sys
     import tempfile
     from pathlib import Path
 
+    from envkit.index.urls import DEFAULT_INDEX
+    from envkit.lock import Package, sealed
     from envkit.support.labels import CONTAINER_LABEL
     from envkit.support.scratch import PREFIX
     from tests.integration.conftest import ROOT
+    from tests.integration.pyindex import PackageIndexServer, bridge_gateway, make_wheel
 
-    _, image = lock_with("repro-int", "4.10.0")
-    tag = f"vision/repro-int:{image.framework_version}-{image.variant}-py{image.python}-{image.hash8}"
-    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    seen = []
-    try:
-        for line in proc.stdout:
-            seen.append(line)
-            if "installing the " in line:  # (the framework group, or the extra one where another test's image
-                # on the same OS layers gave the framework layer to reuse)
-                time.sleep(1)  # the container runs uv
-                proc.send_signal(signal.SIGINT)
-                break
-        rest, _ = proc.communicate(timeout=120)
-        assert proc.returncode != 0 and "KeyboardInterrupt" in rest, "".join(seen) + rest
-        assert not list(Path(tempfile.gettempdir()).glob(f"{PREFIX}repro-repro-int-*-{proc.pid}-*"))
-        assert not engine.client.containers.list(all=True, filters={"label": f"{CONTAINER_LABEL}=build",
-                                                                     "ancestor": f"{tag}-os"})
-        assert engine.inspect(tag) is None
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        remove_images(engine, tag, f"{tag}-os")  # (the image, when the interrupt came too late)
+    wheel = make_wheel(tmp_path / "wheels", HELD, "1.0")
+    with PackageIndexServer(tmp_path / "wheels") as server:
+        server.hold(HELD)
+        lock, image = lock_with("repro-int", "4.10.0")
+        probe = Package(name=HELD.replace("_", "-"), version="1.0", group="extra",
+                        hashes=("sha256:" + hashlib.sha256(wheel.read_bytes()).hexdigest(),))
+        image = sealed(image.model_copy(update={
+            "index_url": server.url(bridge_gateway(engine)), "extra_index_url": DEFAULT_INDEX,
+            "packages": tuple(sorted((*image.packages, probe), key=lambda p: (p.group, p.name)))}))
+        write_lock(lock.model_copy(update={"images": (image,)}), tmp_path / "team.lock")
+        tag = f"vision/repro-int:{image.framework_version}-{image.variant}-py{image.python}-{image.hash8}"
+        proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(tmp_path / "team.lock")], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert server.held.wait(timeout=600), "the install never asked for the held wheel"
+            proc.send_signal(signal.SIGINT)  # uv waits on the held download: the install container runs
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode != 0 and "KeyboardInterrupt" in out, out
+            assert not list(Path(tempfile.gettempdir()).glob(f"{PREFIX}repro-repro-int-*-{proc.pid}-*"))
+            assert not engine.client.containers.list(all=True, filters={"label": f"{CONTAINER_LABEL}=build",
+                                                                         "ancestor": f"{tag}-os"})
+            assert engine.inspect(tag) is None
+        finally:
+            server.release()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            remove_images(engine, tag, f"{tag}-os")  # (the OS stage; the image, had the build got that far)
