@@ -122,6 +122,17 @@ class VerificationError(EnvkitError):
     exit_code = 8
 
 
+class TrustError(VerificationError):
+    """A key cannot be read or made, or a signature or attestation does not verify. Exit 8, as the certification
+    gate's refusals: a certificate that does not verify never counts. ``reason`` is the short why ("unsigned",
+    "signed by unknown key <fingerprint>", "for another image <digest>", "altered after signing",
+    "truncated/malformed envelope", "no trusted key configured", ...)."""
+
+    def __init__(self, message: str, *, reason: str = "", hint: str | None = None, location: Location | None = None):
+        super().__init__(message, hint=hint, location=location)
+        self.reason = reason or message
+
+
 class StoreError(EnvkitError):
     """The history store cannot be opened, migrated or written."""
 

@@ -8,7 +8,7 @@ The stages are layered (``LAYERS``, lowest first): a module may import modules o
 never of a higher one. The order is the pipeline's (``docs/architecture.md``, "Stage order"):
 
     support < the documents (spec, lock, frameworks) < index, engine < catalog < resolve < payload < render
-            < build < certify < registry < store < ops < app < cli
+            < build < trust < certify < registry < store < ops < app < cli
 
 A package's ``__init__.py`` holds no code (a docstring), so that importing one module of a package never runs its
 siblings; ``envkit/__init__.py`` (the version) and ``envkit/cli/__init__.py`` (the ``envkit`` command, the entry
@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("envkit.payload",),  # the in-image check: its files, its expectations, running it
     ("envkit.render",),  # lock -> build contexts
     ("envkit.images",),  # contexts -> images (bases, builders, offline bundles)
+    ("envkit.trust",),  # keys, cosign signatures, in-toto attestations in DSSE envelopes, their verification
     ("envkit.certify",),  # the host's verdict, certificates, reports, the run gate
     ("envkit.dispatch",),  # fleet jobs through the team's scheduler (Slurm): jobs, states, runner, fleet verdict
     ("envkit.registry",),  # publish to and read from the team registry, retention
