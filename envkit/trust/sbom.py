@@ -99,7 +99,8 @@ def _wheel(package: Package, indexes: list[str]) -> Component:
     purl = wheel_purl(package, indexes[0] if len(indexes) == 1 else None)
     return Component(
         type=ComponentType.LIBRARY, name=package.name, version=package.version, purl=purl, bom_ref=purl.to_string(),
-        hashes=[HashType(alg=HashAlgorithm.SHA_256, content=h.removeprefix("sha256:")) for h in package.hashes],
+        hashes=[HashType(alg=HashAlgorithm.SHA_256, content=h.removeprefix("sha256:")) for h in package.hashes
+                if h.startswith("sha256:")],
         external_references=[ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(url))
                              for url in indexes],
         properties=[Property(name=PROPERTY_PREFIX + "group", value=package.group)])
@@ -116,7 +117,9 @@ def _subject(image: LockedImage, ref: str, manifest_digest: str | None) -> Compo
     """The BOM's own component: the image, by the reference given and its manifest digest when known."""
     purl = None
     if manifest_digest:
-        repository, _, _ = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
+        repository = ref.split("@", 1)[0]
+        if ":" in repository.rsplit("/", 1)[-1]:  # a tag after the last slash, not a registry's port
+            repository = repository.rsplit(":", 1)[0]
         name = repository.rsplit("/", 1)[-1]
         purl = PackageURL(type="oci", name=name, version=manifest_digest,
                           qualifiers={"repository_url": repository} if repository != name else None)
@@ -135,13 +138,15 @@ def image_sbom(image: LockedImage, debs: tuple[DebPackage, ...], *, ref: str, ma
     distro = image.base.suite or None
     wheels = {c.bom_ref.value: c for c in (_wheel(p, indexes) for p in image.packages)}
     packages = {c.bom_ref.value: c for c in (_deb(d, distro) for d in debs)}
+    subject = _subject(image, ref, manifest_digest)
     metadata = BomMetaData(
-        component=_subject(image, ref, manifest_digest), timestamp=created or datetime.now(timezone.utc),
+        component=subject, timestamp=created or datetime.now(timezone.utc),
         properties=[Property(name=PROPERTY_PREFIX + "lock_hash", value=image.hash),
                     Property(name=PROPERTY_PREFIX + "image", value=image.name),
                     Property(name=PROPERTY_PREFIX + "envkit_version", value=__version__)])
     metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="envkit", version=__version__))
     bom = Bom(metadata=metadata, components=[*wheels.values(), *packages.values()])
+    bom.register_dependency(subject, [*wheels.values(), *packages.values()])  # the image holds them all
     document: dict = json.loads(JsonV1Dot6(bom).output_as_string())
     return document
 
