@@ -22,7 +22,7 @@ from ..index.closure import compile_closure
 from ..errors import EnvkitError, LockError, PackageIndexError, ResolutionError, SpecError
 from ..index.urls import DEFAULT_INDEX
 from ..index.client import PackageIndex
-from ..index.sizes import with_sizes
+from ..index.sizes import uv_known, with_sizes
 from ..index.login import check_netrc, check_netrc_text, keyring_logins
 from ..support.atomic import check_writable
 from ..lock import Lock, LockedImage, load_lock, lock_changes, write_lock
@@ -66,11 +66,22 @@ class Resolved:
 
 
 def load(spec_path: Path) -> tuple[Spec, Catalog]:
-    spec = load_spec(spec_path)
-    catalog = load_catalog()
+    """The spec, checked against the catalog (``check_spec``), for a command that does not plan it."""
+    spec, catalog = _read(spec_path)
+    check_spec(spec, catalog)
+    return spec, catalog
+
+
+def _read(spec_path: Path) -> tuple[Spec, Catalog]:
+    """The spec and the catalog, not yet checked together: ``plan`` checks them when it runs, ``check_spec`` when
+    it does not (each is checked once per command)."""
+    return load_spec(spec_path), load_catalog()
+
+
+def check_spec(spec: Spec, catalog: Catalog) -> None:
+    """The checks of the spec that need the catalog, as ``plan`` makes them first: frameworks and fleet GPUs."""
     check_frameworks(spec)
     check_gpus(spec, catalog)
-    return spec, catalog
 
 
 def drift(spec: Spec, catalog: Catalog, lock: Lock) -> list[str]:
@@ -91,21 +102,15 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
                  progress: Progress = lambda _: None) -> Resolved:
     """Resolve the spec and write its lock (or reuse a lock that still matches). ``locked``: use the lock as it
     is, never writing it; a missing or stale one is a ``LockError`` (exit 5) saying why."""
-    spec, catalog = load(spec_path)
+    spec, catalog = _read(spec_path)  # checked by plan when resolving, by check_spec when not
     lock_path = lock_path_for(spec_path, lock_path)
     if locked:
         return _locked(spec_path, spec, catalog, lock_path, progress)
-    if reuse and lock_path.exists():
-        # a lock that cannot be read (corrupt, edited by hand) is an error, never silently replaced: `envkit resolve`
-        # rewrites it on purpose; a readable lock that no longer matches (drift) is re-resolved, as asked
-        try:
-            lock = load_lock(lock_path)
-        except LockError as exc:
-            raise LockError(exc.message, hint=f"`envkit resolve {spec_path}` writes a new one; envkit does not "
-                                              "overwrite a lock it cannot read on its own") from None
-        if not drift(spec, catalog, lock):
-            progress(f"{lock_path} is up to date")
-            return Resolved(spec, lock, lock_path, True)
+    previous = _current(spec_path, spec, catalog, lock_path) if reuse and lock_path.exists() else None
+    if previous is not None and not drift(spec, catalog, previous):
+        check_spec(spec, catalog)
+        progress(f"{lock_path} is up to date")
+        return Resolved(spec, previous, lock_path, True)
     check_writable(lock_path)  # before minutes of resolving, not after
     if note := env_ca_skip_note(spec):
         progress(note)
@@ -129,13 +134,27 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
     try:
         with keyring_logins(logins):
             lock = resolve(spec, catalog, index, closure=functools.partial(compile_closure, ca_bundle=ca),
-                           index_for=index_for, sizes=lambda image: with_sizes(image, index_for))
+                           index_for=index_for, sizes=lambda image: with_sizes(image, index_for, uv_known(ca)))
     except (PackageIndexError, ResolutionError) as exc:
         _unreachable_variant(exc, spec, catalog)
         raise
-    moved = lock_changes(_previous(lock_path), lock) if lock_path.exists() else None
+    if previous is None and lock_path.exists():
+        previous = _previous(lock_path)
+    moved = lock_changes(previous, lock) if lock_path.exists() else None
     write_lock(lock, lock_path)
     return Resolved(spec, lock, lock_path, False, moved)
+
+
+def _current(spec_path: Path, spec: Spec, catalog: Catalog, lock_path: Path) -> Lock:
+    """The lock on disk, read once: for the drift check, then for what a resolve moved. A lock that cannot be read
+    (corrupt, edited by hand) is an error, never silently replaced: `envkit resolve` rewrites it on purpose; a
+    readable lock that no longer matches (drift) is re-resolved, as asked."""
+    try:
+        return load_lock(lock_path)
+    except LockError as exc:
+        check_spec(spec, catalog)  # the spec's own error first
+        raise LockError(exc.message, hint=f"`envkit resolve {spec_path}` writes a new one; envkit does not "
+                                          "overwrite a lock it cannot read on its own") from None
 
 
 def _previous(lock_path: Path) -> Lock | None:
@@ -201,6 +220,7 @@ def _unreachable_variant(exc: EnvkitError, spec: Spec, catalog: Catalog) -> None
 
 
 def _locked(spec_path: Path, spec: Spec, catalog: Catalog, lock_path: Path, progress: Progress) -> Resolved:
+    check_spec(spec, catalog)  # (no plan runs: the lock is used as it is)
     if not lock_path.exists():
         raise LockError(f"--locked needs a lock at {lock_path}, and there is none",
                         hint=f"run `envkit resolve {spec_path}` first (and commit the lock), or drop --locked")
@@ -215,7 +235,7 @@ def _locked(spec_path: Path, spec: Spec, catalog: Catalog, lock_path: Path, prog
 
 def explain(spec_path: Path, image: str) -> ImagePlan:
     """The plan for one image: every choice and rejected alternative (catalog only, no network)."""
-    spec, catalog = load(spec_path)
+    spec, catalog = _read(spec_path)  # (plan checks them)
     spec.image(image)
     return plan(spec, catalog, only=[image])[0]
 

@@ -45,6 +45,7 @@ class WheelFile:
     has_metadata: bool
     yanked: bool
     size: int | None = None  # bytes, as the listing gives it (PEP 700's ``size``; older indexes give none)
+    upload_time: str | None = None  # ISO 8601, as the listing gives it (PEP 700's ``upload-time``)
 
     def supports(self, python: str, glibc: str, machine: str = "x86_64") -> bool:
         """Installable on CPython ``python`` (e.g. '3.11') with glibc ``glibc`` (e.g. '2.36')."""
@@ -64,6 +65,16 @@ class WheelFile:
                 if p.endswith(machine) and _manylinux_ok(p, glibc_t):
                     return True
         return False
+
+
+def _release_versions(doc: dict) -> list[Version]:
+    out = set()
+    for text in doc.get("versions") or ():
+        try:
+            out.add(Version(text))
+        except InvalidVersion:
+            continue
+    return sorted(out, reverse=True)
 
 
 def _cp_version(interp: str) -> tuple[int, ...]:
@@ -105,6 +116,7 @@ class PackageIndex:
             cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "envkit" / "metadata"
         )
         self._projects: dict[str, list[WheelFile]] = {}
+        self._releases: dict[str, list[Version]] = {}
         self.bytes_fetched = 0  # response bodies read through this client, for reports
 
     # --- listing ----------------------------------------------------------------------
@@ -129,7 +141,9 @@ class PackageIndex:
         if not resp.ok or "json" not in resp.headers.get("content-type", ""):
             raise PackageIndexError(f"{url} answered {resp.status_code} without the simple JSON API")
         files = []
-        for f in resp.json().get("files", []):
+        doc = resp.json()
+        self._releases[project] = _release_versions(doc)
+        for f in doc.get("files", []):
             name = f["filename"]
             if not name.endswith(".whl"):
                 continue
@@ -146,6 +160,7 @@ class PackageIndex:
                 has_metadata=bool(f.get("core-metadata") or f.get("dist-info-metadata")),
                 yanked=bool(f.get("yanked")),
                 size=f["size"] if isinstance(f.get("size"), int) and f["size"] >= 0 else None,
+                upload_time=f["upload-time"] if isinstance(f.get("upload-time"), str) else None,
             ))
         self._projects[project] = files
         return files
@@ -153,6 +168,12 @@ class PackageIndex:
     def versions(self, project: str) -> list[Version]:
         """Every non-yanked version with at least one wheel, newest first."""
         return sorted({w.version for w in self.wheels(project) if not w.yanked}, reverse=True)
+
+    def releases(self, project: str) -> list[Version]:
+        """Every version the listing names, with a wheel or not (PEP 700's ``versions``; else those of its wheels),
+        newest first: what a requirement admits before wheels are asked for."""
+        self.wheels(project)
+        return self._releases[project] or self.versions(project)
 
     def wheel_for(self, project: str, version: Version, python: str, glibc: str) -> WheelFile | None:
         """The wheel ``project==version`` installs here. As PEP 440's ``==`` (and pip) read it, a ``version``

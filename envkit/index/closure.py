@@ -18,6 +18,7 @@ import re
 import shutil
 import sys
 import sysconfig
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,50 @@ def _cause(stderr: str) -> str:
     lines = [ln for ln in stderr.strip().splitlines() if not ln.startswith("error: No solution found")]
     text = "\n".join(lines).strip()
     return text.removeprefix("cause:").strip()
+
+
+@dataclass(frozen=True)
+class LockedWheel:
+    """One wheel uv would install for a pin, as uv's PEP 751 output (``pylock.toml``) describes it."""
+    name: str
+    version: str
+    sha256: str
+    size: int | None
+    upload_time: str | None  # ISO 8601, as the index's listing gives it (PEP 700)
+
+
+def locked_wheels(pins: list[tuple[str, str]], *, python: str, glibc: str, index_url: str,
+                  extra_index_url: str | None = None, machine: str = "x86_64", ca_bundle: Path | None = None,
+                  offline: bool = True) -> list[LockedWheel]:
+    """The wheel uv picks for each exact pin ``(name, version)`` on the image's Python and platform, with its size
+    and upload time: ``uv pip compile --no-deps --format pylock.toml`` of the pins. ``offline``: from uv's own
+    cache alone (the closure's solve has just read every listing: a fraction of a second for a whole image).
+    Raises ``ClosureError`` when uv cannot answer (offline: a listing uv has not cached)."""
+    platform = f"{machine}-manylinux_{_uv_glibc(glibc).replace('.', '_')}"
+    with scratch.directory("wheels") as tmp:
+        req_in = Path(tmp) / "pins.txt"
+        req_in.write_text("".join(f"{name}=={version}\n" for name, version in pins))
+        out = Path(tmp) / "pylock.toml"
+        cmd = [uv_binary(), "pip", "compile", str(req_in), "--quiet", "--no-header", "--no-deps", "--only-binary",
+               ":all:", "--python-version", python, "--python-platform", platform, "--no-config", "-o", str(out)]
+        cmd += uv_index_args(index_url, extra_index_url) + (["--offline"] if offline else [])
+        if ca_bundle is not None:
+            cmd += ["--cert", str(ca_bundle)]
+        env = dict(os.environ)
+        env.setdefault("UV_NATIVE_TLS", "1")
+        proc = procs.run(cmd, env=env)
+        if proc.returncode != 0:
+            raise ClosureError("uv could not list the locked wheels: " + " ".join(proc.stderr.split())[-300:],
+                               cause=proc.stderr)
+        doc = tomllib.loads(out.read_text())
+    return [LockedWheel(str(canonicalize_name(p["name"])), str(p.get("version", "")), w["hashes"]["sha256"],
+                        w.get("size") if isinstance(w.get("size"), int) else None,
+                        _iso(w.get("upload-time")))
+            for p in doc.get("packages", []) for w in p.get("wheels", []) if "sha256" in w.get("hashes", {})]
+
+
+def _iso(value: object) -> str | None:
+    return value.isoformat() if hasattr(value, "isoformat") else (str(value) if value else None)
 
 
 UV_MAX_GLIBC = (2, 40)  # the newest manylinux target uv names; no wheel needs newer yet

@@ -1,4 +1,8 @@
-"""Each locked package's wheel size in bytes, read from the index at resolve time.
+"""Each locked package's wheel size in bytes, read at resolve time.
+
+First from uv's own answer (``known``: ``closure.locked_wheels``, uv's PEP 751 output for the locked pins, read from
+the cache uv's solve has just filled: a fraction of a second for an image), then, for what that leaves unknown, from
+the indexes' listings.
 
 The lock's hashes name every file of a release that uv saw; the wheel the build installs is the one whose sha256 is
 among them and whose tags fit the image's Python and glibc. Its size comes from the index's listing (PEP 700's
@@ -11,11 +15,14 @@ a size the indexes do not give stays unknown (``None``) rather than failing the 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Callable, Iterable
 
-from ..errors import PackageIndexError
+from pathlib import Path
+
+from ..errors import PackageIndexError, ResolutionError
 from ..lock import LockedImage, Package
 from .client import PackageIndex
+from .closure import locked_wheels
 
 WORKERS = 8  # listings asked at once (each is one GET per project, plus a HEAD when the listing has no size)
 
@@ -39,15 +46,43 @@ def wheel_size(indexes: list[PackageIndex], package: Package, python: str, glibc
     return None
 
 
-def with_sizes(image: LockedImage, index_for: Callable[[str], PackageIndex]) -> LockedImage:
-    """``image`` with each package's wheel size, where an index gives it (a package that has one keeps it). The
-    content hash is unchanged: sizes are not part of it."""
+Known = Callable[[LockedImage], Iterable[tuple[str, int | None]]]  # (sha256, size) of wheels already described
+
+
+def with_sizes(image: LockedImage, index_for: Callable[[str], PackageIndex], known: Known | None = None) -> LockedImage:
+    """``image`` with each package's wheel size: a package that has one keeps it; then ``known``'s (the wheel whose
+    sha256 is among the package's hashes); then an index's listing. The content hash is unchanged: sizes are not
+    part of it."""
+    by_hash = {sha: size for sha, size in (known(image) if known is not None else ()) if size is not None}
+
+    def from_known(p: Package) -> int | None:
+        return p.size if p.size is not None else max(
+            (by_hash[h] for h in (x.removeprefix("sha256:") for x in p.hashes) if h in by_hash), default=None)
+
+    first = [from_known(p) for p in image.packages]
     urls = list(dict.fromkeys(u for u in (image.index_url, image.extra_index_url) if u))
-    indexes = [index_for(u) for u in urls]
+    indexes = [index_for(u) for u in urls] if None in first else []
     glibc = image.glibc
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        sizes = list(pool.map(lambda p: p.size if p.size is not None else wheel_size(indexes, p, image.python, glibc),
-                              image.packages))
+        sizes = list(pool.map(lambda pk: pk[1] if pk[1] is not None else wheel_size(indexes, pk[0], image.python,
+                                                                                     glibc),
+                              zip(image.packages, first)))
     packages = tuple(p if p.size == size else p.model_copy(update={"size": size})
                      for p, size in zip(image.packages, sizes))
     return image.model_copy(update={"packages": packages})
+
+
+def uv_known(ca_bundle: Path | None = None) -> Known:
+    """``known`` from uv: the wheels uv picks for the image's pins (``closure.locked_wheels``), from uv's cache, else
+    asked of the indexes once; nothing when uv cannot say (the listings then answer, package by package)."""
+    def known(image: LockedImage) -> list[tuple[str, int | None]]:
+        pins = [(p.name, p.version) for p in image.packages]
+        for offline in (True, False):
+            try:
+                wheels = locked_wheels(pins, python=image.python, glibc=image.glibc, index_url=image.index_url,
+                                       extra_index_url=image.extra_index_url, ca_bundle=ca_bundle, offline=offline)
+            except (ResolutionError, OSError):
+                continue
+            return [(w.sha256, w.size) for w in wheels]
+        return []
+    return known

@@ -50,6 +50,7 @@ class Index(Protocol):
     url: str
 
     def versions(self, project: str) -> list[Version]: ...
+    def releases(self, project: str) -> list[Version]: ...
     def wheel_for(self, project: str, version: Version, python: str, glibc: str) -> WheelFile | None: ...
     def requires(self, wheel: WheelFile) -> list[Requirement]: ...
 
@@ -343,6 +344,12 @@ def far_behind(locked: str, newest: str) -> bool:
     return old[0] < new[0] or (old[0] == new[0] and new[1] - old[1] >= FAR_MINORS)
 
 
+def admits(spec: SpecifierSet, version: Version) -> bool:
+    """PEP 440's rule for choosing among releases: a pre-release only when ``spec`` names one (packaging >= 26's
+    ``contains`` alone admits one when asked about it by itself)."""
+    return spec.contains(version, prereleases=spec.prereleases is True)
+
+
 def newest_admitted(index: Index, requirement: str, python: str, glibc: str, paired: str = "") -> str | None:
     """The newest release ``requirement`` admits (no pre-releases unless it names one) with a wheel for the image;
     for a companion, of those ``paired`` (the catalog's specifier) admits too. None when the index cannot list it."""
@@ -351,7 +358,7 @@ def newest_admitted(index: Index, requirement: str, python: str, glibc: str, pai
     spec = req.specifier & SpecifierSet(paired)
     try:
         for v in index.versions(name):
-            if spec.contains(v) and index.wheel_for(name, v, python, glibc) is not None:
+            if admits(spec, v) and index.wheel_for(name, v, python, glibc) is not None:
                 return str(v)
     except (PackageIndexError, InvalidVersion):
         return None

@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from .. import __version__
-from . import devel, joint
+from . import devel, joint, releases
 from .joint import Index
 from .candidates import Candidate, candidates
 from ..catalog.models import Catalog, vtuple
@@ -51,11 +51,13 @@ def resolve(spec: Spec, catalog: Catalog, index: Index, *, closure: Closure = co
     plans = plan(spec, catalog, only)
     pool = ThreadPoolExecutor(max_workers=IMAGE_WORKERS)
     try:
-        futures = [pool.submit(lock_image, p, index, catalog, closure, index_for, spec.fleet.min_driver, arch_reader,
-                               held_back=spec.build.held_back or "show") for p in plans]
+        def locked(p: ImagePlan) -> LockedImage:  # sizes read as soon as the image is locked, beside the others'
+            image = lock_image(p, index, catalog, closure, index_for, spec.fleet.min_driver, arch_reader,
+                               held_back=spec.build.held_back or "show")
+            return sizes(image) if sizes is not None else image
+
+        futures = [pool.submit(locked, p) for p in plans]
         images = [_locked(spec, p, f) for p, f in zip(plans, futures)]
-        if sizes is not None:
-            images = list(pool.map(sizes, images))
     finally:  # interrupted or failed: start nothing more, and wait for the solves already running to end
         pool.shutdown(wait=True, cancel_futures=True)
     return Lock(team=spec.team, spec_digest=spec_digest(spec), catalog_digest=catalog.digest,
@@ -138,17 +140,21 @@ def _bundled(p: ImagePlan, fw_index: Index, decisions: list[Decision]) -> tuple[
 
 
 def _extras_decisions(p: ImagePlan, t: joint.Target, solved: joint.Joint, newest: dict[str, Future],
-                      catalog: Catalog, index: Index, closure: Closure, *, held_back: str) -> list[Decision]:
-    """A decision per pip: package (its version against the newest it admits); ``held_back='refuse'`` fails on one
-    held far behind."""
+                      latest: dict[str, Future], catalog: Catalog, index: Index, closure: Closure, *,
+                      held_back: str) -> list[Decision]:
+    """A decision per pip: package (its version against the newest it admits); a pre-release no entry names is
+    refused; ``held_back='refuse'`` fails on one held far behind."""
     c = p.chosen
     pairing = catalog.companions(c.framework, c.version)
     newest_now = {n: f.result() for n, f in newest.items()}
+    latest_now = {n: f.result() for n, f in latest.items()}
     for extra in t.extras:  # a companion's newest is the newest that pairs with this release (index cached)
         n = canonicalize_name(Requirement(extra).name)
         if n in pairing:
             newest_now[n] = joint.newest_admitted(index, extra, p.python, p.os.glibc, pairing[n])
-    reports = joint.report_extras(t, solved, newest_now, closure)
+            latest_now[n] = None  # the catalog's pairing decides a companion, not the index's newest
+    releases.refuse_prereleases(t, solved.pins, newest_now, latest_now, index)
+    reports = releases.mark_stale(t, joint.report_extras(t, solved, newest_now, closure), latest_now, index)
     if held_back == "refuse":
         joint.refuse_held_back(reports)
     return [r.decision for r in reports]
@@ -163,10 +169,12 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
     caps = functools.partial(_caps, policy=p.policy, top=catalog.max_cuda_for_driver(min_driver))
     t = joint.Target(p.target.name, tuple(p.target.pip), p.python, p.os.glibc, caps)
     newest: dict[str, Future] = {}
+    latest: dict[str, Future] = {}
     with ThreadPoolExecutor(max_workers=8) as pool:
         for extra in t.extras:  # asked of the index while uv solves
-            newest[canonicalize_name(Requirement(extra).name)] = pool.submit(
-                joint.newest_admitted, index, extra, p.python, p.os.glibc)
+            name = canonicalize_name(Requirement(extra).name)
+            newest[name] = pool.submit(joint.newest_admitted, index, extra, p.python, p.os.glibc)
+            latest[name] = pool.submit(releases.newest_release, index, extra)
         solved = _solve_with_extras(p, t, catalog, index, closure) if t.extras else None
         if solved is not None and solved.candidate != p.chosen:
             p = choose(p, solved.candidate, catalog, solved.why)
@@ -188,7 +196,8 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         else:
             closed = list(solved.pins)
             own = framework_group(closed, c.framework)  # the framework's closure, as the extras allowed it
-            decisions += _extras_decisions(p, t, solved, newest, catalog, index, closure, held_back=held_back)
+            decisions += _extras_decisions(p, t, solved, newest, latest, catalog, index, closure,
+                                           held_back=held_back)
     packages = [Package(name=x.name, version=x.version, hashes=x.hashes,
                         group="framework" if x.name in own else "extra") for x in closed]
     fw = [x for x in closed if x.name in own]

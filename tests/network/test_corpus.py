@@ -38,6 +38,8 @@ REFUSES = {
     "no-wheel-for-python": (4, "numpy", "the newest release of numpy with a wheel for it is"),
     "unpaired-companion": (4, "torchaudio", "torchaudio==2.8.* pairs with no torch build"),
     "held-back": (4, "transformers", "far behind"),  # build.held_back: refuse
+    # the only wheels for the image are 2020 dev releases: never locked unless the entry names one (PEP 440)
+    "prerelease-only-wheel": (4, "deepspeed", "a pre-release (uploaded 2020-11-11"),
 }
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from envkit.index.sizes import with_sizes
+from envkit.index.closure import locked_wheels
+from envkit.index.sizes import uv_known, with_sizes
 from envkit.lock import Package, load_lock, wheel_bytes, write_lock
 from tests.unit.index.test_index import build_wheel, make_index, server  # noqa: F401 (the fixture)
 from tests.unit.lockfixtures import make_image, make_lock
@@ -92,3 +93,29 @@ def test_glibc_of_a_locks_platform():
 
     for platform, glibc in (("x86_64-manylinux_2_36", "2.36"), ("x86_64-manylinux_2_28", "2.28")):
         assert make_image().model_copy(update={"platform": platform}).glibc == glibc
+
+
+def test_sizes_uv_already_gave_need_no_listing(server, tmp_path):
+    wheel = build_wheel("alpha", "1.0", [], tag=TAG, pad=1000)
+    server.add("alpha", wheel)
+    image = _image(server, {"alpha": wheel})
+    sized = with_sizes(image, lambda url: make_index(server, tmp_path), known=lambda img: [(wheel.sha256, 4242)])
+    assert sized.packages[0].size == 4242
+    assert server.hits == []  # uv's answer alone: no listing asked
+
+
+def test_uv_describes_the_locked_wheels_and_a_size_it_lacks_comes_from_the_listing(server, tmp_path, monkeypatch):
+    """``uv_known``: uv's PEP 751 output for the pins (a real uv against a real index on 127.0.0.1), offline from
+    its cache first; what it cannot say falls back to the listing."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    alpha = build_wheel("alpha", "1.0", [], tag=TAG, pad=1000)
+    beta = build_wheel("beta", "1.0", [], tag=TAG, pad=2000)
+    server.add("alpha", alpha)
+    server.add("beta", beta, with_size=False)
+    image = _image(server, {"alpha": alpha, "beta": beta})
+    wheels = {w.name: w for w in locked_wheels([("alpha", "1.0"), ("beta", "1.0")], python="3.11", glibc="2.36",
+                                               index_url=server.url + "/simple/", offline=False)}
+    assert wheels["alpha"].sha256 == alpha.sha256 and wheels["alpha"].size == len(alpha.data)
+    assert wheels["beta"].size is None  # the listing gives none: uv says none
+    sized = with_sizes(image, lambda url: make_index(server, tmp_path), known=uv_known())
+    assert [p.size for p in sized.packages] == [len(alpha.data), len(beta.data)]  # beta: a HEAD

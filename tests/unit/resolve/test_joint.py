@@ -82,6 +82,9 @@ class FakeIndex:
     def versions(self, project):
         return [Version(v) for v, _ in self.wheels.get(project, [])]
 
+    def releases(self, project):
+        return self.versions(project)
+
     def wheel_for(self, project, version, python, glibc):
         return next((object() for v, ok in self.wheels.get(project, []) if Version(v) == version and ok), None)
 

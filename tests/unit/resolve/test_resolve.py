@@ -115,6 +115,10 @@ class FakeIndex:
         return sorted((Version(p) for r in self.catalog.torch_releases() for p in r.patches if self._tag(p)),
                       reverse=True)
 
+    def releases(self, project: str) -> list[Version]:  # every release has a wheel here
+        return sorted((Version(p) for r in self.catalog.torch_releases() for p in r.patches if self._tag(p)),
+                      reverse=True)
+
     def wheel_for(self, project: str, version, python: str, glibc: str):
         self.calls.append(("wheel_for", project, str(version), python, glibc))
         cp = "cp" + python.replace(".", "")
