@@ -13,6 +13,8 @@ A bundle directory holds (docs/images.md):
       wheelhouse/            every wheel pip installs, sha256-checked against the lock
       debs/<stage>/          the Debian packages each stage installs, resolved against the base
     installer/             the pinned uv wheel for the image's machine (``--reproducible`` installs with it)
+    attestations/          the signed documents of the image, when given: DSSE envelopes (certificates, SBOM,
+                           provenance) and signatures, as their signer made them (``bundle_attestations`` reads them)
 
 ``make_bundle`` needs the network (the package index and the Debian mirror);
 ``build_from_bundle`` does not: it checks every file against the manifest, loads the base
@@ -29,7 +31,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 
 from .. import __version__
@@ -50,8 +52,9 @@ from ..render import installer
 from ..render.files import context_for, context_hash, image_tag, install_packages, render_files
 from ..support.download import fetch_pinned
 from ..support.progress import Progress, phase_lines
-from .bundle_manifest import (BASE_ARCHIVE, BUNDLE_LABEL, BUNDLE_VERSION, CONTEXT, DOCKERFILES, INSTALLER, LOCK_FILE,
-                              MANIFEST, REMAKE_HOW, is_bundle, sha256_of, file_hashes, verify_bundle)
+from .bundle_manifest import (ATTESTATIONS, BASE_ARCHIVE, BUNDLE_LABEL, BUNDLE_VERSION, CONTEXT, DOCKERFILES, INSTALLER,
+                              LOCK_FILE, MANIFEST, REMAKE_HOW, check_attestation_name, is_bundle, sha256_of,
+                              file_hashes, verify_bundle)
 from .wheelhouse import lock_indexes, download_wheels
 
 if TYPE_CHECKING:
@@ -78,13 +81,14 @@ if [ -n "$DEVEL_PACKAGES" ]; then fetch devel $DEVEL_PACKAGES; fi
 
 def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, ca_bundle: Path | None,
                 spec_name: str = "team.yaml", extra_index_url: str | None = None, record: Recorded | None = None,
-                progress: Progress = lambda _: None) -> Path:
+                attestations: Mapping[str, bytes] | None = None, progress: Progress = lambda _: None) -> Path:
     """Export what an offline rebuild of ``image_name`` needs into ``out_dir`` (replaced atomically).
 
     Wheels come from the lock's index, then ``extra_index_url`` (the spec's index, where the resolver
     found the extras of a framework on an index of its own, e.g. a PyTorch variant's); every file is
     checked against the lock's hashes, whichever index served it. ``record``: the image's entry of the lock's layer
-    record, carried beside the bundle's lock.
+    record, carried beside the bundle's lock. ``attestations``: signed documents of the image (file name -> bytes, as
+    the signer made them), carried in ``attestations/`` and hashed into the manifest.
 
     The bundle is made in a directory beside ``out_dir`` and renamed into place only when whole;
     an existing ``out_dir`` is replaced only when it is empty or an envkit bundle.
@@ -92,6 +96,7 @@ def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, c
     image = lock.image(image_name)
     out_dir = Path(out_dir).absolute()
     check_replaceable(out_dir)
+    carried = {check_attestation_name(name): data for name, data in (attestations or {}).items()}
     lock = lock.model_copy(update={"images": (image,)})
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -107,6 +112,7 @@ def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, c
         write_atomic(staging / LOCK_FILE, lock.to_bytes())
         if record is not None:
             write_record(staging / LOCK_FILE, [record])
+        write_attestations(staging, carried)
         context = staging / CONTEXT
         for rel, data in render_files(lock, image, spec_name, wheelhouse=True).items():
             (context / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -150,6 +156,13 @@ def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, c
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out_dir
+
+
+def write_attestations(bundle_dir: Path, attestations: Mapping[str, bytes]) -> None:
+    """Each signed document into ``attestations/`` (none: no directory), before the manifest hashes the bundle."""
+    for name, data in attestations.items():
+        (bundle_dir / ATTESTATIONS).mkdir(exist_ok=True)
+        write_atomic(bundle_dir / ATTESTATIONS / check_attestation_name(name), data)
 
 
 def _staging_prefix(out_dir: Path, pid: int | None = None) -> str:

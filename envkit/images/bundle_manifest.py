@@ -1,11 +1,12 @@
 """What an offline bundle is, checked before any of it is used: its layout (``manifest.json``, ``envkit.lock``,
-``base.tar``, ``context/``), the manifest's shape (``Manifest``) and every file's sha256 against it
-(``verify_bundle``: nothing changed, missing or added)."""
+``base.tar``, ``context/``, ``attestations/``), the manifest's shape (``Manifest``) and every file's sha256 against
+it (``verify_bundle``: nothing changed, missing or added)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +25,11 @@ CONTEXT = "context"
 LAYER_RECORD = record_path(Path(LOCK_FILE)).name  # the image's entry of the lock's layer record, when carried
 INSTALLER = "installer"  # the pinned uv wheel for the image's arch (`bundle build --reproducible` installs with it)
 DOCKERFILES = {"classic": "Dockerfile", "buildkit": "buildkit.Dockerfile"}
+# The signed documents of what the bundle holds, as their signer made them (DSSE envelopes of the image's
+# certificates, SBOM and provenance; cosign signatures), one file each, by a plain name: hashed into the manifest
+# like every file; whether each verifies, and with which key, is the trust gate's to say, as for the registry's
+ATTESTATIONS = "attestations"
+_ATTESTATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 BUNDLE_LABEL = "io.envkit.bundle"  # the manifest's sha256, on images built from a bundle
 _Digest = Field(pattern=r"^sha256:[0-9a-f]{64}$")
 
@@ -126,3 +132,19 @@ def bundle_size(bundle_dir: Path) -> int:
     return sum(p.stat().st_size for p in Path(bundle_dir).rglob("*") if p.is_file())
 
 
+
+
+def check_attestation_name(name: str) -> str:
+    """``name``, when it can be a file of ``attestations/`` (a plain name: no directory, no leading dot)."""
+    if not _ATTESTATION_NAME.fullmatch(name):
+        raise BuildError(f"{name!r} cannot name a bundle's attestation file",
+                         hint="a plain file name of letters, digits, '.', '_' and '-', e.g. sha256-<hex>.att.json")
+    return name
+
+
+def bundle_attestations(bundle_dir: Path) -> dict[str, bytes]:
+    """The signed documents a bundle carries (``attestations/``), by file name, once ``verify_bundle`` has checked
+    every file against the manifest; {} for a bundle made without any."""
+    verify_bundle(bundle_dir)
+    folder = Path(bundle_dir) / ATTESTATIONS
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()} if folder.is_dir() else {}
