@@ -26,6 +26,8 @@ from ..payload.contents import payload_sha256
 from ..payload.harness import write_mount
 from ..registry.artifacts import attach_certificate
 from ..registry.publish import promote
+from ..registry.signing import sign_published
+from ..trust.keys import SigningKey
 from ..registry.remote_parse import CERTIFIED_TAG
 from ..render.files import image_tag
 from ..spec import Spec, load_spec
@@ -203,8 +205,10 @@ def write_fleet_reports(result: FleetResult, out_dir: Path) -> None:
 
 def certify_fleet(spec_path: Path, engine: Engine, *, store_url: str | None, out_dir: Path,
                   registry: str | None = None, timeout: int = 600, poll_s: float = 2.0,
-                  scheduler: Scheduler | None = None, progress: Progress = lambda _: None) -> FleetResult:
-    """Certify every image of the lock on every fleet model through ``dispatch:``; see the module."""
+                  scheduler: Scheduler | None = None, progress: Progress = lambda _: None,
+                  signing_key: SigningKey | None = None) -> FleetResult:
+    """Certify every image of the lock on every fleet model through ``dispatch:``; see the module. ``signing_key``:
+    the pushed images are signed and their certificates attached as signed attestations."""
     started = time.monotonic()
     spec = load_spec(spec_path)
     require_dispatch(spec_path, spec)
@@ -218,7 +222,7 @@ def certify_fleet(spec_path: Path, engine: Engine, *, store_url: str | None, out
         images = dispatch_fleet(spec_path, spec, engine, store, lock, list(lock.images), registry=registry,
                                 timeout=timeout, poll_s=poll_s, scheduler=scheduler, progress=progress)
         for image in images:
-            publish(engine, image, lock.team, registry, progress)
+            publish(engine, image, lock.team, registry, progress, signing_key)
     result = FleetResult(images, {}, time.monotonic() - started)
     write_fleet_reports(result, out_dir)
     return result
@@ -243,7 +247,8 @@ def _schedulers(jobs: list[FleetJob], planned: list[_Planned]) -> Scheduler:
     return Routed(slurm, kube)
 
 
-def publish(engine: Engine, result: FleetImage, team: str, registry: str | None, progress: Progress) -> None:
+def publish(engine: Engine, result: FleetImage, team: str, registry: str | None, progress: Progress,
+            signing_key: SigningKey | None = None) -> None:
     """Move the promoted tag to the image when its gate passed: ``<team>/<image>:certified`` in this engine, and
     with a registry its ``:certified`` (the certificates attached as artifacts there either way)."""
     if result.gate.promote:
@@ -263,6 +268,8 @@ def publish(engine: Engine, result: FleetImage, team: str, registry: str | None,
         for cert in result.certificates:
             attach_certificate(engine, repo, stack_tag, cert.to_bytes(), gpu_slug=slug(cert.record_model),
                                status=cert.status)
+        if signing_key is not None:  # the image's signature and each certificate as a signed attestation
+            sign_published(engine, repo, moved.stack.digest, signing_key, result.certificates)
         if moved.certified:
             result.promoted.append(moved.certified.ref)
     except EnvkitError as exc:

@@ -45,6 +45,7 @@ from ..support.labels import made_reproducibly
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine, ImageInfo
+    from ..trust.keys import SigningKey
     from ..spec import Spec
     from ..catalog.refresh.common import ReadingIndex
 
@@ -139,13 +140,14 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
                 threshold: float = 0.10, builder: str = AUTO, refresh_catalog: bool = False,
                 refresh_frameworks: Iterable[str]=(), reclaim: Callable[[list[str]], dict] | None = None,
                 dispatch: FleetStep | None = None, reproducible: bool = False,
-                progress: Progress = lambda _: None) -> NightlyResult:
+                progress: Progress = lambda _: None, signing_key: SigningKey | None = None) -> NightlyResult:
     """``builder`` builds what changed; an image whose build is already recorded is kept as it is.
     ``reproducible``: through ``images.reproducible``, each image's layers checked against the lock's record
     (``nightly_layers``).
     ``reclaim``: frees the engine's disk when a build fills it, never removing the images tagged as
     given (``Disk``); without it the first full disk ends the run's building. ``dispatch``: certify through the
-    spec's ``dispatch:`` section (``nightly_fleet``) instead of on this runner."""
+    spec's ``dispatch:`` section (``nightly_fleet``) instead of on this runner. ``signing_key``: what is pushed is
+    signed and its certificates attached as signed attestations (``registry.signing``)."""
     require_builder(engine, builder)
     if refresh_catalog and locked:
         raise LockError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked",
@@ -192,12 +194,13 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
             if cert is not None:
                 certificates.append(cert)
             if registry and report.status in ("certified", "verified") and not report.regressions:
-                _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert, asked)
+                _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert, asked,
+                         signing_key)
         fleet = None
         if dispatch is not None and ready:
             fleet = certify_on_fleet(spec_path, spec, engine, store, run_id, lock, ready, registry=registry,
                                      threshold=threshold, step=dispatch, progress=progress,
-                                     checks=layers.checks if layers else None)
+                                     checks=layers.checks if layers else None, signing_key=signing_key)
         written = _write_reports(Path(reports_dir), certificates + (layers.failed if layers else []), fleet)
         code = _exit_code(reports)
         store.finish_run(run_id, EXIT_NAMES[code], code)

@@ -14,6 +14,7 @@ from ..lock import Lock, LockedImage
 from .fleet import FleetResult, dispatch_fleet, publish
 from .nightly_publish import ImageReport
 from ..support.progress import Progress
+from ..trust.keys import SigningKey
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
@@ -33,7 +34,8 @@ class FleetStep:
 
 def certify_on_fleet(spec_path: Path, spec: Spec, engine: Engine, store: Store, run_id: int, lock: Lock,
                      ready: list[tuple[LockedImage, ImageReport]], *, registry: str | None, threshold: float,
-                     step: FleetStep, progress: Progress, checks: dict[str, dict] | None = None) -> FleetResult:
+                     step: FleetStep, progress: Progress, checks: dict[str, dict] | None = None,
+                     signing_key: SigningKey | None = None) -> FleetResult:
     """Certify ``ready`` (the images this run built or kept) on every fleet model, judge each report by its gate
     (status, reasons, a regression per model), and promote where it passed. ``checks``: the run's own check of an
     image (``--reproducible``'s ``layers``), in each of its fleet certificates."""
@@ -62,7 +64,7 @@ def certify_on_fleet(spec_path: Path, spec: Spec, engine: Engine, store: Store, 
         report.reasons += list(fleet_image.gate.reasons)
         report.notes += list(fleet_image.gate.notes)
         report.worked = True
-        publish(engine, fleet_image, lock.team, registry, progress)
+        publish(engine, fleet_image, lock.team, registry, progress, signing_key)
         report.pushed += fleet_image.promoted
         if fleet_image.publish_error:
             report.publish_error = fleet_image.publish_error

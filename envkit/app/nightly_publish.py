@@ -11,6 +11,8 @@ from ..certify.certificate import Certificate, slug
 from ..errors import EnvkitError
 from ..lock import LockedImage
 from ..registry.artifacts import attach_certificate
+from ..registry.signing import sign_published
+from ..trust.keys import SigningKey
 from ..registry.publish import promote, remote_digest, pull_by_digest, mirror_base
 from ..registry.remote_parse import certificate_tag
 from ..support.progress import Progress, transfer_lines
@@ -59,10 +61,15 @@ def _publish(
     progress: Progress,
     cert: Certificate | None = None,
     asked: Asked | None = None,
+    key: SigningKey | None = None,
 ) -> None:
     repo = f"{registry.rstrip('/')}/{lock.team}/{image.name}"
     stack_tag = report.tag.split(":", 1)[1]
     if _published(engine, store, repo, stack_tag, image, report, info, cert, asked or Asked()):
+        if key is not None and (asked is None or asked.unanswered is None):  # published unsigned: sign it now
+            pushed = [p for p in store.pushes_for(info.id) if p.ref.startswith(f"{repo}:") and p.tag_kind == "stack"]
+            if pushed:
+                _sign(engine, repo, pushed[-1].digest, key, cert, report)
         return
     store.mark_step(run_id, image.name, "publish", "started", image.hash)
     progress(f"[{image.name}] pushing to {repo}")
@@ -81,12 +88,23 @@ def _publish(
                                                     gpu_slug=slug(cert.gpu_model), status=cert.status))
         except EnvkitError as exc:
             report.publish_error = exc.message
+    if key is not None:
+        _sign(engine, repo, result.stack.digest, key, cert, report)
     if result.certified:
         store.record_push(info.id, result.certified.ref, result.certified.digest, "certified")
         report.pushed.append(result.certified.ref)
     _mirror_base(engine, store, lock, image, registry, report)
     store.mark_step(run_id, image.name, "publish", "done", image.hash)
     report.worked = True
+
+
+def _sign(engine: Engine, repo: str, digest: str, key: SigningKey, cert: Certificate | None,
+          report: ImageReport) -> None:
+    """The image's cosign signature and its certificate as a signed attestation (``registry.signing``)."""
+    try:
+        report.pushed += sign_published(engine, repo, digest, key, [cert] if cert is not None else [])
+    except EnvkitError as exc:
+        report.publish_error = exc.message
 
 
 def _published(

@@ -111,16 +111,19 @@ class Pulled:
 
 def pull_image(engine: Any, ref: str, *, store_url: str | None, require_certified: bool = False,
                gpus: bool | None = None, warn: Callable[[str], None] = lambda _: None,
-               progress: Progress | None = None, transfer: Transfer | None = None) -> Pulled:
+               progress: Progress | None = None, transfer: Transfer | None = None,
+               trusted_keys: str | None = None) -> Pulled:
     """Pull ``ref`` (a registry reference; a bare repository: its newest tag) by its digest, after the gate
     ``envkit run`` applies on this host (``gpus``: as run's --gpus; None: when the engine has the NVIDIA runtime):
     an image not certified here is pulled with ``warn(message)``, or (``require_certified``) refused, exit 8,
-    nothing pulled. The tag is then set on the pulled image, so ``envkit run REF`` runs this copy."""
+    nothing pulled. The tag is read as its digest once, the registry's certificates count only when they verify with
+    a trusted key (``trusted_keys``, else ``$ENVKIT_TRUSTED_KEYS``) for that digest, and that digest is what is
+    pulled. The tag is then set on the pulled image, so ``envkit run REF`` runs this copy."""
     if parse_ref(ref) is None:
         raise EngineError(f"{ref} names no registry: envkit pulls from the team registry",
                           hint="give host[:port]/team/image[:tag]; `envkit ls --registry HOST` lists what it holds")
     ref = newest_ref(engine, ref)
-    doc = show_image(engine, ref, store_url)
+    doc = show_image(engine, ref, store_url, trusted_keys=trusted_keys)
     registry = doc.get("registry") or {}
     if not registry.get("pinned"):
         raise EngineError(f"cannot read {ref} from its registry: {registry.get('error') or 'no digest'}",

@@ -16,6 +16,7 @@ from ..store.history import Store
 from ..registry.remote import list_registry, merge_store, inspect_remote
 from ..registry.remote_parse import parse_ref
 from ..certify.gate import Verdict, host_gpus, judge
+from ..trust.keys import GET_KEY_HINT, load_trusted_keys
 from .standing import certified_on, described, from_json, summary
 
 if TYPE_CHECKING:
@@ -96,11 +97,14 @@ def _inspect_quietly(engine: Engine | None, ref: str) -> ImageInfo | None:
         return None
 
 
-def list_registry_images(client: Any, registry: str, store_url: str | None, **read: Any) -> dict:
-    """What the registry holds (every envkit image, certification per GPU model from its certificate
-    artifacts), joined with the store's rows for the same images when a store is at hand."""
+def list_registry_images(client: Any, registry: str, store_url: str | None, *, trusted_keys: str | None = None,
+                         **read: Any) -> dict:
+    """What the registry holds (every envkit image, certification per GPU model from its certificates that verify
+    with the trusted keys: ``--trusted-keys``, else ``$ENVKIT_TRUSTED_KEYS``), joined with the store's rows for the
+    same images when a store is at hand."""
     store = Store.open_existing(store_url, must_exist=True)  # a named store adds to it: a typo fails at once
-    listing = list_registry(client, registry, **read)
+    trusted = load_trusted_keys(trusted_keys)
+    listing = list_registry(client, registry, trusted=trusted, **read)
     known: dict[str, dict] = {}
     where = None
     if store is not None:
@@ -109,7 +113,7 @@ def list_registry_images(client: Any, registry: str, store_url: str | None, **re
             where = store.where
     rows = [described(row, [*row["certificates"], *known.get(row["image_id"], {}).get("docs", [])],
                       row["labels"]) for row in merge_store(listing.rows, known)]
-    return {**listing.to_json(), "images": rows, "store": where}
+    return {**listing.to_json(), "images": rows, "store": where, "trusted_keys": trusted.to_json()}
 
 
 def _cert_doc(c: CertificateRecord) -> dict:
@@ -118,7 +122,8 @@ def _cert_doc(c: CertificateRecord) -> dict:
             "expect": c.document.get("expect") or {}, "document": c.document}
 
 
-def show_image(engine: Engine | None, ref: str, store_url: str | None, **read: Any) -> dict:
+def show_image(engine: Engine | None, ref: str, store_url: str | None, *, trusted_keys: str | None = None,
+               **read: Any) -> dict:
     """An image's pins, lock hash and certificates.
 
     From the local engine and the store when the engine has ``ref``; else, when ``ref`` names a
@@ -129,7 +134,11 @@ def show_image(engine: Engine | None, ref: str, store_url: str | None, **read: A
     ``certificates`` holds every certificate the gate of ``envkit run`` weighs: the store's and, for a
     registry reference (local copy or not), the registry's artifacts, each with its ``source``. A store
     named (``store_url``, ``$ENVKIT_STORE``) that does not exist is an error, never read as no certificates.
+    A registry certificate counts only when it verifies with a trusted key (``trusted_keys``, else
+    ``$ENVKIT_TRUSTED_KEYS``) for the digest read; the others are under ``uncounted_certificates``, with why.
     """
+    trusted = load_trusted_keys(trusted_keys)
+    read = {**read, "trusted": trusted}
     info = engine.inspect(ref) if engine is not None else None
     if info is None:
         remote_ref = parse_ref(ref)
@@ -147,7 +156,8 @@ def show_image(engine: Engine | None, ref: str, store_url: str | None, **read: A
         return {"image": ref, "source": "registry", "id": view["id"], "size": None,
                 "compressed_size": view["compressed_size"], "user": view["user"],
                 "require_cuda": view["require_cuda"], "labels": view["labels"], "certificates": certs,
-                "registry": view}
+                "uncounted_certificates": view.get("uncounted_certificates", []), "registry": view,
+                "trusted_keys": trusted.to_json()}
     labels = {k: v for k, v in sorted(info.labels.items()) if k.startswith(SHOWN)}
     certs = []
     store = Store.open_existing(store_url, must_exist=True)  # reading leaves no empty history database behind
@@ -155,7 +165,8 @@ def show_image(engine: Engine | None, ref: str, store_url: str | None, **read: A
         with store:
             certs = [_cert_doc(c) for c in store.certificates_for(info.id)]
     doc: dict[str, Any] = {"image": ref, "source": "local", "id": info.id, "size": info.size, "user": info.user,
-           "require_cuda": info.env.get("NVIDIA_REQUIRE_CUDA"), "labels": labels, "certificates": certs}
+           "require_cuda": info.env.get("NVIDIA_REQUIRE_CUDA"), "labels": labels, "certificates": certs,
+           "uncounted_certificates": [], "trusted_keys": trusted.to_json()}
     remote_ref = parse_ref(ref)
     if remote_ref is not None:  # a local copy of a registry image: add what the registry says
         try:
@@ -164,14 +175,16 @@ def show_image(engine: Engine | None, ref: str, store_url: str | None, **read: A
             doc["registry"] = {"error": exc.message, "hint": exc.hint}
         else:  # its certificates are this image's too, as the gate weighs them
             doc["certificates"] = [*certs, *doc["registry"]["certificates"]]
+            doc["uncounted_certificates"] = doc["registry"].get("uncounted_certificates", [])
     return doc
 
 
-def certification_gate(engine: Engine | None, ref: str, *, on_gpus: bool, store_url: str | None) -> Verdict:
+def certification_gate(engine: Engine | None, ref: str, *, on_gpus: bool, store_url: str | None,
+                       trusted_keys: str | None = None) -> Verdict:
     """Whether ``ref`` was certified for this host's GPUs (``gate.judge``), from the certificates ``show_image``
-    gives: the store's and, for a registry reference, the registry's certificate artifacts (unreadable: the
-    store's alone, noted)."""
-    return gate_of(show_image(engine, ref, store_url), ref, on_gpus=on_gpus)
+    gives: the store's and, for a registry reference, the registry's that verify with a trusted key (unreadable:
+    the store's alone, noted)."""
+    return gate_of(show_image(engine, ref, store_url, trusted_keys=trusted_keys), ref, on_gpus=on_gpus)
 
 
 def gate_of(doc: dict, ref: str, *, on_gpus: bool) -> Verdict:
@@ -188,8 +201,16 @@ def gate_of(doc: dict, ref: str, *, on_gpus: bool) -> Verdict:
     )
     if registry.get("error") and not verdict.passed:
         notes.append(f"the registry's certificates could not be read: {registry['error']}")
+    uncounted = doc.get("uncounted_certificates") or []
+    if uncounted and not verdict.passed:
+        notes.append("registry certificates that do not count: " + "; ".join(
+            f"{u.get('status') or '?'} on {u.get('gpu_model') or '?'}: {u['why']}" for u in uncounted))
+    hint = verdict.hint
+    if registry and not (doc.get("trusted_keys") or {}).get("fingerprints") and not verdict.passed:
+        notes.append("no trusted key configured, so no registry certificate counts")
+        hint = f"{GET_KEY_HINT}; or {hint}"
     if notes:
-        verdict = replace(verdict, message=f"{verdict.message} ({'; '.join(notes)})")
+        verdict = replace(verdict, message=f"{verdict.message} ({'; '.join(notes)})", hint=hint)
     return verdict
 
 
@@ -199,6 +220,7 @@ def run_in_image(engine: Engine, ref: str, command: list[str], *, gpus: bool | N
                  output: Callable[[bytes, bool], None] | None = None, stdin: BinaryIO | None = None,
                  tty: Callable[[], tuple[int, int]] | None = None,
                  around_job: Callable[[], ContextManager[object]] = contextlib.nullcontext,
+                 trusted_keys: str | None = None,
                  ) -> tuple[RunResult, Verdict]:
     """Run ``command`` in ``ref`` with the flags it needs, after the certification gate: an image not certified
     for this host runs with ``warn(message)``, or (``require_certified``) is refused (exit 8). ``output``: stream
@@ -208,7 +230,7 @@ def run_in_image(engine: Engine, ref: str, command: list[str], *, gpus: bool | N
     this gives (``RunOptions.tty``). ``around_job``: a context manager factory entered around the job alone,
     after the gate has spoken (the CLI puts the user's terminal in raw mode there)."""
     use_gpus = engine.nvidia_runtime() if gpus is None else gpus
-    verdict = certification_gate(engine, ref, on_gpus=use_gpus, store_url=store_url)
+    verdict = certification_gate(engine, ref, on_gpus=use_gpus, store_url=store_url, trusted_keys=trusted_keys)
     if not verdict.passed:
         if require_certified:
             raise VerificationError(f"refusing to run it: {verdict.message}", hint=verdict.hint + " (or drop "
@@ -222,7 +244,7 @@ def run_in_image(engine: Engine, ref: str, command: list[str], *, gpus: bool | N
 
 def list_team_images(store_url: str | None, engine_of: Callable[[], Engine | None] | None, *,
                      registry: str | None = None, client: Any = None, gpu: str | None = None,
-                     certified: bool = False, **read: Any) -> dict:
+                     certified: bool = False, trusted_keys: str | None = None, **read: Any) -> dict:
     """`envkit ls`: the team's images, from the store (what build, certify and nightly recorded) and, with a
     ``registry`` (HOST[:PORT][/PATH]), every envkit image there joined with the store's knowledge of it, plus the
     store's images under that path the registry does not hold. Each row has its framework, CUDA and where it
@@ -231,7 +253,7 @@ def list_team_images(store_url: str | None, engine_of: Callable[[], Engine | Non
     if registry is None:
         doc: dict = {"images": list_images(store_url, engine_of), "registry": None}
     else:
-        doc = list_registry_images(client, registry, store_url, **read)
+        doc = list_registry_images(client, registry, store_url, trusted_keys=trusted_keys, **read)
         if doc["store"] is not None:
             seen = {r["image_id"] for r in doc["images"]}
             doc["images"] += [r for r in list_images(store_url, engine_of)

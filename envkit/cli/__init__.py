@@ -9,6 +9,7 @@ the commands live in modules by audience and are registered here:
 * ``admin``: doctor, schema, catalog (hosts, the spec's schema, the compatibility catalog)
 * ``gc``: gc (a build host's disk: old envkit images)
 * ``registry``: registry prune (retention in the team registry)
+* ``keys``: keys generate, keys show (the team's signing keys)
 
 The shared helpers (``Ctx``, ``run``, ``emit``, ``table``, the option decorators) are in
 ``common`` and re-exported here. Every command imports its heavy modules inside the function.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import admin, build, certify, export, gc, registry, researchers
+from . import admin, build, certify, export, gc, keys, registry, researchers
 from .common import BUILDER_CHOICES, SPEC, STORE_HELP, Ctx, EnvkitGroup, builder_option, emit, json_option, run, table
 
 __all__ = ["main", "BUILDER_CHOICES", "SPEC", "STORE_HELP", "Ctx", "builder_option", "emit", "json_option", "run",
@@ -56,6 +57,7 @@ for _command in (
     researchers.run_cmd,
     admin.schema_cmd,
     registry.registry_group,
+    keys.keys_group,
 ):
     main.add_command(_command)
 del _command

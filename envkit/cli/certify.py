@@ -38,6 +38,11 @@ if TYPE_CHECKING:
     from ..app.nightly import NightlyResult
 
 
+SIGNING_KEY_HELP = ("Sign what is pushed with this private key (default: $ENVKIT_SIGNING_KEY; encrypted: "
+                    "$ENVKIT_KEY_PASSWORD): each image in cosign's layout (sha256-<hex>.sig) and each certificate as "
+                    "a signed in-toto attestation (sha256-<hex>.att). `envkit keys generate --out DIR` makes one.")
+
+
 @click.command("certify")
 @click.argument("image", type=IMAGE, required=False)
 @click.option("--fleet", "fleet_spec", type=SPEC, default=None,
@@ -61,6 +66,8 @@ if TYPE_CHECKING:
 @click.option("--timeout", type=click.IntRange(min=MIN_TIMEOUT_S), default=600, show_default=True,
               help=f"Hard limit for the in-image run, seconds (at least {MIN_TIMEOUT_S}: the payload stops "
                    f"{RESERVE_S} s before it, to report what it found).")
+@click.option("--signing-key", "signing_key", default=None, metavar="FILE",
+              help=SIGNING_KEY_HELP)
 @json_option
 @click.pass_context
 def certify_cmd(
@@ -74,6 +81,7 @@ def certify_cmd(
     out_dir: Path,
     store_url: str | None,
     timeout: int,
+    signing_key: str | None,
     json_out: bool,
 ) -> None:
     """Certify IMAGE: on a GPU, `certified`; without one, `verified` with GPU checks skipped.
@@ -86,15 +94,15 @@ def certify_cmd(
 
     if (image is None) == (fleet_spec is None):
         raise click.UsageError("give IMAGE, or --fleet SPEC (one of them)")
-    if fleet_spec is None and registry:
-        raise click.UsageError("--registry goes with --fleet")
+    if fleet_spec is None and (registry or signing_key):
+        raise click.UsageError("--registry and --signing-key go with --fleet")
     if fleet_spec is not None and (lock_path or gpus is not None):
         raise click.UsageError("--lock and --gpus are for one IMAGE: --fleet reads SPEC's lock, and each node "
                                "says whether it has a GPU")
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
     if fleet_spec is not None:
-        _certify_fleet(c, engine, fleet_spec, registry, poll_s, out_dir, store_url, timeout)
+        _certify_fleet(c, engine, fleet_spec, registry, poll_s, out_dir, store_url, timeout, signing_key)
         return
     assert image is not None
     cert, paths = run(c, lambda: certify(engine, image, lock_path=lock_path, gpus=gpus, out_dir=out_dir,
@@ -115,11 +123,13 @@ def certify_cmd(
 
 
 def _certify_fleet(c: Ctx, engine: DockerEngine, spec: Path, registry: str | None, poll_s: float, out_dir: Path,
-                   store_url: str | None, timeout: int) -> None:
+                   store_url: str | None, timeout: int, signing_key: str | None) -> None:
     from ..app.fleet import certify_fleet
+    from ..trust.keys import load_signing_key
 
+    key = run(c, lambda: load_signing_key(signing_key))  # a bad key fails before any job
     result = run(c, lambda: certify_fleet(spec, engine, store_url=store_url, out_dir=out_dir, registry=registry,
-                                          timeout=timeout, poll_s=poll_s, progress=c.progress))
+                                          timeout=timeout, poll_s=poll_s, progress=c.progress, signing_key=key))
 
     def human() -> None:
         rows = []
@@ -193,6 +203,8 @@ def _secs(value: float | None) -> str:
               help="Build as `envkit build --reproducible` does, and check each image's environment layers against "
                    "the lock's record (<lock stem>.layers.json): an image whose layers differ fails (exit 18); a "
                    "run that re-resolves writes the record of the lock it writes. Needs a local engine.")
+@click.option("--signing-key", "signing_key", default=None, metavar="FILE",
+              help=SIGNING_KEY_HELP)
 @json_option
 @click.pass_context
 def nightly_cmd(
@@ -213,6 +225,7 @@ def nightly_cmd(
     cache_hours: int | None,
     dispatch: bool,
     reproducible: bool,
+    signing_key: str | None,
     json_out: bool,
 ) -> None:
     """Re-resolve, rebuild what changed, certify, promote and remember.
@@ -233,7 +246,10 @@ def nightly_cmd(
     if dispatch and gpus is not None:
         raise click.UsageError("--gpus is for certifying on this runner: with --dispatch each node says whether it "
                                "has a GPU")
+    from ..trust.keys import load_signing_key
+
     c = _ctx(click_ctx, json_out)
+    key = run(c, lambda: load_signing_key(signing_key))  # a bad key fails before any build
     engine = run(c, connect)
     store = run(c, lambda: Store.open(store_url))
     # with --gc, also when a build fills the engine's disk: then the build is tried once more; BuildKit's
@@ -251,7 +267,8 @@ def nightly_cmd(
                                                 builder=builder, refresh_catalog=refresh_catalog,
                                                 refresh_frameworks=frameworks, reclaim=reclaim,
                                                 dispatch=FleetStep() if dispatch else None,
-                                                reproducible=reproducible, progress=c.progress))
+                                                reproducible=reproducible, progress=c.progress,
+                                                signing_key=key))
         except SystemExit as exc:  # the run failed (exit 2-9, its error already printed): --gc keeps the disk in
             # check still, keeping the builds of the lock on disk; never while another nightly of the team runs (15)
             if gc and exc.code != RunInProgressError.exit_code:

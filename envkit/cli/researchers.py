@@ -18,6 +18,12 @@ from .common import GPU, IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, js
 from .flags import filled
 from .progress import LayerView
 
+TRUSTED_KEYS_HELP = ("The public keys whose signed certificates count (comma-separated .pub files or directories of "
+                     "them; default: $ENVKIT_TRUSTED_KEYS). A registry certificate that does not verify with one, "
+                     "for this very digest, is shown with why and never counts.")
+trusted_keys_option = click.option("--trusted-keys", "trusted_keys", default=None, metavar="FILE[,FILE...]",
+                                   help=TRUSTED_KEYS_HELP)
+
 if TYPE_CHECKING:
     from ..engine.docker_engine import DockerEngine
     from typing import Iterator
@@ -61,10 +67,11 @@ def _engine_if_any() -> DockerEngine | None:
                    "(a CPU-only verification), failed or not certified.")
 @click.option("--certified", "certified_only", is_flag=True,
               help="Only images certified on a GPU (on --gpu MODEL when given).")
+@trusted_keys_option
 @json_option
 @click.pass_context
 def ls_cmd(click_ctx: click.Context, store_url: str | None, registry: str | None, gpu: str | None,
-           certified_only: bool, json_out: bool) -> None:
+           certified_only: bool, trusted_keys: str | None, json_out: bool) -> None:
     """The team's images: tag, framework, CUDA and where each stands per GPU model.
 
     From the history store (what build, certify and nightly recorded; by default in this user's data directory,
@@ -75,7 +82,7 @@ def ls_cmd(click_ctx: click.Context, store_url: str | None, registry: str | None
     _store_note(c, store_url)
     engine = _engine_for_registry(c, needed=False) if registry is not None else None
     doc = run(c, lambda: list_team_images(store_url, _engine_if_any, registry=registry, client=engine, gpu=gpu,
-                                          certified=certified_only))
+                                          certified=certified_only, trusted_keys=trusted_keys))
 
     def human() -> None:
         table([[r["tag"] + (" (:certified)" if r.get("certified_tag") else ""), r["framework"] or "-",
@@ -88,6 +95,10 @@ def ls_cmd(click_ctx: click.Context, store_url: str | None, registry: str | None
                        f"build; --json lists them)", err=True)
         for warning in doc.get("warnings") or ():
             click.echo(f"warning: {warning}", err=True)
+        uncounted = sum(len(r.get("uncounted_certificates") or []) for r in doc["images"])
+        if uncounted:
+            click.echo(f"({uncounted} registry certificate(s) do not count: unsigned, or not verified with a trusted "
+                       f"key for that image; --json says why)", err=True)
 
     emit(c, doc, human)
 
@@ -117,10 +128,11 @@ def _store_note(c: Ctx, store_url: str | None) -> None:
               help="Also say where it stands on this GPU model, certified or not (repeatable; default: the fleet's "
                    "models when ./team.yaml is here).")
 @click.option("--all", "show_all", is_flag=True, help="Then the labels, the registry's view and every certificate.")
+@trusted_keys_option
 @json_option
 @click.pass_context
 def show_cmd(click_ctx: click.Context, image: str, store_url: str | None, gpus: tuple[str, ...], show_all: bool,
-             json_out: bool) -> None:
+             trusted_keys: str | None, json_out: bool) -> None:
     """Does IMAGE run on my GPU? Framework, CUDA, driver floor, where it stands per GPU model, how to run it.
 
     IMAGE in the local engine: from the engine and the store. IMAGE as a registry reference
@@ -140,7 +152,7 @@ def show_cmd(click_ctx: click.Context, image: str, store_url: str | None, gpus: 
         gpus, unread = fleet_models()
         if unread:
             c.progress(unread)
-    doc = run(c, lambda: summarize(show_image(engine, ref, store_url), gpus))
+    doc = run(c, lambda: summarize(show_image(engine, ref, store_url, trusted_keys=trusted_keys), gpus))
     emit(c, doc, lambda: _show_human(doc, show_all))
 
 
@@ -162,6 +174,9 @@ def _show_human(doc: dict, show_all: bool) -> None:
              if short(g["gpu_model"]).lower() not in listed]
     if rows:
         table([[f"  {r[0]}", *r[1:]] for r in rows], ["  GPU", "STATUS", "WHEN", "DRIVER", "MEASURED", "FROM"])
+    for u in doc.get("uncounted_certificates") or []:
+        click.echo(f"  does not count: {u.get('status') or '?'} on {u.get('gpu_model') or '?'} ({u['source']}): "
+                   f"{u['why']}")
     click.echo("get and run it:" if len(doc["commands"]) > 1 else "run it:")
     for line in doc["commands"]:
         click.echo(f"  {line}")
@@ -212,10 +227,11 @@ def _show_all(doc: dict) -> None:
               help="Judge it for a run with (or without) GPUs, as `envkit run` would. Default: when the engine has "
                    "the NVIDIA runtime.")
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
+@trusted_keys_option
 @json_option
 @click.pass_context
 def pull_cmd(click_ctx: click.Context, image: str, require_certified: bool, gpus: bool | None, store_url: str | None,
-             json_out: bool) -> None:
+             trusted_keys: str | None, json_out: bool) -> None:
     """Pull IMAGE from the team registry by its digest, after the certification gate of `envkit run`.
 
     IMAGE is host[:port]/team/image[:tag]; without a tag, its newest. The image's certificates (the registry's
@@ -229,7 +245,7 @@ def pull_cmd(click_ctx: click.Context, image: str, require_certified: bool, gpus
     with LayerView(c, f"pull {image}") as view:
         pulled = run(c, lambda: pull_image(engine, image, store_url=store_url, require_certified=require_certified,
                                            gpus=gpus, warn=lambda text: click.echo(filled(text), err=True),
-                                           progress=view, transfer=view.transfer))
+                                           progress=view, transfer=view.transfer, trusted_keys=trusted_keys))
 
     def human() -> None:
         click.echo(f"pulled {pulled.pinned}\n  as {pulled.ref} ({pulled.info.size / 2**30:.2f} GiB)")
@@ -258,6 +274,7 @@ def pull_cmd(click_ctx: click.Context, image: str, require_certified: bool, gpus
                    "resized (as `docker run -t`; its stdout and stderr are then one stream). With -i on a terminal, "
                    "envkit's terminal is raw while the job runs, so keys such as Ctrl-C go to the job: "
                    "`envkit run -it IMAGE -- bash`.")
+@trusted_keys_option
 @json_option
 @click.pass_context
 def run_cmd(
@@ -271,6 +288,7 @@ def run_cmd(
     timeout: int,
     interactive: bool,
     tty: bool,
+    trusted_keys: str | None,
     json_out: bool,
 ) -> None:
     """Run COMMAND in IMAGE with the GPU, shared-memory and ulimit flags it needs.
@@ -290,7 +308,8 @@ def run_cmd(
                                                   warn=lambda text: click.echo(filled(text), err=True), timeout=timeout,
                                                   output=output, stdin=sys.stdin.buffer if interactive else None,
                                                   tty=_terminal_size if tty else None,
-                                                  around_job=_raw_terminal if tty and interactive else nullcontext))
+                                                  around_job=_raw_terminal if tty and interactive else nullcontext,
+                                                  trusted_keys=trusted_keys))
     stopped = f"envkit: the job ran past --timeout {timeout}s and was stopped (exit 124)"
     if json_out:
         click.echo(json.dumps({"image": image, "gate": verdict.to_json(), "exit_code": result.exit_code,

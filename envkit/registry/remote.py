@@ -38,6 +38,8 @@ from .remote_parse import (
     CERTIFIED_TAG, REF_HINT, ImageFacts, RegistryRef, RemoteCertificate, certificate_of, classify_tags, config_facts,
     latest_per_gpu, manifest_parts, parse_ref, parse_registry, pick_platform, shown_labels)
 from ..engine.docker_engine import as_engine
+from ..trust.keys import TrustedKeys
+from .verify import ImageTrust, judge_image
 
 if TYPE_CHECKING:
     from ..engine.docker_engine import DockerEngine
@@ -60,7 +62,8 @@ class RemoteImage:
     tags: list[str]  # tags of the repository that point at this digest (stack tags and :certified)
     certified: bool  # :certified points at this digest
     certified_digest: str | None  # where :certified points now (None: no such tag)
-    certificates: list[RemoteCertificate] = field(default_factory=list)
+    certificates: list[RemoteCertificate] = field(default_factory=list)  # the ones that count (verified)
+    trust: ImageTrust | None = None  # its signature, and the certificates that do not count with why
 
     @property
     def pinned(self) -> str:
@@ -78,7 +81,8 @@ class RemoteImage:
                 "layers": f.layers, "created": f.created, "labels": shown_labels(f.labels), "user": f.user,
                 "require_cuda": f.env.get("NVIDIA_REQUIRE_CUDA"), "lock_hash": f.labels.get(LOCK_LABEL),
                 "tags": self.tags, "certified_tag": self.certified, "certified_digest": self.certified_digest,
-                "certificates": [c.to_json() for c in self.certificates]}
+                "certificates": [c.to_json() for c in self.certificates],
+                **(self.trust.to_json() if self.trust else {})}
 
 
 class _Reader:
@@ -141,14 +145,22 @@ class _Reader:
                              f"the certificate artifact {self.registry}/{path}:{tag}")
         return certificate_of(artifact) if artifact else None
 
+    def trust(self, path: str, digest: str, facts: ImageFacts, trusted: TrustedKeys,
+              legacy: list[RemoteCertificate]) -> ImageTrust:
+        """What counts of the image's attestations (``verify.judge_image``); ``legacy``: its unsigned artifacts."""
+        return self.read(lambda: judge_image(self.repo(path), digest, facts.labels.get(LOCK_LABEL), trusted, legacy),
+                         f"the signatures and attestations of {self.registry}/{path}@{digest}")
+
 
 def _engine_or_none(client: Any) -> DockerEngine | None:
     return None if client is None else as_engine(client)
 
 
 def inspect_remote(client: Any, ref: str | RegistryRef, *, retries: int = 2, backoff: float = 0.5,
-                   sleep: Sleep = time.sleep, session: requests.Session | None = None) -> RemoteImage:
-    """Read one image, its certificate artifacts and ``:certified`` from the registry (nothing is pulled)."""
+                   sleep: Sleep = time.sleep, session: requests.Session | None = None,
+                   trusted: TrustedKeys | None = None) -> RemoteImage:
+    """Read one image, its certificates and ``:certified`` from the registry (nothing is pulled). A tag is read as
+    the digest it points to now, and only certificates verified with ``trusted`` about that digest count."""
     parsed = parse_ref(ref) if isinstance(ref, str) else ref
     if parsed is None:
         raise EngineError("not a registry reference", hint=REF_HINT)
@@ -180,8 +192,9 @@ def inspect_remote(client: Any, ref: str | RegistryRef, *, retries: int = 2, bac
             cert = r.certificate(ref.repository, tag)
             if cert is not None and cert.subject in (None, manifest.digest):
                 certs.append(cert)
+    trust = r.trust(ref.repository, manifest.digest, facts, trusted or TrustedKeys(), certs)
     return RemoteImage(ref, manifest.digest, manifest.media_type, facts, pointing, certified_digest == manifest.digest,
-                       certified_digest, certs)
+                       certified_digest, trust.certificates, trust)
 
 
 def digest_of(r: _Reader, path: str, tag: str) -> str | None:
@@ -265,8 +278,9 @@ class Listing:
 
 
 def list_registry(client: Any, where: str, *, retries: int = 2, backoff: float = 0.5, sleep: Sleep = time.sleep,
-                  session: requests.Session | None = None) -> Listing:
-    """Every envkit image in the registry (under ``path``), with its certification per GPU model."""
+                  session: requests.Session | None = None, trusted: TrustedKeys | None = None) -> Listing:
+    """Every envkit image in the registry (under ``path``), with its certification per GPU model (from the
+    certificates verified with ``trusted``; the others are listed with why they do not count)."""
     registry, prefix = parse_registry(where)
     r = _Reader(client, registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
     repos, skipped, warnings = team_repositories(r, registry, prefix)
@@ -286,7 +300,9 @@ def list_registry(client: Any, where: str, *, retries: int = 2, backoff: float =
                 continue
             certs = [c for c in (r.certificate(path, t) for t in tags.certificates.get(tag, []))
                      if c is not None and c.subject in (None, manifest.digest)]
-            rows.append(registry_row(ref, manifest.digest, facts, certs, certified_digest))
+            trust = r.trust(path, manifest.digest, facts, trusted or TrustedKeys(), certs)
+            rows.append({**registry_row(ref, manifest.digest, facts, trust.certificates, certified_digest),
+                         **trust.to_json()})
         if mirror_repository(path, len(rows) - before_rows):  # one entry for the mirror, not one per base in it
             skipped[before_skipped:] = [{"reference": f"{registry}/{path}", "reason": "base mirror repository"}]
     return Listing(registry, prefix, rows, skipped, warnings)

@@ -1,8 +1,6 @@
-"""The pure half of reading a registry (``remote`` does the reading): registry references, and
-what the registry's answers mean (manifests, image configs, tags, certificate artifacts).
-
-No network here: every function takes bytes or names and returns values, or raises an
-``EngineError`` naming what it was given.
+"""The pure half of reading a registry (``remote`` does the reading): registry references, and what the registry's
+answers mean (manifests, image configs, tags, certificate artifacts). No network here: every function takes bytes or
+names and returns values, or raises an ``EngineError`` naming what it was given.
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _MIRROR_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
+_SIGNED_TAG = re.compile(r"^sha256-[0-9a-f]{64}\.(?:sig|att|sbom)$")  # cosign's layout (registry/signatures.py)
 # What envkit names a stack (render.image_tag): <framework version>-<variant>-py<python>-<lock hash, 8 hex>,
 # e.g. 2.5.1-cu124-py3.11-1a2b3c4d. Any other tag on an image is someone else's (a user's :prod, :latest).
 STACK_TAG = re.compile(r"^[0-9][0-9A-Za-z._]*-[0-9A-Za-z._-]+-py[0-9]+(?:\.[0-9]+)*-[0-9a-f]{8}$")
@@ -287,24 +286,28 @@ class Tags:
     certificates: dict[str, list[str]]  # stack tag -> its certificate artifact tags
     certified: bool  # the moving :certified tag exists
     mirrors: list[str]  # sha256-<hex> tags of base mirrors
+    signed: list[str] = field(default_factory=list)  # sha256-<hex>.sig/.att (cosign's layout)
 
 
 def envkit_made(tag: str) -> bool:
     """Is ``tag`` one envkit makes: a stack tag, ``:certified``, a certificate artifact's or a mirror's?"""
-    return bool(STACK_TAG.fullmatch(tag) or tag == CERTIFIED_TAG or CERT_TAG_INFIX in tag or _MIRROR_TAG.fullmatch(tag))
+    return bool(STACK_TAG.fullmatch(tag) or tag == CERTIFIED_TAG or CERT_TAG_INFIX in tag
+                or _MIRROR_TAG.fullmatch(tag) or _SIGNED_TAG.fullmatch(tag))
 
 
 def classify_tags(tags: list[str]) -> Tags:
     certs: dict[str, list[str]] = {}
-    stacks, mirrors = [], []
+    stacks, mirrors, signed = [], [], []
     for tag in sorted(set(tags)):
-        if CERT_TAG_INFIX in tag:
+        if _SIGNED_TAG.fullmatch(tag):
+            signed.append(tag)
+        elif CERT_TAG_INFIX in tag:
             certs.setdefault(tag.split(CERT_TAG_INFIX, 1)[0], []).append(tag)
         elif _MIRROR_TAG.fullmatch(tag):
             mirrors.append(tag)
         elif tag != CERTIFIED_TAG:
             stacks.append(tag)
-    return Tags(stacks, certs, CERTIFIED_TAG in tags, mirrors)
+    return Tags(stacks, certs, CERTIFIED_TAG in tags, mirrors, signed)
 
 
 @dataclass(frozen=True)
@@ -321,10 +324,11 @@ class RemoteCertificate:
     lock_hash: str
     metrics: dict[str, float] = field(default_factory=dict)  # the performance probes' numbers (perf_metrics)
     document: dict = field(default_factory=dict, compare=False)  # the whole certificate, as the artifact holds it
+    signed_by: str = ""  # the trusted key's fingerprint (a verified attestation; registry/verify.py)
 
     def to_json(self) -> dict:
-        return {"status": self.status, "gpu_model": self.gpu_model, "driver": self.driver,
-                "created_at": self.created_at, "reasons": list(self.reasons), "source": "registry",
+        return {"signed_by": self.signed_by or None, "status": self.status, "gpu_model": self.gpu_model, "driver":
+                self.driver, "created_at": self.created_at, "reasons": list(self.reasons), "source": "registry",
                 "artifact": self.artifact, "tag": self.tag, "image_id": self.image_id, "lock_hash": self.lock_hash,
                 "metrics": self.metrics, "document": self.document}
 
@@ -365,7 +369,6 @@ def certificate_tag(stack_tag: str, gpu_slug: str) -> str:
 @dataclass(frozen=True)
 class CertificateArtifact:
     """A certificate artifact as the registry holds it."""
-
     ref: str  # registry/repo:<stack>.cert-<gpu>
     digest: str  # the artifact manifest's digest
     subject: str | None  # digest of the image manifest it is attached to

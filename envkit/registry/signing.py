@@ -1,0 +1,73 @@
+"""Signing at publish: an image envkit pushes gets a cosign signature (``sha256-<hex>.sig``) and each of its
+certificates a signed in-toto attestation (``sha256-<hex>.att``, predicate type ``trust.attest.CERTIFICATE_PREDICATE``)
+when the runner has a signing key (``--signing-key`` / ``$ENVKIT_SIGNING_KEY``). The old unsigned certificate artifact
+(``artifacts.attach_certificate``) is still written beside it for envkit versions that read only that; this envkit
+reads it as "unsigned" and never counts it."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from .. import __version__
+from ..certify.certificate import Certificate
+from ..engine.docker_engine import as_engine
+from ..errors import EngineError, TrustError
+from ..trust.attest import CERTIFICATE_PREDICATE, attest, verify_attestation
+from ..trust.cosign import SIGNATURE_ANNOTATION, SIMPLE_SIGNING_TYPE, verify_signature
+from ..trust.keys import SigningKey, TrustedKeys
+from .api import Sleep, _RegistryHTTP, _retrying
+from .remote_parse import _strip_tag
+from .signatures import DSSE_TYPE, att_tag, attach_attestation, read_layers, sig_tag, sign_image
+
+
+def certificate_predicate(cert: Certificate, signed_at: str | None = None) -> dict:
+    """What the certificate attestation says: the certificate document and the facts a verifier checks first."""
+    when = signed_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"certificate": cert.to_json(), "lock_hash": cert.lock_hash, "payload_digest": cert.payload_sha256,
+            "envkit_version": __version__, "signed_at": when}
+
+
+def _layers(client: Any, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
+            sleep: Sleep = time.sleep) -> list:
+    reg = _RegistryHTTP(as_engine(client) if client is not None else None, registry_repo, actions="pull")
+    return _retrying(lambda: read_layers(reg, tag), retries=retries, backoff=backoff, sleep=sleep,
+                     fail=lambda f, n: EngineError(f"cannot read {registry_repo}:{tag}: {f.message}")) or []
+
+
+def signed_by(client: Any, registry_repo: str, manifest_digest: str, key: SigningKey, **retry: Any) -> bool:
+    """Whether ``sha256-<hex>.sig`` already holds a signature of this image by ``key`` (signing again would add a
+    layer each run: ECDSA signatures differ every time)."""
+    mine = TrustedKeys({key.fingerprint: key.public})
+    for layer in _layers(client, registry_repo, sig_tag(manifest_digest), **retry):
+        try:
+            if layer.media_type == SIMPLE_SIGNING_TYPE:
+                verify_signature(layer.data, layer.annotations.get(SIGNATURE_ANNOTATION, ""), mine, manifest_digest)
+                return True
+        except TrustError:
+            continue
+    return False
+
+
+def sign_published(client: Any, registry_repo: str, manifest_digest: str, key: SigningKey,
+                   certificates: tuple[Certificate, ...] | list[Certificate] = (), **retry: Any) -> list[str]:
+    """Sign ``registry_repo@manifest_digest`` (once per key) and attach each certificate as a signed attestation
+    about that digest; returns the pinned references written."""
+    written = []
+    if not signed_by(client, registry_repo, manifest_digest, key, **retry):
+        written.append(sign_image(client, registry_repo, manifest_digest, key, **retry))
+    mine = TrustedKeys({key.fingerprint: key.public})
+    attested = []
+    for layer in _layers(client, registry_repo, att_tag(manifest_digest), **retry):
+        try:
+            if layer.media_type == DSSE_TYPE:
+                attested.append(verify_attestation(layer.data, mine, manifest_digest).predicate.get("certificate"))
+        except TrustError:
+            continue
+    for cert in [c for c in certificates if c.to_json() not in attested]:  # once per certificate and key
+        envelope = attest(CERTIFICATE_PREDICATE, certificate_predicate(cert), _strip_tag(registry_repo),
+                          manifest_digest, key)
+        written.append(attach_attestation(client, registry_repo, manifest_digest, envelope, CERTIFICATE_PREDICATE,
+                                          **retry))
+    return written
