@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..images.builder import BuildProgress, Outcome, build_image, require_builder
+from ..images.builder import BuildProgress, Outcome, build_image, pick_builder
 from ..certify.certificate import certificate_from, utc_now
 from ..engine.protocol import AUTO
 from ..errors import SpecError
 from ..frameworks import expected, require_buildable, require_bundle
 from ..store.history import Store
-from ..support.labels import CONTEXT_LABEL, LOCK_LABEL
+from ..support.labels import LOCK_LABEL
 from ..engine.space import build_need, require_space, size
 from ..index.urls import DEFAULT_INDEX
 from ..lock import LockedImage, wheel_bytes
@@ -32,12 +32,14 @@ if TYPE_CHECKING:
 
 
 def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = None, locked: bool = False,
-                only: list[str] | None = None, progress: Progress = lambda _: None) -> tuple[Resolved, Rendered]:
-    """Render the lock's images; a missing or stale lock is re-resolved and written first, unless ``locked``."""
+                only: list[str] | None = None, progress: Progress = lambda _: None,
+                buildkit: bool = False) -> tuple[Resolved, Rendered]:
+    """Render the lock's images (for BuildKit when ``buildkit``, else the classic builder); a missing or stale lock
+    is re-resolved and written first, unless ``locked``."""
     resolved = resolve_spec(spec_path, lock_path=lock_path, reuse=True, locked=locked, progress=progress)
     for name in only or ():
         resolved.spec.image(name)
-    rendered = render(resolved.lock, out_root, _display(spec_path), only)
+    rendered = render(resolved.lock, out_root, _display(spec_path), only, buildkit=buildkit)
     return resolved, rendered
 
 
@@ -46,14 +48,16 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
                progress: BuildProgress = lambda *_: None, store_url: str | None = None,
                record: bool = True, space_check: bool = True, reproducible: bool = False, no_cache: bool = False,
                record_layers: bool = False) -> tuple[Resolved, list[Outcome]]:
-    """Resolve (or reuse the lock), check the engine has the disk the lock needs, render, build and verify; then
-    record each image in the history store (``record``: the default store unless ``store_url`` names one), so
-    `envkit ls` lists it: the build, and its verification as the CPU-only certificate ``envkit certify`` without a
-    GPU would write. ``space_check``: refuse (``DiskSpaceError``) before anything is rendered or built when the
-    engine's disk has less free than the images to build need (``check_space``). ``reproducible``: envkit makes the
-    environment layers (``images.reproducible``); ``record_layers``: their diff_ids are then written beside the lock
-    (``images.layer_record``), for `envkit verify --lock`. ``no_cache``: ``build_image``'s."""
-    require_builder(engine, builder)  # before resolving: BuildKit without its CLI fails at once
+    """Pick the builder, resolve (or reuse the lock), check the engine has the disk the lock needs, render the
+    contexts for that builder into ``out_root``'s dockerfiles/ (what is built is what is written), build them and
+    verify; then record each image in the history store (``record``: the default store unless ``store_url`` names
+    one), so `envkit ls` lists it: the build, and its verification as the CPU-only certificate ``envkit certify``
+    without a GPU would write. ``space_check``: refuse (``DiskSpaceError``) before anything is rendered or built when
+    the engine's disk has less free than the images to build need (``check_space``). ``reproducible``: envkit makes
+    the environment layers (``images.reproducible``); ``record_layers``: their diff_ids are then written beside the
+    lock (``images.layer_record``), for `envkit verify --lock`. ``no_cache``: ``build_image``'s (every image is built
+    again, none kept)."""
+    builder = pick_builder(engine, builder)  # once, before resolving: BuildKit without its CLI fails at once
     if record:
         with Store.open(store_url):  # a store that cannot be written fails now, not after the builds
             pass
@@ -65,8 +69,8 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     for image in images:  # refuse before building any
         require_buildable(image)
     if space_check:
-        check_space(engine, images, lambda msg: progress("*", msg))
-    render(resolved.lock, out_root, _display(spec_path), only)
+        check_space(engine, images, lambda msg: progress("*", msg), rebuild=no_cache)
+    rendered = render(resolved.lock, out_root, _display(spec_path), only, buildkit=builder == "buildkit")
     ca = resolved.spec.ca_bundle_path()
     if resolved.reused and (note := env_ca_skip_note(resolved.spec)):  # (a resolve said so already)
         progress("*", note)
@@ -75,10 +79,10 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
         progress(image.name, planned(image))
         outcome = build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
                               progress=progress, verify=verify, builder=builder, reproducible=reproducible,
-                              no_cache=no_cache)
+                              no_cache=no_cache, files=rendered.files[image.name])
         outcomes.append(outcome)
         if record:
-            record_build(engine, store_url, image, outcome)
+            record_build(store_url, image, outcome)
     if record_layers:
         _record_layers(engine, resolved, outcomes, progress)
     return resolved, outcomes
@@ -97,12 +101,13 @@ def _record_layers(engine: Engine, resolved: Resolved, outcomes: list[Outcome], 
     progress("*", f"wrote {path} (the environment layers of {', '.join(o.name for o in outcomes)})")
 
 
-def check_space(engine: Engine, images: list[LockedImage], progress: Progress) -> None:
+def check_space(engine: Engine, images: list[LockedImage], progress: Progress, *, rebuild: bool = False) -> None:
     """Refuse (``DiskSpaceError``, exit 17) a build of ``images`` the engine's disk cannot hold: the images not
     built yet (no image of their lock in the engine), estimated from their locks' wheel sizes
     (``engine.space.build_need``). A lock without sizes (written before they were recorded) is not estimated:
-    each build then warns below the fixed threshold (``engine.space.low_space``)."""
-    todo = [i for i in images if engine.find_image({LOCK_LABEL: i.hash}) is None]
+    each build then warns below the fixed threshold (``engine.space.low_space``). ``rebuild``: every image is
+    built again (``--no-cache``), so every one counts."""
+    todo = images if rebuild else [i for i in images if engine.find_image({LOCK_LABEL: i.hash}) is None]
     sizes = [wheel_bytes(i.packages) for i in todo]
     if not todo or any(s is None for s in sizes):
         return
@@ -121,12 +126,11 @@ def planned(image: LockedImage) -> Planned:
                    wheel_bytes(image.packages), groups)
 
 
-def record_build(engine: Any, store_url: str | None, image: LockedImage, outcome: Outcome) -> None:
-    """The build in the store (by lock and context hash), and its verification as a CPU-only certificate."""
-    info = engine.inspect(outcome.image_id) if outcome.image_id else None
-    context = (info.labels.get(CONTEXT_LABEL) if info is not None else None) or ""
+def record_build(store_url: str | None, image: LockedImage, outcome: Outcome) -> None:
+    """The build in the store (by lock and context hash: the outcome's, nothing read back from the engine), and its
+    verification as a CPU-only certificate."""
     with Store.open(store_url) as store:
-        store.record_outcome(outcome, lock_hash=image.hash, context_hash=context)
+        store.record_outcome(outcome, lock_hash=image.hash, context_hash=outcome.context_hash)
         if outcome.verification is not None and outcome.verification.raw:
             cert = certificate_from(outcome.verification.raw, expected(image), image=outcome.tag,
                                     image_id=outcome.image_id, lock_hash=image.hash, gpu_requested=False,

@@ -13,6 +13,7 @@ from .progress import BuildView
 from .common import (IMAGE, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option,
                      locked_option, run, table)
 from .flags import from_renamed, lock_option, renamed_option
+from ..engine.protocol import BUILDERS
 
 if TYPE_CHECKING:
     from ..lock import LockedImage
@@ -172,12 +173,16 @@ def explain_cmd(click_ctx: click.Context, spec: Path, image: str, lock_path: Pat
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Where dockerfiles/ and compose/ are written.")
 @click.option("--image", "images", multiple=True, help="Only this image (repeatable).")
+@click.option("--builder", type=click.Choice(BUILDERS), default="buildkit", show_default=True,
+              help="The builder the contexts are for: buildkit (what `envkit build` builds wherever BuildKit can "
+                   "build, as its --builder auto picks) or classic (the engine's API, `build --builder classic`). "
+                   "`envkit build` writes the contexts it builds.")
 @lock_option
 @locked_option
 @json_option
 @click.pass_context
-def render_cmd(click_ctx: click.Context, spec: Path, out_root: Path, images: tuple[str, ...], lock_path: Path | None,
-               locked: bool, json_out: bool) -> None:
+def render_cmd(click_ctx: click.Context, spec: Path, out_root: Path, images: tuple[str, ...], builder: str,
+               lock_path: Path | None, locked: bool, json_out: bool) -> None:
     """Write build contexts (dockerfiles/<image>/) and compose/<team>.yaml from SPEC's lock.
 
     A missing or stale lock (the spec or the catalog changed) is re-resolved and written first, and said so;
@@ -186,8 +191,9 @@ def render_cmd(click_ctx: click.Context, spec: Path, out_root: Path, images: tup
 
     c = _ctx(click_ctx, json_out)
     resolved, rendered = run(c, lambda: render_spec(spec, out_root, only=list(images) or None, locked=locked,
-                                                    lock_path=lock_path, progress=c.progress))
-    doc = {"lock": str(resolved.lock_path), "lock_reused": resolved.reused,
+                                                    lock_path=lock_path, progress=c.progress,
+                                                    buildkit=builder == "buildkit"))
+    doc = {"lock": str(resolved.lock_path), "lock_reused": resolved.reused, "builder": builder,
            "contexts": {k: str(v) for k, v in rendered.contexts.items()}, "compose": str(rendered.compose)}
     written = [*([] if resolved.reused else [f"{resolved.lock_path} (re-resolved)"]),
                *rendered.contexts.values(), rendered.compose]
@@ -212,8 +218,10 @@ def render_cmd(click_ctx: click.Context, spec: Path, out_root: Path, images: tup
                    "and writes the environment layers itself, so the same lock gives the same layer digests "
                    "(docs/images.md, \"Reproducible environment layers\"). Needs a local engine.")
 @click.option("--no-cache", is_flag=True,
-              help="Run every step again (the builder's cache unused; with --reproducible no image's layers "
-                   "reused either). An image of the same lock and context is still found and kept.")
+              help="Build every image again, even one whose lock and context match an image on the engine (kept "
+                   "otherwise), running every step again (the builder's cache unused; with --reproducible no image's "
+                   "layers reused either). --json says so: \"no_cache\": true, and \"rebuilt\": true on an image "
+                   "that would have been kept.")
 @click.option("--record", "record_layers", is_flag=True,
               help="With --reproducible: write each image's environment layer digests beside the lock "
                    "(<lock stem>.layers.json), which `envkit verify --lock` then compares.")
@@ -243,7 +251,7 @@ def build_cmd(click_ctx: click.Context, spec: Path, images: tuple[str, ...], out
                                                        no_cache=no_cache, record_layers=record_layers))
     doc = {"team": resolved.lock.team, "lock": str(resolved.lock_path), "lock_reused": resolved.reused,
            "builder": next((o.builder for o in outcomes if o.builder), builder), "reproducible": reproducible,
-           "images": [o.to_json() for o in outcomes]}
+           "no_cache": no_cache, "images": [o.to_json() for o in outcomes]}
 
     def human() -> None:
         if not resolved.reused:

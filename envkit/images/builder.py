@@ -1,9 +1,10 @@
-"""Build each locked image (skipping ones already built from the same lock and context),
-then verify it with the payload.
+"""Build each locked image (skipping ones already built from the same lock and context, unless asked to build
+again), then verify it with the payload.
 
 Two builders: ``classic`` (the engine's API through docker-py) and ``buildkit`` (the docker
 CLI; pip's cache in a cache mount, the site CA as a build secret). Each renders its own
-Dockerfile, so the context hash differs and switching builders rebuilds.
+Dockerfile, so the context hash differs and switching builders rebuilds. ``pick_builder`` decides once which
+builds; the functions here take its pick (``classic`` | ``buildkit``) without asking the CLI again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..support.ca_bundle import site_certificates
 from .base import ensure_base
 from .reproducible import Assembled, DevelSteps, assemble, env_tag, made_how, require_local
 from ..payload.harness import Verification, run_payload
-from ..engine.protocol import AUTO, BUILDER_CHOICES, BuildEvent
+from ..engine.protocol import AUTO, BUILDER_CHOICES, BUILDERS, BuildEvent
 from ..support.progress import Phase, Planned
 from ..engine.space import build_need, low_space
 from ..engine.buildkit import BuildKitBuilder
@@ -50,6 +51,8 @@ class Outcome:
     phases: dict[str, float] = field(default_factory=dict)  # --reproducible: where the build's time went, seconds
     reused: tuple[str, ...] = ()  # --reproducible: the layer groups taken from an image on the engine, not installed
     builder: str = ""  # which built it (classic | buildkit); "" when skipped
+    context_hash: str = ""  # the build context's identity (its io.envkit.context-hash label), as the store records it
+    rebuilt: bool = False  # built again (--no-cache) though an image of the same lock and context was on the engine
 
     @property
     def status(self) -> str:
@@ -58,7 +61,8 @@ class Outcome:
     def to_json(self) -> dict:
         return {"name": self.name, "tag": self.tag, "action": self.action, "image_id": self.image_id,
                 "size_bytes": self.size, "build_seconds": round(self.seconds, 1), "status": self.status,
-                "builder": self.builder or None,
+                "builder": self.builder or None, "context_hash": self.context_hash or None,
+                **({"rebuilt": True} if self.rebuilt else {}),
                 "verification": self.verification.to_json() if self.verification else None,
                 **({"layers": self.layers, "phases_seconds": self.phases, "reused": list(self.reused)}
                    if self.layers else {})}
@@ -66,60 +70,72 @@ class Outcome:
 
 def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
                 progress: BuildProgress, verify: bool = True, builder: str = AUTO,
-                reproducible: bool = False, no_cache: bool = False) -> Outcome:
+                reproducible: bool = False, no_cache: bool = False, files: dict[str, bytes] | None = None) -> Outcome:
     """Build ``image`` with ``builder`` ("auto" | "classic" | "buildkit") unless an identical build exists;
     ``reproducible``: the builder makes the OS stage, envkit the environment layers (``reproducible.assemble``).
-    ``no_cache``: a build runs every step again (the builder's cache unused; a reproducible build reuses no
-    image's layers either); whether to build at all is still the identity check's."""
-    check_builder(builder)
+    ``no_cache``: build again even when an identical image exists, every step run again (the builder's cache unused;
+    a reproducible build reuses no image's layers either). ``files``: the context already rendered for ``builder``
+    (then the builder its caller picked: ``pick_builder``); rendered here when not given."""
     require_buildable(image)  # nightly builds through here too
     if reproducible:
         require_local(engine)
-    builder = pick_builder(engine, builder)
+    builder = picked(engine, builder)
     buildkit = builder == "buildkit"
-    files = render_files(lock, image, spec_name, buildkit=buildkit)
+    if files is None:
+        files = render_files(lock, image, spec_name, buildkit=buildkit)
     # a reproducible build's identity says so (and how its layers are made): it is never taken for a builder's
     identity = {LOCK_LABEL: image.hash,
                 CONTEXT_LABEL: context_hash({**files, **made_how(reproducible)})}
     tag = image_tag(lock.team, image)
     started = time.monotonic()
     existing = engine.find_image(identity)
-    if existing is not None:
+    if existing is not None and not no_cache:
         if tag not in existing.tags:
             engine.tag(existing.id, tag)
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); skipping")
-        outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size)
+        outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size, context_hash=identity[CONTEXT_LABEL])
+        return verified(engine, image, outcome, verify, progress)
+    if existing is not None:
+        progress(image.name, f"unchanged since its last build ({existing.id[:19]}); building again (--no-cache)")
+    wheels = wheel_bytes(image.packages)
+    if (warning := low_space(engine, build_need([wheels]) if wheels is not None else None)) is not None:
+        progress(image.name, warning)
+    base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg),
+                       lambda phase: progress(image.name, phase))
+    labels = dict(identity, **{BASE_LABEL: base.id})
+    if reproducible:
+        outcome = _build_reproducible(engine, lock, image, spec_name, files, tag, labels, builder=builder,
+                                      ca_bundle=ca_bundle, progress=progress, no_cache=no_cache)
     else:
-        wheels = wheel_bytes(image.packages)
-        if (warning := low_space(engine, build_need([wheels]) if wheels is not None else None)) is not None:
-            progress(image.name, warning)
-        base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg),
-                           lambda phase: progress(image.name, phase))
-        labels = dict(identity, **{BASE_LABEL: base.id})
-        if reproducible:
-            outcome = _build_reproducible(engine, lock, image, spec_name, files, tag, labels, builder=builder,
-                                          ca_bundle=ca_bundle, progress=progress, no_cache=no_cache)
-            outcome.seconds = time.monotonic() - started
-            return verified(engine, image, outcome, verify, progress)
-        with scratch.directory(f"ctx-{image.name}") as tmp, \
-                scratch.directory("secrets") as secrets:
-            # BuildKit gets the CA and the index logins as build secrets, the classic builder the CA as a build
-            # argument: neither is written into the context
-            ctx = stage_context(Path(tmp), files)
-            netrc = _index_netrc(image, Path(secrets)) if buildkit else None
-            image_id = ""
-            try:
-                for event in run_build(engine, ctx, tag, labels, builder=builder, ca_bundle=ca_bundle, netrc=netrc,
-                                       no_cache=no_cache):
-                    if event.kind == "done":
-                        image_id = event.text
-                    progress(image.name, event)
-            except BuildError as exc:
-                raise _login_failure(exc, image, builder, netrc is not None) from None
-        info = engine.inspect(tag)
-        outcome = Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
-                          time.monotonic() - started, builder=builder)
+        outcome = _build(engine, image, files, tag, labels, builder=builder, ca_bundle=ca_bundle, progress=progress,
+                         no_cache=no_cache)
+    outcome.seconds = time.monotonic() - started
+    outcome.context_hash, outcome.rebuilt = identity[CONTEXT_LABEL], existing is not None
     return verified(engine, image, outcome, verify, progress)
+
+
+def _build(engine: Engine, image: LockedImage, files: dict[str, bytes], tag: str, labels: dict[str, str], *,
+           builder: str, ca_bundle: Path | None, progress: BuildProgress, no_cache: bool) -> Outcome:
+    """The builder's build of the rendered ``files``."""
+    buildkit = builder == "buildkit"
+    with scratch.directory(f"ctx-{image.name}") as tmp, \
+            scratch.directory("secrets") as secrets:
+        # BuildKit gets the CA and the index logins as build secrets, the classic builder the CA as a build
+        # argument: neither is written into the context
+        ctx = stage_context(Path(tmp), files)
+        netrc = _index_netrc(image, Path(secrets)) if buildkit else None
+        image_id = ""
+        try:
+            for event in run_build(engine, ctx, tag, labels, builder=builder, ca_bundle=ca_bundle, netrc=netrc,
+                                   no_cache=no_cache):
+                if event.kind == "done":
+                    image_id = event.text
+                progress(image.name, event)
+        except BuildError as exc:
+            raise _login_failure(exc, image, builder, netrc is not None) from None
+    info = engine.inspect(tag)
+    return Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
+                   builder=builder)
 
 
 def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, files: dict[str, bytes],
@@ -195,6 +211,12 @@ def require_builder(engine: Engine, builder: str) -> None:
         BuildKitBuilder(engine).require()
 
 
+def picked(engine: Engine, builder: str) -> str:
+    """``builder`` when it is already a pick (``classic`` | ``buildkit``: ``pick_builder`` asked the CLI once), else
+    ``pick_builder``'s."""
+    return builder if builder in BUILDERS else pick_builder(engine, builder)
+
+
 def pick_builder(engine: Engine, builder: str) -> str:
     """The builder that builds (``classic`` | ``buildkit``): ``auto`` is BuildKit where it can build here (a cold
     build in about half a naive Dockerfile's time, the site CA as a secret: docs/images.md), else classic."""
@@ -237,7 +259,7 @@ def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *
     write it to /tmp and remove it; it stays in no layer, but `docker history` shows build arguments); BuildKit
     gets it as the build secret ``site-ca``, and ``netrc`` (the index hosts' logins) as ``index-netrc``.
     """
-    builder = pick_builder(engine, builder)
+    builder = picked(engine, builder)
     if builder == "buildkit":
         secrets = {sid: path for sid, path in (("site-ca", ca_bundle), (SECRET_ID, netrc)) if path is not None} or None
         yield from BuildKitBuilder(engine).build(context, tag, labels, secrets=secrets, network=network,

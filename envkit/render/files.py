@@ -298,15 +298,21 @@ def render_compose(lock: Lock, spec_name: str) -> bytes:
 class Rendered:
     contexts: dict[str, Path] = field(default_factory=dict)
     compose: Path | None = None
+    files: dict[str, dict[str, bytes]] = field(default_factory=dict)  # per image, what was written (and is built)
 
 
-def render(lock: Lock, out_root: Path, spec_name: str, only: list[str] | None = None) -> Rendered:
+def render(lock: Lock, out_root: Path, spec_name: str, only: list[str] | None = None, *,
+           buildkit: bool = False) -> Rendered:
+    """Write the lock's build contexts, rendered for the classic builder or (``buildkit``) for BuildKit, and the
+    compose file; the files written come back in ``Rendered.files``, for the build to take as they are."""
     # Render everything in memory first: a template error leaves no file touched.
-    trees = {i.name: render_files(lock, i, spec_name) for i in lock.images if not only or i.name in only}
+    trees = {i.name: render_files(lock, i, spec_name, buildkit=buildkit)
+             for i in lock.images if not only or i.name in only}
     compose = render_compose(lock, spec_name)
     # Then write it all beside where it goes, and only then rename it into place: a file in the way, an unwritable
     # or immutable target, a disk that fills up on the second image leave every tree and the compose file as they were.
     compose_path = out_root / "compose" / f"{lock.team}.yaml"
-    result = Rendered(contexts={name: out_root / "dockerfiles" / name for name in trees}, compose=compose_path)
+    result = Rendered(contexts={name: out_root / "dockerfiles" / name for name in trees}, compose=compose_path,
+                      files=trees)
     replace_all({result.contexts[name]: files for name, files in trees.items()}, {compose_path: compose})
     return result

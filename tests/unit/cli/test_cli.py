@@ -465,12 +465,12 @@ def test_a_full_disk_on_this_host_is_an_error_not_a_traceback(engine, example_re
     assert list(tmp_path.iterdir()) == []  # the staging directory went with the failure
 
 
-def test_a_full_disk_anywhere_else_is_an_error_not_a_traceback(engine, example_resolved, monkeypatch):
+def test_a_full_disk_anywhere_else_is_an_error_not_a_traceback(engine, example_resolved, monkeypatch, tmp_path):
     def build_image(*args, **kwargs):  # e.g. the base's rootfs archive, written under TMPDIR
         raise OSError(errno.ENOSPC, "No space left on device", "/tmp/envkit-rootfs-vm-1-x/rootfs.tar")
 
     monkeypatch.setattr("envkit.app.build.build_image", build_image)
-    result = invoke("build", "examples/team.yaml", "--no-verify")
+    result = invoke("build", "examples/team.yaml", "--no-verify", "--out", tmp_path)  # (not the checkout's dockerfiles/)
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert ("error: envkit build: this host ran out of disk space writing /tmp/envkit-rootfs-vm-1-x/rootfs.tar"
             in result.stderr)
@@ -481,7 +481,8 @@ def test_a_full_disk_anywhere_else_is_an_error_not_a_traceback(engine, example_r
 
     monkeypatch.setattr("envkit.app.build.build_image", broken)
     with pytest.raises(OSError):  # any other OSError is a bug to see whole
-        CliRunner().invoke(main, ["build", "examples/team.yaml", "--no-verify"], catch_exceptions=False)
+        CliRunner().invoke(main, ["build", "examples/team.yaml", "--no-verify", "--out", str(tmp_path)],
+                           catch_exceptions=False)
 
 
 @pytest.mark.parametrize("raised, said", [
@@ -489,7 +490,8 @@ def test_a_full_disk_anywhere_else_is_an_error_not_a_traceback(engine, example_r
                  "'Connection refused')))"),
     ("urllib3", "envkit build: the engine stopped answering (Connection broken: IncompleteRead(0 bytes read))"),
     ("docker", "envkit build: the engine refused: Error processing tar file(exit status 1): unexpected EOF")])
-def test_an_engine_that_goes_away_is_an_error_not_a_traceback(engine, example_resolved, monkeypatch, raised, said):
+def test_an_engine_that_goes_away_is_an_error_not_a_traceback(engine, example_resolved, monkeypatch, raised, said,
+                                                               tmp_path):
     import docker.errors
     import requests
     import urllib3.exceptions
@@ -503,7 +505,7 @@ def test_an_engine_that_goes_away_is_an_error_not_a_traceback(engine, example_re
         raise errors[raised]
 
     monkeypatch.setattr("envkit.app.build.build_image", build_image)
-    result = invoke("build", "examples/team.yaml", "--no-verify", "--json")
+    result = invoke("build", "examples/team.yaml", "--no-verify", "--json", "--out", tmp_path)
     assert result.exit_code == 6 and "Traceback" not in result.output  # EngineError
     doc = json.loads(result.stdout)
     assert (doc["error"], doc["message"]) == ("EngineError", said)
@@ -805,7 +807,7 @@ def test_resolve_and_build_print_the_skipped_ca_variable(example_copy, tmp_path,
     example_copy.write_text(original)  # the lock written above is the committed one: it matches again
     seen = []
     monkeypatch.setattr(building, "build_image", lambda *a, **k: Outcome("torch25", "t", "skipped", "sha256:1", 1, 0.0))
-    monkeypatch.setattr(building, "require_builder", lambda *a: None)
+    monkeypatch.setattr(building, "pick_builder", lambda *a: "classic")
     _, outcomes = building.build_spec(example_copy, tmp_path / "out", FakeEngine(), locked=True, record=False,
                                       progress=lambda name, msg: seen.append(msg) if isinstance(msg, str) else None)
     assert [m for m in seen if m.startswith("warning:")] == [m for m in seen if warning in m] and len(seen) >= 1
