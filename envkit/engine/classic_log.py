@@ -13,14 +13,29 @@ _RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")  # the container 
 
 class ClassicLog:
     """The lines a classic build printed (``last``, for its errors) and the container of the RUN step under way
-    (``running``, which an interrupted build stops)."""
+    (``running``, which an interrupted build stops).
+
+    The engine's stream is cut where the step's output happened to be read, not at line ends (uv's `` + name==1.0``
+    comes as ``" + nvidia-cu"`` and ``"blas-cu12==12.4"``, or a lone space between two words): a piece without a line
+    end is kept until the rest of its line arrives, so every event is one whole line."""
 
     def __init__(self) -> None:
         self.last: list[str] = []
         self.running: str | None = None
+        self._partial = ""  # the start of a line whose end has not come yet
 
     def events(self, text: str) -> Iterator[BuildEvent]:
-        """A ``step`` event for each "Step i/n" line, a ``log`` event for every other non-empty line."""
+        """A ``step`` event for each whole "Step i/n" line, a ``log`` event for every other non-empty whole line."""
+        text = self._partial + text
+        whole, _, self._partial = text.rpartition("\n") if "\n" in text else ("", "", text)
+        yield from self._lines(whole)
+
+    def flush(self) -> Iterator[BuildEvent]:
+        """The last line, when the stream ended without a line end."""
+        rest, self._partial = self._partial, ""
+        yield from self._lines(rest)
+
+    def _lines(self, text: str) -> Iterator[BuildEvent]:
         for line in text.splitlines():
             line = line.rstrip()
             if not line:

@@ -212,6 +212,7 @@ class DockerEngine:
                 if "aux" in chunk and "ID" in chunk["aux"]:
                     image_id = chunk["aux"]["ID"]
                 yield from log.events(chunk.get("stream") or chunk.get("status") or "")
+            yield from log.flush()
         except docker.errors.APIError as exc:
             raise engine_out_of_space(BuildError(f"building {tag} failed: {exc.explanation}"), self) from None
         except BuildError:
