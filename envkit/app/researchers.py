@@ -206,12 +206,21 @@ def gate_of(doc: dict, ref: str, *, on_gpus: bool) -> Verdict:
         notes.append("registry certificates that do not count: " + "; ".join(
             f"{u.get('status') or '?'} on {u.get('gpu_model') or '?'}: {u['why']}" for u in uncounted))
     hint = verdict.hint
+    tampered = [a for a in registry.get("attestations") or [] if a.get("why") in TAMPERED]
+    if tampered:  # evidence that someone changed what was signed: nothing about this image is taken on trust
+        verdict = replace(verdict, passed=False, message=f"{ref}: " + "; ".join(
+            f"its {a.get('predicate_type') or 'unnamed'} attestation was {a['why']}" for a in tampered),
+            hint="the registry holds attestations changed after signing: tell the platform team; pull the "
+                 "image again after the next signed nightly run re-attests it")
     if registry and not (doc.get("trusted_keys") or {}).get("fingerprints") and not verdict.passed:
         notes.append("no trusted key configured, so no registry certificate counts")
         hint = f"{GET_KEY_HINT}; or {hint}"
     if notes:
         verdict = replace(verdict, message=f"{verdict.message} ({'; '.join(notes)})", hint=hint)
     return verdict
+
+
+TAMPERED = ("altered after signing", "truncated/malformed envelope")  # an attestation's reasons that refuse the image
 
 
 def run_in_image(engine: Engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str,

@@ -62,6 +62,12 @@ class Layer:
 def read_layers(reg: _RegistryHTTP, tag: str) -> list[Layer] | None:
     """The layers (with their blobs) of the manifest tagged ``tag``; None when there is no such tag. A layer whose
     blob is missing is skipped; a manifest that is not JSON raises a permanent ``_Failure``."""
+    found = read_manifest_layers(reg, tag)
+    return None if found is None else found[1]
+
+
+def read_manifest_layers(reg: _RegistryHTTP, tag: str) -> tuple[str, list[Layer]] | None:
+    """``read_layers`` with the manifest's digest."""
     manifest = reg.get_manifest(tag)
     if manifest is None:
         return None
@@ -79,7 +85,7 @@ def read_layers(reg: _RegistryHTTP, tag: str) -> list[Layer] | None:
             continue
         layers.append(Layer(str(d.get("mediaType") or ""), data,
                             {str(k): str(v) for k, v in (d.get("annotations") or {}).items()}))
-    return layers
+    return manifest.digest, layers
 
 
 def _manifest_of(layers: list[Layer]) -> tuple[bytes, _Manifest]:

@@ -21,7 +21,7 @@ from ..trust.cosign import SIGNATURE_ANNOTATION, SIMPLE_SIGNING_TYPE, verify_sig
 from ..trust.keys import TrustedKeys
 from .api import _RegistryHTTP
 from .remote_parse import RemoteCertificate, perf_metrics
-from .signatures import DSSE_TYPE, PREDICATE_ANNOTATION, att_tag, read_layers, sig_tag
+from .signatures import DSSE_TYPE, PREDICATE_ANNOTATION, att_tag, read_layers, read_manifest_layers, sig_tag
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,9 @@ def judge_image(reg: _RegistryHTTP, digest: str, lock_hash: str | None, trusted:
     certificate artifacts attached to it)."""
     uncounted = [{**_brief(c), "source": f"registry artifact {c.tag}", "why": "unsigned"} for c in legacy]
     counted, attestations = [], []
-    for layer in read_layers(reg, att_tag(digest)) or []:
+    found = read_manifest_layers(reg, att_tag(digest))
+    pinned = f"{reg.registry}/{reg.path}@{found[0]}" if found else ""
+    for layer in found[1] if found else []:
         claimed = layer.annotations.get(PREDICATE_ANNOTATION, "")
         if layer.media_type != DSSE_TYPE:
             continue
@@ -58,7 +60,7 @@ def judge_image(reg: _RegistryHTTP, digest: str, lock_hash: str | None, trusted:
         if verified.predicate_type != CERTIFICATE_PREDICATE:
             continue
         try:
-            cert = _certificate(verified.predicate, reg, digest, verified.signed_by)
+            cert = _certificate(verified.predicate, pinned, digest, verified.signed_by)
         except EnvkitError as exc:
             uncounted.append({"source": f"attestation {att_tag(digest)}", "why": f"unreadable: {exc.message}"})
             continue
@@ -85,10 +87,9 @@ def _signature(reg: _RegistryHTTP, digest: str, trusted: TrustedKeys) -> dict:
     return {"why": why}
 
 
-def _certificate(predicate: dict, reg: _RegistryHTTP, digest: str, signer: str) -> RemoteCertificate:
-    ref = f"{reg.registry}/{reg.path}:{att_tag(digest)}"
-    cert = parse_certificate(json.dumps(predicate.get("certificate")), f"the certificate attestation {ref}")
-    return RemoteCertificate(att_tag(digest), ref, digest, cert.status, cert.gpu_model, cert.driver,
+def _certificate(predicate: dict, pinned: str, digest: str, signer: str) -> RemoteCertificate:
+    cert = parse_certificate(json.dumps(predicate.get("certificate")), f"the certificate attestation {pinned}")
+    return RemoteCertificate(att_tag(digest), pinned, digest, cert.status, cert.gpu_model, cert.driver,
                              cert.created_at, tuple(cert.reasons), cert.image_id, cert.lock_hash, perf_metrics(cert),
                              cert.to_json(), signed_by=signer)
 

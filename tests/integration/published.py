@@ -3,15 +3,21 @@
 Two envkit "stacks" of team vision (label-only images on the local envkit base: no new
 layer, nothing large is pushed), one promoted ``:certified``; certificate artifacts attached
 the way nightly attaches them; a base mirror; an image envkit did not build; and a repository
-whose certificate artifact is not a certificate. Used by tests/integration/test_remote.py and
-by tests/unit/data/registry/record.py (which records the registry's answers for unit tests).
+whose certificate artifact is not a certificate. Each published image is signed with a test key and its
+certificates attached as signed attestations (``sign``), as a nightly with ``--signing-key`` does; the old unsigned
+artifacts stay beside them (a registry in migration) and read as "unsigned". The ``team`` fixture trusts the test
+key (``$ENVKIT_TRUSTED_KEYS``) for its module. Used by tests/integration/test_remote.py and by
+tests/unit/data/registry/record.py (which records the registry's answers for unit tests).
 """
 
 from __future__ import annotations
 
+import functools
 import io
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import docker.errors
 import pytest
@@ -19,6 +25,8 @@ import pytest
 from envkit.certify.certificate import Certificate
 from envkit.registry.artifacts import attach_certificate
 from envkit.registry.publish import mirror_base, promote, push
+from envkit.registry.signing import sign_published
+from envkit.trust.keys import TRUSTED_KEYS_ENV, SigningKey, generate_keys, load_signing_key
 
 STACK_A = "2.5.1-cu124-py3.11-aaaaaaaa"
 STACK_B = "2.5.1-cu124-py3.11-bbbbbbbb"
@@ -50,6 +58,25 @@ def certificate(image: str, image_id: str, lock_hash: str, gpu: str, status: str
                        payload_version="test", payload_sha256="", envkit_version="test", created_at=created_at)
 
 
+def keypair(name: str = "team") -> tuple[SigningKey, Path]:
+    """A key pair made once per test process and name (unencrypted): the signing key and its public key file."""
+    return _keypair(name)
+
+
+@functools.cache
+def _keypair(name: str) -> tuple[SigningKey, Path]:
+    made = generate_keys(Path(tempfile.mkdtemp(prefix=f"envkit-test-key-{name}-")))
+    key = load_signing_key(made["private_key"])
+    assert key is not None
+    return key, Path(made["public_key"])
+
+
+def sign(dc, repo: str, digest: str, certs: list[Certificate], key: str = "team") -> None:
+    """What a nightly with --signing-key does after pushing: the image's cosign signature, each certificate as a
+    signed attestation about ``digest``."""
+    sign_published(dc, repo, digest, keypair(key)[0], certs, **NO_WAIT)
+
+
 @dataclass
 class Team:
     host: str
@@ -70,13 +97,17 @@ def publish_team(dc, base: str, host: str) -> Team:
                 label_image(dc, base, local_b, labels_for(LOCK_B, STACK_B), env), local=[local_a, local_b])
     repo = f"{host}/vision/torch25"
     team.digest_a = promote(dc, repo, STACK_A, certified=True, image=local_a, **NO_WAIT).digest
+    certs = []
     for gpu, slug, status, when in (("NVIDIA H200", "nvidia-h200", "certified", "2026-12-01T03:00:00Z"),
                                     ("none", "none", "verified", "2026-11-30T22:00:00Z")):
         cert = certificate(f"vision/torch25:{STACK_A}", team.image_a, LOCK_A, gpu, status, when)
         attach_certificate(dc, repo, STACK_A, cert.to_bytes(), gpu_slug=slug, status=status, **NO_WAIT)
+        certs.append(cert)
+    sign(dc, repo, team.digest_a, certs)
     team.digest_b = promote(dc, repo, STACK_B, certified=False, image=local_b, **NO_WAIT).digest
     cert = certificate(f"vision/torch25:{STACK_B}", team.image_b, LOCK_B, "none", "verified", "2026-12-02T01:00:00Z")
     attach_certificate(dc, repo, STACK_B, cert.to_bytes(), gpu_slug="none", status="verified", **NO_WAIT)
+    sign(dc, repo, team.digest_b, [cert])
     mirror_base(dc, base, f"{host}/vision/base-debian-bookworm", **NO_WAIT)
     push(dc, base, f"{host}/tools/debian", "bookworm", **NO_WAIT)  # not an envkit image
     broken = f"{host}/broken/torch25"
@@ -112,7 +143,10 @@ def remove_local(dc, team: Team) -> None:
 @pytest.fixture(scope="module")
 def team(dc, base, registry) -> Iterator[Team]:
     """The team published to the test registry (``publish_team``), its local copies removed after the module;
-    a test module imports it with the ``registry`` fixture."""
+    a test module imports it with the ``registry`` fixture. The test key is trusted ($ENVKIT_TRUSTED_KEYS) while
+    the module runs."""
     published = publish_team(dc, base, registry.host)
-    yield published
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(TRUSTED_KEYS_ENV, str(keypair()[1]))
+        yield published
     remove_local(dc, published)
