@@ -7,7 +7,7 @@ TORCH_TEST ?= torch==2.13.0
 # Two workers; tests sharing an image stay on one (tests/conftest.py). XDIST= runs in one process.
 XDIST ?= -n 2 --dist loadgroup
 
-.PHONY: venv engine slurm sif-tools demo check test unit integration lint clean schema
+.PHONY: venv engine slurm sif-tools demo check test unit integration lint clean schema docs
 
 $(BIN)/envkit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,10 @@ lint: venv check
 
 schema: venv
 	$(BIN)/envkit schema > schema/team.schema.json
+
+# docs/commands.md from the CLI's own help (tests/unit/test_commands_doc.py fails when it is stale).
+docs: venv
+	$(BIN)/python scripts/gen_commands.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
