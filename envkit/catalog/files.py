@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from ..errors import CatalogError, Location
 from ..support.yamlsource import parse_yaml, utf8_text
+from .binaries import FILE as BINARIES_FILE, Binaries, check_binaries, read_binaries
 from .companions import FILE as COMPANIONS_FILE, check_companions, read_companions
 from .exclusions import FRAMEWORK_FILES, check_rows, pop_rows
 from .models import Catalog, CatalogData, TfRelease, TorchRelease, norm_gpu, vtuple
@@ -77,8 +78,9 @@ def export_catalog(dest: str | Path) -> Path:
         for name in FILES:
             shutil.copyfile(source / f"{name}.yaml", tmp / f"{name}.yaml")
         shutil.copyfile(perf_path(), tmp / PERF_FILE)  # the performance floors too (not part of the digest)
-        if (source / COMPANIONS_FILE).is_file():  # optional: a copy made without it knows no companions
-            shutil.copyfile(source / COMPANIONS_FILE, tmp / COMPANIONS_FILE)
+        for optional in (COMPANIONS_FILE, BINARIES_FILE):  # a copy made without one knows none of its facts
+            if (source / optional).is_file():
+                shutil.copyfile(source / optional, tmp / optional)
         if dest.exists():
             dest.rmdir()
         os.replace(tmp, dest)
@@ -288,4 +290,14 @@ def load_catalog(directory: str | Path | None = None) -> Catalog:
     if companions_raw is not None:
         companions = check_companions(directory / COMPANIONS_FILE, companions_raw, known_releases(files), files.sources)
         h.update(b"companions\0" + companions_raw)
-    return Catalog(files, "sha256:" + h.hexdigest(), exclusions, companions)
+    binaries = _binaries(directory, files.sources, h)
+    return Catalog(files, "sha256:" + h.hexdigest(), exclusions, companions, binaries)
+
+
+def _binaries(directory: Path, sources: dict[str, str], h: "hashlib._Hash") -> Binaries | None:
+    """binaries.yaml's facts (optional, as companions.yaml), its bytes into the digest when present."""
+    raw = read_binaries(directory)
+    if raw is None:
+        return None
+    h.update(b"binaries\0" + raw)
+    return check_binaries(directory / BINARIES_FILE, raw, sources)

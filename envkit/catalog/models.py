@@ -16,6 +16,7 @@ from pydantic import AfterValidator, Field, field_validator
 
 from ..errors import CatalogError
 from ..support.models import Frozen
+from .binaries import Binaries
 from .companions import Companions
 from .exclusions import Exclusion
 
@@ -247,7 +248,7 @@ class Catalog:
     """Immutable, validated compatibility facts."""
 
     def __init__(self, files: CatalogData, digest: str, exclusions: tuple[Exclusion, ...] = (),
-                 companions: Companions | None = None):
+                 companions: Companions | None = None, binaries: Binaries | None = None):
         self._f = files
         self.digest = digest
         self._excluded = exclusions
@@ -259,6 +260,7 @@ class Catalog:
             if row.major == major:
                 return row.linux_min
         raise CatalogError(f"no minor-version-compatibility floor for CUDA {major}.x in the catalog")
+        self.binaries = binaries or Binaries()  # binaries.yaml (catalog/binaries.py): NumPy ABI, CUDA majors
 
     def toolkit_floor(self, cuda: str) -> str:
         """The newest driver floor among the catalog's releases of CUDA major.minor."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..lock import PIP_TOPIC, named_extras
+from ..resolve.binaries import explained
 from .progress import BuildView
 from .common import (IMAGE, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option,
                      locked_option, run, table)
@@ -133,9 +134,8 @@ def explain_cmd(click_ctx: click.Context, spec: Path, image: str, lock_path: Pat
         if locked is not None:
             click.echo(f"{image} as locked (the lock is current), with its pip: packages: {locked.framework} "
                        f"{locked.framework_version} ({locked.variant})")
-            for d in locked.decisions:
-                if d.topic == locked.framework or d.topic.startswith(PIP_TOPIC):
-                    click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")
+            for d in explained(locked):
+                click.echo(f"- {d.topic}: {d.choice}\n    because {d.reason}")
         elif p.target.pip:
             click.echo(f"- pip: {', '.join(p.target.pip)}\n    chosen at resolve, in one solve with the framework "
                        "(which they may hold back); `envkit resolve` locks them and this command then shows why")
@@ -160,7 +160,7 @@ def explain_cmd(click_ctx: click.Context, spec: Path, image: str, lock_path: Pat
                 "framework": locked.framework,
                 "version": locked.framework_version,
                 "variant": locked.variant,
-                "decisions": [d.model_dump() for d in locked.decisions if d.topic == locked.framework],
+                "decisions": [d.model_dump() for d in explained(locked) if not d.topic.startswith(PIP_TOPIC)],
                 "extras": named_extras(locked),
             },
         },

@@ -162,7 +162,8 @@ def _final(t: Target, c: Candidate, viable: list[Candidate], probe: list[Pin], c
     why = None if c == viable[0] else _why_not_first(viable[0], c, t)
     pairing = [f"{name}{spec}" for name, spec in sorted(catalog.companions(c.framework, c.version).items())]
     by = {p.name: p for p in probe}
-    unpaired = [req for req in pairing if (r := Requirement(req)).name in by
+    # companions uv paired otherwise, and this build's own constraints (the probe was solved with its group's first)
+    unpaired = [req for req in (*pairing, *t.caps(c)) if (r := Requirement(req)).name in by
                 and not r.specifier.contains(Version(by[r.name].version).public, prereleases=True)]
     if c.index is None and not unpaired:
         return Joint(c, tuple(probe), index.url, None, why, probes, t.caps(c))

@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from .. import __version__
-from . import devel, joint, releases
+from . import binaries, devel, joint, releases
 from .joint import Index
 from .candidates import Candidate, candidates
 from ..catalog.models import Catalog, vtuple
@@ -112,7 +112,7 @@ def _solve_with_extras(p: ImagePlan, t: joint.Target, catalog: Catalog, index: I
     """The framework build and the image's pip: packages solved together."""
     known = {Version(x.version) for x in candidates(Requirement(p.chosen.framework), catalog, ignore_version=True)}
     try:
-        return joint.solve(t, list(p.viable), catalog, index, closure, known)
+        return joint.solve(t, binaries.viable_beside(t, list(p.viable), catalog, index), catalog, index, closure, known)
     except ResolutionError as exc:
         exc.from_extras = True  # solved with the image's pip: packages, which the error is about
         raise
@@ -155,6 +155,7 @@ def _extras_decisions(p: ImagePlan, t: joint.Target, solved: joint.Joint, newest
             latest_now[n] = None  # the catalog's pairing decides a companion, not the index's newest
     releases.refuse_prereleases(t, solved.pins, newest_now, latest_now, index)
     reports = releases.mark_stale(t, joint.report_extras(t, solved, newest_now, closure), latest_now, index)
+    reports = binaries.explain_held(reports, binaries.caps(catalog, c))
     if held_back == "refuse":
         joint.refuse_held_back(reports)
     return [r.decision for r in reports]
@@ -166,7 +167,7 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
     """Lock one planned image. ``held_back``: the spec's build.held_back ('refuse': a pip: package held far behind
     the newest release it admits fails the resolve, at its pip: entry)."""
     index_of = index_for or _default_index_for
-    caps = functools.partial(_caps, policy=p.policy, top=catalog.max_cuda_for_driver(min_driver))
+    caps = functools.partial(_caps, policy=p.policy, top=catalog.max_cuda_for_driver(min_driver), catalog=catalog)
     t = joint.Target(p.target.name, tuple(p.target.pip), p.python, p.os.glibc, caps)
     newest: dict[str, Future] = {}
     latest: dict[str, Future] = {}
@@ -207,6 +208,7 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         decisions.append(Decision(topic="bundled", choice=f"CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}",
                                   reason=f"what the closure pinned within {c.label}'s ranges"))
     cuda_mm = ".".join(cuda.split(".")[:2]) if cuda else c.cuda
+    decisions += binaries.check_closure(t, c, cuda_mm, closed, catalog)  # the catalog's binary facts
     if p.target.flavour == "devel":  # the CUDA compiler, constrained by everything above (envkit/resolve/devel.py)
         devel.check_framework(p.target.name, c.framework)
         locked = [Pin(x.name, x.version, x.hashes) for x in packages]
@@ -273,11 +275,14 @@ def confirm_arches(p: ImagePlan, catalog: Catalog, fw_index: Index, wheel: Wheel
     return read.flags
 
 
-def _caps(c: Candidate, *, policy: str, top: str | None) -> tuple[str, ...]:
-    """Range pins under strict policy: the CUDA runtime kept within what the fleet's driver fully supports."""
+def _caps(c: Candidate, *, policy: str, top: str | None, catalog: Catalog) -> tuple[str, ...]:
+    """Constraints on a build's solves: under strict policy, range pins keep the CUDA runtime within what the fleet's
+    driver fully supports; the catalog's binary facts (``resolve.binaries.caps``: the NumPy the build's binaries run
+    on, the onnxruntime-gpu releases of its CUDA major)."""
+    facts = tuple(binaries.caps(catalog, c))
     if not c.exact_pins and policy == "strict" and top and vtuple(top)[0] == vtuple(c.cuda)[0]:
-        return (f"{runtime_package(vtuple(c.cuda)[0])}<{vtuple(top)[0]}.{vtuple(top)[1] + 1}",)
-    return ()
+        return (f"{runtime_package(vtuple(c.cuda)[0])}<{vtuple(top)[0]}.{vtuple(top)[1] + 1}", *facts)
+    return facts
 
 
 def _v(text: str) -> Version:

@@ -29,6 +29,10 @@ RESOLVES = {
     "jax": (">=0.4", {"flax": ">=0.10", "optax": ">=0.2"}),
     "tensorflow": (">=2.16", {"keras": ">=3"}),
     # built and verified too (tests/integration/test_team_stacks.py)
+    # the catalog's binary facts (binaries.yaml) as constraints: numpy<2 beside torch < 2.3; onnxruntime-gpu's
+    # releases built for the image's CUDA major (its newest are built for CUDA 13)
+    "numpy-abi-old-torch": ("==2.2.*", {"numpy": "<2", "scipy": ">=1"}),
+    "onnxruntime-follows-the-cuda-major": ("==2.8.*", {"onnxruntime-gpu": ">=1.19,<1.27"}),
     "nlp": ("==2.5.1", {"transformers": ">=4.50,<5", "torchaudio": "==2.5.*"}),
     "vision-lightning": ("==2.5.1", {"torchvision": "==0.20.*", "lightning": ">=2"}),
 }
@@ -40,6 +44,11 @@ REFUSES = {
     "held-back": (4, "transformers", "far behind"),  # build.held_back: refuse
     # the only wheels for the image are 2020 dev releases: never locked unless the entry names one (PEP 440)
     "prerelease-only-wheel": (4, "deepspeed", "a pre-release (uploaded 2020-11-11"),
+    # the catalog's binary facts (binaries.yaml): a NumPy the framework's ABI cannot run on, a CUDA 11 build in a
+    # CUDA 12 image (from the name; from the release)
+    "numpy2-beside-old-torch": (4, "numpy", "torch 2.2.2 runs on numpy<2 only"),
+    "cuda11-library-in-cuda12-image": (4, "cupy-cuda11x", "is built for CUDA 11, but the image's CUDA is 12.8"),
+    "onnxruntime-cuda11-in-cuda12-image": (4, "onnxruntime-gpu", "releases built for CUDA 12"),
 }
 
 

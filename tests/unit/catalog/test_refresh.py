@@ -355,7 +355,7 @@ def test_export_then_env_selects_the_team_copy(tmp_path, monkeypatch):
 
     team = export_catalog(tmp_path / "team-catalog")
     assert sorted(p.name for p in team.iterdir()) == sorted([*(f"{n}.yaml" for n in FILES), "perf.yaml",
-                                                             "companions.yaml"])
+                                                             "companions.yaml", "binaries.yaml"])
     assert load_catalog(team).digest == load_catalog(packaged_dir()).digest
     monkeypatch.setenv(CATALOG_ENV, str(team))
     assert data_dir() == team

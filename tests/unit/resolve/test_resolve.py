@@ -510,9 +510,9 @@ def test_tf_release_with_its_own_arches_is_judged_by_them(catalog):
     assert run_image(catalog, framework="tensorflow<2.17", gpus=["M60"]).framework_version == "2.16.2"
 
 
-@pytest.mark.parametrize("policy,constraints,cuda", [
-    ("minor", [], "13.2.51"),  # any CUDA 13 runtime runs on 580 under minor-version compatibility
-    ("strict", ["nvidia-cuda-runtime<13.1"], "13.0.96"),  # capped at what 580.95.05 fully supports
+@pytest.mark.parametrize("policy,constraints,cuda", [  # (and binaries.yaml's: onnxruntime-gpu of CUDA 13, if any)
+    ("minor", ["onnxruntime-gpu>=1.27"], "13.2.51"),  # any CUDA 13 runtime runs on 580 under minor-version compat.
+    ("strict", ["nvidia-cuda-runtime<13.1", "onnxruntime-gpu>=1.27"], "13.0.96"),  # capped at what 580.95.05 runs
 ])
 def test_range_pinned_framework_takes_cuda_from_the_closure(catalog, policy, constraints, cuda):
     closure = FakeClosure()
