@@ -253,6 +253,7 @@ class Catalog:
         self.digest = digest
         self._excluded = exclusions
         self.companion_rows = companions or Companions()  # companions.yaml (catalog/companions.py)
+        self.binaries = binaries or Binaries()  # binaries.yaml (catalog/binaries.py): NumPy ABI, CUDA majors
 
     # --- CUDA and drivers -----------------------------------------------------------
     def minor_compat_floor(self, major: int) -> str:
@@ -260,7 +261,6 @@ class Catalog:
             if row.major == major:
                 return row.linux_min
         raise CatalogError(f"no minor-version-compatibility floor for CUDA {major}.x in the catalog")
-        self.binaries = binaries or Binaries()  # binaries.yaml (catalog/binaries.py): NumPy ABI, CUDA majors
 
     def toolkit_floor(self, cuda: str) -> str:
         """The newest driver floor among the catalog's releases of CUDA major.minor."""
