@@ -61,13 +61,13 @@ def test_a_mistake_is_named_at_its_line(write_spec, change, message, line, hint)
         assert hint in err.value.hint
 
 
-def test_the_readmes_dispatch_example_is_a_valid_spec(write_spec):
+def test_the_fleet_docs_dispatch_example_is_a_valid_spec(write_spec):
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    example = re.search(r"```yaml\n# team.yaml \(beside fleet:, images: \.\.\.\)\n(dispatch:.*?)```", readme, re.S)
-    assert example, "README's 'Certify across the fleet' lost its dispatch: example"
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "fleet.md").read_text()
+    example = re.search(r"```yaml\n# team.yaml \(beside fleet:, images: \.\.\.\)\n(dispatch:.*?)```", doc, re.S)
+    assert example, "docs/fleet.md lost its dispatch: example"
     spec = load_spec(write_spec(MINIMAL.replace("[A100, H100]", "[A100, H100, L40S]") + example.group(1)))
     assert set(spec.dispatch.gpus) == {"A100", "H100", "L40S"}
     assert isinstance(spec.dispatch.target("L40S"), KubernetesTarget)

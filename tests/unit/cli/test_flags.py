@@ -1,4 +1,4 @@
-"""One meaning per flag: README's flag table matches every command's --help; old spellings still work with a
+"""One meaning per flag: docs/cli.md's flag table matches every command's --help; old spellings still work with a
 deprecation note; the group's flags are read after the subcommand (and --json before it); `envkit lock` writes."""
 
 import json
@@ -16,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[3]
 ROW = re.compile(r"^\| `(--[a-z-]+)[^`]*` \| [^|]+ \| (.+) \|$", re.M)
 
 
-def readme_table() -> dict[str, set[str]]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Flags"):text.index("## A real team's stacks")]
+def flags_table() -> dict[str, set[str]]:
+    text = (ROOT / "docs" / "cli.md").read_text()
+    section = text[text.index("## Flags\n"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
     return {flag: set(re.findall(r"`([a-z -]+)`", where)) if where != "every command" else {"*"}
             for flag, where in ROW.findall(section)}
 
@@ -40,14 +41,14 @@ def help_flags(path: str) -> set[str]:
     return set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z-]*)", out.output.split("Options:")[1], re.M))
 
 
-def test_the_readme_flag_table_matches_every_commands_help():
-    table = readme_table()
+def test_the_flag_table_matches_every_commands_help():
+    table = flags_table()
     assert {"--lock", "--out", "--store", "--registry", "--json", "--reports", "--bundle"} <= set(table)
     every = commands()
     helps = {path: help_flags(path) for path in every}
     for flag, where in table.items():
         having = {path for path, flags in helps.items() if flag in flags}
-        assert having == (set(every) if where == {"*"} else where), f"README's row for {flag} is stale"
+        assert having == (set(every) if where == {"*"} else where), f"docs/cli.md's row for {flag} is stale"
 
 
 def test_old_spellings_still_work_with_a_deprecation_note(monkeypatch, tmp_path):
