@@ -8,6 +8,7 @@ from typing import Iterator
 from .protocol import BuildEvent
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # the engine marks a step's stderr red, anywhere in a line
 _RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")  # the container of the RUN step under way
 
 
@@ -17,7 +18,9 @@ class ClassicLog:
 
     The engine's stream is cut where the step's output happened to be read, not at line ends (uv's `` + name==1.0``
     comes as ``" + nvidia-cu"`` and ``"blas-cu12==12.4"``, or a lone space between two words): a piece without a line
-    end is kept until the rest of its line arrives, so every event is one whole line."""
+    end is kept until the rest of its line arrives, so every event is one whole line. The engine also colours what a
+    step writes to stderr (ESC[91m ... ESC[0m, wherever a piece starts, so mid-line too: `` + nvidia-cublas-cu12``
+    ESC[0m ESC[91m ``==12.4.5.8``); the colour codes are dropped."""
 
     def __init__(self) -> None:
         self.last: list[str] = []
@@ -26,7 +29,7 @@ class ClassicLog:
 
     def events(self, text: str) -> Iterator[BuildEvent]:
         """A ``step`` event for each whole "Step i/n" line, a ``log`` event for every other non-empty whole line."""
-        text = self._partial + text
+        text = self._partial + _COLOUR.sub("", text)
         whole, _, self._partial = text.rpartition("\n") if "\n" in text else ("", "", text)
         yield from self._lines(whole)
 

@@ -187,15 +187,14 @@ class DockerEngine:
         return docker_registry.loads_known_layers(self.client.info())
 
     def build(self, context: Path, tag: str, labels: dict[str, str], *, dockerfile: str = "Dockerfile",
-              network: bool = True, no_cache: bool = False,
-              build_args: dict[str, str] | None = None, target: str | None = None) -> Iterator[BuildEvent]:
+              network: bool = True, no_cache: bool = False, build_args: dict[str, str] | None = None,
+              target: str | None = None) -> Iterator[BuildEvent]:
         """Build with the classic builder (the stage ``target``, else the last), yielding progress; raises BuildError.
 
-        ``network=False`` cuts RUN steps off the network (offline bundle builds). Stopped early (an
-        interruption, or the consumer closing the generator), it kills the container of the RUN step
-        under way, so the build fails there and ``forcerm`` removes the container. The engine usually
-        cancels a classic build whose client went away, but not always: once here (Docker 20.10.24) a
-        killed client's RUN step ran on and the engine tagged the image."""
+        ``network=False`` cuts RUN steps off the network (offline bundle builds). Stopped early (an interruption, or
+        the consumer closing the generator), it kills the container of the RUN step under way, so the build fails
+        there and ``forcerm`` removes the container. The engine usually cancels a classic build whose client went
+        away, but not always: once here (Docker 20.10.24) a killed client's RUN step ran on and the engine tagged it."""
         api = self.client.api
         log = ClassicLog()
         image_id = None

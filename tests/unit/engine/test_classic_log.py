@@ -21,7 +21,9 @@ def test_a_line_cut_in_pieces_is_one_event():
 def test_uv_lines_in_pieces_count_every_package():
     count = InstallCount(total=2)
     log = ClassicLog()
-    for piece in [" + nvidia-cu", "blas-cu12==12.4.5.8\n + typing-", "extensions==4.12.2", "\n"]:
+    # (as a fresh engine sent them: its stderr colour codes where each piece starts, mid-line)
+    for piece in ["\x1b[0m\x1b[91m + nvidia-cublas-cu12", "\x1b[0m\x1b[91m==12.4.5.8\n + typing-",
+                  "\x1b[0m\x1b[91mextensions==4.12.2", "\n"]:
         for event in log.events(piece):
             count.feed(event.text)
     assert count.done == 2
