@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..images.builder import BuildProgress, Outcome, build_image, pick_builder
+from ..images.builder import BuildProgress, Outcome, build_image, pick_builder, picked
 from ..certify.certificate import certificate_from, utc_now
 from ..engine.protocol import AUTO
 from ..errors import SpecError
@@ -57,7 +57,8 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     the environment layers (``images.reproducible``); ``record_layers``: their diff_ids are then written beside the
     lock (``images.layer_record``), for `envkit verify --lock`. ``no_cache``: ``build_image``'s (every image is built
     again, none kept)."""
-    builder = pick_builder(engine, builder)  # once, before resolving: BuildKit without its CLI fails at once
+    if builder != AUTO:  # named: checked before resolving (BuildKit without its CLI fails at once)
+        builder = pick_builder(engine, builder)
     if record:
         with Store.open(store_url):  # a store that cannot be written fails now, not after the builds
             pass
@@ -70,6 +71,7 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
         require_buildable(image)
     if space_check:
         check_space(engine, images, lambda msg: progress("*", msg), rebuild=no_cache)
+    builder = picked(engine, builder)  # auto: decided once, here (a name was decided above)
     rendered = render(resolved.lock, out_root, _display(spec_path), only, buildkit=builder == "buildkit")
     ca = resolved.spec.ca_bundle_path()
     if resolved.reused and (note := env_ca_skip_note(resolved.spec)):  # (a resolve said so already)

@@ -93,6 +93,12 @@ class Toolkit(Entry):
     linux_min: Dotted | None
 
 
+class DebianToolkit(Entry):  # Debian's nvidia-cuda-toolkit .deb of one CUDA release: devel's CUDA 12 programs
+    cuda: Series
+    path: str = Field(pattern=r"^pool/[A-Za-z0-9+~._/-]+\.deb$")  # under a Debian mirror
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class Arch(Entry):
     cc: Cc
     family: str
@@ -214,6 +220,7 @@ class CatalogData(Frozen):
     variant_index: str
     jax: Jax
     tensorflow: Tensorflow
+    debian_toolkits: tuple[DebianToolkit, ...] = ()  # cuda.yaml (a team's copy without it: no CUDA 12 devel images)
 
     @field_validator("variant_index")
     @classmethod
@@ -272,6 +279,10 @@ class Catalog:
                 hint="use policy 'minor', or add the row to envkit/catalog/data/cuda.yaml with its source",
             )
         return max(floors, key=vtuple)
+
+    def debian_toolkits(self) -> dict[str, DebianToolkit]:
+        """CUDA release (MAJOR.MINOR) -> Debian's toolkit .deb of it: the devel flavour's CUDA 12 compiler programs."""
+        return {t.cuda: t for t in self._f.debian_toolkits}
 
     def driver_floor_for(self, cuda: str, policy: str) -> str:
         """The oldest Linux driver that runs a CUDA ``cuda`` runtime under ``policy``."""

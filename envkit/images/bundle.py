@@ -46,8 +46,8 @@ from ..engine.space import host_out_of_space, low_space
 from ..errors import BuildError, EnvkitError
 from ..support.atomic import write_atomic
 from ..lock import Lock, LockedImage, load_lock
-from ..resolve.devel import APT as DEVEL_APT
-from ..resolve.devel import fetch_toolkit_deb, toolkit_deb
+from ..devel import APT as DEVEL_APT
+from ..devel import fetch_toolkit_deb
 from ..render import installer
 from ..render.files import context_for, context_hash, image_tag, install_packages, render_files
 from ..support.download import fetch_pinned
@@ -129,7 +129,7 @@ def make_bundle(engine: Engine, lock: Lock, image_name: str, out_dir: Path, *, c
                          hint="is PyPI's file host reachable (and the CA bundle right)?")
         progress(f"fetching Debian packages against {image.base.ref}")
         fetch_debs(engine, lock, image, context / "debs")
-        if image.flavour == "devel" and toolkit_deb(image):  # CUDA 12: the compiler's programs
+        if image.flavour == "devel" and image.toolkit_deb:  # CUDA 12: the compiler's programs (the lock's .deb)
             progress("downloading the CUDA compiler's Debian package")
             fetch_toolkit_deb(image, context / "debs" / "nvcc")
         progress(f"saving {image.base.ref}")

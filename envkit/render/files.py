@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 from .. import __version__
-from ..resolve import devel
+from .. import devel
 from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files, payload_sha256
 from ..frameworks import framework, requested_labels, expected
 from ..index import login as index_login_
@@ -183,8 +183,8 @@ def runtime_env(image: LockedImage) -> tuple[tuple[str, str], ...]:
 
 def _devel_fields(image: LockedImage) -> dict:
     wheels = devel.wheels_to_add(image)  # refused here when the lock has no compiler for it
-    deb = devel.toolkit_deb(image)
-    return dict(nvcc_deb_url=devel.toolkit_deb_url(image), nvcc_deb_sha256=deb.sha256 if deb else "",
+    deb = image.toolkit_deb  # CUDA 12: the .deb the lock pins
+    return dict(nvcc_deb_url=deb.url if deb else "", nvcc_deb_sha256=deb.sha256 if deb else "",
                 devel_wheels=bool(wheels))
 
 

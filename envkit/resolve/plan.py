@@ -14,6 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from . import devel
+from ..devel import WHEELS_ONLY_FROM
 from .candidates import Candidate, candidates
 from ..catalog.models import Arch, Catalog, OsBase, vtuple
 from ..errors import Location, ResolutionError, SpecError
@@ -198,7 +199,7 @@ def choose(p: ImagePlan, chosen: Candidate, catalog: Catalog, why: str | None = 
         )
     )
     if p.target.flavour == "devel":
-        decisions.append(_devel_plan(p.target, chosen, p.flavour_where))
+        decisions.append(_devel_plan(p.target, chosen, p.flavour_where, tuple(catalog.debian_toolkits())))
     if fleet.gpus:
         decisions.append(Decision(topic="gpus", choice=" ".join(sorted({g.cc for g in fleet.gpus}, key=vtuple)),
                                   reason="every fleet GPU is covered by " + (
@@ -217,16 +218,17 @@ def choose(p: ImagePlan, chosen: Candidate, catalog: Catalog, why: str | None = 
     )
 
 
-def _devel_plan(target: Target, c: Candidate, where: Location | None) -> Decision:
+def _devel_plan(target: Target, c: Candidate, where: Location | None, toolkits: tuple[str, ...]) -> Decision:
     """The devel flavour, judged when planning (explain, and resolve before the network) where the catalog
     knows enough: a framework envkit makes no devel image of, or an exactly pinned CUDA it has no compiler for,
     is refused at the image's flavour: line, as is a CUDA 12 range starting above Debian's toolkits (jax[cuda12]:
     12.9 on). Any other range-pinned CUDA is judged on what the closure locks."""
     try:
         devel.check_framework(target.name, c.framework)
-        newest_toolkit = max(vtuple(t) for t in devel.DEBIAN_TOOLKITS)
-        if c.exact_pins or (c.cuda and vtuple(c.cuda)[0] < devel.WHEELS_ONLY_FROM and vtuple(c.cuda) > newest_toolkit):
-            devel.check_cuda(target.name, c.cuda, target.framework)  # a range from above every CUDA 12 compiler
+        newest_toolkit = max((vtuple(t) for t in toolkits), default=(0,))  # (the catalog's debian_toolkits)
+        if c.exact_pins or (c.cuda and vtuple(c.cuda)[0] < WHEELS_ONLY_FROM and vtuple(c.cuda) > newest_toolkit):
+            # a range from above every CUDA 12 compiler
+            devel.check_cuda(target.name, c.cuda, target.framework, toolkits=toolkits)
     except ResolutionError as exc:
         exc.location = exc.location or where
         raise

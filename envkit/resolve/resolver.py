@@ -214,7 +214,8 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         locked = [Pin(x.name, x.version, x.hashes) for x in packages]
         added = devel.lock_packages(p.target.name, cuda_mm, locked, requirement=p.target.framework,
                                     python=p.python, glibc=p.os.glibc,
-                                    index_url=fw_index.url, extra_index_url=extra_index, closure=closure)
+                                    index_url=fw_index.url, extra_index_url=extra_index, closure=closure,
+                                    toolkits=tuple(catalog.debian_toolkits()))
         packages += added
         decisions.append(Decision(topic="devel", choice=", ".join(f"{x.name} {x.version}" for x in added),
                                   reason=devel.source(cuda_mm)))
@@ -227,6 +228,8 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         policy=p.policy, base=p.base, apt=tuple(p.target.apt),
         flavour=p.target.flavour, packages=tuple(sorted(packages, key=lambda x: (x.group, x.name))),
         requested=tuple(dict.fromkeys(canonicalize_name(Requirement(x).name) for x in p.target.pip)),
+        toolkit_deb=devel.toolkit_for(catalog, p.target.name, cuda_mm, p.base, p.target.framework)
+        if p.target.flavour == "devel" else None,  # CUDA 12: Debian's toolkit .deb, pinned (the build reads it here)
         decisions=tuple(decisions)))
 
 

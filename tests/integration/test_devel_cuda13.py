@@ -11,6 +11,7 @@ with a __global__ kernel. Nothing runs a kernel.
 
 import pytest
 
+from envkit import devel as held  # what a locked devel image holds
 from envkit.resolve import devel
 from envkit.lock import load_lock, sealed
 from tests.integration.conftest import ROOT
@@ -27,7 +28,7 @@ def devel13(engine):
 
 def test_the_lock_pins_the_compiler_of_its_cuda(devel13):
     _, image = devel13
-    pins = {p.name: p.version for p in devel.packages(image)}
+    pins = {p.name: p.version for p in held.packages(image)}
     assert set(pins) == {"nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl"}
     assert all(v.startswith(image.cuda_major_minor + ".") for v in pins.values())
 

@@ -13,7 +13,7 @@ and its CPU handler runs through ``jax.ffi.ffi_call``. Nothing runs a kernel.
 
 import pytest
 
-from envkit.resolve import devel
+from envkit import devel as held  # what a locked devel image holds
 from tests.integration.test_devel import _options, assert_nvcc_compiles_and_links, built_devel_example
 
 pytestmark = pytest.mark.integration
@@ -73,8 +73,8 @@ def jax_devel(engine):
 
 def test_the_compiler_is_the_framework_closures_own(jax_devel):
     outcome, image = jax_devel
-    assert devel.wheels_to_add(image) == ()  # the devel group is empty: nothing to disagree with
-    pins = {p.name: p for p in devel.packages(image)}
+    assert held.wheels_to_add(image) == ()  # the devel group is empty: nothing to disagree with
+    pins = {p.name: p for p in held.packages(image)}
     assert set(pins) == {"nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl"}
     assert {p.group for p in pins.values()} == {"framework"}
     assert pins["nvidia-cuda-nvcc"].version.startswith(image.cuda_major_minor + ".")

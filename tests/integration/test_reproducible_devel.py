@@ -108,7 +108,7 @@ def test_a_devel_image_has_the_runtime_flavours_environment_layers_and_its_devel
 def test_a_failed_devel_step_leaves_no_image_and_no_env_tag(engine):
     """With the classic builder, whose steps before the failed one leave images built on the -env image."""
     (_, _), (dev_lock, dev) = _locks("1.25.*")  # (the devel steps fail before they need a CUDA wheel)
-    wrong = tuple(p.model_copy(update={"hashes": ("sha256:" + "0" * 64,)}) if p.group == devel.GROUP else p
+    wrong = tuple(p.model_copy(update={"hashes": ("sha256:" + "0" * 64,)}) if p.group == "devel" else p
                   for p in dev.packages)
     dev = sealed(dev.model_copy(update={"name": "repro-devel-bad", "packages": wrong}))
     dev_lock = dev_lock.model_copy(update={"images": (dev,)})

@@ -1,6 +1,7 @@
 """A hand-made lock for render and lock tests (no index, no resolver)."""
 
-from envkit.lock import BaseImage, Decision, Lock, LockedImage, Package, sealed
+from envkit.catalog.files import load_catalog
+from envkit.lock import BaseImage, DebPin, Decision, Lock, LockedImage, Package, sealed
 
 
 def make_image(name="torch25", extra=("numpy", "2.1.3"), **changes) -> LockedImage:
@@ -85,7 +86,9 @@ def make_devel_image(release: str = "12.4", **changes) -> LockedImage:
     if release == "12.4":
         packages = (*make_image().packages, _pin("nvidia-cuda-cccl-cu12", "12.4.127.post1", "devel", "d"),
                     _pin("nvidia-cuda-nvcc-cu12", "12.4.131", "devel", "e"))
-        fields = dict(flavour="devel", packages=packages)
+        deb = load_catalog().debian_toolkits()["12.4"]  # as the resolver locks it (resolve.devel.toolkit_for)
+        fields = dict(flavour="devel", packages=packages,
+                      toolkit_deb=DebPin(url=f"http://deb.debian.org/debian/{deb.path}", sha256=deb.sha256))
     else:
         packages = (_pin("torch", "2.14.1", "framework", "a"), _pin("cuda-toolkit", "13.0.3.0", "framework", "b"),
                     _pin("nvidia-cuda-runtime", "13.0.96", "framework", "c"),

@@ -120,11 +120,13 @@ def test_jax_devel_without_the_compiler_in_its_lock_is_refused_with_the_way_out(
 
 
 def test_jax_cuda12_devel_is_refused_for_its_cuda_release_with_the_way_out():
+    """Render reads the lock alone: a CUDA 12 devel image whose lock pins no toolkit .deb is refused, and the way
+    out is resolve, which refuses the release with its own (tests/unit/resolve/test_devel.py)."""
     image = make_jax_image(flavour="devel", variant="cuda12", cuda="12.9.79", cuda_major_minor="12.9")
     with pytest.raises(EnvkitError, match="no CUDA compiler for CUDA 12.9") as err:
         render_files(make_lock(image), image, "team.yaml")
-    assert "12.4" in err.value.message and "the CUDA 12 nvcc wheels hold no nvcc driver" in err.value.message
-    assert '">=13"' in err.value.hint and "flavour: runtime" in err.value.hint
+    assert "the CUDA 12 nvcc wheels hold no nvcc driver" in err.value.message
+    assert "envkit resolve" in err.value.hint
 
 
 # ------------------------------------------------------------------------- refusals

@@ -29,8 +29,8 @@ PACKAGE = ROOT / "envkit"
 LAYERS: list[tuple[str, ...]] = [
     ("envkit", "envkit.errors"),  # the version; the error types and their exit codes
     ("envkit.support",),  # atomic writes, scratch directories, child processes, strict YAML, labels, ...
-    ("envkit.spec", "envkit.spec_dispatch", "envkit.lock", "envkit.frameworks"),  # team.yaml (and its dispatch:),
-    # team.lock, what differs per framework
+    ("envkit.spec", "envkit.spec_dispatch", "envkit.lock", "envkit.frameworks", "envkit.devel"),  # team.yaml (and
+    # its dispatch:), team.lock, what differs per framework, what a locked devel image holds
     ("envkit.index",),  # the package index (client, logins, wheel facts, uv's closure)
     ("envkit.engine",),  # the container engine (the only home of docker-py)
     ("envkit.catalog",),  # the compatibility catalog (and its refresh from the index)
@@ -179,3 +179,24 @@ def test_a_package_init_holds_no_code(module):
     body = ast.parse(path.read_text()).body
     code = [n for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     assert not code, f"{path.relative_to(ROOT)} holds code (line {code[0].lineno}): put it in a module of the package"
+
+
+def _reached(module: str) -> set[str]:
+    """Every envkit module ``module`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for target in GRAPH[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+@pytest.mark.parametrize("stage", ["envkit.render", "envkit.images"])
+def test_render_and_build_read_the_lock_not_the_resolver(stage):
+    """A lock carries every fact its build needs (issue 33): render and the builders import nothing of
+    ``envkit.resolve``, not even through another module."""
+    wrong = sorted(f"{m} reaches {t}" for m in MODULES if m == stage or m.startswith(stage + ".")
+                   for t in _reached(m) if t == "envkit.resolve" or t.startswith("envkit.resolve."))
+    assert not wrong, "render and build must read facts from the lock, not from resolve/:\n" + "\n".join(wrong)

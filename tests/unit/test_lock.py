@@ -147,3 +147,28 @@ def test_a_lock_that_cannot_be_used_says_how_to_write_that_very_file(tmp_path):
     with pytest.raises(LockError) as err:
         load_lock(broken)
     assert err.value.hint == f"regenerate it from its spec with `envkit resolve SPEC --lock {broken}`"
+
+
+def test_a_version_1_lock_migrates_to_version_2(tmp_path):
+    """Version 2 adds a devel image's ``toolkit_deb``; a version 1 lock loads through ``migrate_v1`` with its images
+    and their hashes as they were, and is written back as version 2."""
+    from envkit.lock import LOCK_VERSION, MIGRATIONS, migrate_v1
+
+    lock = make_lock()
+    doc = json.loads(lock.to_bytes())
+    assert doc["version"] == LOCK_VERSION == 2 and MIGRATIONS == {1: migrate_v1}
+    doc["version"] = 1
+    path = tmp_path / "old.lock"
+    path.write_text(json.dumps(doc))
+    loaded = load_lock(path)
+    assert loaded == lock and loaded.version == 2 and loaded.images[0].hash == lock.images[0].hash
+
+
+def test_toolkit_deb_is_in_a_devel_images_hash_and_absent_elsewhere():
+    from tests.unit.lockfixtures import make_devel_image
+
+    devel = make_devel_image("12.4")
+    assert devel.toolkit_deb is not None and "toolkit_deb" in devel.model_dump(mode="json")
+    assert devel.model_copy(update={"toolkit_deb": None}).content_hash() != devel.hash
+    assert "toolkit_deb" not in make_image().model_dump(mode="json")  # runtime locks (and hashes) as before
+

@@ -66,7 +66,8 @@ def _replace_build(monkeypatch, engine: Engine, picks: list[str], renders: list[
         renders.append(kwargs.get("buildkit", False))
         return render_files(*args, **kwargs)
 
-    monkeypatch.setattr(building, "pick_builder", pick)
+    monkeypatch.setattr(building, "pick_builder", pick)  # a builder named
+    monkeypatch.setattr(builder_mod, "pick_builder", pick)  # auto, decided by images.builder.picked
     monkeypatch.setattr(builder_mod, "run_build", run_build)
     monkeypatch.setattr(builder_mod, "ensure_base", lambda *a, **k: ImageInfo("sha256:base", (), 1, {}, {}, ""))
     monkeypatch.setattr(builder_mod, "render_files", counted)

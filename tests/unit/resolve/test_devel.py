@@ -4,6 +4,8 @@ resolver asks the closure for, and what the devel template renders for CUDA 12.4
 
 import pytest
 
+from envkit import devel as held  # what a locked devel image holds (render reads it)
+from envkit.catalog.files import load_catalog
 from envkit.resolve import devel
 from envkit.index.closure import Pin
 from envkit.errors import EnvkitError, ResolutionError
@@ -65,7 +67,7 @@ def test_lock_packages_are_constrained_by_the_image_and_keep_only_what_is_new():
     closure = DevelClosure()
     locked = [Pin("torch", "2.14.1", _h("t")), Pin("nvidia-cuda-runtime", "13.0.96", _h("r"))]
     packages = devel.lock_packages("img", "13.0", locked, python="3.13", glibc="2.41",
-                                   index_url="https://pypi.org/simple", closure=closure)
+                                   index_url="https://pypi.org/simple", closure=closure, toolkits=("12.4",))
     assert {p.name: p.version for p in packages} == {
         "nvidia-cuda-nvcc": "13.0.88", "nvidia-cuda-crt": "13.0.88", "nvidia-nvvm": "13.0.88",
         "nvidia-cuda-cccl": "13.0.85"}
@@ -78,7 +80,8 @@ def test_lock_packages_are_constrained_by_the_image_and_keep_only_what_is_new():
                                          (None, "has no CUDA runtime")])
 def test_refused_cudas_say_why_and_what_to_do(cuda, needle):
     with pytest.raises(ResolutionError, match=needle) as err:
-        devel.lock_packages("img", cuda, [], python="3.11", glibc="2.36", index_url="x", closure=DevelClosure())
+        devel.lock_packages("img", cuda, [], python="3.11", glibc="2.36", index_url="x", closure=DevelClosure(),
+                            toolkits=("12.4",))
     assert "flavour: runtime" in err.value.hint
 
 
@@ -101,6 +104,10 @@ def test_resolve_locks_the_devel_group_for_devel_images(catalog, cuda, expected)
     assert {p.name: p.version for p in image.packages if p.group == "devel"} == expected
     framework = [p for p in image.packages if p.group == "framework"]
     assert closure.calls[-1]["constraints"] == [Pin(p.name, p.version, p.hashes) for p in framework]
+    # CUDA 12: the compiler's programs from Debian's .deb, which the lock pins (render reads it there); CUDA 13: none
+    deb = load_catalog().debian_toolkits().get(image.cuda_major_minor)
+    assert (image.toolkit_deb and (image.toolkit_deb.sha256, image.toolkit_deb.url.endswith(deb.path))) == (
+        deb and (deb.sha256, True))
 
 
 def test_runtime_images_lock_no_devel_group(catalog):  # noqa: F811
@@ -139,7 +146,7 @@ def test_cuda12_devel_keeps_debians_toolkit_pinned_by_sha256_and_never_installed
     image = make_devel_image("12.4")
     text = _dockerfile(image)
     tools = _stage(text, "nvcc-tools")
-    assert f'echo "{devel.DEBIAN_TOOLKITS["12.4"].sha256}  /tmp/nvcc.deb" | sha256sum -c -' in tools
+    assert f'echo "{load_catalog().debian_toolkits()["12.4"].sha256}  /tmp/nvcc.deb" | sha256sum -c -' in tools
     assert "http://deb.debian.org/debian/pool/non-free/n/nvidia-cuda-toolkit/" in tools
     assert "dpkg-deb -x" in tools and "dpkg -i" not in tools and "apt-get install" not in tools
     assert "COPY --from=nvcc-tools /opt/cuda-tools/ /opt/cuda/" in text
@@ -164,13 +171,13 @@ def test_devel_image_is_the_runtime_image_plus_layers():
 
 
 def test_a_devel_lock_without_devel_packages_is_refused_with_the_way_out():
-    image = make_image(flavour="devel")  # as an older envkit locked it: no devel group
+    image = make_devel_image("12.4", packages=make_image().packages)  # as an older envkit locked it: no devel group
     with pytest.raises(EnvkitError, match="has no devel packages") as err:
         render_files(make_lock(image), image, "team.yaml")
     assert "envkit resolve" in err.value.hint
 
 
-@pytest.mark.parametrize("changes", [dict(cuda_major_minor="12.6", cuda="12.6.77"),
+@pytest.mark.parametrize("changes", [dict(cuda_major_minor="12.6", cuda="12.6.77", toolkit_deb=None),
                                      dict(cuda_major_minor=None, cuda=None)], ids=["unknown-cuda", "cpu"])
 def test_render_refuses_a_cuda_it_has_no_compiler_for(changes):
     image = make_devel_image("12.4", **changes)
@@ -192,10 +199,18 @@ def test_every_devel_variant_passes_hadolint(tmp_path, cuda, buildkit, wheelhous
 
 # --- bundles and old locks -----------------------------------------------------------------------
 
-def test_only_cuda12_bundles_a_toolkit_deb():
-    assert devel.toolkit_deb(make_devel_image("13.0")) is None and devel.toolkit_deb_url(make_devel_image("13.0")) == ""
-    url = devel.toolkit_deb_url(make_devel_image("12.4"))
-    assert url.startswith("http://deb.debian.org/debian/pool/non-free/") and url.endswith("_amd64.deb")
+def test_only_cuda12_locks_a_toolkit_deb_on_the_bases_mirror():
+    """The catalog's .deb (cuda.yaml's debian_toolkits), on the base's Debian mirror, pinned into the lock."""
+    packaged = load_catalog()
+    cuda13 = make_devel_image("13.0")
+    assert devel.toolkit_for(packaged, "img", "13.0", cuda13.base) is None and cuda13.toolkit_deb is None
+    deb = devel.toolkit_for(packaged, "img", "12.4", make_image().base)
+    assert deb is not None and deb.sha256 == packaged.debian_toolkits()["12.4"].sha256
+    assert deb.url.startswith("http://deb.debian.org/debian/pool/non-free/") and deb.url.endswith("_amd64.deb")
+    mirrored = make_image().base.model_copy(update={"bootstrap": {"mirror": "https://mirror.example/debian/"}})
+    assert devel.toolkit_for(packaged, "img", "12.4", mirrored).url.startswith("https://mirror.example/debian/pool/")
+    with pytest.raises(ResolutionError, match="knows no CUDA compiler for CUDA 12.6"):
+        devel.toolkit_for(packaged, "img", "12.6", make_image().base)
 
 
 def test_as_devel_keeps_the_runtime_packages_and_adds_the_group():
@@ -203,7 +218,8 @@ def test_as_devel_keeps_the_runtime_packages_and_adds_the_group():
     image = devel.as_devel(base, closure=DevelClosure())
     assert image.flavour == "devel" and image.hash != base.hash
     assert {p for p in image.packages if p.group != "devel"} == set(base.packages)
-    assert {p.name for p in devel.packages(image)} == {"nvidia-cuda-nvcc-cu12", "nvidia-cuda-cccl-cu12"}
+    assert {p.name for p in held.packages(image)} == {"nvidia-cuda-nvcc-cu12", "nvidia-cuda-cccl-cu12"}
+    assert image.toolkit_deb == make_devel_image("12.4").toolkit_deb  # the lock names the .deb
 
 
 class JaxDevelClosure(DevelClosure):
@@ -234,17 +250,18 @@ def test_resolve_locks_a_jax_cuda13_devel_image_whose_closure_holds_the_compiler
     assert [p for p in image.packages if p.group == "devel"] == []  # nothing new: the framework's pins agree
     asked = closure.calls[-1]["requirements"]
     assert {"nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl"} <= set(asked)
-    assert {p.name: p.version for p in devel.packages(image)} == {
+    assert {p.name: p.version for p in held.packages(image)} == {
         "nvidia-cuda-nvcc": image.cuda, "nvidia-cuda-crt": image.cuda, "nvidia-nvvm": image.cuda,
         "nvidia-cuda-cccl": "13.3.5.0.6"}
-    assert devel.wheels_to_add(image) == ()
+    assert held.wheels_to_add(image) == ()
 
 
 def test_resolve_refuses_a_framework_nvcc_of_another_cuda_release():
     closure = DevelClosure()
     locked = [Pin("nvidia-cuda-runtime", "13.2.51", _h("r")), Pin("nvidia-cuda-nvcc", "13.5.37", _h("n"))]
     with pytest.raises(ResolutionError, match="nvidia-cuda-nvcc 13.5.37") as err:
-        devel.lock_packages("img", "13.2", locked, python="3.13", glibc="2.41", index_url="x", closure=closure)
+        devel.lock_packages("img", "13.2", locked, python="3.13", glibc="2.41", index_url="x", closure=closure,
+                            toolkits=("12.4",))
     assert "cuda:" in err.value.hint
 
 
