@@ -123,6 +123,7 @@ def solve(t: Target, viable: list[Candidate], catalog: Catalog, index: Index, cl
     probes = 0
     for key, group in groups.items():
         skip: set[Version] = set()
+        shared = _shared_pairing(group, catalog)  # every build of the probe pairs so: asked at once, no second solve
         for _ in range(PROBE_RETRIES):
             allowed = {Version(c.version) for c in group} - skip
             if not allowed:
@@ -131,7 +132,7 @@ def solve(t: Target, viable: list[Candidate], catalog: Catalog, index: Index, cl
             probes += 1
             try:
                 pins = closure([requirement, *t.extras], python=t.python, glibc=t.glibc, index_url=index.url,
-                               extra_constraints=list(t.caps(group[0])))
+                               extra_constraints=[*t.caps(group[0]), *shared])
             except ClosureError as exc:
                 if exc.no_wheel and canonicalize_name(exc.no_wheel) != canonicalize_name(group[0].framework):
                     raise no_wheel(t, exc, index) from None
@@ -155,6 +156,13 @@ def solve(t: Target, viable: list[Candidate], catalog: Catalog, index: Index, cl
         cause=first.cause, no_wheel=first.no_wheel,
         hint="relax the pip: requirement uv names, or the framework's version; `envkit explain SPEC IMAGE` "
              "lists the builds that fit the fleet")
+
+
+def _shared_pairing(group: list[Candidate], catalog: Catalog) -> list[str]:
+    """The catalog's companion pairing when every build in ``group`` has the same one (a series spec: torch==2.6.*),
+    else none (the final solve pairs the chosen build's)."""
+    pairings = {tuple(sorted(catalog.companions(c.framework, c.version).items())) for c in group}
+    return [f"{name}{spec}" for name, spec in pairings.pop()] if len(pairings) == 1 else []
 
 
 def _final(t: Target, c: Candidate, viable: list[Candidate], probe: list[Pin], catalog: Catalog, index: Index,
