@@ -96,6 +96,9 @@ class Framework:
         "",
         "use flavour: runtime for it (the runtime image has the framework's CUDA libraries)",
     )
+    # coverage arch_list: what in its wheel names the compiled arch list (index.wheel_arches reads it; the catalog's
+    # source texts say it)
+    arch_source: str = ""
 
 
 # --- PyTorch -------------------------------------------------------------------------
@@ -128,7 +131,8 @@ TORCH = Framework(
                 "matmul_tflops", "h2d_d2h_bandwidth", "nccl_allreduce", "telemetry"),
     required_gpu_checks=("cuda_available", "arch_covered", "cuda_train_step"),
     deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
-    expect=_torch_expect, labels=_arch_labels, expect_from_labels=_torch_from_labels)
+    expect=_torch_expect, labels=_arch_labels, expect_from_labels=_torch_from_labels,
+    arch_source="CUDA arch flags string")
 
 
 # --- JAX -----------------------------------------------------------------------------
@@ -238,6 +242,7 @@ TENSORFLOW = Framework(
     required_gpu_checks=("gpu_devices", "cc_covered", "gpu_train_step"),
     deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
     expect=_tf_expect, labels=lambda image: {}, expect_from_labels=_tf_from_labels, facts_rules=_tf_built_against,
+    arch_source="build_info cuda_compute_capabilities",
     devel_refusal=(
         # the catalog's releases: 2.15-2.17 pin CUDA 12.2/12.3 exactly, 2.18 on ask for >= 12.5 (2.20 locks 12.9)
         "no tensorflow[and-cuda] release installs CUDA 12.4 (up to 2.17 it pins 12.2 or 12.3, from 2.18 on it "

@@ -44,13 +44,9 @@ def candidates(req: Requirement, catalog: Catalog, *, ignore_version: bool = Fal
     PyTorch's non-default builds in place of the catalog's ``variant_index``; the choice itself is the same."""
     name = req.name.lower()
     admits = (lambda v: True) if ignore_version else (lambda v: req.specifier.contains(Version(v), prereleases=False))
-    if name == "torch":
-        return _torch(catalog, admits, variant_index)
-    if name == "jax":
-        return _jax(catalog, admits, req.extras)
-    if name == "tensorflow":
-        return _tensorflow(catalog, admits)
-    raise ValueError(f"unsupported framework {name}")
+    if name not in BUILDS:
+        raise ValueError(f"unsupported framework {name}")
+    return BUILDS[name](catalog, admits, req.extras, variant_index)
 
 
 def variant_index_for(catalog: Catalog, tag: str, variant_index: str | None = None) -> str:
@@ -59,7 +55,8 @@ def variant_index_for(catalog: Catalog, tag: str, variant_index: str | None = No
     return variant_index.replace("{variant}", tag) if variant_index else catalog.torch_variant_index(tag)
 
 
-def _torch(catalog: Catalog, admits: Callable[[str], bool], variant_index: str | None) -> list[Candidate]:
+def _torch(catalog: Catalog, admits: Callable[[str], bool], extras: set[str], variant_index: str | None
+           ) -> list[Candidate]:
     out = []
     for release in sorted(catalog.torch_releases(), key=lambda r: vtuple(r.version), reverse=True):
         variants = sorted(
@@ -78,7 +75,8 @@ def _torch(catalog: Catalog, admits: Callable[[str], bool], variant_index: str |
     return out
 
 
-def _jax(catalog: Catalog, admits: Callable[[str], bool], extras: set[str]) -> list[Candidate]:
+def _jax(catalog: Catalog, admits: Callable[[str], bool], extras: set[str], variant_index: str | None
+         ) -> list[Candidate]:
     jax = catalog.jax
     chosen = [e for e in jax.extras if not extras or e.extra in extras]
     out = []
@@ -96,7 +94,8 @@ def _jax(catalog: Catalog, admits: Callable[[str], bool], extras: set[str]) -> l
     return out
 
 
-def _tensorflow(catalog: Catalog, admits: Callable[[str], bool]) -> list[Candidate]:
+def _tensorflow(catalog: Catalog, admits: Callable[[str], bool], extras: set[str], variant_index: str | None
+                ) -> list[Candidate]:
     tf = catalog.tensorflow
     out = []
     for release in sorted(tf.releases, key=lambda r: vtuple(r.version), reverse=True):
@@ -107,3 +106,10 @@ def _tensorflow(catalog: Catalog, admits: Callable[[str], bool]) -> list[Candida
                     cudnn=release.cudnn, nccl=None, arches=tf.arches_for(release), min_cc=None, python=release.python,
                     default=True, index=None, requirement=f"tensorflow[{tf.extra}]=={patch}", exact_pins=False))
     return out
+
+
+Builds = Callable[[Catalog, Callable[[str], bool], set[str], "str | None"], list[Candidate]]
+# each framework's builds from its catalog file (its extras; PyTorch's non-default variants from variant_index),
+# one row per framework of envkit.frameworks.FRAMEWORKS (tests/unit/test_frameworks.py holds them in step)
+BUILDS: dict[str, Builds] = {"torch": _torch, "jax": _jax, "tensorflow": _tensorflow}
+

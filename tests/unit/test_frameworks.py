@@ -293,3 +293,13 @@ def test_every_locked_framework_is_known():
             assert frameworks.framework(image.framework).name == image.framework
     with pytest.raises(EnvkitError, match="knows no framework 'mxnet'"):
         frameworks.framework("mxnet")
+
+
+def test_each_framework_answers_the_stages_questions_itself():
+    """One component per framework (issue 33, item 3): the resolver's builds (``resolve.candidates.BUILDS``) have a row
+    for every framework and no other, and a framework judged by arch list names where its wheel holds that list
+    (``Framework.arch_source``, which the catalog's check-arches source texts quote)."""
+    from envkit.resolve.candidates import BUILDS
+
+    assert set(BUILDS) == set(frameworks.FRAMEWORKS)
+    assert {n for n, f in frameworks.FRAMEWORKS.items() if f.arch_source} == set(frameworks.ARCH_LISTED)

@@ -29,7 +29,7 @@ from ..files import data_dir as default_data_dir
 from .common import RefreshResult, apply_texts, check_today, load_yaml, q, read_file, splice, wheel_reading
 from .tensorflow import _ROW as _TF_ROW
 from .torch_text import release_blocks
-from ...frameworks import ARCH_LISTED
+from ...frameworks import ARCH_LISTED, framework
 from typing import Any, Iterable
 from .common import ReadingIndex
 
@@ -70,7 +70,7 @@ def source_key(reading: ArchReading, version: str) -> str:
 
 def source_text(reading: ArchReading, today: str) -> str:
     return (f"{reading.wheel} ({reading.url}): {reading.member}'s "
-            + ("CUDA arch flags string" if reading.framework == "torch" else "build_info cuda_compute_capabilities")
+            + framework(reading.framework).arch_source
             + f" = '{' '.join(reading.flags)}', read by HTTP range requests (envkit catalog check-arches, {today})")
 
 
