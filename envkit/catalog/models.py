@@ -382,15 +382,7 @@ class Catalog:
         """The exclusion of ``framework`` ``version`` ('2.6.0' == '2.6.0.0'), if the catalog has one."""
         return next((e for e in self._excluded if e.framework == framework and e.matches(version)), None)
 
-    def lists_release(self, framework: str, version: str) -> bool:
-        """Whether the catalog also has ``version`` as a release (a patch of a row, or a JAX version)."""
-        if framework == "torch":
-            listed = [p for r in self._f.releases for p in r.patches]
-        elif framework == "jax":
-            listed = list(self._f.jax.versions)
-        else:
-            listed = [p for r in self._f.tensorflow.releases for p in r.patches]
-        return any(Version(p) == Version(version) for p in listed)
+    # (whether a release is also listed: catalog/releases.py, the one owner of each framework file's rows)
 
 
 def norm_gpu(name: str) -> str:

@@ -16,6 +16,7 @@ from packaging.version import Version
 from .candidates import Candidate, candidates, variant_index_for
 from ..catalog.models import Arch, Catalog, vtuple
 from ..catalog.exclusions import exact_pin
+from ..catalog.releases import lists_release
 from ..errors import CatalogError, ResolutionError
 from ..index.urls import DEFAULT_INDEX
 from ..spec import Spec, Target
@@ -77,7 +78,7 @@ def reject_reason(
     """Why ``c`` cannot serve this image, or None when it can."""
     ex = catalog.excluded(c.framework, c.version)
     if ex is not None:
-        return ex.rejection(listed=catalog.lists_release(c.framework, c.version))
+        return ex.rejection(listed=lists_release(catalog, c.framework, c.version))
     if not c.python.admits(python):
         return f"supports Python {c.python.min}-{c.python.max}, not {python}"
     if cuda_spec is not None and not cuda_spec.contains(c.cuda, prereleases=True):

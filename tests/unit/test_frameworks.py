@@ -303,3 +303,17 @@ def test_each_framework_answers_the_stages_questions_itself():
 
     assert set(BUILDS) == set(frameworks.FRAMEWORKS)
     assert {n for n, f in frameworks.FRAMEWORKS.items() if f.arch_source} == set(frameworks.ARCH_LISTED)
+
+
+def test_each_framework_has_its_catalog_rows():
+    """catalog/releases.py reads each framework file's rows (one table, a row per framework): every row's patches
+    are releases the catalog lists, and each framework's table row exists."""
+    from envkit.catalog.files import load_catalog
+    from envkit.catalog.releases import ROWS, lists_release, release_rows
+
+    assert set(ROWS) == set(frameworks.FRAMEWORKS)
+    catalog = load_catalog()
+    for name in frameworks.FRAMEWORKS:
+        rows = release_rows(catalog, name)
+        assert rows and all(lists_release(catalog, name, p) for patches in rows.values() for p in patches)
+        assert not lists_release(catalog, name, "0.0.1")

@@ -33,6 +33,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..models import Catalog
+from ..releases import release_rows
 from ..files import data_dir as default_data_dir
 from ..companions import FILE, KEY, catalog_key
 from .common import SOURCE, ReadingIndex, RefreshResult, check_parses_back, load_yaml, not_loaded_from
@@ -71,12 +72,7 @@ def proposals(catalog: Catalog, reader: Reader, framework: str, new: dict[str, l
     (``every_row``: read every release of the framework, as when a file is written afresh)."""
     rows = catalog.companion_rows.rows_of(framework)
     have = {catalog_key(framework, r.version) for r in rows}
-    if framework == "torch":
-        known = {r.version: list(r.patches) for r in catalog.torch_releases()}
-    elif framework == "tensorflow":
-        known = {r.version: list(r.patches) for r in catalog.tensorflow.releases}
-    else:
-        known = {v: [v] for v in catalog.jax.versions}
+    known = {key: list(patches) for key, patches in release_rows(catalog, framework).items()}
     todo = dict(new)
     for key, patches in known.items():
         if key not in todo and (every_row or catalog_key(framework, key) not in have):
@@ -143,13 +139,7 @@ def refresh(catalog: Catalog, index: ReadingIndex, *, today: str, results: dict[
 
 def _version_text(framework: str, key: Version, catalog: Catalog) -> str:
     """The row's version as the framework file writes it ('2.10', '0.9.0.1')."""
-    if framework == "torch":
-        listed = [r.version for r in catalog.torch_releases()]
-    elif framework == "tensorflow":
-        listed = [r.version for r in catalog.tensorflow.releases]
-    else:
-        listed = list(catalog.jax.versions)
-    return next((v for v in listed if catalog_key(framework, v) == key), str(key))
+    return next((v for v in release_rows(catalog, framework) if catalog_key(framework, v) == key), str(key))
 
 
 def _merge(catalog: Catalog, framework: str, found: dict[Version, dict[str, Proposal]], today: str,

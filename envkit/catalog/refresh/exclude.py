@@ -19,6 +19,7 @@ from ...errors import CatalogError
 from ..files import data_dir as default_data_dir, load_catalog
 from ..exclusions import FRAMEWORK_FILES, KEY, version_problem
 from ..models import Catalog
+from ..releases import lists_release
 from .arches import sources_result
 from .common import FILENAMES, RefreshResult, apply_texts, check_parses_back, check_today, q, read_file, splice
 
@@ -122,7 +123,7 @@ def exclude_release(framework: str, version: str, *, reason: str, source: str, t
         )
         written = tuple(apply_texts(directory, results)) if write else ()
         return Excluding(framework=framework, version=version, reason=reason, sources={key: text}, added=today,
-                         listed=catalog.lists_release(framework, version), data_dir=directory, results=tuple(results),
+                         listed=lists_release(catalog, framework, version), data_dir=directory, results=tuple(results),
                          written=written)
 
 

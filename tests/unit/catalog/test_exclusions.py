@@ -17,6 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from envkit.catalog.files import CATALOG_ENV, load_catalog
+from envkit.catalog.releases import lists_release
 from envkit.catalog.refresh.run import refresh_catalog
 from envkit.catalog.refresh.exclude import exclude_release, source_key
 from envkit.errors import CatalogError, ResolutionError
@@ -63,8 +64,8 @@ def test_rows_load_with_their_file_line_and_sources(cat_dir):
     assert catalog.excluded("torch", "2.14.1.0") is first  # compared as versions
     assert catalog.excluded("torch", "2.14.0") is None and catalog.excluded("jax", "2.14.1") is None
     assert [e.framework for e in catalog.exclusions()] == ["torch", "torch", "jax"]
-    assert catalog.lists_release("torch", "2.14.1") and not catalog.lists_release("torch", "2.16.0")
-    assert catalog.lists_release("jax", "0.12.0.1")
+    assert lists_release(catalog, "torch", "2.14.1") and not lists_release(catalog, "torch", "2.16.0")
+    assert lists_release(catalog, "jax", "0.12.0.1")
 
 
 def test_an_empty_list_and_no_list_are_no_exclusions(cat_dir):
