@@ -1,17 +1,17 @@
 """Signing at publish: an image envkit pushes gets a cosign signature (``sha256-<hex>.sig``) and each of its
-certificates a signed in-toto attestation (``sha256-<hex>.att``, predicate type ``trust.attest.CERTIFICATE_PREDICATE``)
-when the runner has a signing key (``--signing-key`` / ``$ENVKIT_SIGNING_KEY``). The old unsigned certificate artifact
-(``artifacts.attach_certificate``) is still written beside it for envkit versions that read only that; this envkit
-reads it as "unsigned" and never counts it."""
+certificates a signed in-toto attestation (``sha256-<hex>.att``, predicate type ``trust.attest.CERTIFICATE_PREDICATE``,
+the predicate ``certify.certificate_predicate``'s: the certificate document) when the runner has a signing key
+(``--signing-key`` / ``$ENVKIT_SIGNING_KEY``). The old unsigned certificate artifact (``artifacts.attach_certificate``)
+is still written beside it for envkit versions that read only that; this envkit reads it as "unsigned" and never
+counts it."""
 
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 from typing import Any
 
-from .. import __version__
 from ..certify.certificate import Certificate
+from ..certify.certificate_predicate import certificate_predicate
 from ..engine.docker_engine import as_engine
 from ..errors import EngineError, TrustError
 from ..trust.attest import CERTIFICATE_PREDICATE, attest, verify_attestation
@@ -20,13 +20,6 @@ from ..trust.keys import SigningKey, TrustedKeys
 from .api import Sleep, _RegistryHTTP, _retrying
 from .remote_parse import _strip_tag
 from .signatures import DSSE_TYPE, att_tag, attach_attestation, read_layers, sig_tag, sign_image
-
-
-def certificate_predicate(cert: Certificate, signed_at: str | None = None) -> dict:
-    """What the certificate attestation says: the certificate document and the facts a verifier checks first."""
-    when = signed_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"certificate": cert.to_json(), "lock_hash": cert.lock_hash, "payload_digest": cert.payload_sha256,
-            "envkit_version": __version__, "signed_at": when}
 
 
 def _layers(client: Any, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
@@ -62,7 +55,7 @@ def sign_published(client: Any, registry_repo: str, manifest_digest: str, key: S
     for layer in _layers(client, registry_repo, att_tag(manifest_digest), **retry):
         try:
             if layer.media_type == DSSE_TYPE:
-                attested.append(verify_attestation(layer.data, mine, manifest_digest).predicate.get("certificate"))
+                attested.append(verify_attestation(layer.data, mine, manifest_digest).predicate)
         except TrustError:
             continue
     for cert in [c for c in certificates if c.to_json() not in attested]:  # once per certificate and key

@@ -14,7 +14,7 @@ import base64
 import json
 from dataclasses import dataclass, field
 
-from ..certify.certificate import parse_certificate
+from ..certify.certificate_predicate import certificate_from_predicate
 from ..errors import EnvkitError, TrustError
 from ..trust.attest import CERTIFICATE_PREDICATE, verify_attestation
 from ..trust.cosign import SIGNATURE_ANNOTATION, SIMPLE_SIGNING_TYPE, verify_signature
@@ -64,7 +64,7 @@ def judge_image(reg: _RegistryHTTP, digest: str, lock_hash: str | None, trusted:
         except EnvkitError as exc:
             uncounted.append({"source": f"attestation {att_tag(digest)}", "why": f"unreadable: {exc.message}"})
             continue
-        if lock_hash and (cert.lock_hash != lock_hash or verified.predicate.get("lock_hash") != lock_hash):
+        if lock_hash and cert.lock_hash != lock_hash:
             uncounted.append({**_brief(cert), "source": f"attestation {att_tag(digest)}",
                               "why": f"for another lock {cert.lock_hash}"})
             continue
@@ -88,7 +88,7 @@ def _signature(reg: _RegistryHTTP, digest: str, trusted: TrustedKeys) -> dict:
 
 
 def _certificate(predicate: dict, pinned: str, digest: str, signer: str) -> RemoteCertificate:
-    cert = parse_certificate(json.dumps(predicate.get("certificate")), f"the certificate attestation {pinned}")
+    cert = certificate_from_predicate(predicate)
     return RemoteCertificate(att_tag(digest), pinned, digest, cert.status, cert.gpu_model, cert.driver,
                              cert.created_at, tuple(cert.reasons), cert.image_id, cert.lock_hash, perf_metrics(cert),
                              cert.to_json(), signed_by=signer)
@@ -102,7 +102,7 @@ def _claimed(envelope: bytes) -> dict:
     """What a certificate that does not verify claims (shown beside why it does not count; never trusted)."""
     try:
         statement = json.loads(base64.b64decode(json.loads(envelope)["payload"]))
-        cert = statement["predicate"]["certificate"]
+        cert = statement["predicate"]
         return {"gpu_model": str(cert.get("gpu_model")), "status": str(cert.get("status")),
                 "driver": str(cert.get("driver")), "created_at": str(cert.get("created_at"))}
     except (ValueError, KeyError, TypeError, AttributeError):

@@ -68,7 +68,7 @@ class World:
                       [Layer(DSSE_TYPE, envelope, {PREDICATE_ANNOTATION: predicate_type})])
 
     def envelope(self, case: str, key: str = "team", status: str = "certified", lock: str = LOCK) -> bytes:
-        from envkit.registry.signing import certificate_predicate
+        from envkit.certify.certificate_predicate import certificate_predicate
 
         return attest(CERTIFICATE_PREDICATE, certificate_predicate(self.cert(case, status, lock)),
                       f"{self.host}/{REPO}", self.digests[case], keypair(key)[0])
@@ -90,8 +90,8 @@ def world(dc, base, registry):  # noqa: F811
     w.push(base, "altered")  # a failed certificate signed, then edited to say certified
     doc = json.loads(w.envelope("altered", status="failed"))
     statement = json.loads(base64.b64decode(doc["payload"]))
-    statement["predicate"]["certificate"]["status"] = "certified"
-    statement["predicate"]["certificate"]["reasons"] = []
+    statement["predicate"]["status"] = "certified"
+    statement["predicate"]["reasons"] = []
     doc["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
     w.write_att("altered", json.dumps(doc).encode())
     w.push(base, "mallory")  # signed by a key nobody trusts
@@ -177,7 +177,7 @@ def test_the_genuine_layout_verifies_by_the_spec_alone(world):
     assert layer["mediaType"] == speccheck.DSSE_LAYER and layer["annotations"]["predicateType"] == CERTIFICATE_PREDICATE
     statement = speccheck.check_envelope(requests.get(f"{url}/blobs/{layer['digest']}", timeout=10).content, public,
                                          digest)
-    assert statement["predicate"]["certificate"]["status"] == "certified"
+    assert statement["predicate"]["status"] == "certified" and statement["predicate"]["gpu_model"] == "NVIDIA H200"
     assert statement["predicate"]["lock_hash"] == LOCK
 
 
