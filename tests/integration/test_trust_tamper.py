@@ -220,3 +220,18 @@ def test_only_another_key_trusted_refuses(world, tmp_path):
     doc = pull(world, world.ref("genuine"), tmp_path, trusted="mallory")
     assert f"signed by unknown key {keypair()[0].fingerprint}" in doc["message"]
     pull(world, world.ref("genuine"), tmp_path, trusted="mallory,team", code=0)  # a rotation: both trusted
+
+
+def test_signing_again_adds_nothing_and_a_new_certificate_is_appended(world):
+    """What a signing nightly does on its next run, and a second GPU model's certificate: appended, not replacing."""
+    repo, digest = f"{world.host}/{REPO}", world.digests["genuine"]
+    before = (read_layers(world.reg(), speccheck.tag_for(digest, ".sig")),
+              read_layers(world.reg(), att_tag(digest)))
+    assert before[0] is not None and before[1] is not None and len(before[0]) == 1
+    sign(world.dc, repo, digest, [world.cert("genuine")])
+    assert [len(read_layers(world.reg(), t) or []) for t in (speccheck.tag_for(digest, ".sig"), att_tag(digest))] \
+        == [1, len(before[1])]
+    a100 = world.cert("genuine").model_copy(update={"gpu_model": "NVIDIA A100-SXM4-80GB"})
+    sign(world.dc, repo, digest, [a100])
+    after = read_layers(world.reg(), att_tag(digest)) or []
+    assert len(after) == len(before[1]) + 1 and [layer.data for layer in after[:-1]] == [x.data for x in before[1]]
