@@ -159,7 +159,7 @@ def require_dispatch(spec_path: Path, spec: Spec) -> Dispatch:
     """The spec's ``dispatch:`` section, or the error naming the file that lacks it."""
     if spec.dispatch is None:
         raise SpecError(f"{spec_path} has no dispatch: section", hint="add one mapping each fleet GPU model to a "
-                        "Slurm or Kubernetes target (README: Certify across the fleet)")
+                        "Slurm or Kubernetes target (docs/fleet.md)")
     return spec.dispatch
 
 

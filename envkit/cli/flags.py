@@ -1,5 +1,5 @@
-"""The flags every command reads alike (README, "Flags"): ``--lock``, old spellings kept for one release, the group's
-flags after the subcommand; and hints whose commands name the spec given rather than a placeholder."""
+"""The flags every command reads alike (docs/cli.md, "Flags"): ``--lock``, old spellings kept for one release, the
+group's flags after the subcommand; and hints whose commands name the spec given rather than a placeholder."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def renamed_option(old: str, new: str, dest: str, type: click.ParamType | None =
     def remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is not None:
             click.echo(f"envkit: {old} is deprecated here and will go in the next release: use {new} "
-                       f"(one meaning per flag across commands; README, \"Flags\")", err=True)
+                       f"(one meaning per flag across commands; docs/cli.md, \"Flags\")", err=True)
             ctx.meta.setdefault(RENAMED, {})[dest] = value
         return value
 

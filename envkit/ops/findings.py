@@ -1,5 +1,5 @@
 """What ``envkit doctor`` reports: one ``Finding`` per check (ok, warn, fail or skip, with a hint), and the exit code
-the first failing check gives (its area's: README's table)."""
+the first failing check gives (its area's: docs/cli.md, exit codes)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ class Finding:
         return asdict(self)
 
 
-# A failing check exits with its area's code (README's table); every other check is the engine's or this host's (6).
+# A failing check exits with its area's code (docs/cli.md, exit codes); every other check is the engine's or this
+# host's (6).
 EXIT_CODES = {"ca_bundle": 2, "catalog": 2, "index": 3, "framework_index": 3, "store": 9}
 
 
