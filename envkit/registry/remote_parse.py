@@ -281,7 +281,6 @@ def shown_labels(labels: dict[str, str]) -> dict[str, str]:
 @dataclass(frozen=True)
 class Tags:
     """A repository's tags, sorted into what they are."""
-
     stacks: list[str]  # candidate image tags
     certificates: dict[str, list[str]]  # stack tag -> its certificate artifact tags
     certified: bool  # the moving :certified tag exists

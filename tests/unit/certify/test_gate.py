@@ -72,7 +72,7 @@ def test_unreadable_gpus_are_said_not_taken_for_a_cpu_run(monkeypatch):
     from envkit.app import researchers as pipeline
 
     certs = [cert(status="verified", model="none", driver="none")]
-    monkeypatch.setattr(pipeline, "show_image", lambda engine, ref, store_url: {"certificates": certs})
+    monkeypatch.setattr(pipeline, "show_image", lambda engine, ref, store_url, trusted_keys=None: {"certificates": certs})
     monkeypatch.setattr("envkit.app.researchers.host_gpus", lambda: ([], "nvidia-smi did not answer"))
     v = pipeline.certification_gate(None, "t/i:1", on_gpus=True, store_url=None)
     assert not v.passed  # verified without a GPU is not enough for a GPU run

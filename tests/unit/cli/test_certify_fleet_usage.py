@@ -11,7 +11,7 @@ from envkit.cli import main
 @pytest.mark.parametrize("args, words", [
     ([], "give IMAGE, or --fleet SPEC"),
     (["img:1", "--fleet", "team.yaml"], "give IMAGE, or --fleet SPEC"),
-    (["img:1", "--registry", "localhost:5000"], "--registry goes with --fleet"),
+    (["img:1", "--registry", "localhost:5000"], "--registry and --signing-key go with --fleet"),
     (["--fleet", "team.yaml", "--gpus"], "--lock and --gpus are for one IMAGE"),
 ])
 def test_certify_takes_an_image_or_a_fleet_spec(args, words):
