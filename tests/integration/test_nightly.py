@@ -225,6 +225,55 @@ def test_stopped_registry_fails_clearly_and_records_no_push(workspace, engine, r
         assert store.snapshot()["pushes"] == []
 
 
+def test_publish_step_signs_with_a_signing_key_and_signs_what_it_published_unsigned(tmp_path, engine,
+                                                                                      registry):  # noqa: F811
+    """nightly --signing-key: the pushed image's cosign signature and its certificate as a signed attestation, checked
+    by the spec verifier; an image published unsigned by an earlier run is signed by the first signing run
+    (migration), and a further run adds nothing."""
+    import requests
+
+    from envkit.app.nightly import ImageReport
+    from envkit.app.nightly_publish import _publish
+    from envkit.registry.signatures import att_tag, sig_tag
+    from tests import speccheck
+    from tests.integration.published import keypair
+
+    base = load_lock(ROOT / "examples" / "team.lock").images[0].base.ref
+    info = engine.inspect(base)
+    lock = load_lock(ROOT / "examples" / "team.lock").model_copy(update={"team": "signtest"})
+    image = lock.images[0]
+    local = "signtest/base:stack1"
+    engine.tag(info.id, local)
+    key, public = keypair()
+    repo = f"signtest/{image.name}"
+    with Store.open(tmp_path / "s.sqlite") as store:
+        run_id = store.start_run("sha256:test")
+        cert = _certificate(local, info.id)
+        _publish(engine, store, run_id, lock, image, ImageReport(image.name, local, status="certified"), info,
+                 registry.host, lambda _: None, cert)  # an earlier, unsigned run
+        digest = registry.manifest_digest(repo, "stack1")
+        assert digest and registry.manifest_digest(repo, sig_tag(digest)) is None
+        report = ImageReport(image.name, local, status="certified")
+        _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None, cert, None, key)
+        assert report.publish_error is None and len(report.pushed) == 2  # the .sig and the .att manifests
+        url, accept = f"http://{registry.host}/v2/{repo}", {"Accept": "application/vnd.oci.image.manifest.v1+json"}
+        sig = requests.get(f"{url}/manifests/{sig_tag(digest)}", headers=accept, timeout=10).json()
+        layer = sig["layers"][0]
+        speccheck.check_signature_layer(sig, requests.get(f"{url}/blobs/{layer['digest']}", timeout=10).content,
+                                        layer, public.read_bytes(), digest)
+        att = requests.get(f"{url}/manifests/{att_tag(digest)}", headers=accept, timeout=10).json()
+        envelope = requests.get(f"{url}/blobs/{att['layers'][0]['digest']}", timeout=10).content
+        statement = speccheck.check_envelope(envelope, public.read_bytes(), digest)
+        assert statement["predicate"] == json.loads(cert.to_bytes())
+        report = ImageReport(image.name, local, status="certified")
+        _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None, cert, None, key)
+        assert report.pushed == [] and report.publish_error is None  # signed already: nothing added
+        again = requests.get(f"{url}/manifests/{att_tag(digest)}", headers=accept, timeout=10).json()
+        assert len(again["layers"]) == 1
+    engine.client.images.remove(local)
+    untag_registry_refs(engine.client, registry.host)
+
+
 def _certificate(tag: str, image_id: str):
     """A certificate built from faked device facts (only its round trip through the registry matters here)."""
     from envkit.certify.certificate import certificate_from
