@@ -70,7 +70,8 @@ class Image:
 
 @dataclass(frozen=True)
 class Artifact:
-    """A certificate artifact (``<stack>.cert-<gpu>``)."""
+    """A certificate artifact (``<stack>.cert-<gpu>``), or a signature or attestation manifest (``sha256-<hex>.sig``,
+    ``.att``: no stack)."""
 
     tag: str
     digest: str
@@ -279,6 +280,11 @@ def _listing(r: _Reader, path: str, found: list[str]) -> Listing:
             artifacts.append(Artifact(tag, manifest.digest, subject, stack))
             if subject and subject not in by_digest and stack not in tags.stacks and r.manifest(path, subject):
                 held.add(subject)
+    for tag in tags.signed:  # cosign's sha256-<hex>.sig/.att: they go with the image they name
+        manifest, subject = r.manifest(path, tag), "sha256:" + tag[7:71]
+        if manifest is not None:
+            artifacts.append(Artifact(tag, manifest.digest, subject, ""))
+            held |= {subject} if subject not in by_digest and r.manifest(path, subject) else set()
     return Listing(path, images, certified, protected, tuple(artifacts), frozenset(held))
 
 

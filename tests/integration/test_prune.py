@@ -17,7 +17,7 @@ import requests
 from envkit.registry.artifacts import attach_certificate
 from envkit.registry.publish import mirror_base, promote, push
 from tests.integration.conftest import envkit
-from tests.integration.published import NO_WAIT, certificate, label_image, labels_for, untag_registry_refs
+from tests.integration.published import NO_WAIT, certificate, label_image, labels_for, sign, untag_registry_refs
 from tests.integration.registry import registry, running_registry  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.integration
@@ -39,12 +39,15 @@ def build_stacks(dc, base: str) -> tuple[list[str], list[str]]:
 def publish(dc, host: str, refs: list[str], ids: list[str], *, certified: int | None, certs: bool = True) -> None:
     repo = f"{host}/{REPO}"
     for n, (ref, stack) in enumerate(zip(refs, STACKS)):
-        promote(dc, repo, stack, certified=n == certified, image=ref, **NO_WAIT)
+        digest = promote(dc, repo, stack, certified=n == certified, image=ref, **NO_WAIT).digest
         if certs:
+            signed = []
             for gpu, slug in (("NVIDIA H200", "nvidia-h200"), ("none", "none")):
                 cert = certificate(f"{REPO}:{stack}", ids[n], LOCKS[n], gpu, "certified" if gpu != "none"
                                    else "verified", f"2026-12-0{n + 1}T03:00:00Z")
                 attach_certificate(dc, repo, stack, cert.to_bytes(), gpu_slug=slug, status="verified", **NO_WAIT)
+                signed.append(cert)
+            sign(dc, repo, digest, signed)  # cosign's sha256-<hex>.sig and .att, as a signing nightly leaves them
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +95,9 @@ def test_prune_keeps_certified_and_the_newest_and_deletes_the_rest_with_their_ar
     host = team.host
     everything = tags(team, REPO)
     digests = {s: team.manifest_digest(REPO, s) for s in STACKS}
-    assert everything == {*STACKS, "certified", *(f"{s}.cert-{g}" for s in STACKS for g in ("nvidia-h200", "none"))}
+    signed = {s: {digests[s].replace(":", "-") + x for x in (".sig", ".att")} for s in STACKS}
+    assert everything == {*STACKS, "certified", *(f"{s}.cert-{g}" for s in STACKS for g in ("nvidia-h200", "none")),
+                          *(t for s in STACKS for t in signed[s])}
     mirrors, foreign = tags(team, "vision/base-debian-bookworm"), tags(team, "vision/debian")
 
     # a dry run: says what would go, deletes nothing
@@ -104,8 +109,8 @@ def test_prune_keeps_certified_and_the_newest_and_deletes_the_rest_with_their_ar
     assert plan[STACKS[1]]["reasons"] == [":certified points at it"]
     assert {s for s, i in plan.items() if i["action"] == "delete"} == {STACKS[0], STACKS[2]}
     assert plan["bookworm"]["action"] == "keep" and "not an envkit image" in plan["bookworm"]["reasons"][0]
-    assert doc["summary"] == {"images_kept": 2 + 1, "images_deleted": 2, "artifacts_kept": 4,
-                              "artifacts_deleted": 4}
+    assert doc["summary"] == {"images_kept": 2 + 1, "images_deleted": 2, "artifacts_kept": 4 + 4,
+                              "artifacts_deleted": 4 + 4}  # certificate artifacts, and .sig/.att
     assert doc["skipped"] == [{"reference": f"{host}/vision/base-debian-bookworm",
                                "reason": "base mirror repository"}]
     human = envkit("registry", "prune", f"{host}/vision", "--keep", "1", "--dry-run", timeout=300)
@@ -120,7 +125,8 @@ def test_prune_keeps_certified_and_the_newest_and_deletes_the_rest_with_their_ar
     # the real thing
     doc, _ = prune(host, "--keep", "1")
     kept = {STACKS[1], STACKS[3]}
-    assert tags(team, REPO) == {*kept, "certified", *(f"{s}.cert-{g}" for s in kept for g in ("nvidia-h200", "none"))}
+    assert tags(team, REPO) == {*kept, "certified", *(f"{s}.cert-{g}" for s in kept for g in ("nvidia-h200", "none")),
+                                *(t for s in kept for t in signed[s])}
 
     # what the note says: the registry's garbage collector (not envkit) reclaims the deleted images' blobs
     _, ids = local  # an image's id is its config blob's digest
@@ -137,7 +143,7 @@ def test_prune_keeps_certified_and_the_newest_and_deletes_the_rest_with_their_ar
     assert team.manifest_digest(REPO, "certified") == digests[STACKS[1]]
     assert tags(team, "vision/base-debian-bookworm") == mirrors and tags(team, "vision/debian") == foreign
     results = [x["result"] for r in doc["repositories"] for x in r["images"] + r["artifacts"] if x["action"] == "delete"]
-    assert results == ["deleted"] * 6
+    assert results == ["deleted"] * (2 + 4 + 4)  # 2 images, their 4 certificate artifacts, their .sig and .att
 
     # what researchers read still reads (from a store that exists: a named store must)
     from envkit.store.history import Store
@@ -150,8 +156,9 @@ def test_prune_keeps_certified_and_the_newest_and_deletes_the_rest_with_their_ar
 
     # a second prune is a no-op
     again, _ = prune(host, "--keep", "1")
-    assert again["summary"] == {"images_kept": 3, "images_deleted": 0, "artifacts_kept": 4, "artifacts_deleted": 0}
-    assert tags(team, REPO) == {*kept, "certified", *(f"{s}.cert-{g}" for s in kept for g in ("nvidia-h200", "none"))}
+    assert again["summary"] == {"images_kept": 3, "images_deleted": 0, "artifacts_kept": 8, "artifacts_deleted": 0}
+    assert tags(team, REPO) == {*kept, "certified", *(f"{s}.cert-{g}" for s in kept for g in ("nvidia-h200", "none")),
+                                *(t for s in kept for t in signed[s])}
 
 
 def test_a_registry_with_deletes_disabled_fails_naming_the_setting(dc, local, tmp_path):
