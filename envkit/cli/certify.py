@@ -351,7 +351,6 @@ def _nightly_gc(
     the images ``tags`` name (the builds of the lock it runs); ``build_cache``: also prune BuildKit's records not
     used since that cutoff. Its failure is reported (stderr, and the JSON's ``gc.error``), not the nightly's exit
     code: the images are already judged."""
-    from ..engine.docker_gc import DockerImageHost
     from ..errors import EnvkitError
     from ..ops.gc import collect_garbage
     from ..app.resolve import load
@@ -364,7 +363,7 @@ def _nightly_gc(
             info = engine.inspect(tag)
             if info is not None:
                 needed[info.id] = f"the build of the lock this nightly ran ({tag})"
-        swept = collect_garbage(DockerImageHost(engine.client), store_url, team=team, keep=keep, needed=needed,
+        swept = collect_garbage(engine.image_host(), store_url, team=team, keep=keep, needed=needed,
                                 progress=c.progress, build_cache=build_cache)
     except EnvkitError as exc:
         c.progress(f"gc for the nightly failed: {exc}")

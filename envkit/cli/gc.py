@@ -66,7 +66,6 @@ def gc_cmd(
     envkit's labels are considered: never a base image (envkit-base/*) or another tool's image; BuildKit's
     build cache only with --build-cache."""
     from ..engine.docker_engine import connect
-    from ..engine.docker_gc import DockerImageHost
     from ..errors import EngineError
     from ..ops.gc import collect_garbage
     from ..ops.gc_plan import unused_for
@@ -74,7 +73,7 @@ def gc_cmd(
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
     cutoff = None if cache_hours is None else unused_for(cache_hours)
-    result = run(c, lambda: collect_garbage(DockerImageHost(engine.client), store_url, team=team, keep=keep,
+    result = run(c, lambda: collect_garbage(engine.image_host(), store_url, team=team, keep=keep,
                                             dry_run=dry_run, progress=c.progress, build_cache=cutoff))
 
     emit(c, result.to_json(), lambda: _table(result, team, dry_run))

@@ -21,6 +21,7 @@ from ..errors import BuildError, CommandNotFoundError, EngineError
 from ..support.labels import CONTAINER_LABEL
 from .protocol import BuildEvent, ImageInfo, RunOptions, RunResult
 from . import docker_registry
+from .docker_gc import OverClient
 from .space import engine_out_of_space
 from .classic_log import ClassicLog
 from ..index.login import netrc_not_text, netrc_path
@@ -94,10 +95,7 @@ def _netrc_not_text(exc: UnicodeDecodeError) -> EngineError:
                             f"{error.hint}")
 
 
-class DockerEngine:
-    def __init__(self, client: docker.DockerClient):
-        self.client = client
-
+class DockerEngine(OverClient):  # __init__(client) and image_host (gc, doctor): docker_gc.py
     def version(self) -> dict:
         v = self.client.version()
         return {"engine": "docker", "version": v.get("Version"), "api": v.get("ApiVersion"),

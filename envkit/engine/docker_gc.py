@@ -44,6 +44,16 @@ def parse_created(text: str) -> datetime:
     return when.astimezone(timezone.utc)
 
 
+class OverClient:
+    """What holds a docker-py client (``DockerEngine``'s base): ``Engine.image_host``, the gc side over it."""
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self.client = client
+
+    def image_host(self) -> "DockerImageHost":
+        return DockerImageHost(self.client)
+
+
 class DockerImageHost:
     def __init__(self, client: docker.DockerClient) -> None:
         self.client = client

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Protocol
 
 from ..errors import EngineError
+from .inventory import ImageHost
 
 
 class EngineCallError(EngineError):
@@ -128,3 +129,5 @@ class Engine(Protocol):
     def load_stream(self, write: Callable[[BinaryIO], None], what: str) -> list[str]: ...
     # whether `docker load` takes a layer it already has (by chain id) without its file in the archive
     def loads_known_layers(self) -> bool: ...
+    # what `envkit gc` and doctor ask of the engine: its images, containers and build cache (inventory.ImageHost)
+    def image_host(self) -> ImageHost: ...

@@ -22,7 +22,6 @@ from ..catalog.perf import load_perf
 from ..store.migrations import SCHEMA_VERSION
 from ..store.records import default_path, locate
 from ..store.backends import NOT_A_STORE_HINT, PostgresBackend, directory_error
-from ..engine.docker_gc import DockerImageHost
 from .doctor_index import MIRROR_HINT, framework_indexes, index_finding, trust_for
 from .findings import Finding
 
@@ -93,8 +92,7 @@ def diagnose(connect: Callable[[], DockerEngine], store_url: str | None = None, 
     if engine is not None:
         findings.append(disk_finding(engine))
         findings.append(buildkit_finding(engine))
-
-        findings.append(containers_finding(DockerImageHost(engine.client)))
+        findings.append(containers_finding(engine.image_host()))
     findings.append(scratch_finding())
     findings.append(catalog_finding())
     findings.append(store_finding(store_url))

@@ -149,6 +149,11 @@ def test_parse_created_keeps_order_below_the_second():
 
 # --- the run: a fake engine, a real (temporary) store -------------------------------------------
 
+def engine_of(host: "FakeHost") -> object:
+    """An engine whose ``image_host()`` (what gc asks of the engine) is ``host``."""
+    return type("E", (), {"image_host": lambda self: host})()
+
+
 class FakeHost:
     """The engine as gc sees it; its layer total is the sum of its images' unique sizes."""
 
@@ -395,8 +400,7 @@ def test_gc_removes_old_builds_then_their_stages_and_measures_the_engine(empty_s
 
 def test_cli_human_lists_stage_images_and_the_measured_layers(monkeypatch, empty_store):
     host = FakeHost([img(1), img(2)], stages=[stage(1), stage(2)])
-    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: type("E", (), {"client": object()})())
-    monkeypatch.setattr("envkit.engine.docker_gc.DockerImageHost", lambda client: host)
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: engine_of(host))
     result = CliRunner().invoke(main, ["gc", "--keep", "1", "--store", empty_store])
     assert result.exit_code == 0, result.output
     out = result.stdout
@@ -411,12 +415,7 @@ def test_cli_human_lists_stage_images_and_the_measured_layers(monkeypatch, empty
 @pytest.fixture
 def fake_engine(monkeypatch):
     host = FakeHost([img(n) for n in range(1, 5)], fail={"sha256:vision-torch-01"})
-
-    class Engine:
-        client = object()
-
-    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: Engine())
-    monkeypatch.setattr("envkit.engine.docker_gc.DockerImageHost", lambda client: host)
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: engine_of(host))
     return host
 
 
@@ -525,8 +524,7 @@ def test_cli_reports_removed_containers_and_exits_6_when_one_fails(monkeypatch, 
     images = [img(n) for n in (1, 2, 3)]
     host = FakeHost(images, fail={"c02"}, left=[left(1, images[0], now - timedelta(hours=2)),
                                                 left(2, images[1], now - timedelta(hours=3), role="fetch-debs")])
-    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: type("E", (), {"client": None})())
-    monkeypatch.setattr("envkit.engine.docker_gc.DockerImageHost", lambda client: host)
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: engine_of(host))
     out = CliRunner().invoke(main, ["gc", "--store", str(empty_store)])
     assert out.exit_code == 6, out.output
     rows = [" ".join(line.split()) for line in out.stdout.splitlines() if " container box" in line]
@@ -575,8 +573,7 @@ def test_a_scratch_directory_that_cannot_go_is_reported_and_fails_the_cli(scratc
                           hint=f"umount {path}/rootfs/proc, then rm -rf {path}")
 
     monkeypatch.setattr("envkit.support.scratch.remove", still_mounted)
-    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: type("E", (), {"client": None})())
-    monkeypatch.setattr("envkit.engine.docker_gc.DockerImageHost", lambda client: FakeHost([]))
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: engine_of(FakeHost([])))
     out = CliRunner().invoke(main, ["gc", "--store", empty_store])
     assert out.exit_code == 6, out.output
     row = " ".join(next(line for line in out.stdout.splitlines() if "directory" in line).split())

@@ -16,7 +16,7 @@ from envkit.ops.gc_plan import BUILD_CACHE_NOTE, CacheCutoff, decide_build_cache
 from envkit.engine.inventory import CacheRecord
 from envkit.ops.gc import collect_garbage
 # (fixtures: a store, a private $TMPDIR)
-from tests.unit.ops.test_gc import FakeHost, empty_store, img, scratch_dir  # noqa: F401
+from tests.unit.ops.test_gc import FakeHost, empty_store, engine_of, img, scratch_dir  # noqa: F401
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=timezone.utc)
 CUTOFF = CacheCutoff(NOW - timedelta(hours=24), "24 h ago")
@@ -133,8 +133,7 @@ def test_a_refused_prune_is_reported_and_the_images_removal_stands(empty_store):
 @pytest.fixture
 def cli_host(monkeypatch, empty_store):
     host = hosts()
-    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: type("E", (), {"client": None})())
-    monkeypatch.setattr("envkit.engine.docker_gc.DockerImageHost", lambda client: host)
+    monkeypatch.setattr("envkit.engine.docker_engine.connect", lambda: engine_of(host))
     return host, empty_store
 
 
