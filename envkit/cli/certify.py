@@ -34,7 +34,6 @@ from .flags import from_renamed, renamed_option
 
 if TYPE_CHECKING:
     from ..engine.docker_engine import DockerEngine
-    from ..ops.gc_plan import CacheCutoff
     from ..app.nightly import NightlyResult
 
 
@@ -239,6 +238,7 @@ def nightly_cmd(
     from ..engine.docker_engine import connect
     from ..app.nightly import run_nightly
     from ..app.nightly_fleet import FleetStep
+    from ..app.nightly_gc import NightlyGc
     from ..store.history import Store
 
     _check_nightly_options(click_ctx, locked=locked, refresh_catalog=refresh_catalog, frameworks=frameworks, gc=gc,
@@ -252,38 +252,26 @@ def nightly_cmd(
     key = run(c, lambda: load_signing_key(signing_key))  # a bad key fails before any build
     engine = run(c, connect)
     store = run(c, lambda: Store.open(store_url))
-    # with --gc, also when a build fills the engine's disk: then the build is tried once more; BuildKit's
-    # cache holds the layers of the images gc removes, so with BuildKit what this run has not used goes too
-    from datetime import datetime, timezone
-
-    from ..ops.gc_plan import CacheCutoff, unused_for
-
-    cutoff = CacheCutoff(datetime.now(timezone.utc), "this nightly run started") if builder != "classic" else None
-    reclaim = (lambda tags: _nightly_gc(c, engine, spec, tags, store_url, keep, cutoff)) if gc else None
+    # with --gc, also when a build fills the engine's disk: then the build is tried once more (app/nightly_gc.py)
+    sweeper = NightlyGc(engine, spec, store_url, keep, cache_hours, builder, c.progress) if gc else None
     with store:
         try:
             result = run(c, lambda: run_nightly(spec, engine, store, out_root=out_root, reports_dir=reports_dir,
                                                 registry=registry, locked=locked, gpus=gpus, threshold=threshold,
                                                 builder=builder, refresh_catalog=refresh_catalog,
-                                                refresh_frameworks=frameworks, reclaim=reclaim,
+                                                refresh_frameworks=frameworks,
+                                                reclaim=sweeper.reclaim if sweeper else None,
                                                 dispatch=FleetStep() if dispatch else None,
                                                 reproducible=reproducible, progress=c.progress,
                                                 signing_key=key))
         except SystemExit as exc:  # the run failed (exit 2-9, its error already printed): --gc keeps the disk in
             # check still, keeping the builds of the lock on disk; never while another nightly of the team runs (15)
-            if gc and exc.code != RunInProgressError.exit_code:
-                try:
-                    _nightly_gc(c, engine, spec, _lock_tags(spec), store_url, keep,
-                                None if cache_hours is None else unused_for(cache_hours))
-                except Exception as gc_exc:  # noqa: BLE001 - the run's own exit code is the one to keep
-                    c.progress(f"gc for the nightly failed: {gc_exc}")
+            if sweeper is not None and exc.code != RunInProgressError.exit_code:
+                sweeper.after_failure()
             raise
     doc = result.to_json()
-    after = None if cache_hours is None else unused_for(cache_hours)
-    swept = _nightly_gc(c, engine, spec, [r.tag for r in result.images if r.build in ("built", "skipped")],
-                        store_url, keep, after) if gc else None
-    if swept is not None:
-        doc["gc"] = swept
+    if sweeper is not None:
+        doc["gc"] = sweeper.after(result)
     emit(c, doc, lambda: _nightly_table(result))
     sys.exit(result.exit_code)
 
@@ -322,61 +310,3 @@ def _nightly_table(result: NightlyResult) -> None:
                 else "proposed, not applied")
         click.echo(f"catalog refresh: {done}; diff in {result.catalog['diff']}", err=True)
     click.echo(f"nightly run {result.run_id}: {EXIT_NAMES[result.exit_code]} in {result.seconds:.1f}s")
-
-
-def _lock_tags(spec: Path) -> list[str]:
-    """The image tags of the spec's lock as it is on disk (none when there is no readable lock)."""
-    from ..errors import EnvkitError
-    from ..lock import load_lock
-    from ..app.resolve import lock_path_for
-    from ..render.files import image_tag
-
-    try:
-        lock = load_lock(lock_path_for(spec))
-    except (EnvkitError, OSError):
-        return []
-    return [image_tag(lock.team, image) for image in lock.images]
-
-
-def _nightly_gc(
-    c: Ctx,
-    engine: DockerEngine,
-    spec: Path,
-    tags: list[str],
-    store_url: str | None,
-    keep: int,
-    build_cache: CacheCutoff | None = None,
-) -> dict:
-    """`envkit gc --team TEAM --keep N` for a nightly (after it, or when a build filled the disk), never removing
-    the images ``tags`` name (the builds of the lock it runs); ``build_cache``: also prune BuildKit's records not
-    used since that cutoff. Its failure is reported (stderr, and the JSON's ``gc.error``), not the nightly's exit
-    code: the images are already judged."""
-    from ..errors import EnvkitError
-    from ..ops.gc import collect_garbage
-    from ..app.resolve import load
-    from .gc import _bytes
-
-    try:
-        team = load(spec)[0].team
-        needed = {}
-        for tag in tags:
-            info = engine.inspect(tag)
-            if info is not None:
-                needed[info.id] = f"the build of the lock this nightly ran ({tag})"
-        swept = collect_garbage(engine.image_host(), store_url, team=team, keep=keep, needed=needed,
-                                progress=c.progress, build_cache=build_cache)
-    except EnvkitError as exc:
-        c.progress(f"gc for the nightly failed: {exc}")
-        return {"error": exc.to_json()}
-    reclaimed, exact = swept.reclaimed()
-    c.progress(
-        f"gc: removed {len(swept.removed)} image(s) of team {team}, {_bytes(reclaimed)}"
-        + ("" if exact else " at most")
-        + (f"; {len(swept.failed)} could not be removed" if swept.failed else "")
-    )
-    cache = swept.cache_json()
-    if cache is not None:
-        c.progress(f"gc: the prune of BuildKit's build cache failed: {cache['error']}" if cache["error"] else
-                   f"gc: pruned {len(cache['pruned'])} record(s) of BuildKit's build cache not used since "
-                   f"{cache['since']}, {_bytes(cache['freed_bytes'])}")
-    return swept.to_json()

@@ -7,20 +7,14 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..support.progress import decimal_size
 from .common import STORE, STORE_HELP, TEAM, _ctx, emit, json_option, run, table
 
 if TYPE_CHECKING:
     from ..ops.gc import GcResult
 
 
-def _bytes(n: int) -> str:
-    """Decimal units, as `docker system df` prints them."""
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(value) < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1000
-    return f"{value:.2f} GB"
+_bytes = decimal_size  # decimal units, as `docker system df` prints them
 
 
 @click.command("gc")

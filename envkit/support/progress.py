@@ -12,6 +12,16 @@ from packaging.utils import canonicalize_name
 Progress = Callable[[str], None]
 
 
+def decimal_size(n: int) -> str:
+    """Bytes in decimal units, as `docker system df` prints them (gc's lines and tables)."""
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(value) < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1000
+    return f"{value:.2f} GB"
+
+
 @dataclass(frozen=True)
 class Planned:
     """Said of an image before its build (``BuildProgress``'s event): how many packages its lock's closure holds, so

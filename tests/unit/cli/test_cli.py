@@ -293,8 +293,8 @@ def test_nightly_gc_also_reclaims_when_a_build_fills_the_disk(engine, monkeypatc
 
     monkeypatch.setattr("envkit.app.nightly.run_nightly", run_nightly)
     monkeypatch.setattr("envkit.store.history.Store.open", lambda *a, **k: contextlib.nullcontext())
-    monkeypatch.setattr("envkit.cli.certify._nightly_gc", lambda c, eng, spec, tags, store_url, keep, cache=None:
-                        swept.append((tags, keep, cache)) or {"removed": []})
+    monkeypatch.setattr("envkit.app.nightly_gc.NightlyGc.sweep", lambda self, tags, cache=None:
+                        swept.append((tags, self.keep, cache)) or {"removed": []})
     assert invoke("nightly", "team.yaml", "--json").exit_code == 10
     assert seen["reclaim"] is None and swept == []
     result = invoke("nightly", "team.yaml", "--gc", "--keep", "1", "--builder", "classic", "--json")
@@ -336,8 +336,8 @@ def test_nightly_gc_runs_even_when_the_run_fails(engine, monkeypatch):
 
     monkeypatch.setattr("envkit.app.nightly.run_nightly", run_nightly)
     monkeypatch.setattr("envkit.store.history.Store.open", lambda *a, **k: contextlib.nullcontext())
-    monkeypatch.setattr("envkit.cli.certify._nightly_gc", lambda c, eng, spec, tags, store_url, keep, cache=None:
-                        swept.append((tags, keep)) or {"removed": []})
+    monkeypatch.setattr("envkit.app.nightly_gc.NightlyGc.sweep", lambda self, tags, cache=None:
+                        swept.append((tags, self.keep)) or {"removed": []})
     result = invoke("nightly", "team.yaml", "--gc", "--json")
     assert result.exit_code == 3 and json.loads(result.stdout)["error"] == "PackageIndexError"
     assert swept == [([], 2)]
