@@ -182,13 +182,18 @@ class BuildOptions(Strict):
         None, description="A pip: package the joint solve holds far behind the newest release it admits (a major "
                           "release, or 3 minor ones): 'show' (the default) says so with uv's reason; 'refuse' fails "
                           "the resolve")
+    cpu_fallback: Literal["warn", "refuse"] | None = Field(
+        None, description="An accelerator library that runs on the CPU only as locked in a GPU image (jax without its "
+                          "CUDA plugin, onnxruntime instead of onnxruntime-gpu; catalog binaries.yaml: cpu_only): "
+                          "'warn' (the default) says so naming what gives it the GPU; 'refuse' fails the resolve")
 
     @model_serializer(mode="wrap")
     def _without_unset_variant_index(self, handler: SerializerFunctionWrapHandler) -> dict:
-        """No ``variant_index_url`` or ``held_back`` key when unset: the spec digest locks keep (``model_dump``) stays
+        """No ``variant_index_url``, ``held_back`` or ``cpu_fallback`` key when unset: the spec digest locks keep
+        (``model_dump``) stays
         as it was before the fields existed, so their locks stay current."""
         data = handler(self)
-        for key in ("variant_index_url", "held_back"):
+        for key in ("variant_index_url", "held_back", "cpu_fallback"):
             if isinstance(data, dict) and data.get(key) is None:
                 data.pop(key, None)
         return data

@@ -8,6 +8,11 @@
   release (onnxruntime-gpu). The resolver refuses a closure holding a distribution of another major than the
   image's CUDA, naming the one that fits.
 
+- ``cuda_sonames``: which library's major a ``DT_NEEDED`` entry of a wheel's ``.so`` pins (``libcudart.so.11``:
+  CUDA 11; ``libcudnn.so.8``: cuDNN 8), so a package the catalog has no row for is caught by what it links.
+- ``cpu_only``: accelerator libraries that run on the CPU only unless a plugin or the GPU build is installed
+  (``jax`` without ``jax-cuda12-plugin``, ``onnxruntime``), with what to ask for instead.
+
 Every row names its sources (keys of ``sources.yaml``). The file is optional (a team's catalog copy made before it
 knows none of these facts); when present its bytes are part of the catalog digest.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 from pathlib import Path
 
 import yaml
@@ -57,20 +63,21 @@ class NumpyAbi(_Row):
     _spec = field_validator("releases", "numpy")(classmethod(lambda cls, v: _specifier(v)))
 
 
+def _major_pattern(value: str) -> str:
+    try:
+        compiled = re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+    if "major" not in compiled.groupindex:
+        raise ValueError(f"{value!r} has no (?P<major>...) group")
+    return value
+
+
 class CudaName(_Row):
     pattern: str  # a regular expression on the canonical name, with a ``major`` group
     fits: str  # the distribution of another major: str.format(major=..., **the pattern's other groups)
 
-    @field_validator("pattern")
-    @classmethod
-    def _has_major(cls, value: str) -> str:
-        try:
-            compiled = re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
-        if "major" not in compiled.groupindex:
-            raise ValueError(f"{value!r} has no (?P<major>...) group")
-        return value
+    _major = field_validator("pattern")(classmethod(lambda cls, v: _major_pattern(v)))
 
 
 class CudaRelease(_Row):
@@ -81,13 +88,33 @@ class CudaRelease(_Row):
     _spec = field_validator("versions")(classmethod(lambda cls, v: _specifier(v)))
 
 
+class CudaSoname(_Row):
+    pattern: str  # a regular expression on a DT_NEEDED entry, with a ``major`` group
+    library: Literal["cuda", "cudnn"]  # whose major the soname's is: the image's CUDA's or its cuDNN's
+
+    _major = field_validator("pattern")(classmethod(lambda cls, v: _major_pattern(v)))
+
+
+class CpuOnly(_Row):
+    name: str  # a distribution that runs on the CPU only as installed
+    unless: tuple[str, ...]  # any of these in the closure gives it the GPU (a plugin, the GPU build)
+    gpu: str  # what to ask for instead, in pip: (e.g. 'jax[cuda12]', 'onnxruntime-gpu')
+
+    @field_validator("unless", mode="before")
+    @classmethod
+    def _names(cls, value: object) -> object:
+        return tuple(canonicalize_name(v) for v in value) if isinstance(value, list) else value
+
+
 class BinariesFile(Strict):
     version: int
     numpy_abi: tuple[NumpyAbi, ...] = ()
     cuda_names: tuple[CudaName, ...] = ()
     cuda_releases: tuple[CudaRelease, ...] = ()
+    cuda_sonames: tuple[CudaSoname, ...] = ()
+    cpu_only: tuple[CpuOnly, ...] = ()
 
-    @field_validator("numpy_abi", "cuda_names", "cuda_releases", mode="before")
+    @field_validator("numpy_abi", "cuda_names", "cuda_releases", "cuda_sonames", "cpu_only", mode="before")
     @classmethod
     def _rows(cls, value: object) -> object:
         return tuple(value) if isinstance(value, list) else value
@@ -138,6 +165,20 @@ class Binaries:
         return f"{row.name}{fit.versions}" if fit else None
 
 
+    def soname_major(self, soname: str) -> tuple[str, int, CudaSoname] | None:
+        """Which library's major a DT_NEEDED entry pins (``libcudart.so.11``: cuda 11), the row saying so."""
+        for row in self.rows.cuda_sonames:
+            m = re.fullmatch(row.pattern, soname)
+            if m:
+                return row.library, int(m.group("major")), row
+        return None
+
+    def cpu_only(self, name: str) -> CpuOnly | None:
+        """The row saying distribution ``name`` runs on the CPU only unless its GPU part is installed."""
+        name = canonicalize_name(name)
+        return next((r for r in self.rows.cpu_only if r.name == name), None)
+
+
 def read_binaries(directory: Path) -> bytes | None:
     """The file's bytes, or None when ``directory`` has no binaries.yaml."""
     try:
@@ -164,7 +205,8 @@ def check_binaries(path: Path, raw: bytes, sources: dict[str, str]) -> Binaries:
     if rows.version != 1:
         raise CatalogError(f"{path.name}: version {rows.version} is not known (1 is)", hint=hint,
                            location=Location(str(path)))
-    missing = sorted({s for group in (rows.numpy_abi, rows.cuda_names, rows.cuda_releases) for r in group
+    missing = sorted({s for group in (rows.numpy_abi, rows.cuda_names, rows.cuda_releases, rows.cuda_sonames,
+                                                     rows.cpu_only) for r in group
                       for s in r.sources} - set(sources))
     if missing:
         raise CatalogError(f"{path.name} names unknown sources: {', '.join(missing)}", hint="add them to sources.yaml",

@@ -234,6 +234,11 @@ class PackageIndex:
         return text
 
     # --- one member of a remote wheel, by range requests ---------------------------------
+    def members(self, wheel: WheelFile) -> list[tuple[str, int]]:
+        """Each member of ``wheel`` with its inflated size, from the zip directory (one or two range requests)."""
+        url = wheel.url.split("#", 1)[0]
+        return [(e.name, e.usize) for e in _entries(self._central_directory(url, wheel.filename))]
+
     def member(self, wheel: WheelFile, name: str | Callable[[str], bool], *, max_bytes: int = MEMBER_CAP,
                what: str | None = None) -> bytes:
         """The bytes of one member of ``wheel``, read without downloading the wheel.

@@ -35,6 +35,8 @@ from .joint import ExtraReport, Index, PackageRefusal, Target, admits
 NUMPY = "numpy"
 ABI_TOPIC = "abi "  # a decision: a catalog binary fact that bound a package of the closure ("abi numpy")
 CUDA_MAJOR_TOPIC = "cuda_major"  # a decision: the CUDA major every package that names one targets
+LINKED_TOPIC = "linked"  # a decision (resolve/linked.py): the CUDA libraries unknown compiled packages link
+CPU_TOPIC = "cpu_fallback "  # a decision (resolve/linked.py): a library running on the CPU only ("cpu_fallback jax")
 
 
 class BinaryMismatch(PackageRefusal):
@@ -184,5 +186,5 @@ def check_closure(t: Target, c: Candidate, cuda: str | None, pins: list[Pin], ca
 def explained(image: LockedImage) -> list[Decision]:
     """The decisions ``explain`` shows of a locked image beside the plan's: the framework's, each pip: package's,
     and the catalog's binary facts that bound the closure."""
-    return [d for d in image.decisions if d.topic in (image.framework, CUDA_MAJOR_TOPIC)
-            or d.topic.startswith((PIP_TOPIC, ABI_TOPIC))]
+    return [d for d in image.decisions if d.topic in (image.framework, CUDA_MAJOR_TOPIC, LINKED_TOPIC)
+            or d.topic.startswith((PIP_TOPIC, ABI_TOPIC, CPU_TOPIC))]

@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from .. import __version__
-from . import binaries, devel, joint, releases
+from . import binaries, devel, joint, linked, releases
 from .joint import Index
 from .candidates import Candidate, candidates
 from ..catalog.models import Catalog, vtuple
@@ -53,7 +53,8 @@ def resolve(spec: Spec, catalog: Catalog, index: Index, *, closure: Closure = co
     try:
         def locked(p: ImagePlan) -> LockedImage:  # sizes read as soon as the image is locked, beside the others'
             image = lock_image(p, index, catalog, closure, index_for, spec.fleet.min_driver, arch_reader,
-                               held_back=spec.build.held_back or "show")
+                               held_back=spec.build.held_back or "show",
+                               cpu_fallback=spec.build.cpu_fallback or "warn")
             return sizes(image) if sizes is not None else image
 
         futures = [pool.submit(locked, p) for p in plans]
@@ -163,9 +164,10 @@ def _extras_decisions(p: ImagePlan, t: joint.Target, solved: joint.Joint, newest
 
 def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
                index_for: IndexFactory | None, min_driver: str, arch_reader: ArchReader = read_arches, *,
-               held_back: str = "show") -> LockedImage:
+               held_back: str = "show", cpu_fallback: str = "warn") -> LockedImage:
     """Lock one planned image. ``held_back``: the spec's build.held_back ('refuse': a pip: package held far behind
-    the newest release it admits fails the resolve, at its pip: entry)."""
+    the newest release it admits fails the resolve, at its pip: entry); ``cpu_fallback``: build.cpu_fallback
+    ('refuse': a CPU-only accelerator library in a GPU image fails it, resolve/linked.py)."""
     index_of = index_for or _default_index_for
     caps = functools.partial(_caps, policy=p.policy, top=catalog.max_cuda_for_driver(min_driver), catalog=catalog)
     t = joint.Target(p.target.name, tuple(p.target.pip), p.python, p.os.glibc, caps)
@@ -209,6 +211,9 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
                                   reason=f"what the closure pinned within {c.label}'s ranges"))
     cuda_mm = ".".join(cuda.split(".")[:2]) if cuda else c.cuda
     decisions += binaries.check_closure(t, c, cuda_mm, closed, catalog)  # the catalog's binary facts
+    decisions += linked.check_linked(t, c, cuda_mm, cudnn or c.cudnn, closed, own, catalog,
+                                     linked.reader(index, p.python, p.os.glibc))  # what unknown wheels link
+    decisions += linked.check_cpu_fallback(c, cuda_mm, closed, catalog, cpu_fallback)
     if p.target.flavour == "devel":  # the CUDA compiler, constrained by everything above (envkit/resolve/devel.py)
         devel.check_framework(p.target.name, c.framework)
         locked = [Pin(x.name, x.version, x.hashes) for x in packages]

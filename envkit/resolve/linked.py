@@ -1,0 +1,138 @@
+"""What the finished closure's compiled code links and where it runs, checked against the image (issue 32).
+
+``resolve/binaries.py`` knows the packages the catalog has rows for. Here the rest:
+
+- ``check_linked``: the shared objects of each locked wheel the catalog has no CUDA row for and that is not
+  pure Python (at most ``MAX_PACKAGES``) are read for their ``DT_NEEDED`` entries (``index/wheel_needed.py``, by
+  range requests); a CUDA runtime, cuBLAS or cuDNN soname of another major than the image's
+  (``catalog binaries.yaml: cuda_sonames``) is refused naming the package, the library it needs and the one the
+  image has. A wheel that cannot be read is said, not refused.
+- ``check_cpu_fallback``: an accelerator library that runs on the CPU only as installed (``cpu_only``: ``jax``
+  without its CUDA plugin, ``onnxruntime``) in a GPU image is a warning naming what gives it the GPU, or a refusal
+  under ``build.cpu_fallback: refuse``.
+
+Each decision names the catalog file and its sources, which ``envkit explain`` shows.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from ..catalog.models import Catalog
+from ..errors import PackageIndexError
+from ..index.closure import Pin
+from ..index.wheel_needed import read_needed
+from ..lock import Decision
+from .binaries import CPU_TOPIC, LINKED_TOPIC, BinaryMismatch, _cited, entry_for
+from .candidates import Candidate
+from .joint import Target
+
+MAX_PACKAGES = 16  # locked wheels read per image
+WARNING = "WARNING: "
+
+# (name, version) -> each inspected .so member -> its DT_NEEDED entries; None: a pure-Python wheel or none found
+Reader = Callable[[str, str], "dict[str, tuple[str, ...]] | None"]
+
+
+def reader(index: object, python: str, glibc: str) -> Reader | None:
+    """A ``Reader`` over ``index`` (a ``PackageIndex``); None for an index that cannot read wheel members."""
+    members, wheel_for = getattr(index, "members", None), getattr(index, "wheel_for", None)
+    if members is None or wheel_for is None:
+        return None
+
+    def read(name: str, version: str) -> dict[str, tuple[str, ...]] | None:
+        try:
+            wheel = wheel_for(name, Version(version), python, glibc)
+        except InvalidVersion:
+            return None
+        if wheel is None or all(tag.endswith("-any") for tag in wheel.tags):
+            return None
+        return read_needed(index, wheel)  # type: ignore[arg-type]  # PackageIndex answers MembersIndex
+
+    return read
+
+
+def _major(version: str | None) -> int | None:
+    try:
+        return int(version.split(".")[0]) if version else None
+    except ValueError:
+        return None
+
+
+def check_linked(t: Target, c: Candidate, cuda: str | None, cudnn: str | None, pins: list[Pin], own: set[str],
+                 catalog: Catalog, read: Reader | None) -> list[Decision]:
+    """The closure's unknown compiled packages' linked CUDA libraries against the image's majors."""
+    have = {"cuda": _major(cuda), "cudnn": _major(cudnn)}
+    if read is None or have["cuda"] is None:
+        return []
+    suspects = [p for p in pins if p.name not in own and catalog.binaries.cuda_major(p.name, p.version) is None]
+    read_ok, unread, linking = [], [], []
+    sources: set[str] = set()
+    for p in suspects[:MAX_PACKAGES]:
+        try:
+            found = read(p.name, p.version)
+        except PackageIndexError as exc:
+            unread.append(f"{p.name} {p.version} ({exc})")
+            continue
+        if found is None:
+            continue
+        read_ok.append(p.name)
+        for member, libs in sorted(found.items()):
+            for lib in libs:
+                hit = catalog.binaries.soname_major(lib)
+                if hit is None:
+                    continue
+                library, theirs, row = hit
+                sources.update(row.sources)
+                linking.append(p.name)
+                ours = have[library]
+                if ours is None or theirs == ours:
+                    continue
+                entry = entry_for(p.name, pins, t.extras)
+                what = f"{p.name} {p.version}"
+                brought = f"{what} (pip:)" if entry == p.name else (
+                    f"{what}, which {entry} (pip:) requires," if entry else f"{what}, which {c.framework} requires,")
+                image_has = f"CUDA {cuda}" if library == "cuda" else f"cuDNN {cudnn}"
+                raise BinaryMismatch(
+                    f"{brought} links {lib} ({member}): a {library} {theirs} library, but the image has {image_has} "
+                    f"({c.label}); beside it the loader finds no {lib} or a second {library} of another major is "
+                    f"installed and loaded on the GPU ({_cited(row.sources)}; read from the wheel's DT_NEEDED)",
+                    package=entry or p.name,
+                    hint=f"ask for a release or distribution of {p.name} built for {library} {ours}, drop it, or a "
+                         f"framework build of {library} {theirs} if the fleet allows one (`envkit explain` lists the "
+                         "builds that fit)")
+    if not read_ok and not unread:
+        return []
+    linked = sorted(set(linking))
+    reason = (f"read the shared objects of {len(read_ok)} compiled package(s) the catalog has no CUDA row for: "
+              + (f"{', '.join(linked)} link CUDA libraries of the image's majors" if linked else
+                 "none links a CUDA library")
+              + (f"; not read: {'; '.join(unread)}" if unread else "")
+              + (f"; {len(suspects) - MAX_PACKAGES} more not read (at most {MAX_PACKAGES})"
+                 if len(suspects) > MAX_PACKAGES else "")
+              + (f" ({_cited(tuple(sorted(sources)))})" if sources else ""))
+    return [Decision(topic=LINKED_TOPIC, choice=f"CUDA {have['cuda']}, cuDNN {have['cudnn']}", reason=reason)]
+
+
+def check_cpu_fallback(c: Candidate, cuda: str | None, pins: list[Pin], catalog: Catalog,
+                       policy: str = "warn") -> list[Decision]:
+    """Each CPU-only accelerator library of a GPU image's closure: a warning decision, or (``policy='refuse'``) a
+    refusal naming what would give it the GPU."""
+    if cuda is None:
+        return []
+    names = {canonicalize_name(p.name): p.version for p in pins}
+    out = []
+    for name, version in sorted(names.items()):
+        row = catalog.binaries.cpu_only(name)
+        if row is None or any(u in names for u in row.unless):
+            continue
+        text = (f"{name} {version} runs on the CPU only in this CUDA {cuda} image: ask for {row.gpu} to give it the "
+                f"GPU ({_cited(row.sources)})")
+        if policy == "refuse":
+            raise BinaryMismatch(f"{text}; build.cpu_fallback is refuse", package=name,
+                                 hint=f"ask for {row.gpu} in pip:, or set build.cpu_fallback: warn")
+        out.append(Decision(topic=CPU_TOPIC + name, choice=f"{name} {version} on the CPU", reason=WARNING + text))
+    return out
