@@ -132,7 +132,8 @@ def record_build(store_url: str | None, image: LockedImage, outcome: Outcome) ->
     """The build in the store (by lock and context hash: the outcome's, nothing read back from the engine), and its
     verification as a CPU-only certificate."""
     with Store.open(store_url) as store:
-        store.record_outcome(outcome, lock_hash=image.hash, context_hash=outcome.context_hash)
+        store.record_build(outcome.name, image.hash, outcome.context_hash, tag=outcome.tag, image_id=outcome.image_id,
+                           size=outcome.size, seconds=outcome.seconds, action=outcome.action)
         if outcome.verification is not None and outcome.verification.raw:
             cert = certificate_from(outcome.verification.raw, expected(image), image=outcome.tag,
                                     image_id=outcome.image_id, lock_hash=image.hash, gpu_requested=False,

@@ -25,16 +25,13 @@ import sqlite3
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..errors import EnvkitError, StoreError
 from .backends import NOT_A_STORE_HINT, Backend, PostgresBackend, SQLiteBackend
 from .migrations import MIGRATIONS, SCHEMA_VERSION, Clock, stamp, utcnow
 from .records import (BUILD_ACTIONS, STEP_STATES, TAG_KINDS, BuildRecord, CertificateRecord, PushRecord, Target,
                       check_one_of, locate)
-
-if TYPE_CHECKING:
-    from ..images.builder import Outcome
 
 
 def _refused(exc: sqlite3.OperationalError) -> bool:
@@ -211,11 +208,6 @@ class Store:
                                       ELSE builds.created_at END
                 """, (run_id, name, lock_hash, context_hash, tag, image_id, int(size), float(seconds), action,
                       self._now()))
-
-    def record_outcome(self, outcome: Outcome, *, lock_hash: str, context_hash: str, run_id: int | None = None) -> None:
-        """``record_build`` from an ``envkit.images.builder.Outcome``."""
-        self.record_build(outcome.name, lock_hash, context_hash, tag=outcome.tag, image_id=outcome.image_id,
-                          size=outcome.size, seconds=outcome.seconds, action=outcome.action, run_id=run_id)
 
     def find_build(self, name: str, lock_hash: str, context_hash: str) -> BuildRecord | None:
         rows = self.backend.query(

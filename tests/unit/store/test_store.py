@@ -195,14 +195,6 @@ def test_build_upsert_is_one_row_and_keeps_built(store):
         store.record_build("x", "L", "C", tag="t", image_id="i", action="maybe")
 
 
-def test_record_outcome(store):
-    from envkit.images.builder import Outcome
-
-    store.record_outcome(Outcome("torch25", "vision/torch25:x", "built", "sha256:b", 5, 2.5),
-                         lock_hash="L", context_hash="C")
-    assert store.find_build("torch25", "L", "C").tag == "vision/torch25:x"
-
-
 # --- certificates, metrics, regressions --------------------------------------------------------
 
 def test_certificate_upsert_is_idempotent(store):
