@@ -18,7 +18,7 @@ from pydantic import AfterValidator, Field, SerializerFunctionWrapHandler, Valid
 
 from .support.atomic import write_atomic
 from .errors import LockError
-from .spec import NAME_RE
+from .support.grammar import NAME_RE
 from .support.models import Frozen
 
 LOCK_VERSION: Literal[2] = 2  # 2: a devel image of CUDA 12 names its toolkit .deb (``toolkit_deb``); 1 migrates

@@ -29,7 +29,7 @@ from pydantic import (
 from .errors import Location, SpecError
 from .support.yamlsource import Document, load_yaml
 from .support.ca_bundle import check_pem, env_ca_skipped, env_ca_source
-from .support.grammar import MAX_VALUE, Grammar as _grammar, short as _short
+from .support.grammar import MAX_VALUE, NAME_RE, Grammar as _grammar, short as _short
 from .support.models import Strict, fields_at
 from .spec_dispatch import Dispatch
 
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 SPEC_VERSION = 1
 
 # --- grammars -----------------------------------------------------------------------
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
 DRIVER_RE = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$")
 CC_RE = re.compile(r"^\d{1,2}\.\d$")

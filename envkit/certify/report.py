@@ -20,7 +20,7 @@ import jinja2
 from .. import __version__
 from .certificate import Certificate, utc_now
 from ..support.atomic import replace_all
-from ..render.templates import templates_dir
+from ..support.resources import templates_dir
 
 REPORT_SCHEMA = "envkit.report/1"
 TEMPLATE = "report.html.j2"

@@ -10,7 +10,7 @@ from typing import Iterable, Mapping
 
 from ..errors import EnvkitError
 from ..catalog.perf import model_key
-from ..spec import NAME_RE
+from ..support.grammar import NAME_RE
 from ..engine.inventory import (CacheRecord, Candidate, IDENTITY, LeftContainer, STAGE_IDENTITY, StageImage,
                                 is_candidate, is_stage)
 from ..registry.remote_parse import CERTIFIED_TAG

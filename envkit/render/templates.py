@@ -1,25 +1,19 @@
-"""envkit's Jinja templates (``templates/``: the Dockerfiles, compose, the HTML report): where they are, and the
-environment the build contexts are rendered with (``StrictUndefined``; the ``dq`` filter refuses any value that
-could leave a double-quoted Dockerfile or YAML string)."""
+"""The environment envkit's Jinja templates (``templates/``: the Dockerfiles, compose, the HTML report; found by
+``support.resources.templates_dir``) are rendered with (``StrictUndefined``; the ``dq`` filter refuses any value
+that could leave a double-quoted Dockerfile or YAML string)."""
 
 from __future__ import annotations
 
 import re
-from importlib import resources
-from pathlib import Path
 
 import jinja2
 
 from ..errors import EnvkitError
+from ..support.resources import templates_dir
 
 
 # `~` (Debian versions) is literal inside double quotes, in a Dockerfile's shell and in YAML alike.
 SAFE = re.compile(r'^[A-Za-z0-9 ._:/=<>+,@()~-]*$')
-
-
-def templates_dir() -> Path:
-    packaged = Path(str(resources.files("envkit"))) / "templates"
-    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "templates"
 
 
 def dq(value: object) -> str:

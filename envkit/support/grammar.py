@@ -7,6 +7,8 @@ import re
 from typing import Any
 
 MAX_VALUE = 200  # the longest string value a grammar admits
+# a name (team, image): 1 to 63 lowercase letters, digits and '-', starting with a letter or digit (an image tag's part)
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
 def short(value: str) -> str:

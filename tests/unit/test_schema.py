@@ -13,7 +13,8 @@ def test_the_schema_refuses_what_the_loader_refuses():
     """An editor validating team.yaml against `envkit schema` sees the names and versions the loader refuses."""
     import re
 
-    from envkit.spec import DRIVER_RE, NAME_RE
+    from envkit.spec import DRIVER_RE
+    from envkit.support.grammar import NAME_RE
 
     schema = json_schema()
     team = schema["properties"]["team"]
