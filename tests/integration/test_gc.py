@@ -10,8 +10,10 @@ another. The images are removed at the end, whatever gc did.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from itertools import count
+from pathlib import Path
 
 import docker.errors
 import pytest
@@ -24,6 +26,7 @@ from tests.integration.conftest import envkit
 TEAM = f"gctest-{uuid.uuid4().hex[:10]}"
 OTHER = f"{TEAM}-other"  # a second team: never touched by gc --team TEAM
 REGISTRY_REF = f"registry.invalid:5000/{TEAM}/tiny:certified"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _build(engine, tmp_path, base, name, tag, labels):
@@ -162,3 +165,37 @@ def test_gc_removes_exactly_the_unprotected_and_a_second_run_is_a_no_op(world, d
     assert again["removed"] == [] and again["failed"] == [] and again["reclaimed_bytes"] == 0
     assert {i["id"] for i in again["images"]} == {ids[k] for k in ("cert", "pushed", "used", "n1", "n2")}
     assert all(i["keep"] for i in again["images"])
+
+
+def test_nightly_gc_keeps_the_builds_of_the_lock_it_ran(engine, dc, base, tmp_path):
+    """app.nightly_gc.NightlyGc (`nightly --gc`) on the real engine: `gc --team TEAM --keep 1` for the spec's team,
+    except that the build a tag it is given names stays whatever its age; the progress line says what went."""
+    from envkit.app.nightly_gc import NightlyGc
+
+    team = f"{TEAM}-nightly"
+    spec = tmp_path / "team.yaml"
+    text = (ROOT / "examples" / "team.yaml").read_text()
+    spec.write_text(re.sub(r"(?m)^team: .*$", f"team: {team}", text, count=1))
+    tags = [f"{team}/tiny:{name}" for name in ("lock", "older", "newest")]  # oldest first
+    ids = []
+    try:
+        for n, tag in enumerate(tags):
+            ids.append(_build(engine, tmp_path, base, f"nightly-{n}", tag, _envkit_labels(team, "tiny", 200 + n)))
+        store = tmp_path / "history.sqlite"
+        with Store.open(store):  # the nightly made it
+            pass
+        lines: list[str] = []
+        doc = NightlyGc(engine, spec, str(store), 1, None, "classic", lines.append).sweep([tags[0]], None)
+        assert "images" in doc, (doc, lines)
+        kept = {d["id"]: d["reasons"] for d in doc["images"] if d["keep"]}
+        assert kept[ids[0]] == [f"the build of the lock this nightly ran ({tags[0]})"]
+        assert kept[ids[2]] == [f"one of the 1 newest builds of {team}/tiny"]
+        assert doc["removed"] == [ids[1]] and not _exists(dc, ids[1]) and _exists(dc, ids[0])
+        assert any(re.fullmatch(rf"gc: removed 1 image\(s\) of team {team}, [\d.]+ (kB|MB)( at most)?", line)
+                   for line in lines), lines
+    finally:
+        for ref in [*tags, *ids]:
+            try:
+                dc.api.remove_image(ref)
+            except docker.errors.NotFound:
+                pass
