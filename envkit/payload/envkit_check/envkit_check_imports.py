@@ -33,6 +33,7 @@ import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
 from envkit_check_core import Check, Context
+from envkit_check_linked import NUMPY_ABI, device_op, linked_problems, required_names, requirers, shared_objects
 
 PER_IMPORT_S = 60.0  # one distribution's imports (and its extension probe), the child's start included
 CHECK_S = 180.0  # every distribution together
@@ -173,31 +174,75 @@ COMPANIONS = {"torchaudio": probe_torchaudio, "torchvision": probe_torchvision} 
 RECORD = "envkit-import-record "  # starts each line the child writes for the parent
 
 
+class _Tee:
+    """The child's stderr, also kept per distribution: NumPy 2 prints its ABI message there (the import succeeds)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.text = stream, []  # type: Any, List[str]
+
+    def write(self, text: str) -> int:
+        self.text.append(text)
+        return int(self.stream.write(text))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _import_one(dist: str, modules: List[str], tee: _Tee, gpu: bool) -> Tuple[List[str], List[str], Any]:
+    """One distribution's imports in the child: (imported, errors, its extension's or device op's record)."""
+    imported, errors, extension = [], [], None  # type: List[str], List[str], Any
+    tee.text = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+            imported.append(name)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt from a module's import too
+            errors.append(f"import {name}: {_last_line(exc)}")
+    said = "".join(tee.text)
+    if NUMPY_ABI in said:
+        line = next(x for x in said.splitlines() if NUMPY_ABI in x).strip()
+        errors.append(f"import {', '.join(modules)}: {line[:300]} (built against another NumPy ABI than the "
+                      "image's numpy)")
+    if not errors and gpu:
+        try:
+            ran = device_op(dist, importlib.import_module)
+            if ran is not None:
+                extension = {"loaded": True, "via": ran, "cuda": None}
+        except BaseException as exc:
+            errors.append(f"{dist} on the GPU: {_last_line(exc)}")
+    if not errors and dist in COMPANIONS:
+        try:
+            extension = COMPANIONS[dist]()
+        except BaseException as exc:
+            extension = {"loaded": False}
+            errors.append(f"{dist}'s compiled extension: {_last_line(exc)}")
+    return imported, errors, extension
+
+
 def child(plan: Dict[str, Any]) -> int:
-    """In the child: import each distribution's modules in turn, one JSON line per distribution on the
-    original stdout (fd 1 then points at stderr, so what a module prints cannot break a line)."""
+    """In the child: import each distribution's modules in turn (the framework first, as a job imports them), one
+    JSON line per distribution on the original stdout (fd 1 then points at stderr, so what a module prints cannot
+    break a line)."""
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.path[:] = plan["path"]  # the payload's own sys.path: what its imports would find
+    tee = _Tee(sys.stderr)
+    sys.stderr = tee
+    if plan.get("framework"):
+        try:
+            importlib.import_module(plan["framework"])
+        except BaseException as exc:  # the framework's own checks say why; the packages are still tried
+            tee.stream.write(f"import {plan['framework']}: {_last_line(exc)}\n")
     for dist, modules in plan["imports"]:
-        start, imported, errors, extension = time.monotonic(), [], [], None
-        for name in modules:
-            try:
-                importlib.import_module(name)
-                imported.append(name)
-            except BaseException as exc:  # SystemExit and KeyboardInterrupt from a module's import too
-                errors.append(f"import {name}: {_last_line(exc)}")
-        if not errors and dist in COMPANIONS:
-            try:
-                extension = COMPANIONS[dist]()
-            except BaseException as exc:
-                extension = {"loaded": False}
-                errors.append(f"{dist}'s compiled extension: {_last_line(exc)}")
+        start = time.monotonic()
+        imported, errors, extension = _import_one(dist, modules, tee, bool(plan.get("gpu")))
         out.write(RECORD + json.dumps({"dist": dist, "imported": imported, "error": "; ".join(errors) or None,
                               "extension": extension, "seconds": round(time.monotonic() - start, 3)}) + "\n")
         out.flush()
     return 0
-
 
 def _lines(stream: Any, lines: "queue.Queue[Optional[str]]") -> None:
     """The child's records (its other lines, e.g. a banner an image's sitecustomize prints at start, are not)."""
@@ -216,11 +261,12 @@ def _ended(code: int) -> str:
     return f"exit status {code}"
 
 
-def _one_child(todo: List[Tuple[str, List[str]]], deadline: float) -> Dict[str, Dict[str, Any]]:
+def _one_child(todo: List[Tuple[str, List[str]]], deadline: float, framework: Optional[str] = None,
+               gpu: bool = False) -> Dict[str, Dict[str, Any]]:
     """Run one child over `todo`: the records it wrote, and a failure for the distribution it hung or died on
     (which ends this child; the caller starts another for the rest)."""
     results: Dict[str, Dict[str, Any]] = {}
-    plan = json.dumps({"path": sys.path, "imports": todo})
+    plan = json.dumps({"path": sys.path, "imports": todo, "framework": framework, "gpu": gpu})
     with tempfile.TemporaryFile() as log:
         try:
             proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), plan], stdin=subprocess.DEVNULL,
@@ -271,7 +317,8 @@ def _one_child(todo: List[Tuple[str, List[str]]], deadline: float) -> Dict[str, 
     return results
 
 
-def run_imports(todo: List[Tuple[str, List[str]]], limit_s: float) -> Dict[str, Dict[str, Any]]:
+def run_imports(todo: List[Tuple[str, List[str]]], limit_s: float, framework: Optional[str] = None,
+                gpu: bool = False) -> Dict[str, Dict[str, Any]]:
     """Every distribution's import record ({imported, error, extension, seconds}); a fresh child after a hang or
     a crash; what the time left no room for is a failure that says so."""
     deadline, results = time.monotonic() + limit_s, {}
@@ -279,12 +326,36 @@ def run_imports(todo: List[Tuple[str, List[str]]], limit_s: float) -> Dict[str, 
         if time.monotonic() >= deadline:
             results.update({d: {"error": f"not tried: the check's {limit_s:g} s ran out"} for d, _ in todo})
             break
-        results.update(_one_child(todo, deadline))
+        results.update(_one_child(todo, deadline, framework, gpu))
         todo = [(d, m) for d, m in todo if d not in results]
     return results
 
 
 # ------------------------------------------------------------------------ the check
+def _major(version: Any) -> Optional[int]:
+    m = re.match(r"\s*([0-9]+)", str(version)) if version else None
+    return int(m.group(1)) if m else None
+
+
+def closure_linked(ctx: Context, dists: Dict[str, Any], asked: List[str]) -> Dict[str, List[str]]:
+    """Each requested package -> what the shared objects of its closure link of another CUDA/cuDNN major than the
+    image's (expect's cuda, cudnn), or cannot find (envkit_check_linked.linked_problems), naming the distribution."""
+    want = {"cuda": _major(ctx.expect.get("cuda")), "cudnn": _major(ctx.expect.get("cudnn"))}
+    if want["cuda"] is None:
+        return {}
+    files = {name: shared_objects(d) for name, d in dists.items()}
+    problems = linked_problems({n: f for n, f in files.items() if f}, want)
+    if not problems:
+        return {}
+    owners = requirers({n: required_names(d) for n, d in dists.items()}, [canonical(a) for a in asked])
+    out: Dict[str, List[str]] = {}
+    for dist, found in problems.items():
+        for root in owners.get(dist, []):
+            who = dist if dist == root else f"{dist}, which {root} requires,"
+            out.setdefault(root, []).append(f"{who} " + "; ".join(found[:3]))
+    return out
+
+
 def check_limit(deadline: Optional[float], now: Optional[float] = None) -> float:
     """Seconds the imports may take: CHECK_S, never past the watchdog (less RESERVE_S), at least 5."""
     limit = CHECK_S
@@ -326,8 +397,12 @@ def check_requested(ctx: Context) -> Check:
     dists = installed()
     entries = [_entry(name, want, dists.get(canonical(name))) for name, want in wanted.items()]
     todo = [(e["name"], e["modules"]) for e in entries if e["modules"]]
-    results = run_imports(todo, check_limit(ctx.deadline))
+    results = run_imports(todo, check_limit(ctx.deadline), ctx.expect.get("framework"),
+                          ctx.cuda_ok and ctx.mode == "certify")
+    linked = closure_linked(ctx, dists, [e["name"] for e in entries])
     for e in entries:
+        if linked.get(canonical(e["name"])):
+            e.update(status="failed", error="; ".join(filter(None, (e["error"], *linked[canonical(e["name"])]))))
         record = results.get(e["name"])
         if record is None:
             continue
