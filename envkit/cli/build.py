@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..lock import PIP_TOPIC, named_extras
-from ..resolve.binaries import explained
+from ..resolve.binaries import CPU_TOPIC, explained
 from .progress import BuildView
 from .common import (IMAGE, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option,
                      locked_option, run, table)
@@ -67,6 +67,9 @@ def _echo_extras(image: LockedImage, indent: str = "") -> None:
     for e in extras:
         if e["held_back"]:
             click.echo(f"{indent}  {e['name']} {e['version']}: {e['reason']}")
+    for d in image.decisions:  # a CPU-only accelerator library in a GPU image (resolve/linked.py)
+        if d.topic.startswith(CPU_TOPIC):
+            click.echo(f"{indent}  {d.reason}")
 
 
 @click.command("lock")

@@ -70,7 +70,7 @@ def check_linked(t: Target, c: Candidate, cuda: str | None, cudnn: str | None, p
         return []
     suspects = [p for p in pins if p.name not in own and catalog.binaries.cuda_major(p.name, p.version) is None]
     read_ok, unread, linking = [], [], []
-    sources: set[str] = set()
+    sources = {s for row in catalog.binaries.rows.cuda_sonames for s in row.sources}
     for p in suspects[:MAX_PACKAGES]:
         try:
             found = read(p.name, p.version)
@@ -86,7 +86,6 @@ def check_linked(t: Target, c: Candidate, cuda: str | None, cudnn: str | None, p
                 if hit is None:
                     continue
                 library, theirs, row = hit
-                sources.update(row.sources)
                 linking.append(p.name)
                 ours = have[library]
                 if ours is None or theirs == ours:
