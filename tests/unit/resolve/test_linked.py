@@ -110,3 +110,29 @@ def test_a_cpu_only_accelerator_library_warns_or_is_refused(catalog):
     assert linked.check_cpu_fallback(cand(), None, pins, catalog, "refuse") == []  # a CPU image: nothing to say
     (j,) = linked.check_cpu_fallback(cand(), "12.8", [_pin("jax", "0.7.1")], catalog)
     assert "jax[cuda12]" in j.reason
+
+
+# ------------------------------------------------------------ through the resolver (test_resolve's fakes)
+def test_the_resolver_warns_or_refuses_a_cpu_only_library_as_build_cpu_fallback_says(catalog, monkeypatch):
+    from envkit.errors import ResolutionError
+    from tests.unit.resolve import test_resolve as tr
+
+    monkeypatch.setitem(tr.EXTRA_CLOSURE, "onnxruntime", [("onnxruntime", "1.22.0"), ("numpy", "2.1.3")])
+    text = tr.make_spec(framework="torch==2.8.*", pip=["onnxruntime"])
+    image = tr.run(catalog, spec=tr.load(text)).images[0]
+    d = next(d for d in image.decisions if d.topic == "cpu_fallback onnxruntime")
+    assert d.reason.startswith("WARNING: onnxruntime 1.22.0 runs on the CPU only in this CUDA 12.8 image: ask for "
+                               "onnxruntime-gpu")
+    assert d in binaries.explained(image)  # explain shows it, with its source
+    with pytest.raises(ResolutionError, match="build.cpu_fallback is refuse"):
+        tr.run(catalog, spec=tr.load(text + "build:\n  cpu_fallback: refuse\n"))
+
+
+def test_build_cpu_fallback_prints_in_resolve(catalog, monkeypatch, capsys):
+    from envkit.cli.build import _echo_extras
+    from tests.unit.resolve import test_resolve as tr
+
+    monkeypatch.setitem(tr.EXTRA_CLOSURE, "onnxruntime", [("onnxruntime", "1.22.0"), ("numpy", "2.1.3")])
+    image = tr.run(catalog, spec=tr.load(tr.make_spec(framework="torch==2.8.*", pip=["onnxruntime"]))).images[0]
+    _echo_extras(image)
+    assert "  WARNING: onnxruntime 1.22.0 runs on the CPU only" in capsys.readouterr().out
