@@ -25,7 +25,8 @@ def test_the_sonames_are_the_catalogs():
 
 
 LDD = {
-    "/s/ext.so": "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibcudart.so.11.0 => not found\n\tlibc.so.6 => /lib/libc.so.6 (0x1)\n",
+    "/s/ext.so": ("\tlinux-vdso.so.1 (0x00007ffd)\n\tlibcudart.so.11.0 => not found\n"
+                  "\tlibc.so.6 => /lib/libc.so.6 (0x1)\n"),
     "/s/ok.so": "\tlibcudart.so.12 => /s/nvidia/cuda_runtime/lib/libcudart.so.12 (0x1)\n",
     "/s/cudnn_ops.so": "\tlibcublasLt.so.12 => not found\n",  # shipped beside it: the framework loads it first
     "/s/nvidia/cuda_runtime/lib/libcudart.so.12": "\tlibc.so.6 => /lib/libc.so.6 (0x1)\n",
