@@ -8,6 +8,7 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from ..registry.artifacts import attach_certificate
 from ..registry.publish import promote
 from ..registry.signing import sign_published
 from ..trust.keys import SigningKey
+from .image_attestations import Documents, lock_documents
 from ..registry.remote_parse import CERTIFIED_TAG
 from ..render.files import image_tag
 from ..spec import Spec, load_spec
@@ -222,7 +224,8 @@ def certify_fleet(spec_path: Path, engine: Engine, *, store_url: str | None, out
         images = dispatch_fleet(spec_path, spec, engine, store, lock, list(lock.images), registry=registry,
                                 timeout=timeout, poll_s=poll_s, scheduler=scheduler, progress=progress)
         for image in images:
-            publish(engine, image, lock.team, registry, progress, signing_key)
+            publish(engine, image, lock.team, registry, progress, signing_key,
+                    lock_documents(engine, store, lock, image.name, image.tag, str(spec_path)))
     result = FleetResult(images, {}, time.monotonic() - started)
     write_fleet_reports(result, out_dir)
     return result
@@ -248,9 +251,10 @@ def _schedulers(jobs: list[FleetJob], planned: list[_Planned]) -> Scheduler:
 
 
 def publish(engine: Engine, result: FleetImage, team: str, registry: str | None, progress: Progress,
-            signing_key: SigningKey | None = None) -> None:
+            signing_key: SigningKey | None = None, documents: Callable[[str], Documents] | None = None) -> None:
     """Move the promoted tag to the image when its gate passed: ``<team>/<image>:certified`` in this engine, and
-    with a registry its ``:certified`` (the certificates attached as artifacts there either way)."""
+    with a registry its ``:certified`` (the certificates attached as artifacts there either way). ``documents``:
+    given the pushed digest, the SBOM and provenance signed beside the certificates (``app.image_attestations``)."""
     if result.gate.promote:
         local = f"{team}/{result.name}:{CERTIFIED_TAG}"
         engine.tag(result.image_id, local)
@@ -269,7 +273,8 @@ def publish(engine: Engine, result: FleetImage, team: str, registry: str | None,
             attach_certificate(engine, repo, stack_tag, cert.to_bytes(), gpu_slug=slug(cert.record_model),
                                status=cert.status)
         if signing_key is not None:  # the image's signature and each certificate as a signed attestation
-            sign_published(engine, repo, moved.stack.digest, signing_key, result.certificates)
+            sign_published(engine, repo, moved.stack.digest, signing_key, result.certificates,
+                           documents(moved.stack.digest) if documents is not None else None)
         if moved.certified:
             result.promoted.append(moved.certified.ref)
     except EnvkitError as exc:

@@ -37,6 +37,7 @@ from ..certify.report import FILES, write_reports
 from .nightly_publish import Asked, ImageReport, _publish, restore_base
 from .nightly_fleet import FleetStep, certify_on_fleet
 from .nightly_disk import Disk
+from .image_attestations import documents_for
 from .nightly_layers import LayerStep
 from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
 from ..support.progress import Phase, Progress, phase_lines
@@ -195,7 +196,7 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
                 certificates.append(cert)
             if registry and report.status in ("certified", "verified") and not report.regressions:
                 _publish(engine, store, run_id, lock, image, report, info, registry, progress, cert, asked,
-                         signing_key)
+                         signing_key, documents=documents_for(engine, store, image, report.tag, str(spec_path)))
         fleet = None
         if dispatch is not None and ready:
             fleet = certify_on_fleet(spec_path, spec, engine, store, run_id, lock, ready, registry=registry,

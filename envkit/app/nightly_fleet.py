@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ..certify.certificate import perf_metrics
 from ..lock import Lock, LockedImage
 from .fleet import FleetResult, dispatch_fleet, publish
+from .image_attestations import lock_documents
 from .nightly_publish import ImageReport
 from ..support.progress import Progress
 from ..trust.keys import SigningKey
@@ -64,7 +65,9 @@ def certify_on_fleet(spec_path: Path, spec: Spec, engine: Engine, store: Store, 
         report.reasons += list(fleet_image.gate.reasons)
         report.notes += list(fleet_image.gate.notes)
         report.worked = True
-        publish(engine, fleet_image, lock.team, registry, progress, signing_key)
+        publish(engine, fleet_image, lock.team, registry, progress, signing_key,
+                lock_documents(engine, store, lock, fleet_image.name, fleet_image.tag,
+                               str(spec_path)))
         report.pushed += fleet_image.promoted
         if fleet_image.publish_error:
             report.publish_error = fleet_image.publish_error

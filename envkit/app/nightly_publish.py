@@ -4,6 +4,7 @@ trusted only while the registry named this run still holds it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from ..lock import LockedImage
 from ..registry.artifacts import attach_certificate
 from ..registry.signing import sign_published
 from ..trust.keys import SigningKey
+from .image_attestations import Documents
 from ..registry.publish import promote, remote_digest, pull_by_digest, mirror_base
 from ..registry.remote_parse import certificate_tag
 from ..support.progress import Progress, transfer_lines
@@ -62,14 +64,17 @@ def _publish(
     cert: Certificate | None = None,
     asked: Asked | None = None,
     key: SigningKey | None = None,
+    documents: Callable[[str], Documents] | None = None,
 ) -> None:
+    """``documents``: given the pushed manifest digest, the SBOM and provenance to attest beside the image's
+    signature (``app.image_attestations``)."""
     repo = f"{registry.rstrip('/')}/{lock.team}/{image.name}"
     stack_tag = report.tag.split(":", 1)[1]
     if _published(engine, store, repo, stack_tag, image, report, info, cert, asked or Asked()):
         if key is not None and (asked is None or asked.unanswered is None):  # published unsigned: sign it now
             pushed = [p for p in store.pushes_for(info.id) if p.ref.startswith(f"{repo}:") and p.tag_kind == "stack"]
             if pushed:
-                _sign(engine, repo, pushed[-1].digest, key, cert, report)
+                _sign(engine, repo, pushed[-1].digest, key, cert, report, documents)
         return
     store.mark_step(run_id, image.name, "publish", "started", image.hash)
     progress(f"[{image.name}] pushing to {repo}")
@@ -89,7 +94,7 @@ def _publish(
         except EnvkitError as exc:
             report.publish_error = exc.message
     if key is not None:
-        _sign(engine, repo, result.stack.digest, key, cert, report)
+        _sign(engine, repo, result.stack.digest, key, cert, report, documents)
     if result.certified:
         store.record_push(info.id, result.certified.ref, result.certified.digest, "certified")
         report.pushed.append(result.certified.ref)
@@ -99,10 +104,12 @@ def _publish(
 
 
 def _sign(engine: Engine, repo: str, digest: str, key: SigningKey, cert: Certificate | None,
-          report: ImageReport) -> None:
-    """The image's cosign signature and its certificate as a signed attestation (``registry.signing``)."""
+          report: ImageReport, documents: Callable[[str], Documents] | None = None) -> None:
+    """The image's cosign signature, its certificate, SBOM and provenance as signed attestations
+    (``registry.signing``)."""
     try:
-        report.pushed += sign_published(engine, repo, digest, key, [cert] if cert is not None else [])
+        report.pushed += sign_published(engine, repo, digest, key, [cert] if cert is not None else [],
+                                        documents(digest) if documents is not None else None)
     except EnvkitError as exc:
         report.publish_error = exc.message
 

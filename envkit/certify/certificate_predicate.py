@@ -13,10 +13,9 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from ..errors import TrustError
-from ..trust.attest import CERTIFICATE_PREDICATE
 from .certificate import Certificate
 
-CERTIFICATE_PREDICATE_TYPE = CERTIFICATE_PREDICATE  # the attestation's predicateType (trust.attest owns the value)
+CERTIFICATE_PREDICATE_TYPE = "https://envkit.dev/certificate/v1"  # the attestation's predicateType (owned here)
 # The predicate's fields an admission policy conditions on (docs/kyverno-policy.yaml): each a top-level key
 POLICY_FIELDS = ("status", "gpu_model", "driver", "lock_hash")
 

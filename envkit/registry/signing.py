@@ -1,20 +1,23 @@
 """Signing at publish: an image envkit pushes gets a cosign signature (``sha256-<hex>.sig``) and each of its
-certificates a signed in-toto attestation (``sha256-<hex>.att``, predicate type ``trust.attest.CERTIFICATE_PREDICATE``,
-the predicate ``certify.certificate_predicate``'s: the certificate document) when the runner has a signing key
-(``--signing-key`` / ``$ENVKIT_SIGNING_KEY``). The old unsigned certificate artifact (``artifacts.attach_certificate``)
-is still written beside it for envkit versions that read only that; this envkit reads it as "unsigned" and never
-counts it."""
+certificates a signed in-toto attestation (``sha256-<hex>.att``, predicate type and predicate
+``certify.certificate_predicate``'s: the certificate document), and any other predicates the caller makes (the
+image's CycloneDX SBOM and SLSA provenance, ``app.image_attestations``) as signed attestations beside them, when
+the runner has a signing key (``--signing-key`` / ``$ENVKIT_SIGNING_KEY``). The old unsigned certificate artifact
+(``artifacts.attach_certificate``) is still written beside it for envkit versions that read only that; this envkit
+reads it as "unsigned" and never counts it."""
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..certify.certificate import Certificate
-from ..certify.certificate_predicate import certificate_predicate
+from ..certify.certificate_predicate import CERTIFICATE_PREDICATE_TYPE, certificate_predicate
 from ..engine.docker_engine import as_engine
 from ..errors import EngineError, TrustError
-from ..trust.attest import CERTIFICATE_PREDICATE, attest, verify_attestation
+from ..trust.attest import attest, verify_attestation
 from ..trust.cosign import SIGNATURE_ANNOTATION, SIMPLE_SIGNING_TYPE, verify_signature
 from ..trust.keys import SigningKey, TrustedKeys
 from .api import Sleep, _RegistryHTTP, _retrying
@@ -43,24 +46,39 @@ def signed_by(client: Any, registry_repo: str, manifest_digest: str, key: Signin
     return False
 
 
-def sign_published(client: Any, registry_repo: str, manifest_digest: str, key: SigningKey,
-                   certificates: tuple[Certificate, ...] | list[Certificate] = (), **retry: Any) -> list[str]:
-    """Sign ``registry_repo@manifest_digest`` (once per key) and attach each certificate as a signed attestation
-    about that digest; returns the pinned references written."""
-    written = []
-    if not signed_by(client, registry_repo, manifest_digest, key, **retry):
-        written.append(sign_image(client, registry_repo, manifest_digest, key, **retry))
+def attested(client: Any, registry_repo: str, manifest_digest: str, key: SigningKey,
+             **retry: Any) -> list[tuple[str, dict]]:
+    """(predicate type, predicate) of each attestation about ``manifest_digest`` that ``key`` signed and that
+    verifies (what signing again must not append a second time)."""
     mine = TrustedKeys({key.fingerprint: key.public})
-    attested = []
+    found = []
     for layer in _layers(client, registry_repo, att_tag(manifest_digest), **retry):
         try:
             if layer.media_type == DSSE_TYPE:
-                attested.append(verify_attestation(layer.data, mine, manifest_digest).predicate)
+                verified = verify_attestation(layer.data, mine, manifest_digest)
+                found.append((verified.predicate_type, verified.predicate))
         except TrustError:
             continue
-    for cert in [c for c in certificates if c.to_json() not in attested]:  # once per certificate and key
-        envelope = attest(CERTIFICATE_PREDICATE, certificate_predicate(cert), _strip_tag(registry_repo),
-                          manifest_digest, key)
-        written.append(attach_attestation(client, registry_repo, manifest_digest, envelope, CERTIFICATE_PREDICATE,
-                                          **retry))
+    return found
+
+
+def sign_published(client: Any, registry_repo: str, manifest_digest: str, key: SigningKey,
+                   certificates: tuple[Certificate, ...] | list[Certificate] = (),
+                   documents: Mapping[str, Callable[[], dict]] | None = None, **retry: Any) -> list[str]:
+    """Sign ``registry_repo@manifest_digest`` (once per key), attach each certificate as a signed attestation
+    about that digest (once per certificate and key), and each of ``documents`` (predicate type -> a function
+    making the predicate: the SBOM, the provenance) once per type and key: an image (one digest) already holding
+    a verifying attestation of that type by ``key`` gets no second one, and its predicate is not made again.
+    Returns the pinned references written."""
+    written = []
+    if not signed_by(client, registry_repo, manifest_digest, key, **retry):
+        written.append(sign_image(client, registry_repo, manifest_digest, key, **retry))
+    have = attested(client, registry_repo, manifest_digest, key, **retry)
+    todo: list[tuple[str, Callable[[], dict]]] = [
+        (CERTIFICATE_PREDICATE_TYPE, functools.partial(certificate_predicate, c)) for c in certificates
+        if (CERTIFICATE_PREDICATE_TYPE, c.to_json()) not in have]
+    todo += [(kind, make) for kind, make in (documents or {}).items() if kind not in {t for t, _ in have}]
+    for kind, make in todo:
+        envelope = attest(kind, make(), _strip_tag(registry_repo), manifest_digest, key)
+        written.append(attach_attestation(client, registry_repo, manifest_digest, envelope, kind, **retry))
     return written

@@ -14,9 +14,9 @@ import base64
 import json
 from dataclasses import dataclass, field
 
-from ..certify.certificate_predicate import certificate_from_predicate
+from ..certify.certificate_predicate import CERTIFICATE_PREDICATE_TYPE, certificate_from_predicate
 from ..errors import EnvkitError, TrustError
-from ..trust.attest import CERTIFICATE_PREDICATE, verify_attestation
+from ..trust.attest import verify_attestation
 from ..trust.cosign import SIGNATURE_ANNOTATION, SIMPLE_SIGNING_TYPE, verify_signature
 from ..trust.keys import TrustedKeys
 from .api import _RegistryHTTP
@@ -52,12 +52,12 @@ def judge_image(reg: _RegistryHTTP, digest: str, lock_hash: str | None, trusted:
             verified = verify_attestation(layer.data, trusted, digest)
         except TrustError as exc:
             attestations.append({"predicate_type": claimed, "why": exc.reason})
-            if claimed == CERTIFICATE_PREDICATE:
+            if claimed == CERTIFICATE_PREDICATE_TYPE:
                 uncounted.append({**_claimed(layer.data), "source": f"attestation {att_tag(digest)}",
                                   "why": exc.reason})
             continue
         attestations.append({"predicate_type": verified.predicate_type, "signed_by": verified.signed_by})
-        if verified.predicate_type != CERTIFICATE_PREDICATE:
+        if verified.predicate_type != CERTIFICATE_PREDICATE_TYPE:
             continue
         try:
             cert = _certificate(verified.predicate, pinned, digest, verified.signed_by)

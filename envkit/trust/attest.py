@@ -13,9 +13,8 @@ from .keys import SigningKey, TrustedKeys
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
-CERTIFICATE_PREDICATE = "https://envkit.dev/certificate/v1"
-CYCLONEDX_PREDICATE = "https://cyclonedx.org/bom"
-SLSA_PREDICATE = "https://slsa.dev/provenance/v1"
+# The predicate types are owned by the modules that build each predicate: certify.certificate_predicate
+# (CERTIFICATE_PREDICATE_TYPE), trust.sbom (SBOM_PREDICATE_TYPE), trust.provenance (PROVENANCE_PREDICATE_TYPE).
 
 
 def statement(predicate_type: str, predicate: dict, subject_name: str, subject_digest: str) -> dict:

@@ -38,13 +38,16 @@ def _sha256(digest: str) -> dict[str, str]:
     return {"sha256": value}
 
 
-def build_provenance(image: LockedImage, *, spec_path: str, builder: str, context_hash: str, started_on: datetime,
-                     finished_on: datetime, base_id: str | None = None, invocation_id: str | None = None,
-                     lock_path: str = LOCK_FILE) -> dict:
+def build_provenance(image: LockedImage, *, spec_path: str, builder: str | None, context_hash: str | None,
+                     started_on: datetime | None, finished_on: datetime | None, base_id: str | None = None,
+                     invocation_id: str | None = None, lock_path: str = LOCK_FILE) -> dict:
     """The SLSA v1 predicate of the image built from ``image``. ``spec_path``: the team.yaml it was resolved from;
     ``builder``: classic | buildkit; ``context_hash``: the build context's (its ``io.envkit.context-hash``
     label); ``base_id``: the engine's id of the base it was built on (its ``io.envkit.base-id`` label), when the
-    lock has no digest for it; ``invocation_id``: this build's id (a new UUID when not given)."""
+    lock has no digest for it; ``invocation_id``: this build's id (a new UUID when not given). A fact the caller
+    does not know (``None``: a history-store record names no builder; an image only ever skipped has no build
+    times) is left out, never guessed: the builder from ``externalParameters``, the context hash from
+    ``internalParameters``, ``startedOn``/``finishedOn`` from the metadata (each optional in SLSA v1)."""
     base = {"name": image.base.ref, "annotations": {"distro": image.base.distro, "suite": image.base.suite}}
     base_digest = image.base.digest or base_id
     if base_digest:
@@ -53,19 +56,25 @@ def build_provenance(image: LockedImage, *, spec_path: str, builder: str, contex
         base["uri"] = f"docker-image:{image.base.ref}"  # a descriptor needs a uri or a digest: the local tag
     lock = {"name": f"{lock_path}#{image.name}", "uri": lock_path, "digest": _sha256(image.hash),
             "annotations": {"hashOf": "the image's entry in the lock (its io.envkit.lock-hash label)"}}
+    external = {"spec": spec_path, "image": image.name, **({"builder": builder} if builder else {})}
+    internal = {"envkitVersion": __version__, "lockHash": image.hash,
+                **({"contextHash": context_hash} if context_hash else {}),
+                "framework": image.framework, "frameworkVersion": image.framework_version, "flavour": image.flavour}
+    metadata = {"invocationId": invocation_id or str(uuid.uuid4())}
+    if started_on is not None:
+        metadata["startedOn"] = timestamp(started_on)
+    if finished_on is not None:
+        metadata["finishedOn"] = timestamp(finished_on)
     return {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
-            "externalParameters": {"spec": spec_path, "image": image.name, "builder": builder},
-            "internalParameters": {"envkitVersion": __version__, "lockHash": image.hash, "contextHash": context_hash,
-                                   "framework": image.framework, "frameworkVersion": image.framework_version,
-                                   "flavour": image.flavour},
+            "externalParameters": external,
+            "internalParameters": internal,
             "resolvedDependencies": [base, lock],
         },
         "runDetails": {
             "builder": {"id": BUILDER_ID, "version": {"envkit": __version__}},
-            "metadata": {"invocationId": invocation_id or str(uuid.uuid4()), "startedOn": timestamp(started_on),
-                         "finishedOn": timestamp(finished_on)},
+            "metadata": metadata,
         },
     }
 

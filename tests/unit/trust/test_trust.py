@@ -10,6 +10,7 @@ import stat
 import pytest
 from securesystemslib.exceptions import VerificationError as SslibVerificationError
 
+from envkit.certify.certificate_predicate import CERTIFICATE_PREDICATE_TYPE
 from envkit.errors import TrustError
 from envkit.trust import attest as att
 from envkit.trust import cosign, dsse, keys
@@ -90,10 +91,10 @@ def test_cosign_signature_verifies_by_the_spec_and_by_envkit(pair):
 
 def test_attestation_verifies_by_the_spec_securesystemslib_and_envkit(pair):
     signing, trusted, made = pair
-    envelope = att.attest(att.CERTIFICATE_PREDICATE, {"status": "certified"}, "reg/vision/torch25", DIGEST, signing)
+    envelope = att.attest(CERTIFICATE_PREDICATE_TYPE, {"status": "certified"}, "reg/vision/torch25", DIGEST, signing)
     pub = open(made["public_key"], "rb").read()
     statement = speccheck.check_envelope(envelope, pub, DIGEST)
-    assert statement["predicateType"] == att.CERTIFICATE_PREDICATE
+    assert statement["predicateType"] == CERTIFICATE_PREDICATE_TYPE
     verified = att.verify_attestation(envelope, trusted, DIGEST)
     assert verified.signed_by == signing.fingerprint and verified.predicate == {"status": "certified"}
 
@@ -106,7 +107,7 @@ def _reason(envelope: bytes, trusted: keys.TrustedKeys, digest: str = DIGEST) ->
 
 def test_tampered_attestations_are_refused_with_their_reason(pair, tmp_path):
     signing, trusted, made = pair
-    envelope = att.attest(att.CERTIFICATE_PREDICATE, {"status": "failed"}, "r", DIGEST, signing)
+    envelope = att.attest(CERTIFICATE_PREDICATE_TYPE, {"status": "failed"}, "r", DIGEST, signing)
     doc = json.loads(envelope)
     statement = json.loads(base64.b64decode(doc["payload"]))
     statement["predicate"]["status"] = "certified"
@@ -120,7 +121,7 @@ def test_tampered_attestations_are_refused_with_their_reason(pair, tmp_path):
     assert _reason(envelope, keys.TrustedKeys()) == "no trusted key configured"
     other = keys.generate_keys(tmp_path / "other")
     mallory = keys.load_signing_key(other["private_key"])
-    forged = att.attest(att.CERTIFICATE_PREDICATE, {"status": "certified"}, "r", DIGEST, mallory)
+    forged = att.attest(CERTIFICATE_PREDICATE_TYPE, {"status": "certified"}, "r", DIGEST, mallory)
     assert _reason(forged, trusted) == f"signed by unknown key {mallory.fingerprint}"
     assert _reason(envelope, keys.load_trusted_keys(other["public_key"])) == f"signed by unknown key {signing.fingerprint}"
     assert att.verify_attestation(forged, keys.load_trusted_keys(f"{made['public_key']},{other['public_key']}"),
