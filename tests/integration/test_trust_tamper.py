@@ -19,8 +19,10 @@ from envkit.registry.api import _RegistryHTTP
 from envkit.registry.artifacts import attach_certificate
 from envkit.registry.publish import promote
 from envkit.registry.signatures import DSSE_TYPE, PREDICATE_ANNOTATION, Layer, append_layers, att_tag, read_layers
-from envkit.trust.attest import CERTIFICATE_PREDICATE, CYCLONEDX_PREDICATE, attest
+from envkit.certify.certificate_predicate import CERTIFICATE_PREDICATE_TYPE as CERTIFICATE_PREDICATE
+from envkit.trust.attest import attest
 from envkit.trust.keys import TRUSTED_KEYS_ENV
+from envkit.trust.sbom import SBOM_PREDICATE_TYPE as CYCLONEDX_PREDICATE
 from tests import speccheck
 from tests.integration.conftest import ENVKIT, empty_store
 from tests.integration.published import (NO_WAIT, certificate, label_image, labels_for, sign, keypair,
@@ -30,7 +32,8 @@ from tests.integration.registry import registry  # noqa: F401  (a fixture)
 REPO = "tamper/torch25"
 LOCK = "sha256:" + "c" * 64
 STACKS = {case: f"2.5.1-cu124-py3.11-{n:08x}" for n, case in enumerate(
-    ["genuine", "unsigned", "replayed", "altered", "mallory", "uncertified", "truncated", "sbom", "lock", "victim"],
+    ["genuine", "unsigned", "replayed", "altered", "mallory", "uncertified", "truncated", "sbom", "lock", "victim",
+     "appended"],
     start=0xC0)}
 
 
@@ -222,16 +225,21 @@ def test_only_another_key_trusted_refuses(world, tmp_path):
     pull(world, world.ref("genuine"), tmp_path, trusted="mallory,team", code=0)  # a rotation: both trusted
 
 
-def test_signing_again_adds_nothing_and_a_new_certificate_is_appended(world):
-    """What a signing nightly does on its next run, and a second GPU model's certificate: appended, not replacing."""
-    repo, digest = f"{world.host}/{REPO}", world.digests["genuine"]
+def test_signing_again_adds_nothing_and_a_new_certificate_is_appended(world, base):
+    """What a signing nightly does on its next run, and a second GPU model's certificate: appended, not replacing.
+    On an image of its own (``appended``: its own labels, so its own digest and .sig/.att), so what it appends
+    changes no other test's image whatever the order the module runs in."""
+    repo = f"{world.host}/{REPO}"
+    digest = world.push(base, "appended")
+    sign(world.dc, repo, digest, [world.cert("appended")])
+    untag_registry_refs(world.dc, world.host)
     before = (read_layers(world.reg(), speccheck.tag_for(digest, ".sig")),
               read_layers(world.reg(), att_tag(digest)))
-    assert before[0] is not None and before[1] is not None and len(before[0]) == 1
-    sign(world.dc, repo, digest, [world.cert("genuine")])
+    assert before[0] is not None and before[1] is not None and len(before[0]) == 1 and len(before[1]) == 1
+    sign(world.dc, repo, digest, [world.cert("appended")])
     assert [len(read_layers(world.reg(), t) or []) for t in (speccheck.tag_for(digest, ".sig"), att_tag(digest))] \
         == [1, len(before[1])]
-    a100 = world.cert("genuine").model_copy(update={"gpu_model": "NVIDIA A100-SXM4-80GB"})
+    a100 = world.cert("appended").model_copy(update={"gpu_model": "NVIDIA A100-SXM4-80GB"})
     sign(world.dc, repo, digest, [a100])
     after = read_layers(world.reg(), att_tag(digest)) or []
     assert len(after) == len(before[1]) + 1 and [layer.data for layer in after[:-1]] == [x.data for x in before[1]]
