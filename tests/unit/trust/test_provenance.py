@@ -110,3 +110,15 @@ def test_a_build_that_was_skipped_has_no_provenance_of_its_own():
 def test_naive_times_are_refused():
     with pytest.raises(ValueError, match="no time zone"):
         provenance_for(make_image(), outcome(), spec_path="team.yaml", finished_on=FINISHED.replace(tzinfo=None))
+
+
+def test_facts_a_build_record_does_not_hold_are_left_out_not_guessed():
+    """The history store records no builder, and an image only ever skipped has no build times: those fields are
+    absent (SLSA v1 makes them optional), and what remains still reads as the official definition."""
+    image = make_image()
+    predicate = build_provenance(image, spec_path="team.yaml", builder=None, context_hash=None, started_on=None,
+                                 finished_on=None, invocation_id="nightly-43")
+    official(predicate)
+    assert predicate["buildDefinition"]["externalParameters"] == {"spec": "team.yaml", "image": "torch25"}
+    assert "contextHash" not in predicate["buildDefinition"]["internalParameters"]
+    assert predicate["runDetails"]["metadata"] == {"invocationId": "nightly-43"}
