@@ -272,7 +272,7 @@ def publish(engine: Engine, result: FleetImage, team: str, registry: str | None,
         for cert in result.certificates:
             attach_certificate(engine, repo, stack_tag, cert.to_bytes(), gpu_slug=slug(cert.record_model),
                                status=cert.status)
-        if signing_key is not None:  # the image's signature and each certificate as a signed attestation
+        if signing_key is not None:  # its signature; each certificate, its SBOM and provenance as signed attestations
             sign_published(engine, repo, moved.stack.digest, signing_key, result.certificates,
                            documents(moved.stack.digest) if documents is not None else None)
         if moved.certified:
