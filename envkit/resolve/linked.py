@@ -3,10 +3,10 @@
 ``resolve/binaries.py`` knows the packages the catalog has rows for. Here the rest:
 
 - ``check_linked``: the shared objects of each locked wheel the catalog has no CUDA row for and that is not
-  pure Python (at most ``MAX_PACKAGES``) are read for their ``DT_NEEDED`` entries (``index/wheel_needed.py``, by
-  range requests); a CUDA runtime, cuBLAS or cuDNN soname of another major than the image's
-  (``catalog binaries.yaml: cuda_sonames``) is refused naming the package, the library it needs and the one the
-  image has. A wheel that cannot be read is said, not refused.
+  pure Python (at most ``MAX_PACKAGES`` looked up, the ``pip:`` entries first) are read for their ``DT_NEEDED``
+  entries (``index/wheel_needed.py``, by range requests); a CUDA runtime, cuBLAS or cuDNN soname of another
+  major than the image's (``catalog binaries.yaml: cuda_sonames``) is refused naming the package, the library
+  it needs and the one the image has. A wheel that cannot be read is said, not refused.
 - ``check_cpu_fallback``: an accelerator library that runs on the CPU only as installed (``cpu_only``: ``jax``
   without its CUDA plugin, ``onnxruntime``) in a GPU image is a warning naming what gives it the GPU, or a refusal
   under ``build.cpu_fallback: refuse``.
@@ -16,8 +16,10 @@ Each decision names the catalog file and its sources, which ``envkit explain`` s
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -30,7 +32,7 @@ from .binaries import CPU_TOPIC, LINKED_TOPIC, BinaryMismatch, _cited, entry_for
 from .candidates import Candidate
 from .joint import Target
 
-MAX_PACKAGES = 16  # locked wheels read per image
+MAX_PACKAGES = 48  # locked packages looked up per image (the pip: entries first), 8 at a time
 WARNING = "WARNING: "
 
 # (name, version) -> each inspected .so member -> its DT_NEEDED entries; None: a pure-Python wheel or none found
@@ -68,41 +70,29 @@ def check_linked(t: Target, c: Candidate, cuda: str | None, cudnn: str | None, p
     have = {"cuda": _major(cuda), "cudnn": _major(cudnn)}
     if read is None or have["cuda"] is None:
         return []
-    suspects = [p for p in pins if p.name not in own and catalog.binaries.cuda_major(p.name, p.version) is None]
+    asked = {canonicalize_name(Requirement(e).name) for e in t.extras}
+    suspects = sorted((p for p in pins if p.name not in own and catalog.binaries.cuda_major(p.name, p.version) is None),
+                      key=lambda p: (p.name not in asked, p.name))
     read_ok, unread, linking = [], [], []
     sources = {s for row in catalog.binaries.rows.cuda_sonames for s in row.sources}
-    for p in suspects[:MAX_PACKAGES]:
+
+    def attempt(p: Pin) -> dict[str, tuple[str, ...]] | str | None:
         try:
-            found = read(p.name, p.version)
+            return read(p.name, p.version)
         except PackageIndexError as exc:
-            unread.append(f"{p.name} {p.version} ({exc})")
+            return f"{p.name} {p.version} ({exc})"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(attempt, suspects[:MAX_PACKAGES]))
+    for p, found in zip(suspects, answers):
+        if isinstance(found, str):
+            unread.append(found)
             continue
         if found is None:
             continue
         read_ok.append(p.name)
-        for member, libs in sorted(found.items()):
-            for lib in libs:
-                hit = catalog.binaries.soname_major(lib)
-                if hit is None:
-                    continue
-                library, theirs, row = hit
-                linking.append(p.name)
-                ours = have[library]
-                if ours is None or theirs == ours:
-                    continue
-                entry = entry_for(p.name, pins, t.extras)
-                what = f"{p.name} {p.version}"
-                brought = f"{what} (pip:)" if entry == p.name else (
-                    f"{what}, which {entry} (pip:) requires," if entry else f"{what}, which {c.framework} requires,")
-                image_has = f"CUDA {cuda}" if library == "cuda" else f"cuDNN {cudnn}"
-                raise BinaryMismatch(
-                    f"{brought} links {lib} ({member}): a {library} {theirs} library, but the image has {image_has} "
-                    f"({c.label}); beside it the loader finds no {lib} or a second {library} of another major is "
-                    f"installed and loaded on the GPU ({_cited(row.sources)}; read from the wheel's DT_NEEDED)",
-                    package=entry or p.name,
-                    hint=f"ask for a release or distribution of {p.name} built for {library} {ours}, drop it, or a "
-                         f"framework build of {library} {theirs} if the fleet allows one (`envkit explain` lists the "
-                         "builds that fit)")
+        if _judge(t, c, cuda, cudnn, p, found, pins, catalog):
+            linking.append(p.name)
     if not read_ok and not unread:
         return []
     linked = sorted(set(linking))
@@ -110,10 +100,41 @@ def check_linked(t: Target, c: Candidate, cuda: str | None, cudnn: str | None, p
               + (f"{', '.join(linked)} link CUDA libraries of the image's majors" if linked else
                  "none links a CUDA library")
               + (f"; not read: {'; '.join(unread)}" if unread else "")
-              + (f"; {len(suspects) - MAX_PACKAGES} more not read (at most {MAX_PACKAGES})"
+              + (f"; {len(suspects) - MAX_PACKAGES} more not looked up (at most {MAX_PACKAGES})"
                  if len(suspects) > MAX_PACKAGES else "")
               + (f" ({_cited(tuple(sorted(sources)))})" if sources else ""))
     return [Decision(topic=LINKED_TOPIC, choice=f"CUDA {have['cuda']}, cuDNN {have['cudnn']}", reason=reason)]
+
+
+def _judge(t: Target, c: Candidate, cuda: str | None, cudnn: str | None, p: Pin, found: dict[str, tuple[str, ...]],
+           pins: list[Pin], catalog: Catalog) -> bool:
+    """Whether ``p``'s shared objects link a CUDA library; one of another major than the image's is refused."""
+    have = {"cuda": _major(cuda), "cudnn": _major(cudnn)}
+    links = False
+    for member, libs in sorted(found.items()):
+        for lib in libs:
+            hit = catalog.binaries.soname_major(lib)
+            if hit is None:
+                continue
+            library, theirs, row = hit
+            links = True
+            ours = have[library]
+            if ours is None or theirs == ours:
+                continue
+            entry = entry_for(p.name, pins, t.extras)
+            what = f"{p.name} {p.version}"
+            brought = f"{what} (pip:)" if entry == p.name else (
+                f"{what}, which {entry} (pip:) requires," if entry else f"{what}, which {c.framework} requires,")
+            image_has = f"CUDA {cuda}" if library == "cuda" else f"cuDNN {cudnn}"
+            raise BinaryMismatch(
+                f"{brought} links {lib} ({member}): a {library} {theirs} library, but the image has {image_has} "
+                f"({c.label}); beside it the loader finds no {lib} or a second {library} of another major is "
+                f"installed and loaded on the GPU ({_cited(row.sources)}; read from the wheel's DT_NEEDED)",
+                package=entry or p.name,
+                hint=f"ask for a release or distribution of {p.name} built for {library} {ours}, drop it, or a "
+                     f"framework build of {library} {theirs} if the fleet allows one (`envkit explain` lists the "
+                     "builds that fit)")
+    return links
 
 
 def check_cpu_fallback(c: Candidate, cuda: str | None, pins: list[Pin], catalog: Catalog,
