@@ -16,8 +16,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
-from .support.atomic import write_atomic
 from .errors import LockError
+from .support.atomic import write_atomic
 from .support.grammar import NAME_RE
 from .support.models import Frozen
 

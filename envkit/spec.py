@@ -27,11 +27,13 @@ from pydantic import (
 )
 
 from .errors import Location, SpecError
-from .support.yamlsource import Document, load_yaml
-from .support.ca_bundle import check_pem, env_ca_skipped, env_ca_source
-from .support.grammar import MAX_VALUE, NAME_RE, Grammar as _grammar, short as _short
-from .support.models import Strict, fields_at
 from .spec_dispatch import Dispatch
+from .support.ca_bundle import check_pem, env_ca_skipped, env_ca_source
+from .support.grammar import MAX_VALUE, NAME_RE
+from .support.grammar import Grammar as _grammar
+from .support.grammar import short as _short
+from .support.models import Strict, fields_at
+from .support.yamlsource import Document, load_yaml
 
 if TYPE_CHECKING:
     from pydantic import SerializerFunctionWrapHandler

@@ -9,23 +9,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..images.builder import BuildProgress, Outcome, build_image, pick_builder, picked
 from ..certify.certificate import certificate_from, utc_now
 from ..engine.protocol import AUTO
+from ..engine.space import build_need, require_space, size
 from ..errors import SpecError
 from ..frameworks import expected, require_buildable, require_bundle
-from ..store.history import Store
-from ..support.labels import LOCK_LABEL
-from ..engine.space import build_need, require_space, size
+from ..images.builder import BuildProgress, Outcome, build_image, pick_builder, picked
+from ..images.bundle import check_replaceable, make_bundle
+from ..images.bundle_manifest import LAYER_RECORD, MANIFEST, bundle_size
+from ..images.layer_record import entry, layers_of, load_record, write_record
 from ..index.urls import DEFAULT_INDEX
 from ..lock import LockedImage, wheel_bytes
 from ..render.files import Rendered, layer_packages, render
 from ..spec import env_ca_skip_note
-from .resolve import Resolved, resolve_spec
+from ..store.history import Store
+from ..support.labels import LOCK_LABEL
 from ..support.progress import Planned, Progress
-from ..images.bundle_manifest import LAYER_RECORD, MANIFEST, bundle_size
-from ..images.bundle import check_replaceable, make_bundle
-from ..images.layer_record import entry, layers_of, load_record, write_record
+from .resolve import Resolved, resolve_spec
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-
 from ..catalog.files import load_catalog
-from ..index.client import PackageIndex
-from ..catalog.refresh.run import parse_frameworks, refresh_catalog as refresh
 from ..catalog.refresh.arches import ARCH_FRAMEWORKS, check_arches
+from ..catalog.refresh.run import parse_frameworks
+from ..catalog.refresh.run import refresh_catalog as refresh
+from ..index.client import PackageIndex
 
 if TYPE_CHECKING:
     from typing import Iterable
+
     from ..support.progress import Progress
 
 

@@ -6,25 +6,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..images.builder import LOCK_LABEL
-from ..images.layer_record import Recorded, compare, load_record, record_path
-from ..payload.harness import Verification, expect_from_labels, run_payload
+from ..catalog.perf import load_perf
+from ..certify.certificate import certify_image, perf_metrics, slug
+from ..certify.report import FILES, write_reports
+from ..certify.verdict import decide
 from ..errors import EngineError, VerificationError
 from ..frameworks import expected
+from ..images.builder import LOCK_LABEL
+from ..images.layer_record import Recorded, compare, load_record, record_path
 from ..lock import load_lock
+from ..payload.harness import Verification, expect_from_labels, run_payload
 from ..store.history import Store
-from ..certify.verdict import decide
-from ..certify.certificate import certify_image, slug, perf_metrics
-from ..support.labels import made_reproducibly
 from ..support.atomic import check_writable
-from ..catalog.perf import load_perf
-from ..certify.report import FILES, write_reports
+from ..support.labels import made_reproducibly
 from .standing import NO_GPU
 
 if TYPE_CHECKING:
-    from ..engine.protocol import Engine
-    from ..engine.protocol import ImageInfo
     from ..certify.certificate import Certificate
+    from ..engine.protocol import Engine, ImageInfo
 
 
 def expectations(engine: Engine, ref: str, lock_path: Path | None) -> tuple[ImageInfo, str, dict]:

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..images.sif import SifExport, export_sif, require_tools
 from ..errors import EnvkitError
+from ..images.sif import SifExport, export_sif, require_tools
 from ..support.progress import Progress
 
 if TYPE_CHECKING:

@@ -19,24 +19,24 @@ from ..dispatch.jobs import FleetJob, mount_name
 from ..dispatch.runner import Routed, Scheduler, run_jobs
 from ..dispatch.slurm import SlurmCli
 from ..dispatch.verdict import Gate, fleet_certificate, gate
+from ..engine.protocol import Engine
 from ..errors import DispatchError, EnvkitError, LockError, SpecError
 from ..frameworks import expected
-from ..engine.protocol import Engine
 from ..lock import Lock, LockedImage, load_lock
 from ..payload.contents import payload_sha256
 from ..payload.harness import write_mount
 from ..registry.artifacts import attach_certificate
 from ..registry.publish import promote
-from ..registry.signing import sign_published
-from ..trust.keys import SigningKey
-from .image_attestations import Documents, lock_documents
 from ..registry.remote_parse import CERTIFIED_TAG
+from ..registry.signing import sign_published
 from ..render.files import image_tag
 from ..spec import Spec, load_spec
 from ..spec_dispatch import Dispatch, KubernetesTarget, SlurmTarget
 from ..store.history import Store
 from ..support.atomic import check_writable
 from ..support.progress import Progress, transfer_lines
+from ..trust.keys import SigningKey
+from .image_attestations import Documents, lock_documents
 from .resolve import lock_path_for
 
 FLEET_FILE = "fleet.json"

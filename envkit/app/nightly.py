@@ -15,40 +15,40 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from .. import __version__
-from ..support.atomic import check_writable, write_atomic
-from ..images.builder import CONTEXT_LABEL, build_image, require_builder
-from ..images.reproducible import require_local
-from ..certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, utc_now, perf_metrics
-from ..payload.harness import gpu_key
+from ..catalog.files import CATALOG_ENV, load_catalog, team_dir
+from ..catalog.perf import load_perf
+from ..catalog.refresh.run import parse_frameworks, refresh_catalog
+from ..certify.certificate import Certificate, certificate_from, certify_image, parse_certificate, perf_metrics, utc_now
+from ..certify.report import FILES, write_reports
 from ..engine.protocol import AUTO
 from ..engine.space import engine_full
 from ..errors import BuildError, EngineError, LockError, VerificationError
+from ..frameworks import expected
+from ..images.builder import CONTEXT_LABEL, build_image, require_builder
+from ..images.reproducible import require_local
+from ..index.client import PackageIndex
 from ..lock import Lock, LockedImage, load_lock, lock_changes, write_lock
+from ..payload.contents import SCHEMA
+from ..payload.harness import gpu_key
 from ..render.files import image_tag
 from ..store.history import Store
-from ..frameworks import expected
-from ..catalog.files import CATALOG_ENV, load_catalog, team_dir
-from ..catalog.refresh.run import parse_frameworks, refresh_catalog
-from ..index.client import PackageIndex
-from .resolve import load, lock_path_for, resolve_spec
-from .build import render_spec
-from ..catalog.perf import load_perf
-from ..certify.report import FILES, write_reports
-from .nightly_publish import Asked, ImageReport, _publish, restore_base
-from .nightly_fleet import FleetStep, certify_on_fleet
-from .nightly_disk import Disk
-from .image_attestations import documents_for
-from .nightly_layers import LayerStep
-from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
-from ..support.progress import Phase, Progress, phase_lines
-from ..payload.contents import SCHEMA
+from ..support.atomic import check_writable, write_atomic
 from ..support.labels import made_reproducibly
+from ..support.progress import Phase, Progress, phase_lines
+from .build import render_spec
+from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
+from .image_attestations import documents_for
+from .nightly_disk import Disk
+from .nightly_fleet import FleetStep, certify_on_fleet
+from .nightly_layers import LayerStep
+from .nightly_publish import Asked, ImageReport, _publish, restore_base
+from .resolve import load, lock_path_for, resolve_spec
 
 if TYPE_CHECKING:
-    from ..engine.protocol import Engine, ImageInfo
-    from ..trust.keys import SigningKey
-    from ..spec import Spec
     from ..catalog.refresh.common import ReadingIndex
+    from ..engine.protocol import Engine, ImageInfo
+    from ..spec import Spec
+    from ..trust.keys import SigningKey
 
 # Exit codes, distinct from the error codes of errors.py (15-17 are errors too).
 PASSED, NOTHING_TO_DO, BUILD_FAILED, CERT_FAILED, REGRESSION, PUBLISH_FAILED = 0, 10, 11, 12, 13, 14

@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 
 from ..certify.certificate import perf_metrics
 from ..lock import Lock, LockedImage
+from ..support.progress import Progress
+from ..trust.keys import SigningKey
 from .fleet import FleetResult, dispatch_fleet, publish
 from .image_attestations import lock_documents
 from .nightly_publish import ImageReport
-from ..support.progress import Progress
-from ..trust.keys import SigningKey
 
 if TYPE_CHECKING:
-    from ..engine.protocol import Engine
     from ..dispatch.runner import Scheduler
+    from ..engine.protocol import Engine
     from ..spec import Spec
     from ..store.history import Store
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..images.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
 from ..certify.certificate import Certificate, certificate_from, utc_now
 from ..frameworks import expected
+from ..images.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
 from ..payload.contents import SCHEMA
 from ..support.labels import made_reproducibly
 from ..support.progress import Progress

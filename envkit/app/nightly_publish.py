@@ -12,12 +12,12 @@ from ..certify.certificate import Certificate, slug
 from ..errors import EnvkitError
 from ..lock import LockedImage
 from ..registry.artifacts import attach_certificate
+from ..registry.publish import mirror_base, promote, pull_by_digest, remote_digest
+from ..registry.remote_parse import certificate_tag
 from ..registry.signing import sign_published
+from ..support.progress import Progress, transfer_lines
 from ..trust.keys import SigningKey
 from .image_attestations import Documents
-from ..registry.publish import promote, remote_digest, pull_by_digest, mirror_base
-from ..registry.remote_parse import certificate_tag
-from ..support.progress import Progress, transfer_lines
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine, ImageInfo

@@ -4,8 +4,8 @@ stands (``envkit show``'s summary), and pull it by digest after the same certifi
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,9 +14,9 @@ from ..certify.gate import Verdict
 from ..engine.protocol import ImageInfo
 from ..errors import EngineError, EnvkitError, VerificationError
 from ..registry.publish import pull_by_digest
-from ..spec import load_spec
 from ..registry.remote import list_registry
 from ..registry.remote_parse import parse_ref
+from ..spec import load_spec
 from ..support.labels import IMAGE_LABEL, TEAM_LABEL
 from ..support.progress import Progress, Transfer
 from .researchers import envkit_tag, gate_of, show_image

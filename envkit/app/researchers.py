@@ -8,24 +8,24 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..images.builder import LOCK_LABEL
-from ..engine.protocol import RUN_TIMEOUT, GPU_ULIMITS, RunOptions
-from ..errors import EngineError, EnvkitError, VerificationError
-from ..support.labels import SHOWN, IMAGE_LABEL, TEAM_LABEL
-from ..store.history import Store
-from ..registry.remote import list_registry, merge_store, inspect_remote
-from ..registry.remote_parse import parse_ref
 from ..certify.gate import Verdict, host_gpus, judge
+from ..engine.protocol import GPU_ULIMITS, RUN_TIMEOUT, RunOptions
+from ..errors import EngineError, EnvkitError, VerificationError
+from ..images.builder import LOCK_LABEL
+from ..registry.remote import inspect_remote, list_registry, merge_store
+from ..registry.remote_parse import parse_ref
+from ..store.history import Store
+from ..support.labels import IMAGE_LABEL, SHOWN, TEAM_LABEL
 from ..trust.keys import GET_KEY_HINT, load_trusted_keys
 from .standing import certified_on, described, from_json, summary
 
 if TYPE_CHECKING:
-    from ..engine.protocol import Engine
-    from ..engine.protocol import ImageInfo, RunResult
+    from typing import Any, BinaryIO, ContextManager
+
+    from ..certify.gate import Verdict
+    from ..engine.protocol import Engine, ImageInfo, RunResult
     from ..store.history import Store
     from ..store.records import CertificateRecord
-    from ..certify.gate import Verdict
-    from typing import Any, BinaryIO, ContextManager
 
 
 def _store_images(store: Store) -> dict[str, dict]:

@@ -16,21 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..catalog.models import Catalog
 from ..catalog.files import load_catalog
-from ..index.closure import compile_closure
+from ..catalog.models import Catalog
 from ..errors import EnvkitError, LockError, PackageIndexError, ResolutionError, SpecError
-from ..index.urls import DEFAULT_INDEX
 from ..index.client import PackageIndex
-from ..index.sizes import uv_known, with_sizes
+from ..index.closure import compile_closure
 from ..index.login import check_netrc, check_netrc_text, keyring_logins
-from ..support.atomic import check_writable
+from ..index.sizes import uv_known, with_sizes
+from ..index.urls import DEFAULT_INDEX
 from ..lock import Lock, LockedImage, load_lock, lock_changes, write_lock
 from ..resolve.plan import check_frameworks, check_gpus, plan, spec_digests
 from ..resolve.resolver import resolve
-from ..spec import Spec, env_ca_skip_note, load_spec
-from ..support.progress import Progress
 from ..resolve.rules import unreachable_variant_ways_out
+from ..spec import Spec, env_ca_skip_note, load_spec
+from ..support.atomic import check_writable
+from ..support.progress import Progress
 
 if TYPE_CHECKING:
     from ..resolve.plan import ImagePlan

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet

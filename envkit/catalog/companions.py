@@ -36,8 +36,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import CatalogError, Location
-from ..support.yamlsource import Document, parse_yaml, utf8_text
 from ..frameworks import FRAMEWORKS
+from ..support.yamlsource import Document, parse_yaml, utf8_text
 
 FILE = "companions.yaml"
 KEY = "companions"

@@ -27,9 +27,9 @@ from packaging.version import InvalidVersion, Version
 from pydantic import Field, StrictStr, StringConstraints, ValidationError
 
 from ..errors import CatalogError, Location
-from ..support.yamlsource import parse_yaml
 from ..frameworks import FRAMEWORKS
 from ..support.models import Frozen
+from ..support.yamlsource import parse_yaml
 
 KEY = "excluded"
 # framework (as team.yaml and the resolver name it) -> the catalog file (without .yaml) holding its rows

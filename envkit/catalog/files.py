@@ -20,11 +20,12 @@ from pydantic import ValidationError
 
 from ..errors import CatalogError, Location
 from ..support.yamlsource import parse_yaml, utf8_text
-from .binaries import FILE as BINARIES_FILE, Binaries, check_binaries, read_binaries
-from .companions import FILE as COMPANIONS_FILE, check_companions, read_companions
+from .binaries import FILE as BINARIES_FILE
+from .binaries import Binaries, check_binaries, read_binaries
+from .companions import FILE as COMPANIONS_FILE
+from .companions import check_companions, read_companions
 from .exclusions import FRAMEWORK_FILES, check_rows, pop_rows
 from .models import Catalog, CatalogData, TfRelease, TorchRelease, norm_gpu, vtuple
-
 
 FILES = ("sources", "cuda", "gpus", "os", *FRAMEWORK_FILES.values())  # in this order into the digest
 PERF_FILE = "perf.yaml"  # the performance floors (catalog/perf.py), beside the catalog files, outside its digest

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
+from .. import __version__
 from ..errors import VerificationError
+from ..payload.harness import run_payload
 from ..support.labels import LOCK_LABEL
 from ..support.models import Frozen
 from .verdict import CheckStatus, Status, as_dict, as_number, decide
-from .. import __version__
-from ..payload.harness import run_payload
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine

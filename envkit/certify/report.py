@@ -18,9 +18,9 @@ from typing import Iterable, Sequence
 import jinja2
 
 from .. import __version__
-from .certificate import Certificate, utc_now
 from ..support.atomic import replace_all
 from ..support.resources import templates_dir
+from .certificate import Certificate, utc_now
 
 REPORT_SCHEMA = "envkit.report/1"
 TEMPLATE = "report.html.j2"

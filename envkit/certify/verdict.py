@@ -11,15 +11,14 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from ..catalog.files import load_catalog
 from ..catalog.models import vtuple
 from ..catalog.perf import floors_for
 from ..errors import EnvkitError
 from ..frameworks import REQUESTED, REQUESTED_CHECK, TORCH, Framework, Pin, of_expect
-from ..resolve.rules import covers
-from ..payload.harness import RESERVE_S as HARNESS_RESERVE_S
 from ..payload.contents import SCHEMA
-from ..catalog.files import load_catalog
-
+from ..payload.harness import RESERVE_S as HARNESS_RESERVE_S
+from ..resolve.rules import covers
 
 PAYLOAD_SCHEMA = SCHEMA  # what a payload document says it is ("envkit.payload/1")
 Status = Literal["certified", "verified", "failed"]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import click
 
-from .common import SPEC, STORE, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
 from ..frameworks import ARCH_LISTED, NAMES
 from ..ops.findings import Finding
+from .common import SPEC, STORE, STORE_HELP, _ctx, emit, json_option, refresh_framework_option, run, table
 
 
 @click.command("doctor")
@@ -34,9 +34,9 @@ def doctor_cmd(
 
     Every check runs. Exit 0 when none fails; else the first failing check's code: 6 the engine or this host
     (engine, GPUs, disk, ...), 2 the CA bundle or the catalog, 3 the package index, 9 the history store."""
+    from ..engine.docker_engine import connect
     from ..ops.doctor import diagnose
     from ..ops.findings import exit_code
-    from ..engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)
     found_here = spec_path is None and DEFAULT_SPEC.is_file()

@@ -8,19 +8,32 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..engine.protocol import BUILDERS
 from ..lock import PIP_TOPIC, named_extras
 from ..resolve.binaries import CPU_TOPIC, explained
-from .progress import BuildView
-from .common import (IMAGE, SPEC, STORE, STORE_HELP, _ctx, _short, builder_option, emit, json_option,
-                     locked_option, run, table)
+from .common import (
+    IMAGE,
+    SPEC,
+    STORE,
+    STORE_HELP,
+    _ctx,
+    _short,
+    builder_option,
+    emit,
+    json_option,
+    locked_option,
+    run,
+    table,
+)
 from .flags import from_renamed, lock_option, renamed_option
-from ..engine.protocol import BUILDERS
+from .progress import BuildView
 
 if TYPE_CHECKING:
-    from ..lock import LockedImage
-    from ..images.builder import Outcome
-    from ..engine.protocol import BuildEvent
     from typing import Iterable
+
+    from ..engine.protocol import BuildEvent
+    from ..images.builder import Outcome
+    from ..lock import LockedImage
 
 
 def _image_row(i: LockedImage) -> list[str]:
@@ -241,8 +254,8 @@ def build_cmd(click_ctx: click.Context, spec: Path, images: tuple[str, ...], out
     written first, and said so; with --locked it fails instead."""
     if record_layers and not reproducible:
         raise click.UsageError("--record writes the layer digests of a reproducible build: add --reproducible")
-    from ..engine.docker_engine import connect
     from ..app.build import build_spec
+    from ..engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)
@@ -300,8 +313,8 @@ def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: 
     Resolves SPEC (or reuses its lock), then writes the lock, hash-checked wheels, the base image
     archive, the Debian packages and a manifest. Build it later with `envkit bundle build DIR`.
     """
-    from ..engine.docker_engine import connect
     from ..app.build import bundle_spec
+    from ..engine.docker_engine import connect
     from ..images.bundle_manifest import LOCK_FILE
 
     c = _ctx(click_ctx, json_out)
@@ -334,8 +347,8 @@ def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool
 
     Every file is checked against the manifest first; the base is loaded from the bundle.
     """
-    from ..images.bundle import build_from_bundle
     from ..engine.docker_engine import connect
+    from ..images.bundle import build_from_bundle
 
     c = _ctx(click_ctx, json_out)
 
@@ -367,8 +380,8 @@ def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool
 @click.pass_context
 def verify_cmd(click_ctx: click.Context, image: str, lock_path: Path | None, json_out: bool) -> None:
     """Check inside IMAGE that its versions match its pins (no GPU needed)."""
-    from ..engine.docker_engine import connect
     from ..app.certify import verify_image
+    from ..engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)

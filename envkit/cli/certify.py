@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING
 import click
 from click.core import ParameterSource
 
-from ..payload.harness import MIN_TIMEOUT_S, RESERVE_S
 from ..errors import RunInProgressError
-
+from ..payload.harness import MIN_TIMEOUT_S, RESERVE_S
 from .common import (
     IMAGE,
     REGISTRY,
@@ -29,12 +28,11 @@ from .common import (
     run,
     table,
 )
-
 from .flags import from_renamed, renamed_option
 
 if TYPE_CHECKING:
-    from ..engine.docker_engine import DockerEngine
     from ..app.nightly import NightlyResult
+    from ..engine.docker_engine import DockerEngine
 
 
 SIGNING_KEY_HELP = ("Sign what is pushed with this private key (default: $ENVKIT_SIGNING_KEY; encrypted: "
@@ -88,8 +86,8 @@ def certify_cmd(
     With --fleet SPEC instead of IMAGE: one job per (image, fleet GPU model) through the team's scheduler, one
     certificate per model, and the promoted tag moved only when every model passed (exit 8 when one did not).
     """
-    from ..engine.docker_engine import connect
     from ..app.certify import certify
+    from ..engine.docker_engine import connect
 
     if (image is None) == (fleet_spec is None):
         raise click.UsageError("give IMAGE, or --fleet SPEC (one of them)")
@@ -235,10 +233,10 @@ def nightly_cmd(
     unfinished: the next one re-attaches to what was submitted), 18 (--reproducible) an image's environment layers
     differ from the lock's record; 2-9 are input, index, resolution, lock, engine and store errors.
     """
-    from ..engine.docker_engine import connect
     from ..app.nightly import run_nightly
     from ..app.nightly_fleet import FleetStep
     from ..app.nightly_gc import NightlyGc
+    from ..engine.docker_engine import connect
     from ..store.history import Store
 
     _check_nightly_options(click_ctx, locked=locked, refresh_catalog=refresh_catalog, frameworks=frameworks, gc=gc,

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
 import click
 
+from ..engine.protocol import AUTO, BUILDER_CHOICES
 from ..engine.space import host_out_of_space
 from ..errors import EngineError, EnvkitError, Interrupted
-from ..engine.protocol import AUTO, BUILDER_CHOICES
 from ..frameworks import NAMES
 from ..store.records import DEFAULT_HELP
 from .flags import filled, hoist_global_flags

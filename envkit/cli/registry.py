@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import click
 from typing import TYPE_CHECKING
+
+import click
 
 from .common import REGISTRY, _ctx, emit, json_option, run, table
 

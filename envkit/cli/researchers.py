@@ -25,8 +25,9 @@ trusted_keys_option = click.option("--trusted-keys", "trusted_keys", default=Non
                                    help=TRUSTED_KEYS_HELP)
 
 if TYPE_CHECKING:
-    from ..engine.docker_engine import DockerEngine
     from typing import Iterator
+
+    from ..engine.docker_engine import DockerEngine
 
 
 def _engine_for_registry(c: Ctx, needed: bool) -> DockerEngine | None:
@@ -297,8 +298,8 @@ def run_cmd(
     reference) must cover every GPU model on this host. The job's stdout and stderr stream to envkit's as
     they come; with -i, envkit's stdin is the job's. With --json: the output is collected instead, and one
     document holds the gate's verdict, the exit code and the output."""
-    from ..engine.docker_engine import connect
     from ..app.researchers import run_in_image
+    from ..engine.docker_engine import connect
 
     c = _ctx(click_ctx, json_out)
     engine = run(c, connect)

@@ -20,8 +20,8 @@ from typing import Protocol
 
 from ..errors import EnvkitError
 from ..payload.harness import encodable, read_report
-from ..support.atomic import write_atomic
 from ..spec_dispatch import KubernetesTarget
+from ..support.atomic import write_atomic
 from ..support.progress import Progress
 from .jobs import NODE, REPORT, STATE, FleetJob
 from .states import Fault, JobState, classify, lost_fault, pending_fault

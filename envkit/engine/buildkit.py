@@ -18,8 +18,8 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from ..support import procs, scratch
 from ..errors import BuildError
+from ..support import procs, scratch
 from .protocol import BuildEvent
 from .space import engine_out_of_space
 

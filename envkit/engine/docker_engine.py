@@ -18,13 +18,13 @@ import requests
 import urllib3.exceptions
 
 from ..errors import BuildError, CommandNotFoundError, EngineError
-from ..support.labels import CONTAINER_LABEL
-from .protocol import BuildEvent, ImageInfo, RunOptions, RunResult
-from . import docker_registry
-from .docker_gc import OverClient
-from .space import engine_out_of_space
-from .classic_log import ClassicLog
 from ..index.login import netrc_not_text, netrc_path
+from ..support.labels import CONTAINER_LABEL
+from . import docker_registry
+from .classic_log import ClassicLog
+from .docker_gc import OverClient
+from .protocol import BuildEvent, ImageInfo, RunOptions, RunResult
+from .space import engine_out_of_space
 
 _NOT_FOUND = re.compile(r'exec: "([^"]+)": (?:executable file not found|stat [^:]*: no such file or directory)')
 

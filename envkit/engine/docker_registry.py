@@ -24,7 +24,6 @@ from .protocol import Engine, EngineCallError, ImageMissing
 from .space import engine_out_of_space
 
 
-
 class ClientEngine(Engine, Protocol):
     """An engine over docker-py (``docker_engine.DockerEngine``, which imports this module), its client at hand."""
 

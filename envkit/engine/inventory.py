@@ -10,7 +10,6 @@ from typing import Iterable, Mapping, Protocol
 
 from ..support.labels import CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, PREFIX, STAGE_LABEL, TEAM_LABEL
 
-
 OFFLINE_LABEL = PREFIX + "build"  # "offline" on images built from a bundle (templates/Dockerfile.base.j2)
 IDENTITY = (TEAM_LABEL, IMAGE_LABEL, LOCK_LABEL, CONTEXT_LABEL)  # all four, or the image is not a candidate
 BASE_REPO = "envkit-base/"

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..support import procs, scratch
 from ..engine.protocol import ImageInfo
 from ..engine.space import host_full, says_no_space
 from ..errors import EngineError
 from ..lock import BaseImage
+from ..support import procs, scratch
 from ..support.progress import Phase, Progress
 
 Phases = Callable[[Phase], None]

@@ -14,22 +14,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from ..support import scratch
-from ..support.ca_bundle import site_certificates
-from .base import ensure_base
-from .reproducible import Assembled, DevelSteps, assemble, env_tag, made_how, require_local
-from ..payload.harness import Verification, run_payload
-from ..engine.protocol import AUTO, BUILDER_CHOICES, BUILDERS, BuildEvent
-from ..support.progress import Phase, Planned
-from ..engine.space import build_need, low_space
 from ..engine.buildkit import BuildKitBuilder
+from ..engine.protocol import AUTO, BUILDER_CHOICES, BUILDERS, BuildEvent
+from ..engine.space import build_need, low_space
 from ..errors import BuildError
 from ..frameworks import expected, require_buildable
 from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
 from ..lock import Lock, LockedImage, wheel_bytes
+from ..payload.harness import Verification, run_payload
 from ..render.files import CA_ARG, context_hash, image_tag, index_urls, render_files
-
+from ..support import scratch
+from ..support.ca_bundle import site_certificates
 from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
+from ..support.progress import Phase, Planned
+from .base import ensure_base
+from .reproducible import Assembled, DevelSteps, assemble, env_tag, made_how, require_local
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine

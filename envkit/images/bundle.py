@@ -33,29 +33,52 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
-
 from .. import __version__
-from ..support import scratch
-from .base import ensure_base
-from .builder import (BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, Outcome, assembled_outcome, pick_builder,
-                      require_builder, run_build, stage_context, verified)
-from .layer_record import Recorded, write_record
-from .reproducible import DevelSteps, Offline, assemble, env_tag, made_how, require_local
+from ..devel import APT as DEVEL_APT
+from ..devel import fetch_toolkit_deb
 from ..engine.protocol import AUTO, BuildEvent, Mount, RunOptions
 from ..engine.space import host_out_of_space, low_space
 from ..errors import BuildError, EnvkitError
-from ..support.atomic import write_atomic
 from ..lock import Lock, LockedImage, load_lock
-from ..devel import APT as DEVEL_APT
-from ..devel import fetch_toolkit_deb
 from ..render import installer
 from ..render.files import context_for, context_hash, image_tag, install_packages, render_files
+from ..support import scratch
+from ..support.atomic import write_atomic
 from ..support.download import fetch_pinned
 from ..support.progress import Progress, phase_lines
-from .bundle_manifest import (ATTESTATIONS, BASE_ARCHIVE, BUNDLE_LABEL, BUNDLE_VERSION, CONTEXT, DOCKERFILES, INSTALLER,
-                              LOCK_FILE, MANIFEST, REMAKE_HOW, check_attestation_name, is_bundle, sha256_of,
-                              file_hashes, verify_bundle)
-from .wheelhouse import lock_indexes, download_wheels
+from .base import ensure_base
+from .builder import (
+    BASE_LABEL,
+    CONTEXT_LABEL,
+    LOCK_LABEL,
+    Outcome,
+    assembled_outcome,
+    pick_builder,
+    require_builder,
+    run_build,
+    stage_context,
+    verified,
+)
+from .bundle_manifest import (
+    ATTESTATIONS,
+    BASE_ARCHIVE,
+    BUNDLE_LABEL,
+    BUNDLE_VERSION,
+    CONTEXT,
+    DOCKERFILES,
+    INSTALLER,
+    LOCK_FILE,
+    MANIFEST,
+    REMAKE_HOW,
+    check_attestation_name,
+    file_hashes,
+    is_bundle,
+    sha256_of,
+    verify_bundle,
+)
+from .layer_record import Recorded, write_record
+from .reproducible import DevelSteps, Offline, assemble, env_tag, made_how, require_local
+from .wheelhouse import download_wheels, lock_indexes
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine

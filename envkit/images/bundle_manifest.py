@@ -16,7 +16,6 @@ from ..errors import BuildError
 from ..support.models import Strict
 from .layer_record import record_path
 
-
 BUNDLE_VERSION = 1
 MANIFEST = "manifest.json"
 LOCK_FILE = "envkit.lock"

@@ -34,8 +34,8 @@ from ..render.files import UV_CA, VENV, context_for, layer_packages
 from ..support import scratch
 from ..support.labels import LAYER_KEYS_LABEL, LAYERS_LABEL, PAYLOAD_LAYER_LABEL, REPRODUCIBLE_LAYERS, STAGE_LABEL
 from . import archive, layers
-from .layer_reuse import find_reusable, group_key, keys_label, lost
 from .layer_record import PAYLOAD
+from .layer_reuse import find_reusable, group_key, keys_label, lost
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine

@@ -12,15 +12,14 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ..support import procs, scratch
 from ..engine.space import host_full, says_no_space
 from ..errors import BuildError, EnvkitError
-from ..index.urls import trusted_hosts
 from ..index.login import keyring_logins, login_hint, refused_index
+from ..index.urls import trusted_hosts
 from ..lock import LockedImage, Package
 from ..render.files import install_packages
+from ..support import procs, scratch
 from .bundle_manifest import sha256_of
-
 
 DOWNLOADS = 4  # pip downloads at once when a bundle is made
 CA_ENV = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")  # what overrides pip's `--cert` (observed with pip 26.3)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import email.parser
 import hashlib
 import os
-import threading
 import struct
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path

@@ -25,8 +25,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ..support import procs, scratch
 from ..errors import PackageIndexError, ResolutionError
+from ..support import procs, scratch
 from .login import login_hint, refused_index
 from .urls import uv_index_args
 

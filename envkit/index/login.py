@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 from urllib.parse import urlsplit
 
-from ..support import scratch
 from ..errors import Location, SpecError
+from ..support import scratch
 from .urls import DEFAULT_INDEX, host_of
 
 SECRET_ID = "index-netrc"

@@ -15,9 +15,8 @@ a size the indexes do not give stays unknown (``None``) rather than failing the 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable
-
 from pathlib import Path
+from typing import Callable, Iterable
 
 from ..errors import PackageIndexError, ResolutionError
 from ..lock import LockedImage, Package

@@ -3,8 +3,8 @@ trust (an http index must be named a trusted host) and logins (the host a netrc 
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
 from typing import Iterable
+from urllib.parse import urlsplit
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"  # PEP 691

@@ -9,26 +9,26 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..engine.space import DISK_FAIL, DISK_WARN, free_bytes, reclaim_hint
+from ..catalog.files import CATALOG_ENV, data_dir, load_catalog, perf_path, team_dir
+from ..catalog.perf import load_perf
 from ..certify.gate import host_gpus
+from ..engine.buildkit import BuildKitBuilder
+from ..engine.space import DISK_FAIL, DISK_WARN, free_bytes, reclaim_hint
 from ..errors import EnvkitError
 from ..index.urls import DEFAULT_INDEX
 from ..spec import load_spec
-from .gc_plan import CONTAINER_GRACE
-from ..support import scratch
-from ..engine.buildkit import BuildKitBuilder
-from ..catalog.files import CATALOG_ENV, data_dir, load_catalog, team_dir, perf_path
-from ..catalog.perf import load_perf
+from ..store.backends import NOT_A_STORE_HINT, PostgresBackend, directory_error
 from ..store.migrations import SCHEMA_VERSION
 from ..store.records import default_path, locate
-from ..store.backends import NOT_A_STORE_HINT, PostgresBackend, directory_error
+from ..support import scratch
 from .doctor_index import MIRROR_HINT, framework_indexes, index_finding, trust_for
 from .findings import Finding
+from .gc_plan import CONTAINER_GRACE
 
 if TYPE_CHECKING:
     from ..engine.docker_engine import DockerEngine
-    from ..engine.protocol import Engine
     from ..engine.inventory import ImageHost
+    from ..engine.protocol import Engine
 # the variables a CA bundle comes from when the spec names none, in order: doctor names one that points
 # nowhere (the choice itself skips it quietly)
 

@@ -8,16 +8,16 @@ import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from ..catalog.files import load_catalog
 from ..errors import EnvkitError, SpecError
-from ..resolve.plan import plan
-from ..support.ca_bundle import env_ca_bundle, env_ca_skipped, env_ca_source, PEM_HINT
-from ..index.urls import JSON_ACCEPT
 from ..index.login import check_netrc_text, keyring_logins, login_hint, login_source
+from ..index.urls import JSON_ACCEPT
+from ..resolve.plan import plan
 from ..store.backends import redact
+from ..support.ca_bundle import PEM_HINT, env_ca_bundle, env_ca_skipped, env_ca_source
 from .findings import Finding
 
 if TYPE_CHECKING:

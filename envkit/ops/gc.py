@@ -66,18 +66,30 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..errors import EnvkitError
-from ..support import scratch
-from ..support.scratch import Leftover
 from ..certify.gate import model_key
+from ..engine.inventory import Candidate, ImageHost, Removal, StageImage
+from ..errors import EnvkitError
 from ..store.history import Store
 from ..store.records import CertificateRecord
+from ..support import scratch
 from ..support.progress import Progress
-from .gc_plan import (BUILD_CACHE_NOTE, CacheCutoff, CacheDecision, ContainerDecision, DEFAULT_KEEP, Decision,
-                      Protection, UNLABELLED_STAGES_NOTE, check_keep, check_team, decide, decide_build_cache,
-                      decide_containers, decide_stages)
-from ..engine.inventory import Candidate, ImageHost, Removal, StageImage
-
+from ..support.scratch import Leftover
+from .gc_plan import (
+    BUILD_CACHE_NOTE,
+    DEFAULT_KEEP,
+    UNLABELLED_STAGES_NOTE,
+    CacheCutoff,
+    CacheDecision,
+    ContainerDecision,
+    Decision,
+    Protection,
+    check_keep,
+    check_team,
+    decide,
+    decide_build_cache,
+    decide_containers,
+    decide_stages,
+)
 
 # --- the store's side --------------------------------------------------------------------------
 

@@ -8,13 +8,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Mapping
 
-from ..errors import EnvkitError
 from ..catalog.perf import model_key
-from ..support.grammar import NAME_RE
-from ..engine.inventory import (CacheRecord, Candidate, IDENTITY, LeftContainer, STAGE_IDENTITY, StageImage,
-                                is_candidate, is_stage)
+from ..engine.inventory import (
+    IDENTITY,
+    STAGE_IDENTITY,
+    CacheRecord,
+    Candidate,
+    LeftContainer,
+    StageImage,
+    is_candidate,
+    is_stage,
+)
+from ..errors import EnvkitError
 from ..registry.remote_parse import CERTIFIED_TAG
-
+from ..support.grammar import NAME_RE
 
 DEFAULT_KEEP = 2
 STAGE_GRACE = timedelta(hours=1)  # a stage image this young may belong to a build still running

@@ -9,7 +9,6 @@ from pathlib import Path
 from ..errors import VerificationError
 from .envkit_check import envkit_check_core as payload_identity
 
-
 SCHEMA = payload_identity.SCHEMA  # what the payload's document says it is: "envkit.payload/1"
 PAYLOAD = Path(__file__).resolve().parent / "envkit_check"
 PAYLOAD_NAME = PAYLOAD.name  # the directory's name in a build context, an image and the mount

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import frameworks
-from ..support import scratch
 from ..engine.protocol import GPU_ULIMITS, RUN_SHM_SIZE, Mount, RunOptions
 from ..errors import CommandNotFoundError, EnvkitError, VerificationError
+from ..support import scratch
 from .contents import PAYLOAD_NAME, SCHEMA, payload_expect, payload_files
 
 if TYPE_CHECKING:

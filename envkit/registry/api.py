@@ -31,12 +31,21 @@ import urllib3
 
 from ..engine.protocol import EngineCallError
 from ..errors import EngineError
-from .auth import PASSWORD_ENV, USER_ENV  # noqa: F401  (publish and remote import them from here)
-from .auth import (UNTRUSTED, AuthFailure, Authenticator, RegistryAuthError, TrustFailure, client_refusal,
-                   engine_tls_failure, open_session, tls_refusal)
-from .tls import PROXY_REFUSED
+from .auth import (  # noqa: F401  (publish and remote import them from here)
+    PASSWORD_ENV,
+    USER_ENV,
+    Authenticator,
+    AuthFailure,
+    RegistryAuthError,
+    TrustFailure,
+    client_refusal,
+    engine_tls_failure,
+    open_session,
+    tls_refusal,
+)
 from .auth import Failure as _Failure
 from .remote_parse import split_repository
+from .tls import PROXY_REFUSED, UNTRUSTED  # noqa: F401  (publish and remote import UNTRUSTED from here)
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine

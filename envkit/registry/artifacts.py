@@ -6,15 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-
-
-from ..errors import EngineError
-from .api import Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
-from .remote_parse import _strip_tag, CERTIFICATE_TYPE, CertificateArtifact, certificate_tag
-from ..engine.docker_engine import as_engine
-from .publish import _check_tag
 from typing import Any
 
+from ..engine.docker_engine import as_engine
+from ..errors import EngineError
+from .api import Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
+from .publish import _check_tag
+from .remote_parse import CERTIFICATE_TYPE, CertificateArtifact, _strip_tag, certificate_tag
 
 EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 

@@ -42,9 +42,7 @@ import urllib3
 
 from ..engine.docker_registry import login_config_file, stored_login
 from ..errors import EngineError
-from .tls import CERTS_D, UNTRUSTED, engine_cas, trust_hint  # noqa: F401  (imported from here)
-from .tls import (CLIENT_REFUSED, PROXY_REFUSED, UNPAIRED, TrustAdapter, alert_name, certs_dir, client_cert_hint,
-                  client_pairs, connection_cut, refuses_client, tls_context, unpaired_hint)
+from . import tls
 
 USER_ENV = "ENVKIT_REGISTRY_USER"
 PASSWORD_ENV = "ENVKIT_REGISTRY_PASSWORD"
@@ -78,7 +76,7 @@ class TrustFailure(Failure):
 
     def __init__(self, message: str, registry: str, hint: str | None = None):
         super().__init__(message, False)
-        self.hint = hint or trust_hint(registry)
+        self.hint = hint or tls.trust_hint(registry)
 
 
 class ClientCertFailure(AuthFailure):
@@ -193,34 +191,34 @@ def parse_challenges(header: str) -> list[Challenge]:
 def client_refusal(registry: str, detail: str, who: str = "envkit") -> ClientCertFailure:
     """``registry`` refused ``who``'s TLS client certificate, or wanted one and got none (``detail``: what was said)."""
     try:
-        pairs = client_pairs(registry)
+        pairs = tls.client_pairs(registry)
     except EngineError:
         pairs = []
     if not pairs:
         return ClientCertFailure(f"registry {registry} requires a TLS client certificate and {who} presented none "
-                                 f"(no NAME.cert and NAME.key pair in {certs_dir(registry)}/): {detail}",
-                                 client_cert_hint(registry))
+                                 f"(no NAME.cert and NAME.key pair in {tls.certs_dir(registry)}/): {detail}",
+                                 tls.client_cert_hint(registry))
     return ClientCertFailure(f"registry {registry} refused the TLS client certificate {pairs[0].cert} that {who} "
                              f"presented: {detail}",
                              f"is {pairs[0].cert} issued by a CA the registry trusts for clients, for client "
-                             f"authentication, and unexpired? {client_cert_hint(registry)}")
+                             f"authentication, and unexpired? {tls.client_cert_hint(registry)}")
 
 
 def tls_refusal(registry: str, exc: requests.RequestException, host: str | None = None,
                 timeout: float = 1.5) -> ClientCertFailure | None:
     """The ``ClientCertFailure`` that ``exc`` (from envkit's own call to ``host``, default ``registry``) means: a
     TLS alert refusing the client, or a connection cut that a fresh handshake (waiting at most ``timeout`` seconds
-    for the registry's verdict, ``refuses_client``) shows to be one; None when it means something else."""
-    alert = CLIENT_REFUSED.search(str(exc)) if isinstance(exc, requests.exceptions.SSLError) else None
+    for the registry's verdict, ``tls.refuses_client``) shows to be one; None when it means something else."""
+    alert = tls.CLIENT_REFUSED.search(str(exc)) if isinstance(exc, requests.exceptions.SSLError) else None
     if alert:
-        return client_refusal(registry, f"the TLS handshake ended with the alert {alert_name(alert)!r}")
-    if not connection_cut(exc):
+        return client_refusal(registry, f"the TLS handshake ended with the alert {tls.alert_name(alert)!r}")
+    if not tls.connection_cut(exc):
         return None
     try:
-        pairs = client_pairs(registry)
+        pairs = tls.client_pairs(registry)
     except EngineError:
         return None
-    how = refuses_client(host or registry, pairs[0] if pairs else None, min(timeout, 1.5))
+    how = tls.refuses_client(host or registry, pairs[0] if pairs else None, min(timeout, 1.5))
     return client_refusal(registry, how) if how else None
 
 
@@ -230,22 +228,22 @@ ENGINE_CUT = re.compile(r"connection reset by peer|broken pipe|: EOF\b", re.I)  
 def engine_tls_failure(registry: str, message: str) -> Failure | None:
     """What the engine's words about TLS mean (an untrusted registry, unpaired client files in certs.d, a
     refused client certificate), as a permanent failure with its fix; None when they are about something else."""
-    if UNTRUSTED.search(message):
+    if tls.UNTRUSTED.search(message):
         return TrustFailure(f"the engine does not trust its certificate: {message}", registry)
-    m = UNPAIRED.search(message)
+    m = tls.UNPAIRED.search(message)
     if m:
         key, cert = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
-        directory = certs_dir(registry)
+        directory = tls.certs_dir(registry)
         return TrustFailure(f"the engine cannot use the TLS client files in {directory}: {message}", registry,
-                            hint=unpaired_hint(directory / cert, directory / key))
-    if CLIENT_REFUSED.search(message) or PROXY_REFUSED.search(message):
+                            hint=tls.unpaired_hint(directory / cert, directory / key))
+    if tls.CLIENT_REFUSED.search(message) or tls.PROXY_REFUSED.search(message):
         return client_refusal(registry, message, "the engine")
     if ENGINE_CUT.search(message):  # TLS 1.3 often loses the refusal's alert to a reset: ask the registry once
         try:
-            pairs = client_pairs(registry)
+            pairs = tls.client_pairs(registry)
         except EngineError:
             return None  # unpaired files: the engine would have said so
-        how = refuses_client(registry, pairs[0] if pairs else None)
+        how = tls.refuses_client(registry, pairs[0] if pairs else None)
         return client_refusal(registry, f"{how} (the engine said: {message})", "the engine") if how else None
     return None
 
@@ -258,9 +256,9 @@ def open_session(registry: str, host: str, insecure: bool, timeout: float,
     without verification, then http (also when nothing answers: the real call then says why).
     """
     session = session or requests.Session()
-    cas, pairs = engine_cas(registry), client_pairs(registry)
+    cas, pairs = tls.engine_cas(registry), tls.client_pairs(registry)
     if cas or pairs:  # for the registry and its token service, as the engine's transport for this registry does
-        session.mount("https://", TrustAdapter(tls_context(cas, pairs[0] if pairs else None)))
+        session.mount("https://", tls.TrustAdapter(tls.tls_context(cas, pairs[0] if pairs else None)))
     if not insecure:
         return session, "https"
     for verify in (True, False):

@@ -30,15 +30,24 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from ..engine.protocol import ImageInfo, EngineCallError, ImageMissing
-from ..errors import EngineError
-from .api import (PASSWORD_ENV, USER_ENV, Retries, Sleep, _classify, _Failure, _insecure, _Manifest, _RegistryHTTP,
-                  _retrying)
-from .remote_parse import _strip_tag, split_repository, CERTIFIED_TAG
-from .auth import AuthFailure, Credentials, credentials_for, engine_refusal, engine_tls_failure
-from ..support.progress import LayerBytes, Progress, Transfer
 from ..engine.docker_engine import as_engine
-
+from ..engine.protocol import EngineCallError, ImageInfo, ImageMissing
+from ..errors import EngineError
+from ..support.progress import LayerBytes, Progress, Transfer
+from .api import (
+    PASSWORD_ENV,
+    USER_ENV,
+    Retries,
+    Sleep,
+    _classify,
+    _Failure,
+    _insecure,
+    _Manifest,
+    _RegistryHTTP,
+    _retrying,
+)
+from .auth import AuthFailure, Credentials, credentials_for, engine_refusal, engine_tls_failure
+from .remote_parse import CERTIFIED_TAG, _strip_tag, split_repository
 
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _PINNED = re.compile(r"^(?P<repo>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})$")

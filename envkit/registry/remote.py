@@ -29,16 +29,29 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import requests
 
-from ..errors import EngineError
-from ..support.labels import LOCK_LABEL
-from ..lock import MIRROR_REPO_PREFIX  # nightly's base mirrors: <team>/base-<distro>-<suite>
-from .artifacts import fetch_certificate_artifact
-from .api import PASSWORD_ENV, USER_ENV, Retries, Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
-from .remote_parse import (
-    CERTIFIED_TAG, REF_HINT, ImageFacts, RegistryRef, RemoteCertificate, certificate_of, classify_tags, config_facts,
-    latest_per_gpu, manifest_parts, parse_ref, parse_registry, pick_platform, shown_labels)
 from ..engine.docker_engine import as_engine
+from ..errors import EngineError
+from ..lock import MIRROR_REPO_PREFIX  # nightly's base mirrors: <team>/base-<distro>-<suite>
+from ..support.labels import LOCK_LABEL
 from ..trust.keys import TrustedKeys
+from .api import PASSWORD_ENV, USER_ENV, Retries, Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
+from .artifacts import fetch_certificate_artifact
+from .remote_parse import (
+    CERTIFIED_TAG,
+    REF_HINT,
+    ImageFacts,
+    RegistryRef,
+    RemoteCertificate,
+    certificate_of,
+    classify_tags,
+    config_facts,
+    latest_per_gpu,
+    manifest_parts,
+    parse_ref,
+    parse_registry,
+    pick_platform,
+    shown_labels,
+)
 from .verify import ImageTrust, judge_image
 
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from ..certify.certificate import parse_certificate, perf_metrics
 from ..errors import EngineError, EnvkitError
 from ..support.labels import SHOWN
-from ..certify.certificate import parse_certificate, perf_metrics
 
 _HOST = re.compile(r"^(?:localhost|\[[0-9a-fA-F:]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?$")
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")

@@ -40,10 +40,10 @@ import requests
 
 from ..errors import EngineError
 from ..support.labels import LOCK_LABEL
+from ..support.progress import Progress
 from .api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Retries, Sleep, _Failure, _retrying
 from .remote import INDEX_TYPES, _Reader, digest_of, mirror_repository, team_repositories
 from .remote_parse import CERTIFIED_TAG, classify_tags, envkit_made, parse_registry
-from ..support.progress import Progress
 
 DEFAULT_KEEP = 5
 GC_NOTE = ("deleting manifests frees no disk by itself: the registry reclaims the blobs only when its garbage "

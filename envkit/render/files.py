@@ -19,21 +19,19 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
-
-from .. import __version__
-from .. import devel
-from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files, payload_sha256
-from ..frameworks import framework, requested_labels, expected
+from .. import __version__, devel
+from ..frameworks import expected, framework, requested_labels
 from ..index import login as index_login_
 from ..index.urls import DEFAULT_INDEX, uv_index_args
 from ..index.wheel_facts import is_cuda_wheel
-from ..support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
-from ..support.atomic import replace_all
 from ..lock import Lock, LockedImage, Package
+from ..payload.contents import PAYLOAD_NAME, payload_expect, payload_files, payload_sha256
+from ..support.atomic import replace_all
+from ..support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
 from . import installer
 from .templates import dq, environment
-from typing import Iterable
 
 UID = 1000
 USER = "envkit"

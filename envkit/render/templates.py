@@ -11,7 +11,6 @@ import jinja2
 from ..errors import EnvkitError
 from ..support.resources import templates_dir
 
-
 # `~` (Debian versions) is literal inside double quotes, in a Dockerfile's shell and in YAML alike.
 SAFE = re.compile(r'^[A-Za-z0-9 ._:/=<>+,@()~-]*$')
 

@@ -9,12 +9,12 @@ come newest version first and, within a version, the index's default build first
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 from ..catalog.models import Catalog, PyRange, vtuple
-from typing import Callable
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,11 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from .candidates import Candidate
 from ..catalog.models import Catalog
-from ..index.closure import ClosureError, Pin
 from ..errors import PackageIndexError, ResolutionError
+from ..index.closure import ClosureError, Pin
 from ..lock import HELD_BACK, PIP_TOPIC, Decision
+from .candidates import Candidate
 
 if TYPE_CHECKING:
     from ..index.client import WheelFile

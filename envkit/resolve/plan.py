@@ -13,16 +13,15 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from . import devel
-from ..devel import WHEELS_ONLY_FROM
-from .candidates import Candidate, candidates
 from ..catalog.models import Arch, Catalog, OsBase, vtuple
+from ..devel import WHEELS_ONLY_FROM
 from ..errors import Location, ResolutionError, SpecError
+from ..frameworks import FRAMEWORKS
 from ..lock import BaseImage, Decision, canonical
 from ..spec import Base, Spec, Target
+from . import devel
+from .candidates import Candidate, candidates
 from .rules import Fleet, base_for, check_excluded_pin, reject_reason, ways_out
-from ..frameworks import FRAMEWORKS
-
 
 IMAGE_SUITES = {"debian": {"12": "bookworm", "13": "trixie"}, "ubuntu": {"22.04": "jammy", "24.04": "noble"}}
 

@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 from ..errors import PackageIndexError
 from ..index.closure import Pin
 from ..lock import HELD_BACK, Decision
-from .joint import ExtraReport, admits, Index, PackageRefusal, Target, far_behind
+from .joint import ExtraReport, Index, PackageRefusal, Target, admits, far_behind
 
 
 class PrereleaseError(PackageRefusal):

@@ -18,21 +18,19 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from .. import __version__
-from . import binaries, devel, joint, linked, releases
-from .joint import Index
-from .candidates import Candidate, candidates
 from ..catalog.models import Catalog, vtuple
-from ..index.closure import Pin, compile_closure, framework_group
 from ..errors import CatalogError, Location, PackageIndexError, ResolutionError, WheelReadError
-from ..lock import Decision, Lock, LockedImage, Package, sealed
-from ..spec import Spec
-from .rules import uncovered
+from ..index.client import PackageIndex, WheelFile
+from ..index.closure import Pin, compile_closure, framework_group
 from ..index.wheel_arches import READERS, ArchReading, read_arches, same_arches
 from ..index.wheel_facts import bundled_pins, library_versions, runtime_package
+from ..lock import Decision, Lock, LockedImage, Package, sealed
+from ..spec import Spec
+from . import binaries, devel, joint, linked, releases
+from .candidates import Candidate, candidates
+from .joint import Index
 from .plan import ImagePlan, choose, plan, spec_digest
-from ..index.client import PackageIndex, WheelFile
-
-
+from .rules import uncovered
 
 Closure = Callable[..., list[Pin]]
 IndexFactory = Callable[[str], Index]

@@ -13,14 +13,14 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .candidates import Candidate, candidates, variant_index_for
-from ..catalog.models import Arch, Catalog, vtuple
 from ..catalog.exclusions import exact_pin
+from ..catalog.models import Arch, Catalog, vtuple
 from ..catalog.releases import lists_release
 from ..errors import CatalogError, ResolutionError
+from ..frameworks import FRAMEWORKS
 from ..index.urls import DEFAULT_INDEX
 from ..spec import Spec, Target
-from ..frameworks import FRAMEWORKS
+from .candidates import Candidate, candidates, variant_index_for
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,17 @@ from typing import Mapping, Sequence
 from ..errors import EnvkitError, StoreError
 from .backends import NOT_A_STORE_HINT, Backend, PostgresBackend, SQLiteBackend
 from .migrations import MIGRATIONS, SCHEMA_VERSION, Clock, stamp, utcnow
-from .records import (BUILD_ACTIONS, STEP_STATES, TAG_KINDS, BuildRecord, CertificateRecord, PushRecord, Target,
-                      check_one_of, locate)
+from .records import (
+    BUILD_ACTIONS,
+    STEP_STATES,
+    TAG_KINDS,
+    BuildRecord,
+    CertificateRecord,
+    PushRecord,
+    Target,
+    check_one_of,
+    locate,
+)
 
 
 def _refused(exc: sqlite3.OperationalError) -> bool:

@@ -13,7 +13,6 @@ import platformdirs
 from ..errors import EnvkitError, StoreError
 from .backends import redact
 
-
 LEGACY_PATH = Path(".envkit") / "history.sqlite"  # the default before 0.2, relative to the working directory
 STORE_ENV = "ENVKIT_STORE"
 DEFAULT_HELP = "$ENVKIT_STORE, else history.sqlite in this user's data directory (`envkit doctor` names it)"

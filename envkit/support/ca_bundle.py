@@ -5,8 +5,8 @@ surfaces as "cannot reach the package index", blamed on the network)."""
 from __future__ import annotations
 
 import functools
-import re
 import os
+import re
 from pathlib import Path
 
 from ..errors import Location, SpecError

@@ -8,8 +8,9 @@ model allows at a path (for "unknown key ...: allowed keys" and "did you mean").
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 
 class Frozen(BaseModel):

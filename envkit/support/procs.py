@@ -23,8 +23,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 from contextlib import ExitStack
+from typing import Any
 
 GRACE = 30.0  # seconds a child has to finish after SIGTERM (debootstrap unmounts after its dpkg step ends)
 

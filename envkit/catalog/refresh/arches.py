@@ -19,19 +19,28 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable
 
 from packaging.version import Version
 
 from ...errors import CatalogError
+from ...frameworks import ARCH_LISTED, framework
 from ...index.wheel_arches import ArchReading, same_arches
-from ..models import Catalog
 from ..files import data_dir as default_data_dir
-from .common import RefreshResult, apply_texts, check_today, load_yaml, q, read_file, splice, wheel_reading
+from ..models import Catalog
+from .common import (
+    ReadingIndex,
+    RefreshResult,
+    apply_texts,
+    check_today,
+    load_yaml,
+    q,
+    read_file,
+    splice,
+    wheel_reading,
+)
 from .tensorflow import _ROW as _TF_ROW
 from .torch_text import release_blocks
-from ...frameworks import ARCH_LISTED, framework
-from typing import Any, Iterable
-from .common import ReadingIndex
 
 ARCH_FRAMEWORKS = ARCH_LISTED  # the frameworks whose GPU coverage is a compiled arch list (envkit.frameworks)
 _VARIANT = re.compile(r'^(?P<indent>\s+)- \{tag: (?P<tag>[A-Za-z0-9_.]+), .*arch_list: (?P<q>"[^"]*")\}\s*$')

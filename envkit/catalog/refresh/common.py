@@ -24,14 +24,14 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ...support import scratch
 from ...errors import CatalogError, PackageIndexError
-from ..exclusions import FRAMEWORK_FILES
-from ..models import Catalog, vtuple
-from ..files import load_catalog
 from ...index.wheel_arches import MemberIndex, read_arches
 from ...index.wheel_facts import bundled_pins
+from ...support import scratch
 from ...support.atomic import directories_locked, replace_all
+from ..exclusions import FRAMEWORK_FILES
+from ..files import load_catalog
+from ..models import Catalog, vtuple
 
 if TYPE_CHECKING:
     from ...index.client import WheelFile

@@ -28,18 +28,18 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Iterable
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from ..companions import FILE, KEY, catalog_key
+from ..files import data_dir as default_data_dir
 from ..models import Catalog
 from ..releases import release_rows
-from ..files import data_dir as default_data_dir
-from ..companions import FILE, KEY, catalog_key
 from .common import SOURCE, ReadingIndex, RefreshResult, check_parses_back, load_yaml, not_loaded_from
-from .companions_read import Proposal, Reader, exact_spec, provenance, admits
+from .companions_read import Proposal, Reader, admits, exact_spec, provenance
 from .companions_text import edit_text
-from typing import Iterable
 
 
 def _widenable(spec: str) -> tuple[str, ...] | None:

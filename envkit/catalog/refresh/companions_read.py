@@ -16,8 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from ...errors import PackageIndexError
 from ..companions import release_key
-from .common import (ReadingIndex, for_extra, metadata_source,
-                     published, spec_text)
+from .common import ReadingIndex, for_extra, metadata_source, published, spec_text
 
 if TYPE_CHECKING:
     from ...index.client import WheelFile

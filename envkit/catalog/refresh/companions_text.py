@@ -12,7 +12,6 @@ from ...errors import CatalogError
 from ..companions import FILE, KEY, catalog_key
 from .common import q, splice
 
-
 _ROW = re.compile(r'^    - version: "(?P<v>[^"]+)"\s*(#.*)?$')
 _SECTION = re.compile(r"^  (?P<fw>[a-z]+):\s*(?P<empty>\[\])?\s*(#.*)?$")
 _SOURCES = re.compile(r"^      sources: \[(?P<keys>[^\]]*)\](?P<tail>.*)$")

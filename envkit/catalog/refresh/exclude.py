@@ -14,10 +14,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...support.atomic import directories_locked
 from ...errors import CatalogError
-from ..files import data_dir as default_data_dir, load_catalog
+from ...support.atomic import directories_locked
 from ..exclusions import FRAMEWORK_FILES, KEY, version_problem
+from ..files import data_dir as default_data_dir
+from ..files import load_catalog
 from ..models import Catalog
 from ..releases import lists_release
 from .arches import sources_result

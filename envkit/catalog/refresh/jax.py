@@ -27,13 +27,31 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ...errors import CatalogError
-from ..models import Catalog, Jax, vtuple
-from ..files import data_dir as default_data_dir
-from .common import (ReadingIndex, RefreshResult, check_parses_back, check_source, check_today, exact_version,
-                     extras_of, floor_version, for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel,
-                     published, py_text, python_tags, read_file, skip_excluded, spec_text)
 from ...frameworks import JAX
 from ...index.wheel_facts import library_of
+from ..files import data_dir as default_data_dir
+from ..models import Catalog, Jax, vtuple
+from .common import (
+    ReadingIndex,
+    RefreshResult,
+    check_parses_back,
+    check_source,
+    check_today,
+    exact_version,
+    extras_of,
+    floor_version,
+    for_extra,
+    major_minor,
+    metadata_source,
+    not_loaded_from,
+    pick_wheel,
+    published,
+    py_text,
+    python_tags,
+    read_file,
+    skip_excluded,
+    spec_text,
+)
 from .jax_text import FILENAME, edit_text
 
 if TYPE_CHECKING:

@@ -19,15 +19,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-from ...frameworks import FRAMEWORKS
-from ...errors import CatalogError
-from ..models import Catalog
-from ..files import data_dir as default_data_dir
-from .common import ReadingIndex, RefreshResult, apply_texts, refresh_summary
-from . import companions as companions_refresh, jax as jax_refresh, tensorflow as tf_refresh
-from .torch import refresh
 from typing import Iterable
+
+from ...errors import CatalogError
+from ...frameworks import FRAMEWORKS
+from ..files import data_dir as default_data_dir
+from ..models import Catalog
+from . import companions as companions_refresh
+from . import jax as jax_refresh
+from . import tensorflow as tf_refresh
+from .common import ReadingIndex, RefreshResult, apply_texts, refresh_summary
+from .torch import refresh
+
 
 @dataclass(frozen=True)
 class CatalogRefresh:

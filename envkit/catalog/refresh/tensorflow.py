@@ -23,12 +23,32 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from ...errors import CatalogError
-from ..models import Catalog, TfRelease
-from ..files import data_dir as default_data_dir
-from .common import (ReadingIndex, RefreshLog, RefreshResult, check_parses_back, check_source, check_today,
-                     floor_version, for_extra, major_minor, metadata_source, not_loaded_from, pick_wheel, published,
-                     py_text, python_tags, q, read_file, skip_excluded, spec_text, splice, wheel_reading)
 from ...index.wheel_facts import library_of
+from ..files import data_dir as default_data_dir
+from ..models import Catalog, TfRelease
+from .common import (
+    ReadingIndex,
+    RefreshLog,
+    RefreshResult,
+    check_parses_back,
+    check_source,
+    check_today,
+    floor_version,
+    for_extra,
+    major_minor,
+    metadata_source,
+    not_loaded_from,
+    pick_wheel,
+    published,
+    py_text,
+    python_tags,
+    q,
+    read_file,
+    skip_excluded,
+    spec_text,
+    splice,
+    wheel_reading,
+)
 
 if TYPE_CHECKING:
     from ...index.client import WheelFile

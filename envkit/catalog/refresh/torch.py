@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
 
 from packaging.version import Version
 
 from ...errors import CatalogError
 from ...index.wheel_facts import bundled_pins
-from ..models import Catalog, TorchRelease, vtuple
 from ..files import data_dir as default_data_dir
-from .torch_text import FILENAME, edit_text, render_row
+from ..models import Catalog, TorchRelease, vtuple
 from .common import (
     SOURCE,
     ReadingIndex,
@@ -46,6 +45,7 @@ from .common import (
     skip_excluded,
     wheel_reading,
 )
+from .torch_text import FILENAME, edit_text, render_row
 
 if TYPE_CHECKING:
     from ...index.client import WheelFile

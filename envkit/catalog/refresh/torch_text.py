@@ -4,12 +4,12 @@ file's layout (``render_row``), a known series' patches line rewritten."""
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 from packaging.version import Version
 
 from ...errors import CatalogError
 from .common import q, splice
-from typing import Iterable
 
 FILENAME = "pytorch.yaml"
 _VERSION_LINE = re.compile(r'^  - version: "?(?P<v>[0-9][0-9.]*)"?\s*$')
