@@ -134,7 +134,8 @@ def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool 
     try:
         with keyring_logins(logins):
             lock = resolve(spec, catalog, index, closure=functools.partial(compile_closure, ca_bundle=ca),
-                           index_for=index_for, sizes=lambda image: with_sizes(image, index_for, uv_known(ca)))
+                           index_for=index_for,
+                           sizes=lambda image: with_sizes(image, index_for, uv_known(ca), memo=index))
     except (PackageIndexError, ResolutionError) as exc:
         _unreachable_variant(exc, spec, catalog)
         raise

@@ -220,10 +220,16 @@ class PackageIndex:
         ``kind`` names the fact (``METADATA``, or a reader's own key that it versions); a
         failing ``compute`` writes nothing, so the next call tries again.
         """
-        key = wheel.sha256 or hashlib.sha256(wheel.url.encode()).hexdigest()
+        return self.remembered(wheel.sha256 or hashlib.sha256(wheel.url.encode()).hexdigest(), kind, compute)
+
+    def remembered(self, key: str, kind: str, compute: Callable[[], str]) -> str:
+        """``compute()``, kept on disk in ``cache_dir`` as ``<key>.<kind>``; ``key`` (a hex digest) must name bytes
+        that never change (a wheel's sha256, or the digest of a pin's hashes). A failing ``compute`` writes
+        nothing."""
+        known = self.recall(key, kind)
+        if known is not None:
+            return known
         cache = self.cache_dir / f"{key}.{kind}"
-        if cache.is_file():
-            return cache.read_text()
         text = compute()
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(
@@ -232,6 +238,11 @@ class PackageIndex:
         tmp.write_text(text)
         tmp.replace(cache)
         return text
+
+    def recall(self, key: str, kind: str) -> str | None:
+        """What ``remembered`` kept as ``<key>.<kind>``; None when nothing is kept."""
+        cache = self.cache_dir / f"{key}.{kind}"
+        return cache.read_text() if cache.is_file() else None
 
     # --- one member of a remote wheel, by range requests ---------------------------------
     def members(self, wheel: WheelFile) -> list[tuple[str, int]]:

@@ -13,6 +13,7 @@ package that has no wheel for the image is named (``ClosureError.no_wheel``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -21,7 +22,7 @@ import sysconfig
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from packaging.utils import canonicalize_name
 
@@ -43,6 +44,13 @@ class Pin:
     version: str
     hashes: tuple[str, ...]
     via: tuple[str, ...] = field(default=(), compare=False)  # what required it (canonical names; REQUESTED)
+
+
+def pin_digest(name: str, version: str, hashes: Iterable[str], python: str, glibc: str) -> str:
+    """The digest a pin's wheel facts are kept under on disk (``PackageIndex.remembered``): its name, version and
+    every file hash (the files uv saw, whose bytes never change) with the image's Python and glibc (which of those
+    files installs)."""
+    return hashlib.sha256("\n".join((name, version, python, glibc, *sorted(hashes))).encode()).hexdigest()
 
 
 class ClosureError(ResolutionError):

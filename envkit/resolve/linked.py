@@ -4,9 +4,11 @@
 
 - ``check_linked``: the shared objects of each locked wheel the catalog has no CUDA row for and that is not
   pure Python (at most ``MAX_PACKAGES`` looked up, the ``pip:`` entries first) are read for their ``DT_NEEDED``
-  entries (``index/wheel_needed.py``, by range requests); a CUDA runtime, cuBLAS or cuDNN soname of another
-  major than the image's (``catalog binaries.yaml: cuda_sonames``) is refused naming the package, the library
-  it needs and the one the image has. A wheel that cannot be read is said, not refused.
+  entries (``index/wheel_needed.py``, by range requests; each pin's answer is kept on disk by the digest of its
+  hashes and the image's Python and glibc, so a resolve of pins read before asks the index nothing); a CUDA
+  runtime, cuBLAS or cuDNN soname of another major than the image's (``catalog binaries.yaml: cuda_sonames``) is
+  refused naming the package, the library it needs and the one the image has. A wheel that cannot be read is
+  said, not refused.
 - ``check_cpu_fallback``: an accelerator library that runs on the CPU only as installed (``cpu_only``: ``jax``
   without its CUDA plugin, ``onnxruntime``) in a GPU image is a warning naming what gives it the GPU, or a refusal
   under ``build.cpu_fallback: refuse``.
@@ -16,6 +18,7 @@ Each decision names the catalog file and its sources, which ``envkit explain`` s
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -25,8 +28,8 @@ from packaging.version import InvalidVersion, Version
 
 from ..catalog.models import Catalog
 from ..errors import PackageIndexError
-from ..index.closure import Pin
-from ..index.wheel_needed import read_needed
+from ..index.closure import Pin, pin_digest
+from ..index.wheel_needed import CACHE_KIND, read_needed
 from ..lock import Decision
 from .binaries import CPU_TOPIC, LINKED_TOPIC, BinaryMismatch, _cited, entry_for
 from .candidates import Candidate
@@ -35,17 +38,21 @@ from .joint import Target
 MAX_PACKAGES = 48  # locked packages looked up per image (the pip: entries first), 8 at a time
 WARNING = "WARNING: "
 
-# (name, version) -> each inspected .so member -> its DT_NEEDED entries; None: a pure-Python wheel or none found
-Reader = Callable[[str, str], "dict[str, tuple[str, ...]] | None"]
+# a locked pin -> each inspected .so member of the wheel it installs -> its DT_NEEDED entries; None: a pure-Python
+# wheel or none found
+Reader = Callable[[Pin], "dict[str, tuple[str, ...]] | None"]
+PIN_KIND = "pin-" + CACHE_KIND  # a pin's answer on disk (wheel_needed's version: a new reader reads again)
 
 
 def reader(index: object, python: str, glibc: str) -> Reader | None:
-    """A ``Reader`` over ``index`` (a ``PackageIndex``); None for an index that cannot read wheel members."""
+    """A ``Reader`` over ``index`` (a ``PackageIndex``); None for an index that cannot read wheel members. A pin
+    with hashes is answered from ``index.remembered`` when read before: no listing, no range request."""
     members, wheel_for = getattr(index, "members", None), getattr(index, "wheel_for", None)
+    remembered = getattr(index, "remembered", None)
     if members is None or wheel_for is None:
         return None
 
-    def read(name: str, version: str) -> dict[str, tuple[str, ...]] | None:
+    def look(name: str, version: str) -> dict[str, tuple[str, ...]] | None:
         try:
             wheel = wheel_for(name, Version(version), python, glibc)
         except InvalidVersion:
@@ -53,6 +60,14 @@ def reader(index: object, python: str, glibc: str) -> Reader | None:
         if wheel is None or all(tag.endswith("-any") for tag in wheel.tags):
             return None
         return read_needed(index, wheel)  # type: ignore[arg-type]  # PackageIndex answers MembersIndex
+
+    def read(pin: Pin) -> dict[str, tuple[str, ...]] | None:
+        if remembered is None or not pin.hashes:
+            return look(pin.name, pin.version)
+        key = pin_digest(pin.name, pin.version, pin.hashes, python, glibc)
+        text = remembered(key, PIN_KIND, lambda: json.dumps(look(pin.name, pin.version), sort_keys=True))
+        found = json.loads(text)
+        return None if found is None else {k: tuple(v) for k, v in found.items()}
 
     return read
 
@@ -78,7 +93,7 @@ def check_linked(t: Target, c: Candidate, cuda: str | None, cudnn: str | None, p
 
     def attempt(p: Pin) -> dict[str, tuple[str, ...]] | str | None:
         try:
-            return read(p.name, p.version)
+            return read(p)
         except PackageIndexError as exc:
             return f"{p.name} {p.version} ({exc})"
 

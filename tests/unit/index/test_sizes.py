@@ -119,3 +119,21 @@ def test_uv_describes_the_locked_wheels_and_a_size_it_lacks_comes_from_the_listi
     assert wheels["beta"].size is None  # the listing gives none: uv says none
     sized = with_sizes(image, lambda url: make_index(server, tmp_path), known=uv_known())
     assert [p.size for p in sized.packages] == [len(alpha.data), len(beta.data)]  # beta: a HEAD
+
+
+def test_a_size_read_once_is_kept_for_the_pin_and_asks_neither_uv_nor_the_index_again(server, tmp_path):
+    alpha = build_wheel("alpha", "1.0", [], tag=TAG, pad=1000)
+    server.add("alpha", alpha)
+    image = _image(server, {"alpha": alpha})
+    first = with_sizes(image, lambda url: make_index(server, tmp_path), memo=make_index(server, tmp_path))
+    assert first.packages[0].size == len(alpha.data) and server.hits  # the listing, this once
+    server.hits.clear()
+
+    def no_uv(img):
+        raise AssertionError("uv asked for a size the memo keeps")
+
+    again = with_sizes(image, lambda url: make_index(server, tmp_path), known=no_uv, memo=make_index(server, tmp_path))
+    assert again.packages[0].size == len(alpha.data) and server.hits == []
+    other = image.model_copy(update={"platform": "x86_64-manylinux_2_28"})  # another glibc: another pin
+    with_sizes(other, lambda url: make_index(server, tmp_path), memo=make_index(server, tmp_path))
+    assert server.hits  # not the memo's

@@ -12,6 +12,7 @@ from envkit.catalog.models import PyRange
 from envkit.index.closure import REQUESTED, Pin
 from envkit.resolve import binaries, joint, linked
 from envkit.resolve.candidates import Candidate
+from tests.unit.index.test_index import server  # noqa: F401 (the fixture)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +43,8 @@ READINGS = {
 }
 
 
-def read(name, version):
-    return READINGS.get((name, version))
+def read(pin):
+    return READINGS.get((pin.name, pin.version))
 
 
 def test_a_library_of_another_cuda_major_is_refused_naming_the_package_and_both_libraries(catalog):
@@ -71,9 +72,9 @@ def test_a_closure_linking_the_images_majors_says_what_was_read(catalog):
             _pin("cupy-cuda12x", "13.6.0")]  # cupy: the catalog's row knows it, not read
     seen = []
 
-    def recording(name, version):
-        seen.append(name)
-        return read(name, version)
+    def recording(pin):
+        seen.append(pin.name)
+        return read(pin)
 
     (d,) = linked.check_linked(target("gpu-kernels"), cand(), "12.8", "9.10.2.21", pins, {"torch"}, catalog,
                                recording)
@@ -92,7 +93,7 @@ def test_no_reader_or_no_cuda_reads_nothing(catalog):
 def test_an_unreadable_wheel_is_said_not_refused(catalog):
     from envkit.errors import WheelReadError
 
-    def failing(name, version):
+    def failing(pin):
         raise WheelReadError("no byte ranges")
 
     (d,) = linked.check_linked(target(), cand(), "12.8", None, [_pin("gpu-kernels", "0.4")], set(), catalog, failing)
@@ -137,3 +138,27 @@ def test_build_cpu_fallback_prints_in_resolve(catalog, monkeypatch, capsys):
     image = tr.run(catalog, spec=tr.load(tr.make_spec(framework="torch==2.8.*", pip=["onnxruntime"]))).images[0]
     _echo_extras(image)
     assert "  WARNING: onnxruntime 1.22.0 runs on the CPU only" in capsys.readouterr().out
+
+
+def test_a_pins_reading_is_kept_on_disk_and_a_failed_one_is_not(server, tmp_path):
+    """``reader`` over a real PackageIndex (127.0.0.1): a pure-Python wheel's answer is kept by the pin's digest, so
+    a second resolve (a new client on the same cache directory) asks the index nothing; a wheel whose .so cannot
+    be read is asked again."""
+    from envkit.errors import WheelReadError
+    from tests.unit.index.test_index import build_wheel, make_index
+
+    pure = build_wheel("puremod", "1.0", [], tag="py3-none-any")
+    broken = build_wheel("brokenext", "1.0", [])  # its lib/libpadding.so: random bytes, no ELF
+    server.add("puremod", pure)
+    server.add("brokenext", broken)
+    pins = [Pin("puremod", "1.0", (f"sha256:{pure.sha256}",)), Pin("brokenext", "1.0", (f"sha256:{broken.sha256}",))]
+    read = linked.reader(make_index(server, tmp_path), "3.11", "2.36")
+    assert read(pins[0]) is None
+    with pytest.raises(WheelReadError):
+        read(pins[1])
+    server.hits.clear()
+    again = linked.reader(make_index(server, tmp_path), "3.11", "2.36")
+    assert again(pins[0]) is None and server.hits == []  # the kept answer
+    with pytest.raises(WheelReadError):
+        again(pins[1])
+    assert server.hits  # read again
