@@ -18,6 +18,7 @@ import os
 import struct
 import threading
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -32,6 +33,7 @@ from .login import login_hint
 from .urls import DEFAULT_INDEX, JSON_ACCEPT
 
 TIMEOUT = 60
+DIRECTORIES = 16  # zip directories kept per client (a wheel's members are read one after another, 8 wheels at once)
 MEMBER_CAP = 128 << 20  # the most one member may take, compressed or inflated (torch's libtorch_python.so: ~35 MB)
 
 
@@ -117,6 +119,8 @@ class PackageIndex:
         )
         self._projects: dict[str, list[WheelFile]] = {}
         self._releases: dict[str, list[Version]] = {}
+        self._directories: OrderedDict[str, bytes] = OrderedDict()  # the last DIRECTORIES zip directories read
+        self._directories_lock = threading.Lock()
         self.bytes_fetched = 0  # response bodies read through this client, for reports
 
     # --- listing ----------------------------------------------------------------------
@@ -215,11 +219,8 @@ class PackageIndex:
         return self.cached(wheel, "METADATA", fetch)
 
     def cached(self, wheel: WheelFile, kind: str, compute: Callable[[], str]) -> str:
-        """``compute()``, kept on disk as ``<sha256>.<kind>``: what a wheel holds never changes.
-
-        ``kind`` names the fact (``METADATA``, or a reader's own key that it versions); a
-        failing ``compute`` writes nothing, so the next call tries again.
-        """
+        """``compute()``, kept on disk as ``<sha256>.<kind>``: what a wheel holds never changes. ``kind`` names the
+        fact (``METADATA``, or a reader's own key that it versions); a failing ``compute`` writes nothing."""
         return self.remembered(wheel.sha256 or hashlib.sha256(wheel.url.encode()).hexdigest(), kind, compute)
 
     def remembered(self, key: str, kind: str, compute: Callable[[], str]) -> str:
@@ -232,9 +233,7 @@ class PackageIndex:
         cache = self.cache_dir / f"{key}.{kind}"
         text = compute()
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(
-            cache.suffix + f".tmp{os.getpid()}-{threading.get_ident()}"
-        )  # images resolve side by side
+        tmp = cache.with_suffix(cache.suffix + f".tmp{os.getpid()}-{threading.get_ident()}")  # images side by side
         tmp.write_text(text)
         tmp.replace(cache)
         return text
@@ -254,15 +253,13 @@ class PackageIndex:
                what: str | None = None) -> bytes:
         """The bytes of one member of ``wheel``, read without downloading the wheel.
 
-        Three range requests at most: the last 64 KiB (the end-of-directory records, often
-        the whole central directory), the directory when it lies further back, and the
-        member's local header with its data. ``name`` is the member's path, or a test on
-        paths that exactly one member must pass (``what`` says which in messages). Raises ``WheelReadError`` when
-        the server
-        does not serve ranges, the member is absent, ambiguous, bigger than ``max_bytes``
-        (compressed or inflated), stored with a compression other than deflate, or fails
-        its CRC; a failed connection is a plain ``PackageIndexError``. Not cached: callers
-        cache what they derive from it through ``cached``.
+        Three range requests at most: the last 64 KiB (the end-of-directory records, often the whole central
+        directory), the directory when it lies further back (both kept for the next member), and the member's local
+        header with its data. ``name`` is the member's path, or a test on paths that exactly one member must pass
+        (``what`` says which in messages). Raises ``WheelReadError`` when the server does not serve ranges, the
+        member is absent, ambiguous, bigger than ``max_bytes`` (compressed or inflated), stored with a compression
+        other than deflate, or fails its CRC; a failed connection is a plain ``PackageIndexError``. Not cached:
+        callers cache what they derive from it through ``cached``.
         """
         url = wheel.url.split("#", 1)[0]
         cd = self._central_directory(url, wheel.filename)
@@ -319,6 +316,19 @@ class PackageIndex:
         return resp.content, total
 
     def _central_directory(self, url: str, filename: str) -> bytes:
+        """The zip directory at ``url``; the last ``DIRECTORIES`` are kept (a wheel's members: one directory read)."""
+        with self._directories_lock:
+            if url in self._directories:
+                self._directories.move_to_end(url)
+                return self._directories[url]
+        cd = self._read_directory(url, filename)
+        with self._directories_lock:
+            self._directories[url] = cd
+            while len(self._directories) > DIRECTORIES:
+                self._directories.popitem(last=False)
+        return cd
+
+    def _read_directory(self, url: str, filename: str) -> bytes:
         tail, total = self._range(url, -65536)
         eocd = tail.rfind(b"PK\x05\x06")
         if eocd < 0 or eocd + 22 > len(tail):

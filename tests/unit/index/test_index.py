@@ -748,3 +748,15 @@ def test_resolve_spec_gives_the_resolver_the_builds_ca_bundle(monkeypatch, tmp_p
         pipeline.resolve_spec(spec)
     assert seen["index"]._tls == seen["variant"]._tls == {"verify": str(tmp_path / "ca.pem")}
     assert seen["closure"].keywords == {"ca_bundle": tmp_path / "ca.pem"}
+
+
+def test_a_wheels_directory_is_read_once_for_all_its_members(server, tmp_path):
+    wheel = build_wheel("alpha", "1.0", [])
+    server.add("alpha", wheel)
+    index = make_index(server, tmp_path)
+    (w,) = index.wheels("alpha")
+    names = [n for n, _ in index.members(w)]
+    directory_reads = len(server.file_hits(wheel.filename))
+    assert index.member(w, "alpha/__init__.py") == b"import os\n"
+    assert index.member(w, names[-1]) == b""  # RECORD
+    assert len(server.file_hits(wheel.filename)) == directory_reads + 2  # each member's data; the directory kept
