@@ -29,6 +29,7 @@ from .resolve import Resolved, resolve_spec
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
+    from ..trust.keys import SigningKey
 
 
 def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = None, locked: bool = False,
@@ -149,9 +150,11 @@ class Bundled:
     path: Path
     manifest: dict
     size: int
+    signed_by: str | None = None  # the signing key's fingerprint; None: the bundle is unsigned
 
     def to_json(self) -> dict:
         return {"bundle": str(self.path), "image": self.image.name, "tag": self.manifest["tag"],
+                "signed_by": self.signed_by,
                 "lock": str(self.resolved.lock_path), "lock_reused": self.resolved.reused,
                 "lock_hash": self.image.hash, "base": self.manifest["base"], "files": len(self.manifest["files"]),
                 "wheels": sum(1 for f in self.manifest["files"] if f.startswith("context/wheelhouse/")),
@@ -160,8 +163,9 @@ class Bundled:
 
 
 def bundle_spec(spec_path: Path, out_dir: Path, engine: Engine, *, image: str | None = None,
-                progress: Progress = lambda _: None) -> Bundled:
-    """Resolve (or reuse the lock of) the spec and write an offline bundle of one image into ``out_dir``."""
+                signing_key: SigningKey | None = None, progress: Progress = lambda _: None) -> Bundled:
+    """Resolve (or reuse the lock of) the spec and write an offline bundle of one image into ``out_dir``;
+    ``signing_key`` signs the bundle's manifest (``trust.bundle``)."""
     check_replaceable(Path(out_dir).absolute())  # before resolving: nothing is fetched for a bad --out
     resolved = resolve_spec(spec_path, reuse=True, progress=progress)
     if image is None:
@@ -174,14 +178,18 @@ def bundle_spec(spec_path: Path, out_dir: Path, engine: Engine, *, image: str | 
     locked = resolved.lock.image(image)
     require_bundle(locked)
     progress(f"bundling {image} into {out_dir} (written beside it, renamed into place when complete)")
+    from ..trust.bundle import bundle_sealer  # (the SBOM library: only when a bundle is made)
+
     record = load_record(resolved.lock_path).get(image)  # (`verify --lock` of the bundle's lock reads it)
     if record is not None and record.lock_hash != locked.hash:
         record = None
     path = make_bundle(engine, resolved.lock, image, out_dir, ca_bundle=resolved.spec.ca_bundle_path(),
                        spec_name=_display(spec_path), progress=progress, record=record,
-                       extra_index_url=resolved.spec.build.index_url or DEFAULT_INDEX)  # as the resolver's
+                       extra_index_url=resolved.spec.build.index_url or DEFAULT_INDEX,  # as the resolver's
+                       seal=bundle_sealer(signing_key, locked) if signing_key else None)
     manifest = json.loads((path / MANIFEST).read_text())
-    return Bundled(resolved, locked, path, manifest, bundle_size(path))
+    return Bundled(resolved, locked, path, manifest, bundle_size(path),
+                   signing_key.fingerprint if signing_key else None)
 
 
 def _display(spec_path: Path) -> str:

@@ -3,7 +3,8 @@
 This package is the only part of envkit that prints or exits. ``main`` is the click group;
 the commands live in modules by audience and are registered here:
 
-* ``build``: resolve, lock, explain, render, build, bundle, verify (whoever builds the stacks)
+* ``build``: resolve, lock, explain, render, build, verify (whoever builds the stacks)
+* ``bundle``: bundle make, bundle build (offline bundles, signed and verified with the team's keys)
 * ``certify``: certify, nightly (the certifying runners)
 * ``researchers``: ls, show, pull, run (what was built and certified; pulling and running an image)
 * ``admin``: doctor, schema, catalog (hosts, the spec's schema, the compatibility catalog)
@@ -20,7 +21,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import admin, build, certify, export, gc, keys, registry, researchers
+from . import admin, build, bundle, certify, export, gc, keys, registry, researchers
 from .common import BUILDER_CHOICES, SPEC, STORE_HELP, Ctx, EnvkitGroup, builder_option, emit, json_option, run, table
 
 __all__ = ["main", "BUILDER_CHOICES", "SPEC", "STORE_HELP", "Ctx", "builder_option", "emit", "json_option", "run",
@@ -43,7 +44,7 @@ for _command in (
     build.explain_cmd,
     build.render_cmd,
     build.build_cmd,
-    build.bundle_group,
+    bundle.bundle_group,
     build.verify_cmd,
     export.export_group,
     admin.doctor_cmd,

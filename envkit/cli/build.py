@@ -1,4 +1,4 @@
-"""Commands for whoever builds a team's stacks: resolve, lock, explain, render, build, bundle, verify."""
+"""Commands for whoever builds a team's stacks: resolve, lock, explain, render, build, verify (bundles: ``bundle``)."""
 
 from __future__ import annotations
 
@@ -25,13 +25,12 @@ from .common import (
     run,
     table,
 )
-from .flags import from_renamed, lock_option, renamed_option
+from .flags import lock_option
 from .progress import BuildView
 
 if TYPE_CHECKING:
     from typing import Iterable
 
-    from ..engine.protocol import BuildEvent
     from ..images.builder import Outcome
     from ..lock import LockedImage
 
@@ -290,86 +289,6 @@ def _outcomes_table(outcomes: Iterable[Outcome]) -> None:
                                                            for g, d in o.layers.items()))
         for m in (o.verification.mismatches if o.verification else []):
             click.echo(f"  {o.name}: {m}", err=True)
-
-
-@click.group("bundle")
-def bundle_group() -> None:
-    """Offline bundles: everything one image's rebuild needs, built later with no network."""
-
-
-@bundle_group.command("make")
-@click.argument("spec", type=SPEC)
-@click.option("--bundle", "out_dir", type=click.Path(path_type=Path), default=None,
-              callback=from_renamed(required=True),
-              metavar="DIR", help="The bundle directory (made beside it, renamed into place when complete; an "
-                                  "existing bundle there is replaced). Required.")
-@renamed_option("--out", "--bundle", "out_dir", type=click.Path(path_type=Path))
-@click.option("--image", "image", default=None, help="The image to bundle (needed when SPEC has several).")
-@json_option
-@click.pass_context
-def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: str | None, json_out: bool) -> None:
-    """Write one image's offline bundle into --bundle DIR (needs the network).
-
-    Resolves SPEC (or reuses its lock), then writes the lock, hash-checked wheels, the base image
-    archive, the Debian packages and a manifest. Build it later with `envkit bundle build DIR`.
-    """
-    from ..app.build import bundle_spec
-    from ..engine.docker_engine import connect
-    from ..images.bundle_manifest import LOCK_FILE
-
-    c = _ctx(click_ctx, json_out)
-    engine = run(c, connect)
-    b = run(c, lambda: bundle_spec(spec, out_dir, engine, image=image, progress=c.progress))
-    doc = b.to_json()
-    checked = (f"; `envkit verify {doc['tag']} --lock {b.path / LOCK_FILE}` then compares them with the lock's layer "
-               "record, which the bundle carries" if doc["layer_record"] else "")
-    emit(c, doc, lambda: click.echo(
-        f"wrote {b.path}: {doc['image']} ({doc['tag']}), {doc['wheels']} wheel(s), base {doc['base']['ref']}, "
-        f"{b.size / 2**30:.2f} GiB\nbuild it with no network: envkit bundle build {b.path}\n"
-        f"  (--reproducible: envkit writes the environment layers, the lock's own digests{checked})"))
-
-
-@bundle_group.command("build")
-@click.argument("bundle_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--no-verify", is_flag=True, help="Build only; skip the in-image verification.")
-@click.option("--no-cache", is_flag=True, help="Run every step again (shows the build needs no network).")
-@builder_option
-@click.option("--reproducible", is_flag=True,
-              help="As `envkit build --reproducible`, from the bundle's files and with no network: the builder makes "
-                   "the OS stage, envkit installs the bundle's wheels with its uv and writes the environment layers, "
-                   "the same digests as an online reproducible build of the lock (a devel image's devel steps built on "
-                   "them from the bundle). Needs a local engine.")
-@json_option
-@click.pass_context
-def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool, no_cache: bool, builder: str,
-                     reproducible: bool, json_out: bool) -> None:
-    """Build the image of the bundle in DIR with no network.
-
-    Every file is checked against the manifest first; the base is loaded from the bundle.
-    """
-    from ..engine.docker_engine import connect
-    from ..images.bundle import build_from_bundle
-
-    c = _ctx(click_ctx, json_out)
-
-    def progress(said: BuildEvent | str) -> None:
-        if isinstance(said, str):  # envkit's own lines
-            c.progress(said)
-        elif said.kind == "step":
-            c.progress(f"step {said.step}/{said.total}: {said.text}"[:120])
-        elif c.verbose:  # the builder's log
-            click.echo(f"  {said.text}", err=True)
-
-    engine = run(c, connect)
-    c.progress(f"building from {bundle_dir} with the {builder} builder, no network inside the build"
-               + (" (reproducible layers: envkit installs the environment)" if reproducible else ""))
-    outcome = run(c, lambda: build_from_bundle(engine, bundle_dir, builder=builder, verify=not no_verify,
-                                               no_cache=no_cache, reproducible=reproducible, progress=progress))
-    emit(c, {"bundle": str(bundle_dir), "builder": outcome.builder or builder, "reproducible": reproducible,
-             "images": [outcome.to_json()]},
-         lambda: _outcomes_table([outcome]))
-    if outcome.status == "failed":
-        sys.exit(8)
 
 
 @click.command("verify")

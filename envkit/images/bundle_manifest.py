@@ -1,6 +1,8 @@
 """What an offline bundle is, checked before any of it is used: its layout (``manifest.json``, ``envkit.lock``,
 ``base.tar``, ``context/``, ``attestations/``), the manifest's shape (``Manifest``) and every file's sha256 against
-it (``verify_bundle``: nothing changed, missing or added)."""
+it (``verify_bundle``: nothing changed, missing or added). The one file the manifest cannot hash is the bundle's own
+signed statement about the manifest (``SIGNATURE``, written after it; ``trust.bundle`` makes and verifies it): the
+manifest binds every other file, the signature binds the manifest."""
 
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ DOCKERFILES = {"classic": "Dockerfile", "buildkit": "buildkit.Dockerfile"}
 # like every file; whether each verifies, and with which key, is the trust gate's to say, as for the registry's
 ATTESTATIONS = "attestations"
 _ATTESTATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+# The bundle's own signed statement (a DSSE envelope of an in-toto Statement whose subject is manifest.json by its
+# sha256): written after the manifest, so the one file of the bundle that the manifest does not list
+SIGNATURE = f"{ATTESTATIONS}/bundle.intoto.json"
 BUNDLE_LABEL = "io.envkit.bundle"  # the manifest's sha256, on images built from a bundle
 _Digest = Field(pattern=r"^sha256:[0-9a-f]{64}$")
 
@@ -114,9 +119,9 @@ def verify_bundle(bundle_dir: Path) -> dict:
 
 
 def file_hashes(root: Path) -> dict[str, str]:
-    """sha256 of every file under ``root`` (but the manifest), by relative path."""
+    """sha256 of every file under ``root`` (but the manifest and the signature over it), by relative path."""
     return {str(p.relative_to(root)): "sha256:" + sha256_of(p) for p in sorted(root.rglob("*"))
-            if p.is_file() and str(p.relative_to(root)) != MANIFEST}
+            if p.is_file() and str(p.relative_to(root)) not in (MANIFEST, SIGNATURE)}
 
 
 def sha256_of(path: Path) -> str:
@@ -131,19 +136,22 @@ def bundle_size(bundle_dir: Path) -> int:
     return sum(p.stat().st_size for p in Path(bundle_dir).rglob("*") if p.is_file())
 
 
-
-
 def check_attestation_name(name: str) -> str:
     """``name``, when it can be a file of ``attestations/`` (a plain name: no directory, no leading dot)."""
     if not _ATTESTATION_NAME.fullmatch(name):
         raise BuildError(f"{name!r} cannot name a bundle's attestation file",
                          hint="a plain file name of letters, digits, '.', '_' and '-', e.g. sha256-<hex>.att.json")
+    if f"{ATTESTATIONS}/{name}" == SIGNATURE:
+        raise BuildError(f"{name!r} is the bundle's own signature over its manifest, not a carried document",
+                         hint="name the image's document otherwise, e.g. sha256-<hex>.att.json")
     return name
 
 
 def bundle_attestations(bundle_dir: Path) -> dict[str, bytes]:
     """The signed documents a bundle carries (``attestations/``), by file name, once ``verify_bundle`` has checked
-    every file against the manifest; {} for a bundle made without any."""
-    verify_bundle(bundle_dir)
+    every file against the manifest; {} for a bundle made without any. The bundle's own signature (``SIGNATURE``)
+    is not among them: it is about the bundle, not its image."""
+    files = verify_bundle(bundle_dir)["files"]
     folder = Path(bundle_dir) / ATTESTATIONS
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()} if folder.is_dir() else {}
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())
+            if p.is_file() and f"{ATTESTATIONS}/{p.name}" in files} if folder.is_dir() else {}

@@ -566,6 +566,7 @@ def test_bundle_make_needs_its_bundle_directory():
 @pytest.mark.parametrize("args, builder", [([], "auto"), (["--builder", "buildkit"], "buildkit"),
                                            (["--reproducible"], "auto")])
 def test_bundle_build_passes_its_options_through(engine, monkeypatch, tmp_path, args, builder):
+    monkeypatch.delenv("ENVKIT_TRUSTED_KEYS", raising=False)
     seen = {}
 
     def build_from_bundle(eng, path, **kwargs):
@@ -583,7 +584,10 @@ def test_bundle_build_passes_its_options_through(engine, monkeypatch, tmp_path, 
     assert seen["path"] == tmp_path and seen["reproducible"] is reproducible
     doc = json.loads(result.stdout)
     assert doc == {"bundle": str(tmp_path), "builder": builder, "reproducible": reproducible,
-                   "images": [doc["images"][0]]}
+                   "images": [doc["images"][0]],
+                   "signature": {"checked": False, "why": "not checked: no trusted key given", "signed": False}}
+    assert seen["signed_manifest"] is None
+    assert "the bundle's signature was not checked (no trusted key given" in result.stderr
     assert doc["images"][0]["tag"] == "vision/torch25:x" and doc["images"][0]["action"] == "built"
     assert "envkit: step 1/9: FROM" in result.stderr and "0123456789ab" not in result.stderr
     assert "envkit: loading envkit-base/debian:bookworm from base.tar" in result.stderr
