@@ -12,8 +12,10 @@ tests/unit/data/registry/record.py (which records the registry's answers for uni
 
 from __future__ import annotations
 
+import atexit
 import functools
 import io
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -59,13 +61,16 @@ def certificate(image: str, image_id: str, lock_hash: str, gpu: str, status: str
 
 
 def keypair(name: str = "team") -> tuple[SigningKey, Path]:
-    """A key pair made once per test process and name (unencrypted): the signing key and its public key file."""
+    """A key pair made once per test process and name (unencrypted): the signing key and its public key file, in a
+    directory removed when the process ends."""
     return _keypair(name)
 
 
 @functools.cache
 def _keypair(name: str) -> tuple[SigningKey, Path]:
-    made = generate_keys(Path(tempfile.mkdtemp(prefix=f"envkit-test-key-{name}-")))
+    directory = tempfile.mkdtemp(prefix=f"envkit-test-key-{name}-")
+    atexit.register(shutil.rmtree, directory, True)
+    made = generate_keys(Path(directory))
     key = load_signing_key(made["private_key"])
     assert key is not None
     return key, Path(made["public_key"])
