@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -32,6 +31,7 @@ from .support.ca_bundle import check_pem, env_ca_skipped, env_ca_source
 from .support.grammar import MAX_VALUE, NAME_RE
 from .support.grammar import Grammar as _grammar
 from .support.grammar import short as _short
+from .support.grammar import specifier as _specifier
 from .support.models import Strict, fields_at
 from .support.yamlsource import Document, load_yaml
 
@@ -66,14 +66,6 @@ def _requirement(value: str) -> str:
         raise ValueError(f"{_short(value)!r} is not a valid requirement: {exc}") from None
     if req.url:
         raise ValueError(f"{value!r}: direct URL requirements are not allowed; name a version")
-    return value
-
-
-def _specifier(value: str) -> str:
-    try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        raise ValueError(f"{_short(value)!r} is not a version specifier (e.g. '>=12.4,<13')") from None
     return value
 
 

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import ValidationError, field_validator
 
 from ..errors import CatalogError, Location
+from ..support.grammar import specifier as _specifier
 from ..support.models import Strict
 from ..support.yamlsource import utf8_text
 
@@ -45,14 +46,6 @@ class _Row(Strict):
     @classmethod
     def _listed(cls, value: object) -> object:
         return tuple(value) if isinstance(value, list) and value else value
-
-
-def _specifier(value: str) -> str:
-    try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        raise ValueError(f"{value!r} is not a PEP 440 specifier (e.g. '<2.3')") from None
-    return value
 
 
 class NumpyAbi(_Row):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
 MAX_VALUE = 200  # the longest string value a grammar admits
 # a name (team, image): 1 to 63 lowercase letters, digits and '-', starting with a letter or digit (an image tag's part)
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -14,6 +16,16 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 def short(value: str) -> str:
     """``value`` cut to 60 characters for an error message."""
     return value if len(value) <= 60 else value[:57] + "..."
+
+
+def specifier(value: str) -> str:
+    """``value`` when it is a PEP 440 version specifier; else a ValueError naming it (team.yaml's and the catalog's
+    version ranges alike)."""
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError(f"{short(value)!r} is not a PEP 440 version specifier (e.g. '>=12.4,<13')") from None
+    return value
 
 
 class Grammar:

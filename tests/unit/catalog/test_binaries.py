@@ -62,7 +62,7 @@ def test_the_file_is_in_the_digest_and_optional(tmp_path):
 @pytest.mark.parametrize("old, new, words", [
     ("sources: [pypi_cupy_wheel_names]\n  - pattern", "sources: [no_such_source]\n  - pattern", "no_such_source"),
     ('pattern: "cupy-cuda(?P<major>[0-9]+)x"', 'pattern: "cupy-cuda([0-9]+)x"', "no (?P<major>...) group"),
-    ('numpy: "<2"', 'numpy: "two"', "not a PEP 440 specifier"),
+    ('numpy: "<2"', 'numpy: "two"', "not a PEP 440 version specifier"),
     ("major: 11", "major: eleven", "cuda_releases"),
     ("version: 1", "version: 1\nextra_key: 1", "extra_key"),
 ])
