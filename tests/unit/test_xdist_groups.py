@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(config, items):
 def test_loadgroup_keeps_the_groups_of_tests_conftest_in_their_dispatch_order(tmp_path):
     (tmp_path / "idrecorder.py").write_text(RECORDER)
     ids = tmp_path / "ids.txt"
-    # given in an order that is not the dispatch order: unit, other module, frameworks, small, torch25
+    # given in an order that is not the dispatch order: unit, other module, frameworks, a long module, torch25
     tests = ["tests/unit/ops/test_gc.py::test_keep_below_one_is_refused",
              "tests/integration/test_publish.py::test_push_then_pull_back_by_digest",
              "tests/integration/test_jax.py::test_jax_image_builds_and_verifies_with_gpu_checks_skipped",
@@ -45,5 +45,5 @@ def test_loadgroup_keeps_the_groups_of_tests_conftest_in_their_dispatch_order(tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     scheduled = ids.read_text().split()
     groups = [i.rsplit("@", 1)[-1] if "@" in i else None for i in scheduled]
-    assert groups[:4] == ["torch25", "small", "frameworks", "publish"], scheduled
+    assert groups[:4] == ["frameworks", "torch25", "reproducible", "publish"], scheduled
     assert groups[4:] and set(groups[4:]) == {None}, scheduled  # the unit tests last, on any worker
