@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # The host's CPU build of torch, used to test the payload outside images (a local wheel here).
 TORCH_TEST ?= torch==2.13.0
 # Two workers; tests sharing an image stay on one (tests/conftest.py). XDIST= runs in one process.
-XDIST ?= -n 2 --dist loadgroup
+XDIST ?= -n 2 --dist loadgroup --no-loadscope-reorder
 
 .PHONY: venv engine slurm sif-tools demo check test unit integration lint clean schema docs
 

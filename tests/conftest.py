@@ -5,17 +5,28 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`): cold, most of its time is
-# a handful of multi-GB image builds, and two at a time overlap one's downloads with the other's installs
-# (cold: 41.5 min serially, 31.3 on two workers; docs/architecture.md, Tests). Integration tests that share an image stay on one worker, so each image is built once:
-# "frameworks" holds every test of examples/frameworks.yaml's images (jax, tf, and the torch 2.14 image the
-# CUDA 13 devel build reuses); "torch25" the rest of the integration tests (examples/team.yaml's image,
-# registries, bundles of small locks). Unit tests go to whichever worker is free. Not finer, nor on three
-# workers: measured cold, one group per framework image on `-n 3` took 33.3 min of pytest against 29.9, every
-# build slower beside two others on 2 cores, and the JAX and torch CUDA 13 devel images, on different
-# workers, each built the CUDA 13 compiler stage they share (465 s against 51 s on one worker).
+# `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup --no-loadscope-reorder`): cold, most
+# of its time is image builds, and two at a time overlap one's downloads with the other's installs. Integration tests
+# that share an image stay on one worker (one xdist group), so each image is built once and no worker removes what
+# the other is using:
+# - "frameworks": examples/frameworks.yaml's images (jax, tf, and the torch 2.14 image the CUDA 13 devel build reuses);
+# - "torch25": examples/team.yaml's image (``example_build``, ``built_images``) and the tests that look inside it;
+# - every other integration module is a group of its own (its module-scoped registry or engine started once). Those
+#   that build small locks give each lock a name of its own (``test_buildkit.small_lock``,
+#   ``test_reproducible.lock_with``), so their tags differ, and pins no other module's image has where reuse matters.
+# The workers take one group at a time from a queue, whoever runs out of work first: the groups in ``LONGEST_FIRST``
+# (each's cold time measured 2026-12-07, longest first, so that no long group starts last), then the other modules,
+# then the unit tests. With two fixed groups instead ("torch25" then held every module but the frameworks'), one
+# worker sat idle for the last 20 of 44 minutes of a cold run. Not on three workers: measured cold (with one group
+# per framework image), `-n 3` took 33.3 min of pytest against 29.9 on two, every build slower beside two others on
+# 2 cores.
 FRAMEWORK_MODULES = {"test_bundle_jax", "test_bundle_tf", "test_jax", "test_tensorflow", "test_devel_jax",
                      "test_devel_cuda13"}
+EXAMPLE_MODULES = {"test_devel", "test_examples", "test_fleet", "test_interrupt", "test_layers", "test_nightly",
+                   "test_payload_image", "test_pipeline", "test_progress_terminal"}
+# cold minutes: 16.0, 8.7, 5.5, 4.9, 4.0, 3.1, 2.8, 2.1, 2.1, 1.6, 1.3, 1.1
+LONGEST_FIRST = ("frameworks", "torch25", "build_host_failures", "reproducible", "bundle_reproducible", "bundle",
+                 "reproducible_devel", "buildkit", "bootstrap_progress", "index_login", "private_index", "team_stacks")
 
 
 def xdist_group(item) -> str | None:
@@ -23,12 +34,22 @@ def xdist_group(item) -> str | None:
     path = Path(str(item.fspath))
     if path.parent.name != "integration":
         return None
-    if path.stem in FRAMEWORK_MODULES:
-        return "frameworks"
     spec = getattr(getattr(item, "callspec", None), "params", {}).get("spec")
-    if spec is not None and Path(spec).stem == "frameworks":  # test_examples, per example image
-        return "frameworks"
-    return "torch25"
+    if path.stem in FRAMEWORK_MODULES or (spec is not None and Path(spec).stem == "frameworks"):
+        return "frameworks"  # (test_examples: per example image)
+    if path.stem in EXAMPLE_MODULES:
+        return "torch25"
+    return path.stem.removeprefix("test_")
+
+
+def dispatch_rank(item) -> int:
+    """Where a test's group stands in the queue the workers take from: the groups of ``LONGEST_FIRST`` in its
+    order, then the other integration modules, then the unit tests (a stable sort keeps the collection order within
+    each)."""
+    group = xdist_group(item)
+    if group in LONGEST_FIRST:
+        return LONGEST_FIRST.index(group)
+    return len(LONGEST_FIRST) + (group is None)
 
 
 def pytest_itemcollected(item):
@@ -37,6 +58,10 @@ def pytest_itemcollected(item):
     group = xdist_group(item)
     if group:
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=dispatch_rank)
 
 
 def pytest_sessionstart(session):

@@ -279,6 +279,7 @@ def test_ctrl_c_during_an_install_removes_the_container_and_the_scratch_director
     from envkit.support.scratch import PREFIX
     from tests.integration.conftest import ROOT
     from tests.integration.pyindex import PackageIndexServer, bridge_gateway, make_wheel
+    from tests.signals import as_from_a_terminal
 
     wheel = make_wheel(tmp_path / "wheels", HELD, "1.0")
     with PackageIndexServer(tmp_path / "wheels") as server:
@@ -292,7 +293,8 @@ def test_ctrl_c_during_an_install_removes_the_container_and_the_scratch_director
         write_lock(lock.model_copy(update={"images": (image,)}), tmp_path / "team.lock")
         tag = f"vision/repro-int:{image.framework_version}-{image.variant}-py{image.python}-{image.hash8}"
         proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(tmp_path / "team.lock")], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=as_from_a_terminal)
         try:
             assert server.held.wait(timeout=600), "the install never asked for the held wheel"
             proc.send_signal(signal.SIGINT)  # uv waits on the held download: the install container runs

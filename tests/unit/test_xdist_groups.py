@@ -29,18 +29,21 @@ def pytest_collection_modifyitems(config, items):
 '''
 
 
-def test_loadgroup_keeps_the_groups_of_tests_conftest(tmp_path):
+def test_loadgroup_keeps_the_groups_of_tests_conftest_in_their_dispatch_order(tmp_path):
     (tmp_path / "idrecorder.py").write_text(RECORDER)
     ids = tmp_path / "ids.txt"
-    tests = ["tests/integration/test_examples.py::test_the_examples_with_locks_are_the_ones_the_readme_builds",
+    # given in an order that is not the dispatch order: unit, other module, frameworks, a long module, torch25
+    tests = ["tests/unit/ops/test_gc.py::test_keep_below_one_is_refused",
+             "tests/integration/test_publish.py::test_push_then_pull_back_by_digest",
              "tests/integration/test_jax.py::test_jax_image_builds_and_verifies_with_gpu_checks_skipped",
-             "tests/unit/ops/test_gc.py::test_keep_below_one_is_refused"]
+             "tests/integration/test_reproducible.py::test_two_builds_from_scratch_give_the_same_environment_layers",
+             "tests/integration/test_examples.py::test_the_examples_with_locks_are_the_ones_the_readme_builds"]
     env = dict(os.environ, ENVKIT_TEST_IDS=str(ids), PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "1", "--dist", "loadgroup", "--setup-plan", "-q",
-                           "-p", "idrecorder", "-p", "no:cacheprovider", *tests],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "1", "--dist", "loadgroup", "--no-loadscope-reorder",
+                           "--setup-plan", "-q", "-p", "idrecorder", "-p", "no:cacheprovider", *tests],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     scheduled = ids.read_text().split()
-    assert scheduled[0].endswith("readme_builds@torch25"), scheduled
-    assert scheduled[1].endswith("skipped@frameworks"), scheduled
-    assert scheduled[2:] and all("@" not in i for i in scheduled[2:]), scheduled  # unit tests: any worker
+    groups = [i.rsplit("@", 1)[-1] if "@" in i else None for i in scheduled]
+    assert groups[:4] == ["frameworks", "torch25", "reproducible", "publish"], scheduled
+    assert groups[4:] and set(groups[4:]) == {None}, scheduled  # the unit tests last, on any worker

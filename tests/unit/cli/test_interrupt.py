@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.signals import as_from_a_terminal
 
 HOLD = """
 import sys, tempfile, time, click
@@ -55,14 +56,7 @@ def start(tmp_path: Path, *args: str) -> subprocess.Popen:
     script.write_text(HOLD)
     return subprocess.Popen([sys.executable, str(script), *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path)),
-                            preexec_fn=_as_from_a_shell)
-
-
-def _as_from_a_shell() -> None:
-    """A test run under nohup hands SIGHUP on ignored, one started in the background by a script SIGINT, and an
-    ignored signal stays ignored (as envkit keeps it): the processes here start as a terminal's would."""
-    for sig in (signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, signal.SIG_DFL)
+                            preexec_fn=as_from_a_terminal)
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
