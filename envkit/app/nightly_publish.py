@@ -39,6 +39,7 @@ class ImageReport:
     notes: list[str] = field(default_factory=list)  # what the run did about it that was not asked (a gc to make room)
     worked: bool = False  # anything was done for it in this run
     layers: dict | None = None  # --reproducible: its layers and their check (``nightly_layers.layers_doc``)
+    layers_pushed: dict | None = None  # what its push did per layer, with bytes (``LayerMoves.to_json``)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -87,6 +88,9 @@ def _publish(
         return
     store.record_push(info.id, result.stack.ref, result.stack.digest, "stack")
     report.pushed.append(result.stack.pinned)
+    if result.stack.layers is not None:
+        report.layers_pushed = result.stack.layers.to_json()
+        progress(f"[{image.name}] {result.stack.layers.words()}")
     if cert is not None:  # the certificate travels with the image: an artifact whose subject is it
         try:
             report.pushed.append(attach_certificate(engine, repo, stack_tag, cert.to_bytes(),

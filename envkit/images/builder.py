@@ -26,6 +26,7 @@ from ..render.files import CA_ARG, context_hash, image_tag, index_urls, render_f
 from ..support import scratch
 from ..support.ca_bundle import site_certificates
 from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
+from ..support.layer_moves import LayerMoves
 from ..support.progress import Phase, Planned
 from .base import ensure_base
 from .reproducible import Assembled, DevelSteps, assemble, env_tag, made_how, require_local
@@ -52,6 +53,7 @@ class Outcome:
     builder: str = ""  # which built it (classic | buildkit); "" when skipped
     context_hash: str = ""  # the build context's identity (its io.envkit.context-hash label), as the store records it
     rebuilt: bool = False  # built again (--no-cache) though an image of the same lock and context was on the engine
+    moves: LayerMoves | None = None  # each layer: reused (the engine had it before the build) or built, with bytes
 
     @property
     def status(self) -> str:
@@ -64,7 +66,8 @@ class Outcome:
                 **({"rebuilt": True} if self.rebuilt else {}),
                 "verification": self.verification.to_json() if self.verification else None,
                 **({"layers": self.layers, "phases_seconds": self.phases, "reused": list(self.reused)}
-                   if self.layers else {})}
+                   if self.layers else {}),
+                **({"layers_built": self.moves.to_json()} if self.moves is not None else {})}
 
 
 def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
