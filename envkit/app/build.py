@@ -81,26 +81,17 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     outcomes = []
     for image in images:
         progress(image.name, planned(image))
-        before = engine.layer_chains()
+        before = engine.layer_chains()  # what the build may reuse: its report says which layers it made
         outcome = build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
                               progress=progress, verify=verify, builder=builder, reproducible=reproducible,
                               no_cache=no_cache, files=rendered.files[image.name])
-        outcome.moves = built_layers(engine, outcome.image_id or outcome.tag, before)
+        outcome.moves = layer_moves.built(outcome.diff_ids, before, engine.layer_sizes(outcome.image_id))
         outcomes.append(outcome)
         if record:
             record_build(store_url, image, outcome)
     if record_layers:
         _record_layers(engine, resolved, outcomes, progress)
     return resolved, outcomes
-
-
-def built_layers(engine: Engine, ref: str, before: set[tuple[str, ...]]) -> layer_moves.LayerMoves | None:
-    """``ref``'s layers: reused (in ``before``: the layer chains the engine held before its build) or built, each
-    with its size unpacked (None: the engine no longer lists it)."""
-    info = engine.inspect(ref)
-    if info is None:
-        return None
-    return layer_moves.built(info.layers, before, engine.layer_sizes(info.id))
 
 
 def _record_layers(engine: Engine, resolved: Resolved, outcomes: list[Outcome], progress: BuildProgress) -> None:

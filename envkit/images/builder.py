@@ -53,6 +53,7 @@ class Outcome:
     builder: str = ""  # which built it (classic | buildkit); "" when skipped
     context_hash: str = ""  # the build context's identity (its io.envkit.context-hash label), as the store records it
     rebuilt: bool = False  # built again (--no-cache) though an image of the same lock and context was on the engine
+    diff_ids: tuple[str, ...] = ()  # the image's layers, lowest first, as the engine lists them
     moves: LayerMoves | None = None  # each layer: reused (the engine had it before the build) or built, with bytes
 
     @property
@@ -95,7 +96,8 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         if tag not in existing.tags:
             engine.tag(existing.id, tag)
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); skipping")
-        outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size, context_hash=identity[CONTEXT_LABEL])
+        outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size, context_hash=identity[CONTEXT_LABEL],
+                          diff_ids=existing.layers)
         return verified(engine, image, outcome, verify, progress)
     if existing is not None:
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); building again (--no-cache)")
@@ -137,7 +139,7 @@ def _build(engine: Engine, image: LockedImage, files: dict[str, bytes], tag: str
             raise _login_failure(exc, image, builder, netrc is not None) from None
     info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
-                   builder=builder)
+                   builder=builder, diff_ids=info.layers if info else ())
 
 
 def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, files: dict[str, bytes],
@@ -169,7 +171,8 @@ def assembled_outcome(engine: Engine, image: LockedImage, tag: str, made: Assemb
     builder's build reports them, the layers, where the time went and what was reused."""
     info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", info.id if info else made.image_id, info.size if info else 0,
-                   layers=made.layers, phases=made.seconds, builder=builder, reused=made.reused)
+                   layers=made.layers, phases=made.seconds, builder=builder, reused=made.reused,
+                   diff_ids=info.layers if info else ())
 
 
 def verified(engine: Engine, image: LockedImage, outcome: Outcome, verify: bool, progress: BuildProgress) -> Outcome:
