@@ -190,6 +190,9 @@ def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine,
         report = ImageReport(image.name, local, status="verified")
         _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None)
         assert report.publish_error is None and len(report.pushed) == 2  # the stack tag and the base mirror
+        pushed = report.to_json()["layers_pushed"]  # a fresh registry: every layer uploaded, with its bytes
+        assert [(x["diff_id"], x["outcome"]) for x in pushed["layers"]] == [(d, "uploaded") for d in info.layers]
+        assert pushed["pushed_bytes"] == sum(x["bytes"] for x in pushed["layers"]) > 0 and pushed["present"] == 0
         [mirror] = store.mirrors_for(image.base.ref)
         assert "@sha256:" in mirror and mirror.startswith(registry.host)
         repo = f"pubtest/{image.name}"
@@ -198,6 +201,9 @@ def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine,
         report = ImageReport(image.name, local, status="certified")
         cert = _certificate(local, info.id)
         _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None, cert)
+        again = report.layers_pushed  # the stack tag holds the image already: nothing sent, every layer present
+        assert again is not None and again["pushed_bytes"] == 0 and again["present_bytes"] == pushed["pushed_bytes"]
+        assert [x["outcome"] for x in again["layers"]] == ["present"] * len(info.layers)
         assert registry.manifest_digest(repo, "certified") == registry.manifest_digest(repo, "stack1")
         attached = read_certificate(engine, f"{registry.host}/{repo}", "stack1", "nvidia-h200")
         assert json.loads(attached) == json.loads(cert.to_bytes())

@@ -79,6 +79,13 @@ def test_second_build_rebuilds_nothing(example_build):
     assert doc["lock_reused"] is True
     assert {i["action"] for i in doc["images"]} == {"skipped"}
     assert "skipping" in proc.stderr
+    for image in doc["images"]:  # every layer the engine's already: reused, with its size unpacked
+        layers = image["layers_built"]
+        assert layers["layers"] and {x["outcome"] for x in layers["layers"]} == {"reused"}
+        assert layers["built"] == 0 and layers["built_bytes"] == 0 and layers["present_bytes"] > 0
+    first, _ = example_build  # the first build: its base's layers were on the engine, the environment's built
+    made = first["images"][0]["layers_built"]
+    assert made["layers"][0]["outcome"] == "reused" and made["built"] > 0 and made["built_bytes"] > 0
 
 
 def test_verify_command(example_build):
