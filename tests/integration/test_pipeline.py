@@ -87,7 +87,7 @@ def test_second_build_rebuilds_nothing(example_build):
     for image in first["images"]:
         made = image["layers_built"]
         assert image["action"] == "skipped" or (made["built"] > 0 and made["built_bytes"] > 0)
-        assert made["built_bytes"] + made["present_bytes"] == sum(x["bytes"] for x in made["layers"])
+        assert made["built_bytes"] + made["present_bytes"] == sum(x["bytes"] or 0 for x in made["layers"])
 
 
 def test_verify_command(example_build):
