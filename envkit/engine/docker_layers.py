@@ -9,9 +9,10 @@ import docker.errors
 
 
 def chains(client: Any) -> set[tuple[str, ...]]:
-    """Every layer chain (a layer's diff_id with those below it) of the engine's images now."""
+    """Every layer chain (a layer's diff_id with those below it) of the engine's images now, the classic builder's
+    intermediate images too (a step it takes from its cache reuses theirs)."""
     held: set[tuple[str, ...]] = set()
-    for summary in client.api.images(all=False):
+    for summary in client.api.images(all=True):
         try:
             layers = (client.api.inspect_image(summary["Id"]).get("RootFS") or {}).get("Layers") or []
         except docker.errors.NotFound:  # removed since the listing
