@@ -64,7 +64,7 @@ _REFUSED = re.compile(r"unauthori[sz]ed|authentication required|denied|forbidden
 class PushResult:
     ref: str  # registry/repo:tag
     digest: str  # sha256:... of the manifest the tag points to
-    layers: LayerMoves | None = None  # what the push did with each layer (None: not said, e.g. a mirrored base)
+    layers: LayerMoves | None = None  # what the push did with each layer, with its bytes (``support.layer_moves``)
 
     @property
     def repository(self) -> str:

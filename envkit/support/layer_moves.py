@@ -75,7 +75,8 @@ class LayerMoves:
 
 class StreamStatuses:
     """The last final status (``PUSH_OUTCOMES``, ``PULL_OUTCOMES``, "Mounted from ...") the engine's push or pull
-    stream said of each layer id (``feed`` every record)."""
+    stream said of each layer id (``feed`` every record, of every attempt: a layer sent by an attempt that failed
+    later stays sent, though the next attempt finds it in the registry)."""
 
     def __init__(self) -> None:
         self.last: dict[str, str] = {}
@@ -84,7 +85,8 @@ class StreamStatuses:
         layer, status = chunk.get("id"), chunk.get("status")
         if isinstance(layer, str) and isinstance(status, str) and (
                 status in PUSH_OUTCOMES or status in PULL_OUTCOMES or status.startswith(MOUNTED)):
-            self.last[layer] = status
+            if _outcome(self.last.get(layer), {**PUSH_OUTCOMES, **PULL_OUTCOMES}) not in MOVED:
+                self.last[layer] = status
 
 
 def _outcome(status: str | None, table: Mapping[str, str]) -> str:

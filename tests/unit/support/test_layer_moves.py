@@ -96,3 +96,11 @@ def test_a_builds_layers_are_reused_when_the_engine_had_the_same_chain_before_it
 ])
 def test_words_of_nothing(moves, line):
     assert moves.words() == line
+
+
+def test_a_layer_sent_by_a_failed_attempt_stays_sent_when_the_retry_finds_it():
+    statuses = StreamStatuses()
+    layer = "0123456789ab"
+    for status in ("Preparing", "Pushed", "Preparing", "Layer already exists"):  # attempt 1 failed after it, 2 ran
+        statuses.feed({"status": status, "id": layer})
+    assert statuses.last == {layer: "Pushed"}
