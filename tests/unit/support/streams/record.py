@@ -51,15 +51,17 @@ def write(name: str, dc: docker.DockerClient, ref: str, manifest: list[list], ev
 def main() -> None:
     dc = docker.from_env()
     made: list[str] = []
-    with tempfile.TemporaryDirectory() as tmp, running_registry(Path(tmp)) as reg:
+    with tempfile.TemporaryDirectory() as tmp, running_registry(Path(tmp) / "registry") as reg:
         remote = f"{reg.host}/{REPO}"
+        ctx = Path(tmp) / "context"
+        ctx.mkdir()
         try:
             dc.api.import_image_from_data(tar_of("one", b"envkit stream one\n" * 4096), repository="envkit-test/s0",
                                           tag="1")
             made.append("envkit-test/s0:1")
-            (Path(tmp) / "two").write_bytes(b"envkit stream two\n" * 8192)
-            (Path(tmp) / "Dockerfile").write_text("FROM envkit-test/s0:1\nCOPY two /two\n")
-            dc.images.build(path=tmp, tag=f"{remote}:a", rm=True, pull=False)
+            (ctx / "two").write_bytes(b"envkit stream two\n" * 8192)
+            (ctx / "Dockerfile").write_text("FROM envkit-test/s0:1\nCOPY two /two\n")
+            dc.images.build(path=str(ctx), tag=f"{remote}:a", rm=True, pull=False)
             made.append(f"{remote}:a")
             first = list(dc.api.push(remote, "a", stream=True, decode=True))
             write("push_first", dc, f"{remote}:a", blobs(reg.host, "a"), first)
@@ -69,8 +71,8 @@ def main() -> None:
             write("push_again", dc, f"{remote}:b", blobs(reg.host, "b"), again)
             digest = next(e["aux"]["Digest"] for e in first if e.get("aux"))
             # a label-only image on the same layers, pushed, removed, pulled back: every layer already here
-            (Path(tmp) / "Dockerfile").write_text(f"FROM {remote}:a\nLABEL io.envkit.test=streams\n")
-            dc.images.build(path=tmp, tag=f"{remote}:c", rm=True, pull=False)
+            (ctx / "Dockerfile").write_text(f"FROM {remote}:a\nLABEL io.envkit.test=streams\n")
+            dc.images.build(path=str(ctx), tag=f"{remote}:c", rm=True, pull=False)
             list(dc.api.push(remote, "c", stream=True, decode=True))
             c_blobs, c_id = blobs(reg.host, "c"), dc.images.get(f"{remote}:c").id
             c_digest = requests.get(f"http://{reg.host}/v2/{REPO}/manifests/c", timeout=30, headers={
