@@ -1,4 +1,4 @@
-"""What each layer did in a push, a pull and a build: the engine's streams as recorded (``streams/record.py``: a tiny
+"""What each layer did in a push, a pull and a build: the engine's streams as recorded (``tests/unit/data/streams/record.py``: a tiny
 two-layer image pushed to a local registry twice, pulled into an engine without it and into one with its layers),
 read as ``registry.publish._stream`` reads them."""
 
@@ -10,7 +10,7 @@ import pytest
 from envkit.registry.publish import _stream
 from envkit.support.layer_moves import LayerMoves, StreamStatuses, built, chains, present, pulled, pushed, short_id
 
-STREAMS = Path(__file__).parent / "streams"
+STREAMS = Path(__file__).parents[1] / "data" / "streams"
 
 
 def recorded(name: str) -> tuple[dict, StreamStatuses, str | None]:

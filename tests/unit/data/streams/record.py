@@ -1,10 +1,10 @@
-"""Record the engine's push and pull progress streams that tests/unit/support/test_layer_moves.py reads: a tiny image
+"""Record the engine's push and pull progress streams that tests/unit/support/test_layer_moves.py replays: a tiny image
 (two layers: a `docker import` of one file and a COPY of another) pushed to a local registry (Debian's
 docker-registry) twice, then pulled by digest into an engine without the image (its layers fetched) and into one
 with its layers (a label-only image on them). Each file holds the image's diff_ids, its manifest's layer blobs
 (digest, compressed size) and the stream's records as docker-py decodes them.
 
-    flock /tmp/envkit-engine.lock env PYTHONPATH=. .venv/bin/python tests/unit/support/streams/record.py
+    flock /tmp/envkit-engine.lock .venv/bin/python -m tests.unit.data.streams.record
 
 Everything it makes (images, the registry) is removed when it ends."""
 
