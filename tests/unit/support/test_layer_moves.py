@@ -1,6 +1,6 @@
-"""What each layer did in a push, a pull and a build: the engine's streams as recorded (``tests/unit/data/streams/record.py``: a tiny
-two-layer image pushed to a local registry twice, pulled into an engine without it and into one with its layers),
-read as ``registry.publish._stream`` reads them."""
+"""What each layer did in a push, a pull and a build: the engine's streams as recorded (``tests/unit/data/streams/``,
+by its ``record.py``: a tiny two-layer image pushed to a local registry twice, pulled into an engine without it and
+into one with its layers), read as ``registry.publish._stream`` reads them."""
 
 import json
 from pathlib import Path

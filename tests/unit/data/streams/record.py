@@ -1,4 +1,4 @@
-"""Record the engine's push and pull progress streams that tests/unit/support/test_layer_moves.py replays: a tiny image
+"""Record the engine's push and pull streams that tests/unit/support/test_layer_moves.py replays: a tiny image
 (two layers: a `docker import` of one file and a COPY of another) pushed to a local registry (Debian's
 docker-registry) twice, then pulled by digest into an engine without the image (its layers fetched) and into one
 with its layers (a label-only image on them). Each file holds the image's diff_ids, its manifest's layer blobs
