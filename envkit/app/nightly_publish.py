@@ -15,6 +15,7 @@ from ..registry.artifacts import attach_certificate
 from ..registry.publish import mirror_base, promote, pull_by_digest, remote_digest
 from ..registry.remote_parse import certificate_tag
 from ..registry.signing import sign_published
+from ..support import layer_moves
 from ..support.progress import Progress, transfer_lines
 from ..trust.keys import SigningKey
 from .image_attestations import Documents
@@ -39,9 +40,18 @@ class ImageReport:
     notes: list[str] = field(default_factory=list)  # what the run did about it that was not asked (a gc to make room)
     worked: bool = False  # anything was done for it in this run
     layers: dict | None = None  # --reproducible: its layers and their check (``nightly_layers.layers_doc``)
+    layers_built: dict | None = None  # which layers its build made, which the engine had, with bytes (``note_built``)
+    layers_pushed: dict | None = None  # what its push did per layer, with bytes (``LayerMoves.to_json``)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
+
+
+def note_built(engine: Engine, report: ImageReport, info: ImageInfo, before: set[tuple[str, ...]] | None) -> None:
+    """The report's ``layers_built``: which of the image's layers its build made and which the engine held already
+    (``before``: its layer chains before the build; None: a build skipped, every layer the engine's)."""
+    held = layer_moves.chains([info.layers]) if before is None else before
+    report.layers_built = layer_moves.built(info.layers, held, engine.layer_sizes(info.id)).to_json()
 
 
 @dataclass
@@ -87,6 +97,9 @@ def _publish(
         return
     store.record_push(info.id, result.stack.ref, result.stack.digest, "stack")
     report.pushed.append(result.stack.pinned)
+    if result.stack.layers is not None:
+        report.layers_pushed = result.stack.layers.to_json()
+        progress(f"[{image.name}] {result.stack.layers.words()}")
     if cert is not None:  # the certificate travels with the image: an artifact whose subject is it
         try:
             report.pushed.append(attach_certificate(engine, repo, stack_tag, cert.to_bytes(),

@@ -13,11 +13,12 @@ from typing import Any
 from ..certify.gate import Verdict
 from ..engine.protocol import ImageInfo
 from ..errors import EngineError, EnvkitError, VerificationError
-from ..registry.publish import pull_by_digest
+from ..registry.publish import pull_layers
 from ..registry.remote import list_registry
 from ..registry.remote_parse import parse_ref
 from ..spec import load_spec
 from ..support.labels import IMAGE_LABEL, TEAM_LABEL
+from ..support.layer_moves import LayerMoves
 from ..support.progress import Progress, Transfer
 from .researchers import envkit_tag, gate_of, show_image
 from .standing import Standing, on_model, stack_facts, standings
@@ -103,10 +104,12 @@ class Pulled:
     pinned: str  # registry/repo@sha256:...: what was pulled
     info: ImageInfo
     verdict: Verdict
+    layers: LayerMoves | None = None  # per layer: pulled, or already present, with the registry's bytes
 
     def to_json(self) -> dict[str, Any]:
         return {"image": self.ref, "pinned": self.pinned, "id": self.info.id, "size": self.info.size,
-                "gate": self.verdict.to_json(), "run": f"envkit run {self.ref} -- {RUN_EXAMPLE}"}
+                "gate": self.verdict.to_json(), "run": f"envkit run {self.ref} -- {RUN_EXAMPLE}",
+                "layers_pulled": self.layers.to_json() if self.layers is not None else None}
 
 
 def pull_image(engine: Any, ref: str, *, store_url: str | None, require_certified: bool = False,
@@ -135,7 +138,7 @@ def pull_image(engine: Any, ref: str, *, store_url: str | None, require_certifie
             raise VerificationError(f"refusing to pull it: {verdict.message}", hint=verdict.hint + " (or drop "
                                     "--require-certified / ENVKIT_REQUIRE_CERTIFIED to pull it anyway, with a warning)")
         warn(f"warning: {verdict.message}\n  hint: {verdict.hint}")
-    info = pull_by_digest(engine, registry["pinned"], progress=progress, transfer=transfer)
+    info, layers = pull_layers(engine, registry["pinned"], progress=progress, transfer=transfer)
     if not bare(ref) and "@" not in ref:
         engine.tag(info.id, ref)
-    return Pulled(ref, registry["pinned"], info, verdict)
+    return Pulled(ref, registry["pinned"], info, verdict, layers)

@@ -284,6 +284,8 @@ def _outcomes_table(outcomes: Iterable[Outcome]) -> None:
     rows = [[o.name, o.tag, o.action, f"{o.size / 2**30:.2f} GiB", f"{o.seconds:.0f}s", o.status] for o in outcomes]
     table(rows, ["IMAGE", "TAG", "ACTION", "SIZE", "TIME", "STATUS"])
     for o in outcomes:
+        if o.moves is not None:
+            click.echo(f"  {o.name}: {o.moves.words()}")
         if o.layers:  # --reproducible
             click.echo(f"  {o.name} layers: " + ", ".join(f"{g} {d[:19]}" + (" (reused)" if g in o.reused else "")
                                                            for g, d in o.layers.items()))

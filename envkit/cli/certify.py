@@ -301,6 +301,9 @@ def _nightly_table(result: NightlyResult) -> None:
     for r in result.images:
         for line in r.notes + r.reasons + r.regressions + ([r.publish_error] if r.publish_error else []):
             click.echo(f"  {r.name}: {line}", err=True)
+        for moved in (r.layers_built, r.layers_pushed):
+            if moved:
+                click.echo(f"  {r.name}: {moved['summary']}", err=True)
         if r.layers and r.layers["check"] != "failed":  # --reproducible (a failure is among the reasons)
             click.echo(f"  {r.name}: layers {r.layers['check']}: {r.layers['message']}", err=True)
     if result.catalog and result.catalog["changed"]:

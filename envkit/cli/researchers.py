@@ -250,6 +250,8 @@ def pull_cmd(click_ctx: click.Context, image: str, require_certified: bool, gpus
 
     def human() -> None:
         click.echo(f"pulled {pulled.pinned}\n  as {pulled.ref} ({pulled.info.size / 2**30:.2f} GiB)")
+        if pulled.layers is not None:
+            click.echo(f"  layers: {pulled.layers.words()}")
         click.echo(f"  gate: {pulled.verdict.message}")
         click.echo(f"run it: envkit run {pulled.ref} -- COMMAND")
 

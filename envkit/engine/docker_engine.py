@@ -23,6 +23,7 @@ from ..support.labels import CONTAINER_LABEL
 from . import docker_registry
 from .classic_log import ClassicLog
 from .docker_gc import OverClient
+from .docker_layers import LayersOverClient
 from .protocol import BuildEvent, ImageInfo, RunOptions, RunResult
 from .space import engine_out_of_space
 
@@ -95,7 +96,7 @@ def _netrc_not_text(exc: UnicodeDecodeError) -> EngineError:
                             f"{error.hint}")
 
 
-class DockerEngine(OverClient):  # __init__(client) and image_host (gc, doctor): docker_gc.py
+class DockerEngine(OverClient, LayersOverClient):  # __init__(client), image_host (gc, doctor): docker_gc.py; layer_*
     def version(self) -> dict:
         v = self.client.version()
         return {"engine": "docker", "version": v.get("Version"), "api": v.get("ApiVersion"),

@@ -26,6 +26,7 @@ from ..render.files import CA_ARG, context_hash, image_tag, index_urls, render_f
 from ..support import scratch
 from ..support.ca_bundle import site_certificates
 from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
+from ..support.layer_moves import LayerMoves
 from ..support.progress import Phase, Planned
 from .base import ensure_base
 from .reproducible import Assembled, DevelSteps, assemble, env_tag, made_how, require_local
@@ -52,6 +53,8 @@ class Outcome:
     builder: str = ""  # which built it (classic | buildkit); "" when skipped
     context_hash: str = ""  # the build context's identity (its io.envkit.context-hash label), as the store records it
     rebuilt: bool = False  # built again (--no-cache) though an image of the same lock and context was on the engine
+    diff_ids: tuple[str, ...] = ()  # the image's layers, lowest first, as the engine lists them
+    moves: LayerMoves | None = None  # each layer: reused (the engine had it before the build) or built, with bytes
 
     @property
     def status(self) -> str:
@@ -64,7 +67,8 @@ class Outcome:
                 **({"rebuilt": True} if self.rebuilt else {}),
                 "verification": self.verification.to_json() if self.verification else None,
                 **({"layers": self.layers, "phases_seconds": self.phases, "reused": list(self.reused)}
-                   if self.layers else {})}
+                   if self.layers else {}),
+                **({"layers_built": self.moves.to_json()} if self.moves is not None else {})}
 
 
 def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
@@ -92,7 +96,8 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         if tag not in existing.tags:
             engine.tag(existing.id, tag)
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); skipping")
-        outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size, context_hash=identity[CONTEXT_LABEL])
+        outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size, context_hash=identity[CONTEXT_LABEL],
+                          diff_ids=existing.layers)
         return verified(engine, image, outcome, verify, progress)
     if existing is not None:
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); building again (--no-cache)")
@@ -134,7 +139,7 @@ def _build(engine: Engine, image: LockedImage, files: dict[str, bytes], tag: str
             raise _login_failure(exc, image, builder, netrc is not None) from None
     info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
-                   builder=builder)
+                   builder=builder, diff_ids=info.layers if info else ())
 
 
 def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, files: dict[str, bytes],
@@ -166,7 +171,8 @@ def assembled_outcome(engine: Engine, image: LockedImage, tag: str, made: Assemb
     builder's build reports them, the layers, where the time went and what was reused."""
     info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", info.id if info else made.image_id, info.size if info else 0,
-                   layers=made.layers, phases=made.seconds, builder=builder, reused=made.reused)
+                   layers=made.layers, phases=made.seconds, builder=builder, reused=made.reused,
+                   diff_ids=info.layers if info else ())
 
 
 def verified(engine: Engine, image: LockedImage, outcome: Outcome, verify: bool, progress: BuildProgress) -> Outcome:

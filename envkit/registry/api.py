@@ -176,6 +176,16 @@ class _Manifest:
         except ValueError:
             return None
 
+    @property
+    def blobs(self) -> list[tuple[str, int]] | None:
+        """An image manifest's layers: each blob's digest and compressed size, lowest first (None: an index, or
+        unreadable)."""
+        try:
+            layers = json.loads(self.raw).get("layers")
+            return [(str(x["digest"]), int(x["size"])) for x in layers] if isinstance(layers, list) else None
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
 
 class _RegistryHTTP:
     """Just enough of the distribution API, with basic or token auth: GET and PUT manifests,

@@ -30,9 +30,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+import requests
+
 from ..engine.docker_engine import as_engine
 from ..engine.protocol import EngineCallError, ImageInfo, ImageMissing
-from ..errors import EngineError
+from ..errors import EngineError, EnvkitError
+from ..support import layer_moves
+from ..support.layer_moves import LayerMoves, StreamStatuses
 from ..support.progress import LayerBytes, Progress, Transfer
 from .api import (
     PASSWORD_ENV,
@@ -60,6 +64,7 @@ _REFUSED = re.compile(r"unauthori[sz]ed|authentication required|denied|forbidden
 class PushResult:
     ref: str  # registry/repo:tag
     digest: str  # sha256:... of the manifest the tag points to
+    layers: LayerMoves | None = None  # what the push did with each layer, with its bytes (``support.layer_moves``)
 
     @property
     def repository(self) -> str:
@@ -100,25 +105,21 @@ def _auth_config(registry: str) -> tuple[dict | None, Credentials | None]:
 
 
 def _stream(chunks: Iterable[dict], progress: Progress | None, refused: Callable[[str], AuthFailure] | None = None,
-            registry: str | None = None, transfer: Transfer | None = None) -> str | None:
+            registry: str | None = None, transfer: Transfer | None = None,
+            statuses: StreamStatuses | None = None) -> str | None:
     """Consume a push/pull progress stream; return the digest it reports; raise on an error line
     (``refused(message)`` when the registry refused the credentials; what ``engine_tls_failure`` makes
     of the engine's TLS to ``registry``: an untrusted certificate, a client certificate refused or missing).
     ``progress`` gets each layer's status changes, ``transfer`` the bytes moved on each layer ("Pushing",
-    "Downloading": the engine's ``progressDetail``)."""
+    "Downloading": the engine's ``progressDetail``), ``statuses`` each layer's last status (what happened to it)."""
     digest = None
     for chunk in chunks:
         if not isinstance(chunk, dict):
             continue
         if "error" in chunk or "errorDetail" in chunk:
-            message = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error") or "unknown error"
-            message = " ".join(str(message).split())
-            if refused is not None and _REFUSED.search(message):
-                raise refused(message)
-            tls = engine_tls_failure(registry, message) if registry is not None else None
-            if tls is not None:
-                raise tls
-            raise _Failure(message, _classify(message))
+            raise _stream_error(chunk, refused, registry)
+        if statuses is not None:
+            statuses.feed(chunk)
         aux = chunk.get("aux") or {}
         if aux.get("Digest"):
             digest = aux["Digest"]
@@ -132,6 +133,16 @@ def _stream(chunks: Iterable[dict], progress: Progress | None, refused: Callable
         if progress and status and status not in ("Pushing", "Downloading", "Extracting", "Waiting"):
             progress(f"{chunk['id']}: {status}" if chunk.get("id") else status)
     return digest
+
+
+def _stream_error(chunk: dict, refused: Callable[[str], AuthFailure] | None, registry: str | None) -> Exception:
+    """What an error line of the stream means (``_stream``)."""
+    message = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error") or "unknown error"
+    message = " ".join(str(message).split())
+    if refused is not None and _REFUSED.search(message):
+        return refused(message)
+    tls = engine_tls_failure(registry, message) if registry is not None else None
+    return tls if tls is not None else _Failure(message, _classify(message))
 
 
 def _count(value: object) -> int:
@@ -170,11 +181,12 @@ def push(client: Any, image_ref_local: str, registry_repo: str, tag: str, *, ret
     except EngineCallError as exc:
         raise EngineError(f"cannot tag {image_ref_local} as {ref}: {exc.explanation}") from None
     auth, creds = _auth_config(registry)
+    statuses = StreamStatuses()
 
     def attempt() -> str:
         chunks = engine.push(registry_repo, tag, auth)
         digest = _stream(chunks, progress, lambda message: engine_refusal(registry, creds, message), registry,
-                         transfer)
+                         transfer, statuses)
         if not digest:
             raise _Failure("the engine finished the push without reporting a manifest digest", False)
         return digest
@@ -182,7 +194,19 @@ def push(client: Any, image_ref_local: str, registry_repo: str, tag: str, *, ret
     digest = _retrying(attempt, retries=retries, backoff=backoff, sleep=sleep, registry=registry,
                        fail=lambda f, n: _unpushed(image_ref_local, ref, registry, f, n,
                                                    "http" if _insecure(engine, registry) else "https"))
-    return PushResult(ref, digest)
+    info = engine.inspect(image_ref_local)
+    diff_ids = info.layers if info is not None else ()
+    return PushResult(ref, digest, layer_moves.pushed(statuses.last, diff_ids, _blobs(engine, registry_repo, digest)))
+
+
+def _blobs(engine: Any, registry_repo: str, digest: str) -> list[tuple[str, int]] | None:
+    """The layers (blob digest, compressed size) of manifest ``digest`` in the registry; None when it cannot be read
+    now (the push or pull itself succeeded: its layers are then reported without bytes)."""
+    try:
+        manifest = _RegistryHTTP(engine, registry_repo).get_manifest(digest)
+    except (EnvkitError, _Failure, requests.RequestException):
+        return None
+    return manifest.blobs if manifest is not None else None
 
 
 def remote_digest(client: Any, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
@@ -245,7 +269,7 @@ def promote(client: Any, registry_repo: str, stack_tag: str, *, certified: bool,
         _check_same_image(existing, registry_repo, ref, local, info)
         if progress:
             progress(f"{ref} already holds this image ({existing.digest}); not pushing again")
-        stack = PushResult(ref, existing.digest)
+        stack = PushResult(ref, existing.digest, layer_moves.present(info.layers, existing.blobs))
         pushed = False
 
     moved = None
@@ -291,6 +315,14 @@ def pull_by_digest(client: Any, ref_with_digest: str, *, retries: int = 4, backo
                    transfer: Transfer | None = None) -> ImageInfo:
     """Pull ``registry/repo@sha256:...`` into the engine and return what the engine now holds (``transfer``: the
     bytes downloaded per layer)."""
+    return pull_layers(client, ref_with_digest, retries=retries, backoff=backoff, sleep=sleep, progress=progress,
+                       transfer=transfer)[0]
+
+
+def pull_layers(client: Any, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
+                sleep: Sleep = time.sleep, progress: Progress | None = None,
+                transfer: Transfer | None = None) -> tuple[ImageInfo, LayerMoves]:
+    """``pull_by_digest``, with what the pull did with each layer (pulled, or already present) and its bytes."""
     m = _PINNED.fullmatch(ref_with_digest or "")
     if not m:
         raise EngineError(f"{ref_with_digest!r} is not pinned by digest",
@@ -298,10 +330,11 @@ def pull_by_digest(client: Any, ref_with_digest: str, *, retries: int = 4, backo
     engine = as_engine(client)
     registry, _ = split_repository(m.group("repo"))
     auth, creds = _auth_config(registry)
+    statuses = StreamStatuses()
 
     def attempt() -> None:
         _stream(engine.pull(m.group("repo"), m.group("digest"), auth),
-                progress, lambda message: engine_refusal(registry, creds, message), registry, transfer)
+                progress, lambda message: engine_refusal(registry, creds, message), registry, transfer, statuses)
 
     def fail(f: _Failure, n: int) -> EngineError:
         tries = f"after {n} attempts" if n > 1 else "at the first attempt"
@@ -313,6 +346,7 @@ def pull_by_digest(client: Any, ref_with_digest: str, *, retries: int = 4, backo
     info = engine.inspect(ref_with_digest)
     if info is None:
         raise EngineError(f"pulled {ref_with_digest} but the engine does not list it")
-    return info
+    blobs = _blobs(engine, m.group("repo"), m.group("digest"))
+    return info, layer_moves.pulled(statuses.last, info.layers, blobs)
 
 

@@ -126,6 +126,10 @@ def test_nightly_builds_verifies_and_then_has_nothing_to_do(workspace, engine):
     doc2 = json.loads(second.stdout)
     assert doc2["outcome"] == "nothing to do"
     assert doc2["images"][0]["build"] == "skipped" and not doc2["images"][0]["worked"]
+    made, kept = img["layers_built"], doc2["images"][0]["layers_built"]  # (the build's: the builder's cache decides)
+    assert made["layers"] and made["built"] + made["present"] == len(made["layers"])
+    assert made["layers"][0]["outcome"] == "reused"  # the base's layer: on the engine before the build
+    assert {x["outcome"] for x in kept["layers"]} == {"reused"} and kept["built_bytes"] == 0
     assert elapsed < 30, f"an unchanged nightly took {elapsed:.1f}s"
     with Store.open(root / "a.sqlite") as store:
         snap = store.snapshot()
@@ -190,6 +194,9 @@ def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine,
         report = ImageReport(image.name, local, status="verified")
         _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None)
         assert report.publish_error is None and len(report.pushed) == 2  # the stack tag and the base mirror
+        pushed = report.to_json()["layers_pushed"]  # a fresh registry: every layer uploaded, with its bytes
+        assert [(x["diff_id"], x["outcome"]) for x in pushed["layers"]] == [(d, "uploaded") for d in info.layers]
+        assert pushed["pushed_bytes"] == sum(x["bytes"] for x in pushed["layers"]) > 0 and pushed["present"] == 0
         [mirror] = store.mirrors_for(image.base.ref)
         assert "@sha256:" in mirror and mirror.startswith(registry.host)
         repo = f"pubtest/{image.name}"
@@ -198,6 +205,9 @@ def test_publish_step_pushes_stack_and_promotes_only_certified(tmp_path, engine,
         report = ImageReport(image.name, local, status="certified")
         cert = _certificate(local, info.id)
         _publish(engine, store, run_id, lock, image, report, info, registry.host, lambda _: None, cert)
+        again = report.layers_pushed  # the stack tag holds the image already: nothing sent, every layer present
+        assert again is not None and again["pushed_bytes"] == 0 and again["present_bytes"] == pushed["pushed_bytes"]
+        assert [x["outcome"] for x in again["layers"]] == ["present"] * len(info.layers)
         assert registry.manifest_digest(repo, "certified") == registry.manifest_digest(repo, "stack1")
         attached = read_certificate(engine, f"{registry.host}/{repo}", "stack1", "nvidia-h200")
         assert json.loads(attached) == json.loads(cert.to_bytes())

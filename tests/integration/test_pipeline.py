@@ -79,6 +79,15 @@ def test_second_build_rebuilds_nothing(example_build):
     assert doc["lock_reused"] is True
     assert {i["action"] for i in doc["images"]} == {"skipped"}
     assert "skipping" in proc.stderr
+    for image in doc["images"]:  # every layer the engine's already: reused, with its size unpacked
+        layers = image["layers_built"]
+        assert layers["layers"] and {x["outcome"] for x in layers["layers"]} == {"reused"}
+        assert layers["built"] == 0 and layers["built_bytes"] == 0 and layers["present_bytes"] > 0
+    first, _ = example_build  # the first build: the base's layer on the engine before it
+    for image in first["images"]:
+        made = image["layers_built"]
+        assert made["layers"][0]["outcome"] == "reused" and made["built"] + made["present"] == len(made["layers"])
+        assert made["built_bytes"] + made["present_bytes"] == sum(x["bytes"] or 0 for x in made["layers"])
 
 
 def test_verify_command(example_build):

@@ -6,10 +6,20 @@ import re
 import docker
 import docker.errors
 import pytest
+import requests
 
 from envkit.errors import EngineError
 from envkit.registry.remote_parse import CERTIFIED_TAG, split_repository
-from envkit.registry.publish import PushResult, _classify, mirror_base, promote, pull_by_digest, push, remote_digest
+from envkit.registry.publish import (
+    PushResult,
+    _classify,
+    mirror_base,
+    promote,
+    pull_by_digest,
+    pull_layers,
+    push,
+    remote_digest,
+)
 from envkit.store.history import Store
 from tests.integration.published import untag_registry_refs
 from tests.integration.registry import registry, running_registry  # noqa: F401  (a fixture)
@@ -59,6 +69,19 @@ def test_push_then_pull_back_by_digest(dc, base, registry, tmp_path):
     assert remote_digest(dc, repo, "t1") == result.digest
     assert remote_digest(dc, repo, "no-such-tag") is None
     assert any("digest" in line or "Pushed" in line or "exists" in line for line in lines)
+    manifest = requests.get(f"http://{registry.host}/v2/envkit-test/base/manifests/t1", timeout=30, headers={
+        "Accept": "application/vnd.docker.distribution.manifest.v2+json"}).json()
+    blobs = [(x["digest"], x["size"]) for x in manifest["layers"]]
+    diff_ids = list(dc.images.get(base).attrs["RootFS"]["Layers"])
+    first = result.layers.to_json()  # each layer matched by its diff_id, with the manifest's compressed bytes
+    assert [(x["diff_id"], x["digest"], x["bytes"]) for x in first["layers"]] == [
+        (d, b, n) for d, (b, n) in zip(diff_ids, blobs)]
+    assert {x["outcome"] for x in first["layers"]} == {"uploaded"}  # a fresh registry: every layer sent
+    assert first["pushed_bytes"] == sum(n for _, n in blobs) and first["present"] == 0
+    again = push(dc, base, repo, "t1-again").layers.to_json()  # the same layers again: the registry has each
+    assert [x["outcome"] for x in again["layers"]] == ["present"] * len(diff_ids)
+    assert again["pushed"] == 0 and again["pushed_bytes"] == 0 and again["present_bytes"] == first["pushed_bytes"]
+    assert again["summary"].startswith(f"pushed 0 of {len(diff_ids)} layers, 0 B; {len(diff_ids)} present, ")
 
     # the caller's pattern: record a push only once push() has returned
     with Store.open(tmp_path / "h.sqlite") as store:
@@ -66,10 +89,12 @@ def test_push_then_pull_back_by_digest(dc, base, registry, tmp_path):
         assert [p.digest for p in store.pushes_for(image_id(dc, base))] == [result.digest]
 
     untag(dc, result.ref)
+    untag(dc, f"{repo}:t1-again")
     assert not any(t.startswith(registry.host) for t in dc.images.get(base).tags)
-    info = pull_by_digest(dc, result.pinned)
+    info, pulled = pull_layers(dc, result.pinned)
     assert info.id == image_id(dc, base)
     assert result.pinned in info.repo_digests
+    assert [(x.outcome, x.bytes) for x in pulled.layers] == [("present", n) for _, n in blobs]  # nothing fetched
 
 
 def test_push_accepts_the_engine_adapter_and_refuses_unknown_images(engine, registry):

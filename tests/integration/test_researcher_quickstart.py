@@ -83,6 +83,11 @@ def test_find_read_pull_and_run_a_certified_image(dc, team, tmp_path, monkeypatc
     assert pulled["pinned"] == f"{team.host}/vision/torch25@{team.digest_a}" and pulled["id"] == team.image_a
     assert pulled["gate"]["passed"] and pulled["run"] == f"envkit run {a} -- python3 train.py"
     assert dc.images.get(a).id == team.image_a  # the tag is on the pulled copy
+    layers = pulled["layers_pulled"]  # a label-only image on the local base: every layer here already, by digest
+    assert [x["diff_id"] for x in layers["layers"]] == dc.images.get(a).attrs["RootFS"]["Layers"]
+    assert {x["outcome"] for x in layers["layers"]} == {"present"} and layers["pulled_bytes"] == 0
+    assert layers["pulled"] == 0 and layers["present_bytes"] == sum(x["bytes"] for x in layers["layers"]) > 0
+    assert all(x["digest"].startswith("sha256:") for x in layers["layers"])
 
     # run: the gate passes on the registry's certificates; the job's output is the job's
     ran = researcher("run", a, "--no-gpus", "--require-certified", "--", "cat", "/etc/debian_version", cwd=home,

@@ -51,6 +51,12 @@ class Engine:
         self.inspected.append(ref)
         return ImageInfo("sha256:new", (ref,), 7, {}, {}, "1000")
 
+    def layer_chains(self):
+        return set()
+
+    def layer_sizes(self, ref):
+        return None
+
 
 def _replace_build(monkeypatch, engine: Engine, picks: list[str], renders: list[bool]):
     """The builder's build, the base and the pick, recorded; ``render_files`` counted."""

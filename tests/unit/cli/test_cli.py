@@ -160,6 +160,12 @@ class FakeEngine:
     def data_root(self):  # not on this host: the disk check has nothing to measure
         return None
 
+    def layer_chains(self):  # what a build may reuse (its report of the layers it made): nothing
+        return set()
+
+    def layer_sizes(self, ref):
+        return None
+
 
 @pytest.fixture
 def engine(monkeypatch):
