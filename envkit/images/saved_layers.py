@@ -54,25 +54,33 @@ def save_layers(engine: Engine, ref: str, wanted: set[str], into: Path) -> dict[
     """The layers of ``ref`` whose diff_id is in ``wanted``, each as a file under ``into`` (by diff_id); the save's
     stream is read only until all are found. A layer not found is an ``EngineError``."""
     found: dict[str, Path] = {}
-    stream = io.BufferedReader(_Chunks(iter(engine.save_stream(ref))), CHUNK)
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
-        for info in tar:
-            if found.keys() >= wanted:
-                break
-            if not _is_layer(info, wanted):
-                continue
-            path = into / f"layer-{len(list(into.iterdir()))}.tar"
-            digest = _copy(tar, info, path)
-            if digest in wanted and digest not in found:
-                found[digest] = path
-            else:
-                path.unlink()
+    chunks = iter(engine.save_stream(ref))
+    try:
+        with tarfile.open(fileobj=io.BufferedReader(_Chunks(chunks), CHUNK), mode="r|") as tar:
+            for info in tar:
+                if _is_layer(info, wanted):
+                    _keep(tar, info, into / f"layer-{len(found)}.tar", wanted, found)
+                if found.keys() >= wanted:
+                    break
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()  # the rest of the save is not read: the engine stops writing it
     missing = sorted(wanted - found.keys())
     if missing:
         raise EngineError(f"the engine's save of {ref} holds no layer {missing[0]}",
                           hint="check `docker inspect --format '{{.RootFS.Layers}}' IMAGE`; an engine that saves "
                                "layers compressed cannot be compared here")
     return found
+
+
+def _keep(tar: tarfile.TarFile, info: tarfile.TarInfo, path: Path, wanted: set[str], found: dict[str, Path]) -> None:
+    """Copy the layer ``info`` to ``path``: kept (in ``found``) when it is one ``wanted``, else removed at once."""
+    digest = _copy(tar, info, path)
+    if digest in wanted and digest not in found:
+        found[digest] = path
+    else:
+        path.unlink()
 
 
 def _copy(tar: tarfile.TarFile, info: tarfile.TarInfo, path: Path) -> str:
