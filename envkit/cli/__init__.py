@@ -11,6 +11,7 @@ the commands live in modules by audience and are registered here:
 * ``gc``: gc (a build host's disk: old envkit images)
 * ``registry``: registry prune (retention in the team registry)
 * ``keys``: keys generate, keys show (the team's signing keys)
+* ``layers``: layers diff (two images' environment layers, down to the first differing file)
 
 The shared helpers (``Ctx``, ``run``, ``emit``, ``table``, the option decorators) are in
 ``common`` and re-exported here. Every command imports its heavy modules inside the function.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import admin, build, bundle, certify, export, gc, keys, registry, researchers
+from . import admin, build, bundle, certify, export, gc, keys, layers, registry, researchers
 from .common import BUILDER_CHOICES, SPEC, STORE_HELP, Ctx, EnvkitGroup, builder_option, emit, json_option, run, table
 
 __all__ = ["main", "BUILDER_CHOICES", "SPEC", "STORE_HELP", "Ctx", "builder_option", "emit", "json_option", "run",
@@ -47,6 +48,7 @@ for _command in (
     bundle.bundle_group,
     build.verify_cmd,
     export.export_group,
+    layers.layers_group,
     admin.doctor_cmd,
     gc.gc_cmd,
     certify.certify_cmd,

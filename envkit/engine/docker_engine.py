@@ -29,7 +29,6 @@ from .space import engine_out_of_space
 
 _NOT_FOUND = re.compile(r'exec: "([^"]+)": (?:executable file not found|stat [^:]*: no such file or directory)')
 
-
 # What a request or a stream raises when the engine goes away (stopped, restarted, killed) while envkit
 # talks to it: requests wraps most; a build's event stream, read raw, raises urllib3's own.
 ENGINE_GONE = (requests.RequestException, urllib3.exceptions.HTTPError)
@@ -175,6 +174,9 @@ class DockerEngine(OverClient, LayersOverClient):  # __init__(client), image_hos
 
     def save(self, ref: str, path: Path) -> None:
         docker_registry.save(self, ref, path)
+
+    def save_stream(self, ref: str) -> Iterator[bytes]:
+        return docker_registry.save_stream(self, ref)
 
     def load(self, path: Path) -> list[str]:
         return docker_registry.load(self, path)

@@ -89,6 +89,17 @@ def save(engine: ClientEngine, ref: str, path: Path) -> None:
         raise engine_out_of_space(EngineError(f"cannot save {ref}: {exc.explanation}"), engine) from None
 
 
+def save_stream(engine: ClientEngine, ref: str) -> Iterator[bytes]:
+    """``docker save`` ``ref`` as a stream of chunks, never a file (``images.saved_layers`` keeps only the layers it
+    wants; closing the stream early ends the save); an image the engine lacks is ``ImageMissing``."""
+    try:
+        yield from engine.client.api.get_image(ref, chunk_size=1 << 20)  # (the request is made at the first chunk)
+    except docker.errors.NotFound:
+        raise ImageMissing(f"the engine has no image {ref}") from None
+    except docker.errors.APIError as exc:
+        raise engine_out_of_space(EngineError(f"cannot save {ref}: {exc.explanation}"), engine) from None
+
+
 def load(engine: ClientEngine, path: Path) -> list[str]:
     """``docker load`` ``path``: the ids of the images it held."""
     try:

@@ -123,6 +123,8 @@ class Engine(Protocol):
     def registry_config(self) -> dict: ...  # `docker info`'s RegistryConfig ({} when the engine cannot say)
     # image archives (offline bundles): `docker save` one image with its tag, `docker load` an archive
     def save(self, ref: str, path: Path) -> None: ...
+    # `docker save` as a stream of chunks, no file (images.saved_layers); ImageMissing for an image it lacks
+    def save_stream(self, ref: str) -> Iterator[bytes]: ...
     def load(self, path: Path) -> list[str]: ...  # the ids of the images loaded
     # an archive ``write`` makes, streamed into `docker load` (images.reproducible: no 5 GB file on disk); ``what``
     # names it in an error
