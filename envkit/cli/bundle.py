@@ -11,17 +11,11 @@ import click
 
 from .build import _outcomes_table
 from .common import SPEC, _ctx, builder_option, emit, json_option, run
-from .flags import from_renamed, renamed_option
+from .flags import from_renamed, renamed_option, signing_key_option, trusted_keys_option
 
 if TYPE_CHECKING:
     from ..engine.protocol import BuildEvent
 
-SIGNING_KEY_HELP = ("Sign the bundle with this private key (default: $ENVKIT_SIGNING_KEY; encrypted: "
-                    "$ENVKIT_KEY_PASSWORD): a signed in-toto statement about its manifest, which hashes every file, "
-                    "written as attestations/bundle.intoto.json (`envkit keys generate` makes a key pair).")
-TRUSTED_KEYS_HELP = ("Build only a bundle signed by one of these public keys (comma-separated .pub files or "
-                     "directories of them; default: $ENVKIT_TRUSTED_KEYS): unsigned, signed by another key, or "
-                     "changed after signing is refused (exit 8). With none, the signature is not checked (said so).")
 
 
 @click.group("bundle")
@@ -37,7 +31,8 @@ def bundle_group() -> None:
                                   "existing bundle there is replaced). Required.")
 @renamed_option("--out", "--bundle", "out_dir", type=click.Path(path_type=Path))
 @click.option("--image", "image", default=None, help="The image to bundle (needed when SPEC has several).")
-@click.option("--signing-key", "signing_key", default=None, metavar="FILE", help=SIGNING_KEY_HELP)
+@signing_key_option("the bundle", "a signed in-toto statement about its manifest, which hashes every file, written "
+                                  "as attestations/bundle.intoto.json")
 @json_option
 @click.pass_context
 def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: str | None, signing_key: str | None,
@@ -77,7 +72,9 @@ def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: 
                    "the OS stage, envkit installs the bundle's wheels with its uv and writes the environment layers, "
                    "the same digests as an online reproducible build of the lock (a devel image's devel steps built on "
                    "them from the bundle). Needs a local engine.")
-@click.option("--trusted-keys", "trusted_keys", default=None, metavar="FILE[,FILE...]", help=TRUSTED_KEYS_HELP)
+@trusted_keys_option("the bundle", "Only a bundle signed by one of them is built: unsigned, signed by another key, "
+                                   "or changed after signing is refused (exit 8). With none, the signature is not "
+                                   "checked (said so).")
 @json_option
 @click.pass_context
 def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool, no_cache: bool, builder: str,
