@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..trust.names import TRUSTED_KEYS_ENV
 from .build import _outcomes_table
-from .common import SPEC, _ctx, builder_option, emit, json_option, run
+from .common import REGISTRY, SPEC, _ctx, builder_option, emit, json_option, run
 from .flags import from_renamed, renamed_option, signing_key_option, trusted_keys_option
 
 if TYPE_CHECKING:
@@ -33,10 +34,14 @@ def bundle_group() -> None:
 @click.option("--image", "image", default=None, help="The image to bundle (needed when SPEC has several).")
 @signing_key_option("the bundle", "a signed in-toto statement about its manifest, which hashes every file, written "
                                   "as attestations/bundle.intoto.json")
+@click.option("--registry", type=REGISTRY, default=None, metavar="HOST[:PORT][/PATH]",
+              help="The team registry: the bundle carries the image's signatures and attestations from there "
+                   "(certificates, SBOM, provenance: its sha256-<hex>.sig and .att, when the lock's tag there is of "
+                   "this lock), which `bundle build` verifies offline with the trusted keys.")
 @json_option
 @click.pass_context
 def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: str | None, signing_key: str | None,
-                    json_out: bool) -> None:
+                    registry: str | None, json_out: bool) -> None:
     """Write one image's offline bundle into --bundle DIR (needs the network).
 
     Resolves SPEC (or reuses its lock), then writes the lock, hash-checked wheels, the base image
@@ -50,7 +55,8 @@ def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: 
     c = _ctx(click_ctx, json_out)
     key = run(c, lambda: load_signing_key(signing_key))  # a bad key fails before anything is fetched
     engine = run(c, connect)
-    b = run(c, lambda: bundle_spec(spec, out_dir, engine, image=image, signing_key=key, progress=c.progress))
+    b = run(c, lambda: bundle_spec(spec, out_dir, engine, image=image, signing_key=key, registry=registry,
+                                   progress=c.progress))
     doc = b.to_json()
     checked = (f"; `envkit verify {doc['tag']} --lock {b.path / LOCK_FILE}` then compares them with the lock's layer "
                "record, which the bundle carries" if doc["layer_record"] else "")
@@ -86,17 +92,25 @@ def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool
     """
     from ..engine.docker_engine import connect
     from ..images.bundle import build_from_bundle
+    from ..registry.carry import check_bundle_carried
     from ..trust.bundle import check_bundle_signature
     from ..trust.keys import load_trusted_keys
 
     c = _ctx(click_ctx, json_out)
-    signature = run(c, lambda: check_bundle_signature(bundle_dir, load_trusted_keys(trusted_keys)))
+    keys = run(c, lambda: load_trusted_keys(trusted_keys))
+    signature = run(c, lambda: check_bundle_signature(bundle_dir, keys))
     if signature["checked"]:
         c.progress(f"{bundle_dir}: signed by trusted key {signature['signed_by'][:16]} (manifest "
                    f"{signature['manifest'][:19]})")
     else:
         c.progress(f"{bundle_dir}: the bundle's signature was not checked (no trusted key given: --trusted-keys or "
-                   "$ENVKIT_TRUSTED_KEYS); building it as it is")
+                   f"${TRUSTED_KEYS_ENV}); building it as it is")
+    carried = run(c, lambda: check_bundle_carried(bundle_dir, keys))
+    for doc in carried["documents"]:
+        said = f"does not count: {doc['why']}" if doc.get("why") else "not checked"
+        if doc.get("signed_by"):
+            said = f"signed by trusted key {doc['signed_by'][:16]}"
+        c.progress(f"  carried {doc.get('kind', 'document')} {doc.get('predicate_type') or doc['file']}: {said}")
 
     def progress(said: BuildEvent | str) -> None:
         if isinstance(said, str):  # envkit's own lines
@@ -112,7 +126,8 @@ def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool
     outcome = run(c, lambda: build_from_bundle(engine, bundle_dir, builder=builder, verify=not no_verify,
                                                no_cache=no_cache, reproducible=reproducible, progress=progress,
                                                signed_manifest=signature.get("manifest")))
-    emit(c, {"bundle": str(bundle_dir), "signature": signature, "builder": outcome.builder or builder,
+    emit(c, {"bundle": str(bundle_dir), "signature": signature, "carried": carried,
+             "builder": outcome.builder or builder,
              "reproducible": reproducible, "images": [outcome.to_json()]},
          lambda: _outcomes_table([outcome]))
     if outcome.status == "failed":

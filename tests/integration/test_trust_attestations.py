@@ -7,7 +7,8 @@ as ``nightly`` records one, so the provenance is made from that record.
 The ``.att`` then holds three attestations that verify with the team key (certificate, CycloneDX, SLSA); the SBOM
 validates against the official CycloneDX 1.6 schema and lists the image's Debian packages; the provenance reads as
 the official SLSA v1 protobuf definition (``tests.speccheck.check_provenance``), with the record's facts (its
-builder and envkit version in ``runDetails.builder.version``); publishing again adds nothing; and once the SBOM
+builder and envkit version in ``runDetails.builder.version``); publishing again adds nothing; what an offline
+bundle carries of it (``registry.carry``, ``bundle make --registry``) verifies; and once the SBOM
 attestation's payload is altered the gate refuses the image (`envkit pull --require-certified`, exit 8)."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from envkit.certify.certificate_predicate import CERTIFICATE_PREDICATE_TYPE
 from envkit.engine.protocol import RunOptions
 from envkit.lock import BaseImage, Lock
 from envkit.registry.api import _RegistryHTTP
+from envkit.registry.carry import fetch_carried, judge_carried
 from envkit.registry.signatures import DSSE_TYPE, PREDICATE_ANNOTATION, Layer, att_tag, read_manifest_layers
 from envkit.store.history import Store
 from envkit.support.labels import CONTEXT_LABEL
@@ -121,6 +123,13 @@ def test_publish_attaches_certificate_sbom_and_provenance_signed(engine, dc, bas
 
             publish()  # the next signing nightly (published already: signed again) appends nothing
             assert [x.data for x in _att(reg, digest)[1]] == [x.data for x in layers]
+
+            # what `bundle make --registry` carries of it: the signature and the three attestations, verifying
+            carried = fetch_carried(engine, f"{repo}:{STACK}", image.hash)
+            assert carried.pinned == f"{repo}@{digest}" and len(carried.files) == 5, carried
+            judged = judge_carried(carried.files, trusted, image.hash)
+            assert [j.get("signed_by") for j in judged] == [key.fingerprint] * 4, judged
+            assert fetch_carried(engine, f"{repo}:{STACK}", "sha256:" + "0" * 64).files == {}  # another lock's
 
         env = {**os.environ, TRUSTED_KEYS_ENV: str(public)}
         command = [*ENVKIT, "pull", f"{repo}:{STACK}", "--no-gpus", "--require-certified", "--json", "--store",
