@@ -136,7 +136,7 @@ def record_build(store_url: str | None, image: LockedImage, outcome: Outcome) ->
     with Store.open(store_url) as store:
         store.record_build(outcome.name, image.hash, outcome.context_hash, tag=outcome.tag, image_id=outcome.image_id,
                            size=outcome.size, seconds=outcome.seconds, action=outcome.action,
-                           builder=outcome.made_by)
+                           builder=outcome.made_by, envkit_version=__version__)
         if outcome.verification is not None and outcome.verification.raw:
             cert = certificate_from(outcome.verification.raw, expected(image), image=outcome.tag,
                                     image_id=outcome.image_id, lock_hash=image.hash, gpu_requested=False,

@@ -27,7 +27,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .. import __version__
 from ..errors import EnvkitError, StoreError
 from .backends import NOT_A_STORE_HINT, Backend, PostgresBackend, SQLiteBackend
 from .migrations import MIGRATIONS, SCHEMA_VERSION, Clock, stamp, utcnow
@@ -194,9 +193,9 @@ class Store:
     # --- builds ---------------------------------------------------------------------------
     def record_build(self, name: str, lock_hash: str, context_hash: str, *, tag: str, image_id: str,
                      size: int = 0, seconds: float = 0.0, action: str = "built", builder: str = "",
-                     run_id: int | None = None) -> None:
+                     run_id: int | None = None, envkit_version: str = "") -> None:
         """Record that image ``name`` exists for (lock_hash, context_hash); ``builder``: which made it (classic |
-        buildkit | reproducible, ``Outcome.made_by``), kept with this envkit's version. One row per identity.
+        buildkit | reproducible, ``Outcome.made_by``), and ``envkit_version``: which envkit. One row per identity.
         Re-recording updates the tag, image and run; a row that says ``built`` keeps saying so (with its build
         time, builder and envkit version) when a later run merely skipped it."""
         check_one_of(action, BUILD_ACTIONS, "build action")
@@ -220,7 +219,7 @@ class Store:
                     envkit_version = CASE WHEN excluded.action = 'built' THEN excluded.envkit_version
                                           ELSE builds.envkit_version END
                 """, (run_id, name, lock_hash, context_hash, tag, image_id, int(size), float(seconds), action,
-                      self._now(), builder if action == "built" else "", __version__ if action == "built" else ""))
+                      self._now(), builder if action == "built" else "", envkit_version if action == "built" else ""))
 
     def find_build(self, name: str, lock_hash: str, context_hash: str) -> BuildRecord | None:
         rows = self.backend.query(

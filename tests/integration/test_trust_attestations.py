@@ -74,7 +74,7 @@ def test_publish_attaches_certificate_sbom_and_provenance_signed(engine, dc, bas
     try:
         with Store.open(tmp_path / "history.sqlite", clock=lambda: FINISHED) as store:
             store.record_build(image.name, image.hash, CONTEXT, tag=LOCAL, image_id=image_id, seconds=95.0,
-                               builder="buildkit")
+                               builder="buildkit", envkit_version=__version__)
             run_id = store.start_run(lock.spec_digest)
             cert = certificate(f"{TEAM}/torch25:{STACK}", image_id, image.hash, "NVIDIA H200", "certified",
                                "2026-12-07T03:00:00Z")

@@ -34,7 +34,7 @@ def test_a_built_record_gives_the_context_hash_the_build_times_and_the_builder(t
     image = make_image()
     with Store.open(tmp_path / "h.sqlite", clock=lambda: WHEN) as store:
         store.record_build(image.name, image.hash, CONTEXT, tag="vision/torch25:x", image_id="sha256:e", seconds=90,
-                           builder="buildkit")
+                           builder="buildkit", envkit_version="0.7.0")
         predicate = recorded_provenance(Inspecting({CONTEXT_LABEL: CONTEXT, BASE_LABEL: BASE_ID}), store, image,
                                         ref="vision/torch25:x", spec_path="team.yaml")
     check_provenance(predicate)
@@ -42,7 +42,7 @@ def test_a_built_record_gives_the_context_hash_the_build_times_and_the_builder(t
     assert definition["externalParameters"] == {"spec": "team.yaml", "image": image.name}
     assert definition["internalParameters"]["contextHash"] == CONTEXT
     assert definition["resolvedDependencies"][0]["digest"] == {"sha256": "b" * 64}
-    assert predicate["runDetails"]["builder"]["version"] == {"envkit": __version__, "imageBuilder": "buildkit"}
+    assert predicate["runDetails"]["builder"]["version"] == {"envkit": "0.7.0", "imageBuilder": "buildkit"}
     metadata = predicate["runDetails"]["metadata"]
     assert (metadata["startedOn"], metadata["finishedOn"]) == ("2026-12-07T01:00:33Z", "2026-12-07T01:02:03Z")
 

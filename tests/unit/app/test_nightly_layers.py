@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from envkit import __version__
 from envkit.app.nightly import LAYERS_DIFFER, CERT_FAILED, EXIT_NAMES, ImageReport, _build, _exit_code, run_nightly
 from envkit.app.nightly_layers import LayerStep
 from envkit.images.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
@@ -221,7 +222,7 @@ def test_a_builders_image_of_the_lock_is_built_again_reproducibly_and_envkits_is
     assert calls == ([True] if built else [])
     assert report.build == ("built" if built else "skipped") and info.labels[LAYERS_LABEL] == REPRODUCIBLE_LAYERS
     if built:  # the build's builder, as its provenance will say it
-        assert recorded is not None and recorded.builder == "reproducible"
+        assert recorded is not None and (recorded.builder, recorded.envkit_version) == ("reproducible", __version__)
 
 
 def test_the_nightly_flag_is_documented(tmp_path):
