@@ -3,7 +3,9 @@ envkit: sigstore/cosign specs/SIGNATURE_SPEC.md (the ``sha256-<hex>.sig`` manife
 ECDSA-P256/SHA-256 signature in the ``dev.cosignproject.cosign/signature`` annotation), cosign's attestation layout
 (``sha256-<hex>.att``, ``application/vnd.dsse.envelope.v1+json`` layers), the DSSE protocol (PAE) and in-toto
 Statement v1. DSSE envelopes are checked twice: here with ``cryptography``, and with securesystemslib's own
-``dsse.Envelope.verify``."""
+``dsse.Envelope.verify``. SLSA provenance v1 predicates (https://slsa.dev/spec/v1.0/provenance) are read by the
+official protobuf definition that in-toto-attestation ships compiled, with the spec's REQUIRED fields checked by
+name (``check_provenance``)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import json
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from google.protobuf import json_format
+from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
@@ -79,3 +84,20 @@ def sslib_verify(envelope: bytes, public_pem: bytes) -> None:
     public = serialization.load_pem_public_key(public_pem)
     key = SSlibKey.from_crypto(public, keyid=spki_sha256(public_pem), scheme="ecdsa-sha2-nistp256")
     Envelope.from_dict(doc).verify([key], 1)
+
+
+def check_provenance(predicate: dict):
+    """``predicate`` as SLSA provenance v1's official protobuf definition reads it (unknown fields refused, every
+    name and type as the spec's, timestamps RFC 3339), with the spec's REQUIRED fields present, which protobuf
+    cannot mark: ``buildDefinition.buildType`` and ``externalParameters``, ``runDetails.builder.id`` (a URI); each
+    resolved dependency a valid ResourceDescriptor; ``builder.version`` a map of strings to strings. Returns the
+    parsed message."""
+    message = json_format.ParseDict(predicate, provenance_pb2.Provenance(),  # type: ignore[attr-defined]
+                                    ignore_unknown_fields=False)
+    assert message.build_definition.build_type and message.build_definition.HasField("external_parameters")
+    assert message.run_details.builder.id.startswith("https://"), message.run_details.builder.id
+    assert all(isinstance(k, str) and isinstance(v, str)
+               for k, v in predicate["runDetails"]["builder"].get("version", {}).items())
+    for dependency in message.build_definition.resolved_dependencies:
+        ResourceDescriptor.copy_from_pb(dependency).validate()
+    return message

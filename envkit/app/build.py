@@ -20,7 +20,7 @@ from ..images.bundle_manifest import LAYER_RECORD, MANIFEST, bundle_size
 from ..images.layer_record import entry, layers_of, load_record, write_record
 from ..index.urls import DEFAULT_INDEX
 from ..lock import LockedImage, wheel_bytes
-from ..render.files import Rendered, layer_packages, render
+from ..render.files import Rendered, image_tag, layer_packages, render
 from ..spec import env_ca_skip_note
 from ..store.history import Store
 from ..support import layer_moves
@@ -30,6 +30,7 @@ from .resolve import Resolved, resolve_spec
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
+    from ..registry.carry import Carried
     from ..trust.keys import SigningKey
 
 
@@ -137,7 +138,8 @@ def record_build(store_url: str | None, image: LockedImage, outcome: Outcome) ->
     verification as a CPU-only certificate."""
     with Store.open(store_url) as store:
         store.record_build(outcome.name, image.hash, outcome.context_hash, tag=outcome.tag, image_id=outcome.image_id,
-                           size=outcome.size, seconds=outcome.seconds, action=outcome.action)
+                           size=outcome.size, seconds=outcome.seconds, action=outcome.action,
+                           builder=outcome.made_by, envkit_version=__version__)
         if outcome.verification is not None and outcome.verification.raw:
             cert = certificate_from(outcome.verification.raw, expected(image), image=outcome.tag,
                                     image_id=outcome.image_id, lock_hash=image.hash, gpu_requested=False,
@@ -154,10 +156,11 @@ class Bundled:
     manifest: dict
     size: int
     signed_by: str | None = None  # the signing key's fingerprint; None: the bundle is unsigned
+    carried: Carried | None = None  # the image's registry signatures and attestations (--registry); None: not asked
 
     def to_json(self) -> dict:
         return {"bundle": str(self.path), "image": self.image.name, "tag": self.manifest["tag"],
-                "signed_by": self.signed_by,
+                "signed_by": self.signed_by, "carried": self.carried.to_json() if self.carried else None,
                 "lock": str(self.resolved.lock_path), "lock_reused": self.resolved.reused,
                 "lock_hash": self.image.hash, "base": self.manifest["base"], "files": len(self.manifest["files"]),
                 "wheels": sum(1 for f in self.manifest["files"] if f.startswith("context/wheelhouse/")),
@@ -166,9 +169,12 @@ class Bundled:
 
 
 def bundle_spec(spec_path: Path, out_dir: Path, engine: Engine, *, image: str | None = None,
-                signing_key: SigningKey | None = None, progress: Progress = lambda _: None) -> Bundled:
+                signing_key: SigningKey | None = None, registry: str | None = None,
+                progress: Progress = lambda _: None) -> Bundled:
     """Resolve (or reuse the lock of) the spec and write an offline bundle of one image into ``out_dir``;
-    ``signing_key`` signs the bundle's manifest (``trust.bundle``)."""
+    ``signing_key`` signs the bundle's manifest (``trust.bundle``); ``registry``: the team registry, whose
+    signatures and attestations of the image (the lock's tag there, of the same lock) the bundle carries
+    (``registry.carry``)."""
     check_replaceable(Path(out_dir).absolute())  # before resolving: nothing is fetched for a bad --out
     resolved = resolve_spec(spec_path, reuse=True, progress=progress)
     if image is None:
@@ -186,13 +192,22 @@ def bundle_spec(spec_path: Path, out_dir: Path, engine: Engine, *, image: str | 
     record = load_record(resolved.lock_path).get(image)  # (`verify --lock` of the bundle's lock reads it)
     if record is not None and record.lock_hash != locked.hash:
         record = None
+    carried = None
+    if registry:
+        from ..registry.carry import fetch_carried  # (the registry client and crypto: only when asked)
+
+        ref = f"{registry.rstrip('/')}/{image_tag(resolved.lock.team, locked)}"
+        progress(f"reading the signatures and attestations of {ref}")
+        carried = fetch_carried(engine, ref, locked.hash)
+        progress(carried.note or f"carrying {len(carried.files)} signed document(s) of {carried.pinned}")
     path = make_bundle(engine, resolved.lock, image, out_dir, ca_bundle=resolved.spec.ca_bundle_path(),
                        spec_name=_display(spec_path), progress=progress, record=record,
                        extra_index_url=resolved.spec.build.index_url or DEFAULT_INDEX,  # as the resolver's
-                       seal=bundle_sealer(signing_key, locked) if signing_key else None)
+                       seal=bundle_sealer(signing_key, locked) if signing_key else None,
+                       attestations=carried.files if carried else None)
     manifest = json.loads((path / MANIFEST).read_text())
     return Bundled(resolved, locked, path, manifest, bundle_size(path),
-                   signing_key.fingerprint if signing_key else None)
+                   signing_key.fingerprint if signing_key else None, carried)
 
 
 def _display(spec_path: Path) -> str:

@@ -5,9 +5,10 @@ provenance (``trust.provenance``), each made only when the image's ``.att`` lack
 The provenance comes from the history store's record of the image's build (``Store.find_build``, keyed by the
 image's lock hash and its ``io.envkit.context-hash`` label), so an image the run did not rebuild (skipped,
 published by an earlier run) gets the facts of the build that made it, never this run's. What no record says is
-left out, never guessed: the store does not record which builder ran (classic | buildkit), so ``builder`` is
-omitted; the build's times are given only when the record says envkit built it (``action == "built"``: it ended
-at the record's ``created_at`` and took ``seconds``); an image without the context label has no context hash.
+left out or said "unknown", never guessed: the record's builder (classic | buildkit | reproducible) and envkit
+version go into ``runDetails.builder.version``, "unknown" for a row recorded before the store kept them (or no
+row); the build's times are given only when the record says envkit built it (``action == "built"``: it ended at
+the record's ``created_at`` and took ``seconds``); an image without the context label has no context hash.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def recorded_provenance(engine: Engine, store: Store, image: LockedImage, *, ref
     if record is not None and record.action == "built" and record.created_at:
         finished = datetime.fromisoformat(record.created_at)
         started = finished - timedelta(seconds=record.seconds)
-    return build_provenance(image, spec_path=spec_path, builder=None, context_hash=context, started_on=started,
-                            finished_on=finished, base_id=labels.get(BASE_LABEL) or None)
+    builder, version = (record.builder, record.envkit_version) if record is not None else (None, None)
+    return build_provenance(image, spec_path=spec_path, builder=builder or None, envkit_version=version or None,
+                            context_hash=context, started_on=started, finished_on=finished,
+                            base_id=labels.get(BASE_LABEL) or None)
 
 
 def image_documents(engine: Engine, store: Store, image: LockedImage, *, ref: str, digest: str,

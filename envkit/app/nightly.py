@@ -312,7 +312,8 @@ def _build(
     # A build this run started (or an earlier killed attempt of it) counts as built.
     action = "built" if outcome.action == "built" or started_here else "skipped"
     store.record_build(image.name, image.hash, info.labels.get(CONTEXT_LABEL, ""), tag=tag, image_id=info.id,
-                       size=info.size, seconds=outcome.seconds, action=action, run_id=run_id)
+                       size=info.size, seconds=outcome.seconds, action=action, builder=outcome.made_by,
+                       envkit_version=__version__, run_id=run_id)
     store.mark_step(run_id, image.name, "build", "done", image.hash)
     report.build = action
     report.worked = True

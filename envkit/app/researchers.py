@@ -16,6 +16,7 @@ from ..registry.remote import inspect_remote, list_registry, merge_store
 from ..registry.remote_parse import parse_ref
 from ..store.history import Store
 from ..support.labels import IMAGE_LABEL, SHOWN, TEAM_LABEL
+from ..trust.dsse import TAMPERED
 from ..trust.keys import GET_KEY_HINT, load_trusted_keys
 from .standing import certified_on, described, from_json, summary
 
@@ -218,9 +219,6 @@ def gate_of(doc: dict, ref: str, *, on_gpus: bool) -> Verdict:
     if notes:
         verdict = replace(verdict, message=f"{verdict.message} ({'; '.join(notes)})", hint=hint)
     return verdict
-
-
-TAMPERED = ("altered after signing", "truncated/malformed envelope")  # an attestation's reasons that refuse the image
 
 
 def run_in_image(engine: Engine, ref: str, command: list[str], *, gpus: bool | None, shm_size: str,

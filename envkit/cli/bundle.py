@@ -9,19 +9,14 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..trust.names import TRUSTED_KEYS_ENV
 from .build import _outcomes_table
-from .common import SPEC, _ctx, builder_option, emit, json_option, run
-from .flags import from_renamed, renamed_option
+from .common import REGISTRY, SPEC, _ctx, builder_option, emit, json_option, run
+from .flags import from_renamed, renamed_option, signing_key_option, trusted_keys_option
 
 if TYPE_CHECKING:
     from ..engine.protocol import BuildEvent
 
-SIGNING_KEY_HELP = ("Sign the bundle with this private key (default: $ENVKIT_SIGNING_KEY; encrypted: "
-                    "$ENVKIT_KEY_PASSWORD): a signed in-toto statement about its manifest, which hashes every file, "
-                    "written as attestations/bundle.intoto.json (`envkit keys generate` makes a key pair).")
-TRUSTED_KEYS_HELP = ("Build only a bundle signed by one of these public keys (comma-separated .pub files or "
-                     "directories of them; default: $ENVKIT_TRUSTED_KEYS): unsigned, signed by another key, or "
-                     "changed after signing is refused (exit 8). With none, the signature is not checked (said so).")
 
 
 @click.group("bundle")
@@ -37,11 +32,16 @@ def bundle_group() -> None:
                                   "existing bundle there is replaced). Required.")
 @renamed_option("--out", "--bundle", "out_dir", type=click.Path(path_type=Path))
 @click.option("--image", "image", default=None, help="The image to bundle (needed when SPEC has several).")
-@click.option("--signing-key", "signing_key", default=None, metavar="FILE", help=SIGNING_KEY_HELP)
+@signing_key_option("the bundle", "a signed in-toto statement about its manifest, which hashes every file, written "
+                                  "as attestations/bundle.intoto.json")
+@click.option("--registry", type=REGISTRY, default=None, metavar="HOST[:PORT][/PATH]",
+              help="The team registry: the bundle carries the image's signatures and attestations from there "
+                   "(certificates, SBOM, provenance: its sha256-<hex>.sig and .att, when the lock's tag there is of "
+                   "this lock), which `bundle build` verifies offline with the trusted keys.")
 @json_option
 @click.pass_context
 def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: str | None, signing_key: str | None,
-                    json_out: bool) -> None:
+                    registry: str | None, json_out: bool) -> None:
     """Write one image's offline bundle into --bundle DIR (needs the network).
 
     Resolves SPEC (or reuses its lock), then writes the lock, hash-checked wheels, the base image
@@ -55,7 +55,8 @@ def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: 
     c = _ctx(click_ctx, json_out)
     key = run(c, lambda: load_signing_key(signing_key))  # a bad key fails before anything is fetched
     engine = run(c, connect)
-    b = run(c, lambda: bundle_spec(spec, out_dir, engine, image=image, signing_key=key, progress=c.progress))
+    b = run(c, lambda: bundle_spec(spec, out_dir, engine, image=image, signing_key=key, registry=registry,
+                                   progress=c.progress))
     doc = b.to_json()
     checked = (f"; `envkit verify {doc['tag']} --lock {b.path / LOCK_FILE}` then compares them with the lock's layer "
                "record, which the bundle carries" if doc["layer_record"] else "")
@@ -77,7 +78,9 @@ def bundle_make_cmd(click_ctx: click.Context, spec: Path, out_dir: Path, image: 
                    "the OS stage, envkit installs the bundle's wheels with its uv and writes the environment layers, "
                    "the same digests as an online reproducible build of the lock (a devel image's devel steps built on "
                    "them from the bundle). Needs a local engine.")
-@click.option("--trusted-keys", "trusted_keys", default=None, metavar="FILE[,FILE...]", help=TRUSTED_KEYS_HELP)
+@trusted_keys_option("the bundle", "Only a bundle signed by one of them is built: unsigned, signed by another key, "
+                                   "or changed after signing is refused (exit 8). With none, the signature is not "
+                                   "checked (said so).")
 @json_option
 @click.pass_context
 def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool, no_cache: bool, builder: str,
@@ -89,17 +92,25 @@ def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool
     """
     from ..engine.docker_engine import connect
     from ..images.bundle import build_from_bundle
+    from ..registry.carry import check_bundle_carried
     from ..trust.bundle import check_bundle_signature
     from ..trust.keys import load_trusted_keys
 
     c = _ctx(click_ctx, json_out)
-    signature = run(c, lambda: check_bundle_signature(bundle_dir, load_trusted_keys(trusted_keys)))
+    keys = run(c, lambda: load_trusted_keys(trusted_keys))
+    signature = run(c, lambda: check_bundle_signature(bundle_dir, keys))
     if signature["checked"]:
         c.progress(f"{bundle_dir}: signed by trusted key {signature['signed_by'][:16]} (manifest "
                    f"{signature['manifest'][:19]})")
     else:
         c.progress(f"{bundle_dir}: the bundle's signature was not checked (no trusted key given: --trusted-keys or "
-                   "$ENVKIT_TRUSTED_KEYS); building it as it is")
+                   f"${TRUSTED_KEYS_ENV}); building it as it is")
+    carried = run(c, lambda: check_bundle_carried(bundle_dir, keys))
+    for doc in carried["documents"]:
+        said = f"does not count: {doc['why']}" if doc.get("why") else "not checked"
+        if doc.get("signed_by"):
+            said = f"signed by trusted key {doc['signed_by'][:16]}"
+        c.progress(f"  carried {doc.get('kind', 'document')} {doc.get('predicate_type') or doc['file']}: {said}")
 
     def progress(said: BuildEvent | str) -> None:
         if isinstance(said, str):  # envkit's own lines
@@ -115,7 +126,8 @@ def bundle_build_cmd(click_ctx: click.Context, bundle_dir: Path, no_verify: bool
     outcome = run(c, lambda: build_from_bundle(engine, bundle_dir, builder=builder, verify=not no_verify,
                                                no_cache=no_cache, reproducible=reproducible, progress=progress,
                                                signed_manifest=signature.get("manifest")))
-    emit(c, {"bundle": str(bundle_dir), "signature": signature, "builder": outcome.builder or builder,
+    emit(c, {"bundle": str(bundle_dir), "signature": signature, "carried": carried,
+             "builder": outcome.builder or builder,
              "reproducible": reproducible, "images": [outcome.to_json()]},
          lambda: _outcomes_table([outcome]))
     if outcome.status == "failed":

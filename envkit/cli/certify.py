@@ -28,16 +28,16 @@ from .common import (
     run,
     table,
 )
-from .flags import from_renamed, renamed_option
+from .flags import from_renamed, renamed_option, signing_key_option
 
 if TYPE_CHECKING:
     from ..app.nightly import NightlyResult
     from ..engine.docker_engine import DockerEngine
 
 
-SIGNING_KEY_HELP = ("Sign what is pushed with this private key (default: $ENVKIT_SIGNING_KEY; encrypted: "
-                    "$ENVKIT_KEY_PASSWORD): each image in cosign's layout (sha256-<hex>.sig) and each certificate as "
-                    "a signed in-toto attestation (sha256-<hex>.att). `envkit keys generate --out DIR` makes one.")
+signing_pushed = signing_key_option(
+    "what is pushed", "each image in cosign's layout (sha256-<hex>.sig); each certificate, its SBOM and provenance as "
+                      "signed in-toto attestations (sha256-<hex>.att)")
 
 
 @click.command("certify")
@@ -63,8 +63,7 @@ SIGNING_KEY_HELP = ("Sign what is pushed with this private key (default: $ENVKIT
 @click.option("--timeout", type=click.IntRange(min=MIN_TIMEOUT_S), default=600, show_default=True,
               help=f"Hard limit for the in-image run, seconds (at least {MIN_TIMEOUT_S}: the payload stops "
                    f"{RESERVE_S} s before it, to report what it found).")
-@click.option("--signing-key", "signing_key", default=None, metavar="FILE",
-              help=SIGNING_KEY_HELP)
+@signing_pushed
 @json_option
 @click.pass_context
 def certify_cmd(
@@ -200,8 +199,7 @@ def _secs(value: float | None) -> str:
               help="Build as `envkit build --reproducible` does, and check each image's environment layers against "
                    "the lock's record (<lock stem>.layers.json): an image whose layers differ fails (exit 18); a "
                    "run that re-resolves writes the record of the lock it writes. Needs a local engine.")
-@click.option("--signing-key", "signing_key", default=None, metavar="FILE",
-              help=SIGNING_KEY_HELP)
+@signing_pushed
 @json_option
 @click.pass_context
 def nightly_cmd(

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import click
 
+from ..trust.names import PASSWORD_ENV, SIGNING_KEY_ENV, TRUSTED_KEYS_ENV
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -21,6 +23,25 @@ def lock_option(fn: F) -> F:
     (resolve, lock, explain, render, build write or read SPEC's; verify and certify hold an image to it)."""
     return click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
                         help="The lock file (default: SPEC with .lock).")(fn)
+
+
+def signing_key_option(what: str, how: str) -> Decorator:
+    """``--signing-key FILE``: the private key that signs ``what`` (``how``: what it writes), one spelling and one
+    help on every command that signs (``nightly``, ``certify --fleet``, ``bundle make``). No value: ``None``, and
+    ``trust.keys.load_signing_key`` falls back to ``$ENVKIT_SIGNING_KEY`` (the fallback's one owner)."""
+    return click.option("--signing-key", "signing_key", default=None, metavar="FILE",
+                        help=f"Sign {what} with this private key (default: ${SIGNING_KEY_ENV}; encrypted: "
+                             f"${PASSWORD_ENV}): {how}. `envkit keys generate` makes a key pair.")
+
+
+def trusted_keys_option(what: str, otherwise: str) -> Decorator:
+    """``--trusted-keys FILE[,FILE...]``: the public keys whose signatures count for ``what``; ``otherwise``: what
+    becomes of a document none of them signed. One spelling and one help on every command that verifies (``ls``,
+    ``show``, ``pull``, ``run``, ``bundle build``). No value: ``None``, and ``trust.keys.load_trusted_keys`` falls
+    back to ``$ENVKIT_TRUSTED_KEYS``."""
+    return click.option("--trusted-keys", "trusted_keys", default=None, metavar="FILE[,FILE...]",
+                        help=f"The public keys whose signatures count for {what} (comma-separated .pub files or "
+                             f"directories of them; default: ${TRUSTED_KEYS_ENV}). {otherwise}")
 
 
 RENAMED = "envkit.renamed"  # ctx.meta key: values given under an old spelling, by parameter name

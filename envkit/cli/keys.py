@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..trust.names import PASSWORD_ENV, PRIVATE_FILE, PUBLIC_FILE, SIGNING_KEY_ENV, TRUSTED_KEYS_ENV
 from .common import _ctx, emit, json_option, run
 
 
@@ -16,8 +17,8 @@ def keys_group() -> None:
 
 @keys_group.command("generate")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True, metavar="DIR",
-              help="Write DIR/envkit.key (private, mode 0600; encrypted with $ENVKIT_KEY_PASSWORD when set) and "
-                   "DIR/envkit.pub (the public key to hand to researchers and admission policies).")
+              help=f"Write DIR/{PRIVATE_FILE} (private, mode 0600; encrypted with ${PASSWORD_ENV} when set) and "
+                   f"DIR/{PUBLIC_FILE} (the public key to hand to researchers and admission policies).")
 @json_option
 @click.pass_context
 def generate_cmd(click_ctx: click.Context, out_dir: Path, json_out: bool) -> None:
@@ -28,10 +29,10 @@ def generate_cmd(click_ctx: click.Context, out_dir: Path, json_out: bool) -> Non
     made = run(c, lambda: generate_keys(out_dir))
 
     def human() -> None:
+        unencrypted = f"; not encrypted (${PASSWORD_ENV} unset)"
         click.echo(f"private key {made['private_key']} (keep it on the signing runner: --signing-key or "
-                   f"$ENVKIT_SIGNING_KEY){'' if made['encrypted'] else '; not encrypted ($ENVKIT_KEY_PASSWORD unset)'}")
-        click.echo(f"public key  {made['public_key']} (give it to researchers: --trusted-keys or "
-                   f"$ENVKIT_TRUSTED_KEYS)")
+                   f"${SIGNING_KEY_ENV}){'' if made['encrypted'] else unencrypted}")
+        click.echo(f"public key  {made['public_key']} (give it to researchers: --trusted-keys or ${TRUSTED_KEYS_ENV})")
         click.echo(f"fingerprint {made['fingerprint']}")
 
     emit(c, made, human)

@@ -15,14 +15,12 @@ import click
 from ..engine.protocol import RUN_SHM_SIZE, RUN_TIMEOUT
 from ..errors import EnvkitError
 from .common import GPU, IMAGE, REGISTRY, STORE, STORE_HELP, Ctx, _ctx, emit, json_option, run, table
-from .flags import filled
+from .flags import filled, trusted_keys_option
 from .progress import LayerView
 
-TRUSTED_KEYS_HELP = ("The public keys whose signed certificates count (comma-separated .pub files or directories of "
-                     "them; default: $ENVKIT_TRUSTED_KEYS). A registry certificate that does not verify with one, "
-                     "for this very digest, is shown with why and never counts.")
-trusted_keys_option = click.option("--trusted-keys", "trusted_keys", default=None, metavar="FILE[,FILE...]",
-                                   help=TRUSTED_KEYS_HELP)
+trusted_certificates = trusted_keys_option(
+    "a registry certificate", "One that does not verify with one of them, for this very digest, is shown with why and "
+                              "never counts.")
 
 if TYPE_CHECKING:
     from typing import Iterator
@@ -68,7 +66,7 @@ def _engine_if_any() -> DockerEngine | None:
                    "(a CPU-only verification), failed or not certified.")
 @click.option("--certified", "certified_only", is_flag=True,
               help="Only images certified on a GPU (on --gpu MODEL when given).")
-@trusted_keys_option
+@trusted_certificates
 @json_option
 @click.pass_context
 def ls_cmd(click_ctx: click.Context, store_url: str | None, registry: str | None, gpu: str | None,
@@ -129,7 +127,7 @@ def _store_note(c: Ctx, store_url: str | None) -> None:
               help="Also say where it stands on this GPU model, certified or not (repeatable; default: the fleet's "
                    "models when ./team.yaml is here).")
 @click.option("--all", "show_all", is_flag=True, help="Then the labels, the registry's view and every certificate.")
-@trusted_keys_option
+@trusted_certificates
 @json_option
 @click.pass_context
 def show_cmd(click_ctx: click.Context, image: str, store_url: str | None, gpus: tuple[str, ...], show_all: bool,
@@ -228,7 +226,7 @@ def _show_all(doc: dict) -> None:
               help="Judge it for a run with (or without) GPUs, as `envkit run` would. Default: when the engine has "
                    "the NVIDIA runtime.")
 @click.option("--store", "store_url", type=STORE, default=None, help=STORE_HELP)
-@trusted_keys_option
+@trusted_certificates
 @json_option
 @click.pass_context
 def pull_cmd(click_ctx: click.Context, image: str, require_certified: bool, gpus: bool | None, store_url: str | None,
@@ -277,7 +275,7 @@ def pull_cmd(click_ctx: click.Context, image: str, require_certified: bool, gpus
                    "resized (as `docker run -t`; its stdout and stderr are then one stream). With -i on a terminal, "
                    "envkit's terminal is raw while the job runs, so keys such as Ctrl-C go to the job: "
                    "`envkit run -it IMAGE -- bash`.")
-@trusted_keys_option
+@trusted_certificates
 @json_option
 @click.pass_context
 def run_cmd(

@@ -60,6 +60,14 @@ class Outcome:
     def status(self) -> str:
         return self.verification.status if self.verification else "built"
 
+    @property
+    def made_by(self) -> str:
+        """Which builder made the image, as the store records it and its provenance says: reproducible (envkit
+        wrote the environment layers, the builder only the OS stage), else classic | buildkit; "" when skipped."""
+        if self.action != "built" or not self.builder:
+            return ""
+        return "reproducible" if self.layers else self.builder
+
     def to_json(self) -> dict:
         return {"name": self.name, "tag": self.tag, "action": self.action, "image_id": self.image_id,
                 "size_bytes": self.size, "build_seconds": round(self.seconds, 1), "status": self.status,

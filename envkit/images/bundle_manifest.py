@@ -152,6 +152,12 @@ def bundle_attestations(bundle_dir: Path) -> dict[str, bytes]:
     every file against the manifest; {} for a bundle made without any. The bundle's own signature (``SIGNATURE``)
     is not among them: it is about the bundle, not its image."""
     files = verify_bundle(bundle_dir)["files"]
+    return {name: data for name, data in read_attestations(bundle_dir).items() if f"{ATTESTATIONS}/{name}" in files}
+
+
+def read_attestations(bundle_dir: Path) -> dict[str, bytes]:
+    """The files of ``attestations/`` but the bundle's own signature, by name, not checked against the manifest
+    (for a reader that verifies each by its own signature before ``verify_bundle`` runs: ``bundle build``)."""
     folder = Path(bundle_dir) / ATTESTATIONS
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())
-            if p.is_file() and f"{ATTESTATIONS}/{p.name}" in files} if folder.is_dir() else {}
+            if p.is_file() and f"{ATTESTATIONS}/{p.name}" != SIGNATURE} if folder.is_dir() else {}

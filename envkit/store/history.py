@@ -192,19 +192,18 @@ class Store:
 
     # --- builds ---------------------------------------------------------------------------
     def record_build(self, name: str, lock_hash: str, context_hash: str, *, tag: str, image_id: str,
-                     size: int = 0, seconds: float = 0.0, action: str = "built",
-                     run_id: int | None = None) -> None:
-        """Record that image ``name`` exists for (lock_hash, context_hash).
-
-        One row per identity. Re-recording updates the tag, image and run; a row that says
-        ``built`` keeps saying so (with its build time) when a later run merely skipped it.
-        """
+                     size: int = 0, seconds: float = 0.0, action: str = "built", builder: str = "",
+                     run_id: int | None = None, envkit_version: str = "") -> None:
+        """Record that image ``name`` exists for (lock_hash, context_hash); ``builder``: which made it (classic |
+        buildkit | reproducible, ``Outcome.made_by``), and ``envkit_version``: which envkit. One row per identity.
+        Re-recording updates the tag, image and run; a row that says ``built`` keeps saying so (with its build
+        time, builder and envkit version) when a later run merely skipped it."""
         check_one_of(action, BUILD_ACTIONS, "build action")
         with self.backend.transaction() as db:
             db.execute("""
                 INSERT INTO builds (run_id, name, lock_hash, context_hash, tag, image_id, size, seconds,
-                                    action, created_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                    action, created_at, builder, envkit_version)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (name, lock_hash, context_hash) DO UPDATE SET
                     run_id = excluded.run_id,
                     tag = excluded.tag,
@@ -214,19 +213,19 @@ class Store:
                                    THEN builds.seconds ELSE excluded.seconds END,
                     action = CASE WHEN builds.action = 'built' THEN 'built' ELSE excluded.action END,
                     created_at = CASE WHEN excluded.action = 'built' THEN excluded.created_at
-                                      ELSE builds.created_at END
+                                      ELSE builds.created_at END,
+                    builder = CASE WHEN excluded.action = 'built' AND excluded.builder != ''
+                                   THEN excluded.builder ELSE builds.builder END,
+                    envkit_version = CASE WHEN excluded.action = 'built' THEN excluded.envkit_version
+                                          ELSE builds.envkit_version END
                 """, (run_id, name, lock_hash, context_hash, tag, image_id, int(size), float(seconds), action,
-                      self._now()))
+                      self._now(), builder if action == "built" else "", envkit_version if action == "built" else ""))
 
     def find_build(self, name: str, lock_hash: str, context_hash: str) -> BuildRecord | None:
         rows = self.backend.query(
             "SELECT * FROM builds WHERE name = ? AND lock_hash = ? AND context_hash = ?",
             (name, lock_hash, context_hash))
-        if not rows:
-            return None
-        r = rows[0]
-        return BuildRecord(r["name"], r["lock_hash"], r["context_hash"], r["tag"], r["image_id"], r["size"],
-                           r["seconds"], r["action"], r["run_id"], r["created_at"])
+        return BuildRecord.from_row(rows[0]) if rows else None
 
     def images(self) -> list[tuple[str, str, str]]:
         """(image_id, tag, date) of every image built or certified, newest record per image."""

@@ -138,6 +138,13 @@ def _m003_base_mirrors(db: Executor, d: Dialect) -> None:
         )""")
 
 
+def _m004_build_builder(db: Executor, d: Dialect) -> None:
+    """Which builder made a build (classic | buildkit | reproducible) and which envkit ran it, for its provenance.
+    Rows recorded before have neither: '' (a provenance made from one says "unknown")."""
+    db.execute("ALTER TABLE builds ADD COLUMN builder TEXT NOT NULL DEFAULT ''")
+    db.execute("ALTER TABLE builds ADD COLUMN envkit_version TEXT NOT NULL DEFAULT ''")
+
+
 Migration = tuple[str, Callable[[Executor, Dialect], None]]
 
 # Append only: never edit or reorder an entry once it has shipped.
@@ -145,6 +152,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ("001_initial", _m001_initial),
     ("002_publish_and_steps", _m002_publish_and_steps),
     ("003_base_mirrors", _m003_base_mirrors),
+    ("004_build_builder", _m004_build_builder),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

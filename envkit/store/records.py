@@ -5,6 +5,7 @@ gives back (builds, certificates, pushes)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +105,13 @@ class BuildRecord:
     action: str
     run_id: int | None
     created_at: str
+    builder: str = ""  # classic | buildkit | reproducible; "" for a row recorded before envkit kept it, or skipped
+    envkit_version: str = ""  # the envkit that built it; "" as builder
+
+    @classmethod
+    def from_row(cls, r: Mapping) -> BuildRecord:
+        return cls(r["name"], r["lock_hash"], r["context_hash"], r["tag"], r["image_id"], r["size"], r["seconds"],
+                   r["action"], r["run_id"], r["created_at"], r["builder"], r["envkit_version"])
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from ..errors import TrustError
 from .keys import GET_KEY_HINT, SigningKey, TrustedKeys
 
 MALFORMED = "truncated/malformed envelope"
+ALTERED = "altered after signing"
+TAMPERED = (ALTERED, MALFORMED)  # the reasons that refuse an image outright (the gate, a bundle's carried documents)
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -77,7 +79,7 @@ def verify_envelope(data: bytes, trusted: TrustedKeys) -> tuple[Envelope, str]:
             return envelope, fp
     if known:
         raise TrustError("the envelope's signature does not verify with the key that made it",
-                         reason="altered after signing")
+                         reason=ALTERED)
     keyid = envelope.signatures[0][0] or "(no keyid)"
     raise TrustError(f"the envelope is signed by a key not trusted here ({keyid})",
                      reason=f"signed by unknown key {keyid}", hint=GET_KEY_HINT)

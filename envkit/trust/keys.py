@@ -22,12 +22,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from ..errors import TrustError
+from .names import PASSWORD_ENV, PRIVATE_FILE, PUBLIC_FILE, SIGNING_KEY_ENV, TRUSTED_KEYS_ENV
 
-PRIVATE_FILE = "envkit.key"
-PUBLIC_FILE = "envkit.pub"
-SIGNING_KEY_ENV = "ENVKIT_SIGNING_KEY"
-TRUSTED_KEYS_ENV = "ENVKIT_TRUSTED_KEYS"
-PASSWORD_ENV = "ENVKIT_KEY_PASSWORD"
 GET_KEY_HINT = (f"get the team's public key (the {PUBLIC_FILE} file from the platform team; `envkit keys show "
                 f"{PUBLIC_FILE}` prints its fingerprint to compare with theirs) and name it with --trusted-keys FILE "
                 f"or {TRUSTED_KEYS_ENV}=FILE[,FILE...]")

@@ -6,9 +6,10 @@ as ``nightly`` records one, so the provenance is made from that record.
 
 The ``.att`` then holds three attestations that verify with the team key (certificate, CycloneDX, SLSA); the SBOM
 validates against the official CycloneDX 1.6 schema and lists the image's Debian packages; the provenance reads as
-the official SLSA v1 protobuf definition, with the record's facts and nothing the record does not say (builder);
-publishing again adds nothing; and once the SBOM attestation's payload is altered the gate refuses the image
-(`envkit pull --require-certified`, exit 8)."""
+the official SLSA v1 protobuf definition (``tests.speccheck.check_provenance``), with the record's facts (its
+builder and envkit version in ``runDetails.builder.version``); publishing again adds nothing; what an offline
+bundle carries of it (``registry.carry``, ``bundle make --registry``) verifies; and once the SBOM
+attestation's payload is altered the gate refuses the image (`envkit pull --require-certified`, exit 8)."""
 
 from __future__ import annotations
 
@@ -21,15 +22,15 @@ from datetime import datetime, timedelta
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from google.protobuf import json_format
-from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
 
+from envkit import __version__
 from envkit.app.image_attestations import documents_for
 from envkit.app.nightly_publish import Asked, ImageReport, _publish
 from envkit.certify.certificate_predicate import CERTIFICATE_PREDICATE_TYPE
 from envkit.engine.protocol import RunOptions
 from envkit.lock import BaseImage, Lock
 from envkit.registry.api import _RegistryHTTP
+from envkit.registry.carry import fetch_carried, judge_carried
 from envkit.registry.signatures import DSSE_TYPE, PREDICATE_ANNOTATION, Layer, att_tag, read_manifest_layers
 from envkit.store.history import Store
 from envkit.support.labels import CONTEXT_LABEL
@@ -40,6 +41,7 @@ from envkit.trust.sbom import SBOM_PREDICATE_TYPE
 from tests.integration.conftest import ENVKIT, empty_store
 from tests.integration.published import certificate, keypair, label_image, labels_for, untag_registry_refs
 from tests.integration.registry import registry  # noqa: F401  (a fixture)
+from tests.speccheck import check_provenance
 from tests.unit.lockfixtures import make_image
 
 pytestmark = pytest.mark.integration
@@ -71,7 +73,8 @@ def test_publish_attaches_certificate_sbom_and_provenance_signed(engine, dc, bas
     repo = f"{registry.host}/{TEAM}/{image.name}"
     try:
         with Store.open(tmp_path / "history.sqlite", clock=lambda: FINISHED) as store:
-            store.record_build(image.name, image.hash, CONTEXT, tag=LOCAL, image_id=image_id, seconds=95.0)
+            store.record_build(image.name, image.hash, CONTEXT, tag=LOCAL, image_id=image_id, seconds=95.0,
+                               builder="buildkit", envkit_version=__version__)
             run_id = store.start_run(lock.spec_digest)
             cert = certificate(f"{TEAM}/torch25:{STACK}", image_id, image.hash, "NVIDIA H200", "certified",
                                "2026-12-07T03:00:00Z")
@@ -108,10 +111,10 @@ def test_publish_attaches_certificate_sbom_and_provenance_signed(engine, dc, bas
             assert bom["metadata"]["component"]["hashes"][0]["content"] == digest.removeprefix("sha256:")
 
             provenance = verified[PROVENANCE_PREDICATE_TYPE].predicate
-            json_format.ParseDict(provenance, provenance_pb2.Provenance(),  # type: ignore[attr-defined]
-                                  ignore_unknown_fields=False)
+            check_provenance(provenance)
+            assert provenance["runDetails"]["builder"]["version"] == {"envkit": __version__, "imageBuilder": "buildkit"}
             definition = provenance["buildDefinition"]
-            assert definition["externalParameters"] == {"spec": "team.yaml", "image": image.name}  # no builder
+            assert definition["externalParameters"] == {"spec": "team.yaml", "image": image.name}
             assert definition["internalParameters"]["contextHash"] == CONTEXT
             assert definition["internalParameters"]["lockHash"] == image.hash
             metadata = provenance["runDetails"]["metadata"]
@@ -120,6 +123,13 @@ def test_publish_attaches_certificate_sbom_and_provenance_signed(engine, dc, bas
 
             publish()  # the next signing nightly (published already: signed again) appends nothing
             assert [x.data for x in _att(reg, digest)[1]] == [x.data for x in layers]
+
+            # what `bundle make --registry` carries of it: the signature and the three attestations, verifying
+            carried = fetch_carried(engine, f"{repo}:{STACK}", image.hash)
+            assert carried.pinned == f"{repo}@{digest}" and len(carried.files) == 5, carried
+            judged = judge_carried(carried.files, trusted, image.hash)
+            assert [j.get("signed_by") for j in judged] == [key.fingerprint] * 4, judged
+            assert fetch_carried(engine, f"{repo}:{STACK}", "sha256:" + "0" * 64).files == {}  # another lock's
 
         env = {**os.environ, TRUSTED_KEYS_ENV: str(public)}
         command = [*ENVKIT, "pull", f"{repo}:{STACK}", "--no-gpus", "--require-certified", "--json", "--store",

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from envkit import __version__
 from envkit.app.nightly import LAYERS_DIFFER, CERT_FAILED, EXIT_NAMES, ImageReport, _build, _exit_code, run_nightly
 from envkit.app.nightly_layers import LayerStep
 from envkit.images.layer_record import Recorded, entry, layers_of, load_record, record_path, write_record
@@ -212,7 +213,7 @@ def test_a_builders_image_of_the_lock_is_built_again_reproducibly_and_envkits_is
         eng.images[tag] = ImageInfo("sha256:new", (tag,), 1, {LAYERS_LABEL: REPRODUCIBLE_LAYERS}, {}, "")
 
         class Outcome:
-            action, seconds = "built", 1.0
+            action, seconds, made_by = "built", 1.0, "reproducible"
         return Outcome()
 
     monkeypatch.setattr("envkit.app.nightly.build_image", build_image)
@@ -223,8 +224,11 @@ def test_a_builders_image_of_the_lock_is_built_again_reproducibly_and_envkits_is
         report = ImageReport(image.name, tag)
         info = _build(engine, store, run_id, lock, image, "team.yaml", None, report, lambda _: None, "classic",
                       reproducible=True)
+        recorded = store.find_build(image.name, image.hash, "")
     assert calls == ([True] if built else [])
     assert report.build == ("built" if built else "skipped") and info.labels[LAYERS_LABEL] == REPRODUCIBLE_LAYERS
+    if built:  # the build's builder, as its provenance will say it
+        assert recorded is not None and (recorded.builder, recorded.envkit_version) == ("reproducible", __version__)
 
 
 def test_the_nightly_flag_is_documented(tmp_path):
@@ -278,7 +282,7 @@ def run(tmp_path, monkeypatch):
                                         layers=("sha256:os", *built.values()))
 
             class Outcome:
-                action, seconds = "built", 1.0
+                action, seconds, made_by = "built", 1.0, "reproducible"
             return Outcome()
 
         def certify_image(eng, ref, expect, *, gpus):

@@ -100,3 +100,50 @@ def test_a_bundle_that_does_not_verify_is_refused_before_the_engine(engine, exam
     expected = {"unsigned": "is unsigned", "untrusted": f"not trusted here ({other['fingerprint']})",
                 "altered": f"about the manifest {signed_digest}, not this bundle's"}[case]
     assert expected in doc["message"]
+
+
+def test_a_bundle_carries_the_images_registry_documents_and_a_site_verifies_them(
+        engine, example_resolved, offline_parts, built, team, tmp_path, monkeypatch):
+    """``bundle make --registry``: what ``registry.carry.fetch_carried`` reads there (replaced: a real cosign
+    signature and certificate attestation, signed with the team key) goes into attestations/ and the manifest;
+    ``bundle build --trusted-keys`` verifies each before the build, and refuses (exit 8) one altered since."""
+    from envkit.certify.certificate_predicate import CERTIFICATE_PREDICATE_TYPE
+    from envkit.registry import carry
+    from envkit.trust.attest import attest
+    from envkit.trust.cosign import sign_payload, simple_signing_payload
+
+    key = keys.load_signing_key(team["private_key"])
+    asked = {}
+
+    def fetch_carried(eng, ref, lock_hash):
+        digest = "sha256:" + "d" * 64
+        prefix, repo = digest.replace(":", "-"), ref.rsplit(":", 1)[0]
+        payload = simple_signing_payload(repo, digest)
+        asked.update(ref=ref, lock_hash=lock_hash)
+        return carry.Carried({f"{prefix}.sig.0.payload.json": payload,
+                              f"{prefix}.sig.0.b64": sign_payload(payload, key).encode(),
+                              f"{prefix}.att.0.dsse.json": attest(CERTIFICATE_PREDICATE_TYPE, {"lock_hash": lock_hash},
+                                                                  repo, digest, key)}, f"{repo}@{digest}")
+
+    monkeypatch.setattr(carry, "fetch_carried", fetch_carried)
+    out = tmp_path / "b"
+    made = invoke("bundle", "make", "examples/team.yaml", "--bundle", out, "--signing-key", team["private_key"],
+                  "--registry", "registry.example.org:5000", "--json")
+    assert made.exit_code == 0, made.output
+    doc = json.loads(made.stdout)
+    assert asked["ref"] == f"registry.example.org:5000/{doc['tag']}" and asked["lock_hash"] == doc["lock_hash"]
+    assert len(doc["carried"]["files"]) == 3 and doc["carried"]["from"].endswith("@sha256:" + "d" * 64)
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert {f"attestations/{name}" for name in doc["carried"]["files"]} <= set(manifest["files"])
+
+    result = invoke("bundle", "build", out, "--trusted-keys", team["public_key"], "--json")
+    assert result.exit_code == 0, result.output
+    carried = json.loads(result.stdout)["carried"]
+    assert carried["checked"] and [d.get("signed_by") for d in carried["documents"]] == [team["fingerprint"]] * 2
+    att = next(out.glob("attestations/*.att.0.dsse.json"))
+    envelope = json.loads(att.read_bytes())
+    envelope["payload"] = envelope["payload"][:-8] + "AAAAAAA="
+    att.write_text(json.dumps(envelope))
+    monkeypatch.setattr(bundle_mod, "build_from_bundle", lambda *a, **k: pytest.fail("a build started"))
+    refused = invoke("bundle", "build", out, "--trusted-keys", team["public_key"], "--json")
+    assert refused.exit_code == 8 and "altered after signing" in json.loads(refused.stdout)["message"]

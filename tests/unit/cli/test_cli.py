@@ -591,7 +591,8 @@ def test_bundle_build_passes_its_options_through(engine, monkeypatch, tmp_path, 
     doc = json.loads(result.stdout)
     assert doc == {"bundle": str(tmp_path), "builder": builder, "reproducible": reproducible,
                    "images": [doc["images"][0]],
-                   "signature": {"checked": False, "why": "not checked: no trusted key given", "signed": False}}
+                   "signature": {"checked": False, "why": "not checked: no trusted key given", "signed": False},
+                   "carried": {"checked": False, "documents": []}}  # (a bundle made without --registry)
     assert seen["signed_manifest"] is None
     assert "the bundle's signature was not checked (no trusted key given" in result.stderr
     assert doc["images"][0]["tag"] == "vision/torch25:x" and doc["images"][0]["action"] == "built"

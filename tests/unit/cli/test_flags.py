@@ -97,3 +97,33 @@ def test_lock_writes_the_lock_and_check_only_checks(write_spec, monkeypatch):
     assert json.loads(wrote.stdout)["written"] is True and spec.with_suffix(".lock").exists()
     again = CliRunner().invoke(main, ["lock", str(spec), "-v", "--json"])  # -v after the subcommand
     assert again.exit_code == 0 and json.loads(again.stdout)["written"] is False
+
+
+def _key_options(name: str) -> dict[str, click.Option]:
+    return {path: p for path, cmd in commands().items() for p in cmd.params
+            if isinstance(p, click.Option) and p.name == name}
+
+
+@pytest.mark.parametrize("name, flag, env", [("signing_key", "--signing-key", "$ENVKIT_SIGNING_KEY"),
+                                             ("trusted_keys", "--trusted-keys", "$ENVKIT_TRUSTED_KEYS")])
+def test_the_key_options_are_one_helper_each(name, flag, env):
+    """``--signing-key`` and ``--trusted-keys``: made by ``cli.flags``'s helper on every command (spelling, metavar,
+    no click default, the environment variable named in the help from ``trust.names``), written nowhere else."""
+    options = _key_options(name)
+    assert set(options) == {"signing_key": {"bundle make", "certify", "nightly"},
+                            "trusted_keys": {"bundle build", "ls", "pull", "run", "show"}}[name]
+    for path, option in options.items():
+        assert option.opts == [flag] and option.default is None and option.envvar is None, path
+        assert "(comma-separated .pub files" in option.help if name == "trusted_keys" else "encrypted: " in option.help
+        assert f"default: {env}" in (option.help or ""), path
+    written = [p for p in (ROOT / "envkit" / "cli").glob("*.py") if f'"{flag}"' in p.read_text()]
+    assert [p.name for p in written] == ["flags.py"]
+
+
+def test_the_cli_names_the_key_variables_without_loading_cryptography():
+    import subprocess
+    import sys
+
+    code = "import sys, envkit.cli; print('cryptography' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"

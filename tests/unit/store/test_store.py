@@ -130,7 +130,8 @@ def test_migrating_a_version_1_database_keeps_its_rows(tmp_path):
 
     with Store.open(path) as s:
         assert s.schema_version == SCHEMA_VERSION
-        assert s.find_build("torch25", "L", "C").image_id == "sha256:aa"
+        old = s.find_build("torch25", "L", "C")
+        assert old.image_id == "sha256:aa" and (old.builder, old.envkit_version) == ("", "")  # not recorded then
         s.record_push("sha256:aa", "reg/vision/torch25:x", "sha256:dd", "stack")  # new table works
         assert [p.digest for p in s.pushes_for("sha256:aa")] == ["sha256:dd"]
 
@@ -536,3 +537,23 @@ def test_the_default_store_does_not_depend_on_the_working_directory(tmp_path, mo
     assert Store.open_existing() is not None  # readable as before
     Store.open(where_a).close()  # once the new default exists, it wins
     assert locate().path == where_a
+
+
+def test_a_build_keeps_its_builder_and_envkit_version_when_a_later_run_skips_it(tmp_path):
+    """The builder (Outcome.made_by) and the building envkit's version are kept with a built row: a later skip
+    keeps them, a rebuild replaces them; a row only ever skipped has neither (its provenance says "unknown")."""
+    with Store.open(tmp_path / "h.sqlite") as s:
+        s.record_build("torch25", "L", "C", tag="t", image_id="sha256:aa", action="skipped", builder="buildkit",
+                       envkit_version="0.9")
+        first = s.find_build("torch25", "L", "C")
+        assert (first.builder, first.envkit_version) == ("", "")
+        s.record_build("torch25", "L", "C", tag="t", image_id="sha256:aa", builder="reproducible",
+                       envkit_version="1.0")
+        s.record_build("torch25", "L", "C", tag="t", image_id="sha256:aa", action="skipped", envkit_version="1.1")
+        kept = s.find_build("torch25", "L", "C")
+        assert (kept.action, kept.builder, kept.envkit_version) == ("built", "reproducible", "1.0")
+        s.record_build("torch25", "L", "C", tag="t", image_id="sha256:bb", builder="classic", envkit_version="1.2")
+        assert (s.find_build("torch25", "L", "C").builder, s.find_build("torch25", "L", "C").envkit_version) == \
+            ("classic", "1.2")
+        s.record_build("torch25", "L", "C", tag="t", image_id="sha256:bb", builder="")  # a resumed build: unknown
+        assert s.find_build("torch25", "L", "C").builder == "classic"

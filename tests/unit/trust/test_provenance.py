@@ -16,7 +16,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from google.protobuf import json_format
 from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
-from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
 from in_toto_attestation.v1.statement import Statement
 
 from envkit import __version__
@@ -24,7 +23,8 @@ from envkit.errors import EnvkitError
 from envkit.images.builder import Outcome
 from envkit.lock import BaseImage
 from envkit.trust.attest import statement
-from envkit.trust.provenance import PROVENANCE_PREDICATE_TYPE, build_provenance, provenance_for
+from envkit.trust.provenance import BUILDER_ID, PROVENANCE_PREDICATE_TYPE, build_provenance, provenance_for
+from tests.speccheck import check_provenance
 from tests.unit.lockfixtures import make_image
 
 FINISHED = datetime(2026, 12, 7, 1, 2, 3, 456789, tzinfo=timezone.utc)
@@ -40,14 +40,9 @@ def outcome(**changes) -> Outcome:
 
 
 def official(predicate: dict) -> provenance_pb2.Provenance:  # type: ignore[name-defined]
-    """``predicate`` as the official protobuf definition reads it (unknown fields refused), with the spec's REQUIRED
-    fields present: buildType, externalParameters, builder.id; each resolved dependency a valid descriptor."""
-    message = json_format.ParseDict(predicate, provenance_pb2.Provenance(), ignore_unknown_fields=False)  # type: ignore[attr-defined]
-    assert message.build_definition.build_type and message.build_definition.HasField("external_parameters")
-    assert message.run_details.builder.id
-    for dependency in message.build_definition.resolved_dependencies:
-        ResourceDescriptor.copy_from_pb(dependency).validate()
-    return message
+    """``predicate`` as the official protobuf definition reads it, the spec's REQUIRED fields present
+    (``tests.speccheck.check_provenance``, which shares no code with envkit)."""
+    return check_provenance(predicate)
 
 
 def test_provenance_from_a_real_build_outcome_reads_as_the_official_definition():
@@ -60,15 +55,15 @@ def test_provenance_from_a_real_build_outcome_reads_as_the_official_definition()
         (FINISHED - timedelta(seconds=125.5)).replace(microsecond=0)
     definition = predicate["buildDefinition"]
     assert definition["buildType"].startswith("https://envkit.dev/")
-    assert definition["externalParameters"] == {"spec": "team.yaml", "image": "torch25", "builder": "buildkit"}
+    assert definition["externalParameters"] == {"spec": "team.yaml", "image": "torch25"}
     assert definition["internalParameters"]["lockHash"] == image.hash
     assert definition["internalParameters"]["contextHash"] == CONTEXT
-    assert definition["internalParameters"]["envkitVersion"] == __version__
     base, lock = definition["resolvedDependencies"]
     assert base["name"] == image.base.ref and base["digest"] == {"sha256": "b" * 64}
     assert lock["digest"] == {"sha256": image.hash.removeprefix("sha256:")} and lock["uri"] == "team.lock"
     run = predicate["runDetails"]
-    assert run["builder"]["version"] == {"envkit": __version__}
+    assert run["builder"] == {"id": BUILDER_ID, "version": {"envkit": __version__, "imageBuilder": "buildkit"}}
+    assert message.run_details.builder.version["imageBuilder"] == "buildkit"
     assert run["metadata"] == {"invocationId": "nightly-42", "startedOn": "2026-12-07T00:59:57Z",
                                "finishedOn": "2026-12-07T01:02:03Z"}
 
@@ -76,9 +71,9 @@ def test_provenance_from_a_real_build_outcome_reads_as_the_official_definition()
 def test_the_locks_base_digest_wins_and_an_unknown_one_leaves_a_uri():
     pinned = make_image(base=BaseImage(ref="nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04",
                                        digest="sha256:" + "d" * 64, distro="ubuntu", suite="jammy"))
-    base = build_provenance(pinned, spec_path="team.yaml", builder="classic", context_hash=CONTEXT,
-                            started_on=FINISHED, finished_on=FINISHED, base_id=BASE_ID)["buildDefinition"][
-                                "resolvedDependencies"][0]
+    base = build_provenance(pinned, spec_path="team.yaml", builder="classic", envkit_version="0.1.0",
+                            context_hash=CONTEXT, started_on=FINISHED, finished_on=FINISHED,
+                            base_id=BASE_ID)["buildDefinition"]["resolvedDependencies"][0]
     assert base["digest"] == {"sha256": "d" * 64}
     unknown = provenance_for(make_image(), outcome(), spec_path="team.yaml", finished_on=FINISHED)
     official(unknown)
@@ -112,13 +107,37 @@ def test_naive_times_are_refused():
         provenance_for(make_image(), outcome(), spec_path="team.yaml", finished_on=FINISHED.replace(tzinfo=None))
 
 
-def test_facts_a_build_record_does_not_hold_are_left_out_not_guessed():
-    """The history store records no builder, and an image only ever skipped has no build times: those fields are
-    absent (SLSA v1 makes them optional), and what remains still reads as the official definition."""
+def test_facts_a_build_record_does_not_hold_are_unknown_or_left_out_not_guessed():
+    """A history record made before the store kept the builder says "unknown" for the builder and the envkit that
+    built it (builder.version is a map of strings in SLSA v1), and an image only ever skipped has no build times:
+    those are absent (SLSA v1 makes them optional); what remains still reads as the official definition."""
     image = make_image()
-    predicate = build_provenance(image, spec_path="team.yaml", builder=None, context_hash=None, started_on=None,
-                                 finished_on=None, invocation_id="nightly-43")
+    predicate = build_provenance(image, spec_path="team.yaml", builder=None, envkit_version=None, context_hash=None,
+                                 started_on=None, finished_on=None, invocation_id="nightly-43")
     official(predicate)
     assert predicate["buildDefinition"]["externalParameters"] == {"spec": "team.yaml", "image": "torch25"}
+    assert predicate["runDetails"]["builder"] == {"id": BUILDER_ID,
+                                                  "version": {"envkit": "unknown", "imageBuilder": "unknown"}}
     assert "contextHash" not in predicate["buildDefinition"]["internalParameters"]
     assert predicate["runDetails"]["metadata"] == {"invocationId": "nightly-43"}
+
+
+@pytest.mark.parametrize("changes, kind", [({}, "buildkit"), ({"builder": "classic"}, "classic"),
+                                           ({"layers": {"env": "sha256:" + "a" * 64}}, "reproducible")])
+def test_the_outcomes_builder_is_the_provenances(changes, kind):
+    """classic | buildkit from the outcome's builder; reproducible when envkit wrote the environment layers."""
+    predicate = provenance_for(make_image(), outcome(**changes), spec_path="team.yaml", finished_on=FINISHED)
+    assert official(predicate).run_details.builder.version["imageBuilder"] == kind
+
+
+def test_a_builder_envkit_does_not_know_is_refused():
+    with pytest.raises(ValueError, match="not an image builder"):
+        build_provenance(make_image(), spec_path="team.yaml", builder="kaniko", envkit_version="0.1.0",
+                         context_hash=None, started_on=None, finished_on=None)
+
+
+def test_the_spec_check_refuses_a_builder_without_an_id():
+    predicate = provenance_for(make_image(), outcome(), spec_path="team.yaml", finished_on=FINISHED)
+    del predicate["runDetails"]["builder"]["id"]
+    with pytest.raises(AssertionError):
+        official(predicate)
