@@ -17,58 +17,30 @@ from envkit.engine.protocol import RunOptions
 from envkit.frameworks import JAX, expected
 from envkit.lock import load_lock
 from tests.integration.conftest import ROOT, envkit
+from tests.integration.stacks import check_verified, load_stack
 
 pytestmark = pytest.mark.integration
 
-LOCK = ROOT / "examples" / "frameworks.lock"
-STATIC = ("python_version", "jax_version", "cuda_runtime", "cudnn_version", "nccl_version", "pip_check",
-          "cpu_train_step")
-ORDER = STATIC[:6] + ("requested_imports",) + STATIC[6:]  # requested_imports: skipped without pip: packages
+STACK = load_stack("jax")
+LOCK = STACK.lock
 
 
 @pytest.fixture(scope="module")
 def jax_build(engine, tmp_path_factory, built_images):
-    """`envkit build examples/frameworks.yaml --image jax --json` (the lock is committed: no resolve)."""
+    """`envkit build SPEC --image NAME --json` of tests/stacks/jax/ (the lock is committed: no resolve)."""
     out = tmp_path_factory.mktemp("jax-render")
-    proc = envkit("build", "examples/frameworks.yaml", "--image", "jax", "--out", out, "--json", check=True)
+    proc = envkit("build", STACK.spec.relative_to(ROOT), "--image", STACK["image"], "--out", out, "--json", check=True)
     doc = json.loads(proc.stdout)
-    assert doc["lock_reused"] is True, "examples/frameworks.lock is stale: run `envkit resolve examples/frameworks.yaml`"
+    assert doc["lock_reused"] is True, f"{STACK.lock} is stale: run `envkit resolve {STACK['spec']}`"
     [image] = doc["images"]
     built_images.append(image["tag"])
-    return image, load_lock(LOCK).image("jax")
+    return image, load_lock(STACK.lock).image(STACK["image"])
 
 
 def test_jax_image_builds_and_verifies_with_gpu_checks_skipped(jax_build, engine):
+    """What tests/stacks/jax/stack.yaml says the build and its verification show (``stacks.check_verified``)."""
     image, locked = jax_build
-    assert image["name"] == "jax" and image["action"] in ("built", "skipped")
-    assert image["status"] == "verified"
-    verification = image["verification"]
-    checks = {c["name"]: c for c in verification["checks"]}
-    assert [c["name"] for c in verification["checks"]] == list(ORDER) + list(JAX.gpu_checks)
-    for name in STATIC:
-        assert checks[name]["status"] == "passed", checks[name]
-    assert checks["requested_imports"]["status"] == ("passed" if locked.requested else "skipped")
-    train = checks["cpu_train_step"]["value"]
-    assert train["device"].startswith("cpu") and train["last_loss"] <= 0.5 * train["first_loss"]
-    for name in JAX.gpu_checks:  # no GPU here: skipped, never passed
-        assert (checks[name]["status"], checks[name]["message"]) == ("skipped", "no CUDA device visible"), name
-    facts = verification["facts"]
-    packages = {p.name: p.version for p in locked.packages}
-    assert (facts["framework"], facts["jax"], facts["jaxlib"], facts["cuda_plugin"]) == (
-        "jax", locked.framework_version, packages["jaxlib"], packages["jax-cuda13-plugin"])
-    assert (facts["cuda"], facts["cudnn"], facts["nccl"]) == (locked.cuda, locked.cudnn, locked.nccl)
-    assert facts["backend"] == "cpu" and facts["gpus"] == []
-
-    info = engine.inspect(image["tag"])
-    assert info.labels["io.envkit.lock-hash"] == locked.hash
-    assert info.labels["io.envkit.framework"] == f"jax=={locked.framework_version}"
-    assert info.labels["io.envkit.min-cc"] == locked.min_cc
-    assert info.env["NVIDIA_REQUIRE_CUDA"] == locked.require_cuda
-    assert info.user.startswith("1000")
-    # the closure is the lock's and nothing else: no torch in a JAX image
-    found = engine.run(image["tag"], ["python3", "-c", "import importlib.util as u; print(u.find_spec('torch'))"],
-                       RunOptions(timeout=60))
-    assert found.stdout.strip() == "None"
+    check_verified(STACK, image, locked, engine)
 
 
 def test_certify_without_a_gpu_and_a_mismatch_are_judged_on_the_host(jax_build, engine, tmp_path):
