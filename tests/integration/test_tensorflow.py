@@ -6,6 +6,9 @@ skipped.
 Cold, this is the suite's largest build (6.84 GB; about 284 s on 2 cores with the trixie base
 bootstrapped, docs/images.md); the image is kept, so a later run finds it by its lock and context
 hashes and only verifies (the module then takes about 13 s).
+
+The build and its verification as tests/stacks/tf/stack.yaml says are test_stacks.py's; the build is shared with
+it (``stack_build``, once per session); here, what only this framework's image shows.
 """
 
 import json
@@ -16,9 +19,8 @@ from envkit.certify.verdict import decide
 from envkit.payload.harness import run_payload
 from envkit.engine.protocol import RunOptions
 from envkit.frameworks import TENSORFLOW, expected
-from envkit.lock import load_lock
-from tests.integration.conftest import ROOT, envkit
-from tests.integration.stacks import check_verified, load_stack
+from tests.integration.conftest import envkit
+from tests.integration.stacks import load_stack
 
 pytestmark = pytest.mark.integration
 
@@ -27,21 +29,9 @@ LOCK = STACK.lock
 
 
 @pytest.fixture(scope="module")
-def tf_build(engine, tmp_path_factory, built_images):
-    """`envkit build SPEC --image NAME --json` of tests/stacks/tf/ (the lock is committed: no resolve)."""
-    out = tmp_path_factory.mktemp("tf-render")
-    proc = envkit("build", STACK.spec.relative_to(ROOT), "--image", STACK["image"], "--out", out, "--json", check=True)
-    doc = json.loads(proc.stdout)
-    assert doc["lock_reused"] is True, f"{STACK.lock} is stale: run `envkit resolve {STACK['spec']}`"
-    [image] = doc["images"]
-    built_images.append(image["tag"])
-    return image, load_lock(STACK.lock).image(STACK["image"])
-
-
-def test_tf_image_builds_and_verifies_with_gpu_checks_skipped(tf_build, engine):
-    """What tests/stacks/tf/stack.yaml says the build and its verification show (``stacks.check_verified``)."""
-    image, locked = tf_build
-    check_verified(STACK, image, locked, engine)
+def tf_build(stack_build):
+    """tests/stacks/tf/ built (once per session: test_stacks.py verifies it as the stack says)."""
+    return stack_build("tf")
 
 
 def test_certify_without_a_gpu_and_a_mismatch_are_judged_on_the_host(tf_build, engine, tmp_path):

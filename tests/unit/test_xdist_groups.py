@@ -33,7 +33,7 @@ def test_loadgroup_keeps_the_groups_of_tests_conftest(tmp_path):
     (tmp_path / "idrecorder.py").write_text(RECORDER)
     ids = tmp_path / "ids.txt"
     tests = ["tests/integration/test_examples.py::test_the_examples_with_locks_are_the_ones_the_readme_builds",
-             "tests/integration/test_jax.py::test_jax_image_builds_and_verifies_with_gpu_checks_skipped",
+             "tests/integration/test_stacks.py::test_stack_builds_and_verifies_with_gpu_checks_skipped[jax]",
              "tests/unit/ops/test_gc.py::test_keep_below_one_is_refused"]
     env = dict(os.environ, ENVKIT_TEST_IDS=str(ids), PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "1", "--dist", "loadgroup", "--setup-plan", "-q",
@@ -42,5 +42,5 @@ def test_loadgroup_keeps_the_groups_of_tests_conftest(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     scheduled = ids.read_text().split()
     assert scheduled[0].endswith("readme_builds@torch25"), scheduled
-    assert scheduled[1].endswith("skipped@frameworks"), scheduled
+    assert scheduled[1].endswith("skipped[jax]@frameworks"), scheduled
     assert scheduled[2:] and all("@" not in i for i in scheduled[2:]), scheduled  # unit tests: any worker
