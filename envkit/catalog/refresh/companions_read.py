@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from ..companions import CompanionRow
 
 
-
 _PYTHONS = ("3.15", "3.14", "3.13", "3.12", "3.11", "3.10", "3.9", "3.8")
 _CUDA_EXTRA = re.compile(r"^cuda(?P<major>\d+)$")
 
