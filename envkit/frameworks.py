@@ -6,7 +6,9 @@ bundles, and the devel flavour), what the in-image payload must find (``expect``
 the lock, or from an image's pin labels), the framework's own pin labels, and the host's verdict
 rules: which versions are compared and how, how GPU coverage is judged (a compiled arch list: the
 lock's, or where the lock gives none the one the image reports; or a minimum compute capability),
-and which of the payload's GPU-only checks exist and must pass for ``certified``.
+and which of the payload's GPU-only checks exist and must pass for ``certified``. Before the lock, two facts of the
+index are here too: where its wheel holds the compiled arch list (``ArchSource``: the resolver confirms the catalog's
+list from it, ``catalog check-arches`` compares them) and what the companions' refresh reads (``Companions``).
 
 The packages the team asked for (the spec's ``pip:`` packages, ``LockedImage.requested``) are the same
 for every framework: the expect document's ``requested`` (each canonical name with its locked version),
@@ -73,6 +75,30 @@ class Pin:
 
 
 @dataclass(frozen=True)
+class ArchSource:
+    """Where a framework's wheel holds its compiled arch list (``index/wheel_arches.py`` reads it there)."""
+
+    member: str  # the wheel's member holding it
+    parser: Literal["flags_string", "build_info"]  # how it is read: ``index.wheel_arches.PARSERS``
+    text: str  # what the catalog's source texts call it (check-arches)
+
+
+@dataclass(frozen=True)
+class Companions:
+    """What the companions' refresh (``catalog/refresh/companions.py``, ``companions_read.py``) reads from the index
+    for the framework's rows of companions.yaml."""
+
+    rows: Literal["series", "version"]  # a row per series, each patch read (the refresh's entries); or per version
+    #                                     (its refresh's added patches, each its own row)
+    pinned: tuple[str, ...] = ()  # the packages its own wheels require on Linux (torch: triton)
+    pinned_extra: str = ""  # every requirement of this extra of its own wheels (tensorflow: and-cuda)
+    cuda_extras: bool = False  # per cudaNN extra of its wheel: jaxlib, the CUDA plugin, and each plugin's pjrt (JAX)
+    # the companions whose own METADATA names the framework: (project, "series" (==A.B.*) | "exact" (the releases
+    # read), paired by its own number when it names no framework release)
+    declared: tuple[tuple[str, Literal["series", "exact"], bool], ...] = ()
+
+
+@dataclass(frozen=True)
 class Framework:
     name: str  # the lock's project name (its project on the package index)
     title: str
@@ -96,9 +122,10 @@ class Framework:
         "",
         "use flavour: runtime for it (the runtime image has the framework's CUDA libraries)",
     )
-    # coverage arch_list: what in its wheel names the compiled arch list (index.wheel_arches reads it; the catalog's
-    # source texts say it)
-    arch_source: str = ""
+    # what the companions' refresh reads for its companions.yaml rows
+    companions: Companions = Companions(rows="series")
+    # coverage arch_list: where its wheel holds the compiled arch list (the resolver confirms the catalog's from it)
+    arch: ArchSource | None = None
 
 
 # --- PyTorch -------------------------------------------------------------------------
@@ -132,7 +159,10 @@ TORCH = Framework(
     required_gpu_checks=("cuda_available", "arch_covered", "cuda_train_step"),
     deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
     expect=_torch_expect, labels=_arch_labels, expect_from_labels=_torch_from_labels,
-    arch_source="CUDA arch flags string")
+    companions=Companions(rows="series", pinned=("triton",),
+                          declared=(("torchvision", "series", False), ("torchaudio", "series", True),
+                                    ("torchtext", "series", False), ("xformers", "exact", False))),
+    arch=ArchSource("torch/lib/libtorch_python.so", "flags_string", "CUDA arch flags string"))
 
 
 # --- JAX -----------------------------------------------------------------------------
@@ -183,7 +213,8 @@ JAX = Framework(
                 "telemetry"),
     required_gpu_checks=("gpu_devices", "cc_covered", "gpu_train_step"),
     deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
-    expect=_jax_expect, labels=_jax_labels, expect_from_labels=_jax_from_labels)
+    expect=_jax_expect, labels=_jax_labels, expect_from_labels=_jax_from_labels,
+    companions=Companions(rows="version", cuda_extras=True))
 
 
 # --- TensorFlow ----------------------------------------------------------------------
@@ -242,7 +273,8 @@ TENSORFLOW = Framework(
     required_gpu_checks=("gpu_devices", "cc_covered", "gpu_train_step"),
     deviceless_gpu_checks=frozenset({"nvidia_smi", "telemetry"}),
     expect=_tf_expect, labels=lambda image: {}, expect_from_labels=_tf_from_labels, facts_rules=_tf_built_against,
-    arch_source="build_info cuda_compute_capabilities",
+    companions=Companions(rows="series", pinned_extra="and-cuda", declared=(("tf-keras", "series", False),)),
+    arch=ArchSource("tensorflow/python/platform/build_info.py", "build_info", "build_info cuda_compute_capabilities"),
     devel_refusal=(
         # the catalog's releases: 2.15-2.17 pin CUDA 12.2/12.3 exactly, 2.18 on ask for >= 12.5 (2.20 locks 12.9)
         "no tensorflow[and-cuda] release installs CUDA 12.4 (up to 2.17 it pins 12.2 or 12.3, from 2.18 on it "

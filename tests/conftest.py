@@ -34,6 +34,11 @@ def xdist_group(item) -> str | None:
     path = Path(str(item.fspath))
     if path.parent.name != "integration":
         return None
+    stack = getattr(getattr(item, "callspec", None), "params", {}).get("name")
+    if path.stem == "test_stacks" and stack is not None:  # a test stack: the group of its spec's images
+        from tests.integration.stacks import load_stack
+
+        return "frameworks" if load_stack(stack).spec.stem == "frameworks" else "torch25"
     spec = getattr(getattr(item, "callspec", None), "params", {}).get("spec")
     if path.stem in FRAMEWORK_MODULES or (spec is not None and Path(spec).stem == "frameworks"):
         return "frameworks"  # (test_examples: per example image)

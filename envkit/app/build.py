@@ -42,7 +42,7 @@ def render_spec(spec_path: Path, out_root: Path, *, lock_path: Path | None = Non
     resolved = resolve_spec(spec_path, lock_path=lock_path, reuse=True, locked=locked, progress=progress)
     for name in only or ():
         resolved.spec.image(name)
-    rendered = render(resolved.lock, out_root, _display(spec_path), only, buildkit=buildkit)
+    rendered = render(resolved.lock, out_root, display_name(spec_path), only, buildkit=buildkit)
     return resolved, rendered
 
 
@@ -75,7 +75,7 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     if space_check:
         check_space(engine, images, lambda msg: progress("*", msg), rebuild=no_cache)
     builder = picked(engine, builder)  # auto: decided once, here (a name was decided above)
-    rendered = render(resolved.lock, out_root, _display(spec_path), only, buildkit=builder == "buildkit")
+    rendered = render(resolved.lock, out_root, display_name(spec_path), only, buildkit=builder == "buildkit")
     ca = resolved.spec.ca_bundle_path()
     if resolved.reused and (note := env_ca_skip_note(resolved.spec)):  # (a resolve said so already)
         progress("*", note)
@@ -83,7 +83,7 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     for image in images:
         progress(image.name, planned(image))
         before = engine.layer_chains()  # what the build may reuse: its report says which layers it made
-        outcome = build_image(engine, resolved.lock, image, _display(spec_path), ca_bundle=ca,
+        outcome = build_image(engine, resolved.lock, image, display_name(spec_path), ca_bundle=ca,
                               progress=progress, verify=verify, builder=builder, reproducible=reproducible,
                               no_cache=no_cache, files=rendered.files[image.name])
         outcome.moves = layer_moves.built(outcome.diff_ids, before, engine.layer_sizes(outcome.image_id))
@@ -201,7 +201,7 @@ def bundle_spec(spec_path: Path, out_dir: Path, engine: Engine, *, image: str | 
         carried = fetch_carried(engine, ref, locked.hash)
         progress(carried.note or f"carrying {len(carried.files)} signed document(s) of {carried.pinned}")
     path = make_bundle(engine, resolved.lock, image, out_dir, ca_bundle=resolved.spec.ca_bundle_path(),
-                       spec_name=_display(spec_path), progress=progress, record=record,
+                       spec_name=display_name(spec_path), progress=progress, record=record,
                        extra_index_url=resolved.spec.build.index_url or DEFAULT_INDEX,  # as the resolver's
                        seal=bundle_sealer(signing_key, locked) if signing_key else None,
                        attestations=carried.files if carried else None)
@@ -210,8 +210,10 @@ def bundle_spec(spec_path: Path, out_dir: Path, engine: Engine, *, image: str | 
                    signing_key.fingerprint if signing_key else None, carried)
 
 
-def _display(spec_path: Path) -> str:
+def display_name(spec_path: Path | str) -> str:
+    """The spec as the rendered files name it (``regenerate with `envkit render SPEC` ``): relative to the working
+    directory where it is under it."""
     try:
-        return str(spec_path.resolve().relative_to(Path.cwd().resolve()))
+        return str(Path(spec_path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(spec_path)

@@ -24,18 +24,18 @@ from ..engine.protocol import AUTO
 from ..engine.space import engine_full
 from ..errors import BuildError, EngineError, LockError, VerificationError
 from ..frameworks import expected
-from ..images.builder import CONTEXT_LABEL, build_image, require_builder
+from ..images.builder import CONTEXT_LABEL, build_image, pick_builder, picked
 from ..images.reproducible import require_local
 from ..index.client import PackageIndex
-from ..lock import Lock, LockedImage, load_lock, lock_changes, write_lock
+from ..lock import Lock, LockedImage, lock_changes, write_lock
 from ..payload.contents import SCHEMA
 from ..payload.harness import gpu_key
-from ..render.files import image_tag
+from ..render.files import image_tag, render
 from ..store.history import Store
 from ..support.atomic import check_writable, write_atomic
 from ..support.labels import made_reproducibly
 from ..support.progress import Phase, Progress, phase_lines
-from .build import render_spec
+from .build import display_name
 from .fleet import FLEET_FILE, FleetResult, require_dispatch, shared_dir, write_fleet_reports
 from .image_attestations import documents_for
 from .nightly_disk import Disk
@@ -45,6 +45,7 @@ from .nightly_publish import Asked, ImageReport, _publish, note_built, restore_b
 from .resolve import load, lock_path_for, resolve_spec
 
 if TYPE_CHECKING:
+    from ..catalog.models import Catalog
     from ..catalog.refresh.common import ReadingIndex
     from ..engine.protocol import Engine, ImageInfo
     from ..spec import Spec
@@ -120,20 +121,19 @@ def refresh_catalog_step(
     return doc
 
 
-def _locks(spec_path: Path, lock_path: Path, out_root: Path, *, locked: bool,
-           progress: Progress) -> tuple[Lock | None, Lock]:
-    """The lock before this run (None when missing or unreadable) and the one it builds, rendered to ``out_root``:
-    with ``locked``, the lock as it is (a missing or stale one fails, exit 5, never rewritten), else re-resolved."""
-    try:
-        old = load_lock(lock_path) if lock_path.exists() else None
-    except LockError:
-        old = None
-    if locked:
-        return old, render_spec(spec_path, out_root, locked=True, progress=progress)[0].lock
-    progress("re-resolving against the catalog and the package index")
-    lock = resolve_spec(spec_path, progress=progress).lock
-    render_spec(spec_path, out_root, progress=progress)
-    return old, lock
+def _locks(spec_path: Path, spec: Spec, catalog: Catalog, *, locked: bool, progress: Progress,
+           refreshed: bool = False) -> tuple[dict[str, list[str]], Lock]:
+    """Per image, what changed since the lock before this run (a missing or unreadable one: every image is new), and
+    the lock this run builds: with ``locked``, the lock as it is (a missing or stale one fails, exit 5, never
+    rewritten), else re-resolved. The spec and catalog are the run's (read once; ``refreshed``: the team's catalog
+    was refreshed in place, so it is read as it is now); the lock before is read once."""
+    if not locked:
+        progress("re-resolving against the catalog and the package index")
+    catalog = load_catalog() if refreshed else catalog
+    resolved = resolve_spec(spec_path, locked=locked, progress=progress, loaded=(spec, catalog))
+    if resolved.moved is not None:
+        return resolved.moved, resolved.lock
+    return lock_changes(resolved.lock if resolved.reused else None, resolved.lock), resolved.lock
 
 
 def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path, reports_dir: Path,
@@ -149,7 +149,7 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
     given (``Disk``); without it the first full disk ends the run's building. ``dispatch``: certify through the
     spec's ``dispatch:`` section (``nightly_fleet``) instead of on this runner. ``signing_key``: what is pushed is
     signed and its certificates attached as signed attestations (``registry.signing``)."""
-    require_builder(engine, builder)
+    builder = builder if builder == AUTO else pick_builder(engine, builder)  # a name: checked now; auto: below
     if refresh_catalog and locked:
         raise LockError("--refresh-catalog re-resolves the spec, so it cannot be combined with --locked",
                         hint="refresh on the CPU build job; the GPU job certifies its lock with --locked")
@@ -163,8 +163,12 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
     with store.run_lock(f"nightly:{spec.team}", f"the nightly run of team {spec.team!r}"):
         catalog_doc = (refresh_catalog_step(reports_dir, frameworks=refresh_frameworks, progress=progress)
                        if refresh_catalog else None)
-        old, lock = _locks(spec_path, lock_path, out_root, locked=locked, progress=progress)
-        changes = lock_changes(old, lock)
+        changes, lock = _locks(spec_path, spec, catalog, locked=locked, progress=progress,
+                               refreshed=bool(catalog_doc and catalog_doc["applied"]))
+        # as `envkit build`: the builder picked once, the contexts rendered once for it into dockerfiles/, and those
+        # files built (what dockerfiles/ shows is what was built)
+        builder = picked(engine, builder)
+        rendered = render(lock, out_root, display_name(spec_path), buildkit=builder == "buildkit")
         layers = LayerStep.open(lock_path, locked=locked) if reproducible else None
         digest = lock.spec_digest
         resumed = store.unfinished_run(digest)
@@ -183,7 +187,7 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
             report = ImageReport(image.name, image_tag(lock.team, image), changes.get(image.name, []))
             reports.append(report)
             info = _build(engine, store, run_id, lock, image, spec_path, ca, report, progress, builder, disk, tags,
-                          reproducible)
+                          reproducible, files=rendered.files[image.name])
             # --reproducible: an image whose layers are not the lock's is neither certified nor published
             if info is None or (layers is not None and not layers.judge(store, image, report, info, use_gpus)):
                 continue
@@ -254,7 +258,11 @@ def _build(
     disk: Disk | None = None,
     tags: Sequence[str] = (),
     reproducible: bool = False,
+    files: dict[str, bytes] | None = None,
 ) -> ImageInfo | None:
+    """Build ``image`` unless its recorded build is on the engine. ``files``: its context as the run rendered it
+    for ``builder`` (the builder picked: ``pick_builder``), built as it is; rendered by ``build_image`` when not
+    given."""
     disk = disk or Disk()
     tag = report.tag
     info = engine.inspect(tag)
@@ -286,11 +294,12 @@ def _build(
                 engine,
                 lock,
                 image,
-                str(spec_path),
+                display_name(spec_path),
                 ca_bundle=ca,
                 verify=False,
                 builder=builder,
                 reproducible=reproducible,
+                files=files,
                 progress=lambda name, event: _say(progress, name, event),
             )
             break

@@ -98,14 +98,14 @@ def _inspect_quietly(engine: Engine | None, ref: str) -> ImageInfo | None:
         return None
 
 
-def list_registry_images(client: Any, registry: str, store_url: str | None, *, trusted_keys: str | None = None,
-                         **read: Any) -> dict:
+def list_registry_images(engine: Engine | None, registry: str, store_url: str | None, *,
+                         trusted_keys: str | None = None, **read: Any) -> dict:
     """What the registry holds (every envkit image, certification per GPU model from its certificates that verify
     with the trusted keys: ``--trusted-keys``, else ``$ENVKIT_TRUSTED_KEYS``), joined with the store's rows for the
     same images when a store is at hand."""
     store = Store.open_existing(store_url, must_exist=True)  # a named store adds to it: a typo fails at once
     trusted = load_trusted_keys(trusted_keys)
-    listing = list_registry(client, registry, trusted=trusted, **read)
+    listing = list_registry(engine, registry, trusted=trusted, **read)
     known: dict[str, dict] = {}
     where = None
     if store is not None:
@@ -250,7 +250,7 @@ def run_in_image(engine: Engine, ref: str, command: list[str], *, gpus: bool | N
 
 
 def list_team_images(store_url: str | None, engine_of: Callable[[], Engine | None] | None, *,
-                     registry: str | None = None, client: Any = None, gpu: str | None = None,
+                     registry: str | None = None, client: Engine | None = None, gpu: str | None = None,
                      certified: bool = False, trusted_keys: str | None = None, **read: Any) -> dict:
     """`envkit ls`: the team's images, from the store (what build, certify and nightly recorded) and, with a
     ``registry`` (HOST[:PORT][/PATH]), every envkit image there joined with the store's knowledge of it, plus the

@@ -99,10 +99,11 @@ def drift(spec: Spec, catalog: Catalog, lock: Lock) -> list[str]:
 
 
 def resolve_spec(spec_path: Path, *, lock_path: Path | None = None, reuse: bool = False, locked: bool = False,
-                 progress: Progress = lambda _: None) -> Resolved:
+                 progress: Progress = lambda _: None, loaded: tuple[Spec, Catalog] | None = None) -> Resolved:
     """Resolve the spec and write its lock (or reuse a lock that still matches). ``locked``: use the lock as it
-    is, never writing it; a missing or stale one is a ``LockError`` (exit 5) saying why."""
-    spec, catalog = _read(spec_path)  # checked by plan when resolving, by check_spec when not
+    is, never writing it; a missing or stale one is a ``LockError`` (exit 5) saying why. ``loaded``: the spec (of
+    ``spec_path``) and the catalog, when the caller has read them already (the nightly): not read again."""
+    spec, catalog = loaded or _read(spec_path)  # checked by plan when resolving, by check_spec when not
     lock_path = lock_path_for(spec_path, lock_path)
     if locked:
         return _locked(spec_path, spec, catalog, lock_path, progress)

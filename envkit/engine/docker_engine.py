@@ -67,7 +67,7 @@ def connect(base_url: str | None = None) -> "DockerEngine":
     return DockerEngine(client)
 
 
-def as_engine(client: Any) -> "DockerEngine":
+def as_engine(client: object) -> "DockerEngine":
     """A ``DockerEngine`` for ``client``: itself, or a ``docker.DockerClient`` (or anything holding one as
     ``.client``) wrapped, so that callers and tests may pass either."""
     if isinstance(client, DockerEngine):

@@ -4,6 +4,8 @@ The compiled arch list (the SASS and PTX targets) is the catalog fact least ofte
 published and most often wrong, and it is not in wheel metadata. It is in the wheel's
 bytes, in one member each, read by HTTP range requests (``PackageIndex.member``):
 
+Where each framework's wheel holds them is the framework's (``envkit.frameworks``, ``Framework.arch``):
+
 - torch: ``torch/lib/libtorch_python.so`` holds the compile-time ``CUDA_ARCH_FLAGS`` as a
   plain string (what ``torch._C._cuda_getArchFlags()`` and ``torch.cuda.get_arch_list()``
   return inside an image, e.g. ``sm_75 sm_80 sm_86 sm_90 sm_100 sm_120``); ~10 MB
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from ..errors import WheelReadError
+from ..frameworks import FRAMEWORKS
 
 if TYPE_CHECKING:
     from .client import WheelFile
@@ -95,11 +98,8 @@ def tf_flags(source: bytes, where: str = "build_info.py") -> tuple[str, ...]:
     return flags
 
 
-# framework -> (the member holding the flags, its parser)
-READERS: dict[str, tuple[str, Callable[[bytes, str], tuple[str, ...]]]] = {
-    "torch": ("torch/lib/libtorch_python.so", torch_flags),
-    "tensorflow": ("tensorflow/python/platform/build_info.py", tf_flags),
-}
+# each way a wheel holds its flags (``frameworks.ArchSource.parser``; the member is the framework's) -> its parser
+PARSERS: dict[str, Callable[[bytes, str], tuple[str, ...]]] = {"flags_string": torch_flags, "build_info": tf_flags}
 
 
 def to_arch_list(flags: tuple[str, ...]) -> str | None:
@@ -154,9 +154,11 @@ def read_arches(index: MemberIndex, wheel: WheelFile, framework: str) -> ArchRea
     Raises ``WheelReadError`` when the wheel does not say (no ranges, no member, no single
     flags string), ``PackageIndexError`` when the index cannot be reached; only a reading
     is cached."""
-    if framework not in READERS:
+    known = FRAMEWORKS.get(framework)
+    source = known.arch if known is not None else None
+    if source is None:
         raise WheelReadError(f"no reader of compiled arches for {framework} wheels")
-    member, parse = READERS[framework]
+    member, parse = source.member, PARSERS[source.parser]
     url = wheel.url.split("#", 1)[0]
 
     def read() -> str:
@@ -168,5 +170,5 @@ def read_arches(index: MemberIndex, wheel: WheelFile, framework: str) -> ArchRea
                        flags=tuple(doc["flags"]))
 
 
-__all__ = ["ArchReading", "CACHE_KIND", "READERS", "read_arches", "same_arches", "tf_flags", "to_arch_list",
+__all__ = ["ArchReading", "CACHE_KIND", "PARSERS", "read_arches", "same_arches", "tf_flags", "to_arch_list",
            "torch_flags"]

@@ -6,18 +6,20 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ..engine.docker_engine import as_engine
 from ..errors import EngineError
 from .api import Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
 from .publish import _check_tag
 from .remote_parse import CERTIFICATE_TYPE, CertificateArtifact, _strip_tag, certificate_tag
 
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
+
 EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 
 
-def attach_certificate(client: Any, registry_repo: str, stack_tag: str, certificate: bytes, *, gpu_slug: str,
+def attach_certificate(engine: Engine, registry_repo: str, stack_tag: str, certificate: bytes, *, gpu_slug: str,
                        status: str, retries: int = 4, backoff: float = 1.0, sleep: Sleep = time.sleep) -> str:
     """Store a certificate in the registry beside the image it certifies.
 
@@ -26,7 +28,7 @@ def attach_certificate(client: Any, registry_repo: str, stack_tag: str, certific
     (with or without the referrers API) keeps it and a researcher can read what the image was
     certified on before pulling it. Returns ``registry/repo@sha256:...`` of the artifact.
     """
-    reg = _RegistryHTTP(as_engine(client), registry_repo)
+    reg = _RegistryHTTP(engine, registry_repo)
     fail = lambda f, n: EngineError(f"cannot attach the certificate to {registry_repo}:{stack_tag} in registry "  # noqa: E731
                                     f"{reg.registry}: {f.message}", hint="the certificate is still in the store")
     subject = _retrying(lambda: reg.get_manifest(stack_tag), retries=retries, backoff=backoff, sleep=sleep, fail=fail)
@@ -75,9 +77,9 @@ def fetch_certificate_artifact(reg: _RegistryHTTP, tag: str) -> CertificateArtif
     return CertificateArtifact(ref, manifest.digest, subject, annotations, reg.get_blob(layer))
 
 
-def read_certificate(client: Any, registry_repo: str, stack_tag: str, gpu_slug: str) -> bytes | None:
+def read_certificate(engine: Engine, registry_repo: str, stack_tag: str, gpu_slug: str) -> bytes | None:
     """The certificate attached to ``registry_repo:stack_tag`` for ``gpu_slug``, if any."""
-    reg = _RegistryHTTP(as_engine(client), registry_repo, actions="pull")
+    reg = _RegistryHTTP(engine, registry_repo, actions="pull")
     tag = certificate_tag(stack_tag, gpu_slug)
     fail = lambda f, n: EngineError(f"cannot read the certificate {registry_repo}:{tag} from registry "  # noqa: E731
                                     f"{reg.registry}: {f.message}",

@@ -28,12 +28,11 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import requests
 
-from ..engine.docker_engine import as_engine
-from ..engine.protocol import EngineCallError, ImageInfo, ImageMissing
+from ..engine.protocol import Engine, EngineCallError, ImageInfo, ImageMissing
 from ..errors import EngineError, EnvkitError
 from ..support import layer_moves
 from ..support.layer_moves import LayerMoves, StreamStatuses
@@ -165,11 +164,10 @@ def _unpushed(image: str, ref: str, registry: str, failure: _Failure, attempts: 
                        f"{image} is left unpushed", hint=hint)
 
 
-def push(client: Any, image_ref_local: str, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
+def push(engine: Engine, image_ref_local: str, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
          sleep: Sleep = time.sleep, progress: Progress | None = None, transfer: Transfer | None = None) -> PushResult:
     """Tag ``image_ref_local`` as ``registry_repo:tag`` and push it; return the pushed manifest digest (``transfer``:
     the bytes pushed per layer)."""
-    engine = as_engine(client)
     registry, _ = split_repository(registry_repo)
     _check_tag(tag)
     ref = f"{registry_repo}:{tag}"
@@ -199,7 +197,7 @@ def push(client: Any, image_ref_local: str, registry_repo: str, tag: str, *, ret
     return PushResult(ref, digest, layer_moves.pushed(statuses.last, diff_ids, _blobs(engine, registry_repo, digest)))
 
 
-def _blobs(engine: Any, registry_repo: str, digest: str) -> list[tuple[str, int]] | None:
+def _blobs(engine: Engine, registry_repo: str, digest: str) -> list[tuple[str, int]] | None:
     """The layers (blob digest, compressed size) of manifest ``digest`` in the registry; None when it cannot be read
     now (the push or pull itself succeeded: its layers are then reported without bytes)."""
     try:
@@ -209,10 +207,10 @@ def _blobs(engine: Any, registry_repo: str, digest: str) -> list[tuple[str, int]
     return manifest.blobs if manifest is not None else None
 
 
-def remote_digest(client: Any, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
+def remote_digest(engine: Engine, registry_repo: str, tag: str, *, retries: int = 4, backoff: float = 1.0,
                   sleep: Sleep = time.sleep) -> str | None:
     """The manifest digest ``registry_repo:tag`` points to in the registry, or None if no such tag."""
-    reg = _RegistryHTTP(as_engine(client), registry_repo)
+    reg = _RegistryHTTP(engine, registry_repo)
     manifest = _retrying(lambda: reg.get_manifest(tag), retries=retries, backoff=backoff, sleep=sleep,
                          fail=lambda f, n: EngineError(f"cannot read {registry_repo}:{tag} from registry "
                                                        f"{reg.registry}: {f.message}"))
@@ -232,7 +230,7 @@ def _check_same_image(existing: _Manifest, registry_repo: str, ref: str, local: 
         )
 
 
-def promote(client: Any, registry_repo: str, stack_tag: str, *, certified: bool, image: str | None = None,
+def promote(engine: Engine, registry_repo: str, stack_tag: str, *, certified: bool, image: str | None = None,
             retries: int = 4, backoff: float = 1.0, sleep: Sleep = time.sleep,
             progress: Progress | None = None, transfer: Transfer | None = None) -> PromoteResult:
     """Publish the immutable ``stack_tag``; when ``certified``, point ``:certified`` at the same digest
@@ -243,7 +241,6 @@ def promote(client: Any, registry_repo: str, stack_tag: str, *, certified: bool,
     different image is refused. ``:certified`` is re-pointed by copying the stack tag's
     manifest, so both tags share one digest byte for byte.
     """
-    engine = as_engine(client)
     _check_tag(stack_tag)
     if stack_tag == CERTIFIED_TAG:
         raise EngineError(f"{CERTIFIED_TAG!r} is not a stack tag: it is the tag promote moves",
@@ -291,7 +288,7 @@ def promote(client: Any, registry_repo: str, stack_tag: str, *, certified: bool,
     return PromoteResult(stack, moved, pushed)
 
 
-def mirror_base(client: Any, base_ref: str, registry_repo: str, *, tag: str | None = None, retries: int = 4,
+def mirror_base(engine: Engine, base_ref: str, registry_repo: str, *, tag: str | None = None, retries: int = 4,
                 backoff: float = 1.0, sleep: Sleep = time.sleep, progress: Progress | None = None) -> str:
     """Push a (local) base image into the team registry; return ``registry/repo@sha256:...``.
 
@@ -305,21 +302,21 @@ def mirror_base(client: Any, base_ref: str, registry_repo: str, *, tag: str | No
         else:
             last = base_ref.rpartition("/")[2]
             tag = last.rsplit(":", 1)[1] if ":" in last else "latest"
-    result = push(client, base_ref, registry_repo, tag, retries=retries, backoff=backoff, sleep=sleep,
+    result = push(engine, base_ref, registry_repo, tag, retries=retries, backoff=backoff, sleep=sleep,
                   progress=progress)
     return result.pinned
 
 
-def pull_by_digest(client: Any, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
+def pull_by_digest(engine: Engine, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
                    sleep: Sleep = time.sleep, progress: Progress | None = None,
                    transfer: Transfer | None = None) -> ImageInfo:
     """Pull ``registry/repo@sha256:...`` into the engine and return what the engine now holds (``transfer``: the
     bytes downloaded per layer)."""
-    return pull_layers(client, ref_with_digest, retries=retries, backoff=backoff, sleep=sleep, progress=progress,
+    return pull_layers(engine, ref_with_digest, retries=retries, backoff=backoff, sleep=sleep, progress=progress,
                        transfer=transfer)[0]
 
 
-def pull_layers(client: Any, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
+def pull_layers(engine: Engine, ref_with_digest: str, *, retries: int = 4, backoff: float = 1.0,
                 sleep: Sleep = time.sleep, progress: Progress | None = None,
                 transfer: Transfer | None = None) -> tuple[ImageInfo, LayerMoves]:
     """``pull_by_digest``, with what the pull did with each layer (pulled, or already present) and its bytes."""
@@ -327,7 +324,6 @@ def pull_layers(client: Any, ref_with_digest: str, *, retries: int = 4, backoff:
     if not m:
         raise EngineError(f"{ref_with_digest!r} is not pinned by digest",
                           hint="give REGISTRY/REPO@sha256:<64 hex digits>")
-    engine = as_engine(client)
     registry, _ = split_repository(m.group("repo"))
     auth, creds = _auth_config(registry)
     statuses = StreamStatuses()

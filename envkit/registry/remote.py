@@ -2,11 +2,11 @@
 
 A researcher sees, before pulling, what a published image is and where it was certified:
 
-* ``inspect_remote(client, REF)``: one image (``host[:port]/repo:tag`` or ``...@sha256:...``):
+* ``inspect_remote(engine, REF)``: one image (``host[:port]/repo:tag`` or ``...@sha256:...``):
   its manifest (digest, compressed size), its config's labels (the ``io.envkit.*`` pins, the
   lock hash), every certificate artifact attached to it (``<stack tag>.cert-<gpu>``, see
   ``artifacts.attach_certificate``) and whether the moving ``:certified`` tag points at it.
-* ``list_registry(client, HOST[:PORT][/path])``: every envkit image in the registry's
+* ``list_registry(engine, HOST[:PORT][/path])``: every envkit image in the registry's
   repositories (``/v2/_catalog``, ``/v2/<repo>/tags/list``), with its certification per GPU
   model. Certificate artifacts, ``:certified``, base mirrors (tags ``sha256-<hex>``; a repository
   holding only those is skipped whole) and images without envkit's lock-hash label are not rows.
@@ -14,7 +14,7 @@ A researcher sees, before pulling, what a published image is and where it was ce
 The pure half (references, what the answers mean) is ``remote_parse``; it is re-exported here.
 The HTTP client is ``api._RegistryHTTP`` (credentials, scheme and trust from
 ``auth``: ``ENVKIT_REGISTRY_USER``/``ENVKIT_REGISTRY_PASSWORD``, else `docker login`;
-https with the engine's certs.d CAs, the engine's fallbacks for insecure registries). ``client``
+https with the engine's certs.d CAs, the engine's fallbacks for insecure registries). ``engine``
 may be None when no engine runs here: then only 127.0.0.0/8 registries count as insecure.
 Every failure is an ``EngineError`` naming the registry and the reference, with a hint (a
 ``RegistryAuthError`` when credentials are missing, refused, or lack a right).
@@ -25,11 +25,10 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import requests
 
-from ..engine.docker_engine import as_engine
 from ..errors import EngineError
 from ..lock import MIRROR_REPO_PREFIX  # nightly's base mirrors: <team>/base-<distro>-<suite>
 from ..support.labels import LOCK_LABEL
@@ -55,7 +54,7 @@ from .remote_parse import (
 from .verify import ImageTrust, judge_image
 
 if TYPE_CHECKING:
-    from ..engine.docker_engine import DockerEngine
+    from ..engine.protocol import Engine
 
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
 
@@ -101,9 +100,9 @@ class RemoteImage:
 class _Reader:
     """One registry, read with retries; every failure becomes an EngineError naming registry and reference."""
 
-    def __init__(self, client: Any, registry: str, *, retries: int, backoff: float, sleep: Sleep,
+    def __init__(self, engine: Engine | None, registry: str, *, retries: int, backoff: float, sleep: Sleep,
                  session: requests.Session | None = None) -> None:
-        self.reg = _RegistryHTTP.at(_engine_or_none(client), registry, session=session)
+        self.reg = _RegistryHTTP.at(engine, registry, session=session)
         self.registry = registry
         self.opts = Retries(retries=retries, backoff=backoff, sleep=sleep)
         self._repos: dict[str, _RegistryHTTP] = {}
@@ -165,11 +164,7 @@ class _Reader:
                          f"the signatures and attestations of {self.registry}/{path}@{digest}")
 
 
-def _engine_or_none(client: Any) -> DockerEngine | None:
-    return None if client is None else as_engine(client)
-
-
-def inspect_remote(client: Any, ref: str | RegistryRef, *, retries: int = 2, backoff: float = 0.5,
+def inspect_remote(engine: Engine | None, ref: str | RegistryRef, *, retries: int = 2, backoff: float = 0.5,
                    sleep: Sleep = time.sleep, session: requests.Session | None = None,
                    trusted: TrustedKeys | None = None) -> RemoteImage:
     """Read one image, its certificates and ``:certified`` from the registry (nothing is pulled). A tag is read as
@@ -178,7 +173,7 @@ def inspect_remote(client: Any, ref: str | RegistryRef, *, retries: int = 2, bac
     if parsed is None:
         raise EngineError("not a registry reference", hint=REF_HINT)
     ref = parsed
-    r = _Reader(client, ref.registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
+    r = _Reader(engine, ref.registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
     tags = r.tags(ref.repository)
     if tags is None:
         check_is_registry(r, ref.registry, f"GET /v2/{ref.repository}/tags/list")
@@ -290,12 +285,13 @@ class Listing:
                 "warnings": self.warnings}
 
 
-def list_registry(client: Any, where: str, *, retries: int = 2, backoff: float = 0.5, sleep: Sleep = time.sleep,
-                  session: requests.Session | None = None, trusted: TrustedKeys | None = None) -> Listing:
+def list_registry(engine: Engine | None, where: str, *, retries: int = 2, backoff: float = 0.5,
+                  sleep: Sleep = time.sleep, session: requests.Session | None = None,
+                  trusted: TrustedKeys | None = None) -> Listing:
     """Every envkit image in the registry (under ``path``), with its certification per GPU model (from the
     certificates verified with ``trusted``; the others are listed with why they do not count)."""
     registry, prefix = parse_registry(where)
-    r = _Reader(client, registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
+    r = _Reader(engine, registry, retries=retries, backoff=backoff, sleep=sleep, session=session)
     repos, skipped, warnings = team_repositories(r, registry, prefix)
     rows: list[dict] = []
     for path, found in repos.items():

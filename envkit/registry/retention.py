@@ -1,6 +1,6 @@
 """Retention for the team registry: which published images to keep, and deleting the rest.
 
-Every nightly pushes new stack tags; nothing else ever removes them. ``prune_registry(client,
+Every nightly pushes new stack tags; nothing else ever removes them. ``prune_registry(engine,
 "HOST[:PORT][/PATH]", keep=N, older_than_days=D)`` decides per repository (image name):
 
 * kept: the image ``:certified`` points at; the ``keep`` newest envkit images ("newest" by the
@@ -34,7 +34,7 @@ import json
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import requests
 
@@ -44,6 +44,9 @@ from ..support.progress import Progress
 from .api import PASSWORD_ENV, USER_ENV, DeleteUnsupported, Retries, Sleep, _Failure, _retrying
 from .remote import INDEX_TYPES, _Reader, digest_of, mirror_repository, team_repositories
 from .remote_parse import CERTIFIED_TAG, classify_tags, envkit_made, parse_registry
+
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
 
 DEFAULT_KEEP = 5
 GC_NOTE = ("deleting manifests frees no disk by itself: the registry reclaims the blobs only when its garbage "
@@ -338,7 +341,7 @@ class _Deleter:
         return "deleted" if gone else "already gone"
 
 
-def prune_registry(client: Any, where: str, *, keep: int = DEFAULT_KEEP, older_than_days: int | None = None,
+def prune_registry(engine: Engine | None, where: str, *, keep: int = DEFAULT_KEEP, older_than_days: int | None = None,
                    dry_run: bool = False, now: datetime | None = None, retries: int = 2, backoff: float = 0.5,
                    sleep: Sleep = time.sleep, session: requests.Session | None = None,
                    progress: Progress | None = None) -> PruneResult:
@@ -350,7 +353,7 @@ def prune_registry(client: Any, where: str, *, keep: int = DEFAULT_KEEP, older_t
     now = now or datetime.now(timezone.utc)
     older = timedelta(days=older_than_days) if older_than_days is not None else None
     opts = Retries(retries=retries, backoff=backoff, sleep=sleep)
-    r = _Reader(client, registry, session=session, **opts)
+    r = _Reader(engine, registry, session=session, **opts)
     repos, skipped, warnings = team_repositories(r, registry, prefix)
     delete = _Deleter(r, opts)
     plans = []

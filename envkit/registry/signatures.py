@@ -17,14 +17,16 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ..engine.docker_engine import as_engine
 from ..errors import EngineError
 from ..trust.cosign import SIGNATURE_ANNOTATION, SIMPLE_SIGNING_TYPE, sign_payload, simple_signing_payload
 from ..trust.keys import SigningKey
 from .api import Sleep, _Failure, _Manifest, _RegistryHTTP, _retrying
 from .remote_parse import _strip_tag
+
+if TYPE_CHECKING:
+    from ..engine.protocol import Engine
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -115,9 +117,9 @@ def append_layers(reg: _RegistryHTTP, tag: str, new: list[Layer]) -> str:
     return reg.put_manifest(tag, manifest)
 
 
-def _attach(client: Any, registry_repo: str, tag: str, layers: list[Layer], what: str, *, retries: int,
+def _attach(engine: Engine | None, registry_repo: str, tag: str, layers: list[Layer], what: str, *, retries: int,
             backoff: float, sleep: Sleep) -> str:
-    reg = _RegistryHTTP(as_engine(client) if client is not None else None, registry_repo)
+    reg = _RegistryHTTP(engine, registry_repo)
     fail = lambda f, n: EngineError(f"cannot attach {what} to {registry_repo} in registry "  # noqa: E731
                                     f"{reg.registry}: {f.message}",
                                     hint="the image stays pushed; the next signed nightly run attaches it again")
@@ -126,20 +128,21 @@ def _attach(client: Any, registry_repo: str, tag: str, layers: list[Layer], what
     return f"{_strip_tag(registry_repo)}@{digest}"
 
 
-def sign_image(client: Any, registry_repo: str, manifest_digest: str, key: SigningKey, *, retries: int = 4,
+def sign_image(engine: Engine | None, registry_repo: str, manifest_digest: str, key: SigningKey, *, retries: int = 4,
                backoff: float = 1.0, sleep: Sleep = time.sleep) -> str:
     """Sign ``registry_repo@manifest_digest`` in cosign's layout (``sha256-<hex>.sig``); returns the signature
     manifest's pinned reference."""
     payload = simple_signing_payload(_strip_tag(registry_repo), manifest_digest)
     layer = Layer(SIMPLE_SIGNING_TYPE, payload, {SIGNATURE_ANNOTATION: sign_payload(payload, key)})
-    return _attach(client, registry_repo, sig_tag(manifest_digest), [layer], "the image's signature",
+    return _attach(engine, registry_repo, sig_tag(manifest_digest), [layer], "the image's signature",
                    retries=retries, backoff=backoff, sleep=sleep)
 
 
-def attach_attestation(client: Any, registry_repo: str, manifest_digest: str, envelope: bytes, predicate_type: str,
-                       *, retries: int = 4, backoff: float = 1.0, sleep: Sleep = time.sleep) -> str:
+def attach_attestation(engine: Engine | None, registry_repo: str, manifest_digest: str, envelope: bytes,
+                       predicate_type: str, *, retries: int = 4, backoff: float = 1.0,
+                       sleep: Sleep = time.sleep) -> str:
     """Append a DSSE envelope (``trust.attest.attest``) to ``sha256-<hex>.att``; returns that manifest's pinned
     reference."""
     layer = Layer(DSSE_TYPE, envelope, {PREDICATE_ANNOTATION: predicate_type})
-    return _attach(client, registry_repo, att_tag(manifest_digest), [layer], f"the {predicate_type} attestation",
+    return _attach(engine, registry_repo, att_tag(manifest_digest), [layer], f"the {predicate_type} attestation",
                    retries=retries, backoff=backoff, sleep=sleep)

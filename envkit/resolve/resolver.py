@@ -20,9 +20,10 @@ from packaging.version import Version
 from .. import __version__
 from ..catalog.models import Catalog, vtuple
 from ..errors import CatalogError, Location, PackageIndexError, ResolutionError, WheelReadError
+from ..frameworks import framework
 from ..index.client import PackageIndex, WheelFile
 from ..index.closure import Pin, compile_closure, framework_group
-from ..index.wheel_arches import READERS, ArchReading, read_arches, same_arches
+from ..index.wheel_arches import ArchReading, read_arches, same_arches
 from ..index.wheel_facts import bundled_pins, library_versions, runtime_package
 from ..lock import Decision, Lock, LockedImage, Package, sealed
 from ..spec import Spec
@@ -186,7 +187,7 @@ def lock_image(p: ImagePlan, index: Index, catalog: Catalog, closure: Closure,
         if c.exact_pins:
             wheel, (cuda, cudnn, nccl) = _bundled(p, fw_index, decisions)
         arches = c.arches
-        if c.min_cc is None and c.framework in READERS:
+        if c.min_cc is None and framework(c.framework).arch is not None:
             wheel = wheel or fw_index.wheel_for(c.framework, _v(c.version), p.python, p.os.glibc)
             arches = confirm_arches(p, catalog, fw_index, wheel, arch_reader, decisions)
         extra_index = index.url if c.index else None

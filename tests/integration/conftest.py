@@ -44,6 +44,33 @@ def built_images(engine):
 
 
 @pytest.fixture(scope="session")
+def stack_build(engine, tmp_path_factory, built_images):
+    """``stack_build(NAME)``: `envkit build SPEC --image IMAGE --json` of tests/stacks/NAME/ (its lock is committed:
+    no resolve), run once per session (test_stacks.py and the framework's own tests share it; their tests are in
+    one xdist group, so on one worker) and removed when the session ends (``built_images``): (the build's image
+    entry, the locked image)."""
+    from envkit.lock import load_lock
+    from tests.integration.stacks import load_stack
+
+    builds: dict[str, tuple[dict, object]] = {}
+
+    def build(name: str) -> tuple[dict, object]:
+        if name not in builds:
+            stack = load_stack(name)
+            out = tmp_path_factory.mktemp(f"{name}-render")
+            proc = envkit("build", stack.spec.relative_to(ROOT), "--image", stack["image"], "--out", out, "--json",
+                          check=True)
+            doc = json.loads(proc.stdout)
+            assert doc["lock_reused"] is True, f"{stack.lock} is stale: run `envkit resolve {stack['spec']}`"
+            [image] = doc["images"]
+            built_images.append(image["tag"])
+            builds[name] = image, load_lock(stack.lock).image(stack["image"])
+        return builds[name]
+
+    return build
+
+
+@pytest.fixture(scope="session")
 def example_build(engine):
     """`envkit build examples/team.yaml --json`, run once (a real CUDA torch image), removed when the session ends
     (every test using it is in one xdist group, so on one worker; the devel and layer tests build on its cached

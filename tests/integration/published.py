@@ -24,6 +24,7 @@ from pathlib import Path
 import docker.errors
 import pytest
 
+from envkit.engine.docker_engine import as_engine
 from envkit.certify.certificate import Certificate
 from envkit.registry.artifacts import attach_certificate
 from envkit.registry.publish import mirror_base, promote, push
@@ -79,7 +80,8 @@ def _keypair(name: str) -> tuple[SigningKey, Path]:
 def sign(dc, repo: str, digest: str, certs: list[Certificate], key: str = "team") -> None:
     """What a nightly with --signing-key does after pushing: the image's cosign signature, each certificate as a
     signed attestation about ``digest``."""
-    sign_published(dc, repo, digest, keypair(key)[0], certs, **NO_WAIT)
+    engine = as_engine(dc)  # (envkit.registry takes the Engine)
+    sign_published(engine, repo, digest, keypair(key)[0], certs, **NO_WAIT)
 
 
 @dataclass
@@ -96,29 +98,30 @@ class Team:
 
 
 def publish_team(dc, base: str, host: str) -> Team:
+    engine = as_engine(dc)  # (envkit.registry takes the Engine)
     env = {"NVIDIA_REQUIRE_CUDA": "cuda>=12.0", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
     local_a, local_b = "envkit-test/remote-a:1", "envkit-test/remote-b:1"
     team = Team(host, label_image(dc, base, local_a, labels_for(LOCK_A, STACK_A), env),
                 label_image(dc, base, local_b, labels_for(LOCK_B, STACK_B), env), local=[local_a, local_b])
     repo = f"{host}/vision/torch25"
-    team.digest_a = promote(dc, repo, STACK_A, certified=True, image=local_a, **NO_WAIT).digest
+    team.digest_a = promote(engine, repo, STACK_A, certified=True, image=local_a, **NO_WAIT).digest
     certs = []
     for gpu, slug, status, when in (("NVIDIA H200", "nvidia-h200", "certified", "2026-12-01T03:00:00Z"),
                                     ("none", "none", "verified", "2026-11-30T22:00:00Z")):
         cert = certificate(f"vision/torch25:{STACK_A}", team.image_a, LOCK_A, gpu, status, when)
-        attach_certificate(dc, repo, STACK_A, cert.to_bytes(), gpu_slug=slug, status=status, **NO_WAIT)
+        attach_certificate(engine, repo, STACK_A, cert.to_bytes(), gpu_slug=slug, status=status, **NO_WAIT)
         certs.append(cert)
     sign(dc, repo, team.digest_a, certs)
-    team.digest_b = promote(dc, repo, STACK_B, certified=False, image=local_b, **NO_WAIT).digest
+    team.digest_b = promote(engine, repo, STACK_B, certified=False, image=local_b, **NO_WAIT).digest
     cert = certificate(f"vision/torch25:{STACK_B}", team.image_b, LOCK_B, "none", "verified", "2026-12-02T01:00:00Z")
-    attach_certificate(dc, repo, STACK_B, cert.to_bytes(), gpu_slug="none", status="verified", **NO_WAIT)
+    attach_certificate(engine, repo, STACK_B, cert.to_bytes(), gpu_slug="none", status="verified", **NO_WAIT)
     sign(dc, repo, team.digest_b, [cert])
-    mirror_base(dc, base, f"{host}/vision/base-debian-bookworm", **NO_WAIT)
-    push(dc, base, f"{host}/tools/debian", "bookworm", **NO_WAIT)  # not an envkit image
+    mirror_base(engine, base, f"{host}/vision/base-debian-bookworm", **NO_WAIT)
+    push(engine, base, f"{host}/tools/debian", "bookworm", **NO_WAIT)  # not an envkit image
     broken = f"{host}/broken/torch25"
-    promote(dc, broken, STACK_A, certified=False, image=local_a, **NO_WAIT)
-    attach_certificate(dc, broken, STACK_A, b"this is not a certificate", gpu_slug="nvidia-h200", status="certified",
-                       **NO_WAIT)
+    promote(engine, broken, STACK_A, certified=False, image=local_a, **NO_WAIT)
+    attach_certificate(engine, broken, STACK_A, b"this is not a certificate", gpu_slug="nvidia-h200",
+                       status="certified", **NO_WAIT)
     untag_registry_refs(dc, host)
     return team
 

@@ -5,6 +5,9 @@ it with the payload's JAX path; no GPU here, so every GPU-only check must be ski
 Cold, this is the suite's second large build (283 s and 4.9 GB on 2 cores, base bootstrap
 included; docs/images.md); the image is kept, so a later run finds it by its lock and context
 hashes and only verifies (the module then takes about 30 s).
+
+The build and its verification as tests/stacks/jax/stack.yaml says are test_stacks.py's; the build is shared with
+it (``stack_build``, once per session); here, what only this framework's image shows.
 """
 
 import json
@@ -15,60 +18,19 @@ from envkit.certify.verdict import decide
 from envkit.payload.harness import run_payload
 from envkit.engine.protocol import RunOptions
 from envkit.frameworks import JAX, expected
-from envkit.lock import load_lock
-from tests.integration.conftest import ROOT, envkit
+from tests.integration.conftest import envkit
+from tests.integration.stacks import load_stack
 
 pytestmark = pytest.mark.integration
 
-LOCK = ROOT / "examples" / "frameworks.lock"
-STATIC = ("python_version", "jax_version", "cuda_runtime", "cudnn_version", "nccl_version", "pip_check",
-          "cpu_train_step")
-ORDER = STATIC[:6] + ("requested_imports",) + STATIC[6:]  # requested_imports: skipped without pip: packages
+STACK = load_stack("jax")
+LOCK = STACK.lock
 
 
 @pytest.fixture(scope="module")
-def jax_build(engine, tmp_path_factory, built_images):
-    """`envkit build examples/frameworks.yaml --image jax --json` (the lock is committed: no resolve)."""
-    out = tmp_path_factory.mktemp("jax-render")
-    proc = envkit("build", "examples/frameworks.yaml", "--image", "jax", "--out", out, "--json", check=True)
-    doc = json.loads(proc.stdout)
-    assert doc["lock_reused"] is True, "examples/frameworks.lock is stale: run `envkit resolve examples/frameworks.yaml`"
-    [image] = doc["images"]
-    built_images.append(image["tag"])
-    return image, load_lock(LOCK).image("jax")
-
-
-def test_jax_image_builds_and_verifies_with_gpu_checks_skipped(jax_build, engine):
-    image, locked = jax_build
-    assert image["name"] == "jax" and image["action"] in ("built", "skipped")
-    assert image["status"] == "verified"
-    verification = image["verification"]
-    checks = {c["name"]: c for c in verification["checks"]}
-    assert [c["name"] for c in verification["checks"]] == list(ORDER) + list(JAX.gpu_checks)
-    for name in STATIC:
-        assert checks[name]["status"] == "passed", checks[name]
-    assert checks["requested_imports"]["status"] == ("passed" if locked.requested else "skipped")
-    train = checks["cpu_train_step"]["value"]
-    assert train["device"].startswith("cpu") and train["last_loss"] <= 0.5 * train["first_loss"]
-    for name in JAX.gpu_checks:  # no GPU here: skipped, never passed
-        assert (checks[name]["status"], checks[name]["message"]) == ("skipped", "no CUDA device visible"), name
-    facts = verification["facts"]
-    packages = {p.name: p.version for p in locked.packages}
-    assert (facts["framework"], facts["jax"], facts["jaxlib"], facts["cuda_plugin"]) == (
-        "jax", locked.framework_version, packages["jaxlib"], packages["jax-cuda13-plugin"])
-    assert (facts["cuda"], facts["cudnn"], facts["nccl"]) == (locked.cuda, locked.cudnn, locked.nccl)
-    assert facts["backend"] == "cpu" and facts["gpus"] == []
-
-    info = engine.inspect(image["tag"])
-    assert info.labels["io.envkit.lock-hash"] == locked.hash
-    assert info.labels["io.envkit.framework"] == f"jax=={locked.framework_version}"
-    assert info.labels["io.envkit.min-cc"] == locked.min_cc
-    assert info.env["NVIDIA_REQUIRE_CUDA"] == locked.require_cuda
-    assert info.user.startswith("1000")
-    # the closure is the lock's and nothing else: no torch in a JAX image
-    found = engine.run(image["tag"], ["python3", "-c", "import importlib.util as u; print(u.find_spec('torch'))"],
-                       RunOptions(timeout=60))
-    assert found.stdout.strip() == "None"
+def jax_build(stack_build):
+    """tests/stacks/jax/ built (once per session: test_stacks.py verifies it as the stack says)."""
+    return stack_build("jax")
 
 
 def test_certify_without_a_gpu_and_a_mismatch_are_judged_on_the_host(jax_build, engine, tmp_path):

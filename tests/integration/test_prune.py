@@ -14,6 +14,7 @@ import docker.errors
 import pytest
 import requests
 
+from envkit.engine.docker_engine import as_engine
 from envkit.registry.artifacts import attach_certificate
 from envkit.registry.publish import mirror_base, promote, push
 from tests.integration.conftest import envkit
@@ -37,15 +38,16 @@ def build_stacks(dc, base: str) -> tuple[list[str], list[str]]:
 
 
 def publish(dc, host: str, refs: list[str], ids: list[str], *, certified: int | None, certs: bool = True) -> None:
+    engine = as_engine(dc)  # (envkit.registry takes the Engine)
     repo = f"{host}/{REPO}"
     for n, (ref, stack) in enumerate(zip(refs, STACKS)):
-        digest = promote(dc, repo, stack, certified=n == certified, image=ref, **NO_WAIT).digest
+        digest = promote(engine, repo, stack, certified=n == certified, image=ref, **NO_WAIT).digest
         if certs:
             signed = []
             for gpu, slug in (("NVIDIA H200", "nvidia-h200"), ("none", "none")):
                 cert = certificate(f"{REPO}:{stack}", ids[n], LOCKS[n], gpu, "certified" if gpu != "none"
                                    else "verified", f"2026-12-0{n + 1}T03:00:00Z")
-                attach_certificate(dc, repo, stack, cert.to_bytes(), gpu_slug=slug, status="verified", **NO_WAIT)
+                attach_certificate(engine, repo, stack, cert.to_bytes(), gpu_slug=slug, status="verified", **NO_WAIT)
                 signed.append(cert)
             sign(dc, repo, digest, signed)  # cosign's sha256-<hex>.sig and .att, as a signing nightly leaves them
 
@@ -62,13 +64,13 @@ def local(dc, base):
 
 
 @pytest.fixture(scope="module")
-def team(dc, base, registry, local):  # noqa: F811
+def team(dc, engine, base, registry, local):  # noqa: F811
     """vision/torch25 with four stacks (the second one :certified) and their certificates, a base mirror,
     and vision/debian:bookworm, an image envkit did not build."""
     refs, ids = local
     publish(dc, registry.host, refs, ids, certified=1)
-    mirror_base(dc, base, f"{registry.host}/vision/base-debian-bookworm", **NO_WAIT)
-    push(dc, base, f"{registry.host}/vision/debian", "bookworm", **NO_WAIT)
+    mirror_base(engine, base, f"{registry.host}/vision/base-debian-bookworm", **NO_WAIT)
+    push(engine, base, f"{registry.host}/vision/debian", "bookworm", **NO_WAIT)
     untag_registry_refs(dc, registry.host)
     yield registry
     untag_registry_refs(dc, registry.host)

@@ -60,14 +60,14 @@ def untag(dc, ref) -> None:
 
 # --- push, pull -----------------------------------------------------------------------------------
 
-def test_push_then_pull_back_by_digest(dc, base, registry, tmp_path):
+def test_push_then_pull_back_by_digest(dc, engine, base, registry, tmp_path):
     repo = registry.repo("envkit-test/base")
     lines = []
-    result = push(dc, base, repo, "t1", progress=lines.append)
+    result = push(engine, base, repo, "t1", progress=lines.append)
     assert result.ref == f"{repo}:t1" and DIGEST.match(result.digest)
     assert registry.manifest_digest("envkit-test/base", "t1") == result.digest
-    assert remote_digest(dc, repo, "t1") == result.digest
-    assert remote_digest(dc, repo, "no-such-tag") is None
+    assert remote_digest(engine, repo, "t1") == result.digest
+    assert remote_digest(engine, repo, "no-such-tag") is None
     assert any("digest" in line or "Pushed" in line or "exists" in line for line in lines)
     manifest = requests.get(f"http://{registry.host}/v2/envkit-test/base/manifests/t1", timeout=30, headers={
         "Accept": "application/vnd.docker.distribution.manifest.v2+json"}).json()
@@ -78,7 +78,7 @@ def test_push_then_pull_back_by_digest(dc, base, registry, tmp_path):
         (d, b, n) for d, (b, n) in zip(diff_ids, blobs)]
     assert {x["outcome"] for x in first["layers"]} == {"uploaded"}  # a fresh registry: every layer sent
     assert first["pushed_bytes"] == sum(n for _, n in blobs) and first["present"] == 0
-    again = push(dc, base, repo, "t1-again").layers.to_json()  # the same layers again: the registry has each
+    again = push(engine, base, repo, "t1-again").layers.to_json()  # the same layers again: the registry has each
     assert [x["outcome"] for x in again["layers"]] == ["present"] * len(diff_ids)
     assert again["pushed"] == 0 and again["pushed_bytes"] == 0 and again["present_bytes"] == first["pushed_bytes"]
     assert again["summary"].startswith(f"pushed 0 of {len(diff_ids)} layers, 0 B; {len(diff_ids)} present, ")
@@ -91,7 +91,7 @@ def test_push_then_pull_back_by_digest(dc, base, registry, tmp_path):
     untag(dc, result.ref)
     untag(dc, f"{repo}:t1-again")
     assert not any(t.startswith(registry.host) for t in dc.images.get(base).tags)
-    info, pulled = pull_layers(dc, result.pinned)
+    info, pulled = pull_layers(engine, result.pinned)
     assert info.id == image_id(dc, base)
     assert result.pinned in info.repo_digests
     assert [(x.outcome, x.bytes) for x in pulled.layers] == [("present", n) for _, n in blobs]  # nothing fetched
@@ -105,65 +105,65 @@ def test_push_accepts_the_engine_adapter_and_refuses_unknown_images(engine, regi
 
 # --- promote ----------------------------------------------------------------------------------
 
-def test_promote_moves_certified_only_when_certified(dc, base, other, registry):
+def test_promote_moves_certified_only_when_certified(dc, engine, base, other, registry):
     name = "envkit-test/promote"
     repo = registry.repo(name)
 
-    first = promote(dc, repo, "stack-1", certified=False, image=base, **NO_WAIT)
+    first = promote(engine, repo, "stack-1", certified=False, image=base, **NO_WAIT)
     assert first.pushed and first.certified is None
     assert registry.manifest_digest(name, "stack-1") == first.digest
     assert registry.manifest_digest(name, CERTIFIED_TAG) is None  # not certified: no :certified
 
-    again = promote(dc, repo, "stack-1", certified=True, image=base, **NO_WAIT)
+    again = promote(engine, repo, "stack-1", certified=True, image=base, **NO_WAIT)
     assert not again.pushed  # the stack tag already held this image: left alone
     assert again.digest == first.digest
     assert again.certified == PushResult(f"{repo}:{CERTIFIED_TAG}", first.digest)
     assert registry.manifest_digest(name, CERTIFIED_TAG) == registry.manifest_digest(name, "stack-1")
 
-    second = promote(dc, repo, "stack-2", certified=False, image=other, **NO_WAIT)
+    second = promote(engine, repo, "stack-2", certified=False, image=other, **NO_WAIT)
     assert second.pushed and second.digest != first.digest
     assert registry.manifest_digest(name, CERTIFIED_TAG) == first.digest  # a non-certified promote: unmoved
 
-    third = promote(dc, repo, "stack-2", certified=True, image=other, **NO_WAIT)
+    third = promote(engine, repo, "stack-2", certified=True, image=other, **NO_WAIT)
     assert registry.manifest_digest(name, CERTIFIED_TAG) == third.digest == second.digest
 
 
-def test_an_immutable_stack_tag_is_never_overwritten(dc, base, other, registry):
+def test_an_immutable_stack_tag_is_never_overwritten(dc, engine, base, other, registry):
     name = "envkit-test/immutable"
     repo = registry.repo(name)
-    kept = promote(dc, repo, "stack-1", certified=True, image=base, **NO_WAIT)
+    kept = promote(engine, repo, "stack-1", certified=True, image=base, **NO_WAIT)
     with pytest.raises(EngineError, match=r"refusing to overwrite .*stack-1: stack tags are immutable") as err:
-        promote(dc, repo, "stack-1", certified=True, image=other, **NO_WAIT)
+        promote(engine, repo, "stack-1", certified=True, image=other, **NO_WAIT)
     assert kept.digest in err.value.message and "new stack tag" in err.value.hint
     assert registry.manifest_digest(name, "stack-1") == kept.digest
     assert registry.manifest_digest(name, CERTIFIED_TAG) == kept.digest
     with pytest.raises(EngineError, match="not a stack tag"):
-        promote(dc, repo, CERTIFIED_TAG, certified=True, image=base)
+        promote(engine, repo, CERTIFIED_TAG, certified=True, image=base)
 
 
 # --- mirror ------------------------------------------------------------------------------------
 
-def test_mirror_base_returns_a_digest_pinned_ref_that_pulls(dc, base, registry):
+def test_mirror_base_returns_a_digest_pinned_ref_that_pulls(dc, engine, base, registry):
     repo = registry.repo("mirror/debian")
-    pinned = mirror_base(dc, base, repo, **NO_WAIT)
+    pinned = mirror_base(engine, base, repo, **NO_WAIT)
     assert re.fullmatch(re.escape(repo) + r"@sha256:[0-9a-f]{64}", pinned)
     assert registry.manifest_digest("mirror/debian", base.rsplit(":", 1)[1]) == pinned.split("@")[1]
     untag(dc, f"{repo}:{base.rsplit(':', 1)[1]}")
-    assert pull_by_digest(dc, pinned).id == image_id(dc, base)
+    assert pull_by_digest(engine, pinned).id == image_id(dc, base)
     with pytest.raises(EngineError, match="not pinned by digest"):
-        pull_by_digest(dc, f"{repo}:latest")
+        pull_by_digest(engine, f"{repo}:latest")
 
 
 # --- failures ---------------------------------------------------------------------------------
 
-def test_push_to_a_stopped_registry_fails_after_retries_and_records_nothing(dc, base, tmp_path):
+def test_push_to_a_stopped_registry_fails_after_retries_and_records_nothing(dc, engine, base, tmp_path):
     with running_registry(tmp_path / "reg") as reg:
         reg.stop()
         repo = reg.repo("envkit-test/down")
         waits = []
         with Store.open(tmp_path / "h.sqlite") as store:
             with pytest.raises(EngineError) as err:
-                result = push(dc, base, repo, "t1", retries=4, backoff=1.0, sleep=waits.append)
+                result = push(engine, base, repo, "t1", retries=4, backoff=1.0, sleep=waits.append)
                 store.record_push(image_id(dc, base), result.ref, result.digest, "stack")  # never reached
             assert store.pushes_for(image_id(dc, base)) == []
             assert store.snapshot()["pushes"] == []
@@ -177,14 +177,14 @@ def test_push_to_a_stopped_registry_fails_after_retries_and_records_nothing(dc, 
     assert "after 5 attempts" in message and "connection refused" in message
     assert reg.host in err.value.hint and "still local" in err.value.hint
     with pytest.raises(EngineError, match=f"cannot read .* from registry {re.escape(reg.host)}"):
-        remote_digest(dc, repo, "t1", retries=1, **NO_WAIT)
+        remote_digest(engine, repo, "t1", retries=1, **NO_WAIT)
 
 
-def test_credentials_come_only_from_the_store_or_both_env_vars(dc, base, registry, monkeypatch):
+def test_credentials_come_only_from_the_store_or_both_env_vars(dc, engine, base, registry, monkeypatch):
     monkeypatch.setenv("ENVKIT_REGISTRY_USER", "ci")
     monkeypatch.delenv("ENVKIT_REGISTRY_PASSWORD", raising=False)
     with pytest.raises(EngineError, match="ENVKIT_REGISTRY_PASSWORD is not set"):
-        push(dc, base, registry.repo("envkit-test/creds"), "t", **NO_WAIT)
+        push(engine, base, registry.repo("envkit-test/creds"), "t", **NO_WAIT)
 
 
 def test_failure_classification_and_names():

@@ -22,6 +22,7 @@ import docker.errors
 import pytest
 import requests
 
+from envkit.engine.docker_engine import as_engine
 from envkit.errors import EngineError
 from envkit.registry.remote_parse import CERTIFIED_TAG, certificate_tag
 from envkit.registry.artifacts import attach_certificate, read_certificate
@@ -114,25 +115,26 @@ def cli_json(*args, code=0):
 
 def publish(dc, reg: AuthRegistry, image: str, stack: str) -> str:
     """What nightly does for a certified image: promote (push + :certified), attach its certificate."""
+    engine = as_engine(dc)  # (envkit.registry takes the Engine)
     repo = reg.repo(REPO)
-    result = promote(dc, repo, stack, certified=True, image=image, **NO_WAIT)
+    result = promote(engine, repo, stack, certified=True, image=image, **NO_WAIT)
     assert result.certified is not None and result.certified.digest == result.digest
     cert = certificate(f"{REPO}:{stack}", dc.images.get(image).id, LOCK_A, "NVIDIA H200", "certified",
                        "2026-12-01T03:00:00Z")
-    attach_certificate(dc, repo, stack, cert.to_bytes(), gpu_slug="nvidia-h200", status="certified", **NO_WAIT)
+    attach_certificate(engine, repo, stack, cert.to_bytes(), gpu_slug="nvidia-h200", status="certified", **NO_WAIT)
     sign(dc, repo, result.digest, [cert])  # as a nightly with --signing-key: the gate counts only signed ones
     return result.digest
 
 
 # --- what works, with each source of credentials ---------------------------------------------------
 
-def test_publish_show_ls_and_pull_with_credentials_from_the_environment(dc, tiny, secure, login, tmp_path):
+def test_publish_show_ls_and_pull_with_credentials_from_the_environment(dc, engine, tiny, secure, login, tmp_path):
     login.env("pusher", secure.password("pusher"))
     digest = publish(dc, secure, tiny, STACK_A)
     assert secure.manifest_digest(REPO, STACK_A) == digest == secure.manifest_digest(REPO, CERTIFIED_TAG)
     assert secure.manifest_digest(REPO, certificate_tag(STACK_A, "nvidia-h200")) is not None
-    assert remote_digest(dc, secure.repo(REPO), STACK_A, **NO_WAIT) == digest
-    assert json.loads(read_certificate(dc, secure.repo(REPO), STACK_A, "nvidia-h200"))["status"] == "certified"
+    assert remote_digest(engine, secure.repo(REPO), STACK_A, **NO_WAIT) == digest
+    assert json.loads(read_certificate(engine, secure.repo(REPO), STACK_A, "nvidia-h200"))["status"] == "certified"
     untag_registry_refs(dc, secure.host)
 
     store = ("--store", empty_store(tmp_path))
@@ -145,7 +147,7 @@ def test_publish_show_ls_and_pull_with_credentials_from_the_environment(dc, tiny
     assert [(r["stack"], r["certification"]) for r in listed["images"]] == [(STACK_A, {"NVIDIA H200": "certified"})]
 
     pinned = f"{secure.repo(REPO)}@{digest}"
-    assert pull_by_digest(dc, pinned, **NO_WAIT).id == dc.images.get(tiny).id  # the engine pulls with them too
+    assert pull_by_digest(engine, pinned, **NO_WAIT).id == dc.images.get(tiny).id  # the engine pulls with them too
     untag_registry_refs(dc, secure.host)
 
     if secure.tokens is not None:  # the scopes asked for: the repository's pull,push; the catalog for ls
@@ -153,26 +155,26 @@ def test_publish_show_ls_and_pull_with_credentials_from_the_environment(dc, tiny
         assert f"repository:{REPO}:pull,push" in asked and "registry:catalog:*" in asked
 
 
-def test_credentials_from_a_docker_config_file_and_a_credential_helper(dc, tiny, secure, login, tmp_path):
+def test_credentials_from_a_docker_config_file_and_a_credential_helper(dc, engine, tiny, secure, login, tmp_path):
     login.docker_config(secure, "pusher")
-    promote(dc, secure.repo(REPO), "from-config", certified=False, image=tiny, **NO_WAIT)
+    promote(engine, secure.repo(REPO), "from-config", certified=False, image=tiny, **NO_WAIT)
     assert secure.manifest_digest(REPO, "from-config") is not None
     listed, _ = cli_json("ls", "--registry", secure.host, "--store", empty_store(tmp_path))
     assert "from-config" in {r["stack"] for r in listed["images"]}
 
     login.helper(secure, "pusher")
-    push(dc, tiny, secure.repo(REPO), "from-helper", **NO_WAIT)
-    assert remote_digest(dc, secure.repo(REPO), "from-helper", **NO_WAIT) == secure.manifest_digest(REPO,
+    push(engine, tiny, secure.repo(REPO), "from-helper", **NO_WAIT)
+    assert remote_digest(engine, secure.repo(REPO), "from-helper", **NO_WAIT) == secure.manifest_digest(REPO,
                                                                                                   "from-helper")
     shown, _ = cli_json("show", f"{secure.repo(REPO)}:from-helper", "--store", empty_store(tmp_path))
     assert "from-helper" in shown["registry"]["tags"]
 
 
 @pytest.mark.parametrize("secure", ["token"], indirect=True)
-def test_an_identity_token_from_docker_login_is_used_as_an_oauth2_refresh_token(dc, tiny, secure, login, tmp_path):
+def test_an_identity_token_from_docker_login_is_used_as_an_oauth2_refresh_token(dc, engine, tiny, secure, login, tmp_path):
     login.docker_config(secure, "pusher", identity_token=True)
     before = len(secure.tokens.requests)
-    promote(dc, secure.repo(REPO), "from-identity-token", certified=True, image=tiny, **NO_WAIT)
+    promote(engine, secure.repo(REPO), "from-identity-token", certified=True, image=tiny, **NO_WAIT)
     assert secure.manifest_digest(REPO, "from-identity-token") is not None
     shown, _ = cli_json("show", f"{secure.repo(REPO)}:from-identity-token", "--store", empty_store(tmp_path))
     assert shown["registry"]["certified_tag"] is True
@@ -201,18 +203,18 @@ def assert_cli_refuses(reg: AuthRegistry, secret: str, store, *, source: str) ->
         assert f"registry {reg.host}" in human.stderr and secret not in human.stderr
 
 
-def test_wrong_credentials_fail_clearly_and_push_nothing(dc, tiny, secure, login, tmp_path):
+def test_wrong_credentials_fail_clearly_and_push_nothing(dc, engine, tiny, secure, login, tmp_path):
     secret = "WRONG-pw-7f3a9c"
     login.env("pusher", secret)
     with pytest.raises(RegistryAuthError) as err:
-        promote(dc, secure.repo(REPO), "wrong-env", certified=True, image=tiny, **NO_WAIT)
+        promote(engine, secure.repo(REPO), "wrong-env", certified=True, image=tiny, **NO_WAIT)
     assert_clear(err.value, secure, secret, source="ENVKIT_REGISTRY_USER/ENVKIT_REGISTRY_PASSWORD")
     assert "refused the credentials of user 'pusher'" in err.value.message and "left unpromoted" in err.value.message
     with pytest.raises(RegistryAuthError) as err:  # the engine's own push, with the same wrong account
-        push(dc, tiny, secure.repo(REPO), "wrong-env", **NO_WAIT)
+        push(engine, tiny, secure.repo(REPO), "wrong-env", **NO_WAIT)
     assert_clear(err.value, secure, secret, source="ENVKIT_REGISTRY_USER/ENVKIT_REGISTRY_PASSWORD")
     with pytest.raises(RegistryAuthError) as err:
-        attach_certificate(dc, secure.repo(REPO), "wrong-env", b"{}", gpu_slug="none", status="verified", **NO_WAIT)
+        attach_certificate(engine, secure.repo(REPO), "wrong-env", b"{}", gpu_slug="none", status="verified", **NO_WAIT)
     assert_clear(err.value, secure, secret, source="ENVKIT_REGISTRY_USER")
     assert secure.manifest_digest(REPO, "wrong-env") is None
     assert secure.manifest_digest(REPO, certificate_tag("wrong-env", "none")) is None
@@ -221,14 +223,14 @@ def test_wrong_credentials_fail_clearly_and_push_nothing(dc, tiny, secure, login
     login.clear()
     config = login.docker_config(secure, "pusher", secret)
     with pytest.raises(RegistryAuthError) as err:
-        remote_digest(dc, secure.repo(REPO), STACK_A, **NO_WAIT)
+        remote_digest(engine, secure.repo(REPO), STACK_A, **NO_WAIT)
     assert_clear(err.value, secure, secret, source=config)
     assert_cli_refuses(secure, secret, empty_store(tmp_path), source=config)
 
 
-def test_no_credentials_at_all_say_where_they_are_looked_for(dc, tiny, secure, login, tmp_path):
+def test_no_credentials_at_all_say_where_they_are_looked_for(dc, engine, tiny, secure, login, tmp_path):
     with pytest.raises(RegistryAuthError) as err:
-        promote(dc, secure.repo(REPO), "anonymous", certified=False, image=tiny, **NO_WAIT)
+        promote(engine, secure.repo(REPO), "anonymous", certified=False, image=tiny, **NO_WAIT)
     assert "requires credentials and none were found" in err.value.message
     assert f"docker login {secure.host}" in err.value.hint
     doc, _ = cli_json("ls", "--registry", secure.host, "--store", empty_store(tmp_path), code=6)
@@ -237,18 +239,18 @@ def test_no_credentials_at_all_say_where_they_are_looked_for(dc, tiny, secure, l
 
 
 @pytest.mark.parametrize("secure", ["token"], indirect=True)  # htpasswd grants every account everything
-def test_token_scopes_a_reader_may_pull_but_not_push_nor_list(dc, tiny, secure, login, tmp_path):
+def test_token_scopes_a_reader_may_pull_but_not_push_nor_list(dc, engine, tiny, secure, login, tmp_path):
     login.env("pusher", secure.password("pusher"))
     digest = publish(dc, secure, tiny, "for-readers")
     untag_registry_refs(dc, secure.host)
 
     secret = secure.password("reader")
     login.env("reader", secret)
-    assert remote_digest(dc, secure.repo(REPO), "for-readers", **NO_WAIT) == digest
+    assert remote_digest(engine, secure.repo(REPO), "for-readers", **NO_WAIT) == digest
     shown, _ = cli_json("show", f"{secure.repo(REPO)}:for-readers", "--store", empty_store(tmp_path))
     assert shown["registry"]["digest"] == digest and shown["certificates"][0]["status"] == "certified"
     with pytest.raises(RegistryAuthError) as err:
-        promote(dc, secure.repo(REPO), "by-reader", certified=True, image=tiny, **NO_WAIT)
+        promote(engine, secure.repo(REPO), "by-reader", certified=True, image=tiny, **NO_WAIT)
     assert "refused user 'reader'" in err.value.message and "denied" in err.value.message
     assert secure.manifest_digest(REPO, "by-reader") is None
     doc, proc = cli_json("ls", "--registry", secure.host, "--store", empty_store(tmp_path), code=6)
@@ -258,36 +260,36 @@ def test_token_scopes_a_reader_may_pull_but_not_push_nor_list(dc, tiny, secure, 
 
 
 @pytest.mark.parametrize("secure", ["token"], indirect=True)
-def test_tokens_are_reused_per_scope_not_fetched_per_request(dc, tiny, secure, login):
+def test_tokens_are_reused_per_scope_not_fetched_per_request(dc, engine, tiny, secure, login):
     login.env("pusher", secure.password("pusher"))
-    promote(dc, secure.repo(REPO), "cached", certified=True, image=tiny, **NO_WAIT)
+    promote(engine, secure.repo(REPO), "cached", certified=True, image=tiny, **NO_WAIT)
     before = len(secure.tokens.requests)
     from envkit.registry.remote import inspect_remote
 
-    image = inspect_remote(dc, f"{secure.repo(REPO)}:cached", **NO_WAIT)  # tags, manifests, config blob, certs
+    image = inspect_remote(engine, f"{secure.repo(REPO)}:cached", **NO_WAIT)  # tags, manifests, config blob, certs
     assert image.certified
     fetched = secure.tokens.requests[before:]
     assert len(fetched) == 1 and fetched[0] == ("pusher", (f"repository:{REPO}:pull",))
 
 
-def test_a_token_service_that_is_down_is_retried_then_named(dc, login, tmp_path):
+def test_a_token_service_that_is_down_is_retried_then_named(dc, engine, login, tmp_path):
     with auth_registry(tmp_path / "reg", "token") as reg:
         login.env("pusher", reg.password("pusher"))
         realm = reg.tokens.realm
         reg.tokens.stop()
         waits = []
         with pytest.raises(EngineError) as err:
-            remote_digest(dc, reg.repo(REPO), STACK_A, retries=2, backoff=1.0, sleep=waits.append)
+            remote_digest(engine, reg.repo(REPO), STACK_A, retries=2, backoff=1.0, sleep=waits.append)
     assert waits == [1.0, 2.0] and not isinstance(err.value, RegistryAuthError)  # transient, not a refusal
     assert f"registry {reg.host}" in err.value.message and realm.split("/token")[0] in err.value.message
     assert reg.password("pusher") not in err.value.message
 
 
-def test_htpasswd_over_plain_http_works_too(dc, tiny, login, tmp_path):
+def test_htpasswd_over_plain_http_works_too(dc, engine, tiny, login, tmp_path):
     """Distribution does not insist on TLS for htpasswd; envkit falls back to http as the engine does."""
     with auth_registry(tmp_path / "reg", "htpasswd", tls=False) as reg:
         login.env("pusher", reg.password("pusher"))
-        digest = promote(dc, reg.repo(REPO), STACK_A, certified=True, image=tiny, **NO_WAIT).digest
+        digest = promote(engine, reg.repo(REPO), STACK_A, certified=True, image=tiny, **NO_WAIT).digest
         assert reg.manifest_digest(REPO, CERTIFIED_TAG) == digest
         listed, _ = cli_json("ls", "--registry", reg.host, "--store", empty_store(tmp_path))
         assert [r["digest"] for r in listed["images"]] == [digest]
@@ -320,7 +322,7 @@ def _host_address() -> str | None:
     return None if ipaddress.ip_address(address).is_loopback else address
 
 
-def test_the_engine_verifies_a_registry_on_a_routable_address_through_certs_d(dc, tiny, login, tmp_path,
+def test_the_engine_verifies_a_registry_on_a_routable_address_through_certs_d(dc, engine, tiny, login, tmp_path,
                                                                              monkeypatch):
     """A registry on this host's routable address is one the engine verifies (127.0.0.0/8 is insecure to it):
     untrusted, envkit and the engine each refuse it at once, naming the certs.d file that fixes it; with the
@@ -337,12 +339,12 @@ def test_the_engine_verifies_a_registry_on_a_routable_address_through_certs_d(dc
         fix = f"/etc/docker/certs.d/{reg.host}/ca.crt"
 
         with pytest.raises(EngineError) as untrusted:  # envkit's own client: not trusted, not retried
-            remote_digest(dc, reg.repo(REPO), "any", **opts)
+            remote_digest(engine, reg.repo(REPO), "any", **opts)
         assert "TLS certificate is not trusted" in untrusted.value.message and fix in untrusted.value.hint
         with monkeypatch.context() as env:  # envkit trusts the CA, the engine has none for it
             env.setenv("REQUESTS_CA_BUNDLE", str(reg.registry.ca))
             with pytest.raises(EngineError) as refused:
-                push(dc, tiny, reg.repo(REPO), "untrusted", **opts)
+                push(engine, tiny, reg.repo(REPO), "untrusted", **opts)
         assert "the engine does not trust its certificate" in refused.value.message
         assert "x509" in refused.value.message and fix in refused.value.hint
         assert "docker login" not in refused.value.hint and waits == []
@@ -351,10 +353,10 @@ def test_the_engine_verifies_a_registry_on_a_routable_address_through_certs_d(dc
         installed = trust_ca(reg.host, reg.registry.ca)
         assert installed is not None
         try:
-            digest = push(dc, tiny, reg.repo(REPO), "trusted", **opts).digest
-            assert reg.manifest_digest(REPO, "trusted") == digest == remote_digest(dc, reg.repo(REPO), "trusted")
+            digest = push(engine, tiny, reg.repo(REPO), "trusted", **opts).digest
+            assert reg.manifest_digest(REPO, "trusted") == digest == remote_digest(engine, reg.repo(REPO), "trusted")
             untag_registry_refs(dc, reg.host)
-            assert pull_by_digest(dc, f"{reg.repo(REPO)}@{digest}", **opts).id == dc.images.get(tiny).id
+            assert pull_by_digest(engine, f"{reg.repo(REPO)}@{digest}", **opts).id == dc.images.get(tiny).id
         finally:
             untag_registry_refs(dc, reg.host)
             shutil.rmtree(installed, ignore_errors=True)

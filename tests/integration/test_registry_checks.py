@@ -18,6 +18,7 @@ import docker.errors
 import pytest
 import requests
 
+from envkit.engine.docker_engine import as_engine
 from envkit.registry.publish import mirror_base, promote
 from tests.integration.conftest import envkit
 from tests.integration.published import NO_WAIT, label_image, labels_for, untag_registry_refs
@@ -45,9 +46,10 @@ def local(dc, base):
 
 
 def publish(dc, host: str, refs: list[str], base: str) -> None:
+    engine = as_engine(dc)  # (envkit.registry takes the Engine)
     for ref, stack in zip(refs, STACKS):
-        promote(dc, f"{host}/{TOOLS}", stack, certified=False, image=ref, **NO_WAIT)
-    mirror_base(dc, base, f"{host}/vision/base-debian-bookworm", **NO_WAIT)
+        promote(engine, f"{host}/{TOOLS}", stack, certified=False, image=ref, **NO_WAIT)
+    mirror_base(engine, base, f"{host}/vision/base-debian-bookworm", **NO_WAIT)
     untag_registry_refs(dc, host)
 
 

@@ -79,16 +79,16 @@ def cli_json(*args, code=0):
     return json.loads(proc.stdout)
 
 
-def test_without_a_client_certificate_envkit_and_the_engine_fail_at_once_naming_the_fix(dc, tiny, mtls, tmp_path):
+def test_without_a_client_certificate_envkit_and_the_engine_fail_at_once_naming_the_fix(dc, engine, tiny, mtls, tmp_path):
     reg, _, _ = mtls
     waits: list[float] = []
     fix = f"{CERTS_D}/{reg.host}/client.cert and {CERTS_D}/{reg.host}/client.key"
     with pytest.raises(RegistryAuthError) as own:  # envkit's client (reading the tag before a promote)
-        remote_digest(dc, reg.repo(REPO), STACK_A, sleep=waits.append)
+        remote_digest(engine, reg.repo(REPO), STACK_A, sleep=waits.append)
     assert f"registry {reg.host} requires a TLS client certificate and envkit presented none" in own.value.message
     assert fix in own.value.hint and "docker login" not in own.value.hint
     with pytest.raises(RegistryAuthError) as engine:  # the engine's push
-        push(dc, tiny, reg.repo(REPO), "no-client", sleep=waits.append)
+        push(engine, tiny, reg.repo(REPO), "no-client", sleep=waits.append)
     assert f"registry {reg.host} requires a TLS client certificate and the engine presented none" \
         in engine.value.message
     assert "tls: bad certificate" in engine.value.message and "left unpushed" in engine.value.message
@@ -99,41 +99,41 @@ def test_without_a_client_certificate_envkit_and_the_engine_fail_at_once_naming_
     assert doc["error"] == "RegistryAuthError" and f"registry {reg.host}" in doc["message"] and fix in doc["hint"]
 
 
-def test_a_client_certificate_from_another_ca_is_named_as_refused(dc, tiny, mtls):
+def test_a_client_certificate_from_another_ca_is_named_as_refused(dc, engine, tiny, mtls):
     reg, _, stranger = mtls
     waits: list[float] = []
     with placed(reg.host, client_cert=stranger[0], client_key=stranger[1]) as directory:
         refused = f"registry {reg.host} refused the TLS client certificate {directory / 'client.cert'}"
         with pytest.raises(RegistryAuthError) as own:
-            remote_digest(dc, reg.repo(REPO), STACK_A, sleep=waits.append)
+            remote_digest(engine, reg.repo(REPO), STACK_A, sleep=waits.append)
         assert refused + " that envkit presented" in own.value.message
         with pytest.raises(RegistryAuthError) as engine:
-            push(dc, tiny, reg.repo(REPO), "stranger", sleep=waits.append)
+            push(engine, tiny, reg.repo(REPO), "stranger", sleep=waits.append)
         assert refused + " that the engine presented" in engine.value.message
     assert waits == [] and reg.manifest_digest(REPO, "stranger") is None
 
 
-def test_a_key_without_its_certificate_is_named_with_both_paths_by_envkit_and_the_engine(dc, tiny, mtls):
+def test_a_key_without_its_certificate_is_named_with_both_paths_by_envkit_and_the_engine(dc, engine, tiny, mtls):
     reg, pki, _ = mtls
     waits: list[float] = []
     with placed(reg.host, client_key=pki.clients["envkit"][1]) as directory:
         both = (str(directory / "client.cert"), str(directory / "client.key"))
         with pytest.raises(EngineError) as own:
-            remote_digest(dc, reg.repo(REPO), STACK_A, sleep=waits.append)
+            remote_digest(engine, reg.repo(REPO), STACK_A, sleep=waits.append)
         assert all(p in own.value.message for p in both) and all(p in own.value.hint for p in both)
         with pytest.raises(EngineError) as engine:
-            push(dc, tiny, reg.repo(REPO), "unpaired", sleep=waits.append)
+            push(engine, tiny, reg.repo(REPO), "unpaired", sleep=waits.append)
         assert "missing client certificate client.cert for key client.key" in engine.value.message.lower()
         assert all(p in engine.value.hint for p in both)
     assert waits == [] and not isinstance(engine.value, RegistryAuthError)
 
 
-def test_with_the_pair_in_certs_d_the_engine_pushes_and_pulls_and_envkit_reads(dc, tiny, mtls, tmp_path):
+def test_with_the_pair_in_certs_d_the_engine_pushes_and_pulls_and_envkit_reads(dc, engine, tiny, mtls, tmp_path):
     reg, pki, _ = mtls
     cert, key = pki.clients["envkit"]
     with placed(reg.host, client_cert=cert, client_key=key):  # no engine restart
-        digest = push(dc, tiny, reg.repo(REPO), STACK_A).digest
-        assert reg.manifest_digest(REPO, STACK_A) == digest == remote_digest(dc, reg.repo(REPO), STACK_A)
+        digest = push(engine, tiny, reg.repo(REPO), STACK_A).digest
+        assert reg.manifest_digest(REPO, STACK_A) == digest == remote_digest(engine, reg.repo(REPO), STACK_A)
         # by digest, through envkit's client
         manifest = _RegistryHTTP(as_engine(dc), reg.repo(REPO)).get_manifest(digest)
         assert manifest is not None and manifest.digest == digest
@@ -141,5 +141,5 @@ def test_with_the_pair_in_certs_d_the_engine_pushes_and_pulls_and_envkit_reads(d
         assert shown["registry"]["digest"] == digest
 
         untag_registry_refs(dc, reg.host)
-        assert pull_by_digest(dc, f"{reg.repo(REPO)}@{digest}").id == dc.images.get(tiny).id
+        assert pull_by_digest(engine, f"{reg.repo(REPO)}@{digest}").id == dc.images.get(tiny).id
         untag_registry_refs(dc, reg.host)

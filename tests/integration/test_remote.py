@@ -125,12 +125,12 @@ def test_a_stopped_registry_fails_with_its_name_and_a_hint(tmp_path):
         assert f"{host}/vision/torch25" in doc["message"] and f"registry {host}" in doc["message"]
 
 
-def test_a_local_copy_shows_the_engine_and_store_view_plus_the_registry_view(dc, team, tmp_path):
+def test_a_local_copy_shows_the_engine_and_store_view_plus_the_registry_view(dc, engine, team, tmp_path):
     from envkit.registry.publish import pull_by_digest
 
     pinned = f"{team.host}/vision/torch25@{team.digest_a}"
     try:
-        info = pull_by_digest(dc, pinned)  # shares every layer with the local base: nothing large moves
+        info = pull_by_digest(engine, pinned)  # shares every layer with the local base: nothing large moves
         assert info.id == team.image_a
         store = empty_store(tmp_path)  # it knows no certificate of the image: the registry's are shown
         doc, _ = run_json("show", pinned, "--store", store)

@@ -6,6 +6,9 @@ skipped.
 Cold, this is the suite's largest build (6.84 GB; about 284 s on 2 cores with the trixie base
 bootstrapped, docs/images.md); the image is kept, so a later run finds it by its lock and context
 hashes and only verifies (the module then takes about 13 s).
+
+The build and its verification as tests/stacks/tf/stack.yaml says are test_stacks.py's; the build is shared with
+it (``stack_build``, once per session); here, what only this framework's image shows.
 """
 
 import json
@@ -16,64 +19,19 @@ from envkit.certify.verdict import decide
 from envkit.payload.harness import run_payload
 from envkit.engine.protocol import RunOptions
 from envkit.frameworks import TENSORFLOW, expected
-from envkit.lock import load_lock
-from tests.integration.conftest import ROOT, envkit
+from tests.integration.conftest import envkit
+from tests.integration.stacks import load_stack
 
 pytestmark = pytest.mark.integration
 
-LOCK = ROOT / "examples" / "frameworks.lock"
-STATIC = ("python_version", "tensorflow_version", "cuda_runtime", "cudnn_version", "nccl_version", "build_info",
-          "pip_check", "cpu_train_step")
-ORDER = STATIC[:7] + ("requested_imports",) + STATIC[7:]  # requested_imports: skipped without pip: packages
+STACK = load_stack("tf")
+LOCK = STACK.lock
 
 
 @pytest.fixture(scope="module")
-def tf_build(engine, tmp_path_factory, built_images):
-    """`envkit build examples/frameworks.yaml --image tf --json` (the lock is committed: no resolve)."""
-    out = tmp_path_factory.mktemp("tf-render")
-    proc = envkit("build", "examples/frameworks.yaml", "--image", "tf", "--out", out, "--json", check=True)
-    doc = json.loads(proc.stdout)
-    assert doc["lock_reused"] is True, "examples/frameworks.lock is stale: run `envkit resolve examples/frameworks.yaml`"
-    [image] = doc["images"]
-    built_images.append(image["tag"])
-    return image, load_lock(LOCK).image("tf")
-
-
-def test_tf_image_builds_and_verifies_with_gpu_checks_skipped(tf_build, engine):
-    image, locked = tf_build
-    assert image["name"] == "tf" and image["action"] in ("built", "skipped")
-    assert image["status"] == "verified"
-    verification = image["verification"]
-    checks = {c["name"]: c for c in verification["checks"]}
-    assert [c["name"] for c in verification["checks"]] == list(ORDER) + list(TENSORFLOW.gpu_checks)
-    for name in STATIC:
-        assert checks[name]["status"] == "passed", checks[name]
-    assert checks["requested_imports"]["status"] == ("passed" if locked.requested else "skipped")
-    train = checks["cpu_train_step"]["value"]
-    assert train["device"] == "/CPU:0" and train["last_loss"] <= 0.5 * train["first_loss"]
-    for name in TENSORFLOW.gpu_checks:  # no GPU here: skipped, never passed
-        assert (checks[name]["status"], checks[name]["message"]) == ("skipped", "no CUDA device visible"), name
-    facts = verification["facts"]
-    assert (facts["framework"], facts["tensorflow"]) == ("tensorflow", locked.framework_version)
-    assert (facts["cuda"], facts["cudnn"], facts["nccl"]) == (locked.cuda, locked.cudnn, locked.nccl)
-    assert facts["python"].rsplit(".", 1)[0] == locked.python
-    # what tensorflow says it was built against and for (tf.sysconfig.get_build_info()): the coverage the verdict uses
-    assert (facts["build_cuda"], facts["build_cudnn"]) == ("12.5.1", "9")
-    assert facts["arch_list"] == ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]
-    assert facts["gpus"] == [] and facts["driver"] is None
-
-    info = engine.inspect(image["tag"])
-    assert info.labels["io.envkit.lock-hash"] == locked.hash
-    assert info.labels["io.envkit.framework"] == f"tensorflow=={locked.framework_version}"
-    assert (info.labels["io.envkit.cuda"], info.labels["io.envkit.cudnn"], info.labels["io.envkit.nccl"]) == (
-        locked.cuda, locked.cudnn, locked.nccl)
-    assert "io.envkit.arch-list" not in info.labels  # the catalog's list is not the build's (frameworks.py)
-    assert info.env["NVIDIA_REQUIRE_CUDA"] == locked.require_cuda
-    assert info.user.startswith("1000")
-    # the closure is the lock's and nothing else: no torch, no jax in a TensorFlow image
-    found = engine.run(image["tag"], ["python3", "-c", "import importlib.util as u; "
-                                      "print(u.find_spec('torch'), u.find_spec('jax'))"], RunOptions(timeout=60))
-    assert found.stdout.strip() == "None None"
+def tf_build(stack_build):
+    """tests/stacks/tf/ built (once per session: test_stacks.py verifies it as the stack says)."""
+    return stack_build("tf")
 
 
 def test_certify_without_a_gpu_and_a_mismatch_are_judged_on_the_host(tf_build, engine, tmp_path):

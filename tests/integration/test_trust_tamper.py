@@ -78,13 +78,13 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(dc, base, registry):  # noqa: F811
+def world(dc, engine, base, registry):  # noqa: F811
     w = World(dc, registry.host)
     repo = f"{registry.host}/{REPO}"
     w.push(base, "genuine")
     sign(dc, repo, w.digests["genuine"], [w.cert("genuine")])
     w.push(base, "unsigned")  # the old format: an unsigned certificate artifact
-    attach_certificate(dc, repo, STACKS["unsigned"], w.cert("unsigned").to_bytes(), gpu_slug="nvidia-h200",
+    attach_certificate(engine, repo, STACKS["unsigned"], w.cert("unsigned").to_bytes(), gpu_slug="nvidia-h200",
                        status="certified", **NO_WAIT)
     w.push(base, "replayed")  # the genuine image's attestation copied onto another image
     genuine_att = read_layers(w.reg(), att_tag(w.digests["genuine"]))
@@ -116,10 +116,10 @@ def world(dc, base, registry):  # noqa: F811
     # :certified moved: a genuine certified image, then :certified re-pointed at an image nobody certified
     w.push(base, "victim", "tamper/moved")
     sign(dc, f"{registry.host}/tamper/moved", w.digests["victim"], [w.cert("victim")])
-    promote(dc, f"{registry.host}/tamper/moved", STACKS["victim"], certified=True, image="envkit-test/tamper-victim:1",
+    promote(engine, f"{registry.host}/tamper/moved", STACKS["victim"], certified=True, image="envkit-test/tamper-victim:1",
             **NO_WAIT)
     w.push(base, "uncertified", "tamper/moved")
-    promote(dc, f"{registry.host}/tamper/moved", STACKS["uncertified"], certified=True,
+    promote(engine, f"{registry.host}/tamper/moved", STACKS["uncertified"], certified=True,
             image="envkit-test/tamper-uncertified:1", **NO_WAIT)
     # the stack tag re-pointed: the genuine stack tag of tamper/repoint now names an image nobody certified
     w.push(base, "genuine", "tamper/repoint")

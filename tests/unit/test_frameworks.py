@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -298,11 +299,34 @@ def test_every_locked_framework_is_known():
 def test_each_framework_answers_the_stages_questions_itself():
     """One component per framework (issue 33, item 3): the resolver's builds (``resolve.candidates.BUILDS``) have a row
     for every framework and no other, and a framework judged by arch list names where its wheel holds that list
-    (``Framework.arch_source``, which the catalog's check-arches source texts quote)."""
+    (``Framework.arch``: the member ``index.wheel_arches`` reads, with a parser it has, and the text the catalog's
+    check-arches source texts quote)."""
+    from envkit.index.wheel_arches import PARSERS
     from envkit.resolve.candidates import BUILDS
 
     assert set(BUILDS) == set(frameworks.FRAMEWORKS)
-    assert {n for n, f in frameworks.FRAMEWORKS.items() if f.arch_source} == set(frameworks.ARCH_LISTED)
+    assert {n for n, f in frameworks.FRAMEWORKS.items() if f.arch} == set(frameworks.ARCH_LISTED)
+    for f in frameworks.FRAMEWORKS.values():
+        assert f.arch is None or (f.arch.parser in PARSERS and f.arch.member.startswith(f.name + "/") and f.arch.text)
+
+
+def test_each_framework_says_what_the_companions_refresh_reads():
+    """``Framework.companions`` (issue 33, item 3): no framework name is asked in catalog/refresh/companions*.py; each
+    framework says how its wheels pin companions (named packages, an extra, or the cudaNN extras) and which companions
+    declare it, as companions.yaml's rows hold them."""
+    from envkit.catalog.files import load_catalog
+
+    catalog = load_catalog()
+    for name, f in frameworks.FRAMEWORKS.items():
+        how = f.companions
+        assert how.cuda_extras or how.pinned or how.pinned_extra, name  # its wheels pin something
+        assert not how.pinned_extra or how.pinned_extra in f.extras  # an extra team.yaml may ask for too
+        packages = {p for row in catalog.companion_rows.rows_of(name) for p, _ in row.packages}
+        assert {p for p, _, _ in how.declared} <= packages | {"torchtext"}, name  # (torchtext: no row since 2.4)
+    assert frameworks.JAX.companions.rows == "version" and frameworks.TORCH.companions.rows == "series"
+    for module in ("companions.py", "companions_read.py"):
+        text = (ROOT / "envkit" / "catalog" / "refresh" / module).read_text()
+        assert not re.search(r'framework [!=]= "', text), module
 
 
 def test_each_framework_has_its_catalog_rows():

@@ -32,10 +32,11 @@ def pytest_collection_modifyitems(config, items):
 def test_loadgroup_keeps_the_groups_of_tests_conftest_in_their_dispatch_order(tmp_path):
     (tmp_path / "idrecorder.py").write_text(RECORDER)
     ids = tmp_path / "ids.txt"
-    # given in an order that is not the dispatch order: unit, other module, frameworks, a long module, torch25
+    # given in an order that is not the dispatch order: unit, other module, a test stack of frameworks.yaml,
+    # a long module, torch25
     tests = ["tests/unit/ops/test_gc.py::test_keep_below_one_is_refused",
              "tests/integration/test_publish.py::test_push_then_pull_back_by_digest",
-             "tests/integration/test_jax.py::test_jax_image_builds_and_verifies_with_gpu_checks_skipped",
+             "tests/integration/test_stacks.py::test_stack_builds_and_verifies_with_gpu_checks_skipped[jax]",
              "tests/integration/test_reproducible.py::test_two_builds_from_scratch_give_the_same_environment_layers",
              "tests/integration/test_examples.py::test_the_examples_with_locks_are_the_ones_the_readme_builds"]
     env = dict(os.environ, ENVKIT_TEST_IDS=str(ids), PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))

@@ -78,8 +78,8 @@ def source_key(reading: ArchReading, version: str) -> str:
 
 
 def source_text(reading: ArchReading, today: str) -> str:
-    return (f"{reading.wheel} ({reading.url}): {reading.member}'s "
-            + framework(reading.framework).arch_source
+    source = framework(reading.framework).arch  # (a reading is of a framework whose wheels hold the list)
+    return (f"{reading.wheel} ({reading.url}): {reading.member}'s " + (source.text if source else "arch list")
             + f" = '{' '.join(reading.flags)}', read by HTTP range requests (envkit catalog check-arches, {today})")
 
 

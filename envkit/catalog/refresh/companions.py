@@ -33,6 +33,7 @@ from typing import Iterable
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from ...frameworks import framework as framework_of
 from ..companions import FILE, KEY, catalog_key
 from ..files import data_dir as default_data_dir
 from ..models import Catalog
@@ -60,7 +61,7 @@ def _new_keys(framework: str, result: RefreshResult | None) -> dict[str, list[st
     """Row key -> the patches to read, for the releases the framework's refresh proposes."""
     if result is None or not result.changed:
         return {}
-    if framework == "jax":
+    if framework_of(framework).companions.rows == "version":
         return {v: [v] for v in result.added_patches}
     return {str(e["version"]): [str(p) for p in e["patches"]] for e in result.entries}
 

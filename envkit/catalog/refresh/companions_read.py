@@ -15,21 +15,13 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ...errors import PackageIndexError
+from ...frameworks import framework as framework_of
 from ..companions import release_key
 from .common import ReadingIndex, for_extra, metadata_source, published, spec_text
 
 if TYPE_CHECKING:
     from ...index.client import WheelFile
     from ..companions import CompanionRow
-
-
-# the companions whose own METADATA names the framework: project -> (style, pairs by its own number)
-DECLARED = {
-    "torch": {"torchvision": ("series", False), "torchaudio": ("series", True), "torchtext": ("series", False),
-              "xformers": ("exact", False)},
-    "jax": {},
-    "tensorflow": {"tf-keras": ("series", False)},
-}
 
 
 _PYTHONS = ("3.15", "3.14", "3.13", "3.12", "3.11", "3.10", "3.9", "3.8")
@@ -167,19 +159,21 @@ class Reader:
 
     # --- pinned by the framework's own wheels -------------------------------------------------------------
     def pinned(self, framework: str, key: str, patches: Iterable[str]) -> dict[str, Proposal]:
-        if framework == "jax":
-            return self._jax(key)
+        """What the framework's own wheels of row ``key`` (its ``patches``) pin, as ``Framework.companions`` says
+        to read them."""
+        how = framework_of(framework).companions
+        if how.cuda_extras:
+            return self._cuda_extras(framework, key)
         per: dict[str, list[tuple[str, SpecifierSet, str, str]]] = {}  # package -> (patch, spec, marker, url)
         for patch in sorted(patches, key=Version):
             got = self.requires(framework, Version(patch))
             if got is None:
                 continue
             requires, url = got
-            if framework == "torch":
-                wanted = {str(canonicalize_name(r.name)): r for r in requires
-                          if canonicalize_name(r.name) == "triton" and _on_linux(r)}
-            else:
-                wanted = for_extra(requires, "and-cuda", self.python)
+            wanted = {str(canonicalize_name(r.name)): r for r in requires
+                      if canonicalize_name(r.name) in how.pinned and _on_linux(r)}
+            if how.pinned_extra:
+                wanted.update(for_extra(requires, how.pinned_extra, self.python))
             for name, r in wanted.items():
                 marker = str(r.marker) if r.marker is not None else ""
                 per.setdefault(name, []).append((patch, r.specifier, marker, url))
@@ -210,8 +204,9 @@ class Reader:
                                  + f"); the row takes {rows[-1][0]}'s - review")
         return Proposal(newest, None, "pinned", reads)
 
-    def _jax(self, version: str) -> dict[str, Proposal]:
-        got = self.requires("jax", Version(version))
+    def _cuda_extras(self, framework: str, version: str) -> dict[str, Proposal]:
+        """JAX's pins: per cudaNN extra of its wheel, jaxlib and the CUDA plugin (and each plugin's pjrt)."""
+        got = self.requires(framework, Version(version))
         if got is None:
             return {}
         requires, url = got
@@ -281,7 +276,7 @@ class Reader:
         self, framework: str, keys: set[Version], rows: Iterable[CompanionRow]
     ) -> dict[Version, dict[str, Proposal]]:
         out: dict[Version, dict[str, Proposal]] = {}
-        for project, (style, same_number) in DECLARED[framework].items():
+        for project, style, same_number in framework_of(framework).companions.declared:
             name = canonicalize_name(project)
             specs = [dict(r.packages)[name] for r in rows if name in dict(r.packages)]
             versions = self.listing(project)

@@ -20,7 +20,7 @@ from envkit.images.layer_record import Recorded, entry, layers_of, load_record, 
 from envkit.cli import main
 from envkit.engine.protocol import ImageInfo
 from envkit.errors import BuildError
-from envkit.lock import write_lock
+from envkit.lock import lock_changes, write_lock
 from envkit.render.files import image_tag
 from envkit.spec import load_spec
 from envkit.store.history import Store
@@ -290,7 +290,7 @@ def run(tmp_path, monkeypatch):
             return certificate_from(cpu_doc(), expect, image=ref, image_id=eng.inspect(ref).id, lock_hash=image.hash,
                                     gpu_requested=gpus, created_at="2026-12-06T00:00:00Z", envkit_version="0")
 
-        monkeypatch.setattr("envkit.app.nightly._locks", lambda *a, **k: (lock, lock))
+        monkeypatch.setattr("envkit.app.nightly._locks", lambda *a, **k: (lock_changes(lock, lock), lock))
         monkeypatch.setattr("envkit.app.nightly.build_image", build_image)
         monkeypatch.setattr("envkit.app.nightly.certify_image", certify_image)
         monkeypatch.setattr("envkit.app.nightly.expected", lambda img: expected(img))

@@ -380,8 +380,10 @@ def example_resolved(monkeypatch):
         return Resolved(load_spec(stem.with_suffix(".yaml")), load_lock(stem.with_suffix(".lock")),
                         stem.with_suffix(".lock"), True)
 
-    monkeypatch.setattr("envkit.app.resolve.resolve_spec", resolve_spec)
+    # envkit.app.build first: patching it imports it where no test did yet, and an import after app.resolve's patch
+    # would bind the fake as its own resolve_spec, which monkeypatch would then "restore" for every later test
     monkeypatch.setattr("envkit.app.build.resolve_spec", resolve_spec)  # render, build and bundle make resolve first
+    monkeypatch.setattr("envkit.app.resolve.resolve_spec", resolve_spec)
     return calls
 
 

@@ -29,7 +29,8 @@ from envkit.resolve.plan import check_gpus, plan
 from envkit.resolve.rules import covers
 from envkit.resolve.resolver import resolve
 from envkit.spec import spec_from_document
-from envkit.index.wheel_arches import READERS, ArchReading
+from envkit.frameworks import framework as framework_of
+from envkit.index.wheel_arches import ArchReading
 from envkit.support.yamlsource import parse_yaml
 from envkit.frameworks import expected
 
@@ -175,7 +176,7 @@ class FakeArches:
                 got = self.catalog.tensorflow.arches_for(release)
             else:
                 got = self.catalog.torch_release(str(wheel.version)).variant(wheel.tag).arches
-        member = READERS[framework][0]
+        member = framework_of(framework).arch.member
         return ArchReading(framework, wheel.filename, f"{index.url}/{wheel.filename}", member, tuple(got))
 
 
