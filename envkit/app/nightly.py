@@ -123,10 +123,9 @@ def refresh_catalog_step(
 
 def _locks(spec_path: Path, spec: Spec, catalog: Catalog, *, locked: bool, progress: Progress,
            refreshed: bool = False) -> tuple[dict[str, list[str]], Lock]:
-    """Per image, what changed since the lock before this run (a missing or unreadable one: every image is new), and
-    the lock this run builds: with ``locked``, the lock as it is (a missing or stale one fails, exit 5, never
-    rewritten), else re-resolved. The spec and catalog are the run's (read once; ``refreshed``: the team's catalog
-    was refreshed in place, so it is read as it is now); the lock before is read once."""
+    """Per image, what changed since the lock before this run (read once; missing or unreadable: every image is new),
+    and the lock this run builds: with ``locked``, the lock as it is (missing or stale fails, exit 5), else
+    re-resolved. The spec and catalog are the run's (``refreshed``: the team's catalog, refreshed in place, again)."""
     if not locked:
         progress("re-resolving against the catalog and the package index")
     catalog = load_catalog() if refreshed else catalog
@@ -165,8 +164,7 @@ def run_nightly(spec_path: Path, engine: Engine, store: Store, *, out_root: Path
                        if refresh_catalog else None)
         changes, lock = _locks(spec_path, spec, catalog, locked=locked, progress=progress,
                                refreshed=bool(catalog_doc and catalog_doc["applied"]))
-        # as `envkit build`: the builder picked once, the contexts rendered once for it into dockerfiles/, and those
-        # files built (what dockerfiles/ shows is what was built)
+        # as `envkit build`: the builder picked once, rendered once for it into dockerfiles/, those files built
         builder = picked(engine, builder)
         rendered = render(lock, out_root, display_name(spec_path), buildkit=builder == "buildkit")
         layers = LayerStep.open(lock_path, locked=locked) if reproducible else None
@@ -261,8 +259,7 @@ def _build(
     files: dict[str, bytes] | None = None,
 ) -> ImageInfo | None:
     """Build ``image`` unless its recorded build is on the engine. ``files``: its context as the run rendered it
-    for ``builder`` (the builder picked: ``pick_builder``), built as it is; rendered by ``build_image`` when not
-    given."""
+    for ``builder`` (picked: ``pick_builder``), built as it is (None: ``build_image`` renders it)."""
     disk = disk or Disk()
     tag = report.tag
     info = engine.inspect(tag)

@@ -29,8 +29,7 @@ from .space import engine_out_of_space
 
 _NOT_FOUND = re.compile(r'exec: "([^"]+)": (?:executable file not found|stat [^:]*: no such file or directory)')
 
-# What a request or a stream raises when the engine goes away (stopped, restarted, killed) while envkit
-# talks to it: requests wraps most; a build's event stream, read raw, raises urllib3's own.
+# What a request (requests) or a raw event stream (urllib3) raises when the engine goes away mid-talk:
 ENGINE_GONE = (requests.RequestException, urllib3.exceptions.HTTPError)
 ENGINE_REFUSED = (docker.errors.DockerException,)  # docker-py's own errors: the engine refused, or docker-py did
 GONE_HINT = ("is the engine still running (`docker info`; `make engine` starts it)? Its log says why it stopped; "

@@ -204,7 +204,7 @@ class FakeHost:
 
 @pytest.fixture
 def store_path(tmp_path):
-    clock = iter(f"2026-12-0{d}T00:00:00Z" for d in range(1, 10))
+    clock = iter(f"2026-12-{d:02d}T00:00:00Z" for d in range(1, 29))  # (the migrations take one each first)
     path = tmp_path / "history.sqlite"
     with Store.open(path, clock=lambda: next(clock)) as store:
         store.record_certificate("sha256:vision-torch-01", "NVIDIA H200", "570", status="certified", lock_hash="1",
