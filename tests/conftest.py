@@ -11,6 +11,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # the other is using:
 # - "frameworks": examples/frameworks.yaml's images (jax, tf, and the torch 2.14 image the CUDA 13 devel build reuses);
 # - "torch25": examples/team.yaml's image (``example_build``, ``built_images``) and the tests that look inside it;
+# - "registry": the modules that push and pull small images through a local registry: they share image names
+#   (``published.py``, ``test_registry_auth.tiny``) and remove them when they end;
+# - "private_index": test_private_index and test_index_login, which shares its locks;
 # - every other integration module is a group of its own (its module-scoped registry or engine started once). Those
 #   that build small locks give each lock a name of its own (``test_buildkit.small_lock``,
 #   ``test_reproducible.lock_with``), so their tags differ, and pins no other module's image has where reuse matters.
@@ -24,9 +27,13 @@ FRAMEWORK_MODULES = {"test_bundle_jax", "test_bundle_tf", "test_jax", "test_tens
                      "test_devel_cuda13"}
 EXAMPLE_MODULES = {"test_devel", "test_examples", "test_fleet", "test_interrupt", "test_layers", "test_nightly",
                    "test_payload_image", "test_pipeline", "test_progress_terminal"}
-# cold minutes: 16.0, 8.7, 5.5, 4.9, 4.0, 3.1, 2.8, 2.1, 2.1, 1.6, 1.3, 1.1
-LONGEST_FIRST = ("frameworks", "torch25", "build_host_failures", "reproducible", "bundle_reproducible", "bundle",
-                 "reproducible_devel", "buildkit", "bootstrap_progress", "index_login", "private_index", "team_stacks")
+REGISTRY_MODULES = {"test_prune", "test_publish", "test_registry_auth", "test_registry_checks", "test_registry_mtls",
+                    "test_remote", "test_researcher_quickstart", "test_researchers_live", "test_trust_attestations",
+                    "test_trust_tamper"}
+SHARED = {"test_index_login": "private_index"}
+# cold minutes: 16.0, 8.7, 5.5, 4.9, 4.0, 3.6, 3.1, 2.9, 2.8, 2.1, 2.1, 1.1
+LONGEST_FIRST = ("frameworks", "torch25", "build_host_failures", "reproducible", "bundle_reproducible", "registry",
+                 "bundle", "private_index", "reproducible_devel", "buildkit", "bootstrap_progress", "team_stacks")
 
 
 def xdist_group(item) -> str | None:
@@ -44,7 +51,9 @@ def xdist_group(item) -> str | None:
         return "frameworks"  # (test_examples: per example image)
     if path.stem in EXAMPLE_MODULES:
         return "torch25"
-    return path.stem.removeprefix("test_")
+    if path.stem in REGISTRY_MODULES:
+        return "registry"
+    return SHARED.get(path.stem, path.stem.removeprefix("test_"))
 
 
 def dispatch_rank(item) -> int:

@@ -101,7 +101,9 @@ def base(dc) -> str:
     images = [i for i in dc.images.list(name="envkit-base/debian") if i.tags]
     if not images:
         pytest.skip("no local envkit-base/debian image (build the example team once, or bootstrap a base)")
-    return min(images, key=lambda i: i.attrs["Size"]).tags[0]
+    # its own name, not one another module gave it (a registry test tags the base as <registry>/...:t1 and removes
+    # that tag when it ends, perhaps while this module runs on the other worker)
+    return next(t for t in min(images, key=lambda i: i.attrs["Size"]).tags if t.startswith("envkit-base/debian:"))
 
 
 def empty_store(tmp_path: Path) -> Path:

@@ -87,12 +87,12 @@ def test_without_a_client_certificate_envkit_and_the_engine_fail_at_once_naming_
         remote_digest(engine, reg.repo(REPO), STACK_A, sleep=waits.append)
     assert f"registry {reg.host} requires a TLS client certificate and envkit presented none" in own.value.message
     assert fix in own.value.hint and "docker login" not in own.value.hint
-    with pytest.raises(RegistryAuthError) as engine:  # the engine's push
+    with pytest.raises(RegistryAuthError) as theirs:  # the engine's push
         push(engine, tiny, reg.repo(REPO), "no-client", sleep=waits.append)
     assert f"registry {reg.host} requires a TLS client certificate and the engine presented none" \
-        in engine.value.message
-    assert "tls: bad certificate" in engine.value.message and "left unpushed" in engine.value.message
-    assert fix in engine.value.hint
+        in theirs.value.message
+    assert "tls: bad certificate" in theirs.value.message and "left unpushed" in theirs.value.message
+    assert fix in theirs.value.hint
     assert waits == [] and reg.manifest_digest(REPO, "no-client") is None
 
     doc = cli_json("ls", "--registry", reg.host, "--store", empty_store(tmp_path), code=6)
@@ -107,9 +107,9 @@ def test_a_client_certificate_from_another_ca_is_named_as_refused(dc, engine, ti
         with pytest.raises(RegistryAuthError) as own:
             remote_digest(engine, reg.repo(REPO), STACK_A, sleep=waits.append)
         assert refused + " that envkit presented" in own.value.message
-        with pytest.raises(RegistryAuthError) as engine:
+        with pytest.raises(RegistryAuthError) as theirs:
             push(engine, tiny, reg.repo(REPO), "stranger", sleep=waits.append)
-        assert refused + " that the engine presented" in engine.value.message
+        assert refused + " that the engine presented" in theirs.value.message
     assert waits == [] and reg.manifest_digest(REPO, "stranger") is None
 
 
@@ -121,11 +121,11 @@ def test_a_key_without_its_certificate_is_named_with_both_paths_by_envkit_and_th
         with pytest.raises(EngineError) as own:
             remote_digest(engine, reg.repo(REPO), STACK_A, sleep=waits.append)
         assert all(p in own.value.message for p in both) and all(p in own.value.hint for p in both)
-        with pytest.raises(EngineError) as engine:
+        with pytest.raises(EngineError) as theirs:
             push(engine, tiny, reg.repo(REPO), "unpaired", sleep=waits.append)
-        assert "missing client certificate client.cert for key client.key" in engine.value.message.lower()
-        assert all(p in engine.value.hint for p in both)
-    assert waits == [] and not isinstance(engine.value, RegistryAuthError)
+        assert "missing client certificate client.cert for key client.key" in theirs.value.message.lower()
+        assert all(p in theirs.value.hint for p in both)
+    assert waits == [] and not isinstance(theirs.value, RegistryAuthError)
 
 
 def test_with_the_pair_in_certs_d_the_engine_pushes_and_pulls_and_envkit_reads(dc, engine, tiny, mtls, tmp_path):

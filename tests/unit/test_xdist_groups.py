@@ -46,5 +46,5 @@ def test_loadgroup_keeps_the_groups_of_tests_conftest_in_their_dispatch_order(tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     scheduled = ids.read_text().split()
     groups = [i.rsplit("@", 1)[-1] if "@" in i else None for i in scheduled]
-    assert groups[:4] == ["frameworks", "torch25", "reproducible", "publish"], scheduled
+    assert groups[:4] == ["frameworks", "torch25", "reproducible", "registry"], scheduled
     assert groups[4:] and set(groups[4:]) == {None}, scheduled  # the unit tests last, on any worker
