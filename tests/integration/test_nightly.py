@@ -128,7 +128,6 @@ def test_nightly_builds_verifies_and_then_has_nothing_to_do(workspace, engine):
     assert doc2["images"][0]["build"] == "skipped" and not doc2["images"][0]["worked"]
     made, kept = img["layers_built"], doc2["images"][0]["layers_built"]  # (the build's: the builder's cache decides)
     assert made["layers"] and made["built"] + made["present"] == len(made["layers"])
-    assert made["layers"][0]["outcome"] == "reused"  # the base's layer: on the engine before the build
     assert {x["outcome"] for x in kept["layers"]} == {"reused"} and kept["built_bytes"] == 0
     assert elapsed < 30, f"an unchanged nightly took {elapsed:.1f}s"
     with Store.open(root / "a.sqlite") as store:

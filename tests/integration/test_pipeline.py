@@ -83,10 +83,11 @@ def test_second_build_rebuilds_nothing(example_build):
         layers = image["layers_built"]
         assert layers["layers"] and {x["outcome"] for x in layers["layers"]} == {"reused"}
         assert layers["built"] == 0 and layers["built_bytes"] == 0 and layers["present_bytes"] > 0
-    first, _ = example_build  # the first build: the base's layer on the engine before it
+    first, _ = example_build  # the first build (skipped where an earlier run left the image; cold, even its base built)
     for image in first["images"]:
         made = image["layers_built"]
-        assert made["layers"][0]["outcome"] == "reused" and made["built"] + made["present"] == len(made["layers"])
+        assert made["built"] + made["present"] == len(made["layers"])
+        assert image["action"] == "built" or made["built"] == 0, made  # a skipped build makes no layer
         assert made["built_bytes"] + made["present_bytes"] == sum(x["bytes"] or 0 for x in made["layers"])
 
 
