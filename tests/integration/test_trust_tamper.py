@@ -38,8 +38,8 @@ STACKS = {case: f"2.5.1-cu124-py3.11-{n:08x}" for n, case in enumerate(
 
 
 class World:
-    def __init__(self, dc, host: str):
-        self.dc, self.host = dc, host
+    def __init__(self, dc, engine, host: str):
+        self.dc, self.engine, self.host = dc, engine, host
         self.digests: dict[str, str] = {}
         self.ids: dict[str, str] = {}
         self.local: list[str] = []
@@ -53,7 +53,7 @@ class World:
                                                             "io.envkit.image": "torch25", "io.envkit.team": "tamper"},
                                      {"NVIDIA_REQUIRE_CUDA": "cuda>=12.0"})
         self.local.append(local)
-        digest = promote(self.dc, f"{self.host}/{repo}", STACKS[case], certified=False, image=local,
+        digest = promote(self.engine, f"{self.host}/{repo}", STACKS[case], certified=False, image=local,
                          **NO_WAIT).digest
         self.digests[case] = digest
         return digest
@@ -79,7 +79,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(dc, engine, base, registry):  # noqa: F811
-    w = World(dc, registry.host)
+    w = World(dc, engine, registry.host)
     repo = f"{registry.host}/{REPO}"
     w.push(base, "genuine")
     sign(dc, repo, w.digests["genuine"], [w.cert("genuine")])
