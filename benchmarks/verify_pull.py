@@ -85,12 +85,12 @@ def main() -> None:
         assert key is not None
         trusted = load_trusted_keys(keys["public_key"])
         repo = f"{reg.host}/bench/verify"
-        digest = promote(dc, repo, STACK, certified=True, image=local, **NO_WAIT).digest
+        digest = promote(engine, repo, STACK, certified=True, image=local, **NO_WAIT).digest
         certs = [Certificate(image=f"bench/verify:{STACK}", image_id=image.id, lock_hash=LOCK, gpu_model=gpu,
                              driver="570.124.06", status="certified", mode="certify", gpu_count=8,
                              payload_version="bench", payload_sha256="", envkit_version="bench",
                              created_at="2026-12-07T00:00:00Z") for gpu in ("NVIDIA H200", "NVIDIA H100")]
-        sign_published(dc, repo, digest, key, certs, **NO_WAIT)
+        sign_published(engine, repo, digest, key, certs, **NO_WAIT)
         http = _RegistryHTTP(engine, repo, actions="pull")
         envelope = (read_layers(http, att_tag(digest)) or [])[0].data
         pinned = f"{repo}@{digest}"
@@ -124,7 +124,7 @@ def main() -> None:
                                   capture_output=True, text=True, timeout=300)
             assert proc.returncode == 0, proc.stdout + proc.stderr
 
-        fat_pinned = f"{reg.host}/bench/layer@" + promote(dc, f"{reg.host}/bench/layer", STACK, certified=False,
+        fat_pinned = f"{reg.host}/bench/layer@" + promote(engine, f"{reg.host}/bench/layer", STACK, certified=False,
                                                             image=fat, **NO_WAIT).digest
         dc.images.remove(fat, force=True)
 
