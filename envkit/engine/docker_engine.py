@@ -94,7 +94,7 @@ def _netrc_not_text(exc: UnicodeDecodeError) -> EngineError:
                             f"{error.hint}")
 
 
-class DockerEngine(OverClient, LayersOverClient):  # __init__(client), image_host (gc, doctor): docker_gc.py; layer_*
+class DockerEngine(OverClient, LayersOverClient):  # __init__(client), image_host, disk_usage: docker_gc.py; layer_*
     def version(self) -> dict:
         v = self.client.version()
         return {"engine": "docker", "version": v.get("Version"), "api": v.get("ApiVersion"),
@@ -111,13 +111,6 @@ class DockerEngine(OverClient, LayersOverClient):  # __init__(client), image_hos
     def data_root(self) -> str | None:
         """Where the engine keeps images and build layers (a path on the engine's host)."""
         return self.client.info().get("DockerRootDir")
-
-    def disk_usage(self) -> dict:
-        """Where the engine keeps its data, and what its images and BuildKit's cache take (bytes)."""
-        df = self.client.df()
-        return {"root": self.client.info().get("DockerRootDir"), "images_bytes": int(df.get("LayersSize") or 0),
-                "build_cache_bytes": sum(int(e.get("Size") or 0) for e in df.get("BuildCache") or []
-                                         if not e.get("Shared"))}
 
     # --- images -------------------------------------------------------------------
     def _info(self, image: Any) -> ImageInfo:

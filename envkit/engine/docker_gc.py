@@ -24,6 +24,7 @@ import docker.errors
 
 from ..errors import EngineError
 from ..support.labels import CONTAINER_LABEL, CONTEXT_LABEL, IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
+from .docker_df import read_df
 from .inventory import CacheRecord, Candidate, LeftContainer, Removal, StageImage, is_candidate, is_stage
 
 _NONE = ("<none>:<none>", "<none>@<none>")
@@ -45,13 +46,21 @@ def parse_created(text: str) -> datetime:
 
 
 class OverClient:
-    """What holds a docker-py client (``DockerEngine``'s base): ``Engine.image_host``, the gc side over it."""
+    """What holds a docker-py client (``DockerEngine``'s base): ``Engine.image_host``, the gc side over it, and
+    ``Engine.disk_usage``."""
 
     def __init__(self, client: docker.DockerClient) -> None:
         self.client = client
 
     def image_host(self) -> "DockerImageHost":
         return DockerImageHost(self.client)
+
+    def disk_usage(self) -> dict:
+        """Where the engine keeps its data, and what its images and BuildKit's cache take (bytes)."""
+        df = read_df(self.client)
+        return {"root": self.client.info().get("DockerRootDir"), "images_bytes": int(df.get("LayersSize") or 0),
+                "build_cache_bytes": sum(int(e.get("Size") or 0) for e in df.get("BuildCache") or []
+                                         if not e.get("Shared"))}
 
 
 class DockerImageHost:
@@ -79,7 +88,7 @@ class DockerImageHost:
         """The engine's `docker system df -v`: read now, or (not ``fresh``) the last one read, if any."""
         if fresh or self._usage is None:
             try:
-                self._usage = self.client.df() or {}
+                self._usage = read_df(self.client)
             except docker.errors.APIError:
                 self._usage = {}
         return self._usage
@@ -125,7 +134,7 @@ class DockerImageHost:
 
     def build_cache(self) -> list[CacheRecord]:
         """BuildKit's build cache records, read now (an engine without BuildKit has none)."""
-        self._usage = self._api("read the engine's disk usage", self.client.df) or {}
+        self._usage = self._api("read the engine's disk usage", lambda: read_df(self.client))
         return [CacheRecord(id=r["ID"], kind=r.get("Type") or "regular", description=r.get("Description") or "",
                             size=int(r.get("Size") or 0), in_use=bool(r.get("InUse")), shared=bool(r.get("Shared")),
                             last_used=parse_created(r["LastUsedAt"]) if r.get("LastUsedAt") else None)
