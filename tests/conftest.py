@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORK_MODULES = {"test_bundle_jax", "test_bundle_tf", "test_jax", "test_tensorflow", "test_devel_jax",
                      "test_devel_cuda13"}
 EXAMPLE_MODULES = {"test_devel", "test_examples", "test_fleet", "test_interrupt", "test_layers", "test_nightly",
-                   "test_payload_image", "test_pipeline", "test_progress_terminal"}
+                   "test_payload_image", "test_pipeline"}
 REGISTRY_MODULES = {"test_prune", "test_publish", "test_registry_auth", "test_registry_checks", "test_registry_mtls",
                     "test_remote", "test_researcher_quickstart", "test_researchers_live", "test_trust_attestations",
                     "test_trust_tamper"}
