@@ -292,3 +292,10 @@ def test_check_arches_cli_applies_to_the_team_catalog(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     assert load_catalog(cat).torch_release("2.15").variant("cu132").arch_list == "8.0;9.0;10.0;12.0+PTX"
     assert yaml.safe_load((cat / "sources.yaml").read_text())["sources"]["wheel_arches_torch_2_15_0"]
+
+
+def test_every_arch_listed_framework_has_its_catalog_files_check():
+    from envkit.catalog.refresh.arches import CATALOG_FILE_CHECKS
+    from envkit.frameworks import ARCH_LISTED
+
+    assert set(CATALOG_FILE_CHECKS) == set(ARCH_LISTED)
