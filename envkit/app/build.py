@@ -23,7 +23,6 @@ from ..lock import LockedImage, wheel_bytes
 from ..render.files import Rendered, image_tag, layer_packages, render
 from ..spec import env_ca_skip_note
 from ..store.history import Store
-from ..support import layer_moves
 from ..support.labels import LOCK_LABEL
 from ..support.progress import Planned, Progress
 from .resolve import Resolved, resolve_spec
@@ -82,11 +81,9 @@ def build_spec(spec_path: Path, out_root: Path, engine: Engine, *, lock_path: Pa
     outcomes = []
     for image in images:
         progress(image.name, planned(image))
-        before = engine.layer_chains()  # what the build may reuse: its report says which layers it made
         outcome = build_image(engine, resolved.lock, image, display_name(spec_path), ca_bundle=ca,
                               progress=progress, verify=verify, builder=builder, reproducible=reproducible,
                               no_cache=no_cache, files=rendered.files[image.name])
-        outcome.moves = layer_moves.built(outcome.diff_ids, before, engine.layer_sizes(outcome.image_id))
         outcomes.append(outcome)
         if record:
             record_build(store_url, image, outcome)

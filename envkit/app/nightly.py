@@ -269,7 +269,7 @@ def _build(
     if info is not None and known is not None and known.image_id == info.id and (
             not reproducible or made_reproducibly(info.labels)):
         report.build = "skipped"
-        note_built(engine, report, info, None)
+        note_built(engine, report, info)
         return info
     if disk.full is not None:
         report.build, report.status = "not built", "failed"
@@ -284,7 +284,6 @@ def _build(
     started_here = "build" in store.steps(run_id, image.name)
     store.mark_step(run_id, image.name, "build", "started", image.hash)
     restore_base(engine, store, image, progress)
-    before = engine.layer_chains()  # what the build may reuse: the report says which layers it made
     while True:
         try:
             outcome = build_image(
@@ -314,7 +313,7 @@ def _build(
     info = engine.inspect(tag)
     if info is None:
         raise BuildError(f"{tag} is not in the engine right after its build", hint="is something removing images?")
-    note_built(engine, report, info, before)
+    report.layers_built = outcome.moves.to_json() if outcome.moves is not None else None
     # A build this run started (or an earlier killed attempt of it) counts as built.
     action = "built" if outcome.action == "built" or started_here else "skipped"
     store.record_build(image.name, image.hash, info.labels.get(CONTEXT_LABEL, ""), tag=tag, image_id=info.id,

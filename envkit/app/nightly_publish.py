@@ -40,18 +40,18 @@ class ImageReport:
     notes: list[str] = field(default_factory=list)  # what the run did about it that was not asked (a gc to make room)
     worked: bool = False  # anything was done for it in this run
     layers: dict | None = None  # --reproducible: its layers and their check (``nightly_layers.layers_doc``)
-    layers_built: dict | None = None  # which layers its build made, which the engine had, with bytes (``note_built``)
+    layers_built: dict | None = None  # which layers its build made, which the engine had (``Outcome.moves``)
     layers_pushed: dict | None = None  # what its push did per layer, with bytes (``LayerMoves.to_json``)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
 
 
-def note_built(engine: Engine, report: ImageReport, info: ImageInfo, before: set[tuple[str, ...]] | None) -> None:
-    """The report's ``layers_built``: which of the image's layers its build made and which the engine held already
-    (``before``: its layer chains before the build; None: a build skipped, every layer the engine's)."""
-    held = layer_moves.chains([info.layers]) if before is None else before
-    report.layers_built = layer_moves.built(info.layers, held, engine.layer_sizes(info.id)).to_json()
+def note_built(engine: Engine, report: ImageReport, info: ImageInfo) -> None:
+    """The report's ``layers_built`` of an image this run did not build (an earlier build of its lock): every layer
+    the engine's already. (A build's own: ``Outcome.moves``, which ``build_image`` reads.)"""
+    report.layers_built = layer_moves.built(info.layers, layer_moves.chains([info.layers]),
+                                            engine.layer_sizes(info.id)).to_json()
 
 
 @dataclass

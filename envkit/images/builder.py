@@ -23,7 +23,7 @@ from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
 from ..lock import Lock, LockedImage, wheel_bytes
 from ..payload.harness import Verification, run_payload
 from ..render.files import CA_ARG, context_hash, image_tag, index_urls, render_files
-from ..support import scratch
+from ..support import layer_moves, scratch
 from ..support.ca_bundle import site_certificates
 from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
 from ..support.layer_moves import LayerMoves
@@ -106,12 +106,15 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); skipping")
         outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size, context_hash=identity[CONTEXT_LABEL],
                           diff_ids=existing.layers)
+        outcome.moves = layer_moves.built(existing.layers, layer_moves.chains([existing.layers]),
+                                          engine.layer_sizes(existing.id))  # every layer the engine's already
         return verified(engine, image, outcome, verify, progress)
     if existing is not None:
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); building again (--no-cache)")
     wheels = wheel_bytes(image.packages)
     if (warning := low_space(engine, build_need([wheels]) if wheels is not None else None)) is not None:
         progress(image.name, warning)
+    before = engine.layer_chains()  # what the build may reuse (read only when it builds): which layers it made
     base = ensure_base(engine, image.base, lambda msg: progress(image.name, msg),
                        lambda phase: progress(image.name, phase))
     labels = dict(identity, **{BASE_LABEL: base.id})
@@ -123,6 +126,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
                          no_cache=no_cache)
     outcome.seconds = time.monotonic() - started
     outcome.context_hash, outcome.rebuilt = identity[CONTEXT_LABEL], existing is not None
+    outcome.moves = layer_moves.built(outcome.diff_ids, before, engine.layer_sizes(outcome.image_id))
     return verified(engine, image, outcome, verify, progress)
 
 

@@ -62,7 +62,7 @@ def run(tmp_path, monkeypatch):
             eng.images[tag] = ImageInfo(f"sha256:{image.name}", (tag,), 10, {}, {}, "")
 
             class Outcome:
-                action, seconds, made_by = "built", 1.0, "classic"
+                action, seconds, made_by, moves = "built", 1.0, "classic", None
             return Outcome()
 
         monkeypatch.setattr("envkit.app.nightly.build_image", build_image)

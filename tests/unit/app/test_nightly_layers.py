@@ -213,7 +213,7 @@ def test_a_builders_image_of_the_lock_is_built_again_reproducibly_and_envkits_is
         eng.images[tag] = ImageInfo("sha256:new", (tag,), 1, {LAYERS_LABEL: REPRODUCIBLE_LAYERS}, {}, "")
 
         class Outcome:
-            action, seconds, made_by = "built", 1.0, "reproducible"
+            action, seconds, made_by, moves = "built", 1.0, "reproducible", None
         return Outcome()
 
     monkeypatch.setattr("envkit.app.nightly.build_image", build_image)
@@ -282,7 +282,7 @@ def run(tmp_path, monkeypatch):
                                         layers=("sha256:os", *built.values()))
 
             class Outcome:
-                action, seconds, made_by = "built", 1.0, "reproducible"
+                action, seconds, made_by, moves = "built", 1.0, "reproducible", None
             return Outcome()
 
         def certify_image(eng, ref, expect, *, gpus):
