@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # of its time is image builds, and two at a time overlap one's downloads with the other's installs. Integration tests
 # that share an image stay on one worker (one xdist group), so each image is built once and no worker removes what
 # the other is using:
-# - "frameworks": examples/frameworks.yaml's images (jax, tf, and the torch 2.14 image the CUDA 13 devel build reuses);
+# - "frameworks": examples/frameworks.yaml's images (jax, tf, torch 2.14) and their devel flavours (tests/stacks);
 # - "torch25": examples/team.yaml's image (``example_build``, ``built_images``) and the tests that look inside it;
 # - "registry": the modules that push and pull small images through a local registry: they share image names
 #   (``published.py``, ``test_registry_auth.tiny``) and remove them when they end;
@@ -23,8 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # worker sat idle for the last 20 of 44 minutes of a cold run. Not on three workers: measured cold (with one group
 # per framework image), `-n 3` took 33.3 min of pytest against 29.9 on two, every build slower beside two others on
 # 2 cores.
-FRAMEWORK_MODULES = {"test_bundle_jax", "test_bundle_tf", "test_jax", "test_tensorflow", "test_devel_jax",
-                     "test_devel_cuda13"}
+FRAMEWORK_MODULES = {"test_bundle_jax", "test_bundle_tf", "test_jax", "test_tensorflow"}
 EXAMPLE_MODULES = {"test_devel", "test_examples", "test_fleet", "test_interrupt", "test_layers", "test_nightly",
                    "test_payload_image", "test_pipeline"}
 REGISTRY_MODULES = {"test_prune", "test_publish", "test_registry_auth", "test_registry_checks", "test_registry_mtls",

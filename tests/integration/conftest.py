@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,39 @@ def stack_build(engine, tmp_path_factory, built_images):
             [image] = doc["images"]
             built_images.append(image["tag"])
             builds[name] = image, load_lock(stack.lock).image(stack["image"])
+        return builds[name]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def devel_build(request, engine, built_images):
+    """``devel_build(NAME)``: tests/stacks/NAME/'s image built as its devel flavour (as the resolver locks
+    `flavour: devel`: the same lock hash), named IMAGE-devel, after the stack's ``after`` fixture; once per session
+    (its tests are in the xdist group of its spec's images, so on one worker), removed when the session ends
+    (``built_images``): (the build's outcome, the locked devel image)."""
+    from envkit.images.builder import build_image
+    from envkit.lock import load_lock, sealed
+    from envkit.resolve import devel
+    from tests.integration.stacks import load_stack
+    from tests.integration.test_buildkit import ca_bundle
+
+    builds: dict[str, tuple[object, object]] = {}
+
+    def build(name: str) -> tuple[object, object]:
+        if name not in builds:
+            stack = load_stack(name)
+            if stack["after"]:
+                request.getfixturevalue(stack["after"])
+            lock = load_lock(stack.lock)
+            image = devel.as_devel(lock.image(stack["image"]))
+            image = sealed(image.model_copy(update={"name": f"{stack['image']}-devel"}))
+            started = time.monotonic()
+            outcome = build_image(engine, lock.model_copy(update={"images": (image,)}), image, stack["spec"],
+                                  ca_bundle=ca_bundle(), progress=lambda *_: None, verify=stack["verify"])
+            print(f"{name} (CUDA {image.cuda_major_minor}) build: {time.monotonic() - started:.1f} s")
+            built_images.append(outcome.tag)
+            builds[name] = outcome, image
         return builds[name]
 
     return build

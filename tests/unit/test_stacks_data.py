@@ -14,14 +14,26 @@ import pytest
 from envkit import frameworks
 from envkit.engine.protocol import ImageInfo
 from envkit.lock import load_lock
-from tests.integration.stacks import KEYS, check_verified, load_stack, stack_names
+from tests.integration.stacks import (
+    DEVEL_KEYS,
+    KEYS,
+    PROBES,
+    check_compiler,
+    check_verified,
+    devel_probes,
+    load_stack,
+    stack_names,
+)
 from tests.unit.payload_modules import payload_module
 
 NAMES = stack_names()
 
 
+DEVEL = stack_names("devel")
+
+
 def test_the_stacks_are_found():
-    assert NAMES == ["jax", "tf"]
+    assert NAMES == ["jax", "tf"] and DEVEL == ["jax-devel", "torch-devel", "torch25-devel"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -93,3 +105,44 @@ def test_check_verified_passes_a_build_as_the_stack_says_and_fails_any_differenc
                                                     engine.modules))
     with pytest.raises(AssertionError):  # a module the closure must not hold is there
         check_verified(stack, image, locked, Engine(engine.labels, engine.env, engine.modules - 1))
+
+
+@pytest.mark.parametrize("name", DEVEL)
+def test_a_devel_stack_names_what_is_there(name):
+    """Its spec's lock holds the image, its devel flavour locks exactly the compiler it lists (``check_compiler``,
+    on the flavour as the resolver locks it), its ``after`` is a fixture, and its probes name files that exist."""
+    from envkit.lock import sealed
+    from envkit.resolve import devel
+    from tests.integration import conftest
+
+    stack = load_stack(name)
+    assert set(stack.doc) == DEVEL_KEYS and stack["verify"] in (True, False)
+    image = sealed(devel.as_devel(load_lock(stack.lock).image(stack["image"])))
+    check_compiler(stack, image)
+    assert stack["after"] is None or hasattr(conftest, stack["after"])
+    for probe in stack["probes"]:
+        assert {"name", "run"} <= set(probe) and (probe.get("stdout") or probe.get("output")), probe
+        for word in probe["run"].split():
+            if word.startswith("/src/"):
+                assert (PROBES / word.removeprefix("/src/")).is_file(), word
+
+
+def test_check_compiler_fails_a_lock_that_differs():
+    from envkit.lock import sealed
+    from envkit.resolve import devel
+
+    stack = load_stack("torch-devel")
+    image = sealed(devel.as_devel(load_lock(stack.lock).image(stack["image"])))
+    moved = copy.deepcopy(stack.doc)
+    moved["compiler"]["nvidia-nvvm"]["group"] = "framework"
+    off_release = copy.deepcopy(stack.doc)
+    off_release["compiler"]["nvidia-nvvm"]["on_release"] = False
+    missing = copy.deepcopy(stack.doc)
+    del missing["compiler"]["nvidia-nvvm"]
+    for doc in (moved, off_release, missing):
+        with pytest.raises(AssertionError):
+            check_compiler(type(stack)(stack.name, doc), image)
+
+
+def test_every_probe_has_an_id():
+    assert len(devel_probes()) == len(set(devel_probes())) >= len(DEVEL)
