@@ -58,7 +58,7 @@ def test_a_devel_image_has_the_runtime_flavours_environment_layers_and_its_devel
     if builder == "buildkit" and not BuildKitBuilder(engine).available():
         pytest.skip("BuildKit cannot build here")
     cuda = {"classic": "12.4.127", "buildkit": "12.4.99"}[builder]
-    (rt_lock, runtime), (dev_lock, dev) = _locks("1.26.*", (f"nvidia-cuda-runtime-cu12=={cuda}",))
+    (rt_lock, runtime), (dev_lock, dev) = _locks("2.2.*", (f"nvidia-cuda-runtime-cu12=={cuda}",))
     tags: list[str] = []
     try:
         said: list[str] = []
