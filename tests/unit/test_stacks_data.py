@@ -107,6 +107,7 @@ def test_check_verified_passes_a_build_as_the_stack_says_and_fails_any_differenc
         check_verified(stack, image, locked, Engine(engine.labels, engine.env, engine.modules - 1))
 
 
+@pytest.mark.network  # (the devel group is locked as the resolver locks it: uv asks the package index)
 @pytest.mark.parametrize("name", DEVEL)
 def test_a_devel_stack_names_what_is_there(name):
     """Its spec's lock holds the image, its devel flavour locks exactly the compiler it lists (``check_compiler``,
@@ -127,6 +128,7 @@ def test_a_devel_stack_names_what_is_there(name):
                 assert (PROBES / word.removeprefix("/src/")).is_file(), word
 
 
+@pytest.mark.network
 def test_check_compiler_fails_a_lock_that_differs():
     from envkit.lock import sealed
     from envkit.resolve import devel
