@@ -24,6 +24,7 @@ from ..engine.space import host_out_of_space
 from ..errors import EngineError, EnvkitError, Interrupted
 from ..frameworks import NAMES
 from ..store.records import DEFAULT_HELP
+from ..support import procs
 from .flags import filled, hoist_global_flags
 
 if TYPE_CHECKING:
@@ -306,7 +307,12 @@ class EnvkitGroup(click.Group):
             except Interrupted as exc:
                 signum = exc.signum
         # Only the number is kept: the exception's traceback would keep the unwound frames (and any
-        # generator suspended in them) alive until exit.
+        # generator suspended in them) alive until exit. A child such a generator owns is stopped here, not when
+        # the generator is collected (procs.stop_started); a second Ctrl-C stops the waiting (they have had SIGTERM).
+        try:
+            procs.stop_started()
+        except KeyboardInterrupt:
+            pass
         report_interrupted(ctx.obj or {}, Interrupted(signum))
 
 

@@ -7,6 +7,11 @@ temporary directory about to be deleted. Here the child gets SIGTERM first, and 
 is still running ``grace`` seconds later. ``run_all`` runs several at once (the bundle's parallel
 wheel downloads) without threads: an interruption stops them all, rather than waiting for each.
 
+A child ``popen`` started is also stopped and reaped when a command is interrupted (``stop_started``, called by
+``cli.common.EnvkitGroup``), even where its owner would stop it only when collected: a generator suspended in the
+frames the interruption unwound (BuildKit's ``docker build``, read line by line) is closed when the garbage
+collector frees it, which may be after envkit has exited and left the child to finish on its own.
+
 An envkit that is killed outright (SIGKILL, the OOM killer) runs no clean-up at all; on Linux its children
 are then sent SIGTERM by the kernel (``popen``: ``PR_SET_PDEATHSIG``), so they still clean up after
 themselves (debootstrap unmounts the /proc it mounted in its target, BuildKit's ``docker build`` cancels
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any
@@ -57,9 +63,21 @@ def _sigterm_when_parent_dies() -> Callable[[], None] | None:
     return set_deathsig
 
 
+_STARTED: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()  # what ``popen`` started (until collected)
+
+
 def popen(cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-    """``subprocess.Popen`` whose child gets SIGTERM if envkit dies first, even by SIGKILL (Linux)."""
-    return subprocess.Popen(list(cmd), preexec_fn=_sigterm_when_parent_dies(), **kwargs)
+    """``subprocess.Popen`` whose child gets SIGTERM if envkit dies first, even by SIGKILL (Linux), and is stopped
+    by ``stop_started`` when the command is interrupted."""
+    proc = subprocess.Popen(list(cmd), preexec_fn=_sigterm_when_parent_dies(), **kwargs)
+    _STARTED.add(proc)
+    return proc
+
+
+def stop_started(grace: float = GRACE) -> None:
+    """An interrupted command's last clean-up: every child ``popen`` started that still runs is stopped (``stop``)
+    and reaped before envkit exits."""
+    stop(list(_STARTED), grace)
 
 
 def stop(procs: Sequence[subprocess.Popen], grace: float = GRACE) -> None:

@@ -47,6 +47,15 @@ def buildkit(fake_cli, context):
     for event in BuildKitBuilder(cli=fake_cli).build(__import__("pathlib").Path(context), "t:1", {}):
         print(event.kind, flush=True)
 
+KEPT = []
+
+@main.command("unowned-child")
+def unowned_child():
+    from envkit.support import procs
+    KEPT.append(procs.popen(["sleep", "300"]))  # no owner stops it (as a generator nothing closes)
+    print(KEPT[0].pid, flush=True)
+    time.sleep(120)
+
 main()
 """
 
@@ -130,3 +139,16 @@ def test_a_signal_the_process_was_started_ignoring_stays_ignored(tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     assert proc.returncode == 143 and not held.exists()
+
+
+def test_an_interrupted_command_exits_only_once_every_child_it_started_has_ended(tmp_path):
+    """A child no owner stops (a generator whose frames a reference cycle keeps until after exit: once, in a cold
+    suite, the BuildKit CLI above was still there when envkit had exited 143) is stopped and reaped by the
+    interruption's last clean-up (``procs.stop_started``), not left to the kernel's parent-death signal."""
+    proc = start(tmp_path, "unowned-child")
+    child = int(proc.stdout.readline())
+    assert Path(f"/proc/{child}").exists()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert not Path(f"/proc/{child}").exists()  # terminated and reaped before envkit exited
