@@ -50,8 +50,7 @@ class ImageReport:
 def note_built(engine: Engine, report: ImageReport, info: ImageInfo) -> None:
     """The report's ``layers_built`` of an image this run did not build (an earlier build of its lock): every layer
     the engine's already. (A build's own: ``Outcome.moves``, which ``build_image`` reads.)"""
-    report.layers_built = layer_moves.built(info.layers, layer_moves.chains([info.layers]),
-                                            engine.layer_sizes(info.id)).to_json()
+    report.layers_built = layer_moves.held(info.layers, engine.layer_sizes(info.id)).to_json()
 
 
 @dataclass

@@ -106,8 +106,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); skipping")
         outcome = Outcome(image.name, tag, "skipped", existing.id, existing.size, context_hash=identity[CONTEXT_LABEL],
                           diff_ids=existing.layers)
-        outcome.moves = layer_moves.built(existing.layers, layer_moves.chains([existing.layers]),
-                                          engine.layer_sizes(existing.id))  # every layer the engine's already
+        outcome.moves = layer_moves.held(existing.layers, engine.layer_sizes(existing.id))
         return verified(engine, image, outcome, verify, progress)
     if existing is not None:
         progress(image.name, f"unchanged since its last build ({existing.id[:19]}); building again (--no-cache)")

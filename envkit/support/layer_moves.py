@@ -139,6 +139,11 @@ def built(diff_ids: Sequence[str], before: Collection[tuple[str, ...]], sizes: S
         for i, d in enumerate(diff_ids)))
 
 
+def held(diff_ids: Sequence[str], sizes: Sequence[int] | None) -> LayerMoves:
+    """An image the engine already had (a build skipped as unchanged): every layer reused."""
+    return built(diff_ids, chains([diff_ids]), sizes)
+
+
 def chains(images_layers: Collection[Sequence[str]]) -> set[tuple[str, ...]]:
     """Every layer chain (a layer with the layers below it) of images with these layer lists."""
     return {tuple(layers[:i + 1]) for layers in images_layers for i in range(len(layers))}
