@@ -95,8 +95,7 @@ def test_a_devel_bundle_built_reproducibly_has_the_runtime_environment_and_its_d
     BuildKit's side of it is proven by two tests that each take 1-2 cold minutes, so it is not built a third time
     here: a devel bundle built offline (test_devel.py) and the devel steps on reproducible environment layers
     (test_reproducible_devel.py)."""
-    builder = "classic"
-    (rt_lock, runtime), (dev_lock, dev) = _locks(builder)
+    (rt_lock, runtime), (dev_lock, dev) = _locks()
     tags: list[str] = []
     made: list[str] = []  # the images a classic build created (its steps' intermediates), removed at the end
     try:
@@ -115,7 +114,7 @@ def test_a_devel_bundle_built_reproducibly_has_the_runtime_environment_and_its_d
             said.append(event)
             created(event)
 
-        built = build_from_bundle(engine, path, builder=builder, reproducible=True, verify=False, progress=progress)
+        built = build_from_bundle(engine, path, builder="classic", reproducible=True, verify=False, progress=progress)
         tags.append(built.tag)
         monkeypatch.undo()
         lines = [s for s in said if isinstance(s, str)]
@@ -142,11 +141,11 @@ def test_a_devel_bundle_built_reproducibly_has_the_runtime_environment_and_its_d
 ENVIRONMENT = ("cuda", "framework", "extra")
 
 
-def _locks(builder: str):
+def _locks():
     """The runtime and devel flavours of the small stack with a CUDA wheel (as test_reproducible_devel's, with
     pins of their own), the devel group locked as the resolver locks it (CUDA 12.4: nvcc's programs from Debian's
     toolkit .deb, which the bundle carries)."""
-    rt_lock, runtime = lock_with(f"bundle-repro-devel-{builder}", "4.6.3", numpy="1.24.*",
+    rt_lock, runtime = lock_with("bundle-repro-devel-classic", "4.6.3", numpy="1.24.*",
                                  framework=("nvidia-cuda-runtime-cu12==12.4.127",))
     dev = sealed(devel.as_devel(runtime).model_copy(update={"name": "bundle-repro-devel-dev"}))
     return (rt_lock, runtime), (rt_lock.model_copy(update={"images": (dev,)}), dev)

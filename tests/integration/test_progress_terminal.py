@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.conftest import ENVKIT, ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.network]  # (its closure and wheel sizes: uv asks PyPI)
 TEAM, CI_TEAM = "progressview", "progressview-ci"
 # name -> (version, the lock's group); the nvidia-* wheel of the framework group gets a layer of its own (render.files)
 PINS = {"nvidia-cuda-runtime-cu12": ("12.4.99", "framework"), "numpy": ("1.25.2", "framework"),

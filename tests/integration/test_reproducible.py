@@ -41,8 +41,8 @@ def lock_with(name: str, typing_extensions: str, numpy: str = "2.0.*", framework
     gives it packages no other test's image has (tests run in parallel). The framework layer is numpy alone (an
     nvidia-* wheel gets the cuda layer), so each such test takes a numpy series of its own: 1.23
     test_bundle_reproducible (offline), 1.24 its devel bundle, 1.25 and 2.2 test_reproducible_devel, 1.26 and 2.0
-    this module (2.0: the reuse tests, one after another), 2.1 ``test_buildkit.small_lock`` (which expects no
-    reuse of it). A cold suite failed once on two tests sharing 2.1 (2026-12-07)."""
+    this module (2.0: the reuse tests, one after another), 2.1 ``test_buildkit.small_lock`` (built reproducibly
+    by this module's two-engine test and by test_nightly_reproducible). A cold suite failed once on two tests sharing 2.1 (2026-12-07)."""
     from envkit.index.closure import compile_closure
     from envkit.lock import Package, sealed
 
