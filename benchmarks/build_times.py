@@ -306,10 +306,11 @@ def print_reproducible(row: dict | None) -> None:
 
 
 def build_naive(engine, values: dict[str, str], tag: str, builder: str, ca, made: list[str], *,
-                no_cache: bool = False) -> dict:
-    """The anchor; the site CA (when given: a TLS-intercepting proxy) is simply copied in, as by hand."""
+                no_cache: bool = False, template: str = NAIVE) -> dict:
+    """The anchor (``template`` filled with ``values``); the site CA (when given: a TLS-intercepting proxy) is simply
+    copied in, as by hand."""
     with tempfile.TemporaryDirectory(prefix="envkit-bench-") as tmp:
-        (Path(tmp) / "Dockerfile").write_text(NAIVE.format(**values))
+        (Path(tmp) / "Dockerfile").write_text(template.format(**values))
         (Path(tmp) / "ca.pem").write_bytes(ca.read_bytes() if ca else b"")
         return timed(engine, Path(tmp), tag, builder, None, made, no_cache=no_cache)
 

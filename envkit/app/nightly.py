@@ -41,7 +41,7 @@ from .image_attestations import documents_for
 from .nightly_disk import Disk
 from .nightly_fleet import FleetStep, certify_on_fleet
 from .nightly_layers import LayerStep
-from .nightly_publish import Asked, ImageReport, _publish, note_built, restore_base
+from .nightly_publish import Asked, ImageReport, _publish, note_built, restore_stages
 from .resolve import load, lock_path_for, resolve_spec
 
 if TYPE_CHECKING:
@@ -283,7 +283,7 @@ def _build(
         return None
     started_here = "build" in store.steps(run_id, image.name)
     store.mark_step(run_id, image.name, "build", "started", image.hash)
-    restore_base(engine, store, image, progress)
+    restore_stages(engine, store, image, tag, files if reproducible else None, progress)
     while True:
         try:
             outcome = build_image(

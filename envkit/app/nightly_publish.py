@@ -1,6 +1,6 @@
 """The nightly's publishing: push the stack tag, move `:certified` for a certified image, attach its certificate,
-mirror its base by digest (and restore a missing base from that mirror); what an earlier run published is
-trusted only while the registry named this run still holds it."""
+mirror its base and (a reproducible build's) its OS stage by digest, and restore a missing one from that mirror;
+what an earlier run published is trusted only while the registry named this run still holds it."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING
 
 from ..certify.certificate import Certificate, slug
 from ..errors import EnvkitError
+from ..images import os_stage
 from ..lock import LockedImage
 from ..registry.artifacts import attach_certificate
 from ..registry.publish import mirror_base, promote, pull_by_digest, remote_digest
 from ..registry.remote_parse import certificate_tag
 from ..registry.signing import sign_published
 from ..support import layer_moves
+from ..support.labels import OS_KEY_LABEL
 from ..support.progress import Progress, transfer_lines
 from ..trust.keys import SigningKey
 from .image_attestations import Documents
@@ -111,6 +113,7 @@ def _publish(
         store.record_push(info.id, result.certified.ref, result.certified.digest, "certified")
         report.pushed.append(result.certified.ref)
     _mirror_base(engine, store, lock, image, registry, report)
+    _mirror_os_stage(engine, store, lock, image, registry, report)
     store.mark_step(run_id, image.name, "publish", "done", image.hash)
     report.worked = True
 
@@ -165,6 +168,38 @@ def _published(
     return True
 
 
+def restore_stages(engine: Engine, store: Store, image: LockedImage, tag: str, files: dict[str, bytes] | None,
+                   progress: Progress) -> None:
+    """What a build of ``image`` as ``tag`` stands on, from the team registry's mirrors where the engine lacks it:
+    its base (``restore_base``) and, for a reproducible build (``files``: its rendered context), its OS stage
+    (``restore_os_stage``)."""
+    restore_base(engine, store, image, progress)
+    if files is not None:
+        restore_os_stage(engine, store, tag, os_stage.os_key(files["Dockerfile"]), progress)
+
+
+def restore_os_stage(engine: Engine, store: Store, tag: str, key: str, progress: Progress = lambda _: None
+                     ) -> str | None:
+    """A runner whose engine lacks the OS stage of ``key`` as ``<tag>-os`` (``images.os_stage``) pulls it from the
+    team registry's mirror, by digest (newest first), and tags it so: the build then stands on the OS layers the
+    last one did, and every layer above them is the same chain, which fleet nodes holding that image need not pull
+    again. Returns the mirror used, or None (there already, never mirrored, or no mirror answered: the builder
+    builds the stage)."""
+    os_tag = os_stage.os_tag(tag)
+    if os_stage.find(engine, key, os_tag) is not None:
+        return None
+    for pinned in reversed(store.mirrors_for(os_stage.mirror_key(key))):
+        try:
+            info = pull_by_digest(engine, pinned, retries=2)
+        except EnvkitError as exc:
+            progress(f"OS stage mirror {pinned} did not answer: {exc.message}")
+            continue
+        engine.tag(info.id, os_tag)
+        progress(f"restored the OS stage {key[7:19]} as {os_tag} from the team registry ({pinned})")
+        return pinned
+    return None
+
+
 def restore_base(engine: Engine, store: Store, image: LockedImage, progress: Progress = lambda _: None) -> str | None:
     """A runner whose engine lacks the image's base gets it back from the team registry's
     mirror, by digest (newest mirror first), instead of pulling upstream or bootstrapping a
@@ -212,4 +247,26 @@ def _mirror_base(
         report.publish_error = exc.message
         return
     store.record_mirror(image.base.ref, pinned)
+    report.pushed.append(pinned)
+
+
+def _mirror_os_stage(
+    engine: Engine, store: Store, lock: Lock, image: LockedImage, registry: str, report: ImageReport
+) -> None:
+    """Keep a reproducible build's OS stage (``<tag>-os``, labelled with its key: ``images.os_stage``) in the team
+    registry, pinned by digest, in its base's mirror repository (tagged ``os-<key>``), so a runner without it pulls
+    those bytes back (``restore_os_stage``) instead of building other ones."""
+    info = engine.inspect(os_stage.os_tag(report.tag))
+    key = info.labels.get(OS_KEY_LABEL) if info is not None else None
+    if info is None or key is None:
+        return  # a builder's build (no OS stage of its own), or its OS stage is gone from this engine
+    repo = _base_mirror_repo(f"{registry.rstrip('/')}/{lock.team}", image)
+    if {m for m in store.mirrors_for(os_stage.mirror_key(key)) if m.startswith(repo + "@")} & set(info.repo_digests):
+        return  # this very stage (by digest) is mirrored there already
+    try:
+        pinned = mirror_base(engine, info.id, repo, tag=os_stage.mirror_tag(key))
+    except EnvkitError as exc:
+        report.publish_error = exc.message
+        return
+    store.record_mirror(os_stage.mirror_key(key), pinned)
     report.pushed.append(pinned)

@@ -115,17 +115,19 @@ def image_id(config: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(config_bytes(config)).hexdigest()
 
 
-def write_archive(out: BinaryIO, saved: SavedImage, layers: list[NewLayer], config: dict[str, Any], tag: str) -> None:
-    """The docker-archive, written as a stream to ``out``: the saved image's layers (read from its archive),
-    ``layers`` (those without a path named only), ``config`` tagged ``tag``; each layer tar is removed once written (a
-    5 GB layer is on disk once)."""
+def write_archive(out: BinaryIO, saved: SavedImage, layers: list[NewLayer], config: dict[str, Any], tag: str, *,
+                  os_layers: bool = True) -> None:
+    """The docker-archive, written as a stream to ``out``: the saved image's layers (read from its archive;
+    ``os_layers=False``: named only, for an engine that has them and takes known layers by chain), ``layers`` (those
+    without a path named only), ``config`` tagged ``tag``; each layer tar is removed once written (a 5 GB layer is on
+    disk once)."""
     data = config_bytes(config)
     names = [*saved.layers, *(f"{x.diff_id.split(':', 1)[1]}/layer.tar" for x in layers)]
     config_name = f"{image_id(config).split(':', 1)[1]}.json"
     manifest = [{"Config": config_name, "RepoTags": [tag], "Layers": names}]
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         with tarfile.open(saved.path, "r:") as src:
-            for name in saved.layers:
+            for name in saved.layers if os_layers else ():
                 member = src.getmember(name)
                 tar.addfile(_file_info(name, member.size), src.extractfile(member))
         for name, layer in zip(names[len(saved.layers):], layers):

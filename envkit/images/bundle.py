@@ -78,8 +78,9 @@ from .bundle_manifest import (
     sha256_of,
     verify_bundle,
 )
+from .install_source import Offline
 from .layer_record import Recorded, write_record
-from .reproducible import DevelSteps, Offline, assemble, env_tag, made_how, require_local
+from .reproducible import DevelSteps, assemble, env_tag, made_how, require_local
 from .wheelhouse import download_wheels, lock_indexes
 
 if TYPE_CHECKING:
@@ -335,7 +336,7 @@ def _assemble_offline(engine: Engine, lock: Lock, image: LockedImage, context: P
     rendered for the assembled image (``env_image``) in wheelhouse mode and built from the bundle's context (its
     devel wheels and packages), that Dockerfile staged beside it."""
     files = {**{k: v for k, v in render_files(lock, image, "bundle").items() if k.startswith("requirements/")},
-             **{k: v for k, v in rendered.items() if k.startswith("envkit/")}}
+             **{k: v for k, v in rendered.items() if k.startswith("envkit/") or k == "Dockerfile"}}
 
     def build_os(_staged: Path, os_tag: str, os_labels: dict[str, str]) -> Iterator[BuildEvent]:
         return run_build(engine, context, os_tag, os_labels, builder=builder, dockerfile=dockerfile, network=False,
@@ -395,5 +396,3 @@ def _rendered(context: Path, dockerfile: str) -> dict[str, bytes]:
             if p.is_file():
                 files[str(p.relative_to(context))] = p.read_bytes()
     return files
-
-

@@ -6,7 +6,9 @@ installs each layer group into one host directory bind-mounted at the venv's pat
 deterministically (``pycompile``); after each group envkit writes what the group added as a layer tar
 (``layers.write_layer``), and the payload as one more. The OS image's archive (`docker save`) and these tars become a
 docker-archive with the config the rendered Dockerfile's final stage would give (``archive.image_config``), loaded
-with `docker load`. Everything is written under one scratch directory, removed however the build ends.
+with `docker load` (where the engine allows, each group's layer as soon as it is written, while the next group
+installs: ``load_ahead``). The OS stage is the engine's ``<tag>-os`` when that is of the stage's key, else the
+builder's (``os_stage``). Everything is written under one scratch directory, removed however the build ends.
 
 A devel image is that image (tagged ``<tag>-env``, without the build's identity labels) plus its devel steps, which
 the builder runs on it (the devel Dockerfile rendered FROM it: ``RenderContext.env_image``); the ``-env`` tag goes
@@ -21,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -30,12 +31,21 @@ from ..engine.protocol import BuildEvent, Mount, RunOptions
 from ..errors import BuildError, EngineError
 from ..lock import Lock, LockedImage
 from ..render import installer
-from ..render.files import UV_CA, VENV, context_for, layer_packages
+from ..render.files import VENV, context_for, layer_packages
 from ..support import scratch
-from ..support.labels import LAYER_KEYS_LABEL, LAYERS_LABEL, PAYLOAD_LAYER_LABEL, REPRODUCIBLE_LAYERS, STAGE_LABEL
-from . import archive, layers
+from ..support.labels import (
+    LAYER_KEYS_LABEL,
+    LAYERS_LABEL,
+    OS_KEY_LABEL,
+    PAYLOAD_LAYER_LABEL,
+    REPRODUCIBLE_LAYERS,
+    STAGE_LABEL,
+)
+from . import archive, layers, os_stage
+from .install_source import UV, Offline, Source, offline_source, online_source
 from .layer_record import PAYLOAD
 from .layer_reuse import find_reusable, group_key, keys_label, lost
+from .load_ahead import LoadAhead
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
@@ -45,8 +55,6 @@ if TYPE_CHECKING:
 # must get the same bytes for that layer, so nothing of a lock but a group's own packages may reach it.
 EPOCH = 315532800
 REQ = "/tmp/envkit-requirements.txt"  # a group's requirements file, mounted in its install container
-UV = "/tmp/envkit-uv/uv"
-NETRC = "/tmp/envkit-netrc"  # the index logins (images.builder's netrc) in an install container
 
 
 def compile_program() -> str:
@@ -71,35 +79,6 @@ def made_how(reproducible: bool) -> dict[str, bytes]:
 
 BuilderRun = Callable[[Path, str, dict[str, str]], Iterator[BuildEvent]]  # (context, tag, labels): the builder's build
 Say = Callable[[BuildEvent | str], None]
-
-
-@dataclass(frozen=True)
-class Offline:
-    """An offline bundle's files as the install containers' source, with no network: uv from ``uv_wheel`` (the
-    pinned wheel, its sha256 checked in the container as online), the lock's wheels from ``wheelhouse`` served to uv
-    as a PEP 503 index on the container's loopback. Not ``--find-links``: from a directory uv writes one more file
-    into each dist-info (`uv_cache.json`), so the layers would not be the online build's; from an index it writes
-    what it writes from PyPI."""
-
-    wheelhouse: Path
-    uv_wheel: Path
-
-
-INDEX_DIR = "/tmp/envkit-index"  # an offline install container's index: simple/ (written here) and wheels/
-INDEX_PORT = 8731
-UV_WHEEL = "/tmp/envkit-uv.whl"  # an offline bundle's uv wheel, mounted
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where an install container gets uv and the wheels: what it mounts, its variables and network, the shell
-    that puts uv at ``UV`` (and an offline build's index up), and uv's index flags."""
-
-    mounts: tuple[Mount, ...]
-    env: dict[str, str]
-    network: bool
-    prelude: tuple[str, ...]
-    index_flags: str
 
 
 @dataclass(frozen=True)
@@ -161,48 +140,6 @@ def install_script(first: bool, source: Source, requirements: str = REQ) -> str:
     ])
 
 
-def online_source(index_flags: str, ca_bundle: Path | None, netrc: Path | None) -> Source:
-    """The lock's indexes over the network, uv fetched as a build's step fetches it. The site CA (uv's
-    SSL_CERT_FILE, as in a BuildKit build) and the index logins (uv's NETRC) are mounted read-only: never in the
-    install directory, so in no layer."""
-    mounts, env = [], {}
-    if ca_bundle is not None:
-        mounts.append(Mount(str(Path(ca_bundle).resolve()), UV_CA))
-    if netrc is not None:
-        mounts.append(Mount(str(netrc), NETRC))
-        env["NETRC"] = NETRC
-    return Source(tuple(mounts), env, True, (f"if [ -f {UV_CA} ]; then export SSL_CERT_FILE={UV_CA}; fi",
-                                             installer.fetch_shell(UV)), index_flags)
-
-
-def offline_source(offline: Offline, directory: Path) -> Source:
-    """An offline bundle's wheels and uv, with no network: ``directory`` gets the index's pages (``index_pages``)."""
-    index_pages(offline.wheelhouse, directory)
-    url = f"http://127.0.0.1:{INDEX_PORT}"
-    serve = (f"python3 -m http.server --bind 127.0.0.1 --directory {INDEX_DIR} {INDEX_PORT} >/dev/null 2>&1 &",
-             f"for _ in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", "
-             f"{INDEX_PORT}), 1)' 2>/dev/null && break; sleep 0.1; done")
-    mounts = (Mount(str(directory.resolve()), f"{INDEX_DIR}/simple"),
-              Mount(str(offline.wheelhouse.resolve()), f"{INDEX_DIR}/wheels"),
-              Mount(str(offline.uv_wheel.resolve()), UV_WHEEL))
-    return Source(mounts, {}, False, (installer.extract_shell(UV_WHEEL, UV), *serve), f" --index-url {url}/simple/")
-
-
-def index_pages(wheelhouse: Path, directory: Path) -> None:
-    """A PEP 503 simple index of the wheels in ``wheelhouse`` (served at the index's ``wheels/``): one page per
-    project, named as PEP 503 normalises it, linking its files (uv checks each against the lock's hashes)."""
-    from packaging.utils import canonicalize_name, parse_wheel_filename
-
-    directory.mkdir(parents=True, exist_ok=True)
-    projects: dict[str, list[str]] = {}
-    for wheel in sorted(wheelhouse.glob("*.whl")):
-        projects.setdefault(canonicalize_name(parse_wheel_filename(wheel.name)[0]), []).append(wheel.name)
-    for name, wheels in projects.items():
-        (directory / name).mkdir(parents=True, exist_ok=True)
-        links = "".join(f'<a href="../../wheels/{urllib.parse.quote(w)}">{w}</a>\n' for w in wheels)
-        (directory / name / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
-
-
 def assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], *, tag: str,
              labels: dict[str, str], build_os: BuilderRun, stage: Callable[[Path, dict[str, bytes]], Path],
              ca_bundle: Path | None, say: Say, netrc: Path | None = None, reuse: bool = True,
@@ -235,17 +172,15 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
               source_in: Callable[[Path, str], Source], say: Say, devel: DevelSteps | None, *,
               reuse: bool) -> Assembled:
     ctx = context_for(lock, image, "", buildkit=False)
-    os_tag = f"{tag}-os"
+    os_tag = os_stage.os_tag(tag)
     phases = Phases()
-    os_labels = {STAGE_LABEL: "os", **dict(ctx.stage_labels)}
+    os_labels = {STAGE_LABEL: "os", OS_KEY_LABEL: os_stage.os_key(files["Dockerfile"]), **dict(ctx.stage_labels)}
     mark = reproducible_mark()
     keys = {g: group_key(mark, g, files[f"requirements/{g}.txt"]) for g in ctx.layer_groups}
     with scratch.directory(f"repro-{image.name}") as tmp:
         source = source_in(tmp / "index", ctx.uv_index_flags)
-        say(f"building the OS stage as {os_tag}")
-        with phases.timed("os stage"):
-            for event in build_os(stage(tmp / "context", files), os_tag, os_labels):
-                say(event)
+        _os_stage(engine, os_tag, os_labels, lambda: build_os(stage(tmp / "context", files), os_tag, os_labels),
+                  reuse=reuse, say=say, phases=phases)
         say(f"saving {os_tag} (its layers go into the image as the engine has them)")
         with phases.timed("save"):
             engine.save(os_tag, tmp / "os.tar")
@@ -254,36 +189,61 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
         if found is not None:
             say(f"reusing the {', '.join(found.layers)} layer{'s' if len(found.layers) > 1 else ''} of image "
                 f"{found.image.split(':')[-1][:12]} (the same OS layers, the same packages)")
-        built = _install_groups(engine, image, files, os_tag, tmp, source=source, say=say, phases=phases,
-                                reused=found.layers if found else {})
-        scratch.remove(tmp / "venv", strict=False)  # in the layers now: the disk holds the environment once
-        payload = {name.split("/", 1)[1]: data for name, data in files.items() if name.startswith("envkit/")}
-        layer = layers.write_files_layer(payload, tmp / "payload.tar", epoch=EPOCH, prefix="opt/envkit/")
-        built.append(archive.NewLayer(tmp / "payload.tar", layer.diff_id, "COPY envkit/ /opt/envkit/"))
-        # a devel image's identity labels go on it when its devel steps are built: the assembled image is not it
-        made = {LAYERS_LABEL: REPRODUCIBLE_LAYERS,  # (verify compares such images)
-                LAYER_KEYS_LABEL: keys_label(keys), PAYLOAD_LAYER_LABEL: layer.diff_id}
-        config = archive.image_config(saved.config, built, env=ctx.runtime_env,
-                                      labels={**dict(ctx.labels), **({} if devel else labels), **made},
-                                      drop_labels=set(os_labels), user=f"{ctx.uid}:{ctx.uid}", workdir=ctx.workdir,
-                                      cmd=ctx.cmd, epoch=EPOCH)
-        groups = [*ctx.layer_groups, PAYLOAD]
-        digests = {g: x.diff_id for g, x in zip(groups, built)}
-        loaded = env_tag(tag) if devel else tag
-        say(f"loading {loaded} into the engine (its archive streamed, not written)")
-        with phases.timed("load"):
+        # each group's layer goes into the engine while the next installs, where the engine allows (``load_ahead``)
+        ahead = LoadAhead(engine, saved, tag, os_labels, EPOCH, say) if engine.loads_known_layers() else None
+        try:
+            built = _install_groups(engine, image, files, os_tag, tmp, source=source, say=say, phases=phases,
+                                    reused=found.layers if found else {}, ahead=ahead)
+            scratch.remove(tmp / "venv", strict=False)  # in the layers now: the disk holds the environment once
+            payload = {name.split("/", 1)[1]: data for name, data in files.items() if name.startswith("envkit/")}
+            layer = layers.write_files_layer(payload, tmp / "payload.tar", epoch=EPOCH, prefix="opt/envkit/")
+            # a devel image's identity labels go on it when its devel steps are built: the assembled image is not it
+            made = {LAYERS_LABEL: REPRODUCIBLE_LAYERS,  # (verify compares such images)
+                    LAYER_KEYS_LABEL: keys_label(keys), PAYLOAD_LAYER_LABEL: layer.diff_id}
+            groups = [*ctx.layer_groups, PAYLOAD]
+            loaded = env_tag(tag) if devel else tag
             try:
-                engine.load_stream(lambda out: archive.write_archive(out, saved, built, config, loaded),
-                                   f"the image archive of {loaded}")
+                if ahead is not None:
+                    built = ahead.finish(built)
+                    phases.seconds.update(ahead.seconds)
+                built.append(archive.NewLayer(tmp / "payload.tar", layer.diff_id, "COPY envkit/ /opt/envkit/"))
+                digests = {g: x.diff_id for g, x in zip(groups, built)}
+                config = archive.image_config(saved.config, built, env=ctx.runtime_env,
+                                              labels={**dict(ctx.labels), **({} if devel else labels), **made},
+                                              drop_labels=set(os_labels), user=f"{ctx.uid}:{ctx.uid}",
+                                              workdir=ctx.workdir, cmd=ctx.cmd, epoch=EPOCH)
+                say(f"loading {loaded} into the engine (its archive streamed, not written)")
+                with phases.timed("load"):
+                    engine.load_stream(lambda out: archive.write_archive(out, saved, built, config, loaded,
+                                                                         os_layers=ahead is None),
+                                       f"the image archive of {loaded}")
             except EngineError as exc:
                 if found is None or not lost(exc.message, found):
                     raise
                 raise _ReusedGone(exc.message) from None
+        finally:
+            if ahead is not None:
+                ahead.close()
         image_id = archive.image_id(config)
         if devel is not None:
             image_id = _build_devel(engine, devel, stage(tmp / "devel", devel.files), tag, labels, phases, say)
     say("where the time went: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.seconds.items()))
     return Assembled(image_id, digests, dict(phases.seconds), tuple(found.layers) if found else ())
+
+
+def _os_stage(engine: Engine, os_tag: str, os_labels: dict[str, str], build: Callable[[], Iterator[BuildEvent]], *,
+              reuse: bool, say: Say, phases: Phases) -> None:
+    """``os_tag``: the engine's when it is an OS stage of its key (``os_stage.find``; not with ``reuse=False``), else
+    the builder's."""
+    have = os_stage.find(engine, os_labels[OS_KEY_LABEL], os_tag) if reuse else None
+    if have is not None:
+        say(f"the OS stage of key {os_labels[OS_KEY_LABEL][7:19]} is on the engine ({have.id[7:19]}): not built "
+            "again (`--no-cache` builds it again)")
+        return
+    say(f"building the OS stage as {os_tag}")
+    with phases.timed("os stage"):
+        for event in build():
+            say(event)
 
 
 def _build_devel(engine: Engine, devel: DevelSteps, context: Path, tag: str, labels: dict[str, str],
@@ -305,7 +265,8 @@ def _build_devel(engine: Engine, devel: DevelSteps, context: Path, tag: str, lab
 
 
 def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes], os_tag: str, tmp: Path, *,
-                    source: Source, say: Say, phases: Phases, reused: dict[str, str]) -> list[archive.NewLayer]:
+                    source: Source, say: Say, phases: Phases, reused: dict[str, str],
+                    ahead: LoadAhead | None) -> list[archive.NewLayer]:
     venv = tmp / "venv"
     venv.mkdir(mode=0o755)
     venv.chmod(0o755)
@@ -337,6 +298,8 @@ def _install_groups(engine: Engine, image: LockedImage, files: dict[str, bytes],
                                        done=_writing(group, say))
         say(f"the {group} layer: {layer.entries} entries, {layer.size / 2**20:.0f} MiB, {layer.diff_id}")
         out.append(archive.NewLayer(tar, layer.diff_id, made_by))
+        if ahead is not None:
+            ahead.add(group, out)
     return out
 
 

@@ -29,6 +29,10 @@ def made_reproducibly(labels: dict[str, str]) -> bool:
     return labels.get(LAYERS_LABEL) == REPRODUCIBLE_LAYERS
 
 
+# On the OS stage a reproducible build makes (`<tag>-os`): what it is made of (images.os_stage.os_key: the stage's
+# instructions, which name the base by its recipe's tag), so a build finds it on the engine, or the nightly in the
+# team registry, instead of building other bytes for the same stage.
+OS_KEY_LABEL = PREFIX + "os-key"
 # On such an image too: each environment layer group's key ("cuda=<hex> framework=<hex> ..."; images.layer_reuse),
 # so a later reproducible build on the same OS layers can reuse the groups whose packages did not change.
 LAYER_KEYS_LABEL = PREFIX + "layer-keys"

@@ -321,9 +321,10 @@ def test_ctrl_c_during_an_install_removes_the_container_and_the_scratch_director
             assert not engine.client.containers.list(all=True, filters={"label": f"{CONTAINER_LABEL}=build",
                                                                          "ancestor": f"{tag}-os"})
             assert engine.inspect(tag) is None
+            assert engine.inspect(f"{tag}-framework") is None  # loaded beside the extra's install, untagged
         finally:
             server.release()
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            remove_images(engine, tag, f"{tag}-os")  # (the OS stage; the image, had the build got that far)
+            remove_images(engine, tag, f"{tag}-os", f"{tag}-framework")  # (the OS stage; what got that far)

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from envkit.images import reproducible
+from envkit.images import install_source, reproducible
 from envkit.images.bundle import build_from_bundle, make_bundle
 from envkit.images.bundle_manifest import INSTALLER, MANIFEST, file_hashes
 from envkit.errors import BuildError
@@ -33,7 +33,7 @@ def test_the_index_pages_link_each_wheel_under_its_normalised_project_name(tmp_p
     wheelhouse.mkdir(parents=True)
     for name in WHEELS:
         (wheelhouse / name).write_bytes(name.encode())
-    reproducible.index_pages(wheelhouse, root / "simple")
+    install_source.index_pages(wheelhouse, root / "simple")
     assert sorted(p.name for p in (root / "simple").iterdir()) == [
         "jinja2", "nvidia-cuda-runtime-cu12", "torch", "typing-extensions"]
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
@@ -55,20 +55,20 @@ def test_an_offline_install_takes_uv_from_the_bundle_and_the_wheels_from_its_loo
     wheelhouse, uv = tmp_path / "wheelhouse", tmp_path / installer.wheel_name("x86_64")
     wheelhouse.mkdir()
     uv.write_bytes(b"uv")
-    source = reproducible.offline_source(reproducible.Offline(wheelhouse, uv), tmp_path / "pages")
+    source = install_source.offline_source(install_source.Offline(wheelhouse, uv), tmp_path / "pages")
     assert source.network is False and source.env == {}
-    assert {m.target for m in source.mounts} == {f"{reproducible.INDEX_DIR}/simple", f"{reproducible.INDEX_DIR}/wheels",
-                                                 reproducible.UV_WHEEL}
+    assert {m.target for m in source.mounts} == {f"{install_source.INDEX_DIR}/simple", f"{install_source.INDEX_DIR}/wheels",
+                                                 install_source.UV_WHEEL}
     assert all(m.read_only for m in source.mounts)
     script = reproducible.install_script(True, source)
-    assert "urlopen" not in script and f"{reproducible.UV_WHEEL} \"$s\" {reproducible.UV}" in script
+    assert "urlopen" not in script and f"{install_source.UV_WHEEL} \"$s\" {install_source.UV}" in script
     assert installer.WHEELS["x86_64"][1] in script  # refused unless it is the pinned wheel
-    assert f"--bind 127.0.0.1 --directory {reproducible.INDEX_DIR} {reproducible.INDEX_PORT}" in script
-    assert f"--index-url http://127.0.0.1:{reproducible.INDEX_PORT}/simple/ -r" in script
+    assert f"--bind 127.0.0.1 --directory {install_source.INDEX_DIR} {install_source.INDEX_PORT}" in script
+    assert f"--index-url http://127.0.0.1:{install_source.INDEX_PORT}/simple/ -r" in script
     # the index is up before uv asks it, and uv's flags are the online install's
     assert script.index("http.server") < script.index("create_connection") < script.index(" pip install ")
     assert installer.FLAGS in script and "SSL_CERT_FILE" not in script
-    online = reproducible.install_script(True, reproducible.online_source("", None, None))
+    online = reproducible.install_script(True, install_source.online_source("", None, None))
     assert "urlopen" in online and "http.server" not in online and "--index-url" not in online
 
 
