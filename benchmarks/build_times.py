@@ -74,7 +74,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends python3 python3
 COPY ca.pem /etc/site-ca.pem
 RUN python3 -m venv /opt/venv \\
  && if [ -s /etc/site-ca.pem ]; then export PIP_CERT=/etc/site-ca.pem; fi \\
- && /opt/venv/bin/pip install --no-cache-dir torch=={torch} numpy=={numpy}
+ && /opt/venv/bin/pip install --no-cache-dir {pins}
 ENV PATH=/opt/venv/bin:$PATH
 """
 
@@ -140,7 +140,7 @@ def builder_rows(engine, builder: str, lock, extra_lock, ca, skip: set[str], kee
     made: list[str] = []
     tags: list[str] = []
     check_disk(12 if "naive-extra" in skip else 18)
-    naive = {"torch": image.framework_version, "numpy": numpy, "base": image.base.ref}
+    naive = {"pins": f"torch=={image.framework_version} numpy=={numpy}", "base": image.base.ref}
     files = render_files(lock, image, "examples/team.yaml", buildkit=builder == "buildkit")
     extra = render_files(extra_lock, extra_image, "examples/team.yaml", buildkit=builder == "buildkit")
     anchor, row = results.setdefault(f"naive {builder}", {}), results.setdefault(f"envkit {builder}", {})
@@ -150,7 +150,8 @@ def builder_rows(engine, builder: str, lock, extra_lock, ca, skip: set[str], kee
         # each envkit build right after the naive build it is compared with: the machine's load drifts
         for kind in ("cold", "warm", "extra"):
             if "naive" not in skip and not (kind == "extra" and "naive-extra" in skip):
-                values = dict(naive, numpy=numpy_extra) if kind == "extra" else naive
+                values = dict(naive, pins=f"torch=={image.framework_version} numpy=={numpy_extra}") \
+                    if kind == "extra" else naive
                 anchor[kind] = build_naive(engine, values, naive_tag + ("-numpy20" if kind == "extra" else ""),
                                            builder, ca, made, no_cache=kind == "cold")
                 anchor.setdefault("size", engine.inspect(naive_tag).size)
@@ -306,11 +307,11 @@ def print_reproducible(row: dict | None) -> None:
 
 
 def build_naive(engine, values: dict[str, str], tag: str, builder: str, ca, made: list[str], *,
-                no_cache: bool = False, template: str = NAIVE) -> dict:
-    """The anchor (``template`` filled with ``values``); the site CA (when given: a TLS-intercepting proxy) is simply
-    copied in, as by hand."""
+                no_cache: bool = False) -> dict:
+    """The anchor (``NAIVE`` with the ``base`` and ``pins`` of ``values``); the site CA (when given: a
+    TLS-intercepting proxy) is simply copied in, as by hand."""
     with tempfile.TemporaryDirectory(prefix="envkit-bench-") as tmp:
-        (Path(tmp) / "Dockerfile").write_text(template.format(**values))
+        (Path(tmp) / "Dockerfile").write_text(NAIVE.format(**values))
         (Path(tmp) / "ca.pem").write_bytes(ca.read_bytes() if ca else b"")
         return timed(engine, Path(tmp), tag, builder, None, made, no_cache=no_cache)
 

@@ -4,8 +4,8 @@ node of its own, in one run.
 
 Arms (each: a fresh Debian docker-registry on loopback, and a node: a second engine with an empty data root,
 tests/integration/second_engine.py, standing for a fleet machine that keeps what it pulled):
-  naive         the anchor: one stage, apt python3 + python3-venv, a venv, `pip install --no-cache-dir` of the
-                lock's packages pinned (no hashes), built by BuildKit
+  naive         the anchor: build_times.NAIVE (one stage, apt python3 + python3-venv, a venv, `pip install
+                --no-cache-dir`) with every package of the lock pinned (no hashes), built by BuildKit
   envkit        today's default: `envkit build` (BuildKit), the example's rendered context
   reproducible  `envkit build --reproducible` (its OS stage by BuildKit), with what `envkit nightly --registry` does
                 for it: after the push the OS stage is mirrored into the registry by digest, and a runner without it
@@ -55,17 +55,6 @@ from tests import buildcache  # noqa: E402
 from tests.integration.registry import running_registry  # noqa: E402
 from tests.integration.second_engine import second_engine  # noqa: E402
 
-NAIVE = """\
-FROM {base}
-ENV DEBIAN_FRONTEND=noninteractive
-RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \\
- && rm -rf /var/lib/apt/lists/*
-COPY ca.pem /etc/site-ca.pem
-RUN python3 -m venv /opt/venv \\
- && if [ -s /etc/site-ca.pem ]; then export PIP_CERT=/etc/site-ca.pem; fi \\
- && /opt/venv/bin/pip install --no-cache-dir {pins}
-ENV PATH=/opt/venv/bin:$PATH
-"""
 ARMS = ("naive", "envkit", "reproducible")
 REPO = "bench/night"
 
@@ -125,8 +114,7 @@ def run_arm(engine, arm: str, nights, ca, tmp: Path) -> list[dict]:
                 if arm == "naive":
                     pins = " ".join(f"{p.name}=={p.version}" for p in image.packages)
                     tag = f"envkit-bench/night-naive:{night}"
-                    build_naive(engine, {"base": image.base.ref, "pins": pins}, tag, "buildkit", ca, [],
-                                no_cache=True, template=NAIVE)
+                    build_naive(engine, {"base": image.base.ref, "pins": pins}, tag, "buildkit", ca, [], no_cache=True)
                 else:
                     if arm == "reproducible" and night:
                         key = os_stage.os_key(render(lock, image)["Dockerfile"])
