@@ -119,7 +119,7 @@ def run_arm(engine, arm: str, nights, ca, tmp: Path) -> list[dict]:
                     if arm == "reproducible" and night:
                         key = os_stage.os_key(render(lock, image)["Dockerfile"])
                         tag = image_tag(lock, image)
-                        restored = restore_os_stage(engine, store, tag, key, lambda msg: log(f"  {msg}"))
+                        restored = restore_os_stage(engine, store, image, tag, key, lambda msg: log(f"  {msg}"))
                         if restored is None:  # a silent rebuild would make the figures a lie
                             sys.exit(f"night {night}: the OS stage of key {key} was not restored from the registry")
                     outcome = build_image(engine, lock, image, "team.yaml", ca_bundle=ca, verify=False,

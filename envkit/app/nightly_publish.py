@@ -175,18 +175,19 @@ def restore_stages(engine: Engine, store: Store, image: LockedImage, tag: str, f
     (``restore_os_stage``)."""
     restore_base(engine, store, image, progress)
     if files is not None:
-        restore_os_stage(engine, store, tag, os_stage.os_key(files["Dockerfile"]), progress)
+        restore_os_stage(engine, store, image, tag, os_stage.os_key(files["Dockerfile"]), progress)
 
 
-def restore_os_stage(engine: Engine, store: Store, tag: str, key: str, progress: Progress = lambda _: None
-                     ) -> str | None:
+def restore_os_stage(engine: Engine, store: Store, image: LockedImage, tag: str, key: str,
+                     progress: Progress = lambda _: None) -> str | None:
     """A runner whose engine lacks the OS stage of ``key`` as ``<tag>-os`` (``images.os_stage``) pulls it from the
     team registry's mirror, by digest (newest first), and tags it so: the build then stands on the OS layers the
     last one did, and every layer above them is the same chain, which fleet nodes holding that image need not pull
     again. Returns the mirror used, or None (there already, never mirrored, or no mirror answered: the builder
-    builds the stage)."""
+    builds the stage). The build takes it only on the very base it was made on (``os_stage.find``): restored from
+    its mirror first (``restore_base``), as ``restore_stages`` does."""
     os_tag = os_stage.os_tag(tag)
-    if os_stage.find(engine, key, os_tag) is not None:
+    if os_stage.find(engine, key, os_tag, image.base.ref) is not None:
         return None
     for pinned in reversed(store.mirrors_for(os_stage.mirror_key(key))):
         try:

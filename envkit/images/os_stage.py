@@ -48,12 +48,16 @@ def os_tag(tag: str) -> str:
     return f"{tag}-os"
 
 
-def find(engine: Engine, key: str, os_tag: str) -> ImageInfo | None:
-    """The engine's ``os_tag`` when it is an OS stage of ``key`` (the last build's of this tag, or one the nightly
-    pulled from the team registry and tagged so); None otherwise. Only that tag: an OS stage another image's build
-    made is that build's to keep or remove."""
+def find(engine: Engine, key: str, os_tag: str, base_ref: str) -> ImageInfo | None:
+    """The engine's ``os_tag`` when it is an OS stage of ``key`` on the engine's ``base_ref`` (the last build's of
+    this tag, or one the nightly pulled from the team registry and tagged so); None otherwise. Only that tag: an OS
+    stage another image's build made is that build's to keep or remove. On another base (this runner bootstrapped its
+    own, the mirror's was not restored) it is not taken: the image would say one base and hold another."""
     info = engine.inspect(os_tag)
-    return info if info is not None and info.labels.get(OS_KEY_LABEL) == key else None
+    if info is None or info.labels.get(OS_KEY_LABEL) != key:
+        return None
+    base = engine.inspect(base_ref)
+    return info if base is not None and info.layers[:len(base.layers)] == base.layers else None
 
 
 def mirror_tag(key: str) -> str:

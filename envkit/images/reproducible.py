@@ -180,7 +180,7 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
     with scratch.directory(f"repro-{image.name}") as tmp:
         source = source_in(tmp / "index", ctx.uv_index_flags)
         _os_stage(engine, os_tag, os_labels, lambda: build_os(stage(tmp / "context", files), os_tag, os_labels),
-                  reuse=reuse, say=say, phases=phases)
+                  base_ref=image.base.ref, reuse=reuse, say=say, phases=phases)
         say(f"saving {os_tag} (its layers go into the image as the engine has them)")
         with phases.timed("save"):
             engine.save(os_tag, tmp / "os.tar")
@@ -232,10 +232,10 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
 
 
 def _os_stage(engine: Engine, os_tag: str, os_labels: dict[str, str], build: Callable[[], Iterator[BuildEvent]], *,
-              reuse: bool, say: Say, phases: Phases) -> None:
-    """``os_tag``: the engine's when it is an OS stage of its key (``os_stage.find``; not with ``reuse=False``), else
-    the builder's."""
-    have = os_stage.find(engine, os_labels[OS_KEY_LABEL], os_tag) if reuse else None
+              base_ref: str, reuse: bool, say: Say, phases: Phases) -> None:
+    """``os_tag``: the engine's when it is an OS stage of its key on ``base_ref`` (``os_stage.find``; not with
+    ``reuse=False``), else the builder's."""
+    have = os_stage.find(engine, os_labels[OS_KEY_LABEL], os_tag, base_ref) if reuse else None
     if have is not None:
         say(f"the OS stage of key {os_labels[OS_KEY_LABEL][7:19]} is on the engine ({have.id[7:19]}): not built "
             "again (`--no-cache` builds it again)")

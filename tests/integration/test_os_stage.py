@@ -67,9 +67,9 @@ def test_a_runner_without_the_os_stage_pulls_it_back_and_builds_the_same_image(e
             _wipe(engine, tag, os_tag)  # runner B: nothing of the build left
             assert engine.inspect(tag) is None and engine.inspect(os_tag) is None
             restored: list[str] = []
-            assert restore_os_stage(engine, store, tag, key, restored.append) == pinned
+            assert restore_os_stage(engine, store, image, tag, key, restored.append) == pinned
             assert engine.inspect(os_tag).id == stage.id and restored  # the very OS stage, by content
-            assert restore_os_stage(engine, store, tag, key) is None  # present: left alone
+            assert restore_os_stage(engine, store, image, tag, key) is None  # present: left alone
 
             said.clear()
             second = _build(engine, lock, image, said)

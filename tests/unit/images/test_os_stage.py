@@ -40,3 +40,31 @@ def test_the_registry_tag_and_the_store_key_name_the_key():
     key = "sha256:" + "ab" * 32
     assert os_stage.mirror_tag(key) == "os-" + "ab" * 32 and len(os_stage.mirror_tag(key)) <= 128
     assert os_stage.mirror_key(key) == f"os stage {key}" and os_stage.os_tag("envkit/t/x:1") == "envkit/t/x:1-os"
+
+
+class _Engine:
+    def __init__(self, *images):
+        self.images = {tag: info for info in images for tag in info.tags}
+
+    def inspect(self, ref):
+        return self.images.get(ref)
+
+
+def _info(tag: str, layers: tuple[str, ...], key: str | None = None):
+    from envkit.engine.protocol import ImageInfo
+    from envkit.support.labels import OS_KEY_LABEL
+
+    return ImageInfo(id="sha256:" + tag.encode().hex()[:64].ljust(64, "0"), tags=(tag,), size=1, env={}, user="",
+                     labels={OS_KEY_LABEL: key} if key else {}, layers=layers)
+
+
+def test_find_takes_the_tags_os_stage_only_of_its_key_and_on_the_engines_base():
+    key = "sha256:" + "1" * 64
+    base = _info("base:b", ("sha256:b",))
+    stage = _info("x:1-os", ("sha256:b", "sha256:apt"), key)
+    assert os_stage.find(_Engine(base, stage), key, "x:1-os", "base:b") == stage
+    assert os_stage.find(_Engine(base, stage), "sha256:" + "2" * 64, "x:1-os", "base:b") is None  # another key
+    assert os_stage.find(_Engine(base, stage), key, "y:1-os", "base:b") is None  # another build's tag
+    other_base = _info("base:b", ("sha256:c",))  # this runner bootstrapped a base of its own
+    assert os_stage.find(_Engine(other_base, stage), key, "x:1-os", "base:b") is None
+    assert os_stage.find(_Engine(stage), key, "x:1-os", "base:b") is None  # no base here at all
