@@ -50,16 +50,9 @@ from .load_ahead import LoadAhead
 if TYPE_CHECKING:
     from ..engine.protocol import Engine
 
-# Every file's mtime, the bytecode's SOURCE_DATE_EPOCH and the config's `created`: 1980-01-01T00:00:00Z, the
-# earliest time a zip file can hold. Not derived from the lock: images of different locks on the same CUDA wheels
-# must get the same bytes for that layer, so nothing of a lock but a group's own packages may reach it.
-EPOCH = 315532800
+EPOCH = installer.EPOCH  # every file's mtime, the bytecode's SOURCE_DATE_EPOCH, the config's `created`
 REQ = "/tmp/envkit-requirements.txt"  # a group's requirements file, mounted in its install container
-
-
-def compile_program() -> str:
-    """The bytecode step's program: ``pycompile``'s text, run by the image's interpreter."""
-    return Path(__file__).with_name("pycompile.py").read_text()
+compile_program = installer.compile_program
 
 
 REPRODUCIBLE = ".envkit-reproducible"  # the name a reproducible build's context hash gives how its layers are made

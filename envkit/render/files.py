@@ -45,8 +45,14 @@ PIP_FLAGS = ("--no-cache-dir --disable-pip-version-check --no-deps --require-has
              f" --no-index --find-links {WHEELHOUSE}")
 DEBS = "/tmp/envkit/debs"  # the bundle's Debian packages, inside the build (wheelhouse mode)
 UV_DIR = "/tmp/envkit-uv"  # the installer inside an install step (and, classic, its cache and the site CA)
-UV_CACHE = "/tmp/envkit-uv-cache"  # BuildKit: uv's cache in an install step (the classic builder's: in UV_DIR)
+# BuildKit: uv's cache in an install step, on the venv's filesystem (uv hardlinks what it unzipped: the environment
+# is written once), removed before the step ends (the classic builder's: in UV_DIR)
+UV_CACHE = f"{VENV}/.envkit-uv-cache"
 UV_CA = "/tmp/envkit-ca.pem"  # BuildKit: the site CA's secret mount in an install step
+# Online builds: empty /etc/hosts and /etc/resolv.conf in the OS stage, so the engine's mounts over them in each RUN
+# find files there and add none (a BuildKit RUN that makes and removes them leaves /etc's mtime, the build's time, in
+# its layer); in either builder's render, so both build one OS stage (``images.os_stage``)
+ETC_STUBS = ("os/etc/hosts", "os/etc/resolv.conf")
 # Online builds: the environment's layers, lowest first (requirements/<group>.txt each), and what each holds.
 LAYER_GROUPS: dict[str, str] = {
     "cuda": "the CUDA libraries' wheels (nvidia-*): images on the same CUDA wheels share this layer",
@@ -104,7 +110,12 @@ class RenderContext:
     uv_ca: str = UV_CA
     ca_arg: str = CA_ARG
     uv_index_flags: str = ""  # ``_uv_index_flags``
-    uv_flags: str = ""  # an install step's: installer.FLAGS, installer.COMPILE, the index flags
+    uv_flags: str = ""  # an install step's: installer.FLAGS, the index flags (classic: installer.COMPILE too)
+    # BuildKit's install steps make reproducible layers (docs/images.md): the bytecode by ``pycompile``, every path
+    # the step wrote at ``epoch``
+    epoch: int = installer.EPOCH
+    pycompile: str = installer.PYCOMPILE
+    venv_parent: str = VENV.rsplit("/", 1)[0]
     # the runtime stage's last instructions (ENV, USER, WORKDIR, CMD): the Dockerfile writes them, and a reproducible
     # build (images.reproducible) writes the same into the image config it assembles
     runtime_env: tuple[tuple[str, str], ...] = ()
@@ -165,7 +176,7 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         direct=not wheelhouse,
         layer_groups=tuple(g for g, packages in layer_packages(image).items() if packages),
         uv_index_flags=index_flags,
-        uv_flags=f"{installer.FLAGS} {installer.COMPILE}{index_flags}",
+        uv_flags=f"{installer.FLAGS}{'' if buildkit else ' ' + installer.COMPILE}{index_flags}",
         runtime_env=runtime_env(image),
         env_image=env_image,
         **(_devel_fields(image) if image.flavour == "devel" else {}),
@@ -263,6 +274,10 @@ def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bo
     # its identity beside the Dockerfile (not copied into the image): what a committed example context keeps of it
     files.update({f"envkit/{PAYLOAD_NAME}/{name}": data for name, data in payload_files().items()})
     files[PAYLOAD_DIGEST] = f"{payload_sha256()}  envkit/{PAYLOAD_NAME}\n".encode()
+    if ctx.direct:  # the OS stage's /etc files (``ETC_STUBS``; either builder's: one OS stage), BuildKit's bytecode
+        files.update({name: b"" for name in ETC_STUBS})
+        if buildkit:
+            files[installer.PYCOMPILE] = installer.compile_program().encode()
     if image.flavour == "devel":
         files["requirements/devel.txt"] = requirements_text(image, devel.GROUP).encode()
     return files

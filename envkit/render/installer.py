@@ -10,6 +10,8 @@ https://pypi.org/pypi/uv/<version>/json.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 VERSION = "0.13.9"
 _FILES = "https://files.pythonhosted.org/packages"
 # `uname -m` inside the build -> (the manylinux wheel's URL, its sha256)
@@ -37,9 +39,20 @@ EXTRACT = ("import hashlib, io, sys, zipfile; url, sha, dest = sys.argv[1:]; "
 # Flags of every `uv pip install` (the index flags follow, as the resolver gave them: index.urls.uv_index_args):
 # the lock's exact files, nothing resolved, wheels only, no uv.toml of the build's own.
 FLAGS = "--no-config --no-deps --require-hashes --only-binary :all:"
-# A build's install steps compile the bytecode as pip does; a reproducible build compiles it itself, with fixed
-# inputs (images.pycompile), so it leaves this out.
+# The classic builder's install steps compile the bytecode as pip does. BuildKit's and a reproducible build's
+# compile it with ``pycompile`` (fixed inputs: no mtime in a pyc, one order), so they leave this out.
 COMPILE = "--compile-bytecode"
+# Every environment file's mtime in a reproducible layer (BuildKit's install steps set it; ``images.layers`` writes
+# it), the bytecode's SOURCE_DATE_EPOCH and an assembled image's `created`: 1980-01-01T00:00:00Z, the earliest time
+# a zip file can hold. Not derived from the lock: images of different locks on the same CUDA wheels must get the same
+# bytes for that layer, so nothing of a lock but a group's own packages may reach it.
+EPOCH = 315532800
+PYCOMPILE = "envkit-pycompile.py"  # ``pycompile``'s text in a BuildKit context, mounted into each install step
+
+
+def compile_program() -> str:
+    """The bytecode step's program: ``pycompile``'s text, run by the image's interpreter."""
+    return Path(__file__).with_name("pycompile.py").read_text()
 
 
 def fetch_shell(dest: str) -> str:

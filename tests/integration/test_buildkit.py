@@ -219,6 +219,32 @@ def test_buildkit_build_switch_and_secret(engine, buildkit):
         remove_images(engine, *made)
 
 
+@pytest.mark.integration
+@pytest.mark.network
+def test_two_cold_builds_give_the_same_environment_layers(engine, buildkit):
+    """BuildKit's install steps make the environment layers from the files alone (docs/images.md, "The same bytes
+    from BuildKit"): the same lock built twice from nothing (the image removed, no cache) gives the same diff_id for
+    each group's layer and the payload's, while the OS stage's apt layer is the build's own."""
+    lock, image = small_lock("bk-same-bytes")
+    built: list[list[str]] = []
+    tag = ""
+    try:
+        for _ in range(2):
+            outcome = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), progress=lambda *_: None,
+                                  verify=False, builder="buildkit", no_cache=True)
+            tag = outcome.tag
+            assert outcome.action == "built"
+            built.append(list(engine.inspect(tag).layers))
+            remove_images(engine, tag)
+        first, second = built
+        # framework, extra, payload (and WORKDIR's empty layer) above the OS stage: the same bytes
+        assert first[-4:] == second[-4:]
+        assert len(first) == len(second) and first[:-4] != second[:-4]  # the apt layer: not the same, yet the same env
+    finally:
+        if tag:
+            remove_images(engine, tag)
+
+
 def _files_in_layers(engine, ref: str, needle: str) -> list[str]:
     """Paths containing ``needle`` in any layer of ``ref`` (from `docker save`)."""
     data = io.BytesIO(b"".join(engine.client.api.get_image(ref)))

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from envkit.images import layers, pycompile
+from envkit.images import layers
+from envkit.render import pycompile
 from envkit.errors import BuildError
 
 EPOCH = 315532800

@@ -184,10 +184,12 @@ def test_positional_render_is_the_classic_online_variant():
 def test_buildkit_variant_mounts_the_ca_as_a_secret_and_keeps_uvs_cache_in_the_step():
     text = _dockerfile(buildkit=True)
     runtime = _stage(text, "runtime")
-    # no cache mount (uv hardlinks from a cache on the same filesystem: the environment is written once), the cache
-    # removed before the step ends; mount targets are files in /tmp (BuildKit leaves new mount point directories)
+    # no cache mount (uv hardlinks from a cache on the venv's filesystem: the environment is written once), the cache
+    # removed before the step ends; /tmp a tmpfs, so the mount points in it stay out of the layer
     assert "type=cache" not in text
-    assert runtime.count("UV_CACHE_DIR=/tmp/envkit-uv-cache ") == 3 and runtime.count("&& rm -rf /tmp/envkit-uv-cache") == 3
+    assert runtime.count("UV_CACHE_DIR=/opt/venv/.envkit-uv-cache ") == 3
+    assert runtime.count("&& rm -rf /opt/venv/.envkit-uv-cache") == 3
+    assert runtime.count("RUN --mount=type=tmpfs,target=/tmp") == 4  # the three groups' and the payload's
     assert runtime.count("--mount=type=secret,id=site-ca,target=/tmp/envkit-ca.pem") == 3
     assert "export SSL_CERT_FILE=/tmp/envkit-ca.pem" in runtime
     # the CA never enters a layer: no COPY of it anywhere, and no site-ca/ in the context
@@ -405,3 +407,30 @@ def test_a_devel_bundles_steps_on_the_assembled_image_install_nothing_but_the_de
     runtime = text.split("FROM t:x-env AS runtime\nUSER root\nWORKDIR /\n", 1)[1]
     assert "debs/devel" in runtime and "COPY --from=nvcc /opt/devel/ /opt/venv/" in runtime
     assert "apt-get update" not in text and "uv" not in runtime  # offline: the bundle's packages and pip
+
+
+def test_buildkit_install_steps_make_layers_of_the_files_alone():
+    """What makes BuildKit's environment layers the same bytes in every cold build (docs/images.md, "Reproducible
+    layers from BuildKit"): the bytecode by pycompile with SOURCE_DATE_EPOCH and PYTHONHASHSEED fixed, every path the
+    step wrote at the epoch, the engine's /etc mount points already files in the OS stage."""
+    from envkit.images.os_stage import os_key
+    from envkit.render import installer
+
+    image = make_image()
+    files = render_files(make_lock(image), image, "team.yaml", buildkit=True)
+    text = files["Dockerfile"].decode()
+    runtime = _stage(text, "runtime")
+    assert "--compile-bytecode" not in text
+    assert files[installer.PYCOMPILE].decode() == installer.compile_program()
+    assert runtime.count(f"--mount=type=bind,source={installer.PYCOMPILE},target=/tmp/{installer.PYCOMPILE}") == 3
+    assert runtime.count(f"export SOURCE_DATE_EPOCH={installer.EPOCH} PYTHONHASHSEED=0;") == 3
+    assert runtime.count(f"/opt/venv/bin/python -I /tmp/{installer.PYCOMPILE} /opt/venv/lib") == 3
+    at_epoch = f"find /opt -newermt @{installer.EPOCH} -exec touch -h -d @{installer.EPOCH} {{}} +"
+    assert runtime.count(at_epoch) == 4 and "COPY envkit/" not in runtime  # the payload too
+    assert files["os/etc/hosts"] == files["os/etc/resolv.conf"] == b""
+    assert "COPY os/etc/ /etc/" in _stage(text, "os")
+    # the classic builder's steps are as before (uv compiles, the payload COPY'd); its OS stage is BuildKit's
+    classic = render_files(make_lock(image), image, "team.yaml")
+    assert "--compile-bytecode" in classic["Dockerfile"].decode() and classic["os/etc/hosts"] == b""
+    assert os_key(classic["Dockerfile"]) == os_key(files["Dockerfile"])
+    assert installer.PYCOMPILE not in classic and "COPY envkit/ /opt/envkit/" in classic["Dockerfile"].decode()
