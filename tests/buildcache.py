@@ -5,6 +5,10 @@ the image is removed (a CUDA framework build: 5 GB or more). CI runs on the deve
 leaves no record it made: the controlling process (not an xdist worker) lists the records when the session starts
 and prunes, when it ends, those that appeared since (records in use are never pruned; a few rounds, children
 before parents). Records made by anything else meanwhile on the same engine go too: only their cache is lost.
+
+The same for OS stage images (``<tag>-os``, the label ``io.envkit.stage=os``: ``images.os_stage``): a BuildKit or a
+reproducible build keeps its OS stage tagged, as the next build's; a test that removes its image by tag alone leaves
+that one, so the run removes those that appeared since it started (unforced: one an image still stands on stays).
 """
 
 from __future__ import annotations
@@ -40,3 +44,37 @@ def prune(ids: set[str]) -> None:
         if now == left:  # in use, or a child that is not ours: kept
             return
         left = now
+
+
+OS_STAGE = "io.envkit.stage=os"
+
+
+def os_stages() -> set[str] | None:
+    """The ids of the OS stage images on the engine now, or None without an engine."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=60)
+        try:
+            return {i["Id"] for i in client.api.images(filters={"label": OS_STAGE})}
+        finally:
+            client.close()
+    except Exception:  # no engine: nothing to clean up
+        return None
+
+
+def remove_os_stages(ids: set[str]) -> None:
+    """Remove the OS stage images ``ids`` (each tag of each, unforced)."""
+    import docker
+
+    client = docker.from_env(timeout=120)
+    try:
+        for image in client.api.images(filters={"label": OS_STAGE}):
+            if image["Id"] in ids:
+                for ref in [t for t in image.get("RepoTags") or () if t != "<none>:<none>"] or [image["Id"]]:
+                    try:
+                        client.api.remove_image(ref)
+                    except docker.errors.APIError:  # an image stands on it, or gone meanwhile
+                        pass
+    finally:
+        client.close()

@@ -283,7 +283,7 @@ def _build(
         return None
     started_here = "build" in store.steps(run_id, image.name)
     store.mark_step(run_id, image.name, "build", "started", image.hash)
-    restore_stages(engine, store, image, tag, files if reproducible else None, progress)
+    restore_stages(engine, store, image, tag, files if reproducible or builder == "buildkit" else None, progress)
     while True:
         try:
             outcome = build_image(

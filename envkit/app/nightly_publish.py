@@ -1,6 +1,6 @@
 """The nightly's publishing: push the stack tag, move `:certified` for a certified image, attach its certificate,
-mirror its base and (a reproducible build's) its OS stage by digest, and restore a missing one from that mirror;
-what an earlier run published is trusted only while the registry named this run still holds it."""
+mirror its base and (a reproducible or a BuildKit build's) its OS stage by digest, and restore a missing one from
+that mirror; what an earlier run published is trusted only while the registry named this run still holds it."""
 
 from __future__ import annotations
 
@@ -171,8 +171,8 @@ def _published(
 def restore_stages(engine: Engine, store: Store, image: LockedImage, tag: str, files: dict[str, bytes] | None,
                    progress: Progress) -> None:
     """What a build of ``image`` as ``tag`` stands on, from the team registry's mirrors where the engine lacks it:
-    its base (``restore_base``) and, for a reproducible build (``files``: its rendered context), its OS stage
-    (``restore_os_stage``)."""
+    its base (``restore_base``) and, for a reproducible or a BuildKit build (``files``: its rendered context), its
+    OS stage (``restore_os_stage``)."""
     restore_base(engine, store, image, progress)
     if files is not None:
         restore_os_stage(engine, store, image, tag, os_stage.os_key(files["Dockerfile"]), progress)
@@ -254,9 +254,10 @@ def _mirror_base(
 def _mirror_os_stage(
     engine: Engine, store: Store, lock: Lock, image: LockedImage, registry: str, report: ImageReport
 ) -> None:
-    """Keep a reproducible build's OS stage (``<tag>-os``, labelled with its key: ``images.os_stage``) in the team
-    registry, pinned by digest, in its base's mirror repository (tagged ``os-<key>``), so a runner without it pulls
-    those bytes back (``restore_os_stage``) instead of building other ones."""
+    """Keep a reproducible or a BuildKit build's OS stage (``<tag>-os``, labelled with its key:
+    ``images.os_stage``) in the team registry, pinned by digest, in its base's mirror repository (tagged
+    ``os-<key>``), so a runner without it pulls those bytes back (``restore_os_stage``) instead of building other
+    ones."""
     info = engine.inspect(os_stage.os_tag(report.tag))
     key = info.labels.get(OS_KEY_LABEL) if info is not None else None
     if info is None or key is None:

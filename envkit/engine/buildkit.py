@@ -129,10 +129,13 @@ class BuildKitBuilder:
 
     def command(self, context: Path, tag: str, labels: dict[str, str], *, secrets: dict[str, Path] | None = None,
                 dockerfile: str | None = None, network: bool = True, no_cache: bool = False,
-                iidfile: Path | None = None, target: str | None = None) -> list[str]:
+                iidfile: Path | None = None, target: str | None = None,
+                build_args: dict[str, str] | None = None) -> list[str]:
         cmd = [self.cli, "build", "--progress=plain", "-t", tag]
         for key, value in labels.items():
             cmd += ["--label", f"{key}={value}"]
+        for key, value in (build_args or {}).items():
+            cmd += ["--build-arg", f"{key}={value}"]
         for sid, src in (secrets or {}).items():
             if "," in str(src) or "," in sid or "=" in sid:
                 raise BuildError(f"cannot pass secret {sid!r} from {src}: the CLI's --secret value is comma-separated",
@@ -152,12 +155,12 @@ class BuildKitBuilder:
 
     def build(self, context: Path, tag: str, labels: dict[str, str], *, secrets: dict[str, Path] | None = None,
               dockerfile: str | None = None, network: bool = True, no_cache: bool = False,
-              target: str | None = None) -> Iterator[BuildEvent]:
+              target: str | None = None, build_args: dict[str, str] | None = None) -> Iterator[BuildEvent]:
         """Build ``context`` as ``tag``, yielding progress; raises BuildError (with the log's tail) on failure."""
         with scratch.directory("buildkit") as tmp:
             iidfile = Path(tmp) / "iid"
             cmd = self.command(context, tag, labels, secrets=secrets, dockerfile=dockerfile, network=network,
-                               no_cache=no_cache, iidfile=iidfile, target=target)
+                               no_cache=no_cache, iidfile=iidfile, target=target, build_args=build_args)
             env = dict(os.environ, DOCKER_BUILDKIT="1")
             parser, tail = PlainProgress(), deque[str](maxlen=TAIL)
             try:

@@ -22,12 +22,13 @@ from ..frameworks import expected, require_buildable
 from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
 from ..lock import Lock, LockedImage, wheel_bytes
 from ..payload.harness import Verification, run_payload
-from ..render.files import CA_ARG, context_hash, image_tag, index_urls, render_files
+from ..render.files import CA_ARG, context_for, context_hash, image_tag, index_urls, render_files
 from ..support import layer_moves, scratch
 from ..support.ca_bundle import site_certificates
-from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL  # noqa: F401  (build's names for them)
+from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, STAGE_LABEL  # noqa: F401  (build's names)
 from ..support.layer_moves import LayerMoves
 from ..support.progress import Phase, Planned
+from . import os_stage
 from .base import ensure_base
 from .reproducible import Assembled, DevelSteps, assemble, env_tag, made_how, require_local
 
@@ -121,17 +122,18 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
         outcome = _build_reproducible(engine, lock, image, spec_name, files, tag, labels, builder=builder,
                                       ca_bundle=ca_bundle, progress=progress, no_cache=no_cache)
     else:
-        outcome = _build(engine, image, files, tag, labels, builder=builder, ca_bundle=ca_bundle, progress=progress,
-                         no_cache=no_cache)
+        outcome = _build(engine, lock, image, files, tag, labels, builder=builder, ca_bundle=ca_bundle,
+                         progress=progress, no_cache=no_cache)
     outcome.seconds = time.monotonic() - started
     outcome.context_hash, outcome.rebuilt = identity[CONTEXT_LABEL], existing is not None
     outcome.moves = layer_moves.built(outcome.diff_ids, before, engine.layer_sizes(outcome.image_id))
     return verified(engine, image, outcome, verify, progress)
 
 
-def _build(engine: Engine, image: LockedImage, files: dict[str, bytes], tag: str, labels: dict[str, str], *,
-           builder: str, ca_bundle: Path | None, progress: BuildProgress, no_cache: bool) -> Outcome:
-    """The builder's build of the rendered ``files``."""
+def _build(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], tag: str,
+           labels: dict[str, str], *, builder: str, ca_bundle: Path | None, progress: BuildProgress,
+           no_cache: bool) -> Outcome:
+    """The builder's build of the rendered ``files``; BuildKit's on the OS stage of its key (``_os_stage``)."""
     buildkit = builder == "buildkit"
     with scratch.directory(f"ctx-{image.name}") as tmp, \
             scratch.directory("secrets") as secrets:
@@ -139,10 +141,14 @@ def _build(engine: Engine, image: LockedImage, files: dict[str, bytes], tag: str
         # argument: neither is written into the context
         ctx = stage_context(Path(tmp), files)
         netrc = _index_netrc(image, Path(secrets)) if buildkit else None
+        args = _os_stage(engine, lock, image, files, ctx, tag, ca_bundle=ca_bundle, progress=progress,
+                         no_cache=no_cache) if buildkit else None
+        if args is not None:  # the image stands on the OS stage image: not one itself
+            labels = {**labels, STAGE_LABEL: ""}
         image_id = ""
         try:
             for event in run_build(engine, ctx, tag, labels, builder=builder, ca_bundle=ca_bundle, netrc=netrc,
-                                   no_cache=no_cache):
+                                   no_cache=no_cache, build_args=args):
                 if event.kind == "done":
                     image_id = event.text
                 progress(image.name, event)
@@ -151,6 +157,20 @@ def _build(engine: Engine, image: LockedImage, files: dict[str, bytes], tag: str
     info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
                    builder=builder, diff_ids=info.layers if info else ())
+
+
+def _os_stage(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], ctx: Path, tag: str, *,
+              ca_bundle: Path | None, progress: BuildProgress, no_cache: bool) -> dict[str, str]:
+    """BuildKit's build stands on ``<tag>-os``, the engine's when it is the OS stage of its key (a nightly restored it
+    from the team registry's mirror: then every layer above is the same chain as last night's), else built first
+    (``--target os``) and kept so, as a reproducible build's (``images.os_stage``). The build argument that says so."""
+    os_tag = os_stage.os_tag(tag)
+    os_labels = os_stage.labels(files["Dockerfile"], context_for(lock, image, "", buildkit=True).stage_labels)
+    os_stage.take_or_build(engine, os_tag, os_labels,
+                           lambda: run_build(engine, ctx, os_tag, os_labels, builder="buildkit", ca_bundle=ca_bundle,
+                                             target="os", no_cache=no_cache),
+                           base_ref=image.base.ref, reuse=not no_cache, say=lambda e: progress(image.name, e))
+    return {os_stage.OS_ARG: os_tag}
 
 
 def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, files: dict[str, bytes],
@@ -268,7 +288,8 @@ def stage_context(directory: Path, files: dict[str, bytes]) -> Path:
 
 def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *, builder: str = AUTO,
               ca_bundle: Path | None = None, dockerfile: str = "Dockerfile", network: bool = True,
-              no_cache: bool = False, netrc: Path | None = None, target: str | None = None) -> Iterator[BuildEvent]:
+              no_cache: bool = False, netrc: Path | None = None, target: str | None = None,
+              build_args: dict[str, str] | None = None) -> Iterator[BuildEvent]:
     """Build a staged context with either builder; ``network=False`` cuts RUN steps off the network.
 
     The classic builder gets ``ca_bundle``'s text as the build argument ``ENVKIT_SITE_CA`` (its install steps
@@ -279,9 +300,9 @@ def run_build(engine: Engine, context: Path, tag: str, labels: dict[str, str], *
     if builder == "buildkit":
         secrets = {sid: path for sid, path in (("site-ca", ca_bundle), (SECRET_ID, netrc)) if path is not None} or None
         yield from BuildKitBuilder(engine).build(context, tag, labels, secrets=secrets, network=network,
-                                                 no_cache=no_cache, target=target,
+                                                 no_cache=no_cache, target=target, build_args=build_args,
                                                  dockerfile=None if dockerfile == "Dockerfile" else dockerfile)
     else:
-        args = {CA_ARG: _site_ca_arg(ca_bundle)} if ca_bundle is not None else None
+        args = {**({CA_ARG: _site_ca_arg(ca_bundle)} if ca_bundle is not None else {}), **(build_args or {})}
         yield from engine.build(context, tag, labels, dockerfile=dockerfile, network=network, no_cache=no_cache,
-                                build_args=args, target=target)
+                                build_args=args or None, target=target)

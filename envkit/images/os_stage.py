@@ -1,27 +1,32 @@
-"""A reproducible build's OS stage, the same bytes on every runner that has it (docs/images.md, "The OS stage by
-its key").
+"""The OS stage of a reproducible or a BuildKit build, the same bytes on every runner that has it (docs/images.md,
+"The OS stage by its key").
 
 The builder builds the rendered Dockerfile's ``os`` stage (the base, the system packages, the user), and its layer
 holds the time of its build: built again where the builder's cache is gone (an ephemeral CI runner, a pruned
 engine), it is other bytes, so every environment layer above it is another chain, which an engine holding yesterday's
-image pulls again in full though each has the same digest. So a reproducible build keys its OS stage by what makes it
+image pulls again in full though each has the same digest. So such a build keys its OS stage by what makes it
 (``os_key``: the stage's instructions, which name the base by its recipe's tag) and labels it so
 (``labels.OS_KEY_LABEL``); before asking the builder it takes the engine's ``<tag>-os`` when that is of its key
-(``find``), and `envkit nightly --registry` keeps each one in the team registry by digest and, on a runner that
-lacks it, pulls it back as ``<tag>-os`` (``app.nightly_publish``), as it does the base. What the stage installs is
-then what it installed the first time (as on a runner that kept its cache): `--no-cache` builds it again.
+(``take_or_build``; a BuildKit build then stands on it: the Dockerfile's ``ARG ENVKIT_OS``), and `envkit nightly
+--registry` keeps each one in the team registry by digest and, on a runner that lacks it, pulls it back as
+``<tag>-os`` (``app.nightly_publish``), as it does the base. What the stage installs is then what it installed the
+first time (as on a runner that kept its cache): `--no-cache` builds it again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from ..support.labels import OS_KEY_LABEL
+from ..engine.protocol import BuildEvent
+from ..render.files import OS_ARG
+from ..support.labels import OS_KEY_LABEL, STAGE_LABEL
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine, ImageInfo
+
+__all__ = ["OS_ARG", "find", "labels", "mirror_key", "mirror_tag", "os_key", "os_tag", "take_or_build"]
 
 _FROM = re.compile(r"^FROM\s", re.IGNORECASE)
 _OS_FROM = re.compile(r"^FROM\s+\S+\s+AS\s+os\s*$", re.IGNORECASE)
@@ -58,6 +63,27 @@ def find(engine: Engine, key: str, os_tag: str, base_ref: str) -> ImageInfo | No
         return None
     base = engine.inspect(base_ref)
     return info if base is not None and info.layers[:len(base.layers)] == base.layers else None
+
+
+def labels(dockerfile: bytes, stage_labels: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """What an OS stage image is labelled: a stage (``os``) of whose build (``stage_labels``), and its key."""
+    return {STAGE_LABEL: "os", OS_KEY_LABEL: os_key(dockerfile), **dict(stage_labels)}
+
+
+def take_or_build(engine: Engine, os_tag: str, os_labels: dict[str, str], build: Callable[[], Iterator[BuildEvent]],
+                  *, base_ref: str, reuse: bool, say: Callable[[BuildEvent | str], None]) -> bool:
+    """``os_tag``: the engine's when it is an OS stage of its key on ``base_ref`` (``find``; not with ``reuse=False``,
+    `--no-cache`), else the builder's (``build``: the ``os`` target as ``os_tag`` with ``os_labels``). True: built."""
+    key = os_labels[OS_KEY_LABEL]
+    have = find(engine, key, os_tag, base_ref) if reuse else None
+    if have is not None:
+        say(f"the OS stage of key {key[7:19]} is on the engine ({have.id[7:19]}): not built again "
+            "(`--no-cache` builds it again)")
+        return False
+    say(f"building the OS stage as {os_tag}")
+    for event in build():
+        say(event)
+    return True
 
 
 def mirror_tag(key: str) -> str:

@@ -36,10 +36,8 @@ from ..support import scratch
 from ..support.labels import (
     LAYER_KEYS_LABEL,
     LAYERS_LABEL,
-    OS_KEY_LABEL,
     PAYLOAD_LAYER_LABEL,
     REPRODUCIBLE_LAYERS,
-    STAGE_LABEL,
 )
 from . import archive, layers, os_stage
 from .install_source import UV, Offline, Source, offline_source, online_source
@@ -167,13 +165,16 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
     ctx = context_for(lock, image, "", buildkit=False)
     os_tag = os_stage.os_tag(tag)
     phases = Phases()
-    os_labels = {STAGE_LABEL: "os", OS_KEY_LABEL: os_stage.os_key(files["Dockerfile"]), **dict(ctx.stage_labels)}
+    os_labels = os_stage.labels(files["Dockerfile"], ctx.stage_labels)
     mark = reproducible_mark()
     keys = {g: group_key(mark, g, files[f"requirements/{g}.txt"]) for g in ctx.layer_groups}
     with scratch.directory(f"repro-{image.name}") as tmp:
         source = source_in(tmp / "index", ctx.uv_index_flags)
-        _os_stage(engine, os_tag, os_labels, lambda: build_os(stage(tmp / "context", files), os_tag, os_labels),
-                  base_ref=image.base.ref, reuse=reuse, say=say, phases=phases)
+        started = time.monotonic()
+        if os_stage.take_or_build(engine, os_tag, os_labels,
+                                  lambda: build_os(stage(tmp / "context", files), os_tag, os_labels),
+                                  base_ref=image.base.ref, reuse=reuse, say=say):
+            phases.seconds["os stage"] = round(time.monotonic() - started, 1)
         say(f"saving {os_tag} (its layers go into the image as the engine has them)")
         with phases.timed("save"):
             engine.save(os_tag, tmp / "os.tar")
@@ -222,21 +223,6 @@ def _assemble(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
             image_id = _build_devel(engine, devel, stage(tmp / "devel", devel.files), tag, labels, phases, say)
     say("where the time went: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.seconds.items()))
     return Assembled(image_id, digests, dict(phases.seconds), tuple(found.layers) if found else ())
-
-
-def _os_stage(engine: Engine, os_tag: str, os_labels: dict[str, str], build: Callable[[], Iterator[BuildEvent]], *,
-              base_ref: str, reuse: bool, say: Say, phases: Phases) -> None:
-    """``os_tag``: the engine's when it is an OS stage of its key on ``base_ref`` (``os_stage.find``; not with
-    ``reuse=False``), else the builder's."""
-    have = os_stage.find(engine, os_labels[OS_KEY_LABEL], os_tag, base_ref) if reuse else None
-    if have is not None:
-        say(f"the OS stage of key {os_labels[OS_KEY_LABEL][7:19]} is on the engine ({have.id[7:19]}): not built "
-            "again (`--no-cache` builds it again)")
-        return
-    say(f"building the OS stage as {os_tag}")
-    with phases.timed("os stage"):
-        for event in build():
-            say(event)
 
 
 def _build_devel(engine: Engine, devel: DevelSteps, context: Path, tag: str, labels: dict[str, str],

@@ -49,6 +49,9 @@ UV_DIR = "/tmp/envkit-uv"  # the installer inside an install step (and, classic,
 # is written once), removed before the step ends (the classic builder's: in UV_DIR)
 UV_CACHE = f"{VENV}/.envkit-uv-cache"
 UV_CA = "/tmp/envkit-ca.pem"  # BuildKit: the site CA's secret mount in an install step
+# BuildKit, online: the build argument naming the image the stages above the OS stage start FROM (default: the
+# Dockerfile's own ``os`` stage; envkit passes the engine's OS stage of its key, ``images.os_stage``)
+OS_ARG = "ENVKIT_OS"
 # Online builds: empty /etc/hosts and /etc/resolv.conf in the OS stage, so the engine's mounts over them in each RUN
 # find files there and add none (a BuildKit RUN that makes and removes them leaves /etc's mtime, the build's time, in
 # its layer); in either builder's render, so both build one OS stage (``images.os_stage``)
@@ -116,6 +119,8 @@ class RenderContext:
     epoch: int = installer.EPOCH
     pycompile: str = installer.PYCOMPILE
     venv_parent: str = VENV.rsplit("/", 1)[0]
+    os_arg: str = OS_ARG
+    os_from: str = "os"  # what the stages above the OS stage start FROM: BuildKit online, ``${OS_ARG}``
     # the runtime stage's last instructions (ENV, USER, WORKDIR, CMD): the Dockerfile writes them, and a reproducible
     # build (images.reproducible) writes the same into the image config it assembles
     runtime_env: tuple[tuple[str, str], ...] = ()
@@ -177,6 +182,7 @@ def context_for(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: boo
         layer_groups=tuple(g for g, packages in layer_packages(image).items() if packages),
         uv_index_flags=index_flags,
         uv_flags=f"{installer.FLAGS}{'' if buildkit else ' ' + installer.COMPILE}{index_flags}",
+        os_from="${" + OS_ARG + "}" if buildkit and not wheelhouse else "os",
         runtime_env=runtime_env(image),
         env_image=env_image,
         **(_devel_fields(image) if image.flavour == "devel" else {}),

@@ -19,7 +19,7 @@ from envkit.images.builder import CONTEXT_LABEL, build_image, run_build, stage_c
 from envkit.engine.protocol import BuildEvent, RunOptions
 from envkit.engine.buildkit import BuildKitBuilder, PlainProgress
 from envkit.errors import BuildError
-from envkit.support.labels import IMAGE_LABEL, LOCK_LABEL, STAGE_LABEL, TEAM_LABEL
+from envkit.support.labels import IMAGE_LABEL, LOCK_LABEL, OS_KEY_LABEL, STAGE_LABEL, TEAM_LABEL
 from envkit.lock import Package, load_lock, sealed
 from envkit.render.files import render_files
 from tests.integration.conftest import ROOT
@@ -223,8 +223,10 @@ def test_buildkit_build_switch_and_secret(engine, buildkit):
 @pytest.mark.network
 def test_two_cold_builds_give_the_same_environment_layers(engine, buildkit):
     """BuildKit's install steps make the environment layers from the files alone (docs/images.md, "The same bytes
-    from BuildKit"): the same lock built twice from nothing (the image removed, no cache) gives the same diff_id for
-    each group's layer and the payload's, while the OS stage's apt layer is the build's own."""
+    from BuildKit"): the same lock built twice from nothing (the image and its OS stage removed, no cache) gives the
+    same diff_id for each group's layer and the payload's, while the OS stage's apt layer is the build's own. The
+    build stands on ``<tag>-os`` (its OS stage, kept, labelled with its key): a build that finds it there builds on
+    it, as a nightly does with the stage it restored, so every layer is the same chain."""
     lock, image = small_lock("bk-same-bytes")
     built: list[list[str]] = []
     tag = ""
@@ -234,12 +236,26 @@ def test_two_cold_builds_give_the_same_environment_layers(engine, buildkit):
                                   verify=False, builder="buildkit", no_cache=True)
             tag = outcome.tag
             assert outcome.action == "built"
-            built.append(list(engine.inspect(tag).layers))
-            remove_images(engine, tag)
+            info, os_info = engine.inspect(tag), engine.inspect(f"{tag}-os")
+            assert os_info.labels[STAGE_LABEL] == "os" and os_info.labels[OS_KEY_LABEL].startswith("sha256:")
+            assert info.layers[:len(os_info.layers)] == os_info.layers and not info.labels.get(STAGE_LABEL)
+            built.append(list(info.layers))
+            remove_images(engine, tag)  # (and its OS stage: a stage image of the same build)
+            assert engine.inspect(f"{tag}-os") is None
         first, second = built
         # framework, extra, payload (and WORKDIR's empty layer) above the OS stage: the same bytes
         assert first[-4:] == second[-4:]
         assert len(first) == len(second) and first[:-4] != second[:-4]  # the apt layer: not the same, yet the same env
+
+        said: list[str] = []
+        outcome = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False,
+                              builder="buildkit", progress=lambda _, e: said.append(str(getattr(e, "text", e))))
+        os_id = engine.inspect(f"{tag}-os").id
+        engine.client.images.remove(tag, force=True)  # the image gone, its OS stage kept (or restored)
+        again = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False,
+                            builder="buildkit", progress=lambda _, e: said.append(str(getattr(e, "text", e))))
+        assert again.action == "built" and any("is on the engine" in s and "not built again" in s for s in said)
+        assert engine.inspect(f"{tag}-os").id == os_id and again.diff_ids == outcome.diff_ids
     finally:
         if tag:
             remove_images(engine, tag)

@@ -87,8 +87,10 @@ def trip(tmp_path, monkeypatch):
         return pick["builder"] if name == "auto" else name
 
     def run_build(engine, ctx, tag, labels, **kwargs):
-        calls.append(("build", tag.split("/")[1].split(":")[0], kwargs["builder"]))
-        built[tag] = (ctx / "Dockerfile").read_bytes()
+        os_stage = kwargs.get("target") == "os"  # BuildKit's OS stage, built first (images.os_stage)
+        calls.append(("os stage" if os_stage else "build", tag.split("/")[1].split(":")[0], kwargs["builder"]))
+        if not os_stage:
+            built[tag] = (ctx / "Dockerfile").read_bytes()
         engine.images[tag] = ImageInfo("sha256:" + tag.split(":")[0][-3:], (tag,), 7, dict(labels), {}, "1000")
         yield BuildEvent("done", engine.images[tag].id)
 
@@ -106,10 +108,13 @@ def trip(tmp_path, monkeypatch):
 
 def _one_pass(builder: str, named: bool = False) -> list[tuple]:
     """The spec loaded once, the lock resolved once, the builder picked once (auto: once the lock is known; a name:
-    before anything), then per image: rendered once for that builder, and built with it."""
+    before anything), then per image: rendered once for that builder, and built with it (BuildKit: its OS stage
+    first)."""
     pick = ("pick", builder if named else "auto")
+    steps = ["os stage", "build"] if builder == "buildkit" else ["build"]
     return [*([pick] if named else []), ("load spec",), ("resolve",), *([] if named else [pick]),
-            *[("render", name, builder) for name in NAMES], *[("build", name, builder) for name in NAMES]]
+            *[("render", name, builder) for name in NAMES],
+            *[(step, name, builder) for name in NAMES for step in steps]]
 
 
 def _built_is_rendered(built: dict[str, bytes], out: Path) -> None:

@@ -74,7 +74,7 @@ def test_the_installer_is_pinned_by_sha256_and_stays_in_no_layer(buildkit):
     assert "sha256 {got}, expected {sha}" in text  # refused unless it is the pinned wheel
     runtime = _stage(text, "runtime")
     if buildkit:  # fetched once in a stage of its own, mounted (a file in /tmp) into each install step
-        assert "FROM os AS installer" in text and "uname -m" not in runtime
+        assert "FROM ${ENVKIT_OS} AS installer" in text and "uname -m" not in runtime
         assert runtime.count("--mount=type=bind,from=installer,source=/tmp/envkit-uv/uv,target=/tmp/envkit-uv") == 3
     else:  # fetched by each install step into /tmp and removed before the step ends
         installs = [r.split("\n\n", 1)[0] for r in runtime.split("\nRUN ")[1:] if "uv pip install" in r]
@@ -323,11 +323,15 @@ def test_the_extra_index_is_in_the_lock_only_when_there_is_one():
 
 
 def _stages(text: str) -> list[tuple[str, str, list[str]]]:
-    """(name, parent, instructions) per FROM of a rendered Dockerfile, comments and blank lines left out."""
+    """(name, parent, instructions) per FROM of a rendered Dockerfile, comments and blank lines left out; a parent
+    named by a build argument is its default (``ARG ENVKIT_OS=os``: the os stage)."""
     out: list[tuple[str, str, list[str]]] = []
+    args = dict(line[4:].split("=", 1) for line in text.splitlines() if line.startswith("ARG ") and "=" in line)
     for line in text.splitlines():
         if line.startswith("FROM "):
             parent, _, name = line[5:].partition(" AS ")
+            if parent.startswith("${") and parent.endswith("}"):
+                parent = args[parent[2:-1]]
             out.append((name, parent, []))
         elif out and line and not line.startswith(("#", " ")):
             out[-1][2].append(line)
