@@ -1,25 +1,28 @@
 """Bytes moved by one ephemeral night, side by side: a naive Dockerfile, `envkit build` as it is by default, and
-`envkit build --reproducible` with its OS stage kept in the team registry, each against a real registry and a fleet
-node of its own, in one run.
+`envkit build --reproducible`, both envkit arms with their OS stage kept in the team registry, each against a real
+registry and a fleet node of its own, in one run.
 
 Arms (each: a fresh Debian docker-registry on loopback, and a node: a second engine with an empty data root,
 tests/integration/second_engine.py, standing for a fleet machine that keeps what it pulled):
   naive         the anchor: build_times.NAIVE (one stage, apt python3 + python3-venv, a venv, `pip install
                 --no-cache-dir`) with every package of the lock pinned (no hashes), built by BuildKit
-  envkit        today's default: `envkit build` (BuildKit), the example's rendered context
-  reproducible  `envkit build --reproducible` (its OS stage by BuildKit), with what `envkit nightly --registry` does
-                for it: after the push the OS stage is mirrored into the registry by digest, and a runner without it
-                pulls it back before building (app.nightly_publish: _mirror_os_stage, restore_os_stage)
-Nights, each on a wiped runner (everything the arm built removed from this engine; the builders' arms built
-`--no-cache`, so BuildKit's cache gives them nothing; the base stays, as the nightly restores it from its mirror):
+  envkit        the default: `envkit build` (BuildKit: the environment layers from the files alone, on the OS stage
+                of its key), the example's rendered context
+  reproducible  `envkit build --reproducible` (its OS stage by BuildKit, its environment layers written by envkit)
+The two envkit arms do what `envkit nightly --registry` does: after the push the OS stage is mirrored into the
+registry by digest, and a runner without it pulls it back before building (app.nightly_publish: _mirror_os_stage,
+restore_os_stage).
+Nights, each on a wiped runner (everything the arm built removed from this engine, and the BuildKit cache records
+that appeared since the arm began; night 0 and the naive arm built `--no-cache`; the base stays, as the nightly
+restores it from its mirror):
   0  yesterday: the lock, built cold and pushed; the node pulls it                    -> (c) the cold build's time
   1  the same lock on a fresh runner: built, pushed; the node pulls it                -> (a)
   2  one pip extra changed, on a fresh runner: built, pushed; the node pulls it       -> (b)
 Figures per night: build and push seconds; bytes uploaded (the push's layers the registry lacked: the engine's
 stream, sized by the pushed manifest's compressed sizes, support.layer_moves); bytes the node pulled (its pull's
-layers it lacked); for the reproducible arm, the OS stage the runner pulled back. Percentages are of the night's
+layers it lacked); for the envkit arms, the OS stage the runner pulled back. Percentages are of the night's
 image as the registry holds it (its layers' compressed bytes). Targets (issue 35): (a) 0 environment bytes uploaded
-or pulled, (b) <= 5% of the image's bytes, against ~100% for both anchors; (c) reproducible cold <= 0.8x naive.
+or pulled, (b) <= 5% of the image's bytes, against ~100% for the naive Dockerfile; (c) the cold build <= 0.8x naive.
 
 `--stack small`: the small stack of the integration tests (numpy and typing-extensions on the example's base; the
 extra: typing-extensions), to try the script in minutes. Needs root (the node's dockerd), docker-registry, about
@@ -100,23 +103,24 @@ def main() -> None:
 def run_arm(engine, arm: str, nights, ca, tmp: Path) -> list[dict]:
     rows: list[dict] = []
     made: set[str] = set()
+    cache = buildcache.records() or set()
     with running_registry(tmp / "registry") as registry, second_engine() as address, \
             Store.open(tmp / "history.sqlite") as store:
         node = connect(address)
         repo = f"{registry.host}/{REPO}"
         try:
             for night, (lock, image) in enumerate((nights[0], nights[0], nights[1])):
-                wipe(engine, made)
+                wipe(engine, made, cache)
                 log(f"{arm}, night {night}: {image.name} on a wiped runner")
                 row: dict = {"night": night}
                 restored = None
                 started = time.monotonic()
-                if arm == "naive":
+                if arm == "naive":  # (the two envkit arms restore their OS stage on a wiped runner, as the nightly)
                     pins = " ".join(f"{p.name}=={p.version}" for p in image.packages)
                     tag = f"envkit-bench/night-naive:{night}"
                     build_naive(engine, {"base": image.base.ref, "pins": pins}, tag, "buildkit", ca, [], no_cache=True)
                 else:
-                    if arm == "reproducible" and night:
+                    if night:
                         key = os_stage.os_key(render(lock, image)["Dockerfile"])
                         tag = image_tag(lock, image)
                         restored = restore_os_stage(engine, store, image, tag, key, lambda msg: log(f"  {msg}"))
@@ -124,7 +128,7 @@ def run_arm(engine, arm: str, nights, ca, tmp: Path) -> list[dict]:
                             sys.exit(f"night {night}: the OS stage of key {key} was not restored from the registry")
                     outcome = build_image(engine, lock, image, "team.yaml", ca_bundle=ca, verify=False,
                                           builder="buildkit", reproducible=arm == "reproducible",
-                                          no_cache=arm == "envkit" or night == 0,
+                                          no_cache=night == 0,
                                           progress=lambda _name, e: None)
                     tag = outcome.tag
                     row["phases"] = dict(outcome.phases)
@@ -135,7 +139,7 @@ def run_arm(engine, arm: str, nights, ca, tmp: Path) -> list[dict]:
                 pushed = push(engine, tag, repo, f"night{night}")
                 row["push_s"] = round(time.monotonic() - started, 1)
                 row |= moved("uploaded", pushed.layers)
-                if arm == "reproducible":
+                if arm != "naive":
                     report = ImageReport(image.name, tag)
                     _mirror_os_stage(engine, store, lock, image, registry.host, report)
                     row["os_stage_mirrored"] = report.pushed
@@ -153,7 +157,7 @@ def run_arm(engine, arm: str, nights, ca, tmp: Path) -> list[dict]:
                     f" of {decimal_size(row['image_bytes'])}, node pulled {decimal_size(row['pulled_bytes'])}")
                 rows.append(row)
         finally:
-            wipe(engine, made)
+            wipe(engine, made, cache)
     return rows
 
 
@@ -183,8 +187,9 @@ def above(moves, os_layers: int | None) -> int | None:
     return sum(x.bytes or 0 for x in moves.layers[os_layers:] if x in moves.moved)
 
 
-def wipe(engine, refs: set[str]) -> None:
-    """Every image of ``refs`` on this engine, with all its tags and digest references (the runner wiped)."""
+def wipe(engine, refs: set[str], cache: set[str]) -> None:
+    """Every image of ``refs`` on this engine, with all its tags and digest references, and the BuildKit cache
+    records that were not in ``cache`` (the runner wiped)."""
     for ref in sorted(refs):
         info = engine.inspect(ref)
         if info is not None:
@@ -193,6 +198,7 @@ def wipe(engine, refs: set[str]) -> None:
             except Exception as exc:  # noqa: BLE001 - said, the run goes on
                 log(f"  could not remove {ref}: {exc}")
     refs.clear()
+    buildcache.prune((buildcache.records() or set()) - cache)
 
 
 def print_table(results: dict[str, list[dict]]) -> None:
@@ -210,10 +216,11 @@ def print_table(results: dict[str, list[dict]]) -> None:
                   f"{up:>17} {down:>17} {env:>19}")
     print("(uploaded, node pulled: bytes and % of that night's image as the registry holds it, compressed; env: of "
           "the layers above the OS stage; x naive: the cold build against the naive one)")
-    for row in results.get("reproducible", []):
-        if row.get("runner_pulled_bytes") is not None:
-            print(f"reproducible night {row['night']}: the runner pulled its OS stage back, "
-                  f"{decimal_size(row['runner_pulled_bytes'])}")
+    for arm in ("envkit", "reproducible"):
+        for row in results.get(arm, []):
+            if row.get("runner_pulled_bytes") is not None:
+                print(f"{arm} night {row['night']}: the runner pulled its OS stage back, "
+                      f"{decimal_size(row['runner_pulled_bytes'])}")
     for row in results.get("reproducible", []):
         if row.get("phases"):
             print(f"reproducible night {row['night']}: " + ", ".join(f"{k} {fmt(v)}" for k, v in row["phases"].items()))

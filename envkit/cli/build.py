@@ -234,8 +234,9 @@ def render_cmd(click_ctx: click.Context, spec: Path, out_root: Path, images: tup
                    "(docs/images.md, \"Reproducible environment layers\"). Needs a local engine.")
 @click.option("--no-cache", is_flag=True,
               help="Build every image again, even one whose lock and context match an image on the engine (kept "
-                   "otherwise), running every step again (the builder's cache unused; with --reproducible no image's "
-                   "layers reused either). --json says so: \"no_cache\": true, and \"rebuilt\": true on an image "
+                   "otherwise), running every step again (the builder's cache unused, the OS stage built again "
+                   "rather than taken from the engine; with --reproducible no image's layers reused either). --json "
+                   "says so: \"no_cache\": true, and \"rebuilt\": true on an image "
                    "that would have been kept.")
 @click.option("--record", "record_layers", is_flag=True,
               help="With --reproducible: write each image's environment layer digests beside the lock "

@@ -114,8 +114,8 @@ class RenderContext:
     ca_arg: str = CA_ARG
     uv_index_flags: str = ""  # ``_uv_index_flags``
     uv_flags: str = ""  # an install step's: installer.FLAGS, the index flags (classic: installer.COMPILE too)
-    # BuildKit's install steps make reproducible layers (docs/images.md): the bytecode by ``pycompile``, every path
-    # the step wrote at ``epoch``
+    # BuildKit's install steps make reproducible layers (docs/images.md, "The same bytes from BuildKit"): the
+    # bytecode by ``pycompile``, every path the step wrote at ``epoch``
     epoch: int = installer.EPOCH
     pycompile: str = installer.PYCOMPILE
     venv_parent: str = VENV.rsplit("/", 1)[0]

@@ -414,8 +414,8 @@ def test_a_devel_bundles_steps_on_the_assembled_image_install_nothing_but_the_de
 
 
 def test_buildkit_install_steps_make_layers_of_the_files_alone():
-    """What makes BuildKit's environment layers the same bytes in every cold build (docs/images.md, "Reproducible
-    layers from BuildKit"): the bytecode by pycompile with SOURCE_DATE_EPOCH and PYTHONHASHSEED fixed, every path the
+    """What makes BuildKit's environment layers the same bytes in every cold build (docs/images.md, "The same bytes
+    from BuildKit"): the bytecode by pycompile with SOURCE_DATE_EPOCH and PYTHONHASHSEED fixed, every path the
     step wrote at the epoch, the engine's /etc mount points already files in the OS stage."""
     from envkit.images.os_stage import os_key
     from envkit.render import installer
