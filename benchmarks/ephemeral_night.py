@@ -128,7 +128,7 @@ def run_arm(engine, arm: str, nights, ca, tmp: Path) -> list[dict]:
                             sys.exit(f"night {night}: the OS stage of key {key} was not restored from the registry")
                     outcome = build_image(engine, lock, image, "team.yaml", ca_bundle=ca, verify=False,
                                           builder="buildkit", reproducible=arm == "reproducible",
-                                          no_cache=night == 0,
+                                          no_cache=night == 0, keep_os_stage=True,  # (as the nightly)
                                           progress=lambda _name, e: None)
                     tag = outcome.tag
                     row["phases"] = dict(outcome.phases)

@@ -287,15 +287,14 @@ def _build(
     while True:
         try:
             outcome = build_image(
-                engine,
-                lock,
-                image,
+                engine, lock, image,
                 display_name(spec_path),
                 ca_bundle=ca,
                 verify=False,
                 builder=builder,
                 reproducible=reproducible,
                 files=files,
+                keep_os_stage=True,  # (BuildKit: its OS stage as <tag>-os, which _publish mirrors)
                 progress=lambda name, event: _say(progress, name, event),
             )
             break

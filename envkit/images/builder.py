@@ -22,10 +22,10 @@ from ..frameworks import expected, require_buildable
 from ..index.login import SECRET_ID, login_refused, netrc_for, refused_index
 from ..lock import Lock, LockedImage, wheel_bytes
 from ..payload.harness import Verification, run_payload
-from ..render.files import CA_ARG, context_for, context_hash, image_tag, index_urls, render_files
+from ..render.files import CA_ARG, OS_ARG, context_for, context_hash, image_tag, index_urls, render_files
 from ..support import layer_moves, scratch
 from ..support.ca_bundle import site_certificates
-from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, STAGE_LABEL  # noqa: F401  (build's names)
+from ..support.labels import BASE_LABEL, CONTEXT_LABEL, LOCK_LABEL, OS_KEY_LABEL, STAGE_LABEL  # noqa: F401
 from ..support.layer_moves import LayerMoves
 from ..support.progress import Phase, Planned
 from . import os_stage
@@ -82,12 +82,14 @@ class Outcome:
 
 def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, *, ca_bundle: Path | None,
                 progress: BuildProgress, verify: bool = True, builder: str = AUTO,
-                reproducible: bool = False, no_cache: bool = False, files: dict[str, bytes] | None = None) -> Outcome:
+                reproducible: bool = False, no_cache: bool = False, files: dict[str, bytes] | None = None,
+                keep_os_stage: bool = False) -> Outcome:
     """Build ``image`` with ``builder`` ("auto" | "classic" | "buildkit") unless an identical build exists;
     ``reproducible``: the builder makes the OS stage, envkit the environment layers (``reproducible.assemble``).
     ``no_cache``: build again even when an identical image exists, every step run again (the builder's cache unused;
     a reproducible build reuses no image's layers either). ``files``: the context already rendered for ``builder``
-    (then the builder its caller picked: ``pick_builder``); rendered here when not given."""
+    (then the builder its caller picked: ``pick_builder``); rendered here when not given. ``keep_os_stage`` (the
+    nightly): a BuildKit build makes its OS stage ``<tag>-os`` first, as the mirror's (``_os_stage``)."""
     require_buildable(image)  # nightly builds through here too
     if reproducible:
         require_local(engine)
@@ -123,7 +125,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
                                       ca_bundle=ca_bundle, progress=progress, no_cache=no_cache)
     else:
         outcome = _build(engine, lock, image, files, tag, labels, builder=builder, ca_bundle=ca_bundle,
-                         progress=progress, no_cache=no_cache)
+                         progress=progress, no_cache=no_cache, keep_os_stage=keep_os_stage)
     outcome.seconds = time.monotonic() - started
     outcome.context_hash, outcome.rebuilt = identity[CONTEXT_LABEL], existing is not None
     outcome.moves = layer_moves.built(outcome.diff_ids, before, engine.layer_sizes(outcome.image_id))
@@ -132,7 +134,7 @@ def build_image(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, 
 
 def _build(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], tag: str,
            labels: dict[str, str], *, builder: str, ca_bundle: Path | None, progress: BuildProgress,
-           no_cache: bool) -> Outcome:
+           no_cache: bool, keep_os_stage: bool = False) -> Outcome:
     """The builder's build of the rendered ``files``; BuildKit's on the OS stage of its key (``_os_stage``)."""
     buildkit = builder == "buildkit"
     with scratch.directory(f"ctx-{image.name}") as tmp, \
@@ -142,7 +144,7 @@ def _build(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, byte
         ctx = stage_context(Path(tmp), files)
         netrc = _index_netrc(image, Path(secrets)) if buildkit else None
         args = _os_stage(engine, lock, image, files, ctx, tag, ca_bundle=ca_bundle, progress=progress,
-                         no_cache=no_cache) if buildkit else None
+                         no_cache=no_cache, keep=keep_os_stage) if buildkit else None
         if args is not None:  # the image stands on the OS stage image: not one itself
             labels = {**labels, STAGE_LABEL: ""}
         image_id = ""
@@ -160,17 +162,21 @@ def _build(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, byte
 
 
 def _os_stage(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], ctx: Path, tag: str, *,
-              ca_bundle: Path | None, progress: BuildProgress, no_cache: bool) -> dict[str, str]:
-    """BuildKit's build stands on ``<tag>-os``, the engine's when it is the OS stage of its key (a nightly restored it
-    from the team registry's mirror: then every layer above is the same chain as last night's), else built first
-    (``--target os``) and kept so, as a reproducible build's (``images.os_stage``). The build argument that says so."""
+              ca_bundle: Path | None, progress: BuildProgress, no_cache: bool, keep: bool) -> dict[str, str] | None:
+    """The build argument that has BuildKit's build stand on ``<tag>-os``: the engine's when it is the OS stage of
+    its key (a nightly restored it from the team registry's mirror: then every layer above is the same chain as last
+    night's), else, with ``keep`` (the nightly, which mirrors it), built first (``--target os``) and kept so, as a
+    reproducible build's (``images.os_stage``). None: the Dockerfile's own os stage, which BuildKit's cache shares
+    among images (an OS stage image's labels name its build, so each image's steps above it would be its own)."""
     os_tag = os_stage.os_tag(tag)
     os_labels = os_stage.labels(files["Dockerfile"], context_for(lock, image, "", buildkit=True).stage_labels)
+    if not keep and (no_cache or os_stage.find(engine, os_labels[OS_KEY_LABEL], os_tag, image.base.ref) is None):
+        return None
     os_stage.take_or_build(engine, os_tag, os_labels,
                            lambda: run_build(engine, ctx, os_tag, os_labels, builder="buildkit", ca_bundle=ca_bundle,
                                              target="os", no_cache=no_cache),
                            base_ref=image.base.ref, reuse=not no_cache, say=lambda e: progress(image.name, e))
-    return {os_stage.OS_ARG: os_tag}
+    return {OS_ARG: os_tag}
 
 
 def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, files: dict[str, bytes],

@@ -20,13 +20,10 @@ import re
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..engine.protocol import BuildEvent
-from ..render.files import OS_ARG
 from ..support.labels import OS_KEY_LABEL, STAGE_LABEL
 
 if TYPE_CHECKING:
     from ..engine.protocol import Engine, ImageInfo
-
-__all__ = ["OS_ARG", "find", "labels", "mirror_key", "mirror_tag", "os_key", "os_tag", "take_or_build"]
 
 _FROM = re.compile(r"^FROM\s", re.IGNORECASE)
 _OS_FROM = re.compile(r"^FROM\s+\S+\s+AS\s+os\s*$", re.IGNORECASE)

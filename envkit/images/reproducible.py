@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 
 EPOCH = installer.EPOCH  # every file's mtime, the bytecode's SOURCE_DATE_EPOCH, the config's `created`
 REQ = "/tmp/envkit-requirements.txt"  # a group's requirements file, mounted in its install container
-compile_program = installer.compile_program
 
 
 REPRODUCIBLE = ".envkit-reproducible"  # the name a reproducible build's context hash gives how its layers are made
@@ -59,7 +58,7 @@ REPRODUCIBLE = ".envkit-reproducible"  # the name a reproducible build's context
 def reproducible_mark() -> bytes:
     """How the environment layers are made (the installer, the epoch, the bytecode): a build made otherwise is
     another build, so its context hash differs."""
-    return f"uv {installer.VERSION}; epoch {EPOCH}\n{compile_program()}".encode()
+    return f"uv {installer.VERSION}; epoch {EPOCH}\n{installer.compile_program()}".encode()
 
 
 def made_how(reproducible: bool) -> dict[str, bytes]:
@@ -293,7 +292,7 @@ def _run_install(engine: Engine, ref: str, venv: Path, requirements: Path | None
     lines = _Lines(say)
     env = {**source.env, "SOURCE_DATE_EPOCH": str(EPOCH), "PYTHONHASHSEED": "0", "UV_CACHE_DIR": "/tmp/envkit-uv/cache",
            "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "copy",
-           "ENVKIT_COMPILE": compile_program()}
+           "ENVKIT_COMPILE": installer.compile_program()}
     result = engine.run(ref, ["bash", "-c", script], RunOptions(
         timeout=4 * 3600, mounts=tuple(mounts), env=env, network=source.network, user=f"{os.getuid()}:{os.getgid()}",
         role="build", output=lines.feed))

@@ -52,10 +52,12 @@ UV_CA = "/tmp/envkit-ca.pem"  # BuildKit: the site CA's secret mount in an insta
 # BuildKit, online: the build argument naming the image the stages above the OS stage start FROM (default: the
 # Dockerfile's own ``os`` stage; envkit passes the engine's OS stage of its key, ``images.os_stage``)
 OS_ARG = "ENVKIT_OS"
-# Online builds: empty /etc/hosts and /etc/resolv.conf in the OS stage, so the engine's mounts over them in each RUN
-# find files there and add none (a BuildKit RUN that makes and removes them leaves /etc's mtime, the build's time, in
-# its layer); in either builder's render, so both build one OS stage (``images.os_stage``)
+# Online builds: /etc/hosts and /etc/resolv.conf (a comment each) in the OS stage, so the engine's mounts over them
+# in each RUN find files there and add none (a BuildKit RUN that makes and removes them leaves /etc's mtime, the
+# build's time, in its layer); in either builder's render, so both build one OS stage (``images.os_stage``)
 ETC_STUBS = ("os/etc/hosts", "os/etc/resolv.conf")
+# (a comment, not empty: a layer of empty files has a history size of 0, which reads as no layer at all)
+ETC_STUB = b"# envkit: the engine mounts its own file over this one in every container\n"
 # Online builds: the environment's layers, lowest first (requirements/<group>.txt each), and what each holds.
 LAYER_GROUPS: dict[str, str] = {
     "cuda": "the CUDA libraries' wheels (nvidia-*): images on the same CUDA wheels share this layer",
@@ -281,7 +283,7 @@ def render_files(lock: Lock, image: LockedImage, spec_name: str, *, buildkit: bo
     files.update({f"envkit/{PAYLOAD_NAME}/{name}": data for name, data in payload_files().items()})
     files[PAYLOAD_DIGEST] = f"{payload_sha256()}  envkit/{PAYLOAD_NAME}\n".encode()
     if ctx.direct:  # the OS stage's /etc files (``ETC_STUBS``; either builder's: one OS stage), BuildKit's bytecode
-        files.update({name: b"" for name in ETC_STUBS})
+        files.update({name: ETC_STUB for name in ETC_STUBS})
         if buildkit:
             files[installer.PYCOMPILE] = installer.compile_program().encode()
     if image.flavour == "devel":

@@ -225,15 +225,15 @@ def test_two_cold_builds_give_the_same_environment_layers(engine, buildkit):
     """BuildKit's install steps make the environment layers from the files alone (docs/images.md, "The same bytes
     from BuildKit"): the same lock built twice from nothing (the image and its OS stage removed, no cache) gives the
     same diff_id for each group's layer and the payload's, while the OS stage's apt layer is the build's own. The
-    build stands on ``<tag>-os`` (its OS stage, kept, labelled with its key): a build that finds it there builds on
-    it, as a nightly does with the stage it restored, so every layer is the same chain."""
+    nightly's build (``keep_os_stage``) stands on ``<tag>-os`` (its OS stage, kept, labelled with its key); any build
+    that finds it there builds on it, as a nightly does with the stage it restored: every layer the same chain."""
     lock, image = small_lock("bk-same-bytes")
     built: list[list[str]] = []
     tag = ""
     try:
         for _ in range(2):
             outcome = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), progress=lambda *_: None,
-                                  verify=False, builder="buildkit", no_cache=True)
+                                  verify=False, builder="buildkit", no_cache=True, keep_os_stage=True)  # (nightly's)
             tag = outcome.tag
             assert outcome.action == "built"
             info, os_info = engine.inspect(tag), engine.inspect(f"{tag}-os")

@@ -154,9 +154,12 @@ from envkit.engine.docker_engine import connect
 from tests.integration.test_buildkit import ca_bundle, small_lock
 
 lock, image = small_lock(sys.argv[1])
-outcome = build_image(connect(), lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, reproducible=True,
+reproducible = sys.argv[2] == "reproducible"  # else BuildKit's own build
+outcome = build_image(connect(), lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False,
+                      reproducible=reproducible, builder="auto" if reproducible else "buildkit",
                       progress=lambda *_: None)
-print(json.dumps({"tag": outcome.tag, "layers": outcome.layers, "builder": outcome.builder}))
+print(json.dumps({"tag": outcome.tag, "layers": outcome.layers, "builder": outcome.builder,
+                  "diff_ids": outcome.diff_ids}))
 """
 
 
@@ -183,7 +186,7 @@ def test_another_engine_that_never_built_anything_gives_the_same_environment_lay
             copy_image(image.base.ref, address)
             env = dict(os.environ, DOCKER_HOST=address, TMPDIR=str(tmp_path), TZ="Pacific/Kiritimati", LC_ALL="C",
                        LANG="C")
-            run = subprocess.run([sys.executable, "-c", ELSEWHERE, image.name], cwd=ROOT, env=env,
+            run = subprocess.run([sys.executable, "-c", ELSEWHERE, image.name, "reproducible"], cwd=ROOT, env=env,
                                  capture_output=True, text=True, timeout=1800)
             assert run.returncode == 0, run.stderr[-3000:]
             there = json.loads(run.stdout.splitlines()[-1])
@@ -209,6 +212,45 @@ def test_another_engine_that_never_built_anything_gives_the_same_environment_lay
                 assert blobs["here"][-3:] == blobs["there"][-3:]  # framework, extra, payload: one blob each
     finally:
         remove_images(engine, here.tag, *pushed[:1])
+
+
+def test_another_engine_gives_the_same_environment_layers_with_buildkit(engine, tmp_path):
+    """As above, with BuildKit's own build (the default, docs/images.md "The same bytes from BuildKit"): the second
+    engine's BuildKit, from nothing, makes the framework, extra and payload layers this engine's does (the OS stage,
+    each one's own, under them). The bytes are the engine's tar writer's: the two are one Docker release."""
+    import os
+    import subprocess
+    import sys
+
+    from envkit.engine.buildkit import BuildKitBuilder
+    from envkit.engine.docker_engine import connect
+    from tests.integration.conftest import ROOT
+    from tests.integration.second_engine import copy_image, second_engine
+
+    if not BuildKitBuilder(engine).available():
+        pytest.skip("BuildKit cannot build here")
+    lock, image = small_lock("bk-elsewhere")
+    here = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False, builder="buildkit",
+                       no_cache=True, progress=lambda *_: None)
+    try:
+        with second_engine() as address:
+            copy_image(image.base.ref, address)
+            env = dict(os.environ, DOCKER_HOST=address, TMPDIR=str(tmp_path), TZ="Pacific/Kiritimati", LC_ALL="C",
+                       LANG="C")
+            run = subprocess.run([sys.executable, "-c", ELSEWHERE, image.name, "buildkit"], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=1800)
+            assert run.returncode == 0, run.stderr[-3000:]
+            there = json.loads(run.stdout.splitlines()[-1])
+            assert (there["tag"], there["builder"]) == (here.tag, "buildkit")
+            mine, theirs = list(here.diff_ids[-4:]), there["diff_ids"][-4:]  # framework, extra, payload, WORKDIR's
+            if mine != theirs:  # say where they part: the first differing file, not two digests
+                pytest.fail(f"the environment layers differ: here {mine}, there {theirs}; "
+                            + _why(engine, here.image_id, connect(address), there["tag"]))
+            assert list(here.diff_ids[:-4]) != there["diff_ids"][:-4]  # each OS stage its builder's own
+            a, b = engine.inspect(here.tag), connect(address).inspect(there["tag"])
+            assert (a.labels, a.env, a.user) == (b.labels, b.env, b.user)
+    finally:
+        remove_images(engine, here.tag)
 
 
 def _why(engine_a, ref_a: str, engine_b, ref_b: str) -> str:

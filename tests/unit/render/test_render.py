@@ -419,6 +419,7 @@ def test_buildkit_install_steps_make_layers_of_the_files_alone():
     step wrote at the epoch, the engine's /etc mount points already files in the OS stage."""
     from envkit.images.os_stage import os_key
     from envkit.render import installer
+    from envkit.render.files import ETC_STUB
 
     image = make_image()
     files = render_files(make_lock(image), image, "team.yaml", buildkit=True)
@@ -431,10 +432,10 @@ def test_buildkit_install_steps_make_layers_of_the_files_alone():
     assert runtime.count(f"/opt/venv/bin/python -I /tmp/{installer.PYCOMPILE} /opt/venv/lib") == 3
     at_epoch = f"find /opt -newermt @{installer.EPOCH} -exec touch -h -d @{installer.EPOCH} {{}} +"
     assert runtime.count(at_epoch) == 4 and "COPY envkit/" not in runtime  # the payload too
-    assert files["os/etc/hosts"] == files["os/etc/resolv.conf"] == b""
+    assert files["os/etc/hosts"] == files["os/etc/resolv.conf"] == ETC_STUB
     assert "COPY os/etc/ /etc/" in _stage(text, "os")
     # the classic builder's steps are as before (uv compiles, the payload COPY'd); its OS stage is BuildKit's
     classic = render_files(make_lock(image), image, "team.yaml")
-    assert "--compile-bytecode" in classic["Dockerfile"].decode() and classic["os/etc/hosts"] == b""
+    assert "--compile-bytecode" in classic["Dockerfile"].decode() and classic["os/etc/hosts"] == ETC_STUB
     assert os_key(classic["Dockerfile"]) == os_key(files["Dockerfile"])
     assert installer.PYCOMPILE not in classic and "COPY envkit/ /opt/envkit/" in classic["Dockerfile"].decode()
