@@ -17,6 +17,10 @@ def chains(client: Any) -> set[tuple[str, ...]]:
             layers = (client.api.inspect_image(summary["Id"]).get("RootFS") or {}).get("Layers") or []
         except docker.errors.NotFound:  # removed since the listing
             continue
+        except docker.errors.APIError as exc:  # being removed as it was read: 500, "layer does not exist"
+            if "does not exist" not in str(exc.explanation or ""):
+                raise
+            continue
         held.update(tuple(layers[:i + 1]) for i in range(len(layers)))
     return held
 

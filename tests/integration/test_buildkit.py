@@ -249,7 +249,8 @@ def test_two_cold_builds_give_the_same_environment_layers(engine, buildkit):
 
         said: list[str] = []
         outcome = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False,
-                              builder="buildkit", progress=lambda _, e: said.append(str(getattr(e, "text", e))))
+                              builder="buildkit", keep_os_stage=True,
+                              progress=lambda _, e: said.append(str(getattr(e, "text", e))))
         os_id = engine.inspect(f"{tag}-os").id
         engine.client.images.remove(tag, force=True)  # the image gone, its OS stage kept (or restored)
         again = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False,
