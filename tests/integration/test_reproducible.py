@@ -12,7 +12,6 @@ interpreter as the non-root user, with no uv and no CA left in it.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -169,27 +168,17 @@ def test_another_engine_that_never_built_anything_gives_the_same_environment_lay
     TMPDIR, time zone and locale, each building with the default builder. Same environment layer digests, same
     labels, environment and user; only the OS stage's layers, the builders' own, differ. Both engines then push
     to one registry: the same blobs for the environment layers, so the registry holds them once."""
-    import os
-    import subprocess
-    import sys
 
     from envkit.engine.docker_engine import connect
-    from tests.integration.conftest import ROOT
     from tests.integration.registry import running_registry
-    from tests.integration.second_engine import copy_image, second_engine
+    from tests.integration.second_engine import second_engine
 
     lock, image = small_lock("repro-elsewhere")
     here, _ = _build(engine, lock, image, "auto")
     pushed: list[str] = []
     try:
         with second_engine() as address:
-            copy_image(image.base.ref, address)
-            env = dict(os.environ, DOCKER_HOST=address, TMPDIR=str(tmp_path), TZ="Pacific/Kiritimati", LC_ALL="C",
-                       LANG="C")
-            run = subprocess.run([sys.executable, "-c", ELSEWHERE, image.name, "reproducible"], cwd=ROOT, env=env,
-                                 capture_output=True, text=True, timeout=1800)
-            assert run.returncode == 0, run.stderr[-3000:]
-            there = json.loads(run.stdout.splitlines()[-1])
+            there = _built_elsewhere(address, image, "reproducible", tmp_path)
             assert (there["tag"], there["builder"]) == (here.tag, here.builder)
             if there["layers"] != here.layers:  # say where they part: the first differing file, not two digests
                 pytest.fail(f"the environment layers differ: here {here.layers}, there {there['layers']}; "
@@ -218,14 +207,10 @@ def test_another_engine_gives_the_same_environment_layers_with_buildkit(engine, 
     """As above, with BuildKit's own build (the default, docs/images.md "The same bytes from BuildKit"): the second
     engine's BuildKit, from nothing, makes the framework, extra and payload layers this engine's does (the OS stage,
     each one's own, under them). The bytes are the engine's tar writer's: the two are one Docker release."""
-    import os
-    import subprocess
-    import sys
 
     from envkit.engine.buildkit import BuildKitBuilder
     from envkit.engine.docker_engine import connect
-    from tests.integration.conftest import ROOT
-    from tests.integration.second_engine import copy_image, second_engine
+    from tests.integration.second_engine import second_engine
 
     if not BuildKitBuilder(engine).available():
         pytest.skip("BuildKit cannot build here")
@@ -234,13 +219,7 @@ def test_another_engine_gives_the_same_environment_layers_with_buildkit(engine, 
                        no_cache=True, progress=lambda *_: None)
     try:
         with second_engine() as address:
-            copy_image(image.base.ref, address)
-            env = dict(os.environ, DOCKER_HOST=address, TMPDIR=str(tmp_path), TZ="Pacific/Kiritimati", LC_ALL="C",
-                       LANG="C")
-            run = subprocess.run([sys.executable, "-c", ELSEWHERE, image.name, "buildkit"], cwd=ROOT, env=env,
-                                 capture_output=True, text=True, timeout=1800)
-            assert run.returncode == 0, run.stderr[-3000:]
-            there = json.loads(run.stdout.splitlines()[-1])
+            there = _built_elsewhere(address, image, "buildkit", tmp_path)
             assert (there["tag"], there["builder"]) == (here.tag, "buildkit")
             mine, theirs = list(here.diff_ids[-4:]), there["diff_ids"][-4:]  # framework, extra, payload, WORKDIR's
             if mine != theirs:  # say where they part: the first differing file, not two digests
@@ -251,6 +230,24 @@ def test_another_engine_gives_the_same_environment_layers_with_buildkit(engine, 
             assert (a.labels, a.env, a.user) == (b.labels, b.env, b.user)
     finally:
         remove_images(engine, here.tag)
+
+
+def _built_elsewhere(address: str, image, how: str, tmp_path) -> dict:
+    """``image`` built (``how``: reproducible | buildkit) by a child envkit on the second engine at ``address``, given
+    the base only, with another umask (ELSEWHERE), TMPDIR, time zone and locale: what ELSEWHERE prints."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.integration.conftest import ROOT
+    from tests.integration.second_engine import copy_image
+
+    copy_image(image.base.ref, address)
+    env = dict(os.environ, DOCKER_HOST=address, TMPDIR=str(tmp_path), TZ="Pacific/Kiritimati", LC_ALL="C", LANG="C")
+    run = subprocess.run([sys.executable, "-c", ELSEWHERE, image.name, how], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.splitlines()[-1])
 
 
 def _why(engine_a, ref_a: str, engine_b, ref_b: str) -> str:
