@@ -7,7 +7,7 @@ TORCH_TEST ?= torch==2.13.0
 # Two workers; tests sharing an image stay on one (tests/conftest.py). XDIST= runs in one process.
 XDIST ?= -n 2 --dist loadgroup --no-loadscope-reorder
 
-.PHONY: venv engine slurm sif-tools demo check test unit integration lint clean schema docs
+.PHONY: venv engine slurm sif-tools podman demo check test unit integration lint clean schema docs
 
 $(BIN)/envkit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ slurm:
 sif-tools:
 	./scripts/ensure-sif-tools.sh
 
+# Debian's podman: one test builds the same lock on a Podman engine of its own (another engine and builder).
+podman:
+	./scripts/ensure-podman.sh
+
 demo: venv engine
 	$(BIN)/envkit doctor
 	$(BIN)/envkit build examples/team.yaml
@@ -43,14 +47,14 @@ check: venv
 	$(BIN)/mypy
 	MYPYPATH=$(PAYLOAD) $(BIN)/mypy --explicit-package-bases --python-version 3.10 $(PAYLOAD)/*.py
 
-test: venv engine slurm sif-tools check
+test: venv engine slurm sif-tools podman check
 	./scripts/ensure-browser.sh || echo "note: no chromium; the HTML report browser test will be skipped"
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q $(XDIST) --durations=25 tests
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
 
-integration: venv engine slurm sif-tools
+integration: venv engine slurm sif-tools podman
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/python -m pytest -q $(XDIST) --durations=25 tests/integration
 
 # hadolint (with .hadolint.yaml's reasons) over the committed Dockerfiles and freshly rendered ones; then `check`.

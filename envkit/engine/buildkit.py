@@ -113,8 +113,13 @@ class BuildKitBuilder:
             return (f"{self.cli} did not answer `version`: {exc}",
                     f"check that {self.cli} runs and reaches the engine (DOCKER_HOST), {classic}")
         client = (info.get("Client") or {}).get("Version") or "0"
-        api = (self.engine.version().get("api") if self.engine is not None
-               else (info.get("Server") or {}).get("ApiVersion")) or "0"
+        engine = self.engine.version() if self.engine is not None else {}
+        if engine.get("engine") == "podman":
+            return (f"the engine is Podman {engine.get('version')}, whose Docker-compatible API builds with buildah: "
+                    "BuildKit's CLI cannot start a build there",
+                    "build with the classic builder (--builder classic; auto picks it on Podman); --reproducible "
+                    "gives the environment layers Docker gives (docs/images.md)")
+        api = engine.get("api") or (info.get("Server") or {}).get("ApiVersion") or "0"
         if _version(api) < MIN_API:
             return (f"the engine's API is {api}; BuildKit needs {'.'.join(map(str, MIN_API))} or newer",
                     f"upgrade the engine (Docker >= 18.09), {classic}")

@@ -96,8 +96,11 @@ def _netrc_not_text(exc: UnicodeDecodeError) -> EngineError:
 
 class DockerEngine(OverClient, LayersOverClient):  # __init__(client), image_host, disk_usage: docker_gc.py; layer_*
     def version(self) -> dict:
+        """The engine's name (docker, or podman: its Docker-compatible API, which names itself in Components),
+        version, API version, OS and architecture."""
         v = self.client.version()
-        return {"engine": "docker", "version": v.get("Version"), "api": v.get("ApiVersion"),
+        podman = any(c.get("Name") == "Podman Engine" for c in v.get("Components") or ())
+        return {"engine": "podman" if podman else "docker", "version": v.get("Version"), "api": v.get("ApiVersion"),
                 "os": v.get("Os"), "arch": v.get("Arch")}
 
     def nvidia_runtime(self) -> bool:

@@ -4,12 +4,14 @@ A saved archive names its layers in ``manifest.json``, which comes after them in
 each layer's directory by an id of its own, not its diff_id), so each layer member is copied to a file while it is
 hashed, and kept only when its sha256, which is its diff_id (the archive's layers are the uncompressed tars), is one
 asked for; the rest go at once. The image is never written whole: at most the kept layers and the one passing.
+Podman's save names each layer ``<diff_id hex>.tar`` (its directories' ``layer.tar`` link there): taken by name.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import re
 import tarfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 CHUNK = 1 << 20
 BLOBS = "blobs/sha256/"  # an OCI layout's blobs (a containerd image store's `docker save`), named by their digest
+_PODMAN_LAYER = re.compile(r"^[0-9a-f]{64}\.tar$")  # Podman's save (its Docker-compatible API): <diff_id hex>.tar
 
 
 class _Chunks(io.RawIOBase):
@@ -43,10 +46,12 @@ class _Chunks(io.RawIOBase):
 
 
 def _is_layer(info: tarfile.TarInfo, wanted: set[str]) -> bool:
-    if not info.isreg():
+    if not info.isreg():  # (Podman's ``<id>/layer.tar`` are links to its ``<diff_id>.tar``)
         return False
     if info.name.startswith(BLOBS):
         return "sha256:" + info.name[len(BLOBS):] in wanted
+    if _PODMAN_LAYER.match(info.name):  # Podman names each layer by its diff_id
+        return "sha256:" + info.name[:-4] in wanted
     return info.name.endswith("/layer.tar")
 
 

@@ -1,4 +1,4 @@
-"""A second Docker engine on this host, empty, for tests that need "another machine's" engine.
+"""A second Docker engine on this host, empty, for tests that need "another machine's" engine; and a Podman one.
 
 Its own dockerd (Debian's, the one `make engine` starts), with its own data root, exec root (so its own managed
 containerd), socket and bridge: nothing of the first engine's images, build cache or containers reaches it. Its
@@ -90,6 +90,69 @@ def second_engine() -> Iterator[str]:
             proc.wait()
         log.close()
         _teardown_network()
+        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
+PODMAN_PREFIX = "envkit-podman-"
+# what this sandbox needs of Podman's containers (docs/images.md, "Another builder: Podman")
+PODMAN_CONF = """[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+"""
+
+
+def _unmount_under(root: Path) -> None:
+    """Unmount what a stopped Podman left mounted under ``root`` (its overlay driver mounts its own directory),
+    deepest first, so the directory can be removed."""
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for point in sorted((m for m in mounts if m.startswith(f"{root}/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+
+
+@contextlib.contextmanager
+def podman_engine() -> Iterator[str]:
+    """Another engine and another builder: Debian's Podman (``podman system service``) on a socket of its own, with
+    its own storage and run roots (nothing of the machine's Podman or Docker reaches it) and the settings this
+    sandbox needs (runc, cgroupfs, ulimits: PODMAN_CONF). envkit reaches it as a Docker engine (its
+    Docker-compatible API); its builds are buildah's. Yields the address (``unix://…``); stops it and removes its
+    storage. Skipped without root or podman (``make test`` installs it: scripts/ensure-podman.sh)."""
+    podman = shutil.which("podman")
+    if os.geteuid() != 0 or podman is None:
+        pytest.skip("a Podman engine needs root and Debian's podman (scripts/ensure-podman.sh)")
+    for stale in Path(PARENT).glob(PODMAN_PREFIX + "*"):  # what a killed run left, unless its Podman runs
+        try:
+            os.kill(int((stale / "podman.pid").read_text().strip()), 0)
+            continue
+        except (OSError, ValueError):
+            _unmount_under(stale)
+            subprocess.run(["rm", "-rf", "--one-file-system", str(stale)], check=False)
+    root = Path(tempfile.mkdtemp(prefix=PODMAN_PREFIX, dir=PARENT))
+    address = f"unix://{root}/podman.sock"
+    (root / "containers.conf").write_text(PODMAN_CONF)
+    log = open(root / "podman.log", "wb")
+    proc = subprocess.Popen([podman, "--root", str(root / "storage"), "--runroot", str(root / "run"),
+                             "--tmpdir", str(root / "tmp"), "system", "service", "--time=0", address],
+                            stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, CONTAINERS_CONF=str(root / "containers.conf")))
+    (root / "podman.pid").write_text(str(proc.pid))
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run(["docker", "-H", address, "version"], capture_output=True).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"Podman did not start: {(root / 'podman.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield address
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        _unmount_under(root)
         subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
 
 

@@ -16,9 +16,9 @@ import json
 import pytest
 
 from envkit.app.certify import layers_check
+from envkit.engine.protocol import RunOptions
 from envkit.images.builder import build_image
 from envkit.images.layer_record import Recorded, record_path, write_record
-from envkit.engine.protocol import RunOptions
 from envkit.lock import write_lock
 from tests.integration.test_buildkit import ca_bundle, remove_images, small_lock
 
@@ -40,8 +40,9 @@ def lock_with(name: str, typing_extensions: str, numpy: str = "2.0.*", framework
     gives it packages no other test's image has (tests run in parallel). The framework layer is numpy alone (an
     nvidia-* wheel gets the cuda layer), so each such test takes a numpy series of its own: 1.23
     test_bundle_reproducible (offline), 1.24 its devel bundle, 1.25 and 2.2 test_reproducible_devel, 1.26 and 2.0
-    this module (2.0: the reuse tests, one after another), 2.1 ``test_buildkit.small_lock`` (built reproducibly
-    by this module's two-engine test and by test_nightly_reproducible). A cold suite failed once on two tests sharing 2.1 (2026-12-07)."""
+    this module (2.0: the reuse tests, one after another), 2.4 its Podman test, 2.1 ``test_buildkit.small_lock``
+    (built reproducibly by this module's two-engine test and by test_nightly_reproducible). A cold suite failed once
+    on two tests sharing 2.1 (2026-12-07)."""
     from envkit.index.closure import compile_closure
     from envkit.lock import Package, sealed
 
@@ -151,8 +152,10 @@ os.umask(0o027)
 from envkit.images.builder import build_image
 from envkit.engine.docker_engine import connect
 from tests.integration.test_buildkit import ca_bundle, small_lock
+from tests.integration.test_reproducible import lock_with
 
-lock, image = small_lock(sys.argv[1])
+# the small stack, or lock_with's with the pins given (typing-extensions, numpy)
+lock, image = lock_with(sys.argv[1], *sys.argv[3:]) if sys.argv[3:] else small_lock(sys.argv[1])
 reproducible = sys.argv[2] == "reproducible"  # else BuildKit's own build
 outcome = build_image(connect(), lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False,
                       reproducible=reproducible, builder="auto" if reproducible else "buildkit",
@@ -232,9 +235,44 @@ def test_another_engine_gives_the_same_environment_layers_with_buildkit(engine, 
         remove_images(engine, here.tag)
 
 
-def _built_elsewhere(address: str, image, how: str, tmp_path) -> dict:
-    """``image`` built (``how``: reproducible | buildkit) by a child envkit on the second engine at ``address``, given
-    the base only, with another umask (ELSEWHERE), TMPDIR, time zone and locale: what ELSEWHERE prints."""
+def test_podman_gives_the_same_environment_layers(engine, tmp_path):
+    """Another engine and another builder: Podman (Debian's 4.3.1, its Docker-compatible API; ``podman_engine``),
+    given only the base. envkit there picks the classic builder (BuildKit's CLI cannot build on Podman), buildah
+    builds the OS stage, and envkit writes the environment layers as it does on Docker: the same digests, and the
+    labels (but the context hash: each builder renders its own context), environment and user. When they differ,
+    the first differing file is named."""
+
+    from envkit.engine.docker_engine import connect
+    from envkit.support.labels import CONTEXT_LABEL
+    from tests.integration.second_engine import podman_engine
+
+    pins = ("4.12.2", "2.4.*")  # numpy 2.4: this test's own series (lock_with)
+    lock, image = lock_with("repro-podman", *pins)
+    here, _ = _build(engine, lock, image, "auto")
+    try:
+        with podman_engine() as address:
+            podman = connect(address)
+            assert podman.version()["engine"] == "podman"
+            there = _built_elsewhere(address, image, "reproducible", tmp_path, pins)
+            assert (there["tag"], there["builder"]) == (here.tag, "classic")
+            if there["layers"] != here.layers:
+                pytest.fail(f"the environment layers differ: Docker {here.layers}, Podman {there['layers']}; "
+                            + _why(engine, here.image_id, podman, there["tag"]))
+            a, b = engine.inspect(here.tag), podman.inspect(there["tag"])
+            assert a is not None and b is not None
+            # the labels but the context's hash (each builder's own rendered context) and buildah's mark of itself
+            differ = {k for k in {*a.labels, *b.labels} if a.labels.get(k) != b.labels.get(k)}
+            assert differ == {"io.buildah.version", *([CONTEXT_LABEL] if here.builder == "buildkit" else [])}, differ
+            assert (a.env, a.user) == (b.env, b.user)
+            assert a.layers[-3:] == b.layers[-3:] == tuple(here.layers.values())
+    finally:
+        remove_images(engine, here.tag)
+
+
+def _built_elsewhere(address: str, image, how: str, tmp_path, pins: tuple[str, ...] = ()) -> dict:
+    """``image`` built (``how``: reproducible | buildkit) by a child envkit on the engine at ``address``, given the
+    base only, with another umask (ELSEWHERE), TMPDIR, time zone and locale: what ELSEWHERE prints. ``pins``:
+    ``lock_with``'s (typing-extensions, numpy) when ``image`` is one of its locks."""
     import os
     import subprocess
     import sys
@@ -244,8 +282,8 @@ def _built_elsewhere(address: str, image, how: str, tmp_path) -> dict:
 
     copy_image(image.base.ref, address)
     env = dict(os.environ, DOCKER_HOST=address, TMPDIR=str(tmp_path), TZ="Pacific/Kiritimati", LC_ALL="C", LANG="C")
-    run = subprocess.run([sys.executable, "-c", ELSEWHERE, image.name, how], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=1800)
+    run = subprocess.run([sys.executable, "-c", ELSEWHERE, image.name, how, *pins], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.splitlines()[-1])
 

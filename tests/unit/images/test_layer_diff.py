@@ -138,14 +138,21 @@ def test_the_same_members_in_other_bytes_differ_by_their_encoding(tmp_path):
         assert diff_files(fa, fb, same_bytes=True).first is None
 
 
-def _archive(tmp_path: Path, layers: list[Path]) -> tuple[bytes, list[str]]:
-    """A docker-archive as Docker 20.10 saves one: each layer under a directory of its own id, manifest last."""
+def _archive(tmp_path: Path, layers: list[Path], podman: bool = False) -> tuple[bytes, list[str]]:
+    """A docker-archive as Docker 20.10 saves one: each layer under a directory of its own id, manifest last; or as
+    Podman 4.3 does: each layer first as ``<diff_id hex>.tar``, then its directory, whose layer.tar links to it."""
     ids = ["sha256:" + hashlib.sha256(p.read_bytes()).hexdigest() for p in layers]
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
         names = []
         for i, p in enumerate(layers):
-            tar.add(p, f"{i:064x}/layer.tar")
+            if podman:
+                tar.add(p, f"{ids[i][7:]}.tar")
+                link = tarfile.TarInfo(f"{i:064x}/layer.tar")
+                link.type, link.linkname = tarfile.SYMTYPE, f"../{ids[i][7:]}.tar"
+                tar.addfile(link)
+            else:
+                tar.add(p, f"{i:064x}/layer.tar")
             names.append(f"{i:064x}/layer.tar")
         manifest = json.dumps([{"Config": "c.json", "RepoTags": ["x:1"], "Layers": names}]).encode()
         info = tarfile.TarInfo("manifest.json")
@@ -162,10 +169,11 @@ class Saving:
         return (self.data[i:i + 7] for i in range(0, len(self.data), 7))  # odd chunks
 
 
-def test_only_the_layers_asked_for_are_kept_from_the_save_stream(tmp_path):
+@pytest.mark.parametrize("podman", [False, True], ids=["docker", "podman"])
+def test_only_the_layers_asked_for_are_kept_from_the_save_stream(tmp_path, podman):
     l0 = write_tar(tmp_path / "l0.tar", BASE[:2])
     l1 = write_tar(tmp_path / "l1.tar", BASE)
-    data, ids = _archive(tmp_path, [l0, l1])
+    data, ids = _archive(tmp_path, [l0, l1], podman)
     into = tmp_path / "kept"
     into.mkdir()
     kept = save_layers(Saving(data), "x:1", {ids[1]}, into)
