@@ -44,67 +44,20 @@ def _teardown_network() -> None:
     subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
 
 
-def _remove_stale_roots() -> None:
-    """The data roots of earlier runs killed before their clean-up whose dockerd is gone (one still running is
-    another session's, or an orphan: left alone)."""
-    for root in Path(PARENT).glob(PREFIX + "*"):
+def _remove_stale_roots(prefix: str) -> None:
+    """The roots of earlier runs killed before their clean-up whose daemon is gone (one still running is another
+    session's, or an orphan: left alone): what they left mounted, then the directory."""
+    for root in Path(PARENT).glob(prefix + "*"):
         try:
-            os.kill(int((root / "dockerd.pid").read_text().strip()), 0)
+            os.kill(int((root / "daemon.pid").read_text().strip()), 0)
             continue
         except (OSError, ValueError):
+            _unmount_under(root)
             subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
 
 
-@contextlib.contextmanager
-def second_engine() -> Iterator[str]:
-    """Start the second engine; yields its address (``unix://…``), for ``connect`` or ``DOCKER_HOST``."""
-    dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
-    if os.geteuid() != 0 or not os.access(dockerd, os.X_OK) or not shutil.which("iptables"):
-        pytest.skip("a second engine needs root, dockerd and iptables")
-    _remove_stale_roots()
-    root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=PARENT))  # the disk the first engine's is on
-    address = f"unix://{root}/docker.sock"
-    _teardown_network()  # what a killed run left
-    subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True)
-    subprocess.run(["ip", "addr", "add", GATEWAY, "dev", BRIDGE], check=True)
-    subprocess.run(["ip", "link", "set", BRIDGE, "up"], check=True)
-    for table, chain, rule in RULES:
-        assert _iptables("-I", table, chain, rule) == 0, f"iptables -I {chain} {rule}"
-    log = open(root / "dockerd.log", "wb")
-    proc = subprocess.Popen([dockerd, "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-                             "--pidfile", str(root / "dockerd.pid"), "-H", address, "--bridge", BRIDGE,
-                             "--iptables=false", "--ip-masq=false"], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while subprocess.run(["docker", "-H", address, "version"], capture_output=True).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the second engine did not start: {(root / 'dockerd.log').read_text()[-2000:]}")
-            time.sleep(0.5)
-        yield address
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        _teardown_network()
-        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
-
-
-PODMAN_PREFIX = "envkit-podman-"
-# what this sandbox needs of Podman's containers (docs/images.md, "Another builder: Podman")
-PODMAN_CONF = """[containers]
-default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-"""
-
-
 def _unmount_under(root: Path) -> None:
-    """Unmount what a stopped Podman left mounted under ``root`` (its overlay driver mounts its own directory),
+    """Unmount what a stopped daemon left mounted under ``root`` (Podman's overlay driver mounts its own directory),
     deepest first, so the directory can be removed."""
     mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
     for point in sorted((m for m in mounts if m.startswith(f"{root}/")), key=len, reverse=True):
@@ -112,36 +65,18 @@ def _unmount_under(root: Path) -> None:
 
 
 @contextlib.contextmanager
-def podman_engine() -> Iterator[str]:
-    """Another engine and another builder: Debian's Podman (``podman system service``) on a socket of its own, with
-    its own storage and run roots (nothing of the machine's Podman or Docker reaches it) and the settings this
-    sandbox needs (runc, cgroupfs, ulimits: PODMAN_CONF). envkit reaches it as a Docker engine (its
-    Docker-compatible API); its builds are buildah's. Yields the address (``unix://…``); stops it and removes its
-    storage. Skipped without root or podman (``make test`` installs it: scripts/ensure-podman.sh)."""
-    podman = shutil.which("podman")
-    if os.geteuid() != 0 or podman is None:
-        pytest.skip("a Podman engine needs root and Debian's podman (scripts/ensure-podman.sh)")
-    for stale in Path(PARENT).glob(PODMAN_PREFIX + "*"):  # what a killed run left, unless its Podman runs
-        try:
-            os.kill(int((stale / "podman.pid").read_text().strip()), 0)
-            continue
-        except (OSError, ValueError):
-            _unmount_under(stale)
-            subprocess.run(["rm", "-rf", "--one-file-system", str(stale)], check=False)
-    root = Path(tempfile.mkdtemp(prefix=PODMAN_PREFIX, dir=PARENT))
-    address = f"unix://{root}/podman.sock"
-    (root / "containers.conf").write_text(PODMAN_CONF)
-    log = open(root / "podman.log", "wb")
-    proc = subprocess.Popen([podman, "--root", str(root / "storage"), "--runroot", str(root / "run"),
-                             "--tmpdir", str(root / "tmp"), "system", "service", "--time=0", address],
-                            stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, CONTAINERS_CONF=str(root / "containers.conf")))
-    (root / "podman.pid").write_text(str(proc.pid))
+def _serving(argv: list[str], address: str, root: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run ``argv``, a daemon serving the Docker API at ``address`` (its pid in ``root/daemon.pid``, its output in
+    ``root/daemon.log``), until the API answers; yield the address; stop it at the end (SIGTERM, killed after 60 s),
+    then unmount what it left under ``root`` and remove ``root``."""
+    log = open(root / "daemon.log", "wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    (root / "daemon.pid").write_text(str(proc.pid))
     try:
         deadline = time.monotonic() + 60
         while subprocess.run(["docker", "-H", address, "version"], capture_output=True).returncode != 0:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"Podman did not start: {(root / 'podman.log').read_text()[-2000:]}")
+                raise AssertionError(f"{argv[0]} did not start: {(root / 'daemon.log').read_text()[-2000:]}")
             time.sleep(0.5)
         yield address
     finally:
@@ -154,6 +89,60 @@ def podman_engine() -> Iterator[str]:
         log.close()
         _unmount_under(root)
         subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
+@contextlib.contextmanager
+def second_engine() -> Iterator[str]:
+    """Start the second engine; yields its address (``unix://…``), for ``connect`` or ``DOCKER_HOST``."""
+    dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
+    if os.geteuid() != 0 or not os.access(dockerd, os.X_OK) or not shutil.which("iptables"):
+        pytest.skip("a second engine needs root, dockerd and iptables")
+    _remove_stale_roots(PREFIX)
+    root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=PARENT))  # the disk the first engine's is on
+    address = f"unix://{root}/docker.sock"
+    _teardown_network()  # what a killed run left
+    subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True)
+    subprocess.run(["ip", "addr", "add", GATEWAY, "dev", BRIDGE], check=True)
+    subprocess.run(["ip", "link", "set", BRIDGE, "up"], check=True)
+    for table, chain, rule in RULES:
+        assert _iptables("-I", table, chain, rule) == 0, f"iptables -I {chain} {rule}"
+    try:
+        with _serving([dockerd, "--data-root", str(root / "data"), "--exec-root", str(root / "exec"), "-H", address,
+                       "--pidfile", str(root / "dockerd.pid"), "--bridge", BRIDGE, "--iptables=false",
+                       "--ip-masq=false"], address, root):
+            yield address
+    finally:
+        _teardown_network()
+
+
+PODMAN_PREFIX = "envkit-podman-"
+# what this sandbox needs of Podman's containers (docs/images.md, "Another engine and builder: Podman")
+PODMAN_CONF = """[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+"""
+
+
+@contextlib.contextmanager
+def podman_engine() -> Iterator[str]:
+    """Another engine and another builder: Debian's Podman (``podman system service``) on a socket of its own, with
+    its own storage and run roots (nothing of the machine's Podman or Docker reaches it) and the settings this
+    sandbox needs (runc, cgroupfs, ulimits: PODMAN_CONF). envkit reaches it as a Docker engine (its
+    Docker-compatible API); its builds are buildah's. Yields the address (``unix://…``); stops it and removes its
+    storage. Skipped without root or podman (``make test`` installs it: scripts/ensure-podman.sh)."""
+    podman = shutil.which("podman")
+    if os.geteuid() != 0 or podman is None:
+        pytest.skip("a Podman engine needs root and Debian's podman (scripts/ensure-podman.sh)")
+    _remove_stale_roots(PODMAN_PREFIX)
+    root = Path(tempfile.mkdtemp(prefix=PODMAN_PREFIX, dir=PARENT))
+    address = f"unix://{root}/podman.sock"
+    (root / "containers.conf").write_text(PODMAN_CONF)
+    with _serving([podman, "--root", str(root / "storage"), "--runroot", str(root / "run"), "--tmpdir",
+                   str(root / "tmp"), "system", "service", "--time=0", address], address, root,
+                  env=dict(os.environ, CONTAINERS_CONF=str(root / "containers.conf"))):
+        yield address
 
 
 def copy_image(ref: str, to_address: str) -> None:
