@@ -86,7 +86,8 @@ class BuildKitBuilder:
         self.cli = cli or DOCKER_CLI
 
     def available(self) -> bool:
-        """The CLI exists (with BuildKit built in, or the buildx plugin) and the engine's API >= 1.39."""
+        """The CLI exists (with BuildKit built in, or the buildx plugin), the engine's API >= 1.39 and it is not
+        Podman (its Docker-compatible API has no BuildKit)."""
         return self.unavailable() is None
 
     def require(self) -> None:
