@@ -99,6 +99,13 @@ class BuildKitBuilder:
     def unavailable(self) -> tuple[str, str] | None:
         """Why BuildKit cannot build here, as (message, hint); None when it can."""
         classic = "or build with the classic builder (--builder classic)"
+        # first: on Podman no docker CLI helps (so none is asked for, and none is run)
+        engine = self.engine.version() if self.engine is not None else {}
+        if engine.get("engine") == "podman":
+            return (f"the engine is Podman {engine.get('version')}, whose Docker-compatible API builds with buildah: "
+                    "BuildKit's CLI cannot start a build there",
+                    "build with the classic builder (--builder classic; auto picks it on Podman); --reproducible "
+                    "gives the environment layers Docker gives (docs/images.md)")
         if not (Path(self.cli).is_file() and os.access(self.cli, os.X_OK)):
             other = shutil.which("docker")
             note = (f" ({other} on PATH is not used: CLIs from Docker 23 on build with BuildKit only through buildx)"
@@ -114,12 +121,6 @@ class BuildKitBuilder:
             return (f"{self.cli} did not answer `version`: {exc}",
                     f"check that {self.cli} runs and reaches the engine (DOCKER_HOST), {classic}")
         client = (info.get("Client") or {}).get("Version") or "0"
-        engine = self.engine.version() if self.engine is not None else {}
-        if engine.get("engine") == "podman":
-            return (f"the engine is Podman {engine.get('version')}, whose Docker-compatible API builds with buildah: "
-                    "BuildKit's CLI cannot start a build there",
-                    "build with the classic builder (--builder classic; auto picks it on Podman); --reproducible "
-                    "gives the environment layers Docker gives (docs/images.md)")
         api = engine.get("api") or (info.get("Server") or {}).get("ApiVersion") or "0"
         if _version(api) < MIN_API:
             return (f"the engine's API is {api}; BuildKit needs {'.'.join(map(str, MIN_API))} or newer",

@@ -47,3 +47,8 @@ def test_on_podman_auto_builds_with_the_classic_builder(monkeypatch, tmp_path):
     monkeypatch.setattr("envkit.images.builder.BuildKitBuilder", lambda engine: BuildKitBuilder(engine, cli=str(cli)))
     assert pick_builder(_engine(PODMAN), "auto") == "classic"
     assert pick_builder(_engine(DOCKER), "auto") == "buildkit"
+
+
+def test_on_podman_the_reason_is_podman_even_without_a_docker_cli(tmp_path):
+    message, hint = BuildKitBuilder(_engine(PODMAN), cli=str(tmp_path / "no-docker")).unavailable()
+    assert "Podman 4.3.1" in message and "docker.io" not in hint
