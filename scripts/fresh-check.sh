@@ -42,6 +42,12 @@ if [ "$cold" = 1 ]; then
   say "engine now holds: $(docker images -q | wc -l) images"
 fi
 
+# the engine's data root on disk, before and after: a run that removed all it made ends where it began, unless
+# the engine lost space (Docker 20.10 lost a layer's to two BuildKit builds at once: test_buildkit_turns.py)
+root=$(docker info -f '{{.DockerRootDir}}' 2>/dev/null)
+on_disk() { [ -r "$root" ] && du -sm "$root" 2>/dev/null | cut -f1 || echo "?"; }
+root_before=$(on_disk)
+
 work=$(mktemp -d /var/tmp/envkit-fresh-XXXXXX)
 cleanup() { [ "$keep" = 1 ] && say "clone kept at $work/envkit" || rm -rf "$work"; }
 trap cleanup EXIT
@@ -77,4 +83,5 @@ if [ "$failed" = 1 ]; then
   keep=1
 fi
 echo "engine after: $(docker images --format '{{.Repository}}:{{.Tag}}' | sort | tr '\n' ' ')"
+echo "engine data root ($root): ${root_before} MB before, $(on_disk) MB after"
 exit "$failed"

@@ -9,12 +9,16 @@ rendered Dockerfiles have none. The plain progress output is parsed into the sam
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -29,6 +33,14 @@ if TYPE_CHECKING:
 DOCKER_CLI = "/usr/bin/docker"  # Debian's 20.10 CLI: BuildKit built in (newer CLIs need the buildx plugin)
 MIN_API = (1, 39)  # the engine API that has BuildKit sessions (Docker 18.09)
 TAIL = 25  # log lines a BuildError carries
+# Docker engines before 26.1 lose a layer's disk space for good when two BuildKit builds at once make the same step
+# (moby#46136: the space stays after the images and the build cache are removed; fixed by moby#47523, March 2024, in
+# 26.1, the first feature release cut after it; patch releases of older lines that carry its backport are not told
+# apart). envkit takes turns on such an engine: one BuildKit build at a time (docs/images.md, "One BuildKit build at
+# a time"). The turn is a lock file in /tmp, not $TMPDIR: every process on this host that builds on that engine
+# must find the same file.
+SERIAL_BELOW = (26, 1)
+TURNS = Path("/tmp")
 
 _VERTEX = re.compile(r"^#(\d+) (.*)$")
 _STEP = re.compile(r"^\[(?:(?P<stage>[^\]\s]+) )?(?P<i>\d+)/(?P<n>\d+)\] (?P<text>.*)$")
@@ -164,7 +176,8 @@ class BuildKitBuilder:
               dockerfile: str | None = None, network: bool = True, no_cache: bool = False,
               target: str | None = None, build_args: dict[str, str] | None = None) -> Iterator[BuildEvent]:
         """Build ``context`` as ``tag``, yielding progress; raises BuildError (with the log's tail) on failure."""
-        with scratch.directory("buildkit") as tmp:
+        with scratch.directory("buildkit") as tmp, self._turn() as turn:
+            yield from turn
             iidfile = Path(tmp) / "iid"
             cmd = self.command(context, tag, labels, secrets=secrets, dockerfile=dockerfile, network=network,
                                no_cache=no_cache, iidfile=iidfile, target=target, build_args=build_args)
@@ -192,6 +205,51 @@ class BuildKitBuilder:
                 raise engine_out_of_space(error, self.engine) if self.engine is not None else error
             image_id = iidfile.read_text().strip() if iidfile.is_file() else tag
         yield BuildEvent("done", image_id)
+
+
+    def turn_file(self) -> Path | None:
+        """The lock file BuildKit builds on this engine take turns on; None where they need not (a Docker engine
+        from 26.1 on, Podman, no engine to ask). Named by the engine the CLI builds on: ``DOCKER_HOST`` and the
+        engine's data root."""
+        if self.engine is None:
+            return None
+        v = self.engine.version()
+        if v.get("engine") != "docker" or _version(v.get("version") or "0") >= SERIAL_BELOW:
+            return None
+        where = f"{os.environ.get('DOCKER_HOST') or 'unix:///var/run/docker.sock'} {self.engine.data_root()}"
+        return TURNS / f"envkit-buildkit-{hashlib.sha256(where.encode()).hexdigest()[:16]}.lock"
+
+    @contextmanager
+    def _turn(self) -> Iterator[Iterator[BuildEvent]]:
+        """This engine's BuildKit turn (``turn_file``), held until the body ends. Yields the taking of it, for the
+        body to run first: it says so when another build holds the turn, then waits for it. The kernel drops the
+        turn with the process; a filesystem without ``flock`` builds without it."""
+        path = self.turn_file()
+        if path is None:
+            yield iter(())
+            return
+        try:  # read-only: flock needs no write access, so any user may wait on root's file; no symlink followed
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise BuildError(f"cannot open {path}, the lock file BuildKit builds on this engine take turns on: "
+                             f"{exc.strerror}", hint=f"remove {path} if it is not a plain file this user may "
+                                                     "read (envkit makes it again)") from None
+
+        def take() -> Iterator[BuildEvent]:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield BuildEvent("log", "waiting for another BuildKit build on this engine to finish (on Docker "
+                                        "before 26.1 two at once leak disk space: moby#46136)")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+
+        try:
+            yield take()
+        finally:
+            os.close(fd)
 
 
 def _version(text: str) -> tuple[int, ...]:
