@@ -163,20 +163,27 @@ def _build(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, byte
 
 def _os_stage(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, bytes], ctx: Path, tag: str, *,
               ca_bundle: Path | None, progress: BuildProgress, no_cache: bool, keep: bool) -> dict[str, str] | None:
-    """The build argument that has BuildKit's build stand on ``<tag>-os``: the engine's when it is the OS stage of
-    its key (a nightly restored it from the team registry's mirror: then every layer above is the same chain as last
-    night's), else, with ``keep`` (the nightly, which mirrors it), built first (``--target os``) and kept so, as a
-    reproducible build's (``images.os_stage``). None: the Dockerfile's own os stage, which BuildKit's cache shares
-    among images (an OS stage image's labels name its build, so each image's steps above it would be its own)."""
+    """The build argument that has BuildKit's build stand on ``<tag>-os``, or None: the Dockerfile's own os stage.
+
+    ``<tag>-os`` found on the engine with the stage's key (a nightly restored it from the team registry's mirror:
+    then every layer above is the same chain as last night's): stood on. Missing, with ``keep`` (the nightly, which
+    mirrors it): built first (``--target os``) and kept so, as a reproducible build's (``images.os_stage``); the
+    build then stands on its own os stage, which BuildKit's cache answers with those very layers, so its steps are
+    the ones `envkit build` and every earlier lock on this engine ran: cached, not run again. (Standing on the image
+    would make every step above another cache key, as its labels name the build: run again, each a layer the engine
+    may already hold, which Docker 20.10 then never frees: docs/images.md, "Where Docker 20.10 loses disk space to BuildKit".) With
+    ``no_cache`` the stage is built anew both times, other bytes each: then the build stands on the one kept."""
     os_tag = os_stage.os_tag(tag)
     os_labels = os_stage.labels(files["Dockerfile"], context_for(lock, image, "", buildkit=True).stage_labels)
-    if not keep and (no_cache or os_stage.find(engine, os_labels[OS_KEY_LABEL], os_tag, image.base.ref) is None):
+    have = None if no_cache else os_stage.find(engine, os_labels[OS_KEY_LABEL], os_tag, image.base.ref)
+    if have is None and not keep:
         return None
-    os_stage.take_or_build(engine, os_tag, os_labels,
-                           lambda: run_build(engine, ctx, os_tag, os_labels, builder="buildkit", ca_bundle=ca_bundle,
-                                             target="os", no_cache=no_cache),
-                           base_ref=image.base.ref, reuse=not no_cache, say=lambda e: progress(image.name, e))
-    return {OS_ARG: os_tag}
+    built = os_stage.take_or_build(engine, os_tag, os_labels,
+                                   lambda: run_build(engine, ctx, os_tag, os_labels, builder="buildkit",
+                                                     ca_bundle=ca_bundle, target="os", no_cache=no_cache),
+                                   base_ref=image.base.ref, reuse=not no_cache, have=have,
+                                   say=lambda e: progress(image.name, e))
+    return None if built and not no_cache else {OS_ARG: os_tag}
 
 
 def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, files: dict[str, bytes],

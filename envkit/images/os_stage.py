@@ -68,11 +68,14 @@ def labels(dockerfile: bytes, stage_labels: tuple[tuple[str, str], ...]) -> dict
 
 
 def take_or_build(engine: Engine, os_tag: str, os_labels: dict[str, str], build: Callable[[], Iterator[BuildEvent]],
-                  *, base_ref: str, reuse: bool, say: Callable[[BuildEvent | str], None]) -> bool:
-    """``os_tag``: the engine's when it is an OS stage of its key on ``base_ref`` (``find``; not with ``reuse=False``,
-    `--no-cache`), else the builder's (``build``: the ``os`` target as ``os_tag`` with ``os_labels``). True: built."""
+                  *, base_ref: str, reuse: bool = True, have: ImageInfo | None = None,
+                  say: Callable[[BuildEvent | str], None]) -> bool:
+    """``os_tag``: the engine's when it is an OS stage of its key on ``base_ref`` (``have``, when the caller looked
+    already; else ``find``; not with ``reuse=False``, `--no-cache`), else the builder's (``build``: the ``os`` target
+    as ``os_tag`` with ``os_labels``). True: built."""
     key = os_labels[OS_KEY_LABEL]
-    have = find(engine, key, os_tag, base_ref) if reuse else None
+    if have is None and reuse:
+        have = find(engine, key, os_tag, base_ref)
     if have is not None:
         say(f"the OS stage of key {key[7:19]} is on the engine ({have.id[7:19]}): not built again "
             "(`--no-cache` builds it again)")

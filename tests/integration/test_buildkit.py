@@ -225,7 +225,8 @@ def test_two_cold_builds_give_the_same_environment_layers(engine, buildkit):
     """BuildKit's install steps make the environment layers from the files alone (docs/images.md, "The same bytes
     from BuildKit"): the same lock built twice from nothing (the image and its OS stage removed, no cache) gives the
     same diff_id for each group's layer and the payload's, while the OS stage's apt layer is the build's own. The
-    nightly's build (``keep_os_stage``) stands on ``<tag>-os`` (its OS stage, kept, labelled with its key); any build
+    nightly's build (``keep_os_stage``) keeps ``<tag>-os`` (its OS stage, labelled with its key): the same chain as
+    the image's (``--no-cache``: it stands on it; from the cache: on its own os stage, the same layers); any build
     that finds it there builds on it, as a nightly does with the stage it restored: every layer the same chain."""
     lock, image = small_lock("bk-same-bytes")
     built: list[list[str]] = []
@@ -257,6 +258,35 @@ def test_two_cold_builds_give_the_same_environment_layers(engine, buildkit):
                             builder="buildkit", progress=lambda _, e: said.append(str(getattr(e, "text", e))))
         assert again.action == "built" and any("is on the engine" in s and "not built again" in s for s in said)
         assert engine.inspect(f"{tag}-os").id == os_id and again.diff_ids == outcome.diff_ids
+    finally:
+        if tag:
+            remove_images(engine, tag)
+
+
+@pytest.mark.integration
+@pytest.mark.network
+def test_a_nightly_after_a_build_of_the_same_lock_runs_no_step_again(engine, buildkit):
+    """`envkit build`, then the nightly's build of the same lock on the same engine (the image gone, as when a test
+    or gc removed it): the nightly keeps ``<tag>-os`` for its mirror but builds on its own os stage, so every RUN
+    step is BuildKit's cached one. Standing on ``<tag>-os`` ran every step above it again, each making a layer the
+    engine held already, which Docker 20.10 never frees (docs/images.md, "Where Docker 20.10 loses disk space to BuildKit")."""
+    lock, image = small_lock("bk-then-nightly")
+    tag = ""
+    try:
+        first = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False,
+                            builder="buildkit", progress=lambda *_: None)
+        tag = first.tag
+        engine.client.images.remove(tag, force=True)
+        said: list[str] = []
+        again = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False,
+                            builder="buildkit", keep_os_stage=True,
+                            progress=lambda _, e: said.append(str(getattr(e, "text", e))))
+        ran = [s for s in said if "] RUN " in s and ": done in " in s]
+        assert again.action == "built" and ran == [], ran
+        assert any("] RUN " in s and s.endswith(": cached") for s in said), said
+        assert again.diff_ids == first.diff_ids
+        os_info = engine.inspect(f"{tag}-os")
+        assert os_info is not None and again.diff_ids[:len(os_info.layers)] == os_info.layers
     finally:
         if tag:
             remove_images(engine, tag)

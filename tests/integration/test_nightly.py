@@ -93,16 +93,20 @@ def nightly(root: Path, store: str, *extra, check_code=None, background=False):
 
 
 def remove_image(engine, tag):
-    """The build gone, as on a fresh runner: its tag, and every untagged build of team 'nightly' (a
-    container from a killed run keeps a force-removed image, untagged; its layers would make the next
-    build a cache hit so short that no test could stop it midway)."""
+    """The build gone, as on a fresh runner: its tag and its OS stage (``<tag>-os``), and every untagged build of
+    team 'nightly' (a container from a killed run keeps a force-removed image, untagged; its layers would make the
+    next build a cache hit so short that no test could stop it midway). The OS stage goes too: a nightly that finds
+    it stands on it, so its steps would not be the ones BuildKit cached for the example image, and their layers,
+    the example's again, would be lost to the engine (docs/images.md, "Where Docker 20.10 loses disk space to
+    BuildKit"); one that does not rebuilds it from BuildKit's cache in a second."""
     client = engine.client
     for c in client.containers.list(all=True, filters={"label": [CONTAINER_LABEL, f"{TEAM_LABEL}=nightly"]}):
         c.remove(force=True)
-    try:
-        client.images.remove(tag, force=True)
-    except docker.errors.ImageNotFound:
-        pass
+    for ref in (tag, f"{tag}-os"):
+        try:
+            client.images.remove(ref, force=True)
+        except docker.errors.ImageNotFound:
+            pass
     for image in client.images.list(filters={"label": [f"{TEAM_LABEL}=nightly", CONTEXT_LABEL], "dangling": True}):
         try:
             client.images.remove(image.id, force=True)
