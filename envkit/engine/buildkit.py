@@ -37,8 +37,8 @@ TAIL = 25  # log lines a BuildError carries
 # (moby#46136: the space stays after the images and the build cache are removed; fixed by moby#47523, March 2024, in
 # 26.1, the first feature release cut after it; patch releases of older lines that carry its backport are not told
 # apart). envkit takes turns on such an engine: one BuildKit build at a time (docs/images.md, "Where Docker 20.10
-# loses disk space to BuildKit"). The turn is a lock file in /tmp, not $TMPDIR: every process on this host that builds on that engine
-# must find the same file.
+# loses disk space to BuildKit"). The turn is a lock file in /tmp, not $TMPDIR: every process on this host that
+# builds on that engine must find the same file.
 SERIAL_BELOW = (26, 1)
 TURNS = Path("/tmp")
 

@@ -171,8 +171,9 @@ def _os_stage(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
     build then stands on its own os stage, which BuildKit's cache answers with those very layers, so its steps are
     the ones `envkit build` and every earlier lock on this engine ran: cached, not run again. (Standing on the image
     would make every step above another cache key, as its labels name the build: run again, each a layer the engine
-    may already hold, which Docker 20.10 then never frees: docs/images.md, "Where Docker 20.10 loses disk space to BuildKit".) With
-    ``no_cache`` the stage is built anew both times, other bytes each: then the build stands on the one kept."""
+    may already hold, which Docker 20.10 then never frees: docs/images.md, "Where Docker 20.10 loses disk space to
+    BuildKit".) With ``no_cache`` the stage is built anew both times, other bytes each: then the build stands on the
+    one kept."""
     os_tag = os_stage.os_tag(tag)
     os_labels = os_stage.labels(files["Dockerfile"], context_for(lock, image, "", buildkit=True).stage_labels)
     have = None if no_cache else os_stage.find(engine, os_labels[OS_KEY_LABEL], os_tag, image.base.ref)
