@@ -206,7 +206,6 @@ class BuildKitBuilder:
             image_id = iidfile.read_text().strip() if iidfile.is_file() else tag
         yield BuildEvent("done", image_id)
 
-
     def turn_file(self) -> Path | None:
         """The lock file BuildKit builds on this engine take turns on; None where they need not (a Docker engine
         from 26.1 on, Podman, no engine to ask). Named by the engine the CLI builds on: ``DOCKER_HOST`` and the

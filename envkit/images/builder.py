@@ -196,7 +196,7 @@ def _os_stage(engine: Engine, lock: Lock, image: LockedImage, files: dict[str, b
     built = os_stage.take_or_build(engine, os_tag, os_labels,
                                    lambda: run_build(engine, ctx, os_tag, os_labels, builder="buildkit",
                                                      ca_bundle=ca_bundle, target="os", no_cache=no_cache),
-                                   base_ref=image.base.ref, reuse=not no_cache, have=have,
+                                   base_ref=image.base.ref, reuse=False, have=have,  # (looked for above)
                                    say=lambda e: progress(image.name, e))
     return None if built and not no_cache else {OS_ARG: os_tag}
 
