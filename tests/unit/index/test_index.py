@@ -456,15 +456,13 @@ def test_html_only_index_is_an_index_error(server, tmp_path, wheels):
 
 
 def test_unreachable_index_is_an_index_error(tmp_path):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
     session = requests.Session()
     session.trust_env = False
-    idx = PackageIndex(f"http://127.0.0.1:{port}/simple", cache_dir=tmp_path, session=session)
-    with pytest.raises(PackageIndexError) as exc:
-        idx.versions("torch")
+    with socket.socket() as s:  # bound, never listening: refused, and no other test's server can take the port
+        s.bind(("127.0.0.1", 0))
+        idx = PackageIndex(f"http://127.0.0.1:{s.getsockname()[1]}/simple", cache_dir=tmp_path, session=session)
+        with pytest.raises(PackageIndexError) as exc:
+            idx.versions("torch")
     assert "cannot reach the package index" in exc.value.message and exc.value.hint
 
 

@@ -6,6 +6,7 @@ bundle the index check must say "not trusted" and how to fix it; with it, answer
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -138,10 +139,14 @@ def https_index(pki):
     index.close()
 
 
-def _free_port() -> int:
+@contextlib.contextmanager
+def _refusing_port():
+    """A port that refuses connections for as long as the block runs: bound here, never listening.
+
+    A port only found free and let go can be taken by another test's server before it is dialled."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 # --- ca_bundle ----------------------------------------------------------------------------------
@@ -279,7 +284,8 @@ def test_what_the_index_answers(http_index, status, ctype, expect, words):
 
 
 def test_connection_refused_dns_and_timeout_name_the_proxy_variables():
-    f = index_finding(f"http://127.0.0.1:{_free_port()}/simple", None, timeout=5)
+    with _refusing_port() as port:
+        f = index_finding(f"http://127.0.0.1:{port}/simple", None, timeout=5)
     assert f.status == "fail" and "refused the connection" in f.value and "HTTPS_PROXY" in f.hint
     f = index_finding("https://envkit-doctor.invalid/simple", None, timeout=5)
     assert f.status == "fail" and "cannot resolve envkit-doctor.invalid (DNS)" in f.value
@@ -303,8 +309,9 @@ class _Proxy(BaseHTTPRequestHandler):
 
 
 def test_proxy_failures_name_the_proxy_without_its_password(monkeypatch):
-    monkeypatch.setenv("HTTPS_PROXY", f"http://alice:s3cret@127.0.0.1:{_free_port()}")
-    f = index_finding("https://pypi.org/simple", None, timeout=5)
+    with _refusing_port() as port:
+        monkeypatch.setenv("HTTPS_PROXY", f"http://alice:s3cret@127.0.0.1:{port}")
+        f = index_finding("https://pypi.org/simple", None, timeout=5)
     assert f.status == "fail" and "the proxy http://alice:***@127.0.0.1:" in f.value and "s3cret" not in f.value
     assert f.value.endswith("refused the connection")
     assert "HTTPS_PROXY" in f.hint
@@ -318,7 +325,8 @@ def test_proxy_failures_name_the_proxy_without_its_password(monkeypatch):
         proxy.server_close()
     assert f.status == "fail" and "needs a login (HTTP 407)" in f.value and "user:password@" in f.hint
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # a host reached directly is not sent to the proxy
-    f = index_finding(f"http://127.0.0.1:{_free_port()}/simple", None, timeout=5)
+    with _refusing_port() as port:
+        f = index_finding(f"http://127.0.0.1:{port}/simple", None, timeout=5)
     assert "proxy" not in f.value
 
 
