@@ -9,6 +9,11 @@ before parents). Records made by anything else meanwhile on the same engine go t
 The same for OS stage images (``<tag>-os``, the label ``io.envkit.stage=os``: ``images.os_stage``): a BuildKit or a
 reproducible build keeps its OS stage tagged, as the next build's; a test that removes its image by tag alone leaves
 that one, so the run removes those that appeared since it started (unforced: one an image still stands on stays).
+
+And for untagged images: a classic build that fails keeps the images of the steps before the failing one (its
+cache; a test of a login the classic builder cannot carry left 146 MB so), and only a later build that met them in
+its cache and was removed took them away: the run removes the untagged leaves that appeared since it started, and
+with them their untagged parents (unforced: one a container uses stays).
 """
 
 from __future__ import annotations
@@ -76,5 +81,34 @@ def remove_os_stages(ids: set[str]) -> None:
                         client.api.remove_image(ref)
                     except docker.errors.APIError:  # an image stands on it, or gone meanwhile
                         pass
+    finally:
+        client.close()
+
+
+def dangling() -> set[str] | None:
+    """The ids of the untagged leaf images on the engine now, or None without an engine."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=60)
+        try:
+            return {i["Id"] for i in client.api.images(filters={"dangling": True})}
+        finally:
+            client.close()
+    except Exception:  # no engine: nothing to clean up
+        return None
+
+
+def remove_dangling(ids: set[str]) -> None:
+    """Remove the untagged images ``ids`` (unforced) and the untagged parents only they stood on."""
+    import docker
+
+    client = docker.from_env(timeout=120)
+    try:
+        for image in sorted(ids):
+            try:
+                client.api.remove_image(image)
+            except docker.errors.APIError:  # a container uses it, or gone meanwhile
+                pass
     finally:
         client.close()

@@ -79,20 +79,24 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
-        from tests.buildcache import os_stages, records
+        from tests.buildcache import dangling, os_stages, records
 
         session.config._envkit_build_records = records()
         session.config._envkit_os_stages = os_stages()
+        session.config._envkit_dangling = dangling()
 
 
 def pytest_sessionfinish(session):
     before = getattr(session.config, "_envkit_build_records", None)
     if before is not None and not hasattr(session.config, "workerinput"):
-        from tests.buildcache import os_stages, prune, records, remove_os_stages
+        from tests.buildcache import dangling, os_stages, prune, records, remove_dangling, remove_os_stages
 
         stages = getattr(session.config, "_envkit_os_stages", None)
         if stages is not None:  # before the cache: a record an image stands on is kept
             remove_os_stages((os_stages() or set()) - stages)
+        untagged = getattr(session.config, "_envkit_dangling", None)
+        if untagged is not None:
+            remove_dangling((dangling() or set()) - untagged)
         prune((records() or set()) - before)
 
 

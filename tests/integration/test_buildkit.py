@@ -274,8 +274,9 @@ def test_two_cold_builds_give_the_same_environment_layers(engine, buildkit):
 def test_a_nightly_after_a_build_of_the_same_lock_runs_no_step_again(engine, buildkit):
     """`envkit build`, then the nightly's build of the same lock on the same engine (the image gone, as when a test
     or gc removed it): the nightly keeps ``<tag>-os`` for its mirror but builds on its own os stage, so every RUN
-    step is BuildKit's cached one; the image always stands on the layers of ``<tag>-os``. Standing on ``<tag>-os`` ran every step above it again, each making a layer the
-    engine held already, which Docker 20.10 never frees (docs/images.md, "Where Docker 20.10 loses disk space to BuildKit")."""
+    step is BuildKit's cached one; the image always stands on the layers of ``<tag>-os``. Standing on ``<tag>-os``
+    ran every step above it again, each making a layer the engine held already, which Docker 20.10 never frees
+    (docs/images.md, "Where Docker 20.10 loses disk space to BuildKit")."""
     lock, image = small_lock("bk-then-nightly")
     tag = ""
     try:
