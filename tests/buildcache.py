@@ -54,61 +54,53 @@ def prune(ids: set[str]) -> None:
 OS_STAGE = "io.envkit.stage=os"
 
 
-def os_stages() -> set[str] | None:
-    """The ids of the OS stage images on the engine now, or None without an engine."""
+def _images(filters: dict) -> list[dict] | None:
+    """The engine's images that match ``filters`` now, or None without an engine."""
     try:
         import docker
 
         client = docker.from_env(timeout=60)
         try:
-            return {i["Id"] for i in client.api.images(filters={"label": OS_STAGE})}
+            return client.api.images(filters=filters)
         finally:
             client.close()
     except Exception:  # no engine: nothing to clean up
         return None
 
 
-def remove_os_stages(ids: set[str]) -> None:
-    """Remove the OS stage images ``ids`` (each tag of each, unforced)."""
+def _remove(refs: list[str]) -> None:
+    """Remove each of ``refs``, unforced: one an image stands on or a container uses stays (as does one gone)."""
     import docker
 
     client = docker.from_env(timeout=120)
     try:
-        for image in client.api.images(filters={"label": OS_STAGE}):
-            if image["Id"] in ids:
-                for ref in [t for t in image.get("RepoTags") or () if t != "<none>:<none>"] or [image["Id"]]:
-                    try:
-                        client.api.remove_image(ref)
-                    except docker.errors.APIError:  # an image stands on it, or gone meanwhile
-                        pass
+        for ref in refs:
+            try:
+                client.api.remove_image(ref)
+            except docker.errors.APIError:
+                pass
     finally:
         client.close()
+
+
+def os_stages() -> set[str] | None:
+    """The ids of the OS stage images on the engine now, or None without an engine."""
+    found = _images({"label": OS_STAGE})
+    return None if found is None else {i["Id"] for i in found}
+
+
+def remove_os_stages(ids: set[str]) -> None:
+    """Remove the OS stage images ``ids`` (each tag of each)."""
+    _remove([ref for image in _images({"label": OS_STAGE}) or () if image["Id"] in ids
+             for ref in [t for t in image.get("RepoTags") or () if t != "<none>:<none>"] or [image["Id"]]])
 
 
 def dangling() -> set[str] | None:
     """The ids of the untagged leaf images on the engine now, or None without an engine."""
-    try:
-        import docker
-
-        client = docker.from_env(timeout=60)
-        try:
-            return {i["Id"] for i in client.api.images(filters={"dangling": True})}
-        finally:
-            client.close()
-    except Exception:  # no engine: nothing to clean up
-        return None
+    found = _images({"dangling": True})
+    return None if found is None else {i["Id"] for i in found}
 
 
 def remove_dangling(ids: set[str]) -> None:
-    """Remove the untagged images ``ids`` (unforced) and the untagged parents only they stood on."""
-    import docker
-
-    client = docker.from_env(timeout=120)
-    try:
-        for image in sorted(ids):
-            try:
-                client.api.remove_image(image)
-            except docker.errors.APIError:  # a container uses it, or gone meanwhile
-                pass
-    finally:
-        client.close()
+    """Remove the untagged images ``ids`` and the untagged parents only they stood on."""
+    _remove(sorted(ids))
